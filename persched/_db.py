@@ -1,0 +1,350 @@
+"""Database URLs and engines: URL/path parsing, SQLite PRAGMAs, BEGIN IMMEDIATE.
+
+Everything that turns a user's ``--db`` value into a working SQLAlchemy
+``Engine`` lives here, and so does the boundary that turns driver errors into
+`StoreError` with the password masked (STYLE §3).
+
+SQLite notes. PRAGMAs are per connection, so they are set in a ``connect``
+listener. pysqlite's own transaction handling is switched off
+(``isolation_level = None``) and an engine ``begin`` listener owns the BEGIN:
+``BEGIN IMMEDIATE`` takes the write lock up front, so two transactions that
+both read and then write never deadlock upgrading their locks (Prefect; Huey's
+``begin exclusive``). A connection with execution option
+``persched_readonly=True`` gets a plain (deferred) ``BEGIN`` instead, so that
+readers never queue behind writers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import re
+from typing import TYPE_CHECKING, Any, Final, cast
+
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.pool import StaticPool
+
+from persched.errors import InvalidJobError, StoreError
+
+if TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Iterator
+
+    from sqlalchemy.engine import Connection, Engine
+    from sqlalchemy.engine.interfaces import DBAPIConnection
+    from sqlalchemy.pool import ConnectionPoolEntry
+
+__all__ = [
+    "READONLY",
+    "is_sqlite",
+    "make_engine",
+    "mask",
+    "store_errors",
+    "to_url",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Execution option: ``conn.execution_options(persched_readonly=True)`` makes
+#: the next transaction on a SQLite connection a deferred ``BEGIN``.
+READONLY: Final = "persched_readonly"
+
+_SYNCHRONOUS: Final = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+_FILE_MODE: Final = 0o600  # SPEC §3: owner only
+_PG_CONNECT_TIMEOUT: Final = 10  # seconds, unless the URL says otherwise
+_PASSWORD_RE: Final = re.compile(r"(://[^/:@]*:)[^@/]*(@)")
+
+
+def to_url(url_or_path: str) -> URL:
+    """Parse a SQLAlchemy URL or a plain SQLite file path.
+
+    ``"jobs.db"`` and ``"/x/y.db"`` become SQLite file URLs; ``postgresql://``
+    and ``postgres://`` are mapped to the psycopg 3 driver.
+
+    Args:
+        url_or_path: A URL such as ``sqlite:///jobs.db`` or
+            ``postgresql+psycopg://user@host/db``, or a file path.
+
+    Returns:
+        The parsed URL.
+
+    Raises:
+        StoreError: The URL cannot be parsed or names an unsupported database.
+    """
+    if not url_or_path.strip():
+        raise StoreError(repr(url_or_path), "empty database URL or path")
+    if "://" not in url_or_path:
+        # A plain path; "C:\\x.db" has a colon but no "://".
+        return URL.create("sqlite", database=url_or_path)
+    try:
+        url = make_url(url_or_path)
+    except (ArgumentError, ValueError) as exc:
+        raise StoreError(
+            _mask_text(url_or_path), f"not a valid database URL: {exc}"
+        ) from exc
+    backend = url.get_backend_name()
+    driver = url.drivername.partition("+")[2]
+    if backend in ("postgresql", "postgres"):  # "postgres": Heroku-style alias
+        if driver not in ("", "psycopg"):
+            raise StoreError(
+                mask(url),
+                f"unsupported PostgreSQL driver {driver!r}; use postgresql+psycopg://",
+            )
+        # SPEC: PostgreSQL goes through psycopg 3 (the `postgres` extra).
+        url = url.set(drivername="postgresql+psycopg")
+    elif backend == "sqlite":
+        if driver not in ("", "pysqlite"):
+            raise StoreError(
+                mask(url), f"unsupported SQLite driver {driver!r}; use sqlite:///PATH"
+            )
+    else:
+        raise StoreError(
+            mask(url),
+            f"unsupported database {backend!r}; persched supports sqlite:///PATH "
+            "and postgresql+psycopg://USER@HOST/DB",
+        )
+    try:
+        url.get_dialect()
+    except NoSuchModuleError as exc:
+        raise StoreError(mask(url), f"unknown database driver: {exc}") from exc
+    return url
+
+
+def mask(url: URL | str) -> str:
+    """Render a URL for messages and logs, with its password hidden.
+
+    Args:
+        url: A parsed URL, or a string (a plain path is returned as is).
+
+    Returns:
+        The URL as text, password replaced by ``***``.
+    """
+    if isinstance(url, URL):
+        return url.render_as_string(hide_password=True)
+    if "://" not in url:
+        return url
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return _mask_text(url)
+
+
+def _mask_text(text_url: str) -> str:
+    # For strings that make_url refuses: hide anything between "user:" and "@".
+    return _PASSWORD_RE.sub(r"\1***\2", text_url)
+
+
+def is_sqlite(engine: Engine | Connection) -> bool:
+    """Return True if `engine` talks to SQLite."""
+    return engine.dialect.name == "sqlite"
+
+
+def _reason(exc: BaseException, url: URL) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    message = (
+        str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+    )
+    lowered = message.lower()
+    if "database is locked" in lowered or "database table is locked" in lowered:
+        message = f"the database is locked past the busy timeout ({message})"
+    elif "readonly database" in lowered or "read-only" in lowered:
+        message = f"the database is read-only ({message})"
+    elif "not a database" in lowered:
+        message = f"the file is not a SQLite database ({message})"
+    elif "unable to open database file" in lowered:
+        message = f"cannot open the database file ({message})"
+    # Belt and braces: never echo a password even if a driver did.
+    if url.password:
+        message = message.replace(str(url.password), "***")
+    return message
+
+
+@contextlib.contextmanager
+def store_errors(url: URL | Engine | Connection) -> Iterator[None]:
+    """Turn database errors raised inside the block into `StoreError`.
+
+    Args:
+        url: The URL (or an engine/connection whose URL is used) to name in the
+            error, password masked.
+
+    Raises:
+        StoreError: A `SQLAlchemyError` (or a raw DBAPI error) was raised in the
+            block; the original is chained as ``__cause__``.
+    """
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        parsed = url if isinstance(url, URL) else url.engine.url
+        raise StoreError(mask(parsed), _reason(exc, parsed)) from exc
+    except Exception as exc:
+        # Errors from connect listeners can arrive unwrapped as DBAPI errors.
+        if not _is_dbapi_error(exc):
+            raise
+        parsed = url if isinstance(url, URL) else url.engine.url
+        raise StoreError(mask(parsed), _reason(exc, parsed)) from exc
+
+
+def _is_dbapi_error(exc: BaseException) -> bool:
+    import sqlite3
+
+    if isinstance(exc, sqlite3.Error):
+        return True
+    try:
+        import psycopg
+    except ImportError:
+        return False
+    return isinstance(exc, psycopg.Error)
+
+
+def make_engine(
+    url_or_path: str,
+    *,
+    busy_timeout_seconds: float = 5.0,
+    synchronous: str = "FULL",
+    create: bool = True,
+) -> Engine:
+    """Create an engine for a persched store and check that it can be used.
+
+    For a SQLite file, a missing file is created readable and writable by its
+    owner only (SPEC §3), and every connection gets WAL, ``synchronous``, a
+    busy timeout and ``foreign_keys=ON``. Write transactions begin with
+    ``BEGIN IMMEDIATE``; pass execution option ``persched_readonly=True`` for a
+    deferred ``BEGIN``. ``sqlite://`` (in memory) uses a single shared
+    connection. PostgreSQL URLs use psycopg 3 with ``pool_pre_ping``.
+
+    Args:
+        url_or_path: A SQLAlchemy URL or a plain SQLite file path.
+        busy_timeout_seconds: How long SQLite waits for a lock before failing.
+        synchronous: SQLite ``PRAGMA synchronous``: OFF, NORMAL, FULL or EXTRA.
+            FULL (the default) makes a committed claim survive power loss.
+        create: Create a missing SQLite file; if False a missing file is an
+            error (for read-only commands).
+
+    Returns:
+        A ready engine; the caller disposes it.
+
+    Raises:
+        InvalidJobError: `busy_timeout_seconds` or `synchronous` is invalid.
+        StoreError: The database cannot be opened or is not a database.
+    """
+    if not math.isfinite(busy_timeout_seconds) or busy_timeout_seconds < 0:
+        raise InvalidJobError(
+            "busy_timeout_seconds",
+            f"must be a finite number >= 0, got {busy_timeout_seconds!r}",
+        )
+    sync = synchronous.upper()
+    if sync not in _SYNCHRONOUS:
+        raise InvalidJobError(
+            "synchronous",
+            f"must be one of OFF, NORMAL, FULL, EXTRA; got {synchronous!r}",
+        )
+    url = to_url(url_or_path)
+    if url.get_backend_name() == "sqlite":
+        engine = _sqlite_engine(url, busy_timeout_seconds, sync, create)
+    else:
+        engine = _postgres_engine(url)
+    try:
+        with store_errors(url), engine.connect() as conn:
+            # Cheap check that reads the header: a garbage file, an unreadable
+            # file or a bad host fails here, not at the first job.
+            if is_sqlite(conn):
+                conn.exec_driver_sql("PRAGMA schema_version").scalar()
+            else:
+                conn.execute(text("SELECT 1")).scalar()
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
+
+
+def _sqlite_file(url: URL) -> str | None:
+    database = url.database or ""
+    if database in ("", ":memory:") or database.startswith("file:"):
+        return None
+    if str(url.query.get("uri", "")).lower() in ("true", "1"):
+        return None  # a URI filename: sqlite parses it, we don't
+    return database
+
+
+def _sqlite_engine(
+    url: URL, busy_timeout_seconds: float, sync: str, create: bool
+) -> Engine:
+    path = _sqlite_file(url)
+    kwargs: dict[str, Any] = {}
+    connect_args: dict[str, Any] = {
+        "timeout": busy_timeout_seconds,
+        # Pooled connections move between threads (one at a time).
+        "check_same_thread": False,
+    }
+    database = url.database or ""
+    if path is None and database in ("", ":memory:"):
+        # One shared connection, or every checkout would see a new empty DB.
+        kwargs["poolclass"] = StaticPool
+    elif path is not None:
+        _prepare_file(url, path, create)
+    engine = create_engine(url, connect_args=connect_args, **kwargs)
+    busy_ms = int(busy_timeout_seconds * 1000)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: DBAPIConnection, record: ConnectionPoolEntry) -> None:
+        raw = cast("sqlite3.Connection", dbapi_conn)
+        raw.isolation_level = None  # we own BEGIN (see module docstring)
+        cursor = raw.cursor()
+        try:
+            # busy_timeout first: switching to WAL may wait for a lock.
+            cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute(f"PRAGMA synchronous = {sync}")
+            cursor.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cursor.close()
+
+    event.listen(engine, "begin", _on_begin)
+    return engine
+
+
+def _on_begin(conn: Connection) -> None:
+    if conn.get_execution_options().get(READONLY):
+        conn.exec_driver_sql("BEGIN")
+    else:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _prepare_file(url: URL, path: str, create: bool) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise StoreError(mask(url), f"the directory {directory!r} does not exist")
+    if os.path.exists(path):
+        return
+    if not create:
+        raise StoreError(
+            mask(url),
+            "the database file does not exist (run `persched migrate` to create it)",
+        )
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, _FILE_MODE)
+    except FileExistsError:
+        return  # created by a concurrent opener; its mode is its creator's
+    except OSError as exc:
+        raise StoreError(
+            mask(url), f"cannot create the database file: {exc.strerror}"
+        ) from exc
+    os.close(fd)
+    logger.info("created database file %s (mode 0600)", mask(url))
+
+
+def _postgres_engine(url: URL) -> Engine:
+    connect_args: dict[str, Any] = {}
+    if "connect_timeout" not in url.query:
+        connect_args["connect_timeout"] = _PG_CONNECT_TIMEOUT
+    try:
+        return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+    except ImportError as exc:
+        raise StoreError(
+            mask(url),
+            "the PostgreSQL driver is not installed: pip install persched[postgres]",
+        ) from exc
