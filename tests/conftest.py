@@ -1,0 +1,135 @@
+"""Fixtures shared by the black-box tests of SPEC §1–§2.
+
+`TIMEOUT` bounds every blocking call; `fake_clock` starts at a round epoch so
+expected `scheduled_for` values are exact; `make_scheduler` builds schedulers
+(FakeClock-driven by default) and shuts every one of them down at teardown;
+an autouse check fails a test that leaves a ``persched-*`` thread alive.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from persched import JobScheduler
+from persched.errors import SchedulerStateError
+from persched.testing import FakeClock
+from tests.support import jobs
+from tests.support.helpers import EPOCH, TIMEOUT, wait_until
+
+__all__ = ["EPOCH", "TIMEOUT", "SchedulerFactory", "wait_until"]
+
+THREAD_PREFIX = "persched-"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the markers these tests use (also declared in pyproject.toml)."""
+    config.addinivalue_line("markers", "slow: subprocess/wheel")
+    config.addinivalue_line("markers", "stress: many threads, bounded budget")
+    config.addinivalue_line("markers", "postgres: needs PERSCHED_TEST_PG_URL")
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A SQLAlchemy URL of a fresh SQLite file in the test's temp dir."""
+    return f"sqlite:///{tmp_path / 'jobs.db'}"
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    """A FakeClock at `EPOCH`."""
+    return FakeClock(start=EPOCH)
+
+
+@pytest.fixture
+def pg_url() -> str:
+    """PERSCHED_TEST_PG_URL; skipped locally without it, a failure in CI."""
+    url = os.environ.get("PERSCHED_TEST_PG_URL", "")
+    if not url:
+        if os.environ.get("CI"):
+            pytest.fail("CI is set but PERSCHED_TEST_PG_URL is not: PostgreSQL tests must run in CI")
+        pytest.skip("PERSCHED_TEST_PG_URL is not set (PostgreSQL tests run in CI)")
+    return url
+
+
+class SchedulerFactory:
+    """Builds schedulers on the test's database and shuts them all down at teardown."""
+
+    def __init__(self, url: str, clock: FakeClock) -> None:
+        self.url = url
+        self.clock = clock
+        self.created: list[JobScheduler] = []
+
+    def __call__(
+        self,
+        url: str | None = None,
+        *,
+        clock: FakeClock | None = None,
+        real_clock: bool = False,
+        workers: int = 8,
+        start: bool = False,
+        lease_seconds: float = 30.0,
+        heartbeat_seconds: float | None = None,
+        busy_timeout_seconds: float = 5.0,
+        instance_id: str | None = None,
+    ) -> JobScheduler:
+        """Return a new scheduler (FakeClock-driven unless `real_clock`), started if asked."""
+        sched = JobScheduler(
+            self.url if url is None else url,
+            workers=workers,
+            clock=None if real_clock else (self.clock if clock is None else clock),
+            lease_seconds=lease_seconds,
+            heartbeat_seconds=heartbeat_seconds,
+            busy_timeout_seconds=busy_timeout_seconds,
+            instance_id=instance_id,
+        )
+        self.created.append(sched)
+        if start:
+            sched.start()
+        return sched
+
+    def close(self) -> None:
+        """Release blocked targets, then shut every scheduler down (bounded)."""
+        jobs.release_all()
+        for sched in reversed(self.created):
+            try:
+                sched.shutdown(wait=True, timeout=TIMEOUT)
+            except SchedulerStateError:
+                pass  # never started, or the test already shut it down
+
+
+@pytest.fixture
+def make_scheduler(sqlite_url: str, fake_clock: FakeClock) -> Iterator[SchedulerFactory]:
+    """A factory of schedulers that are all shut down at teardown."""
+    factory = SchedulerFactory(sqlite_url, fake_clock)
+    yield factory
+    factory.close()
+
+
+@pytest.fixture(autouse=True)
+def _reset_jobs() -> Iterator[None]:
+    """Start every test with an empty call registry; release gates afterwards."""
+    jobs.reset()
+    yield
+    jobs.release_all()
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_threads() -> Iterator[None]:
+    """Fail a test that leaves a ``persched-*`` thread alive (after a bounded join)."""
+    before = {t for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX)}
+    yield
+    jobs.release_all()
+    deadline = time.monotonic() + TIMEOUT
+    leaked: list[threading.Thread] = []
+    for t in threading.enumerate():
+        if t.name.startswith(THREAD_PREFIX) and t not in before:
+            t.join(max(deadline - time.monotonic(), 0.0))
+            if t.is_alive():
+                leaked.append(t)
+    assert not leaked, f"threads left alive: {[t.name for t in leaked]}"

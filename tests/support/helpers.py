@@ -1,0 +1,68 @@
+"""Shared helpers for the black-box tests: bounded waiting, fixed times, raw SQL.
+
+Every blocking call in the tests is bounded by `TIMEOUT` real seconds. Polling
+for an assertion (`wait_until`) is fine; sleeping in the hope of an
+interleaving is not.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from contextlib import closing
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from persched import JobScheduler, Run
+
+__all__ = [
+    "EPOCH",
+    "TIMEOUT",
+    "at",
+    "finished_runs",
+    "sql",
+    "sqlite_path",
+    "wait_until",
+]
+
+TIMEOUT: Final = 10.0  # real seconds; the bound of every blocking call in the tests
+POLL: Final = 0.005  # real seconds between two checks of a predicate
+EPOCH: Final = 1_800_000_000.0  # FakeClock start: 2027-01-15T08:00:00Z, a round number
+
+
+def at(offset: float) -> datetime:
+    """Return the aware UTC datetime `offset` seconds after `EPOCH`."""
+    return datetime.fromtimestamp(EPOCH + offset, tz=timezone.utc)
+
+
+def wait_until(
+    predicate: Callable[[], bool], timeout: float = TIMEOUT, message: str = ""
+) -> None:
+    """Poll `predicate` every 5 ms until it is true; fail after `timeout` real seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for: {message}")
+        time.sleep(POLL)
+
+
+def finished_runs(sched: JobScheduler, job_id: str) -> list[Run]:
+    """Return the runs of `job_id` that have an outcome, newest first."""
+    return [r for r in sched.runs(job_id, limit=10_000) if r.outcome is not None]
+
+
+def sqlite_path(url: str) -> str:
+    """Return the file path of a ``sqlite:///path`` URL."""
+    prefix = "sqlite:///"
+    assert url.startswith(prefix), url
+    return url[len(prefix) :]
+
+
+def sql(url: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run one statement on the SQLite file behind `url` and commit; return its rows."""
+    with closing(sqlite3.connect(sqlite_path(url), timeout=TIMEOUT)) as conn:
+        rows = conn.execute(statement, params).fetchall()
+        conn.commit()
+        return rows

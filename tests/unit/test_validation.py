@@ -1,0 +1,306 @@
+"""SPEC §1 `schedule()` validation: bad input raises InvalidJobError naming the
+argument, and writes nothing.
+
+Every refused call is made on a store that already holds one job ("keep"), so
+"writes nothing" is checked as: `jobs()` still returns exactly that job,
+unchanged, and the refused id is absent.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Callable
+from datetime import timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+import pytest
+
+from persched import Job, JobScheduler, JobState
+from persched.errors import InvalidJobError, PerschedError
+from tests.support import jobs
+from tests.support.helpers import at
+
+if TYPE_CHECKING:
+    from tests.conftest import SchedulerFactory
+
+RECORD = "tests.support.jobs:record"
+
+
+@pytest.fixture
+def sched(make_scheduler: SchedulerFactory) -> JobScheduler:
+    """An unstarted scheduler (schedule() works before start()) holding job "keep"."""
+    s = make_scheduler()
+    s.schedule("keep", jobs.record, 10.0, args=("keep",))
+    return s
+
+
+def assert_refused(
+    sched: JobScheduler, argument: str, call: Callable[[], object], job_id: str | None = None
+) -> InvalidJobError:
+    """Assert that `call` raises InvalidJobError naming `argument` and wrote nothing."""
+    before = sched.get_job("keep")
+    with pytest.raises(InvalidJobError) as excinfo:
+        call()
+    err = excinfo.value
+    assert isinstance(err, ValueError)
+    assert isinstance(err, PerschedError)
+    assert re.search(rf"\b{re.escape(argument)}\b", str(err)), str(err)
+    assert [j.job_id for j in sched.jobs()] == ["keep"]
+    assert sched.get_job("keep") == before
+    if job_id is not None:
+        assert sched.get_job(job_id) is None
+    return err
+
+
+# --- job_id -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "job_id",
+    [
+        "",
+        "x" * 201,
+        "a\nb",
+        "a\x00b",
+        "tab\there",
+        "esc\x1b",
+        "del\x7f",
+        "nel\x85",
+        "\r",
+    ],
+    ids=["empty", "201-chars", "newline", "nul", "tab", "esc", "del", "c1-nel", "cr"],
+)
+def test_bad_job_id_refused(sched: JobScheduler, job_id: str) -> None:
+    assert_refused(sched, "job_id", lambda: sched.schedule(job_id, jobs.record, 10.0))
+
+
+@pytest.mark.parametrize("job_id", [1, None, b"bytes", ("t",)], ids=["int", "none", "bytes", "tuple"])
+def test_non_str_job_id_refused(sched: JobScheduler, job_id: Any) -> None:
+    assert_refused(sched, "job_id", lambda: sched.schedule(job_id, jobs.record, 10.0))
+
+
+@pytest.mark.parametrize("job_id", ["x" * 200, "a", "report:daily/eu-west 1", "отчёт-1 ✓"])
+def test_good_job_id_accepted(sched: JobScheduler, job_id: str) -> None:
+    job = sched.schedule(job_id, jobs.record, 10.0)
+    assert job.job_id == job_id
+    got = sched.get_job(job_id)
+    assert got is not None
+    assert got.job_id == job_id
+
+
+# --- fn -----------------------------------------------------------------------------
+
+
+def _main_function(key: str) -> None:
+    jobs.record(key)
+
+
+_main_function.__module__ = "__main__"
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda key: None,
+        jobs.make_closure(),
+        jobs.Holder().method,
+        functools.partial(jobs.record, "k"),
+        _main_function,
+        jobs.Holder(),  # an instance, not a function (and not callable)
+        42,
+        None,
+    ],
+    ids=["lambda", "closure", "bound-method", "partial", "__main__", "instance", "int", "none"],
+)
+def test_unresolvable_fn_refused(sched: JobScheduler, fn: Any) -> None:
+    err = assert_refused(sched, "fn", lambda: sched.schedule("new", fn, 10.0), job_id="new")
+    # The message says why; more than just the argument name.
+    assert len(str(err)) > len("fn: ") + 10
+
+
+class _CallableObject:
+    def __call__(self, key: str) -> None:
+        jobs.record(key)
+
+
+def test_callable_instance_refused(sched: JobScheduler) -> None:
+    assert_refused(sched, "fn", lambda: sched.schedule("new", _CallableObject(), 10.0), job_id="new")
+
+
+def test_local_function_refused(sched: JobScheduler) -> None:
+    def local(key: str) -> None:
+        jobs.record(key)
+
+    assert_refused(sched, "fn", lambda: sched.schedule("new", local, 10.0), job_id="new")
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "no_such_module_xyz:f",
+        "tests.support.jobs:no_such_function",
+        "tests.support.jobs",
+        ":record",
+        "tests.support.jobs:",
+        "tests.support.jobs:NOT_CALLABLE",
+        "",
+        "tests.support.jobs:record:extra",
+        "tests support jobs:record",
+    ],
+)
+def test_bad_string_ref_refused(sched: JobScheduler, ref: str) -> None:
+    assert_refused(sched, "fn", lambda: sched.schedule("new", ref, 10.0), job_id="new")
+
+
+@pytest.mark.parametrize(
+    ("fn", "target"),
+    [
+        (jobs.record, RECORD),
+        (RECORD, RECORD),
+        (jobs.Holder.static_target, "tests.support.jobs:Holder.static_target"),
+        (jobs.Holder.class_target, "tests.support.jobs:Holder.class_target"),
+        ("tests.support.jobs:Holder.static_target", "tests.support.jobs:Holder.static_target"),
+    ],
+    ids=["function", "string-ref", "staticmethod", "classmethod", "string-ref-qualname"],
+)
+def test_resolvable_fn_accepted(sched: JobScheduler, fn: Any, target: str) -> None:
+    job = sched.schedule("new", fn, 10.0)
+    assert job.target == target
+    stored = sched.get_job("new")
+    assert stored is not None
+    assert stored.target == target
+
+
+# --- interval_seconds ---------------------------------------------------------------
+
+TEN_YEARS = 10 * 365 * 86400.0
+
+
+@pytest.mark.parametrize(
+    "interval",
+    [0, 0.0, -1.0, -0.001, math.nan, math.inf, -math.inf, True, False, 11 * 365 * 86400.0, "10", None],
+    ids=["zero", "zero-float", "negative", "tiny-negative", "nan", "inf", "-inf", "true", "false",
+         "11-years", "str", "none"],
+)
+def test_bad_interval_refused(sched: JobScheduler, interval: Any) -> None:
+    assert_refused(
+        sched, "interval_seconds", lambda: sched.schedule("new", jobs.record, interval), job_id="new"
+    )
+
+
+@pytest.mark.parametrize("interval", [0.001, 0.25, 1, 60, TEN_YEARS])
+def test_good_interval_accepted(
+    make_scheduler: SchedulerFactory, interval: float
+) -> None:
+    s = make_scheduler()
+    job = s.schedule("new", jobs.record, interval)
+    assert job.interval_seconds == interval
+    # Default start_in is one interval (SPEC §1).
+    assert job.next_run_at == at(0) + timedelta(seconds=interval)
+
+
+# --- args / kwargs ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        (({1, 2},), None),
+        ((object(),), None),
+        ((math.nan,), None),
+        ((math.inf,), None),
+        ((b"bytes",), None),
+        (([1, {"deep": {2}}],), None),
+        ((), {"x": {1}}),
+        ((), {"x": object()}),
+        ((), {"x": math.nan}),
+        ((), {"x": jobs.record}),
+    ],
+    ids=["set", "object", "nan", "inf", "bytes", "nested-set", "kw-set", "kw-object", "kw-nan",
+         "kw-function"],
+)
+def test_non_json_args_refused(sched: JobScheduler, args: Any, kwargs: Any) -> None:
+    argument = "args" if args else "kwargs"
+    assert_refused(
+        sched,
+        argument,
+        lambda: sched.schedule("new", jobs.record, 10.0, args=args, kwargs=kwargs),
+        job_id="new",
+    )
+
+
+def test_json_args_round_trip(sched: JobScheduler) -> None:
+    args = (1, "two", 3.5, None, True, [1, 2], {"k": ["v", {"n": 1}]})
+    kwargs = {"to": "ops", "ünï": "cødé ✓", "nested": {"a": [1, None]}}
+    job = sched.schedule("new", jobs.record, 10.0, args=args, kwargs=kwargs)
+    for j in (job, sched.get_job("new")):
+        assert j is not None
+        assert list(j.args) == list(args)
+        assert dict(j.kwargs) == kwargs
+
+
+# --- start_in -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("start_in", [-1.0, -0.001, math.nan, math.inf, True], ids=str)
+def test_bad_start_in_refused(sched: JobScheduler, start_in: Any) -> None:
+    assert_refused(
+        sched, "start_in", lambda: sched.schedule("new", jobs.record, 10.0, start_in=start_in),
+        job_id="new",
+    )
+
+
+@pytest.mark.parametrize(("start_in", "offset"), [(None, 10.0), (0, 0.0), (2.5, 2.5), (100, 100.0)])
+def test_start_in_sets_first_run(
+    sched: JobScheduler, start_in: float | None, offset: float
+) -> None:
+    job = sched.schedule("new", jobs.record, 10.0, start_in=start_in)
+    assert job.next_run_at == at(offset)
+
+
+# --- a refused re-declaration leaves the existing job alone ---------------------------
+
+
+def test_refused_replacement_leaves_job_unchanged(sched: JobScheduler) -> None:
+    assert_refused(sched, "interval_seconds", lambda: sched.schedule("keep", jobs.record, -5.0))
+    assert_refused(sched, "fn", lambda: sched.schedule("keep", lambda: None, 10.0))
+    assert_refused(
+        sched, "args", lambda: sched.schedule("keep", jobs.record, 10.0, args=({1},))
+    )
+
+
+# --- the models ---------------------------------------------------------------------
+
+
+def test_job_model_fields(sched: JobScheduler) -> None:
+    job = sched.get_job("keep")
+    assert isinstance(job, Job)
+    assert job.job_id == "keep"
+    assert job.target == RECORD
+    assert list(job.args) == ["keep"]
+    assert dict(job.kwargs) == {}
+    assert job.interval_seconds == 10.0
+    assert job.state is JobState.SCHEDULED
+    assert job.state == "scheduled"
+    assert isinstance(job.generation, int)
+    for stamp in (job.next_run_at, job.created_at, job.updated_at):
+        assert stamp.tzinfo is not None
+        assert stamp.utcoffset() == timedelta(0)
+    assert job.next_run_at == at(10)
+    assert job.created_at == at(0).astimezone(timezone.utc)
+
+
+def test_job_is_immutable(sched: JobScheduler) -> None:
+    job = sched.get_job("keep")
+    assert job is not None
+    with pytest.raises(pydantic.ValidationError):
+        job.interval_seconds = 1.0  # type: ignore[misc]  # frozen: the point of the test
+
+
+def test_job_state_values() -> None:
+    assert {s.value for s in JobState} == {"scheduled", "running", "descheduled"}
+    assert JobState("running") is JobState.RUNNING
+    assert isinstance(JobState.SCHEDULED, str)
