@@ -1,0 +1,138 @@
+"""Lease renewal and the recovery of runs whose owner stopped renewing.
+
+Threads
+-------
+One ``persched-heartbeat`` thread per scheduler wakes every
+`heartbeat_seconds` (on the scheduler's clock) and, outside any lock:
+
+1. renews the lease of this instance's open runs, while any are in flight
+   (SPEC-multi: a slow but alive run is never recovered);
+2. reads every open run (outcome NULL) that is not in flight here, and notes
+   the lease value it sees together with the *monotonic* time it first saw
+   that value. A run whose lease value has not changed for `lease_seconds`
+   of this thread's monotonic time is recovered: marked "lost", its job back
+   on its grid (`Store.recover_run`, conditional on the observed value).
+
+Expiry is measured by observation on the local monotonic clock, not by
+comparing the stored ``lease_until`` with the local wall clock: a wall clock
+stepped forward, or skewed against the owner's, cannot fake a death
+(FIELD-REPORTS #19). The price: a fresh instance waits one full lease before
+it recovers what a dead instance left behind.
+
+``_cond`` guards only the stop flag; it is the condition the clock waits on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from ._store import OpenRun, Store
+from ._timebase import Timebase
+from .errors import StoreError
+
+__all__ = ["Heartbeat"]
+
+logger = logging.getLogger(__name__)
+
+# (job_id, generation, next_run_at): a recovered job to queue again.
+RecoveredCallback = Callable[[str, int, float], None]
+
+
+class Heartbeat:
+    """Renews this instance's leases and recovers expired ones of any instance.
+
+    Args:
+        store: The store.
+        timebase: The scheduler's time frame.
+        instance_id: This scheduler's instance id.
+        lease_seconds: How long a lease lasts without renewal.
+        period_seconds: How often to renew and look for expired leases.
+        in_flight: Returns the run ids in flight in this process.
+        recovered: Called with each job that recovery put back on its grid.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        timebase: Timebase,
+        instance_id: str,
+        lease_seconds: float,
+        period_seconds: float,
+        in_flight: Callable[[], set[int]],
+        recovered: RecoveredCallback,
+    ) -> None:
+        self._store = store
+        self._timebase = timebase
+        self._instance_id = instance_id
+        self._lease_seconds = lease_seconds
+        self._period_seconds = period_seconds
+        self._in_flight = in_flight
+        self._recovered = recovered
+        self._cond = threading.Condition()
+        self._stopping = False
+        # run_id -> (lease value seen, monotonic time it was first seen)
+        self._seen: dict[int, tuple[object, float]] = {}
+        self._thread = threading.Thread(target=self._loop, name="persched-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        """Start the heartbeat thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread at its next wake (idempotent)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+
+    def join(self, timeout: float | None) -> None:
+        """Wait for the thread to end."""
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def beat(self) -> None:
+        """Renew leases, then recover what has expired (one round)."""
+        running_here = self._in_flight()
+        if running_here:
+            self._store.renew_leases(self._instance_id, self._timebase.now() + self._lease_seconds)
+        open_runs = [run for run in self._store.open_runs() if run.run_id not in running_here]
+        mono = self._timebase.clock.monotonic()
+        seen: dict[int, tuple[object, float]] = {}
+        for run in open_runs:
+            previous = self._seen.get(run.run_id)
+            first_seen = previous[1] if previous is not None and previous[0] == run.lease_until else mono
+            seen[run.run_id] = (run.lease_until, first_seen)
+            if mono - first_seen >= self._lease_seconds:
+                self._recover(run)
+        self._seen = seen
+
+    def _recover(self, run: OpenRun) -> None:
+        result = self._store.recover_run(run, self._timebase.now())
+        if result is False:
+            return
+        logger.warning(
+            "run %d of %s generation %d on instance %s lost its lease; recorded as lost",
+            run.run_id,
+            run.job_id,
+            run.generation,
+            run.instance_id,
+        )
+        if isinstance(result, float):
+            self._recovered(run.job_id, run.generation, result)
+
+    def _loop(self) -> None:
+        clock = self._timebase.clock
+        while True:
+            try:
+                self.beat()
+            except StoreError as exc:
+                logger.warning("heartbeat failed, will retry: %s", exc)
+            except BaseException:  # noqa: BLE001 - the heartbeat must outlive any failure
+                logger.exception("heartbeat failed, will retry")
+            with self._cond:
+                deadline = clock.monotonic() + self._period_seconds
+                while not self._stopping and (left := deadline - clock.monotonic()) > 0:
+                    clock.wait(self._cond, left)
+                if self._stopping:
+                    return

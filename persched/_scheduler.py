@@ -1,0 +1,441 @@
+"""`JobScheduler`: the public facade that wires store, dispatcher, workers and heartbeat.
+
+Threads and locks
+-----------------
+Public methods run on the caller's thread and go straight to the store; a
+schedule() that changed the job pushes a heap entry afterwards. Three locks,
+never nested except as noted:
+
+- ``_state_lock`` guards the lifecycle state ("new", "running", "stopped").
+- ``_claim_gate`` is held by the dispatcher around each claim transaction and
+  the hand-over to a worker, and by shutdown() while it sets ``_stopping``.
+  That makes shutdown's linearization point exact: a claim either committed
+  (and its run was queued) before ``_stopping`` was set, or it never commits
+  (SPEC §2 "no claim commits after shutdown() begins").
+- ``_inflight_cond`` guards the count of runs in flight per job (for
+  deschedule(wait=True)) and the set of run ids in flight (for the
+  heartbeat). A claim registers its job *before* its transaction, so a
+  deschedule(wait=True) racing the claim waits for it either way.
+
+No user code runs under any of them; user code runs only in `_workers`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+import weakref
+from collections import Counter
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Final
+
+from . import _db, _grid, _migrate
+from ._dispatcher import Dispatcher, Entry
+from ._heartbeat import Heartbeat
+from ._models import Job, Run, validate_definition, validate_job_id
+from ._store import Claim, Store, to_ts
+from ._targets import reference_of
+from ._timebase import Timebase
+from ._workers import WorkerPool, current_run_claim
+from .clock import Clock, SystemClock
+from .errors import InvalidJobError, SchedulerStateError, StoreError
+
+__all__ = ["JobScheduler", "current_run"]
+
+logger = logging.getLogger("persched")
+
+DEFAULT_URL: Final = "sqlite:///persched.db"
+CLAIM_RETRY_SECONDS: Final = 1.0  # back-off before a claim that hit a store error is tried again
+ATEXIT_TIMEOUT_SECONDS: Final = 10.0  # how long interpreter exit waits for in-flight runs
+
+_live: weakref.WeakSet[JobScheduler] = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown_live_schedulers() -> None:
+    # Daemon threads still run during atexit (bpo-39812), so in-flight runs
+    # can finish and record their outcome.
+    for scheduler in list(_live):
+        scheduler.shutdown(wait=True, timeout=ATEXIT_TIMEOUT_SECONDS)
+
+
+def current_run() -> Run | None:
+    """Return the `Run` executing on this thread, or None outside a run.
+
+    A callable can key its own side effects on ``(job_id, scheduled_for)``.
+    """
+    claim = current_run_claim()
+    return None if claim is None else claim.run()
+
+
+def _positive(argument: str, value: object, *, integer: bool = False) -> float:
+    kinds: tuple[type, ...] = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0 or value != value:
+        kind = "a whole number" if integer else "a number of seconds"
+        raise InvalidJobError(argument, f"must be {kind} > 0, got {value!r}")
+    return float(value)
+
+
+class JobScheduler:
+    """Runs callables at fixed intervals; every schedule lives in SQL.
+
+    Args:
+        url: A SQLAlchemy URL or a plain SQLite file path.
+        workers: How many runs may execute at once (worker threads).
+        clock: Where time comes from; `persched.testing.FakeClock` in tests.
+        instance_id: Names this scheduler on the runs it claims; default
+            ``host:pid:random``.
+        lease_seconds: How long a claimed run stays owned without a heartbeat;
+            after that any instance records it as lost.
+        heartbeat_seconds: How often leases are renewed and expired ones
+            looked for; default a third of `lease_seconds`.
+        busy_timeout_seconds: How long SQLite waits for a lock before a write
+            is retried (and finally fails with `StoreError`).
+        synchronous: SQLite's ``synchronous`` setting; "FULL" makes a
+            committed claim survive power loss, "NORMAL" is faster and may lose
+            the last commits on power loss (never corrupts).
+
+    Raises:
+        InvalidJobError: An argument is out of range.
+        StoreError: The database cannot be opened.
+    """
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        workers: int = 8,
+        clock: Clock | None = None,
+        *,
+        instance_id: str | None = None,
+        lease_seconds: float = 30.0,
+        heartbeat_seconds: float | None = None,
+        busy_timeout_seconds: float = 5.0,
+        synchronous: str = "FULL",
+    ) -> None:
+        self._workers = int(_positive("workers", workers, integer=True))
+        self._lease_seconds = _positive("lease_seconds", lease_seconds)
+        heartbeat = self._lease_seconds / 3 if heartbeat_seconds is None else heartbeat_seconds
+        if _positive("heartbeat_seconds", heartbeat) >= self._lease_seconds:
+            raise InvalidJobError("heartbeat_seconds", f"must be shorter than lease_seconds ({lease_seconds})")
+        _positive("busy_timeout_seconds", busy_timeout_seconds)
+        if instance_id is not None and (not isinstance(instance_id, str) or not instance_id):
+            raise InvalidJobError("instance_id", f"must be a non-empty str, got {instance_id!r}")
+        self.instance_id: Final = instance_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self._timebase = Timebase(clock if clock is not None else SystemClock())
+        engine = _db.make_engine(url, busy_timeout_seconds=busy_timeout_seconds, synchronous=synchronous)
+        self._store = Store(engine, _db.mask(engine.url))
+        self._schema_lock = threading.Lock()
+        self._schema_ready = False
+        self._state_lock = threading.Lock()
+        self._state = "new"
+        self._claim_gate = threading.Lock()
+        self._stopping = False
+        self._inflight_cond = threading.Condition()
+        self._inflight_jobs: Counter[str] = Counter()
+        self._inflight_runs: set[int] = set()
+        self._dispatcher = Dispatcher(self._timebase, self._workers, self._claim)
+        self._pool = WorkerPool(self._workers, self._complete)
+        self._heartbeat = Heartbeat(
+            self._store,
+            self._timebase,
+            self.instance_id,
+            self._lease_seconds,
+            heartbeat,
+            self._runs_in_flight,
+            self._dispatcher.push,
+        )
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def start(self) -> None:
+        """Migrate the schema to head, load the jobs and start dispatching.
+
+        Raises:
+            SchedulerStateError: Already started, or shut down.
+            SchemaVersionError: The database's schema is newer than this code.
+            StoreError: The database cannot be used.
+        """
+        with self._state_lock:
+            if self._state != "new":
+                raise SchedulerStateError(f"start() on a scheduler that is {self._state}; make a new JobScheduler")
+            self._ensure_schema()
+            # "running" before loading: a schedule() committed after the load
+            # sees it and pushes its own entry.
+            self._state = "running"
+        try:
+            entries = self._store.load_scheduled()
+        except BaseException:
+            self.shutdown(wait=False)
+            raise
+        _live.add(self)
+        self._pool.start()
+        self._dispatcher.start(entries)
+        self._heartbeat.start()
+        logger.info("scheduler %s started with %d scheduled jobs on %s", self.instance_id, len(entries), self._store.url)
+
+    def shutdown(self, wait: bool = True, timeout: float | None = None) -> None:
+        """Stop dispatching; let in-flight runs finish; release the database.
+
+        No claim commits after this call begins. Idempotent, and callable from
+        any thread, a running job included (then it does not wait for itself:
+        the rest of the shutdown goes on in the background).
+
+        Args:
+            wait: Block until in-flight runs finished (up to `timeout`).
+            timeout: Seconds to wait for in-flight runs; None waits for ever.
+        """
+        with self._state_lock:
+            previous, self._state = self._state, "stopped"
+        if previous == "stopped":
+            return
+        with self._claim_gate:
+            self._stopping = True
+        if previous == "new":
+            self._store.engine.dispose()
+            return
+        self._dispatcher.stop()
+        if wait and not self._pool.owns_current_thread():
+            self._finish_shutdown(timeout)
+        else:
+            threading.Thread(
+                target=self._finish_shutdown, args=(None,), name="persched-shutdown", daemon=True
+            ).start()
+
+    def _finish_shutdown(self, timeout: float | None) -> None:
+        # Real time: this waits for threads, not for schedule slots.
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        self._dispatcher.join(left())
+        self._pool.stop()
+        drained = self._pool.join(left)
+        self._heartbeat.stop()
+        self._heartbeat.join(left())
+        _live.discard(self)
+        if drained:
+            self._store.engine.dispose()
+            logger.info("scheduler %s shut down", self.instance_id)
+        else:
+            logger.warning(
+                "scheduler %s shut down with runs still in flight after %s s; their leases will lapse "
+                "and they will be recorded as lost",
+                self.instance_id,
+                timeout,
+            )
+
+    def __enter__(self) -> JobScheduler:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.shutdown(wait=True)
+
+    # -- public operations --------------------------------------------------------
+
+    def schedule(
+        self,
+        job_id: str,
+        fn: Callable[..., Any] | str,
+        interval_seconds: float,
+        *,
+        args: tuple[Any, ...] | list[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        start_in: float | None = None,
+    ) -> Job:
+        """Run `fn` every `interval_seconds` under `job_id`, durably.
+
+        Scheduling an existing id with an identical definition changes
+        nothing (same generation, same next run); with a different one it
+        replaces the job atomically (new generation, fresh grid from now).
+
+        Args:
+            job_id: Up to 200 characters, no control characters.
+            fn: A module-level function (or static/class method), or
+                ``"package.module:function"``.
+            interval_seconds: Seconds between slots; > 0, at most 10 years.
+            args: JSON-serialisable positional arguments.
+            kwargs: JSON-serialisable keyword arguments.
+            start_in: Seconds until the first run; default one interval.
+
+        Returns:
+            The job as stored.
+
+        Raises:
+            InvalidJobError: An argument is not acceptable (nothing written).
+            SchedulerStateError: The scheduler was shut down.
+            StoreError: The database cannot be written.
+        """
+        self._check_open()
+        validate_job_id(job_id)
+        definition = validate_definition(job_id, reference_of(fn), interval_seconds, args, kwargs, start_in)
+        self._ensure_schema()
+        job, change = self._store.upsert_job(definition, self._timebase.now())
+        if change != "unchanged":
+            logger.info("job %s generation %d %s: %s every %s s", job.job_id, job.generation, change, job.target,
+                        job.interval_seconds)
+            if self._state == "running":
+                self._dispatcher.push(to_ts(job.next_run_at), job.job_id, job.generation)
+        return job
+
+    def deschedule(self, job_id: str, wait: bool = False, timeout: float | None = None) -> bool:
+        """Remove a job: its current generation never starts again, in any process.
+
+        A run that was claimed before may still finish. With `wait`, also
+        block until this process's in-flight run of the job (if any) ended.
+
+        Returns:
+            True if an active job was removed.
+
+        Raises:
+            InvalidJobError: `job_id` is not a valid id.
+            SchedulerStateError: The scheduler was shut down.
+            StoreError: The database cannot be written.
+        """
+        self._check_open()
+        validate_job_id(job_id)
+        self._ensure_schema()
+        removed = self._store.deschedule_job(job_id, self._timebase.now())
+        if removed:
+            logger.info("job %s descheduled", job_id)
+        if wait:
+            self._wait_idle(job_id, timeout)
+        return removed
+
+    def get_job(self, job_id: str) -> Job | None:
+        """Return the active job `job_id`, or None (also once descheduled)."""
+        self._check_open()
+        validate_job_id(job_id)
+        self._ensure_schema()
+        return self._store.get_job(job_id)
+
+    def jobs(self) -> list[Job]:
+        """Return every active job, soonest first."""
+        self._check_open()
+        self._ensure_schema()
+        return self._store.list_jobs()
+
+    def runs(self, job_id: str | None = None, limit: int = 100) -> list[Run]:
+        """Return the latest runs of `job_id` (or of all jobs), newest first."""
+        self._check_open()
+        if job_id is not None:
+            validate_job_id(job_id)
+        limit = int(_positive("limit", limit, integer=True))
+        self._ensure_schema()
+        return self._store.list_runs(job_id, limit)
+
+    # -- internals ------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._state == "stopped":
+            raise SchedulerStateError("the scheduler was shut down; make a new JobScheduler")
+
+    def _ensure_schema(self) -> None:
+        with self._schema_lock:
+            if not self._schema_ready:
+                _migrate.upgrade(self._store.engine)
+                self._schema_ready = True
+
+    def _wait_idle(self, job_id: str, timeout: float | None) -> None:
+        own = current_run_claim()
+        allowed = 1 if own is not None and own.job_id == job_id else 0  # never wait for ourselves
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._inflight_cond:
+            while self._inflight_jobs[job_id] > allowed:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return
+                self._inflight_cond.wait(left)
+
+    def _runs_in_flight(self) -> set[int]:
+        with self._inflight_cond:
+            return set(self._inflight_runs)
+
+    def _claim(self, entry: Entry) -> bool:
+        """Dispatcher callback: claim `entry` and hand it to the reserved worker."""
+        due_at, _, job_id, generation = entry
+        with self._inflight_cond:
+            self._inflight_jobs[job_id] += 1  # before the claim: see _wait_idle
+        handed_over = False
+        try:
+            with self._claim_gate:
+                if self._stopping:
+                    return False
+                now = self._timebase.now()
+                try:
+                    result = self._store.claim_run(
+                        job_id, generation, due_at, now, self.instance_id, self._lease_seconds
+                    )
+                except StoreError as exc:
+                    logger.warning("claim of %s generation %d failed, retrying in %s s: %s", job_id, generation,
+                                   CLAIM_RETRY_SECONDS, exc)
+                    self._dispatcher.push(now + CLAIM_RETRY_SECONDS, job_id, generation)
+                    return False
+                if isinstance(result, Claim):
+                    with self._inflight_cond:
+                        self._inflight_runs.add(result.run_id)
+                    self._pool.submit(result)
+                    handed_over = True
+                    return True
+            # Lost the claim: the store says why (see _dispatcher, "stale entries").
+            if result.state == "scheduled" and result.generation == generation:
+                assert result.next_run_at is not None
+                if result.next_run_at > due_at:
+                    self._dispatcher.push(result.next_run_at, job_id, generation)
+            elif result.state == "running" and result.generation == generation and result.owner != self.instance_id:
+                # Another instance runs it: look again at its next slot.
+                assert result.first_run_at is not None and result.interval_seconds is not None
+                assert result.next_run_at is not None
+                self._dispatcher.push(
+                    _grid.next_slot_after(result.first_run_at, result.interval_seconds, result.next_run_at),
+                    job_id,
+                    generation,
+                )
+            logger.debug("claim of %s generation %d lost (state %s)", job_id, generation, result.state)
+            return False
+        finally:
+            if not handed_over:
+                self._job_done(job_id, None)
+
+    def _complete(self, claim: Claim, outcome: str, error: str | None) -> None:
+        """Worker callback: record the outcome and queue the next slot."""
+        now = self._timebase.now()
+        anchor, interval = claim.first_run_at, claim.interval_seconds
+        # SPEC §2: slots that passed while it ran coalesce into one run now.
+        next_at = max(
+            _grid.next_slot_after(anchor, interval, claim.scheduled_for),
+            _grid.latest_slot_at_or_before(anchor, interval, now, floor=claim.scheduled_for),
+        )
+        moved = False
+        try:
+            moved = self._store.finish_run(claim, self.instance_id, now, outcome, error, next_at)
+        except StoreError:
+            logger.exception(
+                "could not record the outcome of %s generation %d; its lease will lapse and the run "
+                "will be recorded as lost",
+                claim.job_id,
+                claim.generation,
+            )
+        finally:
+            if moved:
+                self._dispatcher.push(next_at, claim.job_id, claim.generation)
+            self._job_done(claim.job_id, claim.run_id)
+            self._dispatcher.release_worker()
+
+    def _job_done(self, job_id: str, run_id: int | None) -> None:
+        with self._inflight_cond:
+            self._inflight_jobs[job_id] -= 1
+            if self._inflight_jobs[job_id] <= 0:
+                del self._inflight_jobs[job_id]
+            self._inflight_runs.discard(run_id)  # type: ignore[arg-type]  # None is never in the set
+            self._inflight_cond.notify_all()
+

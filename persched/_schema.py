@@ -1,0 +1,114 @@
+"""The tables, as SQLAlchemy Core metadata.
+
+Alembic revisions in ``migrations/versions`` are the source of truth for the
+schema in a database; this module mirrors the head revision for the queries in
+``_store`` (a migration test checks that the two agree).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    Column,
+    DateTime,
+    Dialect,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    types,
+)
+
+__all__ = ["UTCDateTime", "jobs", "metadata", "runs"]
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UTCDateTime(types.TypeDecorator[datetime]):
+    """An aware UTC datetime in every engine: `timestamptz` on PostgreSQL, and
+    on SQLite the fixed-width naive UTC text that SQLAlchemy writes (so that
+    `<=` compares instants). Naive datetimes are refused on the way in."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if not isinstance(value, datetime) or value.tzinfo is None:
+            raise ValueError(f"expected an aware datetime, got {value!r}")
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+# One row per job_id, never deleted: a descheduled job keeps its row (state
+# 'descheduled') so that its generation counter survives (no ABA).
+jobs = Table(
+    "persched_jobs",
+    metadata,
+    Column("job_id", String(200), primary_key=True),
+    Column("target", String(1000), nullable=False),
+    Column("args", Text, nullable=False),  # JSON array
+    Column("kwargs", Text, nullable=False),  # JSON object
+    Column("interval_seconds", Float, nullable=False),
+    Column("first_run_at", UTCDateTime, nullable=False),  # grid anchor
+    Column("next_run_at", UTCDateTime, nullable=False),
+    Column("generation", Integer, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("owner", String(255), nullable=True),  # instance_id holding the claim
+    Column("lease_until", UTCDateTime, nullable=True),
+    Column("run_count", Integer, nullable=False, server_default="0"),
+    Column("error_count", Integer, nullable=False, server_default="0"),
+    Column("last_outcome", String(16), nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Index(None, "state", "next_run_at"),
+)
+
+# Run history. A row is inserted by the claim (outcome NULL while running) and
+# completed by the worker, or marked 'lost' by lease recovery.
+runs = Table(
+    "persched_runs",
+    metadata,
+    Column("run_id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(200), nullable=False),
+    Column("generation", Integer, nullable=False),
+    Column("scheduled_for", UTCDateTime, nullable=False),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("finished_at", UTCDateTime, nullable=True),
+    Column("outcome", String(16), nullable=True),
+    Column("error", Text, nullable=True),
+    Column("instance_id", String(255), nullable=False),
+    Column("lease_until", UTCDateTime, nullable=True),
+    UniqueConstraint("job_id", "generation", "scheduled_for"),
+    Index(None, "job_id", "run_id"),
+)
+# Open runs (outcome NULL) are few; a partial index finds them for lease
+# renewal and recovery without indexing the whole history.
+Index(
+    "ix_persched_runs_open",
+    runs.c.instance_id,
+    sqlite_where=runs.c.outcome.is_(None),
+    postgresql_where=runs.c.outcome.is_(None),
+)

@@ -1,0 +1,579 @@
+"""Every SQL statement persched runs, one transaction per method.
+
+Callers pass `now` (epoch seconds in their own time frame) in; the store never
+reads a clock. Instants travel as float epoch seconds inside persched and as
+aware UTC datetimes in the database (microsecond precision, exact round trip).
+
+Linearization points (SPEC §2) are the commits of these methods:
+
+- `upsert_job`: schedule() — insert, replace (generation + 1) or no change.
+- `deschedule_job`: deschedule() — ``state := 'descheduled'``; the row stays
+  so that the generation counter is never reused (no ABA).
+- `claim_run`: the start of a run. One conditional UPDATE decides::
+
+      UPDATE persched_jobs SET state='running', owner=:me, lease_until=:lease
+       WHERE job_id=:id AND generation=:gen AND state='scheduled'
+         AND next_run_at <= :expected_at
+      RETURNING ...
+
+  and the run's history row is inserted in the same transaction. The
+  predicate on `generation` makes a stale heap entry harmless; the one on
+  `next_run_at` keeps an entry from running a slot early after another
+  instance moved the row on. On SQLite every write transaction starts with
+  ``BEGIN IMMEDIATE`` (see `_db`), so select-then-update races cannot happen
+  (FIELD-REPORTS #4); the rowcount (here: RETURNING) is what decides, never a
+  prior SELECT.
+- `finish_run`: completion. Its UPDATE is conditional on generation, state,
+  owner and the slot, so the completion of a replaced, descheduled or
+  recovered run changes nothing (FIELD-REPORTS #5).
+- `recover_run`: a run whose lease was not renewed becomes 'lost' and its job
+  goes back to 'scheduled' on the next slot; conditional on the lease value
+  the caller observed, so a renewal in between wins.
+
+Transient failures (SQLite busy past its timeout, a dropped PostgreSQL
+connection) are retried with capped backoff; anything else, or a transient
+failure that outlasts the retries, becomes `StoreError`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Final, TypeVar
+
+from sqlalchemy import Connection, Engine, Row, and_, func, select, update
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+
+from . import _grid
+from ._models import Job, JobDefinition, JobState, Run
+from ._schema import jobs, runs
+from .errors import StoreError
+
+__all__ = ["Claim", "ClaimMiss", "OpenRun", "Store", "from_ts", "to_ts"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RETRY_ATTEMPTS: Final = 6
+RETRY_FIRST_DELAY: Final = 0.02  # seconds, doubled per attempt
+RETRY_MAX_DELAY: Final = 1.0  # seconds
+MAX_ERROR_TEXT: Final = 8_000  # characters of error text kept per run
+
+_SCHEDULED: Final = JobState.SCHEDULED.value
+_RUNNING: Final = JobState.RUNNING.value
+_DESCHEDULED: Final = JobState.DESCHEDULED.value
+
+
+def from_ts(ts: float) -> datetime:
+    """Epoch seconds -> aware UTC datetime (rounded to the microsecond)."""
+    return datetime.fromtimestamp(ts, timezone.utc)
+
+
+def to_ts(dt: datetime) -> float:
+    """Aware datetime -> epoch seconds (exact for microsecond datetimes)."""
+    return dt.timestamp()
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A won claim: everything a worker needs to run and complete it."""
+
+    job_id: str
+    generation: int
+    target: str
+    args_json: str
+    kwargs_json: str
+    interval_seconds: float
+    first_run_at: float
+    scheduled_for: float
+    started_at: float
+    run_id: int
+
+    def run(self) -> Run:
+        """The `Run` record as it stands while running."""
+        return Run(
+            job_id=self.job_id,
+            generation=self.generation,
+            scheduled_for=from_ts(self.scheduled_for),
+            started_at=from_ts(self.started_at),
+            run_id=self.run_id,
+        )
+
+
+@dataclass(frozen=True)
+class ClaimMiss:
+    """A lost claim, with the row as it stands now (None: no such job)."""
+
+    state: str | None
+    generation: int | None = None
+    next_run_at: float | None = None
+    first_run_at: float | None = None
+    interval_seconds: float | None = None
+    owner: str | None = None
+
+
+@dataclass(frozen=True)
+class OpenRun:
+    """A run with no outcome yet, as lease recovery sees it."""
+
+    run_id: int
+    job_id: str
+    generation: int
+    instance_id: str
+    lease_until: datetime | None
+
+
+def _is_transient(exc: DBAPIError) -> bool:
+    if exc.connection_invalidated:
+        return True
+    text = str(exc.orig).lower()
+    if "locked" in text or "busy" in text:
+        return True  # SQLite: busy past busy_timeout (FIELD-REPORTS #7)
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    if isinstance(sqlstate, str) and (sqlstate.startswith("08") or sqlstate in ("40001", "40P01", "57P01")):
+        return True  # PostgreSQL: connection lost, serialization failure, deadlock, admin shutdown
+    return False
+
+
+class Store:
+    """The persched tables behind one engine.
+
+    Args:
+        engine: From `persched._db.make_engine`; SQLite engines start write
+            transactions with BEGIN IMMEDIATE and read ones (execution option
+            ``persched_readonly``) with a deferred BEGIN.
+        url: The masked URL, for error messages.
+        retry_attempts: How often a transient failure is tried in all.
+    """
+
+    def __init__(self, engine: Engine, url: str, *, retry_attempts: int = RETRY_ATTEMPTS) -> None:
+        self.engine = engine
+        self.url = url
+        self._retry_attempts = retry_attempts
+        self._postgres = engine.dialect.name == "postgresql"
+
+    # -- transactions -------------------------------------------------------
+
+    def _transaction(self, body: Callable[[Connection], T], *, readonly: bool, what: str) -> T:
+        delay = RETRY_FIRST_DELAY
+        for attempt in range(1, self._retry_attempts + 1):
+            try:
+                with self.engine.connect() as conn:
+                    if readonly:
+                        conn.execution_options(persched_readonly=True)
+                    with conn.begin():
+                        return body(conn)
+            except IntegrityError:
+                raise  # callers decide; never retried blindly
+            except DBAPIError as exc:
+                if not _is_transient(exc) or attempt == self._retry_attempts:
+                    raise StoreError(self.url, f"{what} failed: {exc.orig}") from exc
+                logger.warning("%s failed (attempt %d of %d), retrying: %s", what, attempt, self._retry_attempts, exc.orig)
+            except SQLAlchemyError as exc:
+                raise StoreError(self.url, f"{what} failed: {exc}") from exc
+            # Backoff between attempts of a failed transaction, on no lock.
+            time.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_DELAY)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _write(self, body: Callable[[Connection], T], what: str) -> T:
+        return self._transaction(body, readonly=False, what=what)
+
+    def _read(self, body: Callable[[Connection], T], what: str) -> T:
+        return self._transaction(body, readonly=True, what=what)
+
+    # -- jobs ---------------------------------------------------------------
+
+    def upsert_job(self, definition: JobDefinition, now: float) -> tuple[Job, str]:
+        """Insert, replace or keep a job; return it with 'created', 'replaced' or 'unchanged'."""
+
+        def body(conn: Connection) -> tuple[Job, str]:
+            query = select(jobs).where(jobs.c.job_id == definition.job_id)
+            if self._postgres:
+                query = query.with_for_update()
+            row = conn.execute(query).first()
+            if (
+                row is not None
+                and row.state != _DESCHEDULED
+                and definition.same_definition(row.target, row.args, row.kwargs, row.interval_seconds)
+            ):
+                return _job(row), "unchanged"  # FIELD-REPORTS #1: keep generation and grid
+            first = from_ts(now + (definition.interval_seconds if definition.start_in is None else definition.start_in))
+            values: dict[str, Any] = {
+                "target": definition.target,
+                "args": definition.args_json,
+                "kwargs": definition.kwargs_json,
+                "interval_seconds": definition.interval_seconds,
+                "first_run_at": first,
+                "next_run_at": first,
+                "state": _SCHEDULED,
+                "owner": None,
+                "lease_until": None,
+                "run_count": 0,
+                "error_count": 0,
+                "last_outcome": None,
+                "updated_at": from_ts(now),
+            }
+            if row is None:
+                conn.execute(
+                    jobs.insert().values(job_id=definition.job_id, generation=1, created_at=from_ts(now), **values)
+                )
+                change = "created"
+            else:
+                # A generation is never reused, also after deschedule (no ABA).
+                conn.execute(
+                    update(jobs)
+                    .where(jobs.c.job_id == definition.job_id)
+                    .values(generation=jobs.c.generation + 1, **values)
+                )
+                change = "replaced" if row.state != _DESCHEDULED else "created"
+            new = conn.execute(select(jobs).where(jobs.c.job_id == definition.job_id)).one()
+            return _job(new), change
+
+        for _ in range(3):
+            try:
+                return self._write(body, "schedule")
+            except IntegrityError:
+                # Two first schedules of one id raced (PostgreSQL): the loser
+                # now finds the winner's row and decides again.
+                continue
+        raise StoreError(self.url, f"schedule of {definition.job_id!r} kept conflicting")
+
+    def deschedule_job(self, job_id: str, now: float) -> bool:
+        """Mark the job descheduled; True if an active job was changed."""
+
+        def body(conn: Connection) -> bool:
+            result = conn.execute(
+                update(jobs)
+                .where(jobs.c.job_id == job_id, jobs.c.state != _DESCHEDULED)
+                .values(state=_DESCHEDULED, owner=None, lease_until=None, updated_at=from_ts(now))
+            )
+            return result.rowcount == 1
+
+        return self._write(body, "deschedule")
+
+    def get_job(self, job_id: str) -> Job | None:
+        """Return the active job `job_id`, or None."""
+
+        def body(conn: Connection) -> Job | None:
+            row = conn.execute(select(jobs).where(jobs.c.job_id == job_id, jobs.c.state != _DESCHEDULED)).first()
+            return None if row is None else _job(row)
+
+        return self._read(body, "get_job")
+
+    def list_jobs(self) -> list[Job]:
+        """Return every active job, ordered by next run."""
+
+        def body(conn: Connection) -> list[Job]:
+            rows = conn.execute(
+                select(jobs).where(jobs.c.state != _DESCHEDULED).order_by(jobs.c.next_run_at, jobs.c.job_id)
+            )
+            return [_job(row) for row in rows]
+
+        return self._read(body, "jobs")
+
+    def load_scheduled(self) -> list[tuple[float, str, int]]:
+        """Return ``(next_run_at, job_id, generation)`` of every scheduled job."""
+
+        def body(conn: Connection) -> list[tuple[float, str, int]]:
+            rows = conn.execute(
+                select(jobs.c.next_run_at, jobs.c.job_id, jobs.c.generation).where(jobs.c.state == _SCHEDULED)
+            )
+            return [(to_ts(at), job_id, generation) for at, job_id, generation in rows]
+
+        return self._read(body, "load jobs")
+
+    def list_runs(self, job_id: str | None = None, limit: int = 100) -> list[Run]:
+        """Return the newest `limit` runs (of `job_id`, or of every job), newest first."""
+
+        def body(conn: Connection) -> list[Run]:
+            query = select(runs).order_by(runs.c.run_id.desc()).limit(limit)
+            if job_id is not None:
+                query = query.where(runs.c.job_id == job_id)
+            return [_run(row) for row in conn.execute(query)]
+
+        return self._read(body, "runs")
+
+    # -- dispatch -------------------------------------------------------------
+
+    def claim_run(
+        self,
+        job_id: str,
+        generation: int,
+        expected_at: float,
+        now: float,
+        instance_id: str,
+        lease_seconds: float,
+    ) -> Claim | ClaimMiss:
+        """Try to start the run of `job_id`'s `generation` due at `expected_at`.
+
+        The conditional UPDATE decides (module docstring). The run stands for
+        the latest grid slot at or before `now` (coalescing).
+        """
+        lease_until = from_ts(now + lease_seconds)
+
+        def body(conn: Connection) -> Claim | ClaimMiss:
+            won = conn.execute(
+                update(jobs)
+                .where(
+                    jobs.c.job_id == job_id,
+                    jobs.c.generation == generation,
+                    jobs.c.state == _SCHEDULED,
+                    jobs.c.next_run_at <= from_ts(expected_at),
+                )
+                .values(state=_RUNNING, owner=instance_id, lease_until=lease_until, updated_at=from_ts(now))
+                .returning(
+                    jobs.c.next_run_at,
+                    jobs.c.first_run_at,
+                    jobs.c.interval_seconds,
+                    jobs.c.target,
+                    jobs.c.args,
+                    jobs.c.kwargs,
+                )
+            ).first()
+            if won is None:
+                return _miss(conn, job_id)
+            next_at = to_ts(won.next_run_at)
+            anchor = to_ts(won.first_run_at)
+            slot = _grid.latest_slot_at_or_before(anchor, won.interval_seconds, now, floor=next_at)
+            if slot != next_at:
+                # While running, next_run_at names the slot in flight.
+                conn.execute(update(jobs).where(jobs.c.job_id == job_id).values(next_run_at=from_ts(slot)))
+            result = conn.execute(
+                runs.insert().values(
+                    job_id=job_id,
+                    generation=generation,
+                    scheduled_for=from_ts(slot),
+                    started_at=from_ts(now),
+                    instance_id=instance_id,
+                    lease_until=lease_until,
+                )
+            )
+            (run_id,) = result.inserted_primary_key or (None,)
+            assert isinstance(run_id, int)
+            return Claim(
+                job_id,
+                generation,
+                won.target,
+                won.args,
+                won.kwargs,
+                won.interval_seconds,
+                anchor,
+                slot,
+                now,
+                run_id,
+            )
+
+        return self._write(body, "claim")
+
+    def finish_run(
+        self,
+        claim: Claim,
+        instance_id: str,
+        finished_at: float,
+        outcome: str,
+        error: str | None,
+        next_run_at: float,
+    ) -> bool:
+        """Record the outcome; True if the job row moved on to `next_run_at`.
+
+        False (quietly) when the job was descheduled, replaced or its run
+        recovered meanwhile: the completion then changes no job row.
+        """
+
+        def body(conn: Connection) -> bool:
+            conn.execute(
+                update(runs)
+                .where(runs.c.run_id == claim.run_id, runs.c.outcome.is_(None))
+                .values(
+                    finished_at=from_ts(finished_at),
+                    outcome=outcome,
+                    error=None if error is None else error[:MAX_ERROR_TEXT],
+                    lease_until=None,
+                )
+            )
+            result = conn.execute(
+                update(jobs)
+                .where(
+                    jobs.c.job_id == claim.job_id,
+                    jobs.c.generation == claim.generation,
+                    jobs.c.state == _RUNNING,
+                    jobs.c.owner == instance_id,
+                    jobs.c.next_run_at == from_ts(claim.scheduled_for),
+                )
+                .values(
+                    state=_SCHEDULED,
+                    owner=None,
+                    lease_until=None,
+                    next_run_at=from_ts(next_run_at),
+                    run_count=jobs.c.run_count + 1,
+                    error_count=jobs.c.error_count + (1 if outcome == "error" else 0),
+                    last_outcome=outcome,
+                    updated_at=from_ts(finished_at),
+                )
+            )
+            return result.rowcount == 1
+
+        return self._write(body, "finish run")
+
+    # -- leases -----------------------------------------------------------------
+
+    def renew_leases(self, instance_id: str, lease_until: float) -> None:
+        """Push the lease of every open run of `instance_id` to `lease_until`."""
+        until = from_ts(lease_until)
+
+        def body(conn: Connection) -> None:
+            conn.execute(
+                update(runs).where(runs.c.instance_id == instance_id, runs.c.outcome.is_(None)).values(lease_until=until)
+            )
+            conn.execute(
+                update(jobs).where(jobs.c.owner == instance_id, jobs.c.state == _RUNNING).values(lease_until=until)
+            )
+
+        self._write(body, "renew leases")
+
+    def open_runs(self) -> list[OpenRun]:
+        """Return every run that has no outcome yet."""
+
+        def body(conn: Connection) -> list[OpenRun]:
+            rows = conn.execute(
+                select(runs.c.run_id, runs.c.job_id, runs.c.generation, runs.c.instance_id, runs.c.lease_until).where(
+                    runs.c.outcome.is_(None)
+                )
+            )
+            return [OpenRun(*row) for row in rows]
+
+        return self._read(body, "open runs")
+
+    def recover_run(self, run: OpenRun, now: float) -> float | None | bool:
+        """Mark `run` lost if its lease is still the one observed; free its job.
+
+        Returns False if nothing changed (the run was renewed, finished or
+        recovered meanwhile); else the job's new next_run_at if the job went
+        back to 'scheduled' (the caller queues it), or None if its job had
+        been descheduled or replaced.
+        """
+
+        def body(conn: Connection) -> float | None | bool:
+            lease_match = (
+                runs.c.lease_until.is_(None) if run.lease_until is None else runs.c.lease_until == run.lease_until
+            )
+            lost = conn.execute(
+                update(runs)
+                .where(runs.c.run_id == run.run_id, runs.c.outcome.is_(None), lease_match)
+                .values(
+                    outcome="lost",
+                    finished_at=from_ts(now),
+                    lease_until=None,
+                    error=f"instance {run.instance_id} stopped renewing its lease",
+                )
+                .returning(runs.c.scheduled_for)
+            ).first()
+            if lost is None:
+                return False  # renewed, finished or recovered meanwhile
+            row = conn.execute(
+                select(jobs.c.first_run_at, jobs.c.interval_seconds).where(
+                    jobs.c.job_id == run.job_id,
+                    jobs.c.generation == run.generation,
+                    jobs.c.state == _RUNNING,
+                    jobs.c.owner == run.instance_id,
+                    jobs.c.next_run_at == lost.scheduled_for,
+                )
+            ).first()
+            if row is None:
+                return None  # the job was descheduled or replaced: nothing to free
+            # SPEC §2: the lost slot is not run again; the job carries on.
+            next_at = _grid.next_slot_after(to_ts(row.first_run_at), row.interval_seconds, to_ts(lost.scheduled_for))
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.job_id == run.job_id, jobs.c.generation == run.generation)
+                .values(
+                    state=_SCHEDULED,
+                    owner=None,
+                    lease_until=None,
+                    next_run_at=from_ts(next_at),
+                    run_count=jobs.c.run_count + 1,
+                    last_outcome="lost",
+                    updated_at=from_ts(now),
+                )
+            )
+            return next_at
+
+        return self._write(body, "recover run")
+
+    # -- maintenance --------------------------------------------------------------
+
+    def count_running(self, instance_id: str) -> int:
+        """How many job rows `instance_id` holds in 'running'."""
+
+        def body(conn: Connection) -> int:
+            return int(
+                conn.execute(
+                    select(func.count()).where(and_(jobs.c.owner == instance_id, jobs.c.state == _RUNNING))
+                ).scalar_one()
+            )
+
+        return self._read(body, "count running")
+
+
+def _miss(conn: Connection, job_id: str) -> ClaimMiss:
+    row = conn.execute(
+        select(
+            jobs.c.state,
+            jobs.c.generation,
+            jobs.c.next_run_at,
+            jobs.c.first_run_at,
+            jobs.c.interval_seconds,
+            jobs.c.owner,
+        ).where(jobs.c.job_id == job_id)
+    ).first()
+    if row is None:
+        return ClaimMiss(None)
+    return ClaimMiss(
+        row.state, row.generation, to_ts(row.next_run_at), to_ts(row.first_run_at), row.interval_seconds, row.owner
+    )
+
+
+def _job(row: Row[Any]) -> Job:
+    return Job(
+        job_id=row.job_id,
+        target=row.target,
+        args=tuple(json.loads(row.args)),
+        kwargs=json.loads(row.kwargs),
+        interval_seconds=row.interval_seconds,
+        next_run_at=row.next_run_at,
+        generation=row.generation,
+        state=JobState(row.state),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        run_count=row.run_count,
+        error_count=row.error_count,
+        last_outcome=row.last_outcome,
+        owner=row.owner,
+        lease_until=row.lease_until,
+    )
+
+
+def _run(row: Row[Any]) -> Run:
+    return Run(
+        job_id=row.job_id,
+        generation=row.generation,
+        scheduled_for=row.scheduled_for,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        outcome=row.outcome,
+        error=row.error,
+        instance_id=row.instance_id,
+        run_id=row.run_id,
+    )
+
+
+def iter_chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    """Yield `items` in slices of at most `size`."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

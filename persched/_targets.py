@@ -1,0 +1,99 @@
+"""Callables <-> ``"module:qualname"`` references (never pickle).
+
+A job's callable is stored as a reference that another process can import
+again after a restart. `reference_of` refuses what cannot be found that way
+and says what to pass instead (FIELD-REPORTS #13); `resolve` imports it back.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from collections.abc import Callable
+from typing import Any
+
+from .errors import InvalidJobError
+
+__all__ = ["TargetNotFound", "reference_of", "resolve"]
+
+_REFERENCE = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+)
+_HOW = "pass a module-level function, or a string 'package.module:function'"
+
+
+class TargetNotFound(Exception):
+    """A stored reference no longer resolves to a callable (internal)."""
+
+
+def resolve(reference: str) -> Callable[..., Any]:
+    """Import `reference` ("module:qualname") and return the callable.
+
+    Raises:
+        TargetNotFound: the module or attribute is missing, or not callable.
+    """
+    module_name, _, qualname = reference.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - any import failure means "not found"
+        raise TargetNotFound(f"cannot import module {module_name!r}: {exc!r}") from exc
+    for part in qualname.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as exc:
+            raise TargetNotFound(f"{module_name!r} has no attribute {qualname!r}") from exc
+    if not callable(obj):
+        raise TargetNotFound(f"{reference!r} is not callable")
+    return obj  # type: ignore[no-any-return]  # checked callable above
+
+
+def reference_of(fn: object) -> str:
+    """Return the ``"module:qualname"`` reference of `fn`, checked to resolve back.
+
+    Raises:
+        InvalidJobError: `fn` cannot be found by reference (argument ``fn``).
+    """
+    if isinstance(fn, str):
+        if not _REFERENCE.match(fn):
+            raise InvalidJobError("fn", f"{fn!r} is not a reference of the form 'package.module:function'")
+        try:
+            resolve(fn)
+        except TargetNotFound as exc:
+            raise InvalidJobError("fn", f"{exc}") from exc
+        return fn
+    if not callable(fn):
+        raise InvalidJobError("fn", f"{fn!r} is not callable; {_HOW}")
+    if inspect.ismethod(fn) and not inspect.isclass(fn.__self__):
+        raise InvalidJobError(
+            "fn", f"{fn!r} is a method bound to an instance, which can't be found after a restart; {_HOW}"
+        )
+    module_name = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if not isinstance(module_name, str) or not isinstance(qualname, str):
+        raise InvalidJobError("fn", f"{fn!r} has no module and qualified name; {_HOW}")
+    if qualname == "<lambda>" or "<lambda>" in qualname:
+        raise InvalidJobError("fn", f"a lambda can't be found after a restart; {_HOW}")
+    if "<locals>" in qualname:
+        raise InvalidJobError("fn", f"{qualname!r} is defined inside a function and can't be found after a restart; {_HOW}")
+    if module_name == "__main__":
+        raise InvalidJobError(
+            "fn",
+            f"{qualname!r} is defined in __main__, which another process (or a restart "
+            "through 'persched run') can't import; move it into a module",
+        )
+    reference = f"{module_name}:{qualname}"
+    try:
+        found = resolve(reference)
+    except TargetNotFound as exc:
+        raise InvalidJobError("fn", f"{reference!r} does not resolve back to {fn!r}: {exc}; {_HOW}") from exc
+    if not _same_callable(found, fn):
+        raise InvalidJobError("fn", f"{reference!r} resolves to another object than {fn!r}; {_HOW}")
+    return reference
+
+
+def _same_callable(a: object, b: object) -> bool:
+    if a is b:
+        return True
+    # Class methods are bound anew on every attribute access.
+    return inspect.ismethod(a) and inspect.ismethod(b) and a.__func__ is b.__func__ and a.__self__ is b.__self__

@@ -1,0 +1,27 @@
+"""The scheduler's time frame: monotonic time, labelled with wall-clock instants.
+
+A scheduler reads the wall clock once, when it is made, and from then on tells
+time as ``monotonic() + offset``. Grid slots are stored as UTC instants (other
+processes and restarts read them), but a running scheduler keeps to elapsed
+time: a step of the system clock (NTP, an operator) neither bursts runs nor
+stalls them (SPEC §2 "Time", FIELD-REPORTS #12). A restart re-reads the wall
+clock, so the frame follows a corrected clock from then on.
+"""
+
+from __future__ import annotations
+
+from .clock import Clock
+
+__all__ = ["Timebase"]
+
+
+class Timebase:
+    """`now()` in epoch seconds, following the monotonic clock from one wall reading."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self._offset = clock.now() - clock.monotonic()
+
+    def now(self) -> float:
+        """Return the current instant (epoch seconds) in this scheduler's frame."""
+        return self.clock.monotonic() + self._offset

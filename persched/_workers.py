@@ -1,0 +1,117 @@
+"""The fixed pool of worker threads: the only place user code is called.
+
+Threads
+-------
+``persched-worker-{i}`` threads take won claims from one `SimpleQueue`. The
+dispatcher reserved a worker before it claimed (SPEC §2), so a queued claim
+never waits for a thread. A worker resolves the target, runs it with no
+persched lock held, and passes the outcome to the `complete` callback (which
+writes it to the store and queues the next slot). Then it drops its
+references to the callable, the arguments and any exception (futures
+bpo-16284, trio's ``del fn``), so a run does not keep garbage alive.
+
+A worker never dies from user code: everything, `SystemExit` and
+`KeyboardInterrupt` included, is caught, logged with its traceback through the
+``persched`` logger and recorded as outcome "error". Each worker stops when it
+takes ``None`` from the queue.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import queue
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from ._store import Claim
+from ._targets import TargetNotFound, resolve
+
+__all__ = ["CompleteCallback", "WorkerPool", "current_run_claim"]
+
+logger = logging.getLogger(__name__)
+
+_current: contextvars.ContextVar[Claim | None] = contextvars.ContextVar("persched_current_run", default=None)
+
+# (claim, outcome "ok" | "error", error text or None); called on the worker thread.
+CompleteCallback = Callable[[Claim, str, "str | None"], None]
+
+
+def current_run_claim() -> Claim | None:
+    """The claim of the run executing on this thread, or None."""
+    return _current.get()
+
+
+class WorkerPool:
+    """`size` daemon threads running claims handed over by `submit`."""
+
+    def __init__(self, size: int, complete: CompleteCallback) -> None:
+        self._complete = complete
+        self._queue: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"persched-worker-{i}", daemon=True) for i in range(size)
+        ]
+
+    def start(self) -> None:
+        """Start every worker thread."""
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, claim: Claim) -> None:
+        """Hand a won claim to a (reserved) worker."""
+        self._queue.put(claim)
+
+    def stop(self) -> None:
+        """Ask every worker to stop once the queue ahead of it is done."""
+        for _ in self._threads:
+            self._queue.put(None)
+
+    def join(self, deadline: Callable[[], float | None]) -> bool:
+        """Join the workers (never the calling thread); False if one is still alive.
+
+        `deadline()` returns the time left to wait, or None for no limit.
+        """
+        me = threading.current_thread()
+        for thread in self._threads:
+            if thread is not me and thread.is_alive():
+                thread.join(deadline())
+        return not any(t.is_alive() for t in self._threads if t is not me)
+
+    def owns_current_thread(self) -> bool:
+        """True when called from one of this pool's workers."""
+        return threading.current_thread() in self._threads
+
+    def _loop(self) -> None:
+        while (claim := self._queue.get()) is not None:
+            outcome, error = _execute(claim)
+            try:
+                self._complete(claim, outcome, error)
+            except BaseException:  # noqa: BLE001 - a worker must survive a failed completion
+                logger.exception("recording the outcome of %s generation %d failed", claim.job_id, claim.generation)
+
+
+def _execute(claim: Claim) -> tuple[str, str | None]:
+    token = _current.set(claim)
+    fn: Callable[..., Any] | None = None
+    try:
+        fn = resolve(claim.target)
+        args = json.loads(claim.args_json)
+        kwargs = json.loads(claim.kwargs_json)
+        fn(*args, **kwargs)
+    except TargetNotFound as exc:
+        logger.error(
+            "job %s generation %d: target %s cannot be found: %s", claim.job_id, claim.generation, claim.target, exc
+        )
+        return "error", f"TargetNotFound: {exc}"
+    except BaseException as exc:  # noqa: BLE001 - SPEC §2: user code never kills a worker
+        logger.exception("job %s generation %d raised", claim.job_id, claim.generation)
+        text = "".join(traceback.format_exception(exc))
+        del exc
+        return "error", text
+    finally:
+        del fn
+        _current.reset(token)
+    return "ok", None
