@@ -83,9 +83,7 @@ def to_url(url_or_path: str) -> URL:
     try:
         url = make_url(url_or_path)
     except (ArgumentError, ValueError) as exc:
-        raise StoreError(
-            _mask_text(url_or_path), f"not a valid database URL: {exc}"
-        ) from exc
+        raise StoreError(_mask_text(url_or_path), f"not a valid database URL: {exc}") from exc
     backend = url.get_backend_name()
     driver = url.drivername.partition("+")[2]
     if backend in ("postgresql", "postgres"):  # "postgres": Heroku-style alias
@@ -98,14 +96,11 @@ def to_url(url_or_path: str) -> URL:
         url = url.set(drivername="postgresql+psycopg")
     elif backend == "sqlite":
         if driver not in ("", "pysqlite"):
-            raise StoreError(
-                mask(url), f"unsupported SQLite driver {driver!r}; use sqlite:///PATH"
-            )
+            raise StoreError(mask(url), f"unsupported SQLite driver {driver!r}; use sqlite:///PATH")
     else:
         raise StoreError(
             mask(url),
-            f"unsupported database {backend!r}; persched supports sqlite:///PATH "
-            "and postgresql+psycopg://USER@HOST/DB",
+            f"unsupported database {backend!r}; persched supports sqlite:///PATH and postgresql+psycopg://USER@HOST/DB",
         )
     try:
         url.get_dialect()
@@ -145,9 +140,7 @@ def is_sqlite(engine: Engine | Connection) -> bool:
 
 def _reason(exc: BaseException, url: URL) -> str:
     orig = getattr(exc, "orig", None) or exc
-    message = (
-        str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
-    )
+    message = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
     lowered = message.lower()
     if "database is locked" in lowered or "database table is locked" in lowered:
         message = f"the database is locked past the busy timeout ({message})"
@@ -270,9 +263,7 @@ def _sqlite_file(url: URL) -> str | None:
     return database
 
 
-def _sqlite_engine(
-    url: URL, busy_timeout_seconds: float, sync: str, create: bool
-) -> Engine:
+def _sqlite_engine(url: URL, busy_timeout_seconds: float, sync: str, create: bool) -> Engine:
     path = _sqlite_file(url)
     kwargs: dict[str, Any] = {}
     connect_args: dict[str, Any] = {
@@ -330,9 +321,7 @@ def _prepare_file(url: URL, path: str, create: bool) -> None:
     except FileExistsError:
         return  # created by a concurrent opener; its mode is its creator's
     except OSError as exc:
-        raise StoreError(
-            mask(url), f"cannot create the database file: {exc.strerror}"
-        ) from exc
+        raise StoreError(mask(url), f"cannot create the database file: {exc.strerror}") from exc
     os.close(fd)
     logger.info("created database file %s (mode 0600)", mask(url))
 

@@ -40,8 +40,10 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from ._timebase import Timebase
+if TYPE_CHECKING:
+    from ._timebase import Timebase
 
 __all__ = ["Dispatcher", "Entry"]
 
@@ -133,7 +135,7 @@ class Dispatcher:
                 return
             try:
                 handed_over = self._claim(entry)
-            except BaseException:  # noqa: BLE001 - the dispatcher must outlive any failure
+            except BaseException:
                 logger.exception("dispatching %s generation %d failed", entry[2], entry[3])
                 handed_over = False
             if not handed_over:

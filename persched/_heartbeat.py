@@ -27,17 +27,20 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from ._store import OpenRun, Store
-from ._timebase import Timebase
 from .errors import StoreError
+
+if TYPE_CHECKING:
+    from ._store import OpenRun, Store
+    from ._timebase import Timebase
 
 __all__ = ["Heartbeat"]
 
 logger = logging.getLogger(__name__)
 
-# (job_id, generation, next_run_at): a recovered job to queue again.
-RecoveredCallback = Callable[[str, int, float], None]
+# (next_run_at, job_id, generation): a recovered job to queue again.
+RecoveredCallback = Callable[[float, str, int], None]
 
 
 class Heartbeat:
@@ -119,7 +122,7 @@ class Heartbeat:
             run.instance_id,
         )
         if isinstance(result, float):
-            self._recovered(run.job_id, run.generation, result)
+            self._recovered(result, run.job_id, run.generation)
 
     def _loop(self) -> None:
         clock = self._timebase.clock
@@ -128,7 +131,7 @@ class Heartbeat:
                 self.beat()
             except StoreError as exc:
                 logger.warning("heartbeat failed, will retry: %s", exc)
-            except BaseException:  # noqa: BLE001 - the heartbeat must outlive any failure
+            except BaseException:
                 logger.exception("heartbeat failed, will retry")
             with self._cond:
                 deadline = clock.monotonic() + self._period_seconds

@@ -81,9 +81,7 @@ def _read_script() -> tuple[str, frozenset[str]]:
     script = ScriptDirectory.from_config(_config())
     heads = script.get_heads()
     if len(heads) != 1:
-        raise RuntimeError(
-            f"persched migrations must have exactly one head, found {heads}"
-        )
+        raise RuntimeError(f"persched migrations must have exactly one head, found {heads}")
     known = frozenset(rev.revision for rev in script.walk_revisions())
     return heads[0], known
 
@@ -146,8 +144,7 @@ def check_at_head(engine: Engine) -> None:
     if found != HEAD:
         raise StoreError(
             mask(engine.url),
-            f"the schema is at revision {found!r}, older than {HEAD!r}; "
-            "run `persched migrate` to upgrade it",
+            f"the schema is at revision {found!r}, older than {HEAD!r}; run `persched migrate` to upgrade it",
         )
 
 
@@ -175,9 +172,7 @@ def upgrade(engine: Engine) -> None:
     ):
         if not is_sqlite(conn):
             # Held until this transaction ends; other upgraders queue here.
-            conn.execute(
-                text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY}
-            )
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
         # Read under the lock: a concurrent upgrader may just have finished.
         found = _revision(conn)
         _check_known(found)

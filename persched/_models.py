@@ -80,7 +80,12 @@ class JobDefinition:
     start_in: float | None
 
     def same_definition(self, target: str, args_json: str, kwargs_json: str, interval_seconds: float) -> bool:
-        return (self.target, self.args_json, self.kwargs_json, self.interval_seconds) == (
+        return (
+            self.target,
+            self.args_json,
+            self.kwargs_json,
+            self.interval_seconds,
+        ) == (
             target,
             args_json,
             kwargs_json,
@@ -95,7 +100,10 @@ def validate_job_id(job_id: object) -> str:
     if not job_id:
         raise InvalidJobError("job_id", "must not be empty")
     if len(job_id) > MAX_JOB_ID_LENGTH:
-        raise InvalidJobError("job_id", f"must be at most {MAX_JOB_ID_LENGTH} characters, got {len(job_id)}")
+        raise InvalidJobError(
+            "job_id",
+            f"must be at most {MAX_JOB_ID_LENGTH} characters, got {len(job_id)}",
+        )
     if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in job_id):
         raise InvalidJobError("job_id", f"must not contain control characters: {job_id!r}")
     return job_id
@@ -110,7 +118,10 @@ def _seconds(argument: str, value: object, *, allow_zero: bool) -> float:
     if seconds < 0 or (seconds == 0 and not allow_zero):
         raise InvalidJobError(argument, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
     if seconds > MAX_INTERVAL_SECONDS:
-        raise InvalidJobError(argument, f"must be at most 10 years ({MAX_INTERVAL_SECONDS:.0f} s), got {value!r}")
+        raise InvalidJobError(
+            argument,
+            f"must be at most 10 years ({MAX_INTERVAL_SECONDS:.0f} s), got {value!r}",
+        )
     return seconds
 
 

@@ -31,9 +31,7 @@ import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable
-from types import TracebackType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from . import _db, _grid, _migrate
 from ._dispatcher import Dispatcher, Entry
@@ -45,6 +43,10 @@ from ._timebase import Timebase
 from ._workers import WorkerPool, current_run_claim
 from .clock import Clock, SystemClock
 from .errors import InvalidJobError, SchedulerStateError, StoreError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import TracebackType
 
 __all__ = ["JobScheduler", "current_run"]
 
@@ -76,10 +78,12 @@ def current_run() -> Run | None:
 
 def _positive(argument: str, value: object, *, integer: bool = False) -> float:
     kinds: tuple[type, ...] = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0 or value != value:
-        kind = "a whole number" if integer else "a number of seconds"
+    if isinstance(value, bool) or not isinstance(value, kinds) or not float(value) > 0:  # type: ignore[arg-type]  # checked numeric
+        kind = "a whole number" if integer else "a finite number of seconds"
         raise InvalidJobError(argument, f"must be {kind} > 0, got {value!r}")
-    return float(value)
+    if not float(value) < float("inf"):  # type: ignore[arg-type]  # checked numeric
+        raise InvalidJobError(argument, f"must be finite, got {value!r}")
+    return float(value)  # type: ignore[arg-type]  # checked numeric
 
 
 class JobScheduler:
@@ -122,9 +126,12 @@ class JobScheduler:
         self._lease_seconds = _positive("lease_seconds", lease_seconds)
         heartbeat = self._lease_seconds / 3 if heartbeat_seconds is None else heartbeat_seconds
         if _positive("heartbeat_seconds", heartbeat) >= self._lease_seconds:
-            raise InvalidJobError("heartbeat_seconds", f"must be shorter than lease_seconds ({lease_seconds})")
+            raise InvalidJobError(
+                "heartbeat_seconds",
+                f"must be shorter than lease_seconds ({lease_seconds})",
+            )
         _positive("busy_timeout_seconds", busy_timeout_seconds)
-        if instance_id is not None and (not isinstance(instance_id, str) or not instance_id):
+        if instance_id is not None and not str(instance_id).strip():
             raise InvalidJobError("instance_id", f"must be a non-empty str, got {instance_id!r}")
         self.instance_id: Final = instance_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._timebase = Timebase(clock if clock is not None else SystemClock())
@@ -177,7 +184,12 @@ class JobScheduler:
         self._pool.start()
         self._dispatcher.start(entries)
         self._heartbeat.start()
-        logger.info("scheduler %s started with %d scheduled jobs on %s", self.instance_id, len(entries), self._store.url)
+        logger.info(
+            "scheduler %s started with %d scheduled jobs on %s",
+            self.instance_id,
+            len(entries),
+            self._store.url,
+        )
 
     def shutdown(self, wait: bool = True, timeout: float | None = None) -> None:
         """Stop dispatching; let in-flight runs finish; release the database.
@@ -204,7 +216,10 @@ class JobScheduler:
             self._finish_shutdown(timeout)
         else:
             threading.Thread(
-                target=self._finish_shutdown, args=(None,), name="persched-shutdown", daemon=True
+                target=self._finish_shutdown,
+                args=(None,),
+                name="persched-shutdown",
+                daemon=True,
             ).start()
 
     def _finish_shutdown(self, timeout: float | None) -> None:
@@ -236,7 +251,10 @@ class JobScheduler:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.shutdown(wait=True)
 
@@ -281,8 +299,14 @@ class JobScheduler:
         self._ensure_schema()
         job, change = self._store.upsert_job(definition, self._timebase.now())
         if change != "unchanged":
-            logger.info("job %s generation %d %s: %s every %s s", job.job_id, job.generation, change, job.target,
-                        job.interval_seconds)
+            logger.info(
+                "job %s generation %d %s: %s every %s s",
+                job.job_id,
+                job.generation,
+                change,
+                job.target,
+                job.interval_seconds,
+            )
             if self._state == "running":
                 self._dispatcher.push(to_ts(job.next_run_at), job.job_id, job.generation)
         return job
@@ -373,11 +397,21 @@ class JobScheduler:
                 now = self._timebase.now()
                 try:
                     result = self._store.claim_run(
-                        job_id, generation, due_at, now, self.instance_id, self._lease_seconds
+                        job_id,
+                        generation,
+                        due_at,
+                        now,
+                        self.instance_id,
+                        self._lease_seconds,
                     )
                 except StoreError as exc:
-                    logger.warning("claim of %s generation %d failed, retrying in %s s: %s", job_id, generation,
-                                   CLAIM_RETRY_SECONDS, exc)
+                    logger.warning(
+                        "claim of %s generation %d failed, retrying in %s s: %s",
+                        job_id,
+                        generation,
+                        CLAIM_RETRY_SECONDS,
+                        exc,
+                    )
                     self._dispatcher.push(now + CLAIM_RETRY_SECONDS, job_id, generation)
                     return False
                 if isinstance(result, Claim):
@@ -393,14 +427,20 @@ class JobScheduler:
                     self._dispatcher.push(result.next_run_at, job_id, generation)
             elif result.state == "running" and result.generation == generation and result.owner != self.instance_id:
                 # Another instance runs it: look again at its next slot.
-                assert result.first_run_at is not None and result.interval_seconds is not None
+                assert result.first_run_at is not None
+                assert result.interval_seconds is not None
                 assert result.next_run_at is not None
                 self._dispatcher.push(
                     _grid.next_slot_after(result.first_run_at, result.interval_seconds, result.next_run_at),
                     job_id,
                     generation,
                 )
-            logger.debug("claim of %s generation %d lost (state %s)", job_id, generation, result.state)
+            logger.debug(
+                "claim of %s generation %d lost (state %s)",
+                job_id,
+                generation,
+                result.state,
+            )
             return False
         finally:
             if not handed_over:
@@ -436,6 +476,6 @@ class JobScheduler:
             self._inflight_jobs[job_id] -= 1
             if self._inflight_jobs[job_id] <= 0:
                 del self._inflight_jobs[job_id]
-            self._inflight_runs.discard(run_id)  # type: ignore[arg-type]  # None is never in the set
+            if run_id is not None:
+                self._inflight_runs.discard(run_id)
             self._inflight_cond.notify_all()
-

@@ -45,18 +45,19 @@ class UTCDateTime(types.TypeDecorator[datetime]):
     impl = DateTime(timezone=True)
     cache_ok = True
 
-    def process_bind_param(self, value: Any, dialect: Dialect) -> datetime | None:
+    def process_bind_param(self, value: Any, dialect: Dialect) -> datetime | None:  # noqa: ANN401 - SQLAlchemy hook
         if value is None:
             return None
         if not isinstance(value, datetime) or value.tzinfo is None:
             raise ValueError(f"expected an aware datetime, got {value!r}")
-        value = value.astimezone(timezone.utc)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+        utc: datetime = value.astimezone(timezone.utc)
+        return utc.replace(tzinfo=None) if dialect.name == "sqlite" else utc
 
-    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:  # noqa: ANN401 - SQLAlchemy hook
         if value is None:
             return None
-        assert isinstance(value, datetime)
+        if not isinstance(value, datetime):
+            raise TypeError(f"expected a datetime from the driver, got {value!r}")
         if value.tzinfo is None:
             return value.replace(tzinfo=timezone.utc)
         return value.astimezone(timezone.utc)

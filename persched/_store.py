@@ -40,10 +40,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from sqlalchemy import Connection, Engine, Row, and_, func, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
@@ -52,6 +51,9 @@ from . import _grid
 from ._models import Job, JobDefinition, JobState, Run
 from ._schema import jobs, runs
 from .errors import StoreError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
 
 __all__ = ["Claim", "ClaimMiss", "OpenRun", "Store", "from_ts", "to_ts"]
 
@@ -135,9 +137,8 @@ def _is_transient(exc: DBAPIError) -> bool:
     if "locked" in text or "busy" in text:
         return True  # SQLite: busy past busy_timeout (FIELD-REPORTS #7)
     sqlstate = getattr(exc.orig, "sqlstate", None)
-    if isinstance(sqlstate, str) and (sqlstate.startswith("08") or sqlstate in ("40001", "40P01", "57P01")):
-        return True  # PostgreSQL: connection lost, serialization failure, deadlock, admin shutdown
-    return False
+    # PostgreSQL: connection lost, serialization failure, deadlock, admin shutdown.
+    return isinstance(sqlstate, str) and (sqlstate.startswith("08") or sqlstate in ("40001", "40P01", "57P01"))
 
 
 class Store:
@@ -173,7 +174,13 @@ class Store:
             except DBAPIError as exc:
                 if not _is_transient(exc) or attempt == self._retry_attempts:
                     raise StoreError(self.url, f"{what} failed: {exc.orig}") from exc
-                logger.warning("%s failed (attempt %d of %d), retrying: %s", what, attempt, self._retry_attempts, exc.orig)
+                logger.warning(
+                    "%s failed (attempt %d of %d), retrying: %s",
+                    what,
+                    attempt,
+                    self._retry_attempts,
+                    exc.orig,
+                )
             except SQLAlchemyError as exc:
                 raise StoreError(self.url, f"{what} failed: {exc}") from exc
             # Backoff between attempts of a failed transaction, on no lock.
@@ -221,7 +228,12 @@ class Store:
             }
             if row is None:
                 conn.execute(
-                    jobs.insert().values(job_id=definition.job_id, generation=1, created_at=from_ts(now), **values)
+                    jobs.insert().values(
+                        job_id=definition.job_id,
+                        generation=1,
+                        created_at=from_ts(now),
+                        **values,
+                    )
                 )
                 change = "created"
             else:
@@ -238,7 +250,7 @@ class Store:
         for _ in range(3):
             try:
                 return self._write(body, "schedule")
-            except IntegrityError:
+            except IntegrityError:  # noqa: PERF203 - a rare race, not a hot loop
                 # Two first schedules of one id raced (PostgreSQL): the loser
                 # now finds the winner's row and decides again.
                 continue
@@ -251,7 +263,12 @@ class Store:
             result = conn.execute(
                 update(jobs)
                 .where(jobs.c.job_id == job_id, jobs.c.state != _DESCHEDULED)
-                .values(state=_DESCHEDULED, owner=None, lease_until=None, updated_at=from_ts(now))
+                .values(
+                    state=_DESCHEDULED,
+                    owner=None,
+                    lease_until=None,
+                    updated_at=from_ts(now),
+                )
             )
             return result.rowcount == 1
 
@@ -326,7 +343,12 @@ class Store:
                     jobs.c.state == _SCHEDULED,
                     jobs.c.next_run_at <= from_ts(expected_at),
                 )
-                .values(state=_RUNNING, owner=instance_id, lease_until=lease_until, updated_at=from_ts(now))
+                .values(
+                    state=_RUNNING,
+                    owner=instance_id,
+                    lease_until=lease_until,
+                    updated_at=from_ts(now),
+                )
                 .returning(
                     jobs.c.next_run_at,
                     jobs.c.first_run_at,
@@ -429,7 +451,9 @@ class Store:
 
         def body(conn: Connection) -> None:
             conn.execute(
-                update(runs).where(runs.c.instance_id == instance_id, runs.c.outcome.is_(None)).values(lease_until=until)
+                update(runs)
+                .where(runs.c.instance_id == instance_id, runs.c.outcome.is_(None))
+                .values(lease_until=until)
             )
             conn.execute(
                 update(jobs).where(jobs.c.owner == instance_id, jobs.c.state == _RUNNING).values(lease_until=until)
@@ -442,15 +466,19 @@ class Store:
 
         def body(conn: Connection) -> list[OpenRun]:
             rows = conn.execute(
-                select(runs.c.run_id, runs.c.job_id, runs.c.generation, runs.c.instance_id, runs.c.lease_until).where(
-                    runs.c.outcome.is_(None)
-                )
+                select(
+                    runs.c.run_id,
+                    runs.c.job_id,
+                    runs.c.generation,
+                    runs.c.instance_id,
+                    runs.c.lease_until,
+                ).where(runs.c.outcome.is_(None))
             )
             return [OpenRun(*row) for row in rows]
 
         return self._read(body, "open runs")
 
-    def recover_run(self, run: OpenRun, now: float) -> float | None | bool:
+    def recover_run(self, run: OpenRun, now: float) -> float | bool | None:
         """Mark `run` lost if its lease is still the one observed; free its job.
 
         Returns False if nothing changed (the run was renewed, finished or
@@ -459,7 +487,7 @@ class Store:
         been descheduled or replaced.
         """
 
-        def body(conn: Connection) -> float | None | bool:
+        def body(conn: Connection) -> float | bool | None:
             lease_match = (
                 runs.c.lease_until.is_(None) if run.lease_until is None else runs.c.lease_until == run.lease_until
             )
@@ -535,7 +563,12 @@ def _miss(conn: Connection, job_id: str) -> ClaimMiss:
     if row is None:
         return ClaimMiss(None)
     return ClaimMiss(
-        row.state, row.generation, to_ts(row.next_run_at), to_ts(row.first_run_at), row.interval_seconds, row.owner
+        row.state,
+        row.generation,
+        to_ts(row.next_run_at),
+        to_ts(row.first_run_at),
+        row.interval_seconds,
+        row.owner,
     )
 
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
-from collections.abc import Callable
-from typing import Any
+import types
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import InvalidJobError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["TargetNotFound", "reference_of", "resolve"]
 
@@ -36,13 +39,13 @@ def resolve(reference: str) -> Callable[..., Any]:
     module_name, _, qualname = reference.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - any import failure means "not found"
+    except Exception as exc:
         raise TargetNotFound(f"cannot import module {module_name!r}: {exc!r}") from exc
-    for part in qualname.split("."):
-        try:
+    try:
+        for part in qualname.split("."):
             obj = getattr(obj, part)
-        except AttributeError as exc:
-            raise TargetNotFound(f"{module_name!r} has no attribute {qualname!r}") from exc
+    except AttributeError as exc:
+        raise TargetNotFound(f"{module_name!r} has no attribute {qualname!r}") from exc
     if not callable(obj):
         raise TargetNotFound(f"{reference!r} is not callable")
     return obj  # type: ignore[no-any-return]  # checked callable above
@@ -64,9 +67,11 @@ def reference_of(fn: object) -> str:
         return fn
     if not callable(fn):
         raise InvalidJobError("fn", f"{fn!r} is not callable; {_HOW}")
-    if inspect.ismethod(fn) and not inspect.isclass(fn.__self__):
+    fn = cast("Any", fn)  # mypy narrows callable objects too far for the checks below
+    if isinstance(fn, types.MethodType) and not inspect.isclass(getattr(fn, "__self__", None)):
         raise InvalidJobError(
-            "fn", f"{fn!r} is a method bound to an instance, which can't be found after a restart; {_HOW}"
+            "fn",
+            f"{fn!r} is a method bound to an instance, which can't be found after a restart; {_HOW}",
         )
     module_name = getattr(fn, "__module__", None)
     qualname = getattr(fn, "__qualname__", None)
@@ -75,7 +80,10 @@ def reference_of(fn: object) -> str:
     if qualname == "<lambda>" or "<lambda>" in qualname:
         raise InvalidJobError("fn", f"a lambda can't be found after a restart; {_HOW}")
     if "<locals>" in qualname:
-        raise InvalidJobError("fn", f"{qualname!r} is defined inside a function and can't be found after a restart; {_HOW}")
+        raise InvalidJobError(
+            "fn",
+            f"{qualname!r} is defined inside a function and can't be found after a restart; {_HOW}",
+        )
     if module_name == "__main__":
         raise InvalidJobError(
             "fn",
@@ -96,4 +104,6 @@ def _same_callable(a: object, b: object) -> bool:
     if a is b:
         return True
     # Class methods are bound anew on every attribute access.
-    return inspect.ismethod(a) and inspect.ismethod(b) and a.__func__ is b.__func__ and a.__self__ is b.__self__
+    if not (isinstance(a, types.MethodType) and isinstance(b, types.MethodType)):
+        return False
+    return a.__func__ is b.__func__ and a.__self__ is b.__self__

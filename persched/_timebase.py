@@ -10,7 +10,10 @@ clock, so the frame follows a corrected clock from then on.
 
 from __future__ import annotations
 
-from .clock import Clock
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .clock import Clock
 
 __all__ = ["Timebase"]
 

@@ -89,8 +89,12 @@ class WorkerPool:
             outcome, error = _execute(claim)
             try:
                 self._complete(claim, outcome, error)
-            except BaseException:  # noqa: BLE001 - a worker must survive a failed completion
-                logger.exception("recording the outcome of %s generation %d failed", claim.job_id, claim.generation)
+            except BaseException:
+                logger.exception(
+                    "recording the outcome of %s generation %d failed",
+                    claim.job_id,
+                    claim.generation,
+                )
 
 
 def _execute(claim: Claim) -> tuple[str, str | None]:
@@ -103,10 +107,14 @@ def _execute(claim: Claim) -> tuple[str, str | None]:
         fn(*args, **kwargs)
     except TargetNotFound as exc:
         logger.error(
-            "job %s generation %d: target %s cannot be found: %s", claim.job_id, claim.generation, claim.target, exc
+            "job %s generation %d: target %s cannot be found: %s",
+            claim.job_id,
+            claim.generation,
+            claim.target,
+            exc,
         )
         return "error", f"TargetNotFound: {exc}"
-    except BaseException as exc:  # noqa: BLE001 - SPEC §2: user code never kills a worker
+    except BaseException as exc:
         logger.exception("job %s generation %d raised", claim.job_id, claim.generation)
         text = "".join(traceback.format_exception(exc))
         del exc
