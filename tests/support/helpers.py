@@ -24,6 +24,7 @@ __all__ = [
     "finished_runs",
     "sql",
     "sqlite_path",
+    "wait_finished",
     "wait_until",
 ]
 
@@ -51,6 +52,12 @@ def wait_until(
 def finished_runs(sched: JobScheduler, job_id: str) -> list[Run]:
     """Return the runs of `job_id` that have an outcome, newest first."""
     return [r for r in sched.runs(job_id, limit=10_000) if r.outcome is not None]
+
+
+def wait_finished(sched: JobScheduler, job_id: str, n: int) -> list[Run]:
+    """Wait until `job_id` has at least `n` finished runs; return them, newest first."""
+    wait_until(lambda: len(finished_runs(sched, job_id)) >= n, message=f"{n} runs of {job_id}")
+    return finished_runs(sched, job_id)
 
 
 def sqlite_path(url: str) -> str:
