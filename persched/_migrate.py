@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib.resources
 import logging
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from alembic import command
@@ -63,8 +64,18 @@ _PROCESS_LOCK: Final = threading.Lock()
 
 def script_location() -> str:
     """Return the directory holding ``env.py`` and ``versions/``."""
-    location = importlib.resources.files("persched._migrations")
-    return str(location)
+    try:
+        return str(importlib.resources.files("persched._migrations"))
+    except ModuleNotFoundError:
+        # A source checkout ahead of the install on sys.path (pytest from the
+        # repo root with a non-editable install): the migrations/ ->
+        # persched._migrations mapping exists only in installs, so use the
+        # checkout's own migrations/. pyproject.toml marks a checkout, which
+        # site-packages never is, so a wheel missing its data still fails.
+        root = Path(__file__).resolve().parent.parent
+        if (root / "pyproject.toml").is_file() and (root / "migrations" / "env.py").is_file():
+            return str(root / "migrations")
+        raise
 
 
 def _config(connection: Connection | None = None) -> Config:

@@ -41,9 +41,7 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("job_id", name="pk_persched_jobs"),
     )
-    op.create_index(
-        "ix_persched_jobs_state_next_run_at", "persched_jobs", ["state", "next_run_at"]
-    )
+    op.create_index("ix_persched_jobs_state_next_run_at", "persched_jobs", ["state", "next_run_at"])
 
     op.create_table(
         "persched_runs",
@@ -65,9 +63,7 @@ def upgrade() -> None:
             name="uq_persched_runs_job_id_generation_scheduled_for",
         ),
     )
-    op.create_index(
-        "ix_persched_runs_job_id_run_id", "persched_runs", ["job_id", "run_id"]
-    )
+    op.create_index("ix_persched_runs_job_id_run_id", "persched_runs", ["job_id", "run_id"])
     # Partial index over open runs (outcome NULL) for lease renewal/recovery.
     op.create_index(
         "ix_persched_runs_open",

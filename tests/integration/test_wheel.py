@@ -30,15 +30,11 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 300.0  # seconds; a wheel build can be slow on a loaded CI box
 
-_IGNORE = shutil.ignore_patterns(
-    ".git", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".venv", "venv"
-)
+_IGNORE = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".venv", "venv")
 
 
 def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        cmd, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT, check=False
-    )
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT, check=False)
     assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc
 
@@ -110,9 +106,7 @@ def venv_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     # appended after the venv's own site-packages.
     here = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     here.update(site.getsitepackages())
-    (purelib / "_persched_test_deps.pth").write_text(
-        "\n".join(sorted(here)) + "\n", encoding="utf-8"
-    )
+    (purelib / "_persched_test_deps.pth").write_text("\n".join(sorted(here)) + "\n", encoding="utf-8")
     return python
 
 
@@ -121,9 +115,7 @@ def test_wheel_contains_migrations_and_metadata(wheel: Path) -> None:
         names = set(zf.namelist())
         metadata_name = next(n for n in names if n.endswith(".dist-info/METADATA"))
         metadata = zf.read(metadata_name).decode()
-        entry_points = zf.read(
-            metadata_name.replace("METADATA", "entry_points.txt")
-        ).decode()
+        entry_points = zf.read(metadata_name.replace("METADATA", "entry_points.txt")).decode()
     for required in [
         "persched/_migrations/__init__.py",
         "persched/_migrations/env.py",
@@ -142,9 +134,7 @@ def test_wheel_contains_migrations_and_metadata(wheel: Path) -> None:
     assert "persched = persched.cli:main" in entry_points
 
 
-def test_installed_wheel_migrates_outside_the_repo(
-    venv_python: Path, tmp_path: Path
-) -> None:
+def test_installed_wheel_migrates_outside_the_repo(venv_python: Path, tmp_path: Path) -> None:
     work = tmp_path / "elsewhere"
     work.mkdir()
     script = (
@@ -175,17 +165,13 @@ def test_installed_wheel_migrates_outside_the_repo(
     assert stat.S_IMODE(os.stat(work / "x.db").st_mode) == 0o600
 
 
-def test_installed_cli_migrates_outside_the_repo(
-    venv_python: Path, tmp_path: Path
-) -> None:
+def test_installed_cli_migrates_outside_the_repo(venv_python: Path, tmp_path: Path) -> None:
     # STYLE §9: the console script of the installed wheel, outside the repo.
     work = tmp_path / "elsewhere"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env.pop("PERSCHED_DB", None)
-    script = venv_python.parent / (
-        "persched.exe" if sys.platform == "win32" else "persched"
-    )
+    script = venv_python.parent / ("persched.exe" if sys.platform == "win32" else "persched")
     assert script.exists(), "the wheel did not install the `persched` console script"
     proc = subprocess.run(
         [str(script), "--db", "cli.db", "migrate"],
@@ -200,9 +186,7 @@ def test_installed_cli_migrates_outside_the_repo(
     assert stat.S_IMODE(os.stat(work / "cli.db").st_mode) == 0o600
     conn = sqlite3.connect(work / "cli.db")
     try:
-        row = conn.execute(
-            "SELECT version_num FROM persched_alembic_version"
-        ).fetchone()
+        row = conn.execute("SELECT version_num FROM persched_alembic_version").fetchone()
     finally:
         conn.close()
     assert row == ("0001",)

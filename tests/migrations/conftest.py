@@ -38,9 +38,7 @@ def pg_schema_url() -> Iterator[str]:
     try:
         with admin.begin() as conn:
             conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        yield base.update_query_dict(
-            {"options": f"-csearch_path={schema}"}
-        ).render_as_string(hide_password=False)
+        yield base.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
     finally:
         with admin.begin() as conn:
             conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))

@@ -59,9 +59,7 @@ def _include(obj: object, name: str | None, type_: str, *_: object) -> bool:
 
 def _diff(engine: Engine, target: MetaData) -> list[Any]:
     with engine.connect() as conn:
-        ctx = MigrationContext.configure(
-            conn, opts={"compare_type": True, "include_object": _include}
-        )
+        ctx = MigrationContext.configure(conn, opts={"compare_type": True, "include_object": _include})
         diff: list[Any] = compare_metadata(ctx, target)
         conn.rollback()
     return diff
@@ -84,15 +82,8 @@ def test_revisions_do_not_import_persched() -> None:
         assert rev.path is not None
         with open(rev.path, encoding="utf-8") as f:
             tree = ast.parse(f.read())
-        imported = [
-            alias.name
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Import)
-            for alias in node.names
-        ] + [
-            node.module or ""
-            for node in ast.walk(tree)
-            if isinstance(node, ast.ImportFrom)
+        imported = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names] + [
+            node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
         ]
         assert not [m for m in imported if m.split(".")[0] == "persched"], rev.path
 

@@ -89,10 +89,7 @@ def test_bad_url_raises_store_error(given: str) -> None:
 
 
 def test_mask_hides_password() -> None:
-    assert (
-        _db.mask(_db.to_url("postgresql://u:s3cret@h/db"))
-        == "postgresql+psycopg://u:***@h/db"
-    )
+    assert _db.mask(_db.to_url("postgresql://u:s3cret@h/db")) == "postgresql+psycopg://u:***@h/db"
     assert "s3cret" not in _db.mask("postgresql://u:s3cret@h/db")
     assert _db.mask("jobs.db") == "jobs.db"
 
@@ -141,9 +138,7 @@ def test_missing_file_without_create_raises(in_tmp: Path) -> None:
     assert not (in_tmp / "absent.db").exists()
 
 
-def test_read_only_uri_raises_store_error_at_upgrade(
-    in_tmp: Path, engines: list[Engine]
-) -> None:
+def test_read_only_uri_raises_store_error_at_upgrade(in_tmp: Path, engines: list[Engine]) -> None:
     _db.make_engine("ro.db").dispose()
     eng = _db.make_engine("sqlite:///file:ro.db?mode=ro&uri=true")
     engines.append(eng)
@@ -151,9 +146,7 @@ def test_read_only_uri_raises_store_error_at_upgrade(
         _migrate.upgrade(eng)
 
 
-@pytest.mark.skipif(
-    sys.platform == "win32" or os.geteuid() == 0, reason="root ignores file permissions"
-)
+@pytest.mark.skipif(sys.platform == "win32" or os.geteuid() == 0, reason="root ignores file permissions")
 def test_read_only_file_raises_store_error(in_tmp: Path) -> None:
     _db.make_engine("ro.db").dispose()
     os.chmod(in_tmp / "ro.db", 0o400)
@@ -209,9 +202,7 @@ def test_in_memory_database_is_shared(engines: list[Engine]) -> None:
 # -- BEGIN IMMEDIATE -----------------------------------------------------------
 
 
-def test_write_transactions_take_the_write_lock_at_begin(
-    in_tmp: Path, engines: list[Engine]
-) -> None:
+def test_write_transactions_take_the_write_lock_at_begin(in_tmp: Path, engines: list[Engine]) -> None:
     first = _db.make_engine("w.db", busy_timeout_seconds=0.05)
     second = _db.make_engine("w.db", busy_timeout_seconds=0.05)
     engines += [first, second]
@@ -237,9 +228,7 @@ def test_write_transactions_take_the_write_lock_at_begin(
                 assert reader.execute(text("SELECT count(*) FROM t")).scalar() == 0
 
 
-def test_readonly_transaction_does_not_block_a_writer(
-    in_tmp: Path, engines: list[Engine]
-) -> None:
+def test_readonly_transaction_does_not_block_a_writer(in_tmp: Path, engines: list[Engine]) -> None:
     first = _db.make_engine("r.db", busy_timeout_seconds=0.05)
     second = _db.make_engine("r.db", busy_timeout_seconds=0.05)
     engines += [first, second]
