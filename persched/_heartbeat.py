@@ -54,6 +54,9 @@ class Heartbeat:
         period_seconds: How often to renew and look for expired leases.
         in_flight: Returns the run ids in flight in this process.
         recovered: Called with each job that recovery put back on its grid.
+        lost: Called with each run this heartbeat recorded as lost (events).
+        maintenance: Called after each round (run-history retention); it
+            runs here, off the dispatch path.
     """
 
     def __init__(
@@ -65,6 +68,9 @@ class Heartbeat:
         period_seconds: float,
         in_flight: Callable[[], set[int]],
         recovered: RecoveredCallback,
+        *,
+        lost: Callable[[OpenRun], None] | None = None,
+        maintenance: Callable[[], None] | None = None,
     ) -> None:
         self._store = store
         self._timebase = timebase
@@ -73,6 +79,8 @@ class Heartbeat:
         self._period_seconds = period_seconds
         self._in_flight = in_flight
         self._recovered = recovered
+        self._lost = lost
+        self._maintenance = maintenance
         self._cond = threading.Condition()
         self._stopping = False
         # run_id -> (lease value seen, monotonic time it was first seen)
@@ -123,6 +131,8 @@ class Heartbeat:
         )
         if isinstance(result, float):
             self._recovered(result, run.job_id, run.generation)
+        if self._lost is not None:
+            self._lost(run)
 
     def _loop(self) -> None:
         clock = self._timebase.clock
@@ -133,6 +143,11 @@ class Heartbeat:
                 logger.warning("heartbeat failed, will retry: %s", exc)
             except BaseException:
                 logger.exception("heartbeat failed, will retry")
+            if self._maintenance is not None:
+                try:
+                    self._maintenance()
+                except BaseException:  # maintenance must never stop lease renewal
+                    logger.exception("run-history maintenance failed, will retry")
             with self._cond:
                 deadline = clock.monotonic() + self._period_seconds
                 while not self._stopping and (left := deadline - clock.monotonic()) > 0:

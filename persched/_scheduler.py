@@ -35,9 +35,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from . import _db, _grid, _migrate
 from ._dispatcher import Dispatcher, Entry
+from ._events import Event, EventBus
 from ._heartbeat import Heartbeat
 from ._models import Job, Run, validate_definition, validate_job_id
-from ._store import Claim, Store, to_ts
+from ._store import Claim, Store, bound_error_text, from_ts, to_ts
 from ._targets import reference_of
 from ._timebase import Timebase
 from ._workers import WorkerPool, current_run_claim
@@ -45,8 +46,11 @@ from .clock import Clock, SystemClock
 from .errors import InvalidJobError, SchedulerStateError, StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from types import TracebackType
+
+    from ._events import EventKind, Listener
+    from ._store import OpenRun
 
 __all__ = ["JobScheduler", "current_run"]
 
@@ -104,6 +108,11 @@ class JobScheduler:
         synchronous: SQLite's ``synchronous`` setting; "FULL" makes a
             committed claim survive power loss, "NORMAL" is faster and may lose
             the last commits on power loss (never corrupts).
+        keep_runs: Run history kept per job: the newest this many runs
+            (None: no limit by count).
+        keep_runs_for_seconds: Delete runs that finished longer ago than
+            this (None: no limit by age). Pruning runs on the heartbeat
+            thread in short transactions, never on the dispatch path.
 
     Raises:
         InvalidJobError: An argument is out of range.
@@ -121,8 +130,18 @@ class JobScheduler:
         heartbeat_seconds: float | None = None,
         busy_timeout_seconds: float = 5.0,
         synchronous: str = "FULL",
+        keep_runs: int | None = 1000,
+        keep_runs_for_seconds: float | None = None,
     ) -> None:
         self._workers = int(_positive("workers", workers, integer=True))
+        self._keep_runs = None if keep_runs is None else int(_positive("keep_runs", keep_runs, integer=True))
+        self._keep_seconds = (
+            None if keep_runs_for_seconds is None else _positive("keep_runs_for_seconds", keep_runs_for_seconds)
+        )
+        # Jobs that recorded a run since the last pruning pass; None: do a full pass first.
+        self._prune_lock = threading.Lock()
+        self._prune_dirty: set[str] | None = None
+        self._events = EventBus()
         self._lease_seconds = _positive("lease_seconds", lease_seconds)
         heartbeat = self._lease_seconds / 3 if heartbeat_seconds is None else heartbeat_seconds
         if _positive("heartbeat_seconds", heartbeat) >= self._lease_seconds:
@@ -156,6 +175,8 @@ class JobScheduler:
             heartbeat,
             self._runs_in_flight,
             self._dispatcher.push,
+            lost=self._on_lost,
+            maintenance=self._prune_runs,
         )
 
     # -- lifecycle ------------------------------------------------------------
@@ -209,6 +230,7 @@ class JobScheduler:
         with self._claim_gate:
             self._stopping = True
         if previous == "new":
+            self._events.stop(timeout)
             self._store.engine.dispose()
             return
         self._dispatcher.stop()
@@ -234,6 +256,7 @@ class JobScheduler:
         drained = self._pool.join(left)
         self._heartbeat.stop()
         self._heartbeat.join(left())
+        self._events.stop(left())
         _live.discard(self)
         if drained:
             self._store.engine.dispose()
@@ -309,6 +332,8 @@ class JobScheduler:
             )
             if self._state == "running":
                 self._dispatcher.push(to_ts(job.next_run_at), job.job_id, job.generation)
+            kind: EventKind = "job_replaced" if change == "replaced" else "job_scheduled"
+            self._emit(kind, job.job_id, job.generation, job=job)
         return job
 
     def deschedule(self, job_id: str, wait: bool = False, timeout: float | None = None) -> bool:
@@ -328,9 +353,11 @@ class JobScheduler:
         self._check_open()
         validate_job_id(job_id)
         self._ensure_schema()
-        removed = self._store.deschedule_job(job_id, self._timebase.now())
-        if removed:
-            logger.info("job %s descheduled", job_id)
+        generation = self._store.deschedule_job_generation(job_id, self._timebase.now())
+        removed = generation is not None
+        if generation is not None:
+            logger.info("job %s generation %d descheduled", job_id, generation)
+            self._emit("job_descheduled", job_id, generation)
         if wait:
             self._wait_idle(job_id, timeout)
         return removed
@@ -417,6 +444,7 @@ class JobScheduler:
                 if isinstance(result, Claim):
                     with self._inflight_cond:
                         self._inflight_runs.add(result.run_id)
+                    self._emit("run_started", job_id, generation, run=result.run())
                     self._pool.submit(result)
                     handed_over = True
                     return True
@@ -456,6 +484,8 @@ class JobScheduler:
             _grid.latest_slot_at_or_before(anchor, interval, now, floor=claim.scheduled_for),
         )
         moved = False
+        if error is not None:
+            error = bound_error_text(error)  # keep the last line: the exception's type and message
         try:
             moved = self._store.finish_run(claim, self.instance_id, now, outcome, error, next_at)
         except StoreError:
@@ -465,6 +495,19 @@ class JobScheduler:
                 claim.job_id,
                 claim.generation,
             )
+        else:
+            with self._prune_lock:
+                if self._prune_dirty is not None:
+                    self._prune_dirty.add(claim.job_id)
+            run = claim.run().model_copy(
+                update={
+                    "finished_at": from_ts(now),
+                    "outcome": outcome,
+                    "error": error,
+                    "instance_id": self.instance_id,
+                }
+            )
+            self._emit("run_finished" if outcome == "ok" else "run_failed", claim.job_id, claim.generation, run=run)
         finally:
             if moved:
                 self._dispatcher.push(next_at, claim.job_id, claim.generation)
@@ -479,3 +522,62 @@ class JobScheduler:
             if run_id is not None:
                 self._inflight_runs.discard(run_id)
             self._inflight_cond.notify_all()
+
+    # -- events and run-history retention (issue 3) ---------------------------------
+
+    def add_listener(self, callback: Listener, kinds: Iterable[EventKind] | None = None) -> None:
+        """Call `callback(event)` for each event of `kinds` (default: every kind).
+
+        Kinds: ``job_scheduled``, ``job_replaced``, ``job_descheduled``,
+        ``run_started``, ``run_finished`` (outcome "ok"), ``run_failed``
+        (outcome "error"), ``run_lost``. Listeners are called in order on one
+        daemon thread, ``persched-events``, never on the dispatcher or a
+        worker: a listener that raises is logged and ignored, one that blocks
+        delays only the listeners and events behind it. Undelivered events
+        beyond 10,000 are dropped with a WARNING. Runs of other instances
+        sharing the database produce no events here, except ``run_lost``
+        when this instance's heartbeat recovers them.
+
+        Args:
+            callback: Takes one `persched._events.Event`.
+            kinds: The event kinds wanted.
+
+        Raises:
+            InvalidJobError: `callback` is not callable or a kind is unknown.
+        """
+        self._events.add(callback, kinds)
+
+    def remove_listener(self, callback: Listener) -> bool:
+        """Stop calling `callback`; True if it was registered."""
+        return self._events.remove(callback)
+
+    def _emit(
+        self, kind: EventKind, job_id: str, generation: int, *, job: Job | None = None, run: Run | None = None
+    ) -> None:
+        self._events.emit(Event(kind, job_id, generation, from_ts(self._timebase.now()), job=job, run=run))
+
+    def _on_lost(self, lost: OpenRun) -> None:
+        """Heartbeat callback: a run was recorded as lost."""
+        if self._events.wants("run_lost"):
+            run = self._store.get_run(lost.run_id)
+            self._emit("run_lost", lost.job_id, lost.generation, run=run)
+
+    def _prune_runs(self) -> None:
+        """Heartbeat callback: delete run history beyond the retention."""
+        if self._keep_runs is None and self._keep_seconds is None:
+            return
+        with self._prune_lock:
+            dirty, self._prune_dirty = self._prune_dirty, set()
+        if dirty is None and self._keep_runs is not None:
+            dirty = self._store.jobs_over_run_limit(self._keep_runs)  # first pass: every job over the limit
+        try:
+            deleted = self._store.prune_runs(
+                self._timebase.now(), keep_runs=self._keep_runs, keep_seconds=self._keep_seconds, job_ids=dirty or set()
+            )
+        except BaseException:
+            with self._prune_lock:  # try these jobs again next time
+                assert self._prune_dirty is not None
+                self._prune_dirty |= dirty or set()
+            raise
+        if deleted:
+            logger.debug("pruned %d runs beyond the retention", deleted)

@@ -548,6 +548,122 @@ class Store:
 
         return self._read(body, "count running")
 
+    # -- operator surface (issue 3): run history and its retention -------------
+
+    def deschedule_job_generation(self, job_id: str, now: float) -> int | None:
+        """Like `deschedule_job`; return the generation descheduled, None if no active job."""
+
+        def body(conn: Connection) -> int | None:
+            row = conn.execute(
+                update(jobs)
+                .where(jobs.c.job_id == job_id, jobs.c.state != _DESCHEDULED)
+                .values(state=_DESCHEDULED, owner=None, lease_until=None, updated_at=from_ts(now))
+                .returning(jobs.c.generation)
+            ).first()
+            return None if row is None else int(row.generation)
+
+        return self._write(body, "deschedule")
+
+    def get_run(self, run_id: int) -> Run | None:
+        """Return the run `run_id`, or None (never recorded, or pruned)."""
+
+        def body(conn: Connection) -> Run | None:
+            row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
+            return None if row is None else _run(row)
+
+        return self._read(body, "get run")
+
+    def job_known(self, job_id: str) -> bool:
+        """True if `job_id` has a row (active or descheduled) or any recorded run."""
+
+        def body(conn: Connection) -> bool:
+            if conn.execute(select(jobs.c.job_id).where(jobs.c.job_id == job_id)).first() is not None:
+                return True
+            return conn.execute(select(runs.c.run_id).where(runs.c.job_id == job_id).limit(1)).first() is not None
+
+        return self._read(body, "job lookup")
+
+    def prune_runs(
+        self,
+        now: float,
+        *,
+        keep_runs: int | None,
+        keep_seconds: float | None,
+        job_ids: set[str] | frozenset[str] = frozenset(),
+        batch: int = 500,
+        max_batches: int = 10,
+    ) -> int:
+        """Delete finished runs beyond the retention; return how many were deleted.
+
+        Runs without an outcome (in flight) are never deleted. Each
+        transaction is short (at most `batch` jobs, or `batch` rows by age),
+        so a claim waits for at most one of them; at most `max_batches`
+        transactions by age run per call (the rest waits for the next call).
+
+        Args:
+            now: The current instant (epoch seconds).
+            keep_runs: Keep the newest this many runs per job (None: no limit).
+            keep_seconds: Delete runs that finished more than this long
+                before `now` (None: no limit).
+            job_ids: The jobs to prune by count (those that recorded runs
+                since the last call; see `jobs_over_run_limit`).
+            batch: Jobs, or rows by age, per transaction.
+            max_batches: Transactions by age per call.
+        """
+        deleted = 0
+        if keep_runs is not None:
+            for chunk in iter_chunks(sorted(job_ids), batch):
+
+                def by_count(conn: Connection, chunk: Sequence[str] = chunk) -> int:
+                    count = 0
+                    for job_id in chunk:
+                        newest_dropped = (
+                            select(runs.c.run_id)
+                            .where(runs.c.job_id == job_id)
+                            .order_by(runs.c.run_id.desc())
+                            .limit(1)
+                            .offset(keep_runs)
+                            .scalar_subquery()
+                        )
+                        result = conn.execute(
+                            runs.delete().where(
+                                runs.c.job_id == job_id,
+                                runs.c.outcome.is_not(None),
+                                runs.c.run_id <= newest_dropped,
+                            )
+                        )
+                        count += max(result.rowcount, 0)
+                    return count
+
+                deleted += self._write(by_count, "prune runs")
+        if keep_seconds is not None:
+            cutoff = from_ts(now - keep_seconds)
+
+            def by_age(conn: Connection) -> int:
+                oldest = (
+                    select(runs.c.run_id)
+                    .where(runs.c.outcome.is_not(None), runs.c.finished_at < cutoff)
+                    .order_by(runs.c.run_id)
+                    .limit(batch)
+                )
+                return max(conn.execute(runs.delete().where(runs.c.run_id.in_(oldest))).rowcount, 0)
+
+            for _ in range(max_batches):
+                count = self._write(by_age, "prune runs")
+                deleted += count
+                if count < batch:
+                    break
+        return deleted
+
+    def jobs_over_run_limit(self, keep_runs: int) -> set[str]:
+        """Return the ids of the jobs that have more than `keep_runs` runs recorded."""
+
+        def body(conn: Connection) -> set[str]:
+            query = select(runs.c.job_id).group_by(runs.c.job_id).having(func.count() > keep_runs)
+            return {job_id for (job_id,) in conn.execute(query)}
+
+        return self._read(body, "find runs to prune")
+
 
 def _miss(conn: Connection, job_id: str) -> ClaimMiss:
     row = conn.execute(
@@ -610,3 +726,18 @@ def iter_chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     """Yield `items` in slices of at most `size`."""
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def bound_error_text(text: str, limit: int = MAX_ERROR_TEXT) -> str:
+    """Shorten `text` to at most `limit` characters, keeping its head and its tail.
+
+    A traceback's last line names the exception type and message, the part
+    an operator needs most, so the middle is cut rather than the end.
+    """
+    if len(text) <= limit:
+        return text
+    marker = "\n... [{} characters cut] ...\n"
+    room = limit - len(marker.format(len(text)))
+    head = room // 3
+    tail = room - head
+    return text[:head] + marker.format(len(text) - head - tail) + text[len(text) - tail :]
