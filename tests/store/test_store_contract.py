@@ -1,0 +1,553 @@
+"""The store contract (SPEC §2, SPEC-multi), over SQLite and PostgreSQL.
+
+Every method gets `now` explicitly, so no clock and no scheduler is involved;
+threads appear only where a `threading.Barrier` lines two transactions up
+against each other. The linearization points under test are the commits of
+`upsert_job`, `deschedule_job`, `claim_run`, `finish_run` and `recover_run`.
+
+Tests marked ``broken-*`` run the same scenario against a copy of the store
+code with one safeguard removed (`tests.support.race_jobs`); they are
+``xfail(strict=True)``: if one of them passes, the test cannot tell the
+broken code from the real one.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from persched import JobState
+from persched._models import JobDefinition, validate_definition
+from persched._schema import runs
+from persched._store import Claim, ClaimMiss, OpenRun, Store, from_ts
+from tests.support import race_jobs
+from tests.support.helpers import EPOCH, TIMEOUT
+
+if TYPE_CHECKING:
+    from persched import Job
+
+T = EPOCH
+ME = "me:1:aaaaaa"
+OTHER = "other:2:bbbbbb"
+LEASE = 30.0
+
+
+def definition(
+    job_id: str = "a",
+    *,
+    args: tuple[Any, ...] = ("a",),
+    interval: float = 10.0,
+    start_in: float | None = None,
+    target: str = race_jobs.RECORD,
+) -> JobDefinition:
+    return validate_definition(job_id, target, interval, args, {}, start_in)
+
+
+def schedule(store: Store, now: float = T, **kwargs: Any) -> Job:  # noqa: ANN401 - forwarded to definition()
+    job, _ = store.upsert_job(definition(**kwargs), now)
+    return job
+
+
+def job_row(store: Store, job_id: str = "a") -> Job:
+    """The job's row, whatever its state (get_job hides descheduled ones)."""
+    for job in store.list_jobs():
+        if job.job_id == job_id:
+            return job
+    raise AssertionError(f"{job_id} is not active")
+
+
+def claim(store: Store, job: Job, now: float, *, expected_at: float | None = None, who: str = ME) -> Claim | ClaimMiss:
+    due = job.next_run_at.timestamp() if expected_at is None else expected_at
+    return store.claim_run(job.job_id, job.generation, due, now, who, LEASE)
+
+
+def won(result: Claim | ClaimMiss) -> Claim:
+    assert isinstance(result, Claim), result
+    return result
+
+
+def finish(store: Store, c: Claim, now: float, *, who: str = ME, next_at: float | None = None) -> bool:
+    nxt = c.scheduled_for + c.interval_seconds if next_at is None else next_at
+    return store.finish_run(c, who, now, "ok", None, nxt)
+
+
+def open_run(store: Store, run_id: int) -> OpenRun:
+    (found,) = [r for r in store.open_runs() if r.run_id == run_id]
+    return found
+
+
+# --- claim variants -----------------------------------------------------------------
+
+ClaimImpl = Callable[..., Claim | ClaimMiss]
+
+
+def real_claim(store: Store, *args: Any) -> Claim | ClaimMiss:  # noqa: ANN401 - claim_run's arguments
+    return store.claim_run(*args)
+
+
+def xfail_variant(name: str, impl: object, reason: str) -> Any:  # noqa: ANN401 - pytest's ParameterSet is private
+    return pytest.param(impl, id=name, marks=pytest.mark.xfail(strict=True, reason=reason))
+
+
+NO_GENERATION = functools.partial(race_jobs.claim_variant, check_generation=False)
+NO_STATE = functools.partial(race_jobs.claim_variant, check_state=False)
+NO_SLOT = functools.partial(race_jobs.claim_variant, check_slot=False)
+
+
+# --- upsert ---------------------------------------------------------------------------
+
+
+def test_upsert_creates_generation_one_on_a_fresh_grid(store: Store) -> None:
+    job, change = store.upsert_job(definition(interval=10.0), T)
+    assert change == "created"
+    assert job.generation == 1
+    assert job.state is JobState.SCHEDULED
+    assert job.next_run_at == from_ts(T + 10.0)
+    assert job.created_at == from_ts(T)
+    assert store.get_job("a") == job
+
+
+def test_upsert_start_in_zero_is_due_now(store: Store) -> None:
+    job = schedule(store, start_in=0)
+    assert job.next_run_at == from_ts(T)
+
+
+def test_upsert_unchanged_keeps_generation_and_next_run(store: Store) -> None:
+    first = schedule(store)
+    again, change = store.upsert_job(definition(), T + 7.5)
+    assert change == "unchanged"
+    assert again.generation == first.generation
+    assert again.next_run_at == first.next_run_at
+    assert job_row(store) == first  # not even updated_at moved
+
+
+def test_unchanged_redeclaration_keeps_a_job_that_is_overdue(store: Store) -> None:
+    # FIELD-REPORTS #1: an application re-declaring at start-up after downtime.
+    first = schedule(store)
+    again, change = store.upsert_job(definition(), T + 3600)
+    assert change == "unchanged"
+    assert again.next_run_at == first.next_run_at == from_ts(T + 10)
+    assert isinstance(claim(store, again, T + 3600), Claim)
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"args": ("b",)},
+        {"interval": 11.0},
+        {"target": "tests.support.jobs:capture_run", "args": ("a",)},
+    ],
+    ids=["args", "interval", "target"],
+)
+def test_upsert_replace_bumps_generation_and_resets_the_grid(store: Store, changed: dict[str, Any]) -> None:
+    schedule(store)
+    job, change = store.upsert_job(definition(**changed), T + 4.0)
+    assert change == "replaced"
+    assert job.generation == 2
+    interval = changed.get("interval", 10.0)
+    assert job.next_run_at == from_ts(T + 4.0 + interval)
+    assert job.state is JobState.SCHEDULED
+
+
+def test_replace_of_a_running_job_frees_the_row_for_the_new_generation(store: Store) -> None:
+    job = schedule(store)
+    won(claim(store, job, T + 10))
+    new, change = store.upsert_job(definition(args=("b",)), T + 11)
+    assert change == "replaced"
+    assert (new.generation, new.state, new.owner) == (2, JobState.SCHEDULED, None)
+    assert new.next_run_at == from_ts(T + 21)
+
+
+def test_deschedule_then_schedule_gives_a_higher_generation(store: Store) -> None:
+    schedule(store)
+    assert store.deschedule_job("a", T + 1) is True
+    assert store.get_job("a") is None
+    assert store.list_jobs() == []
+    assert store.deschedule_job("a", T + 2) is False  # already gone
+    job, change = store.upsert_job(definition(), T + 3)  # the very same definition
+    assert change == "created"
+    assert job.generation == 2  # never reused (no ABA)
+    assert job.next_run_at == from_ts(T + 13)
+    store.deschedule_job("a", T + 4)
+    assert schedule(store, T + 5).generation == 3
+
+
+def test_deschedule_unknown_job(store: Store) -> None:
+    assert store.deschedule_job("nope", T) is False
+
+
+def test_load_scheduled_lists_only_scheduled_rows(store: Store) -> None:
+    a = schedule(store, job_id="a")
+    schedule(store, job_id="b")
+    c = schedule(store, job_id="c", start_in=0)
+    store.deschedule_job("b", T)
+    won(claim(store, c, T))
+    assert store.load_scheduled() == [(T + 10, "a", a.generation)]
+
+
+# --- claim ---------------------------------------------------------------------------
+
+
+def test_claim_moves_the_row_to_running_and_inserts_the_run(store: Store) -> None:
+    job = schedule(store)
+    c = won(claim(store, job, T + 10))
+    assert (c.job_id, c.generation, c.scheduled_for, c.started_at) == ("a", 1, T + 10, T + 10)
+    assert (c.target, c.args_json, c.interval_seconds) == (race_jobs.RECORD, '["a"]', 10.0)
+    row = job_row(store)
+    assert (row.state, row.owner, row.lease_until) == (JobState.RUNNING, ME, from_ts(T + 10 + LEASE))
+    (run,) = store.list_runs("a")
+    assert (run.run_id, run.outcome, run.instance_id) == (c.run_id, None, ME)
+    assert run.scheduled_for == from_ts(T + 10)
+
+
+def _race(n: int, fn: Callable[[], Any]) -> tuple[list[Any], list[BaseException]]:
+    """Run `fn` on `n` threads released together by a Barrier; collect results and errors."""
+    barrier = threading.Barrier(n, timeout=TIMEOUT)
+    results: list[Any] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def go() -> None:
+        try:
+            barrier.wait()
+            result = fn()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            with lock:
+                errors.append(exc)
+        else:
+            with lock:
+                results.append(result)
+
+    threads = [threading.Thread(target=go, name=f"race-{i}") for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT)
+    assert not any(t.is_alive() for t in threads), "a racing thread hung"
+    return results, errors
+
+
+@pytest.mark.parametrize(
+    "impl",
+    [
+        pytest.param(real_claim, id="real"),
+        xfail_variant("broken-no-state-predicate", NO_STATE, "a claim without state='scheduled' wins twice"),
+    ],
+)
+def test_claim_wins_once(store: Store, impl: ClaimImpl) -> None:
+    """SPEC-multi "exactly one claim per slot": two instances, one slot, one winner."""
+    for k in range(5):
+        job = schedule(store, job_id=f"j{k}", start_in=0)
+        results, errors = _race(
+            2,
+            lambda job=job, k=k: impl(  # type: ignore[misc]  # bound per iteration on purpose
+                store, job.job_id, job.generation, T, T + 0.5, f"inst-{k}-{threading.get_ident()}", LEASE
+            ),
+        )
+        assert errors == []
+        assert sorted(type(r).__name__ for r in results) == ["Claim", "ClaimMiss"]
+        (miss,) = [r for r in results if isinstance(r, ClaimMiss)]
+        assert (miss.state, miss.generation) == ("running", 1)
+        assert len(store.list_runs(job.job_id)) == 1
+
+
+@pytest.mark.parametrize(
+    "impl",
+    [
+        pytest.param(real_claim, id="real"),
+        xfail_variant("broken-no-generation-predicate", NO_GENERATION, "a stale heap entry claims a new definition"),
+    ],
+)
+def test_claim_with_a_stale_generation_misses(store: Store, impl: ClaimImpl) -> None:
+    old = schedule(store)
+    # The replacement is due at once, so only the generation predicate stands
+    # between the old heap entry (due T + 10) and the new definition.
+    new, _ = store.upsert_job(definition(args=("b",), start_in=0), T + 10)
+    result = impl(store, "a", old.generation, T + 10, T + 10, ME, LEASE)
+    assert isinstance(result, ClaimMiss)
+    assert (result.state, result.generation) == ("scheduled", 2)
+    assert job_row(store) == new
+    assert store.list_runs("a") == []
+
+
+@pytest.mark.parametrize(
+    "impl",
+    [
+        pytest.param(real_claim, id="real"),
+        xfail_variant("broken-no-state-predicate", NO_STATE, "a descheduled job is claimed"),
+    ],
+)
+def test_claim_after_deschedule_misses(store: Store, impl: ClaimImpl) -> None:
+    job = schedule(store)
+    store.deschedule_job("a", T + 9)
+    result = impl(store, "a", job.generation, T + 10, T + 10, ME, LEASE)
+    assert isinstance(result, ClaimMiss)
+    assert result.state == "descheduled"
+    assert store.list_runs("a") == []
+    assert store.get_job("a") is None
+
+
+@pytest.mark.parametrize(
+    "impl",
+    [
+        pytest.param(real_claim, id="real"),
+        xfail_variant("broken-no-slot-predicate", NO_SLOT, "an entry runs a slot early"),
+    ],
+)
+def test_claim_before_the_slot_misses(store: Store, impl: ClaimImpl) -> None:
+    """An entry due at T+10 must not claim a row another instance moved on to T+20."""
+    job = schedule(store)
+    c = won(claim(store, job, T + 10, who=OTHER))
+    assert finish(store, c, T + 11, who=OTHER)  # row now at T + 20
+    result = impl(store, "a", job.generation, T + 10, T + 12, ME, LEASE)
+    assert isinstance(result, ClaimMiss)
+    assert (result.state, result.next_run_at) == ("scheduled", T + 20)
+    assert len(store.list_runs("a")) == 1
+
+
+def test_claim_while_running_misses_and_names_the_owner(store: Store) -> None:
+    job = schedule(store)
+    won(claim(store, job, T + 10, who=OTHER))
+    miss = claim(store, job, T + 10)
+    assert isinstance(miss, ClaimMiss)
+    assert (miss.state, miss.generation, miss.owner, miss.next_run_at) == ("running", 1, OTHER, T + 10)
+
+
+def test_claim_of_an_unknown_job_misses(store: Store) -> None:
+    assert store.claim_run("nope", 1, T, T, ME, LEASE) == ClaimMiss(None)
+
+
+def test_a_late_claim_coalesces_to_the_latest_slot(store: Store) -> None:
+    job = schedule(store)  # slots T+10, T+20, ...
+    c = won(claim(store, job, T + 45.5))
+    assert c.scheduled_for == T + 40  # the most recent slot it stands for
+    assert c.started_at == T + 45.5
+    assert job_row(store).next_run_at == from_ts(T + 40)  # names the slot in flight
+    assert finish(store, c, T + 46, next_at=T + 50)
+    row = job_row(store)
+    assert (row.state, row.next_run_at, row.run_count, row.last_outcome) == (
+        JobState.SCHEDULED,
+        from_ts(T + 50),
+        1,
+        "ok",
+    )
+    (run,) = store.list_runs("a")
+    assert run.scheduled_for == from_ts(T + 40)
+    assert (run.outcome, run.finished_at) == ("ok", from_ts(T + 46))
+
+
+def test_a_claim_after_a_ten_year_gap_coalesces_into_one_run(store: Store) -> None:
+    job = schedule(store, interval=0.001)
+    later = T + 10 * 365 * 86400 + 0.0005
+    c = won(claim(store, job, later))
+    assert later - 0.001 < c.scheduled_for <= later
+    assert len(store.list_runs("a")) == 1
+
+
+def test_a_slot_is_never_claimed_twice(store: Store) -> None:
+    """Even if a buggy caller hands the same slot back, the schema refuses a second run."""
+    job = schedule(store)
+    c = won(claim(store, job, T + 10))
+    assert finish(store, c, T + 11, next_at=T + 10)  # next_run_at back on the same slot
+    with pytest.raises(IntegrityError):
+        claim(store, job, T + 10)
+    assert len(store.list_runs("a")) == 1
+    assert job_row(store).state is JobState.SCHEDULED  # the failed claim rolled back
+
+
+def test_unique_job_generation_scheduled_for(store: Store) -> None:
+    job = schedule(store)
+    won(claim(store, job, T + 10))
+    row = {
+        "job_id": "a",
+        "generation": 1,
+        "scheduled_for": from_ts(T + 10),
+        "started_at": from_ts(T + 10),
+        "instance_id": OTHER,
+    }
+    with pytest.raises(IntegrityError), store.engine.begin() as conn:
+        conn.execute(runs.insert().values(**row))
+    with store.engine.begin() as conn:  # another generation may use the same instant
+        conn.execute(runs.insert().values(**{**row, "generation": 2}))
+        count = len(conn.execute(select(runs.c.run_id).where(runs.c.job_id == "a")).all())
+    assert count == 2
+
+
+# --- finish ---------------------------------------------------------------------------
+
+
+def test_finish_moves_the_job_on(store: Store) -> None:
+    job = schedule(store)
+    c = won(claim(store, job, T + 10))
+    assert store.finish_run(c, ME, T + 12, "error", "boom", T + 20) is True
+    row = job_row(store)
+    assert (row.state, row.next_run_at, row.owner, row.lease_until) == (JobState.SCHEDULED, from_ts(T + 20), None, None)
+    assert (row.run_count, row.error_count, row.last_outcome) == (1, 1, "error")
+    (run,) = store.list_runs("a")
+    assert (run.outcome, run.error) == ("error", "boom")
+
+
+FINISH_VARIANTS = [
+    pytest.param(Store.finish_run, id="real"),
+    xfail_variant(
+        "broken-finish-by-job-id", race_jobs.finish_by_job_id_only, "a stale completion moves the new definition"
+    ),
+]
+
+
+@pytest.mark.parametrize("finish_impl", FINISH_VARIANTS)
+def test_finish_of_an_old_generation_after_replace(store: Store, finish_impl: Callable[..., bool]) -> None:
+    job = schedule(store)
+    c = won(claim(store, job, T + 10))
+    new, _ = store.upsert_job(definition(args=("b",), interval=7.0), T + 11)
+    assert finish_impl(store, c, ME, T + 12, "ok", None, T + 20) is False
+    assert job_row(store) == new  # untouched: generation, next_run_at, counters, state
+    (run,) = store.list_runs("a")
+    assert (run.generation, run.outcome) == (1, "ok")  # the old run's history is kept
+
+
+@pytest.mark.parametrize("finish_impl", FINISH_VARIANTS)
+def test_finish_of_an_old_generation_after_deschedule_and_reschedule(
+    store: Store, finish_impl: Callable[..., bool]
+) -> None:
+    """The same definition again: only the generation tells the two apart."""
+    job = schedule(store)
+    c = won(claim(store, job, T + 10))
+    store.deschedule_job("a", T + 11)
+    new, change = store.upsert_job(definition(start_in=3.0), T + 11)
+    assert (change, new.generation) == ("created", 2)
+    assert finish_impl(store, c, ME, T + 12, "ok", None, T + 20) is False
+    assert job_row(store) == new
+
+
+def test_finish_after_deschedule_keeps_the_job_descheduled(store: Store) -> None:
+    job = schedule(store)
+    c = won(claim(store, job, T + 10))
+    store.deschedule_job("a", T + 11)
+    assert finish(store, c, T + 12) is False
+    assert store.get_job("a") is None
+    assert store.load_scheduled() == []
+    (run,) = store.list_runs("a")
+    assert run.outcome == "ok"
+
+
+def test_finish_by_another_instance_changes_no_job(store: Store) -> None:
+    job = schedule(store)
+    c = won(claim(store, job, T + 10))
+    assert finish(store, c, T + 12, who=OTHER) is False
+    assert job_row(store).state is JobState.RUNNING
+
+
+# --- leases and recovery -----------------------------------------------------------------
+
+
+def test_renew_leases_moves_run_and_job_leases(store: Store) -> None:
+    job = schedule(store)
+    c = won(claim(store, job, T + 10))
+    store.renew_leases(ME, T + 100)
+    assert open_run(store, c.run_id).lease_until == from_ts(T + 100)
+    assert job_row(store).lease_until == from_ts(T + 100)
+    store.renew_leases(OTHER, T + 200)  # someone else's renewal touches nothing of ours
+    assert open_run(store, c.run_id).lease_until == from_ts(T + 100)
+
+
+def test_recover_marks_the_run_lost_and_skips_its_slot(store: Store) -> None:
+    job = schedule(store)
+    c = won(claim(store, job, T + 10, who=OTHER))
+    assert store.recover_run(open_run(store, c.run_id), T + 50) == T + 20
+    row = job_row(store)
+    assert (row.state, row.next_run_at, row.owner, row.last_outcome) == (
+        JobState.SCHEDULED,
+        from_ts(T + 20),
+        None,
+        "lost",
+    )
+    (run,) = store.list_runs("a")
+    assert (run.outcome, run.finished_at) == ("lost", from_ts(T + 50))
+    assert store.open_runs() == []
+    # The lost slot is not run again.
+    assert isinstance(claim(store, job, T + 50, expected_at=T + 10), ClaimMiss)
+    again = won(claim(store, job, T + 50, expected_at=T + 20))
+    assert again.scheduled_for == T + 50
+
+
+def test_finish_after_recover_is_rejected(store: Store) -> None:
+    job = schedule(store)
+    c = won(claim(store, job, T + 10))
+    store.recover_run(open_run(store, c.run_id), T + 50)
+    before = job_row(store)
+    assert finish(store, c, T + 51) is False
+    assert job_row(store) == before
+    (run,) = store.list_runs("a")
+    assert run.outcome == "lost"  # the late completion does not overwrite it
+
+
+def test_recover_with_a_renewed_lease_changes_nothing(store: Store) -> None:
+    job = schedule(store)
+    c = won(claim(store, job, T + 10))
+    observed = open_run(store, c.run_id)
+    store.renew_leases(ME, T + 70)  # the owner is alive
+    assert store.recover_run(observed, T + 50) is False
+    assert job_row(store).state is JobState.RUNNING
+    assert open_run(store, c.run_id).lease_until == from_ts(T + 70)
+    assert finish(store, c, T + 80) is True
+
+
+def test_recover_after_finish_changes_nothing(store: Store) -> None:
+    job = schedule(store)
+    c = won(claim(store, job, T + 10))
+    observed = open_run(store, c.run_id)
+    assert finish(store, c, T + 11)
+    assert store.recover_run(observed, T + 50) is False
+    (run,) = store.list_runs("a")
+    assert run.outcome == "ok"
+
+
+def test_recover_of_a_replaced_job_only_closes_the_run(store: Store) -> None:
+    job = schedule(store)
+    c = won(claim(store, job, T + 10))
+    new, _ = store.upsert_job(definition(args=("b",)), T + 11)
+    assert store.recover_run(open_run(store, c.run_id), T + 50) is None
+    assert job_row(store) == new
+    assert store.list_runs("a")[0].outcome == "lost"
+
+
+def test_recover_races_finish_exactly_one_wins(store: Store) -> None:
+    """A completion and a recovery of one run, lined up by a Barrier: one outcome."""
+    for k in range(5):
+        job = schedule(store, job_id=f"j{k}")
+        c = won(claim(store, job, T + 10))
+        observed = open_run(store, c.run_id)
+        barrier = threading.Barrier(2, timeout=TIMEOUT)
+        out: dict[str, Any] = {}
+
+        def do_finish(c: Claim = c, barrier: threading.Barrier = barrier, out: dict[str, Any] = out) -> None:
+            barrier.wait()
+            out["finish"] = finish(store, c, T + 50)
+
+        def do_recover(
+            observed: OpenRun = observed, barrier: threading.Barrier = barrier, out: dict[str, Any] = out
+        ) -> None:
+            barrier.wait()
+            out["recover"] = store.recover_run(observed, T + 50)
+
+        threads = [threading.Thread(target=do_finish), threading.Thread(target=do_recover)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(TIMEOUT)
+        assert set(out) == {"finish", "recover"}
+        (run,) = store.list_runs(job.job_id)
+        row = job_row(store, job.job_id)
+        assert row.state is JobState.SCHEDULED
+        assert row.run_count == 1  # counted once, by whichever won
+        if out["finish"]:
+            assert (out["recover"], run.outcome) == (False, "ok")
+        else:
+            assert (out["recover"], run.outcome) == (T + 20, "lost")

@@ -1,0 +1,319 @@
+"""Targets, seams and deliberately broken variants for the race and stress tests.
+
+Seams
+-----
+A `Seam` wraps one store method (or the dispatcher's claim callback) and
+blocks a chosen call *before* and/or *after* the real method, until the test
+releases it. That forces an interleaving without sleeping: "the claim has
+committed but the scheduler has not seen the result yet", "the deschedule is
+waiting for the write lock", and so on. Every wait is bounded by `TIMEOUT`.
+
+Broken variants
+---------------
+Each race test also runs against a copy of the code under test with one
+safeguard removed (marked ``xfail(strict=True)``), so the suite proves that
+the test can fail. The copies live here so that the store contract tests and
+the scheduler race tests share them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Final
+
+import pytest
+from sqlalchemy import Connection, create_engine, text, update
+from sqlalchemy.engine import make_url
+
+from persched import _grid
+from persched._schema import jobs, runs
+from persched._store import Claim, ClaimMiss, Store, _miss, from_ts, to_ts
+from tests.support.helpers import TIMEOUT
+
+if TYPE_CHECKING:
+    from persched._heartbeat import Heartbeat
+
+__all__ = [
+    "RECORD",
+    "ClaimFn",
+    "FinishFn",
+    "Seam",
+    "claim_variant",
+    "finish_by_job_id_only",
+    "noop",
+    "pg_base_url",
+    "pg_schema",
+    "wall_clock_beat",
+    "work",
+]
+
+RECORD: Final = "tests.support.jobs:record"  # a plain, fast target reference
+
+ClaimFn = Callable[..., "Claim | ClaimMiss"]
+FinishFn = Callable[..., bool]
+
+
+# --- targets ---------------------------------------------------------------------
+
+
+def noop(*args: object) -> None:
+    """Do nothing (stress runs: the database row is the record)."""
+
+
+def work(seconds: float) -> None:
+    """Stand for a short piece of work, so that overlapping runs would overlap."""
+    time.sleep(seconds)
+
+
+# --- seams -----------------------------------------------------------------------
+
+
+class Seam:
+    """Wraps `real`; blocks the first `count` matching calls before/after it.
+
+    Args:
+        real: The method to call (already bound, or taking the same arguments).
+        before: Block matching calls before calling `real` until `go()`.
+        after: Block matching calls after `real` returned until `go_after()`.
+        match: Which calls to block (default: all), given the call's args.
+        count: How many matching calls to block.
+    """
+
+    def __init__(
+        self,
+        real: Callable[..., Any],
+        *,
+        before: bool = False,
+        after: bool = False,
+        match: Callable[..., bool] | None = None,
+        count: int = 1,
+    ) -> None:
+        self.real = real
+        self.before = before
+        self.after = after
+        self.match = match
+        self.left = count
+        self.entered = threading.Event()  # a blocked call arrived (before `real`)
+        self.returned = threading.Event()  # a blocked call's `real` returned
+        self.done = threading.Event()  # a blocked call is about to return to its caller
+        self._go = threading.Event()
+        self._go_after = threading.Event()
+        self._lock = threading.Lock()
+        self.results: list[Any] = []  # results of the blocked calls
+        self.errors: list[BaseException] = []
+        self.calls = 0  # every call, blocked or not
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:  # noqa: ANN401 - a transparent wrapper
+        with self._lock:
+            self.calls += 1
+            blocked = self.left > 0 and (self.match is None or self.match(*args, **kwargs))
+            if blocked:
+                self.left -= 1
+        if not blocked:
+            return self.real(*args, **kwargs)
+        if self.before:
+            self.entered.set()
+            assert self._go.wait(TIMEOUT), "seam: never released (before)"
+        try:
+            result = self.real(*args, **kwargs)
+        except BaseException as exc:
+            self.errors.append(exc)
+            self.returned.set()
+            self.done.set()
+            raise
+        self.results.append(result)
+        self.returned.set()
+        if self.after:
+            assert self._go_after.wait(TIMEOUT), "seam: never released (after)"
+        self.done.set()
+        return result
+
+    def go(self) -> None:
+        """Let blocked calls proceed into the real method."""
+        self._go.set()
+
+    def go_after(self) -> None:
+        """Let blocked calls return to their caller."""
+        self._go_after.set()
+
+    def release(self) -> None:
+        """Release everything (teardown)."""
+        self.left = 0
+        self._go.set()
+        self._go_after.set()
+
+
+def for_job(job_id: str) -> Callable[..., bool]:
+    """A `Seam.match` for store methods whose first argument is the job id (or a Claim)."""
+
+    def match(first: object, *args: object, **kwargs: object) -> bool:
+        return getattr(first, "job_id", first) == job_id
+
+    return match
+
+
+# --- broken variants of the store ------------------------------------------------
+
+
+def claim_variant(
+    store: Store,
+    job_id: str,
+    generation: int,
+    expected_at: float,
+    now: float,
+    instance_id: str,
+    lease_seconds: float,
+    *,
+    check_generation: bool = True,
+    check_state: bool = True,
+    check_slot: bool = True,
+) -> Claim | ClaimMiss:
+    """A copy of `Store.claim_run` whose predicates can be dropped one by one.
+
+    With every check on it behaves as the real one; a test that passes with
+    the real claim and fails with a check dropped proves that check matters.
+    """
+    lease_until = from_ts(now + lease_seconds)
+    where = [jobs.c.job_id == job_id]
+    if check_generation:
+        where.append(jobs.c.generation == generation)
+    if check_state:
+        where.append(jobs.c.state == "scheduled")
+    if check_slot:
+        where.append(jobs.c.next_run_at <= from_ts(expected_at))
+
+    def body(conn: Connection) -> Claim | ClaimMiss:
+        won = conn.execute(
+            update(jobs)
+            .where(*where)
+            .values(state="running", owner=instance_id, lease_until=lease_until, updated_at=from_ts(now))
+            .returning(
+                jobs.c.next_run_at,
+                jobs.c.first_run_at,
+                jobs.c.interval_seconds,
+                jobs.c.target,
+                jobs.c.args,
+                jobs.c.kwargs,
+            )
+        ).first()
+        if won is None:
+            return _miss(conn, job_id)
+        next_at = to_ts(won.next_run_at)
+        anchor = to_ts(won.first_run_at)
+        slot = _grid.latest_slot_at_or_before(anchor, won.interval_seconds, now, floor=next_at)
+        if slot != next_at:
+            conn.execute(update(jobs).where(jobs.c.job_id == job_id).values(next_run_at=from_ts(slot)))
+        result = conn.execute(
+            runs.insert().values(
+                job_id=job_id,
+                generation=generation,
+                scheduled_for=from_ts(slot),
+                started_at=from_ts(now),
+                instance_id=instance_id,
+                lease_until=lease_until,
+            )
+        )
+        (run_id,) = result.inserted_primary_key or (None,)
+        assert isinstance(run_id, int)
+        return Claim(
+            job_id,
+            generation,
+            won.target,
+            won.args,
+            won.kwargs,
+            won.interval_seconds,
+            anchor,
+            slot,
+            now,
+            run_id,
+        )
+
+    return store._write(body, "claim (test variant)")
+
+
+def finish_by_job_id_only(
+    store: Store,
+    claim: Claim,
+    instance_id: str,
+    finished_at: float,
+    outcome: str,
+    error: str | None,
+    next_run_at: float,
+) -> bool:
+    """A broken `Store.finish_run`: its job UPDATE is keyed on job_id alone.
+
+    The classic bug (FIELD-REPORTS #5): a stale completion moves whatever
+    definition now holds the id.
+    """
+
+    def body(conn: Connection) -> bool:
+        conn.execute(
+            update(runs)
+            .where(runs.c.run_id == claim.run_id, runs.c.outcome.is_(None))
+            .values(finished_at=from_ts(finished_at), outcome=outcome, error=error, lease_until=None)
+        )
+        result = conn.execute(
+            update(jobs)
+            .where(jobs.c.job_id == claim.job_id)
+            .values(
+                state="scheduled",
+                owner=None,
+                lease_until=None,
+                next_run_at=from_ts(next_run_at),
+                run_count=jobs.c.run_count + 1,
+                last_outcome=outcome,
+                updated_at=from_ts(finished_at),
+            )
+        )
+        return result.rowcount == 1
+
+    return store._write(body, "finish run (test variant)")
+
+
+def wall_clock_beat(heartbeat: Heartbeat) -> None:
+    """A broken `Heartbeat.beat`: expiry judged by comparing the stored
+    ``lease_until`` with the local *wall* clock (FIELD-REPORTS #19)."""
+    running_here = heartbeat._in_flight()
+    timebase = heartbeat._timebase
+    if running_here:
+        heartbeat._store.renew_leases(heartbeat._instance_id, timebase.now() + heartbeat._lease_seconds)
+    wall = timebase.clock.now()
+    for run in heartbeat._store.open_runs():
+        if run.run_id in running_here or run.lease_until is None:
+            continue
+        if to_ts(run.lease_until) <= wall:
+            heartbeat._recover(run)
+
+
+# --- PostgreSQL -------------------------------------------------------------------
+
+
+def pg_base_url() -> str:
+    """PERSCHED_TEST_PG_URL; skip locally without it, fail when CI is set."""
+    url = os.environ.get("PERSCHED_TEST_PG_URL", "")
+    if not url:
+        if os.environ.get("CI"):
+            pytest.fail("CI is set but PERSCHED_TEST_PG_URL is not: PostgreSQL tests must run in CI")
+        pytest.skip("PERSCHED_TEST_PG_URL is not set (PostgreSQL tests run in CI)")
+    return url
+
+
+@contextmanager
+def pg_schema() -> Iterator[str]:
+    """Yield a PostgreSQL URL whose ``search_path`` is a fresh schema; drop it after."""
+    base = make_url(pg_base_url()).set(drivername="postgresql+psycopg")
+    schema = f"persched_race_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(base)
+    try:
+        with admin.begin() as conn:
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+        yield base.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        admin.dispose()
