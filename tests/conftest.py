@@ -1,4 +1,4 @@
-"""Fixtures shared by the black-box tests of SPEC §1–§2.
+"""Fixtures shared by the black-box tests of SPEC §1-§2.
 
 `TIMEOUT` bounds every blocking call; `fake_clock` starts at a round epoch so
 expected `scheduled_for` values are exact; `make_scheduler` builds schedulers
@@ -8,11 +8,11 @@ an autouse check fails a test that leaves a ``persched-*`` thread alive.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,6 +21,10 @@ from persched.errors import SchedulerStateError
 from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.helpers import EPOCH, TIMEOUT, wait_until
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 __all__ = ["EPOCH", "TIMEOUT", "SchedulerFactory", "wait_until"]
 
@@ -97,10 +101,9 @@ class SchedulerFactory:
         """Release blocked targets, then shut every scheduler down (bounded)."""
         jobs.release_all()
         for sched in reversed(self.created):
-            try:
+            # Never started, or the test already shut it down.
+            with contextlib.suppress(SchedulerStateError):
                 sched.shutdown(wait=True, timeout=TIMEOUT)
-            except SchedulerStateError:
-                pass  # never started, or the test already shut it down
 
 
 @pytest.fixture

@@ -23,9 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
-def test_sigkill_mid_run_is_lost_then_job_goes_on(
-    tmp_path: Path, make_scheduler: SchedulerFactory
-) -> None:
+def test_sigkill_mid_run_is_lost_then_job_goes_on(tmp_path: Path, make_scheduler: SchedulerFactory) -> None:
     db = tmp_path / "jobs.db"
     marker = tmp_path / "started"
     log = tmp_path / "later-runs.log"
@@ -52,9 +50,7 @@ def test_sigkill_mid_run_is_lost_then_job_goes_on(
     lost_slot = marker.read_text()
     assert lost_slot
 
-    sched = make_scheduler(
-        f"sqlite:///{db}", real_clock=True, lease_seconds=1.0, heartbeat_seconds=0.1
-    )
+    sched = make_scheduler(f"sqlite:///{db}", real_clock=True, lease_seconds=1.0, heartbeat_seconds=0.1)
     sched.start()
 
     def settled() -> bool:

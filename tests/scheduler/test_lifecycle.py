@@ -1,4 +1,4 @@
-"""SPEC §1–§2 lifecycle: start, shutdown(wait=True/False), the context manager,
+"""SPEC §1-§2 lifecycle: start, shutdown(wait=True/False), the context manager,
 use after shutdown, shutdown from inside a job, and what a clean shutdown
 leaves in the store (no row stuck in RUNNING)."""
 
@@ -80,9 +80,17 @@ def test_context_manager_shuts_down_on_exception(sqlite_url: str, fake_clock: Fa
     class Boom(Exception):
         pass
 
-    with pytest.raises(Boom), JobScheduler(sqlite_url, clock=fake_clock) as sched:
-        sched.schedule("a", jobs.record, 10.0, args=("a",))
-        raise Boom
+    holder: list[JobScheduler] = []
+
+    def body() -> None:
+        with JobScheduler(sqlite_url, clock=fake_clock) as sched:
+            holder.append(sched)
+            sched.schedule("a", jobs.record, 10.0, args=("a",))
+            raise Boom
+
+    with pytest.raises(Boom):
+        body()
+    (sched,) = holder
     with pytest.raises(SchedulerStateError):
         sched.start()
 
@@ -150,15 +158,14 @@ def test_shutdown_no_wait_returns_at_once(
         lambda: sql(sqlite_url, "SELECT outcome FROM persched_runs WHERE job_id = 'a'") == [("ok",)],
         message="background run recorded",
     )
-    wait_until(lambda: not [
-        t for t in threading.enumerate() if t.name.startswith("persched-") and t.is_alive()
-    ], message="threads gone")
+    wait_until(
+        lambda: not [t for t in threading.enumerate() if t.name.startswith("persched-") and t.is_alive()],
+        message="threads gone",
+    )
     assert_no_running_rows(sqlite_url)
 
 
-def test_shutdown_timeout_is_bounded(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_shutdown_timeout_is_bounded(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     """shutdown(wait=True, timeout=t) returns after about t real seconds even if a run hangs."""
     sched = make_scheduler(start=True)
     sched.schedule("a", jobs.block, 10.0, args=("a",))
@@ -172,9 +179,7 @@ def test_shutdown_timeout_is_bounded(
     g.release.set()
 
 
-def test_shutdown_from_inside_a_job(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock, sqlite_url: str
-) -> None:
+def test_shutdown_from_inside_a_job(make_scheduler: SchedulerFactory, fake_clock: FakeClock, sqlite_url: str) -> None:
     """APScheduler #338: a job that shuts its scheduler down must not deadlock."""
     sched = make_scheduler(start=True)
     jobs.register_scheduler("self", sched)
@@ -183,9 +188,10 @@ def test_shutdown_from_inside_a_job(
     assert jobs.done_event("self").wait(TIMEOUT), "shutdown() inside a job deadlocked"
     with pytest.raises(SchedulerStateError):
         sched.schedule("x", jobs.record, 10.0, args=("x",))
-    wait_until(lambda: not [
-        t for t in threading.enumerate() if t.name.startswith("persched-") and t.is_alive()
-    ], message="threads gone")
+    wait_until(
+        lambda: not [t for t in threading.enumerate() if t.name.startswith("persched-") and t.is_alive()],
+        message="threads gone",
+    )
     assert sql(sqlite_url, "SELECT outcome FROM persched_runs WHERE job_id = 'self'") == [("ok",)]
     assert_no_running_rows(sqlite_url)
 

@@ -40,9 +40,7 @@ def test_jobs_resume_on_their_grid(make_scheduler: SchedulerFactory, fake_clock:
     assert [r.scheduled_for for r in runs] == [at(20), at(10)]
 
 
-def test_long_downtime_is_one_coalesced_run(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_long_downtime_is_one_coalesced_run(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     """FIELD-REPORTS #9: no catch-up storm after a restart."""
     first = make_scheduler(start=True)
     first.schedule("a", jobs.record, 10.0, args=("a",))
@@ -77,9 +75,7 @@ def test_identical_redeclaration_across_restart_keeps_next_run(
     assert [(r.generation, r.scheduled_for) for r in runs] == [(original.generation, at(20))]
 
 
-def test_changed_redeclaration_across_restart_replaces(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_changed_redeclaration_across_restart_replaces(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     first = make_scheduler(start=True)
     original = first.schedule("a", jobs.record, 10.0, args=("a",))
     first.shutdown(wait=True, timeout=TIMEOUT)
@@ -90,9 +86,7 @@ def test_changed_redeclaration_across_restart_replaces(
     assert again.next_run_at == at(55)
 
 
-def test_no_generation_reuse_across_restart(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_no_generation_reuse_across_restart(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     first = make_scheduler(start=True)
     g1 = first.schedule("a", jobs.record, 10.0, args=("a",)).generation
     assert first.deschedule("a") is True
@@ -144,11 +138,9 @@ def test_unresolvable_target_after_restart_is_kept_and_marked(
     wait_finished(second, "good", 2)
     assert jobs.calls("bad") == []
     # Not deleted.
-    assert sql(sqlite_url, "SELECT target FROM persched_jobs WHERE job_id = 'bad'") == [
-        ("no_such_mod_9c2e:f",)
-    ]
+    assert sql(sqlite_url, "SELECT target FROM persched_jobs WHERE job_id = 'bad'") == [("no_such_mod_9c2e:f",)]
     # Not silent: recorded as an error run, or at least logged by persched.
-    bad_runs = second.runs("bad")
+    bad_runs = [r for r in second.runs("bad") if r.outcome is not None]
     logged = any(
         r.name.startswith("persched") and ("bad" in r.getMessage() or "no_such_mod_9c2e" in r.getMessage())
         for r in caplog.records
@@ -201,9 +193,7 @@ def test_missing_directory_is_a_store_error(tmp_path: Path, fake_clock: FakeCloc
     assert "jobs.db" in str(excinfo.value)
 
 
-@pytest.mark.skipif(
-    hasattr(os, "geteuid") and os.geteuid() == 0, reason="root ignores file permissions"
-)
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root ignores file permissions")
 def test_read_only_file_is_a_store_error(
     make_scheduler: SchedulerFactory, sqlite_url: str, fake_clock: FakeClock
 ) -> None:
@@ -240,9 +230,7 @@ def test_schema_from_the_future_is_refused(
     assert sql(sqlite_url, "SELECT version_num FROM persched_alembic_version") == [("f00dfacefeed",)]
 
 
-def test_extra_unknown_revision_row_is_refused(
-    make_scheduler: SchedulerFactory, sqlite_url: str
-) -> None:
+def test_extra_unknown_revision_row_is_refused(make_scheduler: SchedulerFactory, sqlite_url: str) -> None:
     """A bogus revision inserted next to the real one is also not silently accepted."""
     first = make_scheduler(start=True)
     first.shutdown(wait=True, timeout=TIMEOUT)

@@ -13,6 +13,7 @@ some instant has run, every claim due before it has already been decided.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import threading
@@ -23,13 +24,24 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from persched import JobScheduler, JobState, Run, current_run
+from persched import JobState, Run, current_run
 from tests.support import jobs
 from tests.support.helpers import TIMEOUT, at, finished_runs, wait_finished, wait_until
 
 if TYPE_CHECKING:
+    from persched import JobScheduler
     from persched.testing import FakeClock
     from tests.conftest import SchedulerFactory
+
+
+def wait_next_run(sched: JobScheduler, job_id: str, expected: datetime) -> None:
+    """Wait until the job's next_run_at is `expected` (its run has been completed)."""
+
+    def check() -> bool:
+        job = sched.get_job(job_id)
+        return job is not None and job.next_run_at == expected
+
+    wait_until(check, message=f"{job_id}.next_run_at == {expected}")
 
 
 def slots(runs: list[Run]) -> list[datetime]:
@@ -48,14 +60,12 @@ def test_runs_on_the_grid(make_scheduler: SchedulerFactory, fake_clock: FakeCloc
         runs = wait_finished(sched, "a", k)
         assert slots(runs) == [at(10 * i) for i in range(k, 0, -1)]
         assert all(r.outcome == "ok" and r.error is None for r in runs)
-        wait_until(lambda: sched.get_job("a").next_run_at == at(10 * (k + 1)))  # type: ignore[union-attr]  # job exists
+        wait_next_run(sched, "a", at(10 * (k + 1)))
     assert len(jobs.calls("a")) == 3
     assert [c.scheduled_for for c in jobs.calls("a")] == [at(10), at(20), at(30)]
 
 
-def test_nothing_runs_before_it_is_due(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_nothing_runs_before_it_is_due(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     sched = make_scheduler(start=True)
     sched.schedule("a", jobs.record, 10.0, args=("a",))
     sched.schedule("probe", jobs.record, 9.5, args=("probe",))
@@ -65,9 +75,7 @@ def test_nothing_runs_before_it_is_due(
     assert sched.runs("a") == []
 
 
-def test_args_and_kwargs_reach_the_callable(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_args_and_kwargs_reach_the_callable(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     sched = make_scheduler(start=True)
     sched.schedule("a", jobs.record, 1.0, args=("a", 1, [2, 3]), kwargs={"to": "ops", "n": None})
     fake_clock.advance(1.0)
@@ -77,9 +85,7 @@ def test_args_and_kwargs_reach_the_callable(
     assert call.kwargs == {"to": "ops", "n": None}
 
 
-def test_start_in_zero_runs_at_once(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_start_in_zero_runs_at_once(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     sched = make_scheduler(start=True)
     sched.schedule("a", jobs.record, 10.0, args=("a",), start_in=0)
     runs = wait_finished(sched, "a", 1)
@@ -107,9 +113,7 @@ def test_schedule_before_start(make_scheduler: SchedulerFactory, fake_clock: Fak
     assert slots(wait_finished(sched, "a", 1)) == [at(10)]
 
 
-def test_schedule_from_another_thread_is_picked_up(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_schedule_from_another_thread_is_picked_up(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     sched = make_scheduler(start=True)
     t = threading.Thread(
         target=sched.schedule, args=("a", jobs.record, 5.0), kwargs={"args": ("a",)}, name="test-sched"
@@ -123,24 +127,20 @@ def test_schedule_from_another_thread_is_picked_up(
 # --- coalescing (FIELD-REPORTS #8, #9, #10) -----------------------------------------------
 
 
-def test_late_slots_coalesce_into_one_run(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_late_slots_coalesce_into_one_run(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     sched = make_scheduler(start=True)
     sched.schedule("a", jobs.record, 10.0, args=("a",))
     fake_clock.advance(35.0)
     runs = wait_finished(sched, "a", 1)
     assert slots(runs) == [at(30)]
-    wait_until(lambda: sched.get_job("a").next_run_at == at(40))  # type: ignore[union-attr]  # exists
+    wait_next_run(sched, "a", at(40))
     fake_clock.advance(5.0)
     runs = wait_finished(sched, "a", 2)
     assert slots(runs) == [at(40), at(30)]
     assert len(jobs.calls("a")) == 2
 
 
-def test_huge_advance_is_one_run_and_cheap(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_huge_advance_is_one_run_and_cheap(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     """Ten years late with a 1 s interval: one run, no loop over 3e8 slots (FR #12)."""
     sched = make_scheduler(start=True)
     sched.schedule("a", jobs.record, 1.0, args=("a",))
@@ -148,7 +148,7 @@ def test_huge_advance_is_one_run_and_cheap(
     fake_clock.advance(ten_years + 0.5)
     runs = wait_finished(sched, "a", 1)
     assert slots(runs) == [at(ten_years)]
-    wait_until(lambda: sched.get_job("a").next_run_at == at(ten_years + 1))  # type: ignore[union-attr]  # exists
+    wait_next_run(sched, "a", at(ten_years + 1))
     assert len(sched.runs("a")) == 1
 
 
@@ -178,15 +178,13 @@ def test_job_never_overlaps_itself(make_scheduler: SchedulerFactory, fake_clock:
     # Exactly one more run, right after, standing for the latest passed slot.
     runs = wait_finished(sched, "a", 2)
     assert slots(runs) == [at(40), at(10)]
-    wait_until(lambda: sched.get_job("a").next_run_at == at(50))  # type: ignore[union-attr]  # exists
+    wait_next_run(sched, "a", at(50))
     fake_clock.advance(10.0)
     assert slots(wait_finished(sched, "a", 3)) == [at(50), at(40), at(10)]
     assert len(jobs.calls("a")) == 3
 
 
-def test_blocked_job_does_not_hold_back_others(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_blocked_job_does_not_hold_back_others(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     sched = make_scheduler(start=True)
     sched.schedule("slow", jobs.block, 10.0, args=("slow",))
     sched.schedule("fast", jobs.record, 10.0, args=("fast",))
@@ -200,9 +198,7 @@ def test_blocked_job_does_not_hold_back_others(
     assert sched.deschedule("slow") is True
 
 
-def test_long_advance_during_a_run_does_not_lose_it(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_long_advance_during_a_run_does_not_lose_it(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     """A run alive in this process is not declared lost when time jumps past its lease."""
     sched = make_scheduler(start=True, lease_seconds=5.0, heartbeat_seconds=1.0)
     sched.schedule("a", jobs.block, 10.0, args=("a",))
@@ -222,9 +218,7 @@ def test_long_advance_during_a_run_does_not_lose_it(
 # --- workers ------------------------------------------------------------------------
 
 
-def test_one_worker_runs_both_due_jobs_in_turn(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_one_worker_runs_both_due_jobs_in_turn(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     sched = make_scheduler(start=True, workers=1)
     sched.schedule("first", jobs.block, 10.0, args=("first",))
     sched.schedule("second", jobs.record, 10.0, args=("second",), start_in=10.5)
@@ -256,9 +250,7 @@ def test_many_due_jobs_all_run(make_scheduler: SchedulerFactory, fake_clock: Fak
 # --- replace (SPEC §2 schedule()) ---------------------------------------------------
 
 
-def test_identical_redeclaration_changes_nothing(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_identical_redeclaration_changes_nothing(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     """FIELD-REPORTS #1: re-declaring an unchanged job does not push it back."""
     sched = make_scheduler(start=True)
     first = sched.schedule("a", jobs.record, 10.0, args=("a",), kwargs={"x": 1})
@@ -273,9 +265,7 @@ def test_identical_redeclaration_changes_nothing(
     assert slots(wait_finished(sched, "a", 1)) == [at(10)]
 
 
-def test_same_id_twice_before_start_is_one_job(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_same_id_twice_before_start_is_one_job(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     """FIELD-REPORTS #2: one row, one heap entry."""
     sched = make_scheduler()
     sched.schedule("a", jobs.record, 10.0, args=("a",))
@@ -314,9 +304,7 @@ def test_replacement_gets_new_generation_and_fresh_grid(
 
 
 @pytest.mark.parametrize("change", ["target", "args", "kwargs", "interval"])
-def test_every_definition_change_is_a_replacement(
-    make_scheduler: SchedulerFactory, change: str
-) -> None:
+def test_every_definition_change_is_a_replacement(make_scheduler: SchedulerFactory, change: str) -> None:
     sched = make_scheduler()
     old = sched.schedule("a", jobs.record, 10.0, args=("a",), kwargs={"k": 1})
     if change == "target":
@@ -331,9 +319,7 @@ def test_every_definition_change_is_a_replacement(
     assert [j.generation for j in sched.jobs()] == [new.generation]
 
 
-def test_replacement_while_old_run_in_flight(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_replacement_while_old_run_in_flight(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     """The old run may finish; its completion does not disturb the new definition."""
     sched = make_scheduler(start=True)
     old = sched.schedule("a", jobs.block, 10.0, args=("a",))
@@ -347,16 +333,12 @@ def test_replacement_while_old_run_in_flight(
     wait_until(lambda: any(r.generation == old.generation and r.outcome == "ok" for r in sched.runs("a")))
     job = sched.get_job("a")
     assert job is not None
-    assert (job.generation, job.next_run_at, job.target) == (
-        new.generation, at(20), "tests.support.jobs:record"
-    )
+    assert (job.generation, job.next_run_at, job.target) == (new.generation, at(20), "tests.support.jobs:record")
     assert job.state is JobState.SCHEDULED
     fake_clock.advance(10.0)
     wait_until(lambda: len(jobs.calls("a")) == 2)
     runs = wait_finished(sched, "a", 2)
-    assert [(r.generation, r.scheduled_for) for r in runs] == [
-        (new.generation, at(20)), (old.generation, at(10))
-    ]
+    assert [(r.generation, r.scheduled_for) for r in runs] == [(new.generation, at(20)), (old.generation, at(10))]
 
 
 # --- deschedule ---------------------------------------------------------------------
@@ -503,8 +485,12 @@ def test_exception_is_recorded_logged_and_job_goes_on(
     job = sched.get_job("bad")
     assert job is not None
     assert job.state is JobState.SCHEDULED
-    wait_until(lambda: any("boom-7f3a" in r.getMessage() or (
-        r.exc_info is not None and "boom-7f3a" in str(r.exc_info[1])) for r in caplog.records))
+    wait_until(
+        lambda: any(
+            "boom-7f3a" in r.getMessage() or (r.exc_info is not None and "boom-7f3a" in str(r.exc_info[1]))
+            for r in caplog.records
+        )
+    )
     assert any(r.name.startswith("persched") for r in caplog.records)
     assert "Traceback" in caplog.text
     fake_clock.advance(10.0)
@@ -533,9 +519,7 @@ def test_system_exit_is_isolated(
 # --- current_run() -------------------------------------------------------------------
 
 
-def test_current_run_inside_and_outside(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_current_run_inside_and_outside(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     assert current_run() is None
     sched = make_scheduler(start=True)
     job = sched.schedule("a", jobs.capture_run, 10.0, args=("a",))
@@ -563,9 +547,7 @@ def test_current_run_is_none_in_main_thread_during_a_run(
 # --- wall-clock steps (FIELD-REPORTS #12, SPEC §2 Time) ------------------------------
 
 
-def test_wall_step_forward_causes_no_burst(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_wall_step_forward_causes_no_burst(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     sched = make_scheduler(start=True)
     sched.schedule("a", jobs.record, 10.0, args=("a",))
     fake_clock.advance(10.0)
@@ -583,9 +565,7 @@ def test_wall_step_forward_causes_no_burst(
     assert len({r.scheduled_for for r in runs}) == len(runs)
 
 
-def test_wall_step_back_causes_no_stall(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_wall_step_back_causes_no_stall(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     sched = make_scheduler(start=True)
     sched.schedule("a", jobs.record, 10.0, args=("a",))
     fake_clock.advance(10.0)
@@ -598,9 +578,7 @@ def test_wall_step_back_causes_no_stall(
     assert len({r.scheduled_for for r in runs}) == len(runs)
 
 
-def test_wall_step_back_before_start_first_run(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_wall_step_back_before_start_first_run(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     sched = make_scheduler(start=True)
     sched.schedule("a", jobs.record, 10.0, args=("a",))
     fake_clock.step_wall(-3600.0)
@@ -624,9 +602,7 @@ class Op:
 
 
 @pytest.mark.stress
-def test_concurrent_schedule_deschedule_stress(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_concurrent_schedule_deschedule_stress(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     seed = random.randrange(2**32)
     print(f"stress seed: {seed}")  # noqa: T201  # printed so a failure can be replayed
     ids = ["s0", "s1", "s2", "s3"]
@@ -699,9 +675,7 @@ def test_concurrent_schedule_deschedule_stress(
         retirements = [
             op.fake_at_return
             for op in ops
-            if op.job_id == job_id
-            and op.start_ns > created_ns
-            and (op.kind == "deschedule" or op.generation != gen)
+            if op.job_id == job_id and op.start_ns > created_ns and (op.kind == "deschedule" or op.generation != gen)
         ]
         if not retirements:
             continue
@@ -711,11 +685,13 @@ def test_concurrent_schedule_deschedule_stress(
 
     # Generations of one job_id only grow in the order their schedule() calls returned.
     for job_id in ids:
-        seq = sorted((op.end_ns, op.start_ns, op.generation) for op in ops
-                     if op.job_id == job_id and op.generation is not None)
-        for (end_a, _, gen_a), (_, start_b, gen_b) in zip(seq, seq[1:]):
+        seq = sorted(
+            (op.end_ns, op.start_ns, op.generation) for op in ops if op.job_id == job_id and op.generation is not None
+        )
+        for (end_a, _, gen_a), (_, start_b, gen_b) in itertools.pairwise(seq):
             if start_b > end_a:
-                assert gen_b is not None and gen_a is not None
+                assert gen_b is not None
+                assert gen_a is not None
                 assert gen_b >= gen_a
 
     # No two runs of one generation overlapped (real time, seen from inside).
@@ -724,16 +700,16 @@ def test_concurrent_schedule_deschedule_stress(
         for c in jobs.calls(i):
             assert c.end_ns is not None
             seen.setdefault((c.job_id, c.generation), []).append((c.start_ns, c.end_ns))
-    for key, spans in seen.items():
+    for seen_key, spans in seen.items():
         spans.sort()
-        for (_, end), (start, _) in zip(spans, spans[1:]):
-            assert start >= end, f"runs of {key} overlapped"
+        for (_, end), (start, _) in itertools.pairwise(spans):
+            assert start >= end, f"runs of {seen_key} overlapped"
     # And in the store's own timestamps.
     by_gen: dict[tuple[str, int], list[Run]] = {}
     for r in runs:
         by_gen.setdefault((r.job_id, r.generation), []).append(r)
     for key, rs in by_gen.items():
         rs.sort(key=lambda r: (r.started_at, r.scheduled_for))
-        for a, b in zip(rs, rs[1:]):
+        for a, b in itertools.pairwise(rs):
             assert a.finished_at is not None
             assert b.started_at >= a.finished_at, f"runs of {key} overlapped in the store"

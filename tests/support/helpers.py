@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable
 from contextlib import closing
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from persched import JobScheduler, Run
 
 __all__ = [
@@ -38,9 +39,7 @@ def at(offset: float) -> datetime:
     return datetime.fromtimestamp(EPOCH + offset, tz=timezone.utc)
 
 
-def wait_until(
-    predicate: Callable[[], bool], timeout: float = TIMEOUT, message: str = ""
-) -> None:
+def wait_until(predicate: Callable[[], bool], timeout: float = TIMEOUT, message: str = "") -> None:
     """Poll `predicate` every 5 ms until it is true; fail after `timeout` real seconds."""
     deadline = time.monotonic() + timeout
     while not predicate():

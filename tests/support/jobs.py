@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from persched import current_run
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from datetime import datetime
+
     from persched import JobScheduler
 
 __all__ = [
@@ -142,7 +143,7 @@ def _record(key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
     return call
 
 
-def record(key: str, *args: Any, **kwargs: Any) -> None:
+def record(key: str, *args: Any, **kwargs: Any) -> None:  # noqa: ANN401  # JSON values
     """Record the call and return."""
     _record(key, args, kwargs)
 

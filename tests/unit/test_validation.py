@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable
 from datetime import timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +23,8 @@ from tests.support import jobs
 from tests.support.helpers import at
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tests.conftest import SchedulerFactory
 
 RECORD = "tests.support.jobs:record"
@@ -78,7 +79,7 @@ def test_bad_job_id_refused(sched: JobScheduler, job_id: str) -> None:
 
 
 @pytest.mark.parametrize("job_id", [1, None, b"bytes", ("t",)], ids=["int", "none", "bytes", "tuple"])
-def test_non_str_job_id_refused(sched: JobScheduler, job_id: Any) -> None:
+def test_non_str_job_id_refused(sched: JobScheduler, job_id: Any) -> None:  # noqa: ANN401  # deliberately ill-typed input
     assert_refused(sched, "job_id", lambda: sched.schedule(job_id, jobs.record, 10.0))
 
 
@@ -115,7 +116,7 @@ _main_function.__module__ = "__main__"
     ],
     ids=["lambda", "closure", "bound-method", "partial", "__main__", "instance", "int", "none"],
 )
-def test_unresolvable_fn_refused(sched: JobScheduler, fn: Any) -> None:
+def test_unresolvable_fn_refused(sched: JobScheduler, fn: Any) -> None:  # noqa: ANN401  # deliberately ill-typed input
     err = assert_refused(sched, "fn", lambda: sched.schedule("new", fn, 10.0), job_id="new")
     # The message says why; more than just the argument name.
     assert len(str(err)) > len("fn: ") + 10
@@ -166,7 +167,7 @@ def test_bad_string_ref_refused(sched: JobScheduler, ref: str) -> None:
     ],
     ids=["function", "string-ref", "staticmethod", "classmethod", "string-ref-qualname"],
 )
-def test_resolvable_fn_accepted(sched: JobScheduler, fn: Any, target: str) -> None:
+def test_resolvable_fn_accepted(sched: JobScheduler, fn: Any, target: str) -> None:  # noqa: ANN401  # deliberately ill-typed input
     job = sched.schedule("new", fn, 10.0)
     assert job.target == target
     stored = sched.get_job("new")
@@ -182,19 +183,27 @@ TEN_YEARS = 10 * 365 * 86400.0
 @pytest.mark.parametrize(
     "interval",
     [0, 0.0, -1.0, -0.001, math.nan, math.inf, -math.inf, True, False, 11 * 365 * 86400.0, "10", None],
-    ids=["zero", "zero-float", "negative", "tiny-negative", "nan", "inf", "-inf", "true", "false",
-         "11-years", "str", "none"],
+    ids=[
+        "zero",
+        "zero-float",
+        "negative",
+        "tiny-negative",
+        "nan",
+        "inf",
+        "-inf",
+        "true",
+        "false",
+        "11-years",
+        "str",
+        "none",
+    ],
 )
-def test_bad_interval_refused(sched: JobScheduler, interval: Any) -> None:
-    assert_refused(
-        sched, "interval_seconds", lambda: sched.schedule("new", jobs.record, interval), job_id="new"
-    )
+def test_bad_interval_refused(sched: JobScheduler, interval: Any) -> None:  # noqa: ANN401  # deliberately ill-typed input
+    assert_refused(sched, "interval_seconds", lambda: sched.schedule("new", jobs.record, interval), job_id="new")
 
 
 @pytest.mark.parametrize("interval", [0.001, 0.25, 1, 60, TEN_YEARS])
-def test_good_interval_accepted(
-    make_scheduler: SchedulerFactory, interval: float
-) -> None:
+def test_good_interval_accepted(make_scheduler: SchedulerFactory, interval: float) -> None:
     s = make_scheduler()
     job = s.schedule("new", jobs.record, interval)
     assert job.interval_seconds == interval
@@ -219,10 +228,9 @@ def test_good_interval_accepted(
         ((), {"x": math.nan}),
         ((), {"x": jobs.record}),
     ],
-    ids=["set", "object", "nan", "inf", "bytes", "nested-set", "kw-set", "kw-object", "kw-nan",
-         "kw-function"],
+    ids=["set", "object", "nan", "inf", "bytes", "nested-set", "kw-set", "kw-object", "kw-nan", "kw-function"],
 )
-def test_non_json_args_refused(sched: JobScheduler, args: Any, kwargs: Any) -> None:
+def test_non_json_args_refused(sched: JobScheduler, args: Any, kwargs: Any) -> None:  # noqa: ANN401  # deliberately ill-typed input
     argument = "args" if args else "kwargs"
     assert_refused(
         sched,
@@ -246,17 +254,17 @@ def test_json_args_round_trip(sched: JobScheduler) -> None:
 
 
 @pytest.mark.parametrize("start_in", [-1.0, -0.001, math.nan, math.inf, True], ids=str)
-def test_bad_start_in_refused(sched: JobScheduler, start_in: Any) -> None:
+def test_bad_start_in_refused(sched: JobScheduler, start_in: Any) -> None:  # noqa: ANN401  # deliberately ill-typed input
     assert_refused(
-        sched, "start_in", lambda: sched.schedule("new", jobs.record, 10.0, start_in=start_in),
+        sched,
+        "start_in",
+        lambda: sched.schedule("new", jobs.record, 10.0, start_in=start_in),
         job_id="new",
     )
 
 
 @pytest.mark.parametrize(("start_in", "offset"), [(None, 10.0), (0, 0.0), (2.5, 2.5), (100, 100.0)])
-def test_start_in_sets_first_run(
-    sched: JobScheduler, start_in: float | None, offset: float
-) -> None:
+def test_start_in_sets_first_run(sched: JobScheduler, start_in: float | None, offset: float) -> None:
     job = sched.schedule("new", jobs.record, 10.0, start_in=start_in)
     assert job.next_run_at == at(offset)
 
@@ -267,9 +275,7 @@ def test_start_in_sets_first_run(
 def test_refused_replacement_leaves_job_unchanged(sched: JobScheduler) -> None:
     assert_refused(sched, "interval_seconds", lambda: sched.schedule("keep", jobs.record, -5.0))
     assert_refused(sched, "fn", lambda: sched.schedule("keep", lambda: None, 10.0))
-    assert_refused(
-        sched, "args", lambda: sched.schedule("keep", jobs.record, 10.0, args=({1},))
-    )
+    assert_refused(sched, "args", lambda: sched.schedule("keep", jobs.record, 10.0, args=({1},)))
 
 
 # --- the models ---------------------------------------------------------------------
@@ -284,7 +290,7 @@ def test_job_model_fields(sched: JobScheduler) -> None:
     assert dict(job.kwargs) == {}
     assert job.interval_seconds == 10.0
     assert job.state is JobState.SCHEDULED
-    assert job.state == "scheduled"
+    assert job.state.value == "scheduled"
     assert isinstance(job.generation, int)
     for stamp in (job.next_run_at, job.created_at, job.updated_at):
         assert stamp.tzinfo is not None
