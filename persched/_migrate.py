@@ -105,7 +105,12 @@ _KNOWN: Final = _SCRIPT[1]
 
 def _revision(conn: Connection) -> str | None:
     ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
-    return ctx.get_current_revision()
+    heads = ctx.get_current_heads()
+    if len(heads) > 1:
+        # persched's history has one branch: several rows mean a foreign or
+        # future writer touched the version table; refuse, change nothing.
+        raise SchemaVersionError(" + ".join(sorted(heads)), HEAD)
+    return heads[0] if heads else None
 
 
 def current_revision(engine: Engine) -> str | None:
