@@ -8,6 +8,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sqlite3
+import time
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -210,6 +213,26 @@ def test_read_only_file_is_a_store_error(
         assert path.read_bytes() == content
     finally:
         path.chmod(0o600)
+
+
+def test_locked_database_is_a_store_error_after_busy_timeout(make_scheduler: SchedulerFactory, sqlite_url: str) -> None:
+    """FIELD-REPORTS #7: locked past the busy timeout -> StoreError naming the URL, not a hang."""
+    sched = make_scheduler(busy_timeout_seconds=0.2)
+    sched.schedule("keep", jobs.record, 10.0, args=("keep",))
+    with closing(sqlite3.connect(sqlite_path(sqlite_url), timeout=TIMEOUT)) as locker:
+        locker.execute("BEGIN EXCLUSIVE")
+        try:
+            began = time.monotonic()
+            with pytest.raises(StoreError) as excinfo:
+                sched.schedule("new", jobs.record, 10.0, args=("new",))
+            assert time.monotonic() - began < TIMEOUT
+            assert sqlite_path(sqlite_url) in str(excinfo.value)
+        finally:
+            locker.rollback()
+    # Nothing was written, and the store is usable again once the lock is gone.
+    assert sched.get_job("new") is None
+    sched.schedule("new", jobs.record, 10.0, args=("new",))
+    assert sorted(j.job_id for j in sched.jobs()) == ["keep", "new"]
 
 
 def test_schema_from_the_future_is_refused(
