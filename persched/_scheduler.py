@@ -39,7 +39,7 @@ from ._events import Event, EventBus
 from ._heartbeat import Heartbeat
 from ._models import Job, Run, validate_definition, validate_job_id
 from ._store import Claim, Store, bound_error_text, from_ts, to_ts
-from ._targets import reference_of
+from ._targets import normalize_allowed, reference_of
 from ._timebase import Timebase
 from ._workers import WorkerPool, current_run_claim
 from .clock import Clock, SystemClock
@@ -113,6 +113,11 @@ class JobScheduler:
         keep_runs_for_seconds: Delete runs that finished longer ago than
             this (None: no limit by age). Pruning runs on the heartbeat
             thread in short transactions, never on the dispatch path.
+        allowed_modules: If given, module names (or package prefixes) whose
+            callables may be scheduled and run; a stored target outside them
+            is never imported: its runs are refused and recorded as errors.
+            Whoever can write the database can change a row's target, so set
+            this wherever the database is shared with less trusted writers.
 
     Raises:
         InvalidJobError: An argument is out of range.
@@ -132,8 +137,10 @@ class JobScheduler:
         synchronous: str = "FULL",
         keep_runs: int | None = 1000,
         keep_runs_for_seconds: float | None = None,
+        allowed_modules: Iterable[str] | None = None,
     ) -> None:
         self._workers = int(_positive("workers", workers, integer=True))
+        self._allowed_modules = normalize_allowed(allowed_modules)
         self._keep_runs = None if keep_runs is None else int(_positive("keep_runs", keep_runs, integer=True))
         self._keep_seconds = (
             None if keep_runs_for_seconds is None else _positive("keep_runs_for_seconds", keep_runs_for_seconds)
@@ -166,7 +173,7 @@ class JobScheduler:
         self._inflight_jobs: Counter[str] = Counter()
         self._inflight_runs: set[int] = set()
         self._dispatcher = Dispatcher(self._timebase, self._workers, self._claim)
-        self._pool = WorkerPool(self._workers, self._complete)
+        self._pool = WorkerPool(self._workers, self._complete, self._allowed_modules)
         self._heartbeat = Heartbeat(
             self._store,
             self._timebase,
@@ -318,7 +325,8 @@ class JobScheduler:
         """
         self._check_open()
         validate_job_id(job_id)
-        definition = validate_definition(job_id, reference_of(fn), interval_seconds, args, kwargs, start_in)
+        target = reference_of(fn, self._allowed_modules)
+        definition = validate_definition(job_id, target, interval_seconds, args, kwargs, start_in)
         self._ensure_schema()
         job, change = self._store.upsert_job(definition, self._timebase.now())
         if change != "unchanged":

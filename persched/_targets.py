@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, cast
 from .errors import InvalidJobError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
-__all__ = ["TargetNotFound", "reference_of", "resolve"]
+__all__ = ["TargetNotFound", "TargetRefused", "normalize_allowed", "reference_of", "resolve"]
 
 _REFERENCE = re.compile(
     r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
@@ -30,13 +30,39 @@ class TargetNotFound(Exception):
     """A stored reference no longer resolves to a callable (internal)."""
 
 
-def resolve(reference: str) -> Callable[..., Any]:
+class TargetRefused(TargetNotFound):
+    """A stored reference names a module outside `allowed_modules` (internal)."""
+
+
+def normalize_allowed(allowed: Iterable[str] | str | None) -> tuple[str, ...] | None:
+    """Check an `allowed_modules` argument: None, or module names / prefixes."""
+    if allowed is None:
+        return None
+    names: tuple[object, ...] = (allowed,) if isinstance(allowed, str) else tuple(allowed)
+    if not names or not all(isinstance(m, str) and m.strip(". ") for m in names):
+        raise InvalidJobError("allowed_modules", f"must be module names or prefixes, got {allowed!r}")
+    return tuple(str(m).strip(". ") for m in names)
+
+
+def _is_allowed(module_name: str, allowed: tuple[str, ...] | None) -> bool:
+    # "myapp" allows myapp and myapp.tasks, never myapplication.
+    return allowed is None or any(module_name == p or module_name.startswith(p + ".") for p in allowed)
+
+
+def resolve(reference: str, allowed: tuple[str, ...] | None = None) -> Callable[..., Any]:
     """Import `reference` ("module:qualname") and return the callable.
 
+    With `allowed`, a module outside it is refused before anything is
+    imported: whoever can write the database must not be able to run
+    arbitrary code through a row's target.
+
     Raises:
+        TargetRefused: the module is not in `allowed` (nothing imported).
         TargetNotFound: the module or attribute is missing, or not callable.
     """
     module_name, _, qualname = reference.partition(":")
+    if not _is_allowed(module_name, allowed):
+        raise TargetRefused(f"module {module_name!r} is not in allowed_modules {list(allowed or ())}")
     try:
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:
@@ -51,17 +77,18 @@ def resolve(reference: str) -> Callable[..., Any]:
     return obj  # type: ignore[no-any-return]  # checked callable above
 
 
-def reference_of(fn: object) -> str:
+def reference_of(fn: object, allowed: tuple[str, ...] | None = None) -> str:
     """Return the ``"module:qualname"`` reference of `fn`, checked to resolve back.
 
     Raises:
-        InvalidJobError: `fn` cannot be found by reference (argument ``fn``).
+        InvalidJobError: `fn` cannot be found by reference, or is outside
+            `allowed` (argument ``fn``).
     """
     if isinstance(fn, str):
         if not _REFERENCE.match(fn):
             raise InvalidJobError("fn", f"{fn!r} is not a reference of the form 'package.module:function'")
         try:
-            resolve(fn)
+            resolve(fn, allowed)
         except TargetNotFound as exc:
             raise InvalidJobError("fn", f"{exc}") from exc
         return fn
@@ -92,7 +119,9 @@ def reference_of(fn: object) -> str:
         )
     reference = f"{module_name}:{qualname}"
     try:
-        found = resolve(reference)
+        found = resolve(reference, allowed)
+    except TargetRefused as exc:
+        raise InvalidJobError("fn", str(exc)) from exc
     except TargetNotFound as exc:
         raise InvalidJobError("fn", f"{reference!r} does not resolve back to {fn!r}: {exc}; {_HOW}") from exc
     if not _same_callable(found, fn):

@@ -48,8 +48,9 @@ def current_run_claim() -> Claim | None:
 class WorkerPool:
     """`size` daemon threads running claims handed over by `submit`."""
 
-    def __init__(self, size: int, complete: CompleteCallback) -> None:
+    def __init__(self, size: int, complete: CompleteCallback, allowed_modules: tuple[str, ...] | None = None) -> None:
         self._complete = complete
+        self._allowed_modules = allowed_modules
         self._queue: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._loop, name=f"persched-worker-{i}", daemon=True) for i in range(size)
@@ -86,7 +87,7 @@ class WorkerPool:
 
     def _loop(self) -> None:
         while (claim := self._queue.get()) is not None:
-            outcome, error = _execute(claim)
+            outcome, error = _execute(claim, self._allowed_modules)
             try:
                 self._complete(claim, outcome, error)
             except BaseException:
@@ -97,11 +98,11 @@ class WorkerPool:
                 )
 
 
-def _execute(claim: Claim) -> tuple[str, str | None]:
+def _execute(claim: Claim, allowed_modules: tuple[str, ...] | None) -> tuple[str, str | None]:
     token = _current.set(claim)
     fn: Callable[..., Any] | None = None
     try:
-        fn = resolve(claim.target)
+        fn = resolve(claim.target, allowed_modules)
         args = json.loads(claim.args_json)
         kwargs = json.loads(claim.kwargs_json)
         fn(*args, **kwargs)
@@ -113,7 +114,7 @@ def _execute(claim: Claim) -> tuple[str, str | None]:
             claim.target,
             exc,
         )
-        return "error", f"TargetNotFound: {exc}"
+        return "error", f"{type(exc).__name__}: {exc}"
     except BaseException as exc:
         logger.exception("job %s generation %d raised", claim.job_id, claim.generation)
         text = "".join(traceback.format_exception(exc))
