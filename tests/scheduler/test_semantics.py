@@ -469,6 +469,24 @@ def test_stale_heap_entry_cannot_claim_later_definition(
     assert [(r.generation, r.scheduled_for) for r in runs] == [(g2, at(20))]
 
 
+def test_stale_entry_due_with_the_new_one_cannot_claim_it(
+    make_scheduler: SchedulerFactory, fake_clock: FakeClock
+) -> None:
+    """Deschedule + re-schedule due at the same instant: the one run is the new generation's."""
+    sched = make_scheduler(start=True)
+    g1 = sched.schedule("a", jobs.capture_run, 10.0, args=("a",)).generation
+    assert sched.deschedule("a") is True
+    g2 = sched.schedule("a", jobs.capture_run, 10.0, args=("a",)).generation
+    assert g2 > g1
+    fake_clock.advance(10.0)
+    wait_finished(sched, "a", 1)
+    sched.schedule("probe", jobs.record, 0.5, args=("probe",))
+    fake_clock.advance(0.5)
+    wait_finished(sched, "probe", 1)
+    assert [(r.generation, r.scheduled_for) for r in sched.runs("a")] == [(g2, at(10))]
+    assert [(c.generation, c.scheduled_for) for c in jobs.calls("a")] == [(g2, at(10))]
+
+
 # --- callables that raise ------------------------------------------------------------
 
 
@@ -635,13 +653,17 @@ def test_concurrent_schedule_deschedule_stress(make_scheduler: SchedulerFactory,
                 fake_now = datetime.fromtimestamp(fake_clock.now(), tz=at(0).tzinfo)
                 with ops_lock:
                     ops.append(Op(kind, job_id, gen, start, end, fake_now))
+                # Spread the ops over fake time: wait for the next clock tick.
+                seen = fake_clock.now()
+                wait_until(lambda: fake_clock.now() > seen, message="clock tick")  # noqa: B023  # called at once
         except BaseException as exc:  # noqa: BLE001  # reported by the main thread
             errors.append(exc)
 
     def driver() -> None:
         barrier.wait()
         while not stop_clock.is_set():
-            fake_clock.advance(0.05)
+            # 1/16 s is exact in binary at this epoch, so wall and monotonic agree exactly.
+            fake_clock.advance(0.0625)
             stop_clock.wait(0.002)  # pacing only, not synchronisation
 
     actors = [threading.Thread(target=actor, args=(n,), name=f"test-actor-{n}") for n in range(8)]
