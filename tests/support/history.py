@@ -1,0 +1,329 @@
+"""A Jepsen-style history of schedule/deschedule calls and runs, and its checker.
+
+Recording
+---------
+`History.call()` records one public operation: its kind (``schedule`` or
+``deschedule``), the job, the invocation and response times and the value it
+returned (for ``schedule`` the returned generation, for ``deschedule`` the
+bool). Runs are recorded twice: the *claim* as persched stored it
+(`RunRow`, read from ``persched_runs`` after the fact) and the *start* and
+*end* as the callable saw them (`Start`, recorded by
+`tests.support.proof_jobs.tracked`).
+
+Time
+----
+Every time in a history is in ONE frame, chosen by the test and passed to
+`History(now=...)`: real ``time.monotonic()`` for the threaded stress runs
+(the default), or a `FakeClock`'s ``monotonic()`` for deterministic runs.
+The database stores ``started_at`` as wall-clock epoch seconds in the
+scheduler's `Timebase` frame, which is ``clock.monotonic() + offset``;
+`RunRow.claimed` is converted back to the monotonic frame with the offset
+(`runs_from_db(..., offset=sched._timebase._offset)`), so claims and calls
+compare directly. Only one scheduler's frame can be used per history (a
+restarted scheduler on a FakeClock keeps the same offset; across processes
+the checker uses only the frame-free rules, see `check(..., timed=False)`).
+
+Rules checked (SPEC §2, SPEC-multi)
+-----------------------------------
+R1 no start after death: a generation is *dead* once a ``deschedule`` of its
+   job, invoked after that generation's ``schedule`` returned, has returned,
+   or once a ``schedule`` that returned a higher generation has returned.
+   A run of a dead generation must have been claimed before the killing call
+   returned, and at most one run per (job, generation) may start its
+   callable after that return (the claim that won the race).
+R2 no overlap: two runs of one (job, generation) never overlap, neither as
+   stored (claim .. finish) nor as seen by the callable (start .. end).
+R3 once per slot: no (job, generation, scheduled_for) is claimed twice.
+R4 liveness: a job whose last operation left it scheduled, and that stayed
+   so for `live_after` seconds before the end of the history, has a claim of
+   its final generation after that schedule returned.
+R5 bookkeeping: every callable start matches a stored claim of the same
+   run_id/job/generation/slot, started after the claim; no run is left open
+   (outcome NULL) at the end of a quiesced history; outcomes are valid.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections import defaultdict
+from contextlib import closing
+from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import pairwise
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+__all__ = ["History", "Op", "RunRow", "Start", "check", "runs_from_db"]
+
+OUTCOMES: Final = frozenset({"ok", "error", "lost", None})
+
+
+@dataclass(frozen=True)
+class Op:
+    """One public call: ``schedule`` (result: generation) or ``deschedule`` (result: bool)."""
+
+    kind: str
+    job_id: str
+    invoked: float
+    returned: float
+    result: int | bool | None  # None: the call raised
+    interval: float | None = None
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One row of ``persched_runs``, times in the history's frame."""
+
+    run_id: int
+    job_id: str
+    generation: int
+    scheduled_for: float  # epoch seconds as stored (identity of the slot)
+    claimed: float  # started_at, converted to the history's frame
+    finished: float | None
+    outcome: str | None
+    instance_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Start:
+    """A run as its callable saw it."""
+
+    run_id: int
+    job_id: str
+    generation: int
+    scheduled_for: float
+    start: float
+    end: float | None
+
+
+@dataclass
+class History:
+    """Thread-safe recorder of operations and callable starts."""
+
+    now: Callable[[], float] = time.monotonic
+    ops: list[Op] = field(default_factory=list)
+    starts: list[Start] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record_op(self, op: Op) -> None:
+        """Append a finished operation."""
+        with self._lock:
+            self.ops.append(op)
+
+    def schedule(self, call: Callable[[], object], job_id: str, interval: float | None = None) -> int | None:
+        """Run `call` (a schedule() returning a Job) and record it; return the generation (None if it raised)."""
+        invoked = self.now()
+        generation: int | None = None
+        try:
+            job = call()
+            generation = int(getattr(job, "generation"))  # noqa: B009 - any Job-like object
+        finally:
+            self.record_op(Op("schedule", job_id, invoked, self.now(), generation, interval))
+        return generation
+
+    def deschedule(self, call: Callable[[], bool], job_id: str) -> bool | None:
+        """Run `call` (a deschedule()) and record it with its bool."""
+        invoked = self.now()
+        removed: bool | None = None
+        try:
+            removed = bool(call())
+        finally:
+            self.record_op(Op("deschedule", job_id, invoked, self.now(), removed))
+        return removed
+
+    def record_start(self, start: Start) -> None:
+        """Append a callable's start/end (called from the worker thread)."""
+        with self._lock:
+            self.starts.append(start)
+
+    def snapshot(self) -> tuple[list[Op], list[Start]]:
+        """Copies of the operations and starts recorded so far."""
+        with self._lock:
+            return list(self.ops), list(self.starts)
+
+
+def _ts(value: object) -> float:
+    if isinstance(value, datetime):
+        return value.timestamp()
+    text = str(value)
+    return datetime.fromisoformat(text).timestamp()
+
+
+def runs_from_db(path: str, offset: float = 0.0) -> list[RunRow]:
+    """Read every row of ``persched_runs`` in the SQLite file `path`.
+
+    `offset` is subtracted from stored wall instants to land in the history's
+    monotonic frame (a scheduler's ``_timebase._offset``).
+    """
+    with closing(sqlite3.connect(path, timeout=10.0)) as conn:
+        rows = conn.execute(
+            "SELECT run_id, job_id, generation, scheduled_for, started_at, finished_at, outcome, instance_id "
+            "FROM persched_runs ORDER BY run_id"
+        ).fetchall()
+    return [
+        RunRow(
+            run_id=int(r[0]),
+            job_id=str(r[1]),
+            generation=int(r[2]),
+            scheduled_for=_ts(r[3]),
+            claimed=_ts(r[4]) - offset,
+            finished=None if r[5] is None else _ts(r[5]) - offset,
+            outcome=r[6],
+            instance_id=r[7],
+        )
+        for r in rows
+    ]
+
+
+def _deaths(ops: Iterable[Op]) -> dict[tuple[str, int], float]:
+    """(job, generation) -> the earliest return of a call that killed it (rule R1)."""
+    by_job: dict[str, list[Op]] = defaultdict(list)
+    for op in ops:
+        by_job[op.job_id].append(op)
+    deaths: dict[tuple[str, int], float] = {}
+
+    def kill(job_id: str, generation: int, at: float) -> None:
+        key = (job_id, generation)
+        if key not in deaths or at < deaths[key]:
+            deaths[key] = at
+
+    for job_id, job_ops in by_job.items():
+        schedules = [o for o in job_ops if o.kind == "schedule" and o.result is not None]
+        for op in job_ops:
+            if op.kind == "deschedule" and op.result is not None:
+                # Every generation whose schedule returned before this call was invoked is
+                # gone once it returns (True: it removed it or a later one; False: none active).
+                for s in schedules:
+                    if s.returned < op.invoked:
+                        kill(job_id, int(s.result), op.returned)  # type: ignore[arg-type]  # not None: filtered above
+            elif op.kind == "schedule" and op.result is not None:
+                # Generations are never reused: a returned generation g kills every g' < g.
+                for g in range(1, int(op.result)):
+                    kill(job_id, g, op.returned)
+    return deaths
+
+
+def check(
+    ops: list[Op],
+    runs: list[RunRow],
+    starts: list[Start],
+    *,
+    end: float | None = None,
+    live_after: float | None = None,
+    timed: bool = True,
+    quiesced: bool = True,
+    starts_complete: bool = True,
+) -> list[str]:
+    """Return every violation of rules R1-R5 (empty: the history is consistent).
+
+    Args:
+        ops: The public calls.
+        runs: ``persched_runs`` rows (times in the history's frame when `timed`).
+        starts: Callable starts/ends.
+        end: The time the history ended (for R4).
+        live_after: R4 applies to jobs scheduled at least this long before `end`.
+        timed: False when claim times are not in the history's frame (several
+            processes): R1 then compares callable starts only.
+        quiesced: Every run must have an outcome (no run in flight at the end).
+        starts_complete: Every stored 'ok' run must have a recorded callable start.
+    """
+    problems: list[str] = []
+    deaths = _deaths(ops)
+    starts_by_run: dict[int, list[Start]] = defaultdict(list)
+    for s in starts:
+        starts_by_run[s.run_id].append(s)
+    runs_by_id = {r.run_id: r for r in runs}
+
+    # R5 bookkeeping.
+    for r in runs:
+        if r.outcome not in OUTCOMES:
+            problems.append(f"R5 run {r.run_id} of {r.job_id}: bad outcome {r.outcome!r}")
+        if quiesced and r.outcome is None:
+            problems.append(f"R5 run {r.run_id} of {r.job_id} g{r.generation} still open at the end")
+        if r.finished is not None and r.finished < r.claimed - 1e-6:
+            problems.append(f"R5 run {r.run_id} of {r.job_id}: finished {r.finished} before claimed {r.claimed}")
+        if starts_complete and r.outcome == "ok" and r.run_id not in starts_by_run:
+            problems.append(f"R5 run {r.run_id} of {r.job_id} g{r.generation} is 'ok' but its callable never started")
+    for run_id, ss in starts_by_run.items():
+        if len(ss) > 1:
+            problems.append(f"R5 run {run_id}: callable started {len(ss)} times")
+        stored = runs_by_id.get(run_id)
+        if stored is None:
+            problems.append(f"R5 callable start of run {run_id} ({ss[0].job_id}) has no stored claim")
+            continue
+        s = ss[0]
+        if (s.job_id, s.generation) != (stored.job_id, stored.generation) or abs(
+            s.scheduled_for - stored.scheduled_for
+        ) > 1e-6:
+            problems.append(f"R5 run {run_id}: callable saw {s} but the store has {stored}")
+        if timed and s.start < stored.claimed - 1e-3:
+            problems.append(f"R5 run {run_id}: callable started at {s.start} before its claim at {stored.claimed}")
+
+    # R3 once per slot.
+    seen: dict[tuple[str, int, float], int] = {}
+    for r in runs:
+        slot_key = (r.job_id, r.generation, round(r.scheduled_for, 6))
+        if slot_key in seen:
+            problems.append(f"R3 slot {slot_key} claimed twice: runs {seen[slot_key]} and {r.run_id}")
+        else:
+            seen[slot_key] = r.run_id
+
+    # R2 no overlap, as stored and as seen by the callable.
+    stored_by_gen: dict[tuple[str, int], list[RunRow]] = defaultdict(list)
+    for r in runs:
+        stored_by_gen[(r.job_id, r.generation)].append(r)
+    for key, rs in stored_by_gen.items():
+        rs.sort(key=lambda r: r.run_id)
+        for a, b in pairwise(rs):
+            if a.outcome is None:
+                problems.append(f"R2 {key}: run {b.run_id} claimed while run {a.run_id} was still open")
+            elif timed and a.finished is not None and b.claimed < a.finished - 1e-6:
+                problems.append(f"R2 {key}: run {b.run_id} claimed at {b.claimed} before run {a.run_id} finished")
+    seen_by_gen: dict[tuple[str, int], list[Start]] = defaultdict(list)
+    for s in starts:
+        seen_by_gen[(s.job_id, s.generation)].append(s)
+    for key, ss in seen_by_gen.items():
+        ss.sort(key=lambda s: s.start)
+        for sa, sb in pairwise(ss):
+            if sa.end is None or sb.start < sa.end:
+                problems.append(f"R2 {key}: callable of run {sb.run_id} started while run {sa.run_id} was running")
+
+    # R1 no start after death.
+    for key, died in deaths.items():
+        late = [s for s in seen_by_gen.get(key, []) if s.start > died]
+        if len(late) > 1:
+            problems.append(f"R1 {key}: {len(late)} runs started after it died at {died}: {[s.run_id for s in late]}")
+        if timed:
+            problems.extend(
+                f"R1 {key}: run {r.run_id} claimed at {r.claimed}, after it died at {died}"
+                for r in stored_by_gen.get(key, [])
+                if r.claimed > died
+            )
+
+    # R4 liveness.
+    if end is not None and live_after is not None:
+        last: dict[str, Op] = {}
+        for op in sorted(ops, key=lambda o: o.returned):
+            if op.result is not None:
+                last[op.job_id] = op
+        for job_id, op in last.items():
+            if op.kind != "schedule" or op.returned > end - live_after:
+                continue
+            # Only when it did not overlap another call of the job (else its order is unknown).
+            if any(o is not op and o.job_id == job_id and o.returned >= op.invoked for o in ops):
+                continue
+            assert isinstance(op.result, int)
+            gen = op.result
+            if (job_id, gen) in deaths:
+                continue  # a concurrent call killed it after all
+            if timed:
+                ok = any(r.claimed >= op.invoked for r in stored_by_gen.get((job_id, gen), []))
+            else:
+                ok = bool(stored_by_gen.get((job_id, gen)))
+            if not ok:
+                problems.append(f"R4 {job_id} g{gen} stayed scheduled from {op.returned} to {end} but never ran")
+    return problems
