@@ -34,9 +34,13 @@ def fail_always(message: str) -> None:
 def deep_failure(depth: int) -> None:
     """Recurse `depth` frames, then raise: a traceback far longer than the stored bound."""
     if depth > 0:
-        deep_failure(depth - 1)
+        _deeper(depth - 1)  # alternate frames: Python folds identical repeated ones
         return
     raise ValueError("deep failure at the bottom")
+
+
+def _deeper(depth: int) -> None:
+    deep_failure(depth)
 
 
 def slow_with_markers(directory: str, seconds: float) -> None:

@@ -1,0 +1,159 @@
+"""Run history: retention by count and by age, pruned off the dispatch path; bounded error text."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+from unittest.mock import patch
+
+import pytest
+
+from persched import JobScheduler
+from persched._store import MAX_ERROR_TEXT, bound_error_text
+from persched.errors import InvalidJobError
+from tests.support import cli_jobs, jobs
+from tests.support.helpers import TIMEOUT, at, finished_runs, wait_until
+
+if TYPE_CHECKING:
+    from persched.testing import FakeClock
+    from tests.conftest import SchedulerFactory
+
+
+def _scheduler(factory: SchedulerFactory, **options: Any) -> JobScheduler:  # noqa: ANN401 - test options
+    sched = JobScheduler(factory.url, workers=2, clock=factory.clock, heartbeat_seconds=1.0, **options)
+    factory.created.append(sched)  # shut down at teardown
+    sched.start()
+    return sched
+
+
+def _run_times(sched: JobScheduler, clock: FakeClock, count: int, *keys: str) -> None:
+    """Advance one interval (1 s) at a time until every job of `keys` ran `count` times in all.
+
+    Each step waits for the run's outcome, so the next slot is never coalesced.
+    """
+    for n in range(len(jobs.calls(keys[0])) + 1, count + 1):
+        if n > 1:
+            clock.advance(1.0)
+        for key in keys:
+            wait_until(
+                lambda n=n, key=key: (
+                    sum(1 for r in sched.runs(key, limit=1) if r.outcome) == 1  # type: ignore[misc]  # default-bound loop vars
+                    and len(jobs.calls(key)) >= n
+                ),
+                message=f"run {n} of {key}",
+            )
+
+
+def test_keep_runs_keeps_the_newest_per_job(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
+    sched = _scheduler(make_scheduler, keep_runs=3)
+    sched.schedule("a", jobs.record, 1.0, args=("a",), start_in=0)
+    sched.schedule("b", jobs.record, 1.0, args=("b",), start_in=0)
+    _run_times(sched, fake_clock, 8, "a", "b")
+    sched.deschedule("a")  # no more runs; their history is still pruned
+    sched.deschedule("b")
+
+    def pruned() -> bool:
+        fake_clock.advance(1.0)  # a heartbeat period: pruning runs on that thread
+        return all(len(sched.runs(key)) <= 3 for key in ("a", "b"))
+
+    wait_until(pruned, message="pruned to 3 runs per job")
+    kept = sched.runs("a")
+    assert [r.scheduled_for for r in kept] == [at(7), at(6), at(5)]
+
+
+def test_keep_runs_for_seconds_prunes_by_age(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
+    sched = _scheduler(make_scheduler, keep_runs=None, keep_runs_for_seconds=2.5)
+    sched.schedule("a", jobs.record, 1.0, args=("a",), start_in=0)
+    _run_times(sched, fake_clock, 8, "a")
+    sched.deschedule("a")
+    finished = {r.scheduled_for: r.finished_at for r in sched.runs("a")}
+
+    def pruned() -> bool:
+        fake_clock.advance(0.25)  # a heartbeat (1 s) passes every 4 steps
+        now = at(fake_clock.now() - at(0).timestamp())
+        kept = {r.scheduled_for for r in sched.runs("a")}
+        expired = {slot for slot, done in finished.items() if done is not None and (now - done).total_seconds() > 3.5}
+        return bool(expired) and not (kept & expired) and at(7) in kept
+
+    wait_until(pruned, message="runs older than 2.5 s pruned, the newest kept")
+
+
+def test_no_retention_keeps_everything(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
+    sched = _scheduler(make_scheduler, keep_runs=None)
+    sched.schedule("a", jobs.record, 1.0, args=("a",), start_in=0)
+    _run_times(sched, fake_clock, 6, "a")
+    wait_until(lambda: len(finished_runs(sched, "a")) == 6, message="all outcomes")
+    assert len(sched.runs("a")) == 6
+
+
+def test_runs_in_flight_are_never_pruned(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
+    sched = _scheduler(make_scheduler, keep_runs=1)
+    sched.schedule("r", jobs.record, 1.0, args=("r",), start_in=0)
+    _run_times(sched, fake_clock, 3, "r")
+    sched.schedule("blocked", jobs.block, 1.0, args=("blocked",), start_in=0)
+    assert jobs.gate("blocked").started.wait(TIMEOUT)
+    store = sched._store  # the pruning contract is the store's
+    deleted = store.prune_runs(fake_clock.now(), keep_runs=1, keep_seconds=0.0, job_ids={"r", "blocked"})
+    assert deleted >= 1
+    open_runs = [r for r in sched.runs("blocked") if r.outcome is None]
+    assert len(open_runs) == 1
+    jobs.release_all()
+
+
+def test_pruning_does_not_block_dispatch(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
+    sched = _scheduler(make_scheduler, keep_runs=2)
+    pruning = threading.Event()
+    release = threading.Event()
+    store = sched._store  # seam: a prune that hangs
+    real_prune = store.prune_runs
+
+    def slow_prune(*args: Any, **kwargs: Any) -> int:  # noqa: ANN401 - passes through
+        assert threading.current_thread().name == "persched-heartbeat"
+        pruning.set()
+        release.wait(TIMEOUT)
+        return real_prune(*args, **kwargs)
+
+    with patch.object(store, "prune_runs", side_effect=slow_prune):
+        sched.schedule("a", jobs.record, 1.0, args=("a",), start_in=0)
+        wait_until(lambda: len(jobs.calls("a")) >= 1, message="first run")
+        fake_clock.advance(1.0)
+        assert pruning.wait(TIMEOUT)
+        _run_times(sched, fake_clock, 6, "a")  # runs go on while pruning hangs
+        release.set()
+        sched.deschedule("a")
+
+        def pruned() -> bool:
+            fake_clock.advance(1.0)
+            return len(sched.runs("a")) <= 2
+
+        wait_until(pruned, message="pruned after release")
+
+
+@pytest.mark.parametrize(("option", "value"), [("keep_runs", 0), ("keep_runs", 1.5), ("keep_runs_for_seconds", -1)])
+def test_retention_options_are_checked(sqlite_url: str, option: str, value: float) -> None:
+    options: dict[str, Any] = {option: value}
+    with pytest.raises(InvalidJobError, match=option):
+        JobScheduler(sqlite_url, **options)
+
+
+def test_a_long_traceback_is_bounded_and_keeps_its_last_line(
+    make_scheduler: SchedulerFactory, fake_clock: FakeClock
+) -> None:
+    sched = make_scheduler(start=True)
+    sched.schedule("deep", cli_jobs.deep_failure, 60.0, args=(300,), start_in=0)
+    wait_until(lambda: bool(finished_runs(sched, "deep")), message="deep failure recorded")
+    error = finished_runs(sched, "deep")[0].error
+    assert error is not None
+    assert len(error) <= MAX_ERROR_TEXT
+    assert error.startswith("Traceback (most recent call last):")
+    assert error.rstrip().endswith("ValueError: deep failure at the bottom")
+    assert "characters cut" in error
+
+
+def test_bound_error_text() -> None:
+    assert bound_error_text("short") == "short"
+    text = "a" * 100 + "b" * 100
+    bounded = bound_error_text(text, 80)
+    assert len(bounded) <= 80
+    assert bounded.startswith("a")
+    assert bounded.endswith("b")
