@@ -18,7 +18,6 @@ import math
 import shutil
 import tempfile
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 from hypothesis import strategies as st
@@ -29,7 +28,7 @@ from persched.errors import SchedulerStateError
 from persched.testing import FakeClock
 from tests.proof._settings import fuzz_settings
 from tests.support.helpers import EPOCH, TIMEOUT, sql, wait_until
-from tests.support.history import History, check, runs_from_db
+from tests.support.history import History, check, runs_from_db, ts
 
 JOB_IDS = ("a", "b", "c")
 # (interval, argument): the definition of a job; two equal ones are "the same definition".
@@ -150,7 +149,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert job.next_run_at.timestamp() == expected.next_run, (job_id, job.next_run_at, expected)
             assert job.state.value == "scheduled"
         rows = sql(self.url, "SELECT job_id, generation, scheduled_for, outcome FROM persched_runs ORDER BY run_id")
-        got = sorted((r[0], r[1], runs_from_db_slot(r[2])) for r in rows)
+        got = sorted((r[0], r[1], ts(r[2])) for r in rows)
         assert got == sorted(self.model.runs), (got, sorted(self.model.runs))
         assert all(r[3] == "ok" for r in rows), rows
 
@@ -164,11 +163,6 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert problems == [], problems
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def runs_from_db_slot(value: object) -> float:
-    """A stored ``scheduled_for`` (SQLite text) as epoch seconds."""
-    return datetime.fromisoformat(str(value)).timestamp()
 
 
 SchedulerMachine.TestCase.settings = fuzz_settings(25, 400, stateful_step_count=15)

@@ -50,14 +50,14 @@ import time
 from collections import defaultdict
 from contextlib import closing
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from itertools import pairwise
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-__all__ = ["History", "Op", "RunRow", "Start", "check", "runs_from_db"]
+__all__ = ["History", "Op", "RunRow", "Start", "check", "runs_from_db", "ts"]
 
 OUTCOMES: Final = frozenset({"ok", "error", "lost", None})
 
@@ -146,11 +146,12 @@ class History:
             return list(self.ops), list(self.starts)
 
 
-def _ts(value: object) -> float:
-    if isinstance(value, datetime):
-        return value.timestamp()
-    text = str(value)
-    return datetime.fromisoformat(text).timestamp()
+def ts(value: object) -> float:
+    """A stored instant (datetime, or SQLite text; naive means UTC) as epoch seconds."""
+    dt = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
 
 
 def runs_from_db(path: str, offset: float = 0.0) -> list[RunRow]:
@@ -169,9 +170,9 @@ def runs_from_db(path: str, offset: float = 0.0) -> list[RunRow]:
             run_id=int(r[0]),
             job_id=str(r[1]),
             generation=int(r[2]),
-            scheduled_for=_ts(r[3]),
-            claimed=_ts(r[4]) - offset,
-            finished=None if r[5] is None else _ts(r[5]) - offset,
+            scheduled_for=ts(r[3]),
+            claimed=ts(r[4]) - offset,
+            finished=None if r[5] is None else ts(r[5]) - offset,
             outcome=r[6],
             instance_id=r[7],
         )
