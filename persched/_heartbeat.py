@@ -1,4 +1,4 @@
-"""Lease renewal and the recovery of runs whose owner stopped renewing.
+"""Lease renewal, recovery of runs whose owner stopped renewing, change pick-up.
 
 Threads
 -------
@@ -18,6 +18,11 @@ comparing the stored ``lease_until`` with the local wall clock: a wall clock
 stepped forward, or skewed against the owner's, cannot fake a death
 (FIELD-REPORTS #19). The price: a fresh instance waits one full lease before
 it recovers what a dead instance left behind.
+
+Every `pickup_seconds` the same thread also reads the change counter
+(``persched_changes``) and queues the jobs that other instances, or the
+command line, scheduled or replaced since it last looked (SPEC-multi). That
+is the only polling in persched: one indexed read per second by default.
 
 ``_cond`` guards only the stop flag; it is the condition the clock waits on.
 """
@@ -39,8 +44,8 @@ __all__ = ["Heartbeat"]
 
 logger = logging.getLogger(__name__)
 
-# (next_run_at, job_id, generation): a recovered job to queue again.
-RecoveredCallback = Callable[[float, str, int], None]
+# (next_run_at, job_id, generation): a recovered or changed job to queue.
+QueueCallback = Callable[[float, str, int], None]
 
 
 class Heartbeat:
@@ -53,7 +58,9 @@ class Heartbeat:
         lease_seconds: How long a lease lasts without renewal.
         period_seconds: How often to renew and look for expired leases.
         in_flight: Returns the run ids in flight in this process.
-        recovered: Called with each job that recovery put back on its grid.
+        queue: Called with each job that recovery put back on its grid, and
+            each job that another instance (or the CLI) scheduled or replaced.
+        pickup_seconds: How often to look for changes made elsewhere.
         lost: Called with each run this heartbeat recorded as lost (events).
         maintenance: Called after each round (run-history retention); it
             runs here, off the dispatch path.
@@ -67,8 +74,9 @@ class Heartbeat:
         lease_seconds: float,
         period_seconds: float,
         in_flight: Callable[[], set[int]],
-        recovered: RecoveredCallback,
+        queue: QueueCallback,
         *,
+        pickup_seconds: float = 1.0,
         lost: Callable[[OpenRun], None] | None = None,
         maintenance: Callable[[], None] | None = None,
     ) -> None:
@@ -78,7 +86,9 @@ class Heartbeat:
         self._lease_seconds = lease_seconds
         self._period_seconds = period_seconds
         self._in_flight = in_flight
-        self._recovered = recovered
+        self._queue = queue
+        self._pickup_seconds = pickup_seconds
+        self._change_seq = 0
         self._lost = lost
         self._maintenance = maintenance
         self._cond = threading.Condition()
@@ -87,8 +97,9 @@ class Heartbeat:
         self._seen: dict[int, tuple[object, float]] = {}
         self._thread = threading.Thread(target=self._loop, name="persched-heartbeat", daemon=True)
 
-    def start(self) -> None:
-        """Start the heartbeat thread."""
+    def start(self, change_seq: int) -> None:
+        """Start the heartbeat thread; changes after `change_seq` will be picked up."""
+        self._change_seq = change_seq
         self._thread.start()
 
     def stop(self) -> None:
@@ -130,27 +141,47 @@ class Heartbeat:
             run.instance_id,
         )
         if isinstance(result, float):
-            self._recovered(result, run.job_id, run.generation)
+            self._queue(result, run.job_id, run.generation)
         if self._lost is not None:
             self._lost(run)
 
+    def pick_up_changes(self) -> None:
+        """Queue the jobs that were scheduled or replaced elsewhere since the last look.
+
+        One cheap read of the change counter when nothing changed. Correctness
+        never depends on this: a stale heap entry's claim simply fails.
+        """
+        if self._store.change_seq() == self._change_seq:
+            return
+        self._change_seq, changed = self._store.changes_since(self._change_seq)
+        for due_at, job_id, generation in changed:
+            self._queue(due_at, job_id, generation)
+        logger.debug("picked up %d changed jobs (change %d)", len(changed), self._change_seq)
+
     def _loop(self) -> None:
         clock = self._timebase.clock
+        next_beat = next_pickup = clock.monotonic()
         while True:
-            try:
-                self.beat()
-            except StoreError as exc:
-                logger.warning("heartbeat failed, will retry: %s", exc)
-            except BaseException:
-                logger.exception("heartbeat failed, will retry")
-            if self._maintenance is not None:
-                try:
-                    self._maintenance()
-                except BaseException:  # maintenance must never stop lease renewal
-                    logger.exception("run-history maintenance failed, will retry")
+            if clock.monotonic() >= next_pickup:
+                next_pickup = clock.monotonic() + self._pickup_seconds
+                _guarded(self.pick_up_changes, "picking up changes")
+            if clock.monotonic() >= next_beat:
+                next_beat = clock.monotonic() + self._period_seconds
+                _guarded(self.beat, "heartbeat")
+                if self._maintenance is not None:
+                    _guarded(self._maintenance, "run-history maintenance")
             with self._cond:
-                deadline = clock.monotonic() + self._period_seconds
-                while not self._stopping and (left := deadline - clock.monotonic()) > 0:
+                while not self._stopping and (left := min(next_beat, next_pickup) - clock.monotonic()) > 0:
                     clock.wait(self._cond, left)
                 if self._stopping:
                     return
+
+
+def _guarded(task: Callable[[], None], what: str) -> None:
+    """Run one periodic task; a failure is logged and the task runs again next time."""
+    try:
+        task()
+    except StoreError as exc:
+        logger.warning("%s failed, will retry: %s", what, exc)
+    except BaseException:  # a periodic task must never stop the others
+        logger.exception("%s failed, will retry", what)

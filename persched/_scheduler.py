@@ -118,6 +118,8 @@ class JobScheduler:
             is never imported: its runs are refused and recorded as errors.
             Whoever can write the database can change a row's target, so set
             this wherever the database is shared with less trusted writers.
+        pickup_seconds: How often to look for jobs scheduled, replaced or
+            descheduled by other instances or the CLI (one cheap read).
 
     Raises:
         InvalidJobError: An argument is out of range.
@@ -138,6 +140,7 @@ class JobScheduler:
         keep_runs: int | None = 1000,
         keep_runs_for_seconds: float | None = None,
         allowed_modules: Iterable[str] | None = None,
+        pickup_seconds: float = 1.0,
     ) -> None:
         self._workers = int(_positive("workers", workers, integer=True))
         self._allowed_modules = normalize_allowed(allowed_modules)
@@ -157,6 +160,7 @@ class JobScheduler:
                 f"must be shorter than lease_seconds ({lease_seconds})",
             )
         _positive("busy_timeout_seconds", busy_timeout_seconds)
+        _positive("pickup_seconds", pickup_seconds)
         if instance_id is not None and not str(instance_id).strip():
             raise InvalidJobError("instance_id", f"must be a non-empty str, got {instance_id!r}")
         self.instance_id: Final = instance_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
@@ -182,6 +186,7 @@ class JobScheduler:
             heartbeat,
             self._runs_in_flight,
             self._dispatcher.push,
+            pickup_seconds=pickup_seconds,
             lost=self._on_lost,
             maintenance=self._prune_runs,
         )
@@ -204,6 +209,9 @@ class JobScheduler:
             # sees it and pushes its own entry.
             self._state = "running"
         try:
+            # Read the change counter first: a change committed while loading
+            # is then picked up again rather than missed.
+            change_seq = self._store.change_seq()
             entries = self._store.load_scheduled()
         except BaseException:
             self.shutdown(wait=False)
@@ -211,7 +219,7 @@ class JobScheduler:
         _live.add(self)
         self._pool.start()
         self._dispatcher.start(entries)
-        self._heartbeat.start()
+        self._heartbeat.start(change_seq)
         logger.info(
             "scheduler %s started with %d scheduled jobs on %s",
             self.instance_id,

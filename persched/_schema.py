@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Column,
     DateTime,
     Dialect,
@@ -25,7 +26,7 @@ from sqlalchemy import (
     types,
 )
 
-__all__ = ["UTCDateTime", "jobs", "metadata", "runs"]
+__all__ = ["UTCDateTime", "changes", "jobs", "metadata", "runs"]
 
 metadata = MetaData(
     naming_convention={
@@ -84,7 +85,20 @@ jobs = Table(
     Column("last_outcome", String(16), nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    # The persched_changes.seq of the job's last schedule/deschedule.
+    Column("change_seq", BigInteger, nullable=False, server_default="0"),
     Index(None, "state", "next_run_at"),
+    Index(None, "change_seq"),
+)
+
+# One row (id 1): a counter bumped by every change of a job's definition or
+# state by schedule()/deschedule(), so that other instances find changes by
+# polling one value (SPEC-multi).
+changes = Table(
+    "persched_changes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("seq", BigInteger, nullable=False),
 )
 
 # Run history. A row is inserted by the claim (outcome NULL while running) and

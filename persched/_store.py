@@ -49,7 +49,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from . import _grid
 from ._models import Job, JobDefinition, JobState, Run
-from ._schema import jobs, runs
+from ._schema import changes, jobs, runs
 from .errors import StoreError
 
 if TYPE_CHECKING:
@@ -225,6 +225,7 @@ class Store:
                 "error_count": 0,
                 "last_outcome": None,
                 "updated_at": from_ts(now),
+                "change_seq": _bump_change_seq(conn),
             }
             if row is None:
                 conn.execute(
@@ -258,21 +259,7 @@ class Store:
 
     def deschedule_job(self, job_id: str, now: float) -> bool:
         """Mark the job descheduled; True if an active job was changed."""
-
-        def body(conn: Connection) -> bool:
-            result = conn.execute(
-                update(jobs)
-                .where(jobs.c.job_id == job_id, jobs.c.state != _DESCHEDULED)
-                .values(
-                    state=_DESCHEDULED,
-                    owner=None,
-                    lease_until=None,
-                    updated_at=from_ts(now),
-                )
-            )
-            return result.rowcount == 1
-
-        return self._write(body, "deschedule")
+        return self.deschedule_job_generation(job_id, now) is not None
 
     def get_job(self, job_id: str) -> Job | None:
         """Return the active job `job_id`, or None."""
@@ -293,6 +280,25 @@ class Store:
             return [_job(row) for row in rows]
 
         return self._read(body, "jobs")
+
+    def change_seq(self) -> int:
+        """The change counter: it moves whenever any job is scheduled, replaced or descheduled."""
+        return self._read(lambda conn: int(conn.execute(select(changes.c.seq)).scalar_one()), "read change counter")
+
+    def changes_since(self, seq: int) -> tuple[int, list[tuple[float, str, int]]]:
+        """Return the counter now and ``(next_run_at, job_id, generation)`` of every
+        scheduled job changed after `seq`."""
+
+        def body(conn: Connection) -> tuple[int, list[tuple[float, str, int]]]:
+            now_seq = int(conn.execute(select(changes.c.seq)).scalar_one())
+            rows = conn.execute(
+                select(jobs.c.next_run_at, jobs.c.job_id, jobs.c.generation).where(
+                    jobs.c.change_seq > seq, jobs.c.state == _SCHEDULED
+                )
+            )
+            return now_seq, [(to_ts(at), job_id, generation) for at, job_id, generation in rows]
+
+        return self._read(body, "read changes")
 
     def load_scheduled(self) -> list[tuple[float, str, int]]:
         """Return ``(next_run_at, job_id, generation)`` of every scheduled job."""
@@ -557,7 +563,13 @@ class Store:
             row = conn.execute(
                 update(jobs)
                 .where(jobs.c.job_id == job_id, jobs.c.state != _DESCHEDULED)
-                .values(state=_DESCHEDULED, owner=None, lease_until=None, updated_at=from_ts(now))
+                .values(
+                    state=_DESCHEDULED,
+                    owner=None,
+                    lease_until=None,
+                    updated_at=from_ts(now),
+                    change_seq=_bump_change_seq(conn),
+                )
                 .returning(jobs.c.generation)
             ).first()
             return None if row is None else int(row.generation)
@@ -663,6 +675,12 @@ class Store:
             return {job_id for (job_id,) in conn.execute(query)}
 
         return self._read(body, "find runs to prune")
+
+
+def _bump_change_seq(conn: Connection) -> int:
+    """Increment the change counter; its row lock orders concurrent writers by commit."""
+    bump = update(changes).where(changes.c.id == 1).values(seq=changes.c.seq + 1).returning(changes.c.seq)
+    return int(conn.execute(bump).scalar_one())
 
 
 def _miss(conn: Connection, job_id: str) -> ClaimMiss:

@@ -72,7 +72,7 @@ def _tables(engine: Engine) -> set[str]:
 def test_one_head_and_head_constant() -> None:
     script = ScriptDirectory(_migrate.script_location())
     assert script.get_heads() == [_migrate.HEAD]
-    assert _migrate.HEAD == "0001"
+    assert _migrate.HEAD == "0002"
 
 
 def test_revisions_do_not_import_persched() -> None:
@@ -92,7 +92,7 @@ def test_empty_to_head_matches_schema_metadata(engine: Engine) -> None:
     assert _migrate.current_revision(engine) is None
     _migrate.upgrade(engine)
     assert _migrate.current_revision(engine) == _migrate.HEAD
-    assert _tables(engine) == {"persched_jobs", "persched_runs", _migrate.VERSION_TABLE}
+    assert _tables(engine) == {"persched_jobs", "persched_runs", "persched_changes", _migrate.VERSION_TABLE}
     assert _diff(engine, metadata) == []
     # Names of indexes and unique constraints, spelled out in the revision,
     # must match the naming convention of the metadata.

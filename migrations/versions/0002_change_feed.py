@@ -1,0 +1,43 @@
+"""Change feed: a global change counter and each job's last change.
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-11-30
+
+Every schedule, replacement and deschedule increments the single row of
+persched_changes in its own transaction and stamps the job's change_seq with
+the new value. Other instances poll the counter (one cheap SELECT) and read
+only the jobs changed since they last looked (SPEC-multi "changes from other
+instances"). The row lock on the counter orders the stamps by commit, so a
+reader never skips a change that commits late.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    changes = op.create_table(
+        "persched_changes",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("seq", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("id", name="pk_persched_changes"),
+    )
+    op.bulk_insert(changes, [{"id": 1, "seq": 0}])
+    with op.batch_alter_table("persched_jobs") as batch:
+        batch.add_column(sa.Column("change_seq", sa.BigInteger(), nullable=False, server_default="0"))
+        batch.create_index("ix_persched_jobs_change_seq", ["change_seq"])
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("persched_jobs") as batch:
+        batch.drop_index("ix_persched_jobs_change_seq")
+        batch.drop_column("change_seq")
+    op.drop_table("persched_changes")
