@@ -1,0 +1,113 @@
+"""Workload 5, churn: schedule + deschedule from several threads on a running scheduler.
+
+Each thread schedules a fresh job id (interval one hour, so nothing runs) and
+deschedules it again, until the window ends. ops_per_s counts both calls;
+errors counts calls that raised. Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from benchmarks import _common as c
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+HOUR = 3600.0
+
+
+def main() -> None:
+    p = c.parser(__doc__ or "")
+    p.add_argument("--threads", type=int, default=4)
+    p.add_argument("--window", type=float, default=10.0)
+    args = p.parse_args()
+    log = c.quiet_logging()
+    path = c.db_path(args.dir)
+    record: dict[str, Any] = {"workload": "churn", "system": args.system, "jobs": 0, "threads": args.threads}
+    add: Callable[[str], object]
+    remove: Callable[[str], object]
+    if args.system == "persched":
+        from persched import JobScheduler
+
+        c.persched_create(path)
+        scheduler = JobScheduler(path, workers=args.workers)
+        scheduler.start()
+        record["synchronous"] = "FULL/wal"
+
+        def add(job_id: str) -> object:
+            return scheduler.schedule(job_id, "benchmarks.targets:noop", HOUR)
+
+        def remove(job_id: str) -> object:
+            return scheduler.deschedule(job_id)
+
+        def stop() -> None:
+            scheduler.shutdown(wait=True, timeout=5)
+    else:
+        grace = c.aps_grace(args.aps_grace)
+        aps, engine = c.aps_scheduler(path, args.workers, grace)
+        aps.start()
+        record["synchronous"] = c.aps_synchronous(engine)
+
+        def add(job_id: str) -> object:
+            return aps.add_job("benchmarks.targets:noop", "interval", seconds=HOUR, id=job_id)
+
+        def remove(job_id: str) -> object:
+            aps.remove_job(job_id)
+            return None
+
+        def stop() -> None:
+            aps.shutdown(wait=False)
+
+    ops = [0] * args.threads
+    errors = [0] * args.threads
+    first_error: list[str] = []
+    barrier = threading.Barrier(args.threads + 1)
+    deadline = [0.0]
+
+    def attempt(t: int, call: Callable[[str], object], job_id: str) -> None:
+        try:
+            call(job_id)
+            ops[t] += 1
+        except Exception as exc:  # noqa: BLE001 - counted and reported, the churn goes on
+            errors[t] += 1
+            if not first_error:
+                first_error.append(f"{type(exc).__name__}: {exc}"[:200])
+
+    def churn(t: int) -> None:
+        barrier.wait()
+        i = 0
+        while time.monotonic() < deadline[0]:
+            job_id = f"c{t}-{i}"
+            i += 1
+            for call in (add, remove):
+                attempt(t, call, job_id)
+
+    threads = [threading.Thread(target=churn, args=(t,), daemon=True) for t in range(args.threads)]
+    for thread in threads:
+        thread.start()
+    t0, cpu0 = time.monotonic(), time.process_time()
+    deadline[0] = t0 + args.window
+    barrier.wait()
+    for thread in threads:
+        thread.join(args.window + 30)
+    t1, cpu1 = time.monotonic(), time.process_time()
+    stop()
+    record.update(
+        window_s=round(t1 - t0, 3),
+        ops=sum(ops),
+        ops_per_s=round(sum(ops) / (t1 - t0), 1),
+        cpu_s_per_1000_ops=round((cpu1 - cpu0) / sum(ops) * 1000, 4) if sum(ops) else None,
+        errors=sum(errors),
+        first_error=first_error[0] if first_error else None,
+        stuck_threads=sum(t.is_alive() for t in threads),
+        **c.log_summary(log),
+    )
+    c.emit(record)
+    c.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""Workload 4, start-up: a fresh process with N persisted jobs, until it dispatches.
+
+The parent fills (or reuses, with --cache) a SQLite file with N jobs an hour
+away plus one probe job, makes the probe due now, notes ``time.time()`` and
+launches a fresh interpreter. The child imports the library, starts the
+scheduler and waits for the probe's first run. Reported:
+
+- startup_s: parent's launch -> the probe's run started (interpreter, imports,
+  schema check, loading the jobs, first claim);
+- start_call_s: the scheduler construction + start() alone;
+- rss_per_job_bytes: (RSS once dispatching, after gc - RSS after imports) / N.
+  Libraries (SQLAlchemy, Alembic, APScheduler) are imported before the first
+  reading, so the figure is the state the scheduler keeps (plus SQLite's page
+  cache and allocator slack). APScheduler 3 keeps its jobs in the store, not in
+  memory, so its figure is near zero by design.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from benchmarks import _common as c
+from benchmarks import targets
+
+HOUR = 3600.0
+PROBE = "probe"
+PROBE_TARGET = "benchmarks.targets:probe"
+
+
+def _child(system: str, path: str, workers: int, timeout: float) -> None:
+    # Libraries first, so that RSS growth after this line is the scheduler's own state.
+    stop: Any
+    if system == "persched":
+        import alembic.command  # noqa: F401 - imported up front, see the module docstring
+
+        import persched._migrate  # noqa: F401 - idem
+        from persched import JobScheduler
+
+        gc.collect()
+        rss0 = c.rss_bytes()
+        t0 = time.time()
+        scheduler = JobScheduler(path, workers=workers)
+        scheduler.start()
+        stop = scheduler.shutdown
+    else:
+        import apscheduler.executors.pool
+        import apscheduler.jobstores.sqlalchemy
+        import apscheduler.schedulers.background  # noqa: F401 - imported up front, see the docstring
+
+        gc.collect()
+        rss0 = c.rss_bytes()
+        t0 = time.time()
+        aps, _ = c.aps_scheduler(path, workers, "default")
+        aps.start()
+
+        def stop() -> None:
+            aps.shutdown(wait=False)
+
+    t1 = time.time()
+    dispatched = targets.PROBED.wait(timeout)
+    gc.collect()
+    rss1 = c.rss_bytes()
+    c.emit(
+        {
+            "child": True,
+            "dispatched": dispatched,
+            "start_call_s": round(t1 - t0, 4),
+            "probe_at": targets.PROBE_AT[0] if targets.PROBE_AT else None,
+            "rss_delta": rss1 - rss0,
+        }
+    )
+    stop()
+    c.finish()
+
+
+def _populate(system: str, path: str, jobs: int) -> None:
+    now = time.time()
+    rows = ((f"j{i}", HOUR, now + HOUR + 600 * c.phase(i)) for i in range(jobs))
+    if system == "persched":
+        c.persched_create(path)
+        c.persched_populate(path, ((j, "benchmarks.targets:noop", iv, f) for j, iv, f in rows))
+        c.persched_populate(path, [(PROBE, PROBE_TARGET, HOUR, now + HOUR)])
+    else:
+        c.aps_populate(path, ((j, "benchmarks.targets:noop", iv, f, ()) for j, iv, f in rows))
+
+
+def main() -> None:
+    p = c.parser(__doc__ or "")
+    p.add_argument("--jobs", type=int, default=100_000)
+    p.add_argument("--cache", default=None, help="directory to keep (and reuse) the populated files in")
+    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--child", default=None, help=argparse_hidden())
+    args = p.parse_args()
+    c.quiet_logging()
+    if args.child:
+        _child(args.system, args.child, args.workers, args.timeout)
+        return
+
+    if args.cache:
+        os.makedirs(args.cache, exist_ok=True)
+        path = os.path.join(args.cache, f"startup-{args.system}-{args.jobs}.db")
+        done = path + ".done"
+        if not os.path.exists(done):
+            path = c.db_path(args.cache, os.path.basename(path))
+            _populate(args.system, path, args.jobs)
+            open(done, "w").close()  # an empty marker file
+    else:
+        path = c.db_path(args.dir)
+        _populate(args.system, path, args.jobs)
+    when = time.time()
+    if args.system == "persched":
+        c.persched_probe_now(path, PROBE, when)
+    else:
+        c.aps_probe_now(path, PROBE, PROBE_TARGET, when)
+
+    cmd = [sys.executable, "-m", "benchmarks.startup", "--system", args.system, "--workers", str(args.workers)]
+    cmd += ["--child", path, "--timeout", str(args.timeout)]
+    launched = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout + 60, check=False)
+    record: dict[str, Any] = {"workload": "startup", "system": args.system, "jobs": args.jobs}
+    child = next((json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")), None)
+    if child is None or not child["dispatched"]:
+        record.update(error=f"child exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    else:
+        record.update(
+            startup_s=round(child["probe_at"] - launched, 4),
+            start_call_s=child["start_call_s"],
+            rss_per_job_bytes=round(child["rss_delta"] / args.jobs, 1),
+        )
+    c.emit(record)
+
+
+def argparse_hidden() -> str:
+    """Help text of the internal --child option."""
+    return "internal: run as the measured child on this file"
+
+
+if __name__ == "__main__":
+    main()
