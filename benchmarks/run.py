@@ -241,6 +241,21 @@ def chart(records: list[dict[str, Any]], path: str) -> bool:
     return True
 
 
+def revision() -> str:
+    """The measured commit, marked '+dirty' when persched/ has uncommitted changes.
+
+    $PERSCHED_BENCH_REVISION overrides it (for a snapshot outside the repository).
+    """
+    if os.environ.get("PERSCHED_BENCH_REVISION"):
+        return os.environ["PERSCHED_BENCH_REVISION"]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "persched"], cwd=ROOT, capture_output=True, text=True)
+    except OSError:
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "") if head.returncode == 0 else "unknown"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small sizes and windows, 1 repetition (< 3 min)")
@@ -257,6 +272,7 @@ def main() -> None:
     records: list[dict[str, Any]] = []
     raw = os.path.join(args.out, "results.jsonl")
     t_start = time.monotonic()
+    measured = revision()
     with open(raw, "w") as f:
         for rep in range(1, reps + 1):
             for step in steps:
@@ -272,7 +288,8 @@ def main() -> None:
     header = (
         f"`python -m benchmarks.run {'--quick ' if args.quick else ''}{'--aps-nograce ' if args.aps_nograce else ''}"
         f"{'--reps ' + str(args.reps) if args.reps else ''}`".replace(" `", "`")
-        + f" ({mode}, medians of {reps}, {time.monotonic() - t_start:.0f} s) on {platform.platform()}, "
+        + f" ({mode}, medians of {reps}, {time.monotonic() - t_start:.0f} s, persched at {measured}) on "
+        f"{platform.platform()}, "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}; both systems SQLite WAL, synchronous=FULL"
     )
     text = header + "\n\n" + table(records)
