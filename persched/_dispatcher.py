@@ -40,7 +40,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._timebase import Timebase
@@ -51,29 +51,35 @@ logger = logging.getLogger(__name__)
 
 Entry = tuple[float, int, str, int]  # (due_at, seq, job_id, generation)
 
-# Called on the dispatcher thread, on no lock, with a popped due entry and a
-# worker reserved for it. Returns True if the run went to that worker;
-# False gives the reservation back.
-ClaimCallback = Callable[[Entry], bool]
+# Called on the dispatcher thread, on no lock, once per wake-up with every
+# completion handed in since the last cycle and every due entry popped (a
+# worker reserved for each). Writes both (one transaction each) and returns
+# how many entries went to a worker; the other reservations are given back.
+CycleCallback = Callable[[list[Any], list[Entry]], int]
 
 
 class Dispatcher:
-    """Owns the heap and the dispatcher thread.
+    """Owns the heap, the pending completions and the dispatcher thread.
 
     Args:
         timebase: The scheduler's time frame.
         workers: How many runs may be in flight at once (reservations).
-        claim: Claims an entry in the store and hands it to a worker.
+        cycle: Writes completions and claims due entries (see `CycleCallback`).
+        max_batch: At most this many claims per cycle.
     """
 
-    def __init__(self, timebase: Timebase, workers: int, claim: ClaimCallback) -> None:
+    def __init__(self, timebase: Timebase, workers: int, cycle: CycleCallback, max_batch: int = 256) -> None:
         self._timebase = timebase
-        self._claim = claim
+        self._cycle = cycle
+        self._max_batch = max_batch
         self._cond = threading.Condition()
         self._heap: list[Entry] = []
         self._seq = itertools.count()
         self._free_workers = workers
+        self._completions: list[Any] = []
+        self._claiming = True  # False once shutdown began: completions only
         self._stopping = False
+        self._exited = False
         self._thread = threading.Thread(target=self._loop, name="persched-dispatcher", daemon=True)
 
     def start(self, entries: list[tuple[float, str, int]]) -> None:
@@ -91,15 +97,30 @@ class Dispatcher:
             if self._heap[0] is entry:
                 self._cond.notify_all()
 
-    def release_worker(self) -> None:
-        """Give back a worker reservation (a run finished, or a claim failed)."""
+    def complete(self, completion: object) -> bool:
+        """Hand in a finished run (its worker is free again) for the next cycle to write.
+
+        Returns False, taking nothing, once the thread has exited: the caller
+        then writes the completion itself.
+        """
         with self._cond:
+            if self._exited:
+                return False
+            self._completions.append(completion)
             self._free_workers += 1
+            self._cond.notify_all()
+            return True
+
+    def stop_claiming(self) -> None:
+        """Claim nothing more; keep writing completions (shutdown has begun)."""
+        with self._cond:
+            self._claiming = False
             self._cond.notify_all()
 
     def stop(self) -> None:
-        """Stop dispatching (idempotent); the thread exits at its next wake."""
+        """Write the completions handed in so far, then end the thread (idempotent)."""
         with self._cond:
+            self._claiming = False
             self._stopping = True
             self._cond.notify_all()
 
@@ -112,31 +133,41 @@ class Dispatcher:
         with self._cond:
             return len(self._heap)
 
-    def _next_due(self) -> Entry | None:
-        """Under ``_cond``: wait until an entry is due and a worker is free; pop it."""
+    def _next_cycle(self) -> tuple[list[Any], list[Entry]] | None:
+        """Under ``_cond``: wait for completions, or due entries and free workers; take them."""
         clock = self._timebase.clock
-        while not self._stopping:
-            if not self._heap or self._free_workers == 0:
-                clock.wait(self._cond, None)
-                continue
-            wait = self._heap[0][0] - self._timebase.now()
-            if wait > 0:
-                clock.wait(self._cond, wait)
-                continue
-            self._free_workers -= 1  # SPEC §2: reserve before the claim
-            return heapq.heappop(self._heap)
-        return None
+        while True:
+            due: list[Entry] = []
+            if self._claiming and self._heap and self._free_workers:
+                now = self._timebase.now()
+                limit = min(self._free_workers, self._max_batch)
+                while self._heap and self._heap[0][0] <= now and len(due) < limit:
+                    due.append(heapq.heappop(self._heap))
+                self._free_workers -= len(due)  # SPEC §2: reserve before the claim
+            if due or self._completions:
+                completions, self._completions = self._completions, []
+                return completions, due
+            if self._stopping:
+                self._exited = True
+                return None
+            timeout = None
+            if self._claiming and self._heap and self._free_workers:
+                timeout = self._heap[0][0] - self._timebase.now()
+            clock.wait(self._cond, timeout)
 
     def _loop(self) -> None:
         while True:
             with self._cond:
-                entry = self._next_due()
-            if entry is None:
+                batch = self._next_cycle()
+            if batch is None:
                 return
+            completions, due = batch
+            handed_over = 0
             try:
-                handed_over = self._claim(entry)
+                handed_over = self._cycle(completions, due)
             except BaseException:
-                logger.exception("dispatching %s generation %d failed", entry[2], entry[3])
-                handed_over = False
-            if not handed_over:
-                self.release_worker()
+                logger.exception("a dispatch cycle failed")
+            if handed_over < len(due):
+                with self._cond:
+                    self._free_workers += len(due) - handed_over
+                    self._cond.notify_all()

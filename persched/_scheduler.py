@@ -23,6 +23,7 @@ No user code runs under any of them; user code runs only in `_workers`.
 from __future__ import annotations
 
 import atexit
+import itertools
 import logging
 import os
 import secrets
@@ -37,8 +38,8 @@ from . import _db, _grid, _migrate
 from ._dispatcher import Dispatcher, Entry
 from ._events import Event, EventBus
 from ._heartbeat import Heartbeat
-from ._models import Job, Run, validate_definition, validate_job_id
-from ._store import Claim, Store, bound_error_text, from_ts, to_ts
+from ._models import Job, JobState, Run, validate_definition, validate_job_id
+from ._store import Claim, ClaimMiss, Completion, Store, bound_error_text, from_ts, to_ts
 from ._targets import normalize_allowed, reference_of
 from ._timebase import Timebase
 from ._workers import WorkerPool, current_run_claim
@@ -57,6 +58,8 @@ __all__ = ["JobScheduler", "current_run"]
 logger = logging.getLogger("persched")
 
 DEFAULT_URL: Final = "sqlite:///persched.db"
+_SCHEDULED: Final = JobState.SCHEDULED.value
+_RUNNING: Final = JobState.RUNNING.value
 CLAIM_RETRY_SECONDS: Final = 1.0  # back-off before a claim that hit a store error is tried again
 ATEXIT_TIMEOUT_SECONDS: Final = 10.0  # how long interpreter exit waits for in-flight runs
 
@@ -176,7 +179,8 @@ class JobScheduler:
         self._inflight_cond = threading.Condition()
         self._inflight_jobs: Counter[str] = Counter()
         self._inflight_runs: set[int] = set()
-        self._dispatcher = Dispatcher(self._timebase, self._workers, self._claim)
+        self._dispatcher = Dispatcher(self._timebase, self._workers, self._cycle)
+        self._unwritten: list[Completion] = []  # completions a failed write left behind
         self._pool = WorkerPool(self._workers, self._complete, self._allowed_modules)
         self._heartbeat = Heartbeat(
             self._store,
@@ -188,7 +192,7 @@ class JobScheduler:
             self._dispatcher.push,
             pickup_seconds=pickup_seconds,
             lost=self._on_lost,
-            maintenance=self._prune_runs,
+            maintenance=self._maintenance,
         )
 
     # -- lifecycle ------------------------------------------------------------
@@ -248,7 +252,7 @@ class JobScheduler:
             self._events.stop(timeout)
             self._store.engine.dispose()
             return
-        self._dispatcher.stop()
+        self._dispatcher.stop_claiming()
         if wait and not self._pool.owns_current_thread():
             self._finish_shutdown(timeout)
         else:
@@ -266,9 +270,11 @@ class JobScheduler:
         def left() -> float | None:
             return None if deadline is None else max(0.0, deadline - time.monotonic())
 
-        self._dispatcher.join(left())
         self._pool.stop()
         drained = self._pool.join(left)
+        self._dispatcher.stop()  # after the workers: it writes their last completions
+        self._dispatcher.join(left())
+        self._retry_unwritten()
         self._heartbeat.stop()
         self._heartbeat.join(left())
         self._events.stop(left())
@@ -427,71 +433,69 @@ class JobScheduler:
         with self._inflight_cond:
             return set(self._inflight_runs)
 
-    def _claim(self, entry: Entry) -> bool:
-        """Dispatcher callback: claim `entry` and hand it to the reserved worker."""
-        due_at, _, job_id, generation = entry
+    def _cycle(self, completions: list[Completion], due: list[Entry]) -> int:
+        """Dispatcher callback: write finished runs, then claim due entries; return how many were handed over."""
+        if completions:
+            self._write_completions(completions)
+        return self._claim_due(due) if due else 0
+
+    def _claim_due(self, due: list[Entry]) -> int:
+        """Claim `due` in one transaction and hand each won run to a reserved worker."""
         with self._inflight_cond:
-            self._inflight_jobs[job_id] += 1  # before the claim: see _wait_idle
-        handed_over = False
-        try:
-            with self._claim_gate:
-                if self._stopping:
-                    return False
+            for _, _, job_id, _ in due:
+                self._inflight_jobs[job_id] += 1  # before the claim: see _wait_idle
+        results: list[Claim | ClaimMiss] = []
+        with self._claim_gate:
+            if not self._stopping:
                 now = self._timebase.now()
                 try:
-                    result = self._store.claim_run(
-                        job_id,
-                        generation,
-                        due_at,
+                    results = self._store.claim_runs(
+                        [(job_id, generation, due_at) for due_at, _, job_id, generation in due],
                         now,
                         self.instance_id,
                         self._lease_seconds,
                     )
                 except StoreError as exc:
-                    logger.warning(
-                        "claim of %s generation %d failed, retrying in %s s: %s",
-                        job_id,
-                        generation,
-                        CLAIM_RETRY_SECONDS,
-                        exc,
-                    )
-                    self._dispatcher.push(now + CLAIM_RETRY_SECONDS, job_id, generation)
-                    return False
+                    logger.warning("claiming %d runs failed, retrying in %s s: %s", len(due), CLAIM_RETRY_SECONDS, exc)
+                    for _, _, job_id, generation in due:
+                        self._dispatcher.push(now + CLAIM_RETRY_SECONDS, job_id, generation)
+            for result in results:
                 if isinstance(result, Claim):
                     with self._inflight_cond:
                         self._inflight_runs.add(result.run_id)
-                    self._emit("run_started", job_id, generation, run=result.run())
-                    self._pool.submit(result)
-                    handed_over = True
-                    return True
-            # Lost the claim: the store says why (see _dispatcher, "stale entries").
-            if result.state == "scheduled" and result.generation == generation:
-                assert result.next_run_at is not None
-                if result.next_run_at > due_at:
-                    self._dispatcher.push(result.next_run_at, job_id, generation)
-            elif result.state == "running" and result.generation == generation and result.owner != self.instance_id:
-                # Another instance runs it: look again at its next slot.
-                assert result.first_run_at is not None
-                assert result.interval_seconds is not None
-                assert result.next_run_at is not None
-                self._dispatcher.push(
-                    _grid.next_slot_after(result.first_run_at, result.interval_seconds, result.next_run_at),
-                    job_id,
-                    generation,
-                )
-            logger.debug(
-                "claim of %s generation %d lost (state %s)",
-                job_id,
-                generation,
-                result.state,
-            )
-            return False
-        finally:
-            if not handed_over:
+                    self._pool.submit(result)  # under the gate: see the module docstring
+        handed_over = 0
+        for (due_at, _, job_id, generation), result in itertools.zip_longest(due, results):
+            if isinstance(result, Claim):
+                handed_over += 1
+                self._emit("run_started", job_id, generation, run=result.run())
+            else:
+                if result is not None:
+                    self._requeue_missed(due_at, job_id, generation, result)
                 self._job_done(job_id, None)
+        return handed_over
+
+    def _requeue_missed(self, due_at: float, job_id: str, generation: int, miss: ClaimMiss) -> None:
+        """A lost claim: queue the job again where the store says it stands (see _dispatcher)."""
+        if miss.generation != generation or miss.state not in (_SCHEDULED, _RUNNING):
+            return  # descheduled or replaced: the entry was stale
+        if miss.state == _RUNNING and miss.owner == self.instance_id:
+            return  # our own run: its completion queues the next slot
+        assert miss.next_run_at is not None
+        assert miss.first_run_at is not None
+        assert miss.interval_seconds is not None
+        if miss.state == _SCHEDULED and miss.next_run_at > due_at:
+            self._dispatcher.push(miss.next_run_at, job_id, generation)  # moved on by another instance
+        else:
+            # Another instance runs it, or is claiming it (SKIP LOCKED passed
+            # it by): look again at its next slot, in case that instance dies.
+            self._dispatcher.push(
+                _grid.next_slot_after(miss.first_run_at, miss.interval_seconds, miss.next_run_at), job_id, generation
+            )
+        logger.debug("claim of %s generation %d lost (state %s)", job_id, generation, miss.state)
 
     def _complete(self, claim: Claim, outcome: str, error: str | None) -> None:
-        """Worker callback: record the outcome and queue the next slot."""
+        """Worker callback: hand the outcome to the dispatcher, which writes it with the next cycle."""
         now = self._timebase.now()
         anchor, interval = claim.first_run_at, claim.interval_seconds
         # SPEC §2: slots that passed while it ran coalesce into one run now.
@@ -499,36 +503,55 @@ class JobScheduler:
             _grid.next_slot_after(anchor, interval, claim.scheduled_for),
             _grid.latest_slot_at_or_before(anchor, interval, now, floor=claim.scheduled_for),
         )
-        moved = False
         if error is not None:
             error = bound_error_text(error)  # keep the last line: the exception's type and message
+        completion = Completion(claim, outcome, error, now, next_at)
+        if not self._dispatcher.complete(completion):
+            self._write_completions([completion])  # the dispatcher is gone (shutdown timed out)
+
+    def _write_completions(self, completions: list[Completion]) -> None:
+        """Record outcomes in one transaction; queue each job's next slot."""
         try:
-            moved = self._store.finish_run(claim, self.instance_id, now, outcome, error, next_at)
-        except StoreError:
-            logger.exception(
-                "could not record the outcome of %s generation %d; its lease will lapse and the run "
-                "will be recorded as lost",
-                claim.job_id,
-                claim.generation,
-            )
-        else:
+            self._store.finish_runs(completions, self.instance_id)
+        except StoreError as exc:
+            # The runs stay in flight (their leases renewed) and the heartbeat
+            # tries again, so a passing outage costs no run its outcome.
+            logger.warning("recording %d outcomes failed, will retry: %s", len(completions), exc)
+            with self._inflight_cond:
+                self._unwritten.extend(completions)
+            return
+        for completion in completions:
+            claim = completion.claim
+            # Queued whether or not the row moved on (`moved` is False for a
+            # descheduled, replaced or recovered job, but also when a retry
+            # follows a commit that did land): a stale entry's claim just fails.
+            self._dispatcher.push(completion.next_run_at, claim.job_id, claim.generation)
             with self._prune_lock:
                 if self._prune_dirty is not None:
                     self._prune_dirty.add(claim.job_id)
             run = claim.run().model_copy(
                 update={
-                    "finished_at": from_ts(now),
-                    "outcome": outcome,
-                    "error": error,
+                    "finished_at": from_ts(completion.finished_at),
+                    "outcome": completion.outcome,
+                    "error": completion.error,
                     "instance_id": self.instance_id,
                 }
             )
-            self._emit("run_finished" if outcome == "ok" else "run_failed", claim.job_id, claim.generation, run=run)
-        finally:
-            if moved:
-                self._dispatcher.push(next_at, claim.job_id, claim.generation)
+            kind: EventKind = "run_finished" if completion.outcome == "ok" else "run_failed"
+            self._emit(kind, claim.job_id, claim.generation, run=run)
             self._job_done(claim.job_id, claim.run_id)
-            self._dispatcher.release_worker()
+
+    def _maintenance(self) -> None:
+        """Heartbeat callback: retry unwritten completions, then prune run history."""
+        self._retry_unwritten()
+        self._prune_runs()
+
+    def _retry_unwritten(self) -> None:
+        """Heartbeat callback (and last step of shutdown): write completions a failed write left behind."""
+        with self._inflight_cond:
+            unwritten, self._unwritten = self._unwritten, []
+        if unwritten:
+            self._write_completions(unwritten)
 
     def _job_done(self, job_id: str, run_id: int | None) -> None:
         with self._inflight_cond:

@@ -37,6 +37,7 @@ failure that outlasts the retries, becomes `StoreError`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -44,18 +45,18 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from sqlalchemy import Connection, Engine, Row, and_, func, select, update
+from sqlalchemy import Connection, Engine, Integer, Row, and_, bindparam, case, func, literal, select, tuple_, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from . import _grid
 from ._models import Job, JobDefinition, JobState, Run
-from ._schema import changes, jobs, runs
+from ._schema import UTCDateTime, changes, jobs, runs
 from .errors import StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
-__all__ = ["Claim", "ClaimMiss", "OpenRun", "Store", "from_ts", "to_ts"]
+__all__ = ["Claim", "ClaimMiss", "Completion", "OpenRun", "Store", "from_ts", "to_ts"]
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +106,17 @@ class Claim:
             started_at=from_ts(self.started_at),
             run_id=self.run_id,
         )
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A finished run waiting to be written: what `finish_runs` records."""
+
+    claim: Claim
+    outcome: str
+    error: str | None
+    finished_at: float
+    next_run_at: float
 
 
 @dataclass(frozen=True)
@@ -324,6 +336,124 @@ class Store:
 
     # -- dispatch -------------------------------------------------------------
 
+    def claim_runs(
+        self,
+        entries: Sequence[tuple[str, int, float]],
+        now: float,
+        instance_id: str,
+        lease_seconds: float,
+    ) -> list[Claim | ClaimMiss]:
+        """Try to start the runs of ``(job_id, generation, expected_at)`` entries, in one transaction.
+
+        One conditional UPDATE decides every row by its own predicate
+        (module docstring); RETURNING names the winners. Each run stands for
+        the latest grid slot at or before `now` (coalescing). Results are in
+        the order of `entries`; an entry repeated in the batch wins at most once.
+        """
+        if not entries:
+            return []
+        lease_until = from_ts(now + lease_seconds)
+        expected: dict[tuple[str, int], float] = {}
+        for job_id, generation, expected_at in entries:
+            key = (job_id, generation)
+            expected[key] = max(expected_at, expected.get(key, expected_at))
+
+        def body(conn: Connection) -> list[Claim | ClaimMiss]:
+            # Each row's own bound: its entry's expected slot (CASE keeps it one statement).
+            bound = case(
+                {job_id: literal(from_ts(at), UTCDateTime) for (job_id, _), at in expected.items()},
+                value=jobs.c.job_id,
+            )
+            predicate = and_(
+                jobs.c.state == _SCHEDULED,
+                tuple_(jobs.c.job_id, jobs.c.generation).in_(list(expected)),
+                jobs.c.next_run_at <= bound,
+            )
+            claim = update(jobs).where(predicate)
+            if self._postgres:
+                # Instances never queue behind each other's row locks (SPEC-multi);
+                # the UPDATE re-checks the predicate on the rows it locked.
+                free = select(jobs.c.job_id).where(predicate).with_for_update(skip_locked=True)
+                claim = claim.where(jobs.c.job_id.in_(free.scalar_subquery()))
+            won = conn.execute(
+                claim.values(
+                    state=_RUNNING, owner=instance_id, lease_until=lease_until, updated_at=from_ts(now)
+                ).returning(
+                    jobs.c.job_id,
+                    jobs.c.generation,
+                    jobs.c.next_run_at,
+                    jobs.c.first_run_at,
+                    jobs.c.interval_seconds,
+                    jobs.c.target,
+                    jobs.c.args,
+                    jobs.c.kwargs,
+                )
+            ).all()
+            claims: dict[tuple[str, int], Claim] = {}
+            moved: list[dict[str, Any]] = []
+            for row in won:
+                next_at = to_ts(row.next_run_at)
+                anchor = to_ts(row.first_run_at)
+                slot = _grid.latest_slot_at_or_before(anchor, row.interval_seconds, now, floor=next_at)
+                if slot != next_at:
+                    moved.append({"b_job_id": row.job_id, "b_slot": from_ts(slot)})
+                claims[(row.job_id, row.generation)] = Claim(
+                    row.job_id,
+                    row.generation,
+                    row.target,
+                    row.args,
+                    row.kwargs,
+                    row.interval_seconds,
+                    anchor,
+                    slot,
+                    now,
+                    0,  # run_id, filled in below
+                )
+            if moved:
+                # While running, next_run_at names the slot in flight.
+                conn.execute(
+                    update(jobs).where(jobs.c.job_id == bindparam("b_job_id")).values(next_run_at=bindparam("b_slot")),
+                    moved,
+                )
+            if claims:
+                inserted = conn.execute(
+                    runs.insert().returning(runs.c.run_id, sort_by_parameter_order=True),
+                    [
+                        {
+                            "job_id": c.job_id,
+                            "generation": c.generation,
+                            "scheduled_for": from_ts(c.scheduled_for),
+                            "started_at": from_ts(now),
+                            "instance_id": instance_id,
+                            "lease_until": lease_until,
+                        }
+                        for c in claims.values()
+                    ],
+                ).all()
+                for key, (run_id,) in zip(list(claims), inserted, strict=True):
+                    claims[key] = dataclasses.replace(claims[key], run_id=run_id)
+            missed = {job_id for job_id, generation in expected if (job_id, generation) not in claims}
+            misses = _misses(conn, missed) if missed else {}
+            results: list[Claim | ClaimMiss] = []
+            handed: set[tuple[str, int]] = set()
+            for job_id, generation, _ in entries:
+                key = (job_id, generation)
+                if key in claims and key not in handed:
+                    handed.add(key)
+                    results.append(claims[key])
+                elif key in claims:  # a repeated entry wins once; the repeat sees our own run
+                    c = claims[key]
+                    results.append(
+                        ClaimMiss(
+                            _RUNNING, generation, c.scheduled_for, c.first_run_at, c.interval_seconds, instance_id
+                        )
+                    )
+                else:
+                    results.append(misses.get(job_id, ClaimMiss(None)))
+            return results
+
+        return self._write(body, "claim")
+
     def claim_run(
         self,
         job_id: str,
@@ -333,71 +463,68 @@ class Store:
         instance_id: str,
         lease_seconds: float,
     ) -> Claim | ClaimMiss:
-        """Try to start the run of `job_id`'s `generation` due at `expected_at`.
+        """`claim_runs` for one entry."""
+        return self.claim_runs([(job_id, generation, expected_at)], now, instance_id, lease_seconds)[0]
 
-        The conditional UPDATE decides (module docstring). The run stands for
-        the latest grid slot at or before `now` (coalescing).
+    def finish_runs(self, completions: Sequence[Completion], instance_id: str) -> list[bool]:
+        """Record outcomes in one transaction; for each, True if its job row moved on to its next slot.
+
+        False (quietly) when the job was descheduled, replaced or its run
+        recovered meanwhile: the completion then changes no job row
+        (FIELD-REPORTS #5). Its run record is still completed unless
+        recovery already marked it lost.
         """
-        lease_until = from_ts(now + lease_seconds)
+        if not completions:
+            return []
+        params = [
+            {
+                "b_run_id": c.claim.run_id,
+                "b_job_id": c.claim.job_id,
+                "b_generation": c.claim.generation,
+                "b_slot": from_ts(c.claim.scheduled_for),
+                "b_next": from_ts(c.next_run_at),
+                "b_finished": from_ts(c.finished_at),
+                "b_outcome": c.outcome,
+                "b_error": None if c.error is None else c.error[:MAX_ERROR_TEXT],
+                "b_errors": 1 if c.outcome == "error" else 0,
+            }
+            for c in completions
+        ]
 
-        def body(conn: Connection) -> Claim | ClaimMiss:
-            won = conn.execute(
-                update(jobs)
-                .where(
-                    jobs.c.job_id == job_id,
-                    jobs.c.generation == generation,
-                    jobs.c.state == _SCHEDULED,
-                    jobs.c.next_run_at <= from_ts(expected_at),
-                )
+        def body(conn: Connection) -> list[bool]:
+            conn.execute(
+                update(runs)
+                .where(runs.c.run_id == bindparam("b_run_id"), runs.c.outcome.is_(None))
                 .values(
-                    state=_RUNNING,
-                    owner=instance_id,
-                    lease_until=lease_until,
-                    updated_at=from_ts(now),
-                )
-                .returning(
-                    jobs.c.next_run_at,
-                    jobs.c.first_run_at,
-                    jobs.c.interval_seconds,
-                    jobs.c.target,
-                    jobs.c.args,
-                    jobs.c.kwargs,
-                )
-            ).first()
-            if won is None:
-                return _miss(conn, job_id)
-            next_at = to_ts(won.next_run_at)
-            anchor = to_ts(won.first_run_at)
-            slot = _grid.latest_slot_at_or_before(anchor, won.interval_seconds, now, floor=next_at)
-            if slot != next_at:
-                # While running, next_run_at names the slot in flight.
-                conn.execute(update(jobs).where(jobs.c.job_id == job_id).values(next_run_at=from_ts(slot)))
-            result = conn.execute(
-                runs.insert().values(
-                    job_id=job_id,
-                    generation=generation,
-                    scheduled_for=from_ts(slot),
-                    started_at=from_ts(now),
-                    instance_id=instance_id,
-                    lease_until=lease_until,
-                )
+                    finished_at=bindparam("b_finished"),
+                    outcome=bindparam("b_outcome"),
+                    error=bindparam("b_error"),
+                    lease_until=None,
+                ),
+                params,
             )
-            (run_id,) = result.inserted_primary_key or (None,)
-            assert isinstance(run_id, int)
-            return Claim(
-                job_id,
-                generation,
-                won.target,
-                won.args,
-                won.kwargs,
-                won.interval_seconds,
-                anchor,
-                slot,
-                now,
-                run_id,
+            # One statement per row: its rowcount says exactly whether this
+            # completion still owned the row (executemany sums rowcounts).
+            moved = update(jobs).where(
+                jobs.c.job_id == bindparam("b_job_id"),
+                jobs.c.generation == bindparam("b_generation"),
+                jobs.c.state == _RUNNING,
+                jobs.c.owner == instance_id,
+                jobs.c.next_run_at == bindparam("b_slot"),
             )
+            moved = moved.values(
+                state=_SCHEDULED,
+                owner=None,
+                lease_until=None,
+                next_run_at=bindparam("b_next"),
+                run_count=jobs.c.run_count + 1,
+                error_count=jobs.c.error_count + bindparam("b_errors", type_=Integer),
+                last_outcome=bindparam("b_outcome"),
+                updated_at=bindparam("b_finished"),
+            )
+            return [conn.execute(moved, p).rowcount == 1 for p in params]
 
-        return self._write(body, "claim")
+        return self._write(body, "finish runs")
 
     def finish_run(
         self,
@@ -408,46 +535,8 @@ class Store:
         error: str | None,
         next_run_at: float,
     ) -> bool:
-        """Record the outcome; True if the job row moved on to `next_run_at`.
-
-        False (quietly) when the job was descheduled, replaced or its run
-        recovered meanwhile: the completion then changes no job row.
-        """
-
-        def body(conn: Connection) -> bool:
-            conn.execute(
-                update(runs)
-                .where(runs.c.run_id == claim.run_id, runs.c.outcome.is_(None))
-                .values(
-                    finished_at=from_ts(finished_at),
-                    outcome=outcome,
-                    error=None if error is None else error[:MAX_ERROR_TEXT],
-                    lease_until=None,
-                )
-            )
-            result = conn.execute(
-                update(jobs)
-                .where(
-                    jobs.c.job_id == claim.job_id,
-                    jobs.c.generation == claim.generation,
-                    jobs.c.state == _RUNNING,
-                    jobs.c.owner == instance_id,
-                    jobs.c.next_run_at == from_ts(claim.scheduled_for),
-                )
-                .values(
-                    state=_SCHEDULED,
-                    owner=None,
-                    lease_until=None,
-                    next_run_at=from_ts(next_run_at),
-                    run_count=jobs.c.run_count + 1,
-                    error_count=jobs.c.error_count + (1 if outcome == "error" else 0),
-                    last_outcome=outcome,
-                    updated_at=from_ts(finished_at),
-                )
-            )
-            return result.rowcount == 1
-
-        return self._write(body, "finish run")
+        """`finish_runs` for one completion."""
+        return self.finish_runs([Completion(claim, outcome, error, finished_at, next_run_at)], instance_id)[0]
 
     # -- leases -----------------------------------------------------------------
 
@@ -541,20 +630,6 @@ class Store:
         return self._write(body, "recover run")
 
     # -- maintenance --------------------------------------------------------------
-
-    def count_running(self, instance_id: str) -> int:
-        """How many job rows `instance_id` holds in 'running'."""
-
-        def body(conn: Connection) -> int:
-            return int(
-                conn.execute(
-                    select(func.count()).where(and_(jobs.c.owner == instance_id, jobs.c.state == _RUNNING))
-                ).scalar_one()
-            )
-
-        return self._read(body, "count running")
-
-    # -- operator surface (issue 3): run history and its retention -------------
 
     def deschedule_job_generation(self, job_id: str, now: float) -> int | None:
         """Like `deschedule_job`; return the generation descheduled, None if no active job."""
@@ -683,27 +758,24 @@ def _bump_change_seq(conn: Connection) -> int:
     return int(conn.execute(bump).scalar_one())
 
 
-def _miss(conn: Connection, job_id: str) -> ClaimMiss:
-    row = conn.execute(
+def _misses(conn: Connection, job_ids: set[str]) -> dict[str, ClaimMiss]:
+    rows = conn.execute(
         select(
+            jobs.c.job_id,
             jobs.c.state,
             jobs.c.generation,
             jobs.c.next_run_at,
             jobs.c.first_run_at,
             jobs.c.interval_seconds,
             jobs.c.owner,
-        ).where(jobs.c.job_id == job_id)
-    ).first()
-    if row is None:
-        return ClaimMiss(None)
-    return ClaimMiss(
-        row.state,
-        row.generation,
-        to_ts(row.next_run_at),
-        to_ts(row.first_run_at),
-        row.interval_seconds,
-        row.owner,
+        ).where(jobs.c.job_id.in_(job_ids))
     )
+    return {
+        row.job_id: ClaimMiss(
+            row.state, row.generation, to_ts(row.next_run_at), to_ts(row.first_run_at), row.interval_seconds, row.owner
+        )
+        for row in rows
+    }
 
 
 def _job(row: Row[Any]) -> Job:

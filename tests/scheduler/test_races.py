@@ -23,7 +23,7 @@ import pytest
 from persched._store import Claim, ClaimMiss, Store
 from tests.support import jobs, race_jobs
 from tests.support.helpers import EPOCH, TIMEOUT, at, finished_runs, sql, wait_until
-from tests.support.race_jobs import Seam, for_job
+from tests.support.race_jobs import Seam, batch_claims, batch_finishes, for_job, real_claim_run, real_finish_run
 
 if TYPE_CHECKING:
     from persched import JobScheduler
@@ -50,7 +50,7 @@ def seams() -> Iterator[list[Seam]]:
 def claim_seam(seams: list[Seam], sched: JobScheduler, job_id: str, impl: ClaimImpl | None = None, **kw: bool) -> Seam:
     """A seam around `sched`'s claim of `job_id` (optionally a broken claim)."""
     store = sched._store
-    real = store.claim_run if impl is None else functools.partial(impl, store)
+    real = real_claim_run(store) if impl is None else functools.partial(impl, store)
     seam = Seam(real, match=for_job(job_id), **kw)
     seams.append(seam)
     return seam
@@ -61,7 +61,7 @@ def finish_seam(
 ) -> Seam:
     """A seam around `sched`'s completion of `job_id` (optionally a broken one)."""
     store = sched._store
-    real = store.finish_run if impl is None else functools.partial(impl, store)
+    real = real_finish_run(store) if impl is None else functools.partial(impl, store)
     seam = Seam(real, match=for_job(job_id), **kw)
     seams.append(seam)
     return seam
@@ -116,7 +116,7 @@ def test_deschedule_commits_before_the_claim_so_the_run_never_starts(
 ) -> None:
     sched = make_scheduler(start=True)
     seam = claim_seam(seams, sched, "a", impl, before=True)
-    with patch.object(sched._store, "claim_run", side_effect=seam):
+    with patch.object(sched._store, "claim_runs", side_effect=batch_claims(seam)):
         sched.schedule("a", jobs.record, 10.0, args=("a",))
         fake_clock.advance(10.0)
         assert seam.entered.wait(TIMEOUT)  # the dispatcher is about to claim
@@ -163,7 +163,7 @@ def test_claim_commits_before_deschedule_so_the_run_starts_and_wait_waits(
         returned["run_finished"] = gate.finished.is_set()
 
     with (
-        patch.object(sched._store, "claim_run", side_effect=seam),
+        patch.object(sched._store, "claim_runs", side_effect=batch_claims(seam)),
         patch.object(sched, "_wait_idle", return_value=None) if broken_wait else _nothing(),
     ):
         sched.schedule("a", jobs.block, 10.0, args=("a",))
@@ -211,10 +211,10 @@ def test_old_generation_claimed_first_finishes_without_disturbing_the_new_one(
     sched = make_scheduler(start=True)
     seam = claim_seam(seams, sched, "a", after=True)
     store = sched._store
-    finish = store.finish_run if finish_impl is None else functools.partial(finish_impl, store)
+    finish = real_finish_run(store) if finish_impl is None else functools.partial(finish_impl, store)
     with (
-        patch.object(store, "claim_run", side_effect=seam),
-        patch.object(store, "finish_run", side_effect=finish),
+        patch.object(store, "claim_runs", side_effect=batch_claims(seam)),
+        patch.object(store, "finish_runs", side_effect=batch_finishes(finish)),
     ):
         sched.schedule("a", jobs.block, 10.0, args=("old",))
         fake_clock.advance(10.0)
@@ -246,7 +246,7 @@ def test_replace_commits_before_the_claim_so_the_old_generation_never_starts(
 ) -> None:
     sched = make_scheduler(start=True)
     seam = claim_seam(seams, sched, "a", impl, before=True)
-    with patch.object(sched._store, "claim_run", side_effect=seam):
+    with patch.object(sched._store, "claim_runs", side_effect=batch_claims(seam)):
         sched.schedule("a", jobs.record, 10.0, args=("old",))
         fake_clock.advance(10.0)
         assert seam.entered.wait(TIMEOUT)  # generation 1 about to be claimed
@@ -278,7 +278,7 @@ def test_completion_of_an_old_generation_vs_a_new_definition(
     scheduled again with the very same definition: only the generation differs."""
     sched = make_scheduler(start=True)
     seam = finish_seam(seams, sched, "a", finish_impl, before=True)
-    with patch.object(sched._store, "finish_run", side_effect=seam):
+    with patch.object(sched._store, "finish_runs", side_effect=batch_finishes(seam)):
         sched.schedule("a", jobs.record, 10.0, args=("a",))
         fake_clock.advance(10.0)
         assert seam.entered.wait(TIMEOUT)  # generation 1 ran; its completion is pending
@@ -334,7 +334,7 @@ def test_shutdown_waits_for_a_claim_inside_the_store(
             sched.shutdown(wait=True, timeout=TIMEOUT)
         done.set()
 
-    with patch.object(sched._store, "claim_run", side_effect=seam):
+    with patch.object(sched._store, "claim_runs", side_effect=batch_claims(seam)):
         sched.schedule("a", jobs.record, 10.0, args=("a",))
         fake_clock.advance(10.0)
         assert seam.entered.wait(TIMEOUT)  # the dispatcher is inside the claim
@@ -352,21 +352,23 @@ def test_shutdown_waits_for_a_claim_inside_the_store(
     assert len(jobs.calls("a")) == 1
 
 
-def claim_ignoring_stop(sched: JobScheduler, entry: Entry) -> bool:
-    """A broken dispatcher claim callback: it never looks at the stop flag."""
-    due_at, _, job_id, generation = entry
-    with sched._inflight_cond:
-        sched._inflight_jobs[job_id] += 1
-    result = sched._store.claim_run(
-        job_id, generation, due_at, sched._timebase.now(), sched.instance_id, sched._lease_seconds
-    )
-    if isinstance(result, Claim):
+def claim_ignoring_stop(sched: JobScheduler, due: list[Entry]) -> int:
+    """A broken `JobScheduler._claim_due`: it never looks at the stop flag."""
+    handed = 0
+    for due_at, _, job_id, generation in due:
         with sched._inflight_cond:
-            sched._inflight_runs.add(result.run_id)
-        sched._pool.submit(result)
-        return True
-    sched._job_done(job_id, None)
-    return False
+            sched._inflight_jobs[job_id] += 1
+        result = sched._store.claim_run(
+            job_id, generation, due_at, sched._timebase.now(), sched.instance_id, sched._lease_seconds
+        )
+        if isinstance(result, Claim):
+            with sched._inflight_cond:
+                sched._inflight_runs.add(result.run_id)
+            sched._pool.submit(result)
+            handed += 1
+        else:
+            sched._job_done(job_id, None)
+    return handed
 
 
 @pytest.mark.parametrize(
@@ -378,13 +380,13 @@ def test_a_claim_attempted_after_shutdown_began_never_commits(
     make_scheduler: SchedulerFactory, seams: list[Seam], fake_clock: FakeClock, broken_claim: bool
 ) -> None:
     sched = make_scheduler(start=True)
-    callback = functools.partial(claim_ignoring_stop, sched) if broken_claim else sched._claim
+    callback = functools.partial(claim_ignoring_stop, sched) if broken_claim else sched._claim_due
     seam = Seam(callback, before=True)  # holds the dispatcher before it takes the claim gate
     seams.append(seam)
     store = sched._store
     with (
-        patch.object(sched._dispatcher, "_claim", side_effect=seam),
-        patch.object(store, "claim_run", wraps=store.claim_run) as spy,
+        patch.object(sched, "_claim_due", side_effect=seam),
+        patch.object(store, "claim_runs", wraps=store.claim_runs) as spy,
     ):
         sched.schedule("a", jobs.record, 10.0, args=("a",))
         fake_clock.advance(10.0)
@@ -395,7 +397,7 @@ def test_a_claim_attempted_after_shutdown_began_never_commits(
         seam.go()
         t.join(TIMEOUT)
         assert not t.is_alive()
-    assert seam.results == [False]
+    assert seam.results == [0]
     spy.assert_not_called()
     assert run_rows(sched, "a") == []
     assert job_state(sched, "a") == "scheduled"  # the slot is still there for the next start
@@ -438,7 +440,7 @@ def test_lease_recovery_never_marks_a_live_own_run_lost(
     seam = finish_seam(seams, sched, "a", before=True)
     gate = jobs.gate("a")
     with (
-        patch.object(sched._store, "finish_run", side_effect=seam),
+        patch.object(sched._store, "finish_runs", side_effect=batch_finishes(seam)),
         patch.object(sched._heartbeat, "_in_flight", return_value=set()) if forget_own_runs else _nothing(),
     ):
         sched.schedule("a", jobs.block, 10.0, args=("a",))
@@ -539,7 +541,7 @@ def test_store_seams_forward_everything_else(make_scheduler: SchedulerFactory, s
     """The seam itself: unmatched calls pass straight through to the store."""
     sched = make_scheduler()
     seam = claim_seam(seams, sched, "other", before=True)
-    with patch.object(sched._store, "claim_run", side_effect=seam):
+    with patch.object(sched._store, "claim_runs", side_effect=batch_claims(seam)):
         sched.schedule("a", jobs.record, 10.0, args=("a",), start_in=0)
         result = sched._store.claim_run("a", 1, EPOCH + 1e9, EPOCH + 1e9, "x", 30.0)
     assert isinstance(result, Claim)

@@ -32,7 +32,7 @@ from sqlalchemy.engine import make_url
 
 from persched import _grid
 from persched._schema import jobs, runs
-from persched._store import Claim, ClaimMiss, Store, _miss, from_ts, to_ts
+from persched._store import Claim, ClaimMiss, Completion, Store, _misses, from_ts, to_ts
 from tests.support.helpers import TIMEOUT
 
 if TYPE_CHECKING:
@@ -157,6 +157,44 @@ def for_job(job_id: str) -> Callable[..., bool]:
     return match
 
 
+def batch_claims(single: Callable[..., Any]) -> Callable[..., list[Any]]:
+    """Adapt a one-entry claim (``claim_run``'s arguments) to ``Store.claim_runs``, entry by entry."""
+
+    def claim_runs(entries: list[tuple[str, int, float]], now: float, instance_id: str, lease: float) -> list[Any]:
+        return [single(job_id, gen, expected, now, instance_id, lease) for job_id, gen, expected in entries]
+
+    return claim_runs
+
+
+def batch_finishes(single: Callable[..., bool]) -> Callable[..., list[bool]]:
+    """Adapt a one-run completion (``finish_run``'s arguments) to ``Store.finish_runs``."""
+
+    def finish_runs(completions: list[Completion], instance_id: str) -> list[bool]:
+        return [single(c.claim, instance_id, c.finished_at, c.outcome, c.error, c.next_run_at) for c in completions]
+
+    return finish_runs
+
+
+def real_claim_run(store: Store) -> Callable[..., Claim | ClaimMiss]:
+    """`Store.claim_run` of `store` that bypasses a patched ``store.claim_runs``."""
+
+    def claim_run(job_id: str, gen: int, expected: float, now: float, instance_id: str, lease: float) -> Any:  # noqa: ANN401
+        return Store.claim_runs(store, [(job_id, gen, expected)], now, instance_id, lease)[0]
+
+    return claim_run
+
+
+def real_finish_run(store: Store) -> Callable[..., bool]:
+    """`Store.finish_run` of `store` that bypasses a patched ``store.finish_runs``."""
+
+    def finish_run(
+        claim: Claim, instance_id: str, finished_at: float, outcome: str, error: str | None, nxt: float
+    ) -> bool:
+        return Store.finish_runs(store, [Completion(claim, outcome, error, finished_at, nxt)], instance_id)[0]
+
+    return finish_run
+
+
 # --- broken variants of the store ------------------------------------------------
 
 
@@ -202,7 +240,7 @@ def claim_variant(
             )
         ).first()
         if won is None:
-            return _miss(conn, job_id)
+            return _misses(conn, {job_id}).get(job_id, ClaimMiss(None))
         next_at = to_ts(won.next_run_at)
         anchor = to_ts(won.first_run_at)
         slot = _grid.latest_slot_at_or_before(anchor, won.interval_seconds, now, floor=next_at)
