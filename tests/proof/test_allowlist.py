@@ -1,0 +1,144 @@
+"""Security of the store (issue 5): allowed_modules, and no pickle / eval / exec path in persched.
+
+Whoever can write the database can change a row's ``target``. With
+``allowed_modules`` set, a target outside it is refused at schedule() and,
+for a row changed by SQL, its run is recorded as an error without importing
+the module; the other jobs go on.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import sys
+import tokenize
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+import persched
+from persched.errors import InvalidJobError
+from tests.support.helpers import sql, wait_until
+
+if TYPE_CHECKING:
+    from tests.conftest import SchedulerFactory
+
+SIDE_EFFECT = "tests.proof.side_effect_module"
+DANGEROUS = ["os:system", "subprocess:run", "builtins:eval", f"{SIDE_EFFECT}:target"]
+ALLOWED = ["tests.support"]
+
+
+@pytest.fixture
+def marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "imported.marker"
+    monkeypatch.setenv("PERSCHED_PROOF_MARKER", str(path))
+    sys.modules.pop(SIDE_EFFECT, None)
+    return path
+
+
+@pytest.mark.parametrize("target", DANGEROUS)
+def test_schedule_refuses_a_target_outside_allowed_modules(
+    make_scheduler: SchedulerFactory, marker: Path, target: str
+) -> None:
+    from persched import JobScheduler
+
+    sched = JobScheduler(make_scheduler.url, clock=make_scheduler.clock, allowed_modules=ALLOWED)
+    make_scheduler.created.append(sched)
+    with pytest.raises(InvalidJobError) as info:
+        sched.schedule("evil", target, 1.0, args=["touch /tmp/pwned"])
+    assert info.value.argument == "fn"
+    assert sched.jobs() == []
+    assert SIDE_EFFECT not in sys.modules
+    assert not marker.exists(), "the module was imported"
+
+
+@pytest.mark.parametrize("target", DANGEROUS)
+def test_a_row_changed_by_sql_is_refused_at_run_time(
+    make_scheduler: SchedulerFactory, marker: Path, target: str, tmp_path: Path
+) -> None:
+    from persched import JobScheduler
+
+    sched = JobScheduler(make_scheduler.url, clock=make_scheduler.clock, allowed_modules=ALLOWED)
+    make_scheduler.created.append(sched)
+    sched.schedule("victim", "tests.support.proof_jobs:noop", 1.0)
+    sched.schedule("bystander", "tests.support.jobs:record", 1.0, args=["bystander"])
+    pwned = tmp_path / "pwned"
+    sql(
+        make_scheduler.url,
+        "UPDATE persched_jobs SET target=?, args=? WHERE job_id='victim'",
+        (target, f'["touch {pwned}"]'),
+    )
+    sched.start()
+    make_scheduler.clock.advance(1.0)
+
+    def finished(job_id: str) -> list[tuple[str, str | None]]:
+        return sql(
+            make_scheduler.url,
+            "SELECT outcome, error FROM persched_runs WHERE job_id=? AND outcome IS NOT NULL",
+            (job_id,),
+        )
+
+    wait_until(lambda: bool(finished("victim")) and bool(finished("bystander")), message="both ran")
+    (outcome, error), *_ = finished("victim")
+    assert outcome == "error"
+    assert error is not None
+    assert error.startswith("TargetRefused"), error
+    assert finished("bystander")[0][0] == "ok", "the other jobs go on"
+    assert SIDE_EFFECT not in sys.modules
+    assert not marker.exists(), "the module was imported"
+    assert not pwned.exists()
+    make_scheduler.clock.advance(1.0)  # the refused job keeps its schedule, the bystander keeps running
+    wait_until(lambda: len(finished("bystander")) >= 2 and len(finished("victim")) >= 2, message="second round")
+
+
+def test_the_side_effect_module_really_has_a_side_effect(marker: Path) -> None:
+    """Non-vacuity: importing it does write the marker, so its absence above means something."""
+    import importlib
+
+    importlib.import_module(SIDE_EFFECT)
+    assert marker.exists()
+    sys.modules.pop(SIDE_EFFECT, None)
+
+
+FORBIDDEN_MODULES = {"pickle", "cPickle", "_pickle", "marshal", "shelve", "dill", "cloudpickle", "copyreg"}
+FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__"}
+
+
+def _code_tokens(source: str) -> list[tokenize.TokenInfo]:
+    """NAME and OP tokens only: comments and strings (docstrings saying 'never pickle') are not code."""
+    return [t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type in (tokenize.NAME, tokenize.OP)]
+
+
+def test_persched_source_has_no_pickle_eval_or_exec_path() -> None:
+    root = Path(persched.__file__).parent
+    found: list[str] = []
+    files = sorted(root.rglob("*.py"))
+    assert len(files) > 10
+    for path in files:
+        source = path.read_text()
+        tokens = _code_tokens(source)
+        for i, t in enumerate(tokens):
+            if t.string in FORBIDDEN_MODULES:
+                found.append(f"{path.name}:{t.start[0]}: {t.string}")
+            nxt = tokens[i + 1].string if i + 1 < len(tokens) else ""
+            prev = tokens[i - 1].string if i > 0 else ""
+            if t.string in FORBIDDEN_CALLS and nxt == "(" and prev not in ("def", "."):
+                found.append(f"{path.name}:{t.start[0]}: {t.string}(")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                found += [
+                    f"{path.name}:{node.lineno}: import {a.name}" for a in node.names if a.name in FORBIDDEN_MODULES
+                ]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "") in FORBIDDEN_MODULES:
+                found.append(f"{path.name}:{node.lineno}: from {node.module}")
+    assert found == [], found
+
+
+def test_the_source_scan_can_fail(tmp_path: Path) -> None:
+    """Non-vacuity: the scan flags the forms it looks for, and ignores them in strings and comments."""
+    bad = "import pickle\nx = eval('1')\n"
+    names = {t.string for t in _code_tokens(bad)}
+    assert "pickle" in names
+    assert "eval" in names
+    assert {t.string for t in _code_tokens('"""never pickle"""\n# eval(x)\n')} == set()
