@@ -9,6 +9,7 @@ deschedule() work before start()), so each example is one transaction.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -126,10 +127,8 @@ def test_deschedule_get_job_runs_succeed_or_refuse_cleanly(
         lambda: sched.runs(limit=limit),
         lambda: sched.deschedule(job_id, wait=bool(wait), timeout=timeout if wait else None),
     ):
-        try:
+        with contextlib.suppress(PerschedError):
             call()
-        except PerschedError:
-            pass
     after = _jobs(sched)
     if job_id != "existing":
         assert after == before
