@@ -319,3 +319,50 @@ def test_a_transient_error_in_each_transaction_is_retried(
         SCENARIOS[kind](b, inj)
     assert inj.fired.is_set()
     b.close_and_verify(live=b.live)
+
+
+# --- whole-database faults ---------------------------------------------------------------------
+
+
+def test_locked_past_the_busy_timeout_is_a_store_error_then_recovers(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'locked.db'}"
+    clock = FakeClock(start=EPOCH)
+    sched = JobScheduler(url, clock=clock, busy_timeout_seconds=0.05)
+    try:
+        sched.schedule("a", TARGET, 1.0)
+        with closing(sqlite3.connect(sqlite_path(url), timeout=TIMEOUT, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")
+            with pytest.raises(StoreError, match="locked"):
+                sched.schedule("b", TARGET, 1.0)
+            other.execute("ROLLBACK")
+        FAULTS_INJECTED.append("locked")
+        assert [j.job_id for j in sched.jobs()] == ["a"]
+        sched.schedule("b", TARGET, 1.0)
+        assert sorted(j.job_id for j in sched.jobs()) == ["a", "b"]
+    finally:
+        sched.shutdown()
+
+
+def test_a_read_only_database_refuses_writes_and_keeps_reads(tmp_path: Path) -> None:
+    # As root chmod does not stop writes: the listener raises SQLite's own read-only error instead.
+    url = f"sqlite:///{tmp_path / 'ro.db'}"
+    sched = JobScheduler(url, clock=FakeClock(start=EPOCH))
+
+    def readonly(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:  # noqa: ANN401
+        if statement.split()[0].upper() in ("INSERT", "UPDATE", "DELETE") or statement.startswith("BEGIN IMMEDIATE"):
+            raise OperationalError(statement, None, sqlite3.OperationalError(READONLY))
+
+    try:
+        sched.schedule("a", TARGET, 1.0)
+        event.listen(sched._store.engine, "before_cursor_execute", readonly)
+        with pytest.raises(StoreError, match="readonly"):
+            sched.schedule("b", TARGET, 1.0)
+        with pytest.raises(StoreError, match="readonly"):
+            sched.deschedule("a")
+        FAULTS_INJECTED.append("readonly")
+        assert [j.job_id for j in sched.jobs()] == ["a"]
+        event.remove(sched._store.engine, "before_cursor_execute", readonly)
+        sched.schedule("b", TARGET, 1.0)
+        assert sorted(j.job_id for j in sched.jobs()) == ["a", "b"]
+    finally:
+        sched.shutdown()
