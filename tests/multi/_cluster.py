@@ -1,0 +1,407 @@
+"""Helpers of the multi-instance tests: child processes, PostgreSQL schemas, once-only checks.
+
+- `Child` / `Cluster`: real scheduler processes (`tests.support.multi_child`)
+  that signal readiness through a marker file; every child is killed at
+  teardown whatever happened.
+- `pg_schema_url`: a PostgreSQL URL whose ``search_path`` is a fresh schema.
+- `fetch_runs` + `check_once`: the run history and the side-effect file
+  agree, and no slot ran twice (SPEC-multi "exactly one claim per slot").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import pytest
+from sqlalchemy import create_engine, select, text
+from sqlalchemy.engine import make_url
+
+from persched import JobScheduler, _db
+from persched._schema import runs as runs_table
+from tests.support.helpers import TIMEOUT, wait_until
+from tests.support.multi_child import EFFECT_TARGET, Effect, read_effects
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+
+__all__ = [
+    "REPO",
+    "Child",
+    "Cluster",
+    "RunReader",
+    "RunRow",
+    "SlotReport",
+    "check_once",
+    "deschedule_all",
+    "fetch_runs",
+    "pg_base_url",
+    "pg_schema_url",
+    "schedule_jobs",
+]
+
+REPO: Final = Path(__file__).resolve().parents[2]
+START_TIMEOUT: Final = 30.0  # real seconds for a child to import, migrate and start (2 busy cores)
+EPS: Final = timedelta(milliseconds=2)
+
+
+def pg_base_url() -> str:
+    """PERSCHED_TEST_PG_URL; skipped locally without it, a failure in CI (tests/conftest.py `pg_url`)."""
+    url = os.environ.get("PERSCHED_TEST_PG_URL", "")
+    if not url:
+        if os.environ.get("CI"):
+            pytest.fail("CI is set but PERSCHED_TEST_PG_URL is not: PostgreSQL tests must run in CI")
+        pytest.skip("PERSCHED_TEST_PG_URL is not set (PostgreSQL tests run in CI)")
+    return url
+
+
+@contextlib.contextmanager
+def pg_schema_url(tag: str) -> Iterator[str]:
+    """Yield a URL on a fresh schema ``persched_multi_<tag>_<random>`` (dropped afterwards)."""
+    base = make_url(pg_base_url()).set(drivername="postgresql+psycopg")
+    schema = f"persched_multi_{tag}_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(base)
+    try:
+        with admin.begin() as conn:
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+        yield base.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        admin.dispose()
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a child: the repository importable."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+@dataclass
+class Child:
+    """One `multi_child` process."""
+
+    instance: str
+    proc: subprocess.Popen[bytes]
+    ready: Path
+    log: Path
+
+    def wait_ready(self) -> None:
+        """Wait until the child wrote its readiness marker (fail if it died first)."""
+        wait_until(
+            lambda: self.ready.exists() or self.proc.poll() is not None,
+            timeout=START_TIMEOUT,
+            message=f"{self.instance} ready",
+        )
+        assert self.proc.poll() is None, f"{self.instance} exited early:\n{self.output()}"
+
+    def output(self) -> str:
+        """The child's stdout and stderr so far."""
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def terminate(self) -> int:
+        """SIGTERM (graceful shutdown) and wait for the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(3 * TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(TIMEOUT)
+            raise AssertionError(f"{self.instance} did not stop on SIGTERM:\n{self.output()}") from None
+
+    def kill(self) -> None:
+        """SIGKILL and reap."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(TIMEOUT)
+
+
+@dataclass
+class Cluster:
+    """Starts `multi_child` processes on one database; kills leftovers at `close()`."""
+
+    url: str
+    tmp: Path
+    lease: float = 1.0
+    heartbeat: float = 0.2
+    pickup: float = 0.2
+    children: list[Child] = field(default_factory=list)
+
+    @property
+    def effects(self) -> Path:
+        """The side-effect file every child's targets append to."""
+        return self.tmp / "effects.tsv"
+
+    def spawn(self, instance: str, *extra: str, url: str | None = None) -> Child:
+        """Start a child (does not wait for it)."""
+        ready = self.tmp / f"{instance}.ready"
+        log = self.tmp / f"{instance}.log"
+        cmd = [
+            sys.executable,
+            "-m",
+            "tests.support.multi_child",
+            "--url",
+            self.url if url is None else url,
+            "--instance",
+            instance,
+            "--ready",
+            str(ready),
+            "--effects",
+            str(self.effects),
+            "--lease",
+            str(self.lease),
+            "--heartbeat",
+            str(self.heartbeat),
+            "--pickup",
+            str(self.pickup),
+            *extra,
+        ]
+        with log.open("wb") as out:
+            proc = subprocess.Popen(cmd, cwd=REPO, env=child_env(), stdout=out, stderr=subprocess.STDOUT)
+        child = Child(instance, proc, ready, log)
+        self.children.append(child)
+        return child
+
+    def start(self, *instances: str, url: str | None = None) -> list[Child]:
+        """Start children and wait until every one of them is ready."""
+        started = [self.spawn(name, url=url) for name in instances]
+        for child in started:
+            child.wait_ready()
+        return started
+
+    def stop_all(self) -> None:
+        """SIGTERM every live child; each must exit 0 (graceful shutdown)."""
+        codes = {c.instance: c.terminate() for c in self.children if c.proc.poll() is None}
+        bad = {name: code for name, code in codes.items() if code != 0}
+        assert not bad, f"children exited with {bad}:\n" + "\n".join(
+            self.children_output(name) for name in bad
+        )
+
+    def children_output(self, instance: str) -> str:
+        """The output of child `instance`, for failure messages."""
+        for c in self.children:
+            if c.instance == instance:
+                return f"--- {instance} ---\n{c.output()[-4000:]}"
+        return ""
+
+    def close(self) -> None:
+        """Kill whatever is still running (teardown)."""
+        for c in self.children:
+            with contextlib.suppress(Exception):
+                c.kill()
+
+
+@contextlib.contextmanager
+def cluster(url: str, tmp: Path, **kwargs: float) -> Iterator[Cluster]:
+    """A `Cluster` whose children are all killed on exit."""
+    c = Cluster(url, tmp, **kwargs)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def schedule_jobs(url: str, intervals: dict[str, float], effects: Path, start_in: float) -> dict[str, datetime]:
+    """Schedule effect jobs through a scheduler that is never started; return each job's first slot."""
+    sched = JobScheduler(url)
+    try:
+        return {
+            job_id: sched.schedule(job_id, EFFECT_TARGET, interval, args=(str(effects),), start_in=start_in).next_run_at
+            for job_id, interval in intervals.items()
+        }
+    finally:
+        sched.shutdown()
+
+
+def deschedule_all(url: str, job_ids: Sequence[str]) -> datetime:
+    """Deschedule `job_ids` through a scheduler that is never started; return when the last one committed."""
+    sched = JobScheduler(url)
+    try:
+        for job_id in job_ids:
+            sched.deschedule(job_id)
+        return datetime.now().astimezone()
+    finally:
+        sched.shutdown()
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """A `persched_runs` row as the checks need it."""
+
+    job_id: str
+    generation: int
+    scheduled_for: datetime
+    started_at: datetime
+    finished_at: datetime | None
+    outcome: str | None
+    instance_id: str
+
+
+def fetch_runs(url: str) -> list[RunRow]:
+    """Every run recorded in the database, oldest first."""
+    reader = RunReader(url)
+    try:
+        return reader.runs()
+    finally:
+        reader.close()
+
+
+class RunReader:
+    """Reads `persched_runs` through one engine (for polling)."""
+
+    def __init__(self, url: str) -> None:
+        self._engine = _db.make_engine(url)
+
+    def runs(self) -> list[RunRow]:
+        """Every run recorded in the database, oldest first."""
+        with self._engine.connect() as conn:
+            rows = conn.execute(select(runs_table).order_by(runs_table.c.run_id)).all()
+        return [
+            RunRow(r.job_id, r.generation, r.scheduled_for, r.started_at, r.finished_at, r.outcome, r.instance_id)
+            for r in rows
+        ]
+
+    def close(self) -> None:
+        """Release the engine."""
+        self._engine.dispose()
+
+
+def throttled(predicate: Callable[[], bool], every: float = 0.1) -> Callable[[], bool]:
+    """`predicate`, evaluated at most once per `every` seconds (False in between): cheap polling of a database."""
+    next_at = [0.0]
+
+    def check() -> bool:
+        now = time.monotonic()
+        if now < next_at[0]:
+            return False
+        next_at[0] = now + every
+        return predicate()
+
+    return check
+
+
+@dataclass
+class SlotReport:
+    """What `check_once` measured."""
+
+    runs: int = 0
+    slots: int = 0  # grid slots from each job's first slot to its last run
+    coalesced: int = 0  # slots that passed without a run of their own (SPEC §2 coalescing)
+    lost: int = 0
+    by_instance: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """One line for the test output."""
+        return (
+            f"runs={self.runs} slots={self.slots} coalesced={self.coalesced} lost={self.lost} "
+            f"by_instance={dict(sorted(self.by_instance.items()))}"
+        )
+
+
+def check_once(
+    runs: Sequence[RunRow],
+    effects: Sequence[Effect],
+    intervals: dict[str, float],
+    first_slots: dict[str, datetime],
+    *,
+    max_coalesced_fraction: float = 0.1,
+) -> SlotReport:
+    """Assert that no slot ran twice and that the run history and the side effects agree.
+
+    - No two runs (and no two side effects) share ``(job_id, generation, scheduled_for)``.
+    - Every side effect belongs to a recorded run; every run with outcome "ok" left its side effect.
+    - Every run has an outcome (nothing stuck in flight) and started no earlier than its slot.
+    - Consecutive slots of a job are whole intervals apart on its grid; a step of k > 1
+      intervals is coalescing, and is accepted only when the run that covered it started
+      at least (k - 1) intervals after the first skipped slot was due, i.e. it is explained
+      by a late start. Coalesced slots stay under `max_coalesced_fraction` (liveness).
+    """
+    report = SlotReport(runs=len(runs))
+    keys = [(r.job_id, r.generation, r.scheduled_for) for r in runs]
+    dupes = {k for k in keys if keys.count(k) > 1}
+    assert not dupes, f"slots run twice (run history): {sorted(dupes)}"
+    effect_keys = [(e.job_id, e.generation, e.scheduled_for) for e in effects]
+    effect_dupes = sorted({k for k in effect_keys if effect_keys.count(k) > 1})
+    assert not effect_dupes, f"slots run twice (side effects): {effect_dupes}"
+    run_keys = {(j, g, s.isoformat()) for j, g, s in keys}
+    stray = sorted(set(effect_keys) - run_keys)
+    assert not stray, f"side effects without a recorded run: {stray[:10]}"
+    ok_without_effect = sorted(
+        (r.job_id, r.scheduled_for.isoformat())
+        for r in runs
+        if r.outcome == "ok" and r.job_id in intervals and (r.job_id, r.generation, r.scheduled_for.isoformat())
+        not in set(effect_keys)
+    )
+    assert not ok_without_effect, f"runs recorded ok without their side effect: {ok_without_effect[:10]}"
+    open_runs = [r for r in runs if r.outcome is None]
+    assert not open_runs, f"runs left without an outcome: {open_runs[:5]}"
+    early = [r for r in runs if r.started_at < r.scheduled_for - EPS]
+    assert not early, f"runs started before their slot: {early[:5]}"
+    for r in runs:
+        report.by_instance[r.instance_id] = report.by_instance.get(r.instance_id, 0) + 1
+        report.lost += r.outcome == "lost"
+    for job_id, interval in intervals.items():
+        mine = sorted((r for r in runs if r.job_id == job_id), key=lambda r: r.scheduled_for)
+        if not mine:
+            continue
+        step = timedelta(seconds=interval)
+        previous_slot = first_slots[job_id] - step  # the first run may itself coalesce the first slots
+        for r in mine:
+            k = round((r.scheduled_for - previous_slot) / step)
+            drift = abs((r.scheduled_for - previous_slot) - k * step)
+            assert k >= 1 and drift <= timedelta(microseconds=k + 1), (
+                f"{job_id}: slot {r.scheduled_for} is not on the grid after {previous_slot} (interval {interval})"
+            )
+            if k > 1:
+                first_skipped = previous_slot + step
+                late_by = r.started_at - first_skipped
+                assert late_by >= (k - 1) * step - EPS, (
+                    f"{job_id}: {k - 1} slots after {previous_slot} coalesced, but the covering run "
+                    f"started only {late_by} after the first of them"
+                )
+                report.coalesced += k - 1
+            report.slots += k
+            previous_slot = r.scheduled_for
+    assert report.slots > 0, "nothing ran: the test proved nothing"
+    assert report.coalesced <= max_coalesced_fraction * report.slots, (
+        f"too many slots coalesced: {report.summary()}"
+    )
+    return report
+
+
+def wait_past(url: str, job_ids: Sequence[str], when: datetime, timeout: float = 3 * TIMEOUT) -> None:
+    """Poll the run history until every job in `job_ids` has a finished run of a slot at or after `when`."""
+    reader = RunReader(url)
+
+    def done() -> bool:
+        latest: dict[str, datetime] = {}
+        for r in reader.runs():
+            if r.outcome is not None:
+                latest[r.job_id] = max(latest.get(r.job_id, r.scheduled_for), r.scheduled_for)
+        return all(j in latest and latest[j] >= when for j in job_ids)
+
+    try:
+        wait_until(throttled(done), timeout=timeout, message=f"runs of {list(job_ids)} for slots at or after {when}")
+    finally:
+        reader.close()
+
+
+def now_utc() -> datetime:
+    """The wall-clock time now, aware."""
+    return datetime.fromtimestamp(time.time()).astimezone()
+
+
+def effects_of(c: Cluster) -> list[Effect]:
+    """The side effects recorded so far."""
+    return read_effects(c.effects)
