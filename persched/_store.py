@@ -40,12 +40,28 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from sqlalchemy import Connection, Engine, Integer, Row, and_, bindparam, case, func, literal, select, tuple_, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Insert,
+    Integer,
+    Row,
+    Update,
+    and_,
+    bindparam,
+    case,
+    func,
+    literal,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from . import _grid
@@ -153,6 +169,18 @@ def _is_transient(exc: DBAPIError) -> bool:
     return isinstance(sqlstate, str) and (sqlstate.startswith("08") or sqlstate in ("40001", "40P01", "57P01"))
 
 
+class _Pending:
+    """One caller's write waiting to be committed with others (see `Store._write_grouped`)."""
+
+    __slots__ = ("body", "done", "error", "result")
+
+    def __init__(self, body: Callable[[Connection], Any]) -> None:
+        self.body = body
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
 class Store:
     """The persched tables behind one engine.
 
@@ -169,6 +197,10 @@ class Store:
         self.url = url
         self._retry_attempts = retry_attempts
         self._postgres = engine.dialect.name == "postgresql"
+        # Group commit of schedule/deschedule: see _write_grouped.
+        self._group_cond = threading.Condition()
+        self._group_queue: list[_Pending] = []
+        self._group_leader = False
 
     # -- transactions -------------------------------------------------------
 
@@ -206,6 +238,54 @@ class Store:
     def _read(self, body: Callable[[Connection], T], what: str) -> T:
         return self._transaction(body, readonly=True, what=what)
 
+    def _write_grouped(self, body: Callable[[Connection], T], what: str) -> T:
+        """Run `body` in a write transaction shared with the callers that arrive meanwhile.
+
+        Group commit: the first caller leads and commits every body queued
+        while it waited, in arrival order, in one transaction (one fsync);
+        each caller returns only after the commit that holds its own write,
+        so each still linearizes at that commit. If any body fails, the group
+        is rolled back and each body runs alone, so only the failing one fails.
+        """
+        mine = _Pending(body)
+        with self._group_cond:
+            self._group_queue.append(mine)
+            while self._group_leader and not mine.done:
+                self._group_cond.wait()
+            if not mine.done:
+                self._group_leader = True
+                group, self._group_queue = self._group_queue, []
+        if not mine.done:
+            try:
+                self._commit_group(group, what)
+            finally:
+                with self._group_cond:
+                    for pending in group:
+                        if not pending.done:  # the leader was interrupted
+                            pending.error, pending.done = StoreError(self.url, f"{what} was interrupted"), True
+                    self._group_leader = False
+                    self._group_cond.notify_all()
+        if mine.error is not None:
+            raise mine.error
+        return mine.result  # type: ignore[no-any-return]  # body returns T
+
+    def _commit_group(self, group: list[_Pending], what: str) -> None:
+        if len(group) > 1:
+            try:
+                results = self._write(lambda conn: [pending.body(conn) for pending in group], what)
+            except (IntegrityError, StoreError):
+                pass  # one of them failed, or the store did: each alone below
+            else:
+                for pending, result in zip(group, results, strict=True):
+                    pending.result, pending.done = result, True
+                return
+        for pending in group:
+            try:
+                pending.result = self._write(pending.body, what)
+            except BaseException as exc:  # noqa: BLE001 - handed to its own caller
+                pending.error = exc
+            pending.done = True
+
     # -- jobs ---------------------------------------------------------------
 
     def upsert_job(self, definition: JobDefinition, now: float) -> tuple[Job, str]:
@@ -239,30 +319,23 @@ class Store:
                 "updated_at": from_ts(now),
                 "change_seq": _bump_change_seq(conn),
             }
+            write: Insert | Update
             if row is None:
-                conn.execute(
-                    jobs.insert().values(
-                        job_id=definition.job_id,
-                        generation=1,
-                        created_at=from_ts(now),
-                        **values,
-                    )
-                )
                 change = "created"
+                write = jobs.insert().values(job_id=definition.job_id, generation=1, created_at=from_ts(now), **values)
             else:
+                change = "replaced" if row.state != _DESCHEDULED else "created"
                 # A generation is never reused, also after deschedule (no ABA).
-                conn.execute(
+                write = (
                     update(jobs)
                     .where(jobs.c.job_id == definition.job_id)
                     .values(generation=jobs.c.generation + 1, **values)
                 )
-                change = "replaced" if row.state != _DESCHEDULED else "created"
-            new = conn.execute(select(jobs).where(jobs.c.job_id == definition.job_id)).one()
-            return _job(new), change
+            return _job(conn.execute(write.returning(*jobs.c)).one()), change
 
         for _ in range(3):
             try:
-                return self._write(body, "schedule")
+                return self._write_grouped(body, "schedule")
             except IntegrityError:  # noqa: PERF203 - a rare race, not a hot loop
                 # Two first schedules of one id raced (PostgreSQL): the loser
                 # now finds the winner's row and decides again.
@@ -649,7 +722,7 @@ class Store:
             ).first()
             return None if row is None else int(row.generation)
 
-        return self._write(body, "deschedule")
+        return self._write_grouped(body, "deschedule")
 
     def get_run(self, run_id: int) -> Run | None:
         """Return the run `run_id`, or None (never recorded, or pruned)."""

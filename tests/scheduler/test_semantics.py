@@ -644,7 +644,11 @@ def test_concurrent_schedule_deschedule_stress(make_scheduler: SchedulerFactory,
                 job_id = rng.choice(ids)
                 start = time.perf_counter_ns()
                 if rng.random() < 0.6:
-                    job = sched.schedule(job_id, jobs.timed, rng.choice(intervals), args=(job_id,))
+                    # Mostly the job's usual interval (an unchanged re-declaration keeps
+                    # the grid, so jobs get to run); sometimes another (a replacement).
+                    usual = intervals[ids.index(job_id) % len(intervals)]
+                    interval = usual if rng.random() < 0.75 else rng.choice(intervals)
+                    job = sched.schedule(job_id, jobs.timed, interval, args=(job_id,))
                     kind, gen = "schedule", job.generation
                 else:
                     sched.deschedule(job_id)
