@@ -184,9 +184,7 @@ class Cluster:
         """SIGTERM every live child; each must exit 0 (graceful shutdown)."""
         codes = {c.instance: c.terminate() for c in self.children if c.proc.poll() is None}
         bad = {name: code for name, code in codes.items() if code != 0}
-        assert not bad, f"children exited with {bad}:\n" + "\n".join(
-            self.children_output(name) for name in bad
-        )
+        assert not bad, f"children exited with {bad}:\n" + "\n".join(self.children_output(name) for name in bad)
 
     def children_output(self, instance: str) -> str:
         """The output of child `instance`, for failure messages."""
@@ -203,9 +201,11 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def cluster(url: str, tmp: Path, **kwargs: float) -> Iterator[Cluster]:
+def cluster(
+    url: str, tmp: Path, *, lease: float = 1.0, heartbeat: float = 0.2, pickup: float = 0.2
+) -> Iterator[Cluster]:
     """A `Cluster` whose children are all killed on exit."""
-    c = Cluster(url, tmp, **kwargs)
+    c = Cluster(url, tmp, lease=lease, heartbeat=heartbeat, pickup=pickup)
     try:
         yield c
     finally:
@@ -349,7 +349,8 @@ def check_once(
         for r in mine:
             k = round((r.scheduled_for - previous_slot) / step)
             drift = abs((r.scheduled_for - previous_slot) - k * step)
-            assert k >= 1 and drift <= timedelta(microseconds=k + 1), (
+            assert k >= 1, f"{job_id}: slot {r.scheduled_for} not after {previous_slot}"
+            assert drift <= timedelta(microseconds=k + 1), (
                 f"{job_id}: slot {r.scheduled_for} is not on the grid after {previous_slot} (interval {interval})"
             )
             if k > 1:
@@ -363,9 +364,7 @@ def check_once(
             report.slots += k
             previous_slot = r.scheduled_for
     assert report.slots > 0, "nothing ran: the test proved nothing"
-    assert report.coalesced <= max_coalesced_fraction * report.slots, (
-        f"too many slots coalesced: {report.summary()}"
-    )
+    assert report.coalesced <= max_coalesced_fraction * report.slots, f"too many slots coalesced: {report.summary()}"
     return report
 
 

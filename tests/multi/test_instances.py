@@ -9,6 +9,7 @@ slots that passed all ran (or were coalesced behind a late start).
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from datetime import datetime, timedelta
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 pytestmark = pytest.mark.slow
+logger = logging.getLogger(__name__)
 
 INTERVALS: Final = (0.1, 0.15, 0.2, 0.25, 0.3)
 RUN_SECONDS: Final = 4.0  # how long the workload runs once every instance is up
@@ -63,7 +65,7 @@ def test_three_instances_run_every_slot_once(db_url: str, tmp_path: Path) -> Non
         c.stop_all()
     runs = fetch_runs(db_url)
     report = check_once(runs, effects_of(c), jobs, first)
-    print(report.summary())
+    logger.info("%s: %s", "measured", report.summary())
     assert report.lost == 0
     assert set(report.by_instance) == {"a", "b", "c"}, "every instance should have claimed some runs"
     late = [r for r in runs if r.started_at > stopped_at]
@@ -124,13 +126,15 @@ def test_sigkill_of_an_instance_mid_run(db_url: str, tmp_path: Path) -> None:
     first["blocker"] = min(r.scheduled_for for r in runs if r.job_id == "blocker")
     # The lost run's slot and those its lease covered coalesce: allow more than usual.
     report = check_once(runs, effects_of(c), intervals, first, max_coalesced_fraction=0.3)
-    print(report.summary())
+    logger.info("%s: %s", "measured", report.summary())
 
 
 def _effects_after(c_effects: Path, job_id: str, when: datetime) -> list[str]:
     from tests.support.multi_child import read_effects
 
-    return [e.scheduled_for for e in read_effects(c_effects) if e.job_id == job_id and e.scheduled_for > when.isoformat()]
+    return [
+        e.scheduled_for for e in read_effects(c_effects) if e.job_id == job_id and e.scheduled_for > when.isoformat()
+    ]
 
 
 def test_changes_through_one_instance_reach_the_others(db_url: str, tmp_path: Path) -> None:
@@ -183,5 +187,5 @@ def test_changes_through_one_instance_reach_the_others(db_url: str, tmp_path: Pa
         assert not _effects_after(c.effects, job_id, done), f"{job_id}: a slot after the deschedule ran"
         assert {r.instance_id for r in runs if r.job_id == job_id} & {"b", "c"}
     report = check_once(runs, effects_of(c), intervals, first)
-    print(report.summary())
+    logger.info("%s: %s", "measured", report.summary())
     assert report.lost == 0

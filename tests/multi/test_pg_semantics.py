@@ -165,9 +165,7 @@ def test_deschedule_during_run_lets_it_finish_then_stops(
     assert sched.get_job("a") is None  # the completion did not resurrect it
 
 
-def test_stale_heap_entry_cannot_claim_later_definition(
-    sched_factory: SchedulerFactory, fake_clock: FakeClock
-) -> None:
+def test_stale_heap_entry_cannot_claim_later_definition(sched_factory: SchedulerFactory, fake_clock: FakeClock) -> None:
     sched = sched_factory(start=True)
     g1 = sched.schedule("a", jobs.record, 10.0, args=("a",)).generation
     assert sched.deschedule("a") is True

@@ -146,9 +146,7 @@ def main(argv: list[str]) -> int:
     )
     sched.start()
     for i in range(args.jobs):
-        sched.schedule(
-            f"{args.prefix}{i}", EFFECT_TARGET, args.interval, args=(args.effects,), start_in=args.start_in
-        )
+        sched.schedule(f"{args.prefix}{i}", EFFECT_TARGET, args.interval, args=(args.effects,), start_in=args.start_in)
     if args.blocker is not None:
         sched.schedule("blocker", BLOCK_TARGET, args.interval, args=(args.blocker, args.effects), start_in=0)
     ready = Path(args.ready)

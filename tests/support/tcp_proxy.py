@@ -121,7 +121,7 @@ class TcpProxy:
         while not self._stopping.is_set():
             try:
                 client, _ = self._listener.accept()
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 continue
             except OSError:
                 return

@@ -1,0 +1,1 @@
+"""Runnable examples of persched (not part of the installed package)."""
