@@ -25,6 +25,7 @@ pytestmark = pytest.mark.slow
 
 WORKERS: Final = 4
 INTERVAL: Final = 0.2
+SERVER: Final = (sys.executable, "-m", "examples.serve_prefork")
 SLOTS: Final = 15  # about three seconds of slots
 
 
@@ -46,8 +47,7 @@ def test_every_slot_runs_once_across_web_workers(tmp_path: Path) -> None:
     env.update(PERSCHED_DB=db, EXAMPLE_INTERVAL=str(INTERVAL), EXAMPLE_LOG=str(log))
     with (tmp_path / "server.log").open("wb") as out:
         server = subprocess.Popen(
-            [sys.executable, "-m", "examples.serve_prefork", "--workers", str(WORKERS), "--port", "0"]
-            + ["--port-file", str(port_file)],
+            [*SERVER, "--workers", str(WORKERS), "--port", "0", "--port-file", str(port_file)],
             cwd=REPO,
             env=env,
             stdout=out,
@@ -94,6 +94,7 @@ def test_every_slot_runs_once_across_web_workers(tmp_path: Path) -> None:
         (job_id, slot) for job_id, slot, _ in lines
     }
     check_once(runs, None, {"refresh-cache": INTERVAL}, first)
-    assert datetime.fromisoformat(max(slots)) - datetime.fromisoformat(min(slots)) >= (SLOTS - 1) * timedelta(
-        seconds=INTERVAL
-    ) * 0.9
+    assert (
+        datetime.fromisoformat(max(slots)) - datetime.fromisoformat(min(slots))
+        >= (SLOTS - 1) * timedelta(seconds=INTERVAL) * 0.9
+    )
