@@ -315,7 +315,7 @@ def check_once(
     intervals: dict[str, float],
     first_slots: dict[str, datetime],
     *,
-    max_coalesced_fraction: float = 0.1,
+    max_coalesced_fraction: float = 0.25,
 ) -> SlotReport:
     """Assert that no slot ran twice and that the run history and the side effects agree.
 
