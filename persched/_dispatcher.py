@@ -2,20 +2,24 @@
 
 Threads and locks
 -----------------
-The heap holds one small entry per scheduled job: ``(due_at, seq, job_id,
+The heap holds one small entry per scheduled job: ``(due_at, job_id,
 generation)``, where `due_at` is the slot the store had for the job when the
-entry was pushed (epoch seconds in the scheduler's `Timebase` frame) and
-`seq` breaks ties so that entries never compare payloads (CPython `sched`,
-bpo-19270). Entries are pushed by any thread (schedule(), a worker after a
-completion, the heartbeat after a recovery) and popped only by the dispatcher.
+entry was pushed (epoch seconds in the scheduler's `Timebase` frame). Every
+field is comparable, so ties never compare payloads (the hazard behind
+CPython `sched`'s sequence numbers, bpo-19270, cannot arise); three fields
+keep an entry under 200 bytes. Entries are pushed by any thread (schedule(),
+a completion, the heartbeat after a recovery or a change picked up) and
+popped only by the dispatcher.
 
-``_cond`` guards the heap, the count of free workers and the stop flag, and
-nothing else: no database call, no user code, no logging and no join happens
-while it is held. The dispatcher decides under it (pop a due entry, reserve a
-worker: SPEC §2, so a claimed run never waits for a thread), releases it, and
-then acts: it calls `claim`, which runs the conditional UPDATE and hands a won
-run to the reserved worker. Lock order: ``_cond`` before a `FakeClock`'s
-lock, never the reverse.
+``_cond`` guards the heap, the count of free workers, the completions handed
+in and the stop flags, and nothing else: no database call, no user code, no
+logging and no join happens while it is held. The dispatcher decides under it
+(pop every due entry it has free workers for, reserving one worker each:
+SPEC §2, so a claimed run never waits for a thread; take the completions
+handed in), releases it, and then acts: the `cycle` callback writes the
+completions in one transaction and claims the due entries in another, and
+hands each won run to a reserved worker. Lock order: ``_cond`` before a
+`FakeClock`'s lock, never the reverse.
 
 Why stale entries are harmless
 ------------------------------
@@ -23,20 +27,19 @@ The heap is a hint; the store decides. An entry left behind by deschedule(),
 by a replacement (new generation) or by another instance's run fails its
 claim, because the claim is conditional on generation, state and slot. The
 entry is then dropped, or pushed again at the row's real next slot
-(`claim` tells which). Nothing is ever removed from the heap by search.
+(the claim's result tells which). Nothing is ever removed from the heap by search.
 
 Waiting
 -------
 The dispatcher sleeps on ``_cond`` with a timeout until the head entry is due
 (measured on the monotonic clock through the `Timebase`), or until it is
-notified: a new head, a freed worker, or stop. An idle scheduler with many
+notified: a new head, a freed worker, a completion handed in, or stop. An idle scheduler with many
 jobs sleeps until the earliest one (SPEC §2: no busy polling).
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
 import logging
 import threading
 from collections.abc import Callable
@@ -49,7 +52,7 @@ __all__ = ["Dispatcher", "Entry"]
 
 logger = logging.getLogger(__name__)
 
-Entry = tuple[float, int, str, int]  # (due_at, seq, job_id, generation)
+Entry = tuple[float, str, int]  # (due_at, job_id, generation)
 
 # Called on the dispatcher thread, on no lock, once per wake-up with every
 # completion handed in since the last cycle and every due entry popped (a
@@ -74,7 +77,6 @@ class Dispatcher:
         self._max_batch = max_batch
         self._cond = threading.Condition()
         self._heap: list[Entry] = []
-        self._seq = itertools.count()
         self._free_workers = workers
         self._completions: list[Any] = []
         self._claiming = True  # False once shutdown began: completions only
@@ -85,14 +87,14 @@ class Dispatcher:
     def start(self, entries: list[tuple[float, str, int]]) -> None:
         """Fill the heap with ``(due_at, job_id, generation)`` and start the thread."""
         with self._cond:
-            self._heap.extend((due_at, next(self._seq), job_id, gen) for due_at, job_id, gen in entries)
+            self._heap.extend(entries)
             heapq.heapify(self._heap)
         self._thread.start()
 
     def push(self, due_at: float, job_id: str, generation: int) -> None:
         """Queue a run of `job_id`'s `generation` for `due_at`; wake the thread if it is the new head."""
         with self._cond:
-            entry = (due_at, next(self._seq), job_id, generation)
+            entry = (due_at, job_id, generation)
             heapq.heappush(self._heap, entry)
             if self._heap[0] is entry:
                 self._cond.notify_all()

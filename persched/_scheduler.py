@@ -442,7 +442,7 @@ class JobScheduler:
     def _claim_due(self, due: list[Entry]) -> int:
         """Claim `due` in one transaction and hand each won run to a reserved worker."""
         with self._inflight_cond:
-            for _, _, job_id, _ in due:
+            for _, job_id, _ in due:
                 self._inflight_jobs[job_id] += 1  # before the claim: see _wait_idle
         results: list[Claim | ClaimMiss] = []
         with self._claim_gate:
@@ -450,14 +450,14 @@ class JobScheduler:
                 now = self._timebase.now()
                 try:
                     results = self._store.claim_runs(
-                        [(job_id, generation, due_at) for due_at, _, job_id, generation in due],
+                        [(job_id, generation, due_at) for due_at, job_id, generation in due],
                         now,
                         self.instance_id,
                         self._lease_seconds,
                     )
                 except StoreError as exc:
                     logger.warning("claiming %d runs failed, retrying in %s s: %s", len(due), CLAIM_RETRY_SECONDS, exc)
-                    for _, _, job_id, generation in due:
+                    for _, job_id, generation in due:
                         self._dispatcher.push(now + CLAIM_RETRY_SECONDS, job_id, generation)
             for result in results:
                 if isinstance(result, Claim):
@@ -465,7 +465,7 @@ class JobScheduler:
                         self._inflight_runs.add(result.run_id)
                     self._pool.submit(result)  # under the gate: see the module docstring
         handed_over = 0
-        for (due_at, _, job_id, generation), result in itertools.zip_longest(due, results):
+        for (due_at, job_id, generation), result in itertools.zip_longest(due, results):
             if isinstance(result, Claim):
                 handed_over += 1
                 self._emit("run_started", job_id, generation, run=result.run())

@@ -355,7 +355,7 @@ def test_shutdown_waits_for_a_claim_inside_the_store(
 def claim_ignoring_stop(sched: JobScheduler, due: list[Entry]) -> int:
     """A broken `JobScheduler._claim_due`: it never looks at the stop flag."""
     handed = 0
-    for due_at, _, job_id, generation in due:
+    for due_at, job_id, generation in due:
         with sched._inflight_cond:
             sched._inflight_jobs[job_id] += 1
         result = sched._store.claim_run(
