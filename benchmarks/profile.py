@@ -29,6 +29,9 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--dir", default=None)
     p.add_argument("--show-all", action="store_true", help="do not hide library frames")
+    p.add_argument(
+        "--synchronous", default="FULL", help="persched's SQLite synchronous (OFF shows the CPU cost without fsync)"
+    )
     args = p.parse_args()
     from pyinstrument import Profiler
     from pyinstrument.renderers import ConsoleRenderer
@@ -64,7 +67,7 @@ def main() -> None:
         path, ((f"j{i}", "benchmarks.targets:tick", iv, base + iv * c.phase(i)) for i, iv in enumerate(intervals))
     )
     threading.Thread.run = profiled_run  # type: ignore[method-assign]  # this process only, see the docstring
-    scheduler = JobScheduler(path, workers=args.workers)
+    scheduler = JobScheduler(path, workers=args.workers, synchronous=args.synchronous)
     # The threads start with the scheduler but wait until the warm-up is over to profile.
     scheduler.start()
     time.sleep(max(0.0, base - time.time()) + args.warmup)
@@ -80,7 +83,8 @@ def main() -> None:
         combined = Session.combine(combined, session)
     flat = ConsoleRenderer(unicode=True, color=False, flat=True, flat_time="self", show_all=args.show_all)
     tree = ConsoleRenderer(unicode=True, color=False, time="percent_of_total", show_all=args.show_all)
-    title = f"persched throughput, {args.jobs} jobs: {runs} runs in {elapsed:.1f} s ({runs / elapsed:.0f}/s)"
+    title = f"persched throughput, {args.jobs} jobs, synchronous={args.synchronous}: "
+    title += f"{runs} runs in {elapsed:.1f} s ({runs / elapsed:.0f}/s)"
     print(f"# {title}; {len(sessions)} threads profiled, wall time summed over threads")  # noqa: T201
     print("## self time, flat\n" + flat.render(combined))  # noqa: T201 - the report
     print("## call tree\n" + tree.render(combined))  # noqa: T201 - the report

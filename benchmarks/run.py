@@ -285,12 +285,11 @@ def main() -> None:
                     short = {k: v for k, v in record.items() if k not in ("lateness_ms", "log_first")}
                     print(json.dumps(short), file=sys.stderr, flush=True)  # noqa: T201 - progress
     mode = "--quick" if args.quick else "full"
+    command = " ".join(["python -m benchmarks.run", *sys.argv[1:]])
     header = (
-        f"`python -m benchmarks.run {'--quick ' if args.quick else ''}{'--aps-nograce ' if args.aps_nograce else ''}"
-        f"{'--reps ' + str(args.reps) if args.reps else ''}`".replace(" `", "`")
-        + f" ({mode}, medians of {reps}, {time.monotonic() - t_start:.0f} s, persched at {measured}) on "
-        f"{platform.platform()}, "
-        f"{os.cpu_count()} CPUs, Python {platform.python_version()}; both systems SQLite WAL, synchronous=FULL"
+        f"`{command}` ({mode}, medians of {reps}, {time.monotonic() - t_start:.0f} s, persched at {measured}) on "
+        f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+        "both systems SQLite WAL, synchronous=FULL"
     )
     text = header + "\n\n" + table(records)
     odd = notes(records)
