@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import pickle
+import shutil
 import sqlite3
 import sys
 import tempfile
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
 SYSTEMS = ("persched", "apscheduler3")
+_TEMP_DIRS: list[str] = []  # made by db_path; removed by finish
 APS_TABLE = "apscheduler_jobs"
 
 
@@ -43,7 +45,12 @@ def emit(record: dict[str, Any]) -> None:
 
 
 def finish(code: int = 0) -> None:
-    """Leave now: flush and skip atexit hooks (a stalled scheduler must not hold the process)."""
+    """Leave now: flush and skip atexit hooks (a stalled scheduler must not hold the process).
+
+    Temporary directories made by `db_path` are removed first.
+    """
+    for directory in _TEMP_DIRS:
+        shutil.rmtree(directory, ignore_errors=True)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
@@ -114,7 +121,9 @@ def parser(description: str) -> argparse.ArgumentParser:
 
 def db_path(directory: str | None, name: str = "bench.db") -> str:
     """A fresh SQLite file path (removing an old file and its WAL)."""
-    directory = directory or tempfile.mkdtemp(prefix="persched-bench-")
+    if directory is None:
+        directory = tempfile.mkdtemp(prefix="persched-bench-")
+        _TEMP_DIRS.append(directory)
     path = os.path.join(directory, name)
     for suffix in ("", "-wal", "-shm"):
         if os.path.exists(path + suffix):

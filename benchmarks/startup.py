@@ -134,6 +134,7 @@ def main() -> None:
             rss_per_job_bytes=round(child["rss_delta"] / args.jobs, 1),
         )
     c.emit(record)
+    c.finish()
 
 
 def argparse_hidden() -> str:
