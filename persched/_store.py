@@ -451,6 +451,7 @@ class Store:
                 value=jobs.c.job_id,
             )
             predicate = and_(
+                jobs.c.job_id.in_({job_id for job_id, _ in expected}),  # lets SQLite use the primary key
                 jobs.c.state == _SCHEDULED,
                 tuple_(jobs.c.job_id, jobs.c.generation).in_(list(expected)),
                 jobs.c.next_run_at <= bound,
