@@ -266,6 +266,7 @@ class RunReader:
     def runs(self) -> list[RunRow]:
         """Every run recorded in the database, oldest first."""
         with self._engine.connect() as conn:
+            conn.execution_options(persched_readonly=True)  # SQLite: a deferred BEGIN, never the write lock
             rows = conn.execute(select(runs_table).order_by(runs_table.c.run_id)).all()
         return [
             RunRow(r.job_id, r.generation, r.scheduled_for, r.started_at, r.finished_at, r.outcome, r.instance_id)

@@ -46,6 +46,8 @@ RUN_SECONDS: Final = 4.0  # how long the workload runs once every instance is up
 LEASE: Final = 1.0
 HEARTBEAT: Final = 0.2
 PICKUP: Final = 0.2
+# The SIGKILL test's lease: long enough that a victim starved of CPU on a busy 2-core box still renews in time.
+KILL_LEASE: Final = 2.0
 
 
 def workload(n: int, prefix: str = "j") -> dict[str, float]:
@@ -78,7 +80,7 @@ def test_sigkill_of_an_instance_mid_run(db_url: str, tmp_path: Path) -> None:
     survivors, and no slot runs twice."""
     jobs = workload(5)
     marker = tmp_path / "blocker.started"
-    with cluster(db_url, tmp_path, lease=LEASE, heartbeat=HEARTBEAT, pickup=PICKUP) as c:
+    with cluster(db_url, tmp_path, lease=KILL_LEASE, heartbeat=HEARTBEAT, pickup=PICKUP) as c:
         first = schedule_jobs(db_url, jobs, c.effects, start_in=1.0)
         victim = c.spawn("victim", "--blocker", str(marker))
         victim.wait_ready()
@@ -87,7 +89,7 @@ def test_sigkill_of_an_instance_mid_run(db_url: str, tmp_path: Path) -> None:
         assert marker.read_text() == "victim"
         c.start("s1", "s2")
         # Alive but slow: survivors watch the renewed lease for two leases and recover nothing.
-        wait_past(db_url, list(jobs), now_utc() + timedelta(seconds=2 * LEASE))
+        wait_past(db_url, list(jobs), now_utc() + timedelta(seconds=2 * KILL_LEASE))
         assert not [r for r in fetch_runs(db_url) if r.outcome == "lost"], "a live instance's run was recovered"
         killed_at = now_utc()
         victim.kill()
@@ -116,8 +118,8 @@ def test_sigkill_of_an_instance_mid_run(db_url: str, tmp_path: Path) -> None:
     assert lost_blocker.finished_at is not None
     recovered_after = (lost_blocker.finished_at - killed_at).total_seconds()
     # The last renewal was at most one heartbeat before the kill; recovery waits one full lease after it.
-    assert recovered_after >= LEASE - HEARTBEAT - 0.05, f"recovered too early: {recovered_after:.3f}s after SIGKILL"
-    assert recovered_after <= LEASE + 2 * HEARTBEAT + 2.0, f"recovered late: {recovered_after:.3f}s after SIGKILL"
+    assert recovered_after >= KILL_LEASE - HEARTBEAT - 0.05, f"recovered too early: {recovered_after:.3f}s after SIGKILL"
+    assert recovered_after <= KILL_LEASE + 2 * HEARTBEAT + 2.0, f"recovered late: {recovered_after:.3f}s after SIGKILL"
     assert not [r for r in runs if r.outcome == "lost" and r.instance_id != "victim"]
     after = [r for r in runs if r.started_at > lost_blocker.finished_at]
     assert after, "nothing ran after the recovery"
