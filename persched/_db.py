@@ -229,7 +229,8 @@ def make_engine(
             "busy_timeout_seconds",
             f"must be a finite number >= 0, got {busy_timeout_seconds!r}",
         )
-    sync = synchronous.upper()
+    given: object = synchronous  # callers may pass anything: refuse it cleanly
+    sync = given.upper() if isinstance(given, str) else None
     if sync not in _SYNCHRONOUS:
         raise InvalidJobError(
             "synchronous",

@@ -130,7 +130,7 @@ class Heartbeat:
         self._seen = seen
 
     def _recover(self, run: OpenRun) -> None:
-        result = self._store.recover_run(run, self._timebase.now())
+        result = self._store.recover_run(run, self._timebase.now)  # read under the write lock
         if result is False:
             return
         logger.warning(

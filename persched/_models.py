@@ -17,6 +17,7 @@ __all__ = ["Job", "JobDefinition", "JobState", "Outcome", "Run", "validate_defin
 
 MAX_JOB_ID_LENGTH = 200
 MAX_INTERVAL_SECONDS = 10 * 366 * 24 * 3600.0  # "at most 10 years"
+MIN_INTERVAL_SECONDS = 1e-6  # the store keeps microseconds: a shorter interval has no distinct slots
 
 Outcome = Literal["ok", "error", "lost"]
 
@@ -147,6 +148,10 @@ def validate_definition(
     """Check every argument of `schedule()` (the target is checked by the caller)."""
     job_id = validate_job_id(job_id)
     interval = _seconds("interval_seconds", interval_seconds, allow_zero=False)
+    if interval < MIN_INTERVAL_SECONDS:
+        raise InvalidJobError(
+            "interval_seconds", f"must be at least one microsecond (the store's resolution), got {interval_seconds!r}"
+        )
     if not isinstance(args, (tuple, list)):
         raise InvalidJobError("args", f"must be a tuple or list, got {type(args).__name__}")
     args_json = _to_json("args", list(args))

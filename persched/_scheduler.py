@@ -93,6 +93,17 @@ def _positive(argument: str, value: object, *, integer: bool = False) -> float:
     return float(value)  # type: ignore[arg-type]  # checked numeric
 
 
+def _wait_arguments(wait: object, timeout: object) -> float | None:
+    """Check the `wait` / `timeout` pair of deschedule() and shutdown()."""
+    if not isinstance(wait, bool):
+        raise InvalidJobError("wait", f"must be True or False, got {wait!r}")
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout < float("inf"):
+        raise InvalidJobError("timeout", f"must be None or a finite number of seconds >= 0, got {timeout!r}")
+    return float(timeout)
+
+
 class JobScheduler:
     """Runs callables at fixed intervals; every schedule lives in SQL.
 
@@ -242,6 +253,7 @@ class JobScheduler:
             wait: Block until in-flight runs finished (up to `timeout`).
             timeout: Seconds to wait for in-flight runs; None waits for ever.
         """
+        timeout = _wait_arguments(wait, timeout)
         with self._state_lock:
             previous, self._state = self._state, "stopped"
         if previous == "stopped":
@@ -374,6 +386,7 @@ class JobScheduler:
         """
         self._check_open()
         validate_job_id(job_id)
+        timeout = _wait_arguments(wait, timeout)
         self._ensure_schema()
         generation = self._store.deschedule_job_generation(job_id, self._timebase.now())
         removed = generation is not None
@@ -447,18 +460,18 @@ class JobScheduler:
         results: list[Claim | ClaimMiss] = []
         with self._claim_gate:
             if not self._stopping:
-                now = self._timebase.now()
                 try:
                     results = self._store.claim_runs(
                         [(job_id, generation, due_at) for due_at, job_id, generation in due],
-                        now,
+                        self._timebase.now,  # read under the write lock
                         self.instance_id,
                         self._lease_seconds,
                     )
                 except StoreError as exc:
                     logger.warning("claiming %d runs failed, retrying in %s s: %s", len(due), CLAIM_RETRY_SECONDS, exc)
+                    retry_at = self._timebase.now() + CLAIM_RETRY_SECONDS
                     for _, job_id, generation in due:
-                        self._dispatcher.push(now + CLAIM_RETRY_SECONDS, job_id, generation)
+                        self._dispatcher.push(retry_at, job_id, generation)
             for result in results:
                 if isinstance(result, Claim):
                     with self._inflight_cond:

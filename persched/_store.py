@@ -97,6 +97,10 @@ _NAIVE_EPOCH: Final = datetime(1970, 1, 1)
 _SECOND: Final = timedelta(seconds=1)
 
 
+def _read_time(now: float | Callable[[], float]) -> float:
+    return now() if callable(now) else now
+
+
 def _raw_ts(value: str | datetime) -> float:
     """A driver's raw timestamp -> epoch seconds, exactly as `to_ts` (SQLite: naive UTC text)."""
     if isinstance(value, datetime):
@@ -425,7 +429,7 @@ class Store:
     def claim_runs(
         self,
         entries: Sequence[tuple[str, int, float]],
-        now: float,
+        now: float | Callable[[], float],
         instance_id: str,
         lease_seconds: float,
     ) -> list[Claim | ClaimMiss]:
@@ -435,16 +439,19 @@ class Store:
         (module docstring); RETURNING names the winners. Each run stands for
         the latest grid slot at or before `now` (coalescing). Results are in
         the order of `entries`; an entry repeated in the batch wins at most once.
+        `now` may be a clock, read once the transaction holds its write lock,
+        so that start times follow the order of commits.
         """
         if not entries:
             return []
-        lease_until = from_ts(now + lease_seconds)
         expected: dict[tuple[str, int], float] = {}
         for job_id, generation, expected_at in entries:
             key = (job_id, generation)
             expected[key] = max(expected_at, expected.get(key, expected_at))
 
         def body(conn: Connection) -> list[Claim | ClaimMiss]:
+            claimed_at = _read_time(now)
+            lease_until = from_ts(claimed_at + lease_seconds)
             # Each row's own bound: its entry's expected slot (CASE keeps it one statement).
             bound = case(
                 {job_id: literal(from_ts(at), UTCDateTime) for (job_id, _), at in expected.items()},
@@ -464,7 +471,7 @@ class Store:
                 claim = claim.where(jobs.c.job_id.in_(free.scalar_subquery()))
             won = conn.execute(
                 claim.values(
-                    state=_RUNNING, owner=instance_id, lease_until=lease_until, updated_at=from_ts(now)
+                    state=_RUNNING, owner=instance_id, lease_until=lease_until, updated_at=from_ts(claimed_at)
                 ).returning(
                     jobs.c.job_id,
                     jobs.c.generation,
@@ -481,7 +488,7 @@ class Store:
             for row in won:
                 next_at = to_ts(row.next_run_at)
                 anchor = to_ts(row.first_run_at)
-                slot = _grid.latest_slot_at_or_before(anchor, row.interval_seconds, now, floor=next_at)
+                slot = _grid.latest_slot_at_or_before(anchor, row.interval_seconds, claimed_at, floor=next_at)
                 if slot != next_at:
                     moved.append({"b_job_id": row.job_id, "b_slot": from_ts(slot)})
                 claims[(row.job_id, row.generation)] = Claim(
@@ -493,7 +500,7 @@ class Store:
                     row.interval_seconds,
                     anchor,
                     slot,
-                    now,
+                    claimed_at,
                     0,  # run_id, filled in below
                 )
             if moved:
@@ -510,7 +517,7 @@ class Store:
                             "job_id": c.job_id,
                             "generation": c.generation,
                             "scheduled_for": from_ts(c.scheduled_for),
-                            "started_at": from_ts(now),
+                            "started_at": from_ts(claimed_at),
                             "instance_id": instance_id,
                             "lease_until": lease_until,
                         }
@@ -539,7 +546,11 @@ class Store:
                     results.append(misses.get(job_id, ClaimMiss(None)))
             return results
 
-        return self._write(body, "claim")
+        try:
+            return self._write(body, "claim")
+        except IntegrityError as exc:
+            # The schema refused a second run of one slot: claim nothing, retry later.
+            raise StoreError(self.url, f"claim failed: {exc.orig}") from exc
 
     def claim_run(
         self,
@@ -660,7 +671,7 @@ class Store:
 
         return self._read(body, "open runs")
 
-    def recover_run(self, run: OpenRun, now: float) -> float | bool | None:
+    def recover_run(self, run: OpenRun, now: float | Callable[[], float]) -> float | bool | None:
         """Mark `run` lost if its lease is still the one observed; free its job.
 
         Returns False if nothing changed (the run was renewed, finished or
@@ -670,6 +681,7 @@ class Store:
         """
 
         def body(conn: Connection) -> float | bool | None:
+            recovered_at = _read_time(now)  # under the write lock: see claim_runs
             lease_match = (
                 runs.c.lease_until.is_(None) if run.lease_until is None else runs.c.lease_until == run.lease_until
             )
@@ -678,7 +690,7 @@ class Store:
                 .where(runs.c.run_id == run.run_id, runs.c.outcome.is_(None), lease_match)
                 .values(
                     outcome="lost",
-                    finished_at=from_ts(now),
+                    finished_at=from_ts(recovered_at),
                     lease_until=None,
                     error=f"instance {run.instance_id} stopped renewing its lease",
                 )
@@ -709,7 +721,7 @@ class Store:
                     next_run_at=from_ts(next_at),
                     run_count=jobs.c.run_count + 1,
                     last_outcome="lost",
-                    updated_at=from_ts(now),
+                    updated_at=from_ts(recovered_at),
                 )
             )
             return next_at

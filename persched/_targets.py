@@ -11,12 +11,13 @@ import importlib
 import inspect
 import re
 import types
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import InvalidJobError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable
 
 __all__ = ["TargetNotFound", "TargetRefused", "normalize_allowed", "reference_of", "resolve"]
 
@@ -38,7 +39,13 @@ def normalize_allowed(allowed: Iterable[str] | str | None) -> tuple[str, ...] | 
     """Check an `allowed_modules` argument: None, or module names / prefixes."""
     if allowed is None:
         return None
-    names: tuple[object, ...] = (allowed,) if isinstance(allowed, str) else tuple(allowed)
+    given: object = allowed  # callers may pass anything: refuse it cleanly
+    if isinstance(given, str):
+        names: tuple[object, ...] = (given,)
+    elif isinstance(given, Iterable):
+        names = tuple(given)
+    else:
+        names = ()
     if not names or not all(isinstance(m, str) and m.strip(". ") for m in names):
         raise InvalidJobError("allowed_modules", f"must be module names or prefixes, got {allowed!r}")
     return tuple(str(m).strip(". ") for m in names)
