@@ -117,7 +117,7 @@ class Heartbeat:
         """Renew leases, then recover what has expired (one round)."""
         running_here = self._in_flight()
         if running_here:
-            self._store.renew_leases(self._instance_id, self._timebase.now() + self._lease_seconds)
+            self._store.renew_leases(self._instance_id, self._timebase.now() + self._lease_seconds, running_here)
         open_runs = [run for run in self._store.open_runs() if run.run_id not in running_here]
         mono = self._timebase.clock.monotonic()
         seen: dict[int, tuple[object, float]] = {}

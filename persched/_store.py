@@ -62,7 +62,7 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
 from . import _grid
 from ._models import Job, JobDefinition, JobState, Run
@@ -70,7 +70,7 @@ from ._schema import UTCDateTime, changes, jobs, runs
 from .errors import StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Collection, Iterator, Sequence
 
 __all__ = ["Claim", "ClaimMiss", "Completion", "OpenRun", "Store", "from_ts", "to_ts"]
 
@@ -173,15 +173,19 @@ class OpenRun:
     lease_until: datetime | None
 
 
-def _is_transient(exc: DBAPIError) -> bool:
+def _is_transient(exc: DBAPIError, postgres: bool) -> bool:
     if exc.connection_invalidated:
         return True
-    text = str(exc.orig).lower()
-    if "locked" in text or "busy" in text:
-        return True  # SQLite: busy past busy_timeout (FIELD-REPORTS #7)
     sqlstate = getattr(exc.orig, "sqlstate", None)
-    # PostgreSQL: connection lost, serialization failure, deadlock, admin shutdown.
-    return isinstance(sqlstate, str) and (sqlstate.startswith("08") or sqlstate in ("40001", "40P01", "57P01"))
+    if postgres:
+        # No SQLSTATE: the connection could not be made or was cut (server
+        # restarting, network). Else: connection lost, serialization failure,
+        # deadlock, admin shutdown.
+        if sqlstate is None:
+            return isinstance(exc, OperationalError)
+        return isinstance(sqlstate, str) and (sqlstate.startswith("08") or sqlstate in ("40001", "40P01", "57P01"))
+    text = str(exc.orig).lower()
+    return "locked" in text or "busy" in text  # SQLite: busy past busy_timeout (FIELD-REPORTS #7)
 
 
 class _Pending:
@@ -231,7 +235,7 @@ class Store:
             except IntegrityError:
                 raise  # callers decide; never retried blindly
             except DBAPIError as exc:
-                if not _is_transient(exc) or attempt == self._retry_attempts:
+                if not _is_transient(exc, self._postgres) or attempt == self._retry_attempts:
                     raise StoreError(self.url, f"{what} failed: {exc.orig}") from exc
                 logger.warning(
                     "%s failed (attempt %d of %d), retrying: %s",
@@ -638,18 +642,28 @@ class Store:
 
     # -- leases -----------------------------------------------------------------
 
-    def renew_leases(self, instance_id: str, lease_until: float) -> None:
-        """Push the lease of every open run of `instance_id` to `lease_until`."""
+    def renew_leases(self, instance_id: str, lease_until: float, run_ids: Collection[int]) -> None:
+        """Push the lease of `instance_id`'s open runs `run_ids` (and their jobs) to `lease_until`.
+
+        Only the runs the caller really has in flight: a run of this instance
+        that no worker holds (a claim whose commit reply was lost, or a run
+        left by an earlier process with the same instance_id) must lapse and
+        be recovered.
+        """
         until = from_ts(lease_until)
+        ids = list(run_ids)
 
         def body(conn: Connection) -> None:
             conn.execute(
                 update(runs)
-                .where(runs.c.instance_id == instance_id, runs.c.outcome.is_(None))
+                .where(runs.c.run_id.in_(ids), runs.c.instance_id == instance_id, runs.c.outcome.is_(None))
                 .values(lease_until=until)
             )
+            in_flight = select(runs.c.job_id).where(runs.c.run_id.in_(ids)).scalar_subquery()
             conn.execute(
-                update(jobs).where(jobs.c.owner == instance_id, jobs.c.state == _RUNNING).values(lease_until=until)
+                update(jobs)
+                .where(jobs.c.owner == instance_id, jobs.c.state == _RUNNING, jobs.c.job_id.in_(in_flight))
+                .values(lease_until=until)
             )
 
         self._write(body, "renew leases")
@@ -711,9 +725,17 @@ class Store:
                 return None  # the job was descheduled or replaced: nothing to free
             # SPEC §2: the lost slot is not run again; the job carries on.
             next_at = _grid.next_slot_after(to_ts(row.first_run_at), row.interval_seconds, to_ts(lost.scheduled_for))
-            conn.execute(
+            freed = conn.execute(
                 update(jobs)
-                .where(jobs.c.job_id == run.job_id, jobs.c.generation == run.generation)
+                .where(
+                    # The read above took no lock (PostgreSQL): a deschedule or
+                    # replacement committed since must win, so ask again.
+                    jobs.c.job_id == run.job_id,
+                    jobs.c.generation == run.generation,
+                    jobs.c.state == _RUNNING,
+                    jobs.c.owner == run.instance_id,
+                    jobs.c.next_run_at == lost.scheduled_for,
+                )
                 .values(
                     state=_SCHEDULED,
                     owner=None,
@@ -724,7 +746,7 @@ class Store:
                     updated_at=from_ts(recovered_at),
                 )
             )
-            return next_at
+            return next_at if freed.rowcount == 1 else None
 
         return self._write(body, "recover run")
 

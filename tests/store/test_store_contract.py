@@ -17,12 +17,13 @@ import functools
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+from unittest.mock import patch
 
 import pytest
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from persched import JobState
+from persched import JobState, _db, _grid
 from persched._models import JobDefinition, validate_definition
 from persched._schema import runs
 from persched._store import Claim, ClaimMiss, OpenRun, Store, from_ts
@@ -454,11 +455,24 @@ def test_finish_by_another_instance_changes_no_job(store: Store) -> None:
 def test_renew_leases_moves_run_and_job_leases(store: Store) -> None:
     job = schedule(store)
     c = won(claim(store, job, T + 10))
-    store.renew_leases(ME, T + 100)
+    store.renew_leases(ME, T + 100, [c.run_id])
     assert open_run(store, c.run_id).lease_until == from_ts(T + 100)
     assert job_row(store).lease_until == from_ts(T + 100)
-    store.renew_leases(OTHER, T + 200)  # someone else's renewal touches nothing of ours
+    store.renew_leases(OTHER, T + 200, [c.run_id])  # someone else's renewal touches nothing of ours
     assert open_run(store, c.run_id).lease_until == from_ts(T + 100)
+
+
+def test_renew_leases_leaves_runs_not_in_flight_to_lapse(store: Store) -> None:
+    """An open run of this instance that no worker holds (a claim whose commit
+    reply was lost, or a run of an earlier process with the same instance id)
+    is not renewed, so it can be recovered."""
+    in_flight = won(claim(store, schedule(store, job_id="a"), T + 10))
+    orphan = won(claim(store, schedule(store, job_id="b"), T + 10))
+    store.renew_leases(ME, T + 100, [in_flight.run_id])
+    assert open_run(store, in_flight.run_id).lease_until == from_ts(T + 100)
+    assert open_run(store, orphan.run_id).lease_until == from_ts(T + 10 + LEASE)
+    assert job_row(store, "b").lease_until == from_ts(T + 10 + LEASE)
+    assert store.recover_run(open_run(store, orphan.run_id), T + 200) == T + 20
 
 
 def test_recover_marks_the_run_lost_and_skips_its_slot(store: Store) -> None:
@@ -496,7 +510,7 @@ def test_recover_with_a_renewed_lease_changes_nothing(store: Store) -> None:
     job = schedule(store)
     c = won(claim(store, job, T + 10))
     observed = open_run(store, c.run_id)
-    store.renew_leases(ME, T + 70)  # the owner is alive
+    store.renew_leases(ME, T + 70, [c.run_id])  # the owner is alive
     assert store.recover_run(observed, T + 50) is False
     assert job_row(store).state is JobState.RUNNING
     assert open_run(store, c.run_id).lease_until == from_ts(T + 70)
@@ -555,3 +569,35 @@ def test_recover_races_finish_exactly_one_wins(store: Store) -> None:
             assert (out["recover"], run.outcome) == (False, "ok")
         else:
             assert (out["recover"], run.outcome) == (T + 20, "lost")
+
+
+def test_a_deschedule_committed_during_a_recovery_wins(store: Store) -> None:
+    """A deschedule that commits between the recovery's read of the job row
+    and its write must not be undone (found on PostgreSQL, where that read
+    takes no lock): the run is recorded lost, the job stays descheduled."""
+    if store.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite serializes write transactions: this interleaving cannot happen there")
+    job = schedule(store)
+    c = won(claim(store, job, T + 10, who=OTHER))
+    other = Store(_db.make_engine(store.engine.url.render_as_string(hide_password=False)), store.url)
+    descheduled: list[bool] = []
+    real_next_slot = _grid.next_slot_after
+
+    def deschedule_meanwhile(*args: float) -> float:
+        # Called inside recover_run's transaction, between its read and its write.
+        t = threading.Thread(target=lambda: descheduled.append(other.deschedule_job("a", T + 40)))
+        t.start()
+        t.join(TIMEOUT)
+        return real_next_slot(*args)
+
+    try:
+        with patch.object(_grid, "next_slot_after", side_effect=deschedule_meanwhile):
+            result = store.recover_run(open_run(store, c.run_id), T + 50)
+    finally:
+        other.engine.dispose()
+    assert descheduled == [True]
+    assert result is None  # nothing to queue: the job is gone
+    assert store.get_job("a") is None
+    assert [e for e in store.load_scheduled() if e[1] == "a"] == []
+    (run,) = store.list_runs("a")
+    assert run.outcome == "lost"

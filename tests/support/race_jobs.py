@@ -319,7 +319,7 @@ def wall_clock_beat(heartbeat: Heartbeat) -> None:
     running_here = heartbeat._in_flight()
     timebase = heartbeat._timebase
     if running_here:
-        heartbeat._store.renew_leases(heartbeat._instance_id, timebase.now() + heartbeat._lease_seconds)
+        heartbeat._store.renew_leases(heartbeat._instance_id, timebase.now() + heartbeat._lease_seconds, running_here)
     wall = timebase.clock.now()
     for run in heartbeat._store.open_runs():
         if run.run_id in running_here or run.lease_until is None:
