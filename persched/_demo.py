@@ -86,6 +86,9 @@ def main(url: str) -> int:
     handler = _OneLineHandler(logging.WARNING)
     persched_logger = logging.getLogger("persched")
     persched_logger.addHandler(handler)
+    # The demo shows each warning once, as one line, rather than a traceback
+    # through whatever handler the command line set up.
+    propagate, persched_logger.propagate = persched_logger.propagate, False
     try:
         _say("1. A scheduler starts and declares three jobs:")
         with JobScheduler(url, workers=4) as scheduler:
@@ -118,4 +121,5 @@ def main(url: str) -> int:
         return 1
     finally:
         persched_logger.removeHandler(handler)
+        persched_logger.propagate = propagate
     return 0
