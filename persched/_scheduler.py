@@ -47,7 +47,7 @@ from .clock import Clock, SystemClock
 from .errors import InvalidJobError, SchedulerStateError, StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
     from types import TracebackType
 
     from ._events import EventKind, Listener
@@ -447,36 +447,52 @@ class JobScheduler:
             return set(self._inflight_runs)
 
     def _cycle(self, completions: list[Completion], due: list[Entry]) -> int:
-        """Dispatcher callback: write finished runs, then claim due entries; return how many were handed over."""
-        if completions:
-            self._write_completions(completions)
-        return self._claim_due(due) if due else 0
+        """Dispatcher callback: write finished runs and claim due entries; return how many were handed over."""
+        if due:
+            return self._claim_due(due, completions)
+        self._write_completions(completions)
+        return 0
 
-    def _claim_due(self, due: list[Entry]) -> int:
-        """Claim `due` in one transaction and hand each won run to a reserved worker."""
+    def _claim_due(self, due: list[Entry], completions: Sequence[Completion] = ()) -> int:
+        """Write `completions` and claim `due` in one transaction; hand each won run to a reserved worker."""
         with self._inflight_cond:
             for _, job_id, _ in due:
                 self._inflight_jobs[job_id] += 1  # before the claim: see _wait_idle
         results: list[Claim | ClaimMiss] = []
+        written = False
         with self._claim_gate:
-            if not self._stopping:
-                try:
-                    results = self._store.claim_runs(
+            try:
+                if self._stopping:  # no claim commits after shutdown() began
+                    self._store.finish_runs(completions, self.instance_id)
+                else:
+                    _, results = self._store.dispatch(
+                        completions,
                         [(job_id, generation, due_at) for due_at, job_id, generation in due],
                         self._timebase.now,  # read under the write lock
                         self.instance_id,
                         self._lease_seconds,
                     )
-                except StoreError as exc:
-                    logger.warning("claiming %d runs failed, retrying in %s s: %s", len(due), CLAIM_RETRY_SECONDS, exc)
-                    retry_at = self._timebase.now() + CLAIM_RETRY_SECONDS
-                    for _, job_id, generation in due:
-                        self._dispatcher.push(retry_at, job_id, generation)
+                written = True
+            except StoreError as exc:
+                logger.warning(
+                    "claiming %d runs (and recording %d outcomes) failed, retrying in %s s: %s",
+                    len(due),
+                    len(completions),
+                    CLAIM_RETRY_SECONDS,
+                    exc,
+                )
+                retry_at = self._timebase.now() + CLAIM_RETRY_SECONDS
+                for _, job_id, generation in due:
+                    self._dispatcher.push(retry_at, job_id, generation)
             for result in results:
                 if isinstance(result, Claim):
                     with self._inflight_cond:
                         self._inflight_runs.add(result.run_id)
                     self._pool.submit(result)  # under the gate: see the module docstring
+        if written:
+            self._completions_written(completions)
+        else:
+            self._keep_unwritten(completions)
         handed_over = 0
         for (due_at, job_id, generation), result in itertools.zip_longest(due, results):
             if isinstance(result, Claim):
@@ -522,17 +538,25 @@ class JobScheduler:
         if not self._dispatcher.complete(completion):
             self._write_completions([completion])  # the dispatcher is gone (shutdown timed out)
 
-    def _write_completions(self, completions: list[Completion]) -> None:
+    def _write_completions(self, completions: Sequence[Completion]) -> None:
         """Record outcomes in one transaction; queue each job's next slot."""
+        if not completions:
+            return
         try:
             self._store.finish_runs(completions, self.instance_id)
         except StoreError as exc:
-            # The runs stay in flight (their leases renewed) and the heartbeat
-            # tries again, so a passing outage costs no run its outcome.
             logger.warning("recording %d outcomes failed, will retry: %s", len(completions), exc)
-            with self._inflight_cond:
-                self._unwritten.extend(completions)
+            self._keep_unwritten(completions)
             return
+        self._completions_written(completions)
+
+    def _keep_unwritten(self, completions: Sequence[Completion]) -> None:
+        # The runs stay in flight (their leases renewed) and the heartbeat
+        # tries again, so a passing outage costs no run its outcome.
+        with self._inflight_cond:
+            self._unwritten.extend(completions)
+
+    def _completions_written(self, completions: Sequence[Completion]) -> None:
         for completion in completions:
             claim = completion.claim
             # Queued whether or not the row moved on (`moved` is False for a

@@ -37,6 +37,7 @@ failure that outlasts the retries, becomes `StoreError`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -220,18 +221,39 @@ class Store:
         self._group_cond = threading.Condition()
         self._group_queue: list[_Pending] = []
         self._group_leader = False
+        # The write transaction open on this thread, which nested writes join (see dispatch).
+        self._joined = threading.local()
+        # SQLite has one writer at a time. Threads of this process queue for it
+        # here, promptly, instead of in SQLite's busy handler, which sleeps up
+        # to 100 ms between tries and let a stream of schedule() calls starve
+        # the dispatcher's claims. Other processes still meet busy_timeout.
+        self._sqlite_writer = threading.Lock() if engine.dialect.name == "sqlite" else None
+
+    def _writer(self, readonly: bool) -> contextlib.AbstractContextManager[object]:
+        if readonly or self._sqlite_writer is None:
+            return contextlib.nullcontext()
+        return self._sqlite_writer
 
     # -- transactions -------------------------------------------------------
 
     def _transaction(self, body: Callable[[Connection], T], *, readonly: bool, what: str) -> T:
+        enclosing: Connection | None = getattr(self._joined, "conn", None)
+        if enclosing is not None and not readonly:
+            return body(enclosing)  # part of the enclosing write: see `dispatch`
         delay = RETRY_FIRST_DELAY
         for attempt in range(1, self._retry_attempts + 1):
             try:
-                with self.engine.connect() as conn:
+                with self._writer(readonly), self.engine.connect() as conn:
                     if readonly:
                         conn.execution_options(persched_readonly=True)
                     with conn.begin():
-                        return body(conn)
+                        if readonly:
+                            return body(conn)
+                        self._joined.conn = conn
+                        try:
+                            return body(conn)
+                        finally:
+                            self._joined.conn = None
             except IntegrityError:
                 raise  # callers decide; never retried blindly
             except DBAPIError as exc:
@@ -429,6 +451,29 @@ class Store:
         return self._read(body, "runs")
 
     # -- dispatch -------------------------------------------------------------
+
+    def dispatch(
+        self,
+        completions: Sequence[Completion],
+        entries: Sequence[tuple[str, int, float]],
+        now: float | Callable[[], float],
+        instance_id: str,
+        lease_seconds: float,
+    ) -> tuple[list[bool], list[Claim | ClaimMiss]]:
+        """`finish_runs` then `claim_runs` in one transaction: one commit (one fsync) per dispatch cycle.
+
+        A crash loses both or neither; the completions are written before the
+        claims, so a job that finished can be claimed again in the same cycle.
+        """
+        if not completions or not entries:
+            # Nothing to share a commit with: each in its own transaction.
+            return self.finish_runs(completions, instance_id), self.claim_runs(entries, now, instance_id, lease_seconds)
+
+        def body(conn: Connection) -> tuple[list[bool], list[Claim | ClaimMiss]]:
+            # Both join this transaction (`_transaction`); a failure in either rolls back both.
+            return self.finish_runs(completions, instance_id), self.claim_runs(entries, now, instance_id, lease_seconds)
+
+        return self._write(body, "dispatch")
 
     def claim_runs(
         self,

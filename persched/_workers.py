@@ -98,6 +98,24 @@ class WorkerPool:
                 )
 
 
+def _describe(exc: BaseException) -> str:
+    """The exception and its traceback as text, without source carets.
+
+    `traceback.format_exception` parses source lines with `ast` to place its
+    carets, and on CPython 3.11 `ast.parse` running in two threads at once can
+    fail with "AST constructor recursion depth mismatch" (gh-106905), in
+    whatever thread of the application was parsing. Workers format failures
+    of user code all the time, so they format them plainly.
+    """
+    lines = ["Traceback (most recent call last):\n"]
+    for frame in traceback.extract_tb(exc.__traceback__):
+        lines.append(f'  File "{frame.filename}", line {frame.lineno}, in {frame.name}\n')
+        if frame.line:
+            lines.append(f"    {frame.line.strip()}\n")
+    lines.extend(traceback.format_exception_only(exc))
+    return "".join(lines)
+
+
 def _execute(claim: Claim, allowed_modules: tuple[str, ...] | None) -> tuple[str, str | None]:
     token = _current.set(claim)
     fn: Callable[..., Any] | None = None
@@ -115,9 +133,9 @@ def _execute(claim: Claim, allowed_modules: tuple[str, ...] | None) -> tuple[str
             exc,
         )
         return "error", f"{type(exc).__name__}: {exc}"
-    except BaseException as exc:
-        logger.exception("job %s generation %d raised", claim.job_id, claim.generation)
-        text = "".join(traceback.format_exception(exc))
+    except BaseException as exc:  # noqa: BLE001 - SPEC §2: user code never kills a worker
+        text = _describe(exc)
+        logger.error("job %s generation %d raised\n%s", claim.job_id, claim.generation, text.rstrip())
         del exc
         return "error", text
     finally:

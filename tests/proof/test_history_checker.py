@@ -162,7 +162,7 @@ def _driver(sched: JobScheduler, history: History, key: str, seed: int, n: int, 
     rnd = random.Random(seed)
     barrier.wait(TIMEOUT)
     for _ in range(n):
-        time.sleep(rnd.uniform(0, 0.004))  # pacing, so that generations live long enough to run
+        time.sleep(rnd.uniform(0, 0.01))  # pacing, so that generations live long enough to run
         job_id = rnd.choice(JOB_IDS)
         roll = rnd.random()
         if roll < 0.6:
@@ -205,7 +205,13 @@ def test_random_operations_from_many_threads_satisfy_the_checker(tmp_path: Path)
         assert len(ops) == threads_n * per_thread
         # Liveness: every job left scheduled runs its final generation (bounded wait).
         final = {op.job_id: op for op in sorted(ops, key=lambda o: o.returned)}
-        live = {j: op.result for j, op in final.items() if op.kind == "schedule"}
+        # A last call that overlapped another call on the same job (group commit
+        # returns them in any order) has no known winner: liveness skips it, as R4 does.
+        live = {
+            j: op.result
+            for j, op in final.items()
+            if op.kind == "schedule" and not any(o.job_id == j and o is not op and o.returned > op.invoked for o in ops)
+        }
         offset = sched._timebase._offset
         path = sqlite_path(url)
 
@@ -221,8 +227,9 @@ def test_random_operations_from_many_threads_satisfy_the_checker(tmp_path: Path)
     ops, starts = history.snapshot()
     runs = runs_from_db(sqlite_path(url), offset)
     problems = check(ops, runs, starts, end=end, live_after=0.0)
-    print(f"operations={len(ops)} runs={len(runs)} starts={len(starts)}")  # noqa: T201
+    generations_run = len({(r.job_id, r.generation) for r in runs})
+    print(f"operations={len(ops)} runs={len(runs)} starts={len(starts)} generations_run={generations_run}")  # noqa: T201
     assert problems == [], "\n".join(problems[:20])
     # Non-vacuous: the history has replacements, deschedules that removed something, and runs.
     assert sum(1 for op in ops if op.kind == "deschedule" and op.result) > 10
-    assert len({(r.job_id, r.generation) for r in runs}) > 50
+    assert generations_run > 50

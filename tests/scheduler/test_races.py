@@ -26,8 +26,11 @@ from tests.support.helpers import EPOCH, TIMEOUT, at, finished_runs, sql, wait_u
 from tests.support.race_jobs import Seam, batch_claims, batch_finishes, for_job, real_claim_run, real_finish_run
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from persched import JobScheduler
     from persched._dispatcher import Entry
+    from persched._store import Completion
     from persched.testing import FakeClock
     from tests.conftest import SchedulerFactory
 
@@ -352,8 +355,9 @@ def test_shutdown_waits_for_a_claim_inside_the_store(
     assert len(jobs.calls("a")) == 1
 
 
-def claim_ignoring_stop(sched: JobScheduler, due: list[Entry]) -> int:
+def claim_ignoring_stop(sched: JobScheduler, due: list[Entry], completions: Sequence[Completion] = ()) -> int:
     """A broken `JobScheduler._claim_due`: it never looks at the stop flag."""
+    sched._write_completions(completions)
     handed = 0
     for due_at, job_id, generation in due:
         with sched._inflight_cond:
