@@ -634,42 +634,30 @@ class Store:
                 "b_outcome": c.outcome,
                 "b_error": None if c.error is None else c.error[:MAX_ERROR_TEXT],
                 "b_errors": 1 if c.outcome == "error" else 0,
+                "b_owner": instance_id,
             }
             for c in completions
         ]
 
         def body(conn: Connection) -> list[bool]:
-            conn.execute(
-                update(runs)
-                .where(runs.c.run_id == bindparam("b_run_id"), runs.c.outcome.is_(None))
-                .values(
-                    finished_at=bindparam("b_finished"),
-                    outcome=bindparam("b_outcome"),
-                    error=bindparam("b_error"),
-                    lease_until=None,
-                ),
-                params,
-            )
-            # One statement per row: its rowcount says exactly whether this
-            # completion still owned the row (executemany sums rowcounts).
-            moved = update(jobs).where(
-                jobs.c.job_id == bindparam("b_job_id"),
-                jobs.c.generation == bindparam("b_generation"),
-                jobs.c.state == _RUNNING,
-                jobs.c.owner == instance_id,
-                jobs.c.next_run_at == bindparam("b_slot"),
-            )
-            moved = moved.values(
-                state=_SCHEDULED,
-                owner=None,
-                lease_until=None,
-                next_run_at=bindparam("b_next"),
-                run_count=jobs.c.run_count + 1,
-                error_count=jobs.c.error_count + bindparam("b_errors", type_=Integer),
-                last_outcome=bindparam("b_outcome"),
-                updated_at=bindparam("b_finished"),
-            )
-            return [conn.execute(moved, p).rowcount == 1 for p in params]
+            conn.execute(_FINISH_RUN, params)
+            # Which completions still own their job row: read under the write
+            # lock (SQLite) and written with the same predicate again, so a
+            # row recovered, descheduled or replaced meanwhile is never moved.
+            owned = {
+                (row.job_id, row.generation, to_ts(row.next_run_at))
+                for row in conn.execute(
+                    select(jobs.c.job_id, jobs.c.generation, jobs.c.next_run_at).where(
+                        jobs.c.job_id.in_({c.claim.job_id for c in completions}),
+                        jobs.c.state == _RUNNING,
+                        jobs.c.owner == instance_id,
+                    )
+                )
+            }
+            moved = [(c.claim.job_id, c.claim.generation, c.claim.scheduled_for) in owned for c in completions]
+            if any(moved):
+                conn.execute(_FINISH_JOB, [p for p, m in zip(params, moved, strict=True) if m])
+            return moved
 
         return self._write(body, "finish runs")
 
@@ -916,6 +904,39 @@ class Store:
             return {job_id for (job_id,) in conn.execute(query)}
 
         return self._read(body, "find runs to prune")
+
+
+# Completion statements, built once (executemany over every completion of a cycle).
+_FINISH_RUN: Final = (
+    update(runs)
+    .where(runs.c.run_id == bindparam("b_run_id"), runs.c.outcome.is_(None))
+    .values(
+        finished_at=bindparam("b_finished"),
+        outcome=bindparam("b_outcome"),
+        error=bindparam("b_error"),
+        lease_until=None,
+    )
+)
+_FINISH_JOB: Final = (
+    update(jobs)
+    .where(
+        jobs.c.job_id == bindparam("b_job_id"),
+        jobs.c.generation == bindparam("b_generation"),
+        jobs.c.state == _RUNNING,
+        jobs.c.owner == bindparam("b_owner"),
+        jobs.c.next_run_at == bindparam("b_slot"),
+    )
+    .values(
+        state=_SCHEDULED,
+        owner=None,
+        lease_until=None,
+        next_run_at=bindparam("b_next"),
+        run_count=jobs.c.run_count + 1,
+        error_count=jobs.c.error_count + bindparam("b_errors", type_=Integer),
+        last_outcome=bindparam("b_outcome"),
+        updated_at=bindparam("b_finished"),
+    )
+)
 
 
 def _bump_change_seq(conn: Connection) -> int:
