@@ -1,38 +1,47 @@
 """Every SQL statement persched runs, one transaction per method.
 
-Callers pass `now` (epoch seconds in their own time frame) in; the store never
-reads a clock. Instants travel as float epoch seconds inside persched and as
-aware UTC datetimes in the database (microsecond precision, exact round trip).
+Callers pass `now` (epoch seconds in their own time frame) in, or, where the
+order of commits matters (claims, recovery), a clock that is read once the
+transaction holds its write lock. Instants travel as float epoch seconds
+inside persched and as aware UTC datetimes in the database (microsecond
+precision, exact round trip).
 
 Linearization points (SPEC §2) are the commits of these methods:
 
 - `upsert_job`: schedule() — insert, replace (generation + 1) or no change.
 - `deschedule_job`: deschedule() — ``state := 'descheduled'``; the row stays
-  so that the generation counter is never reused (no ABA).
-- `claim_run`: the start of a run. One conditional UPDATE decides::
+  so that the generation counter is never reused (no ABA). Both go through
+  a group commit (`_write_grouped`): calls that arrive together share one
+  transaction, and each returns only after it committed.
+- `claim_runs`: the start of runs. One conditional UPDATE decides every
+  entry of a batch by its own predicate::
 
       UPDATE persched_jobs SET state='running', owner=:me, lease_until=:lease
-       WHERE job_id=:id AND generation=:gen AND state='scheduled'
-         AND next_run_at <= :expected_at
+       WHERE job_id IN (:ids) AND state='scheduled'
+         AND (job_id, generation) IN (:entries)
+         AND next_run_at <= CASE job_id WHEN :id THEN :expected_at ... END
       RETURNING ...
 
-  and the run's history row is inserted in the same transaction. The
+  and the runs' history rows are inserted in the same transaction. The
   predicate on `generation` makes a stale heap entry harmless; the one on
   `next_run_at` keeps an entry from running a slot early after another
   instance moved the row on. On SQLite every write transaction starts with
   ``BEGIN IMMEDIATE`` (see `_db`), so select-then-update races cannot happen
-  (FIELD-REPORTS #4); the rowcount (here: RETURNING) is what decides, never a
-  prior SELECT.
-- `finish_run`: completion. Its UPDATE is conditional on generation, state,
-  owner and the slot, so the completion of a replaced, descheduled or
+  (FIELD-REPORTS #4); RETURNING is what decides, never a prior SELECT. On
+  PostgreSQL the rows are picked with ``FOR UPDATE SKIP LOCKED``.
+- `finish_runs`: completions. The job UPDATE is conditional on generation,
+  state, owner and the slot, so the completion of a replaced, descheduled or
   recovered run changes nothing (FIELD-REPORTS #5).
+- `dispatch`: `finish_runs` and `claim_runs` of one dispatch cycle in one
+  transaction (nested writes join the transaction open on their thread).
 - `recover_run`: a run whose lease was not renewed becomes 'lost' and its job
   goes back to 'scheduled' on the next slot; conditional on the lease value
-  the caller observed, so a renewal in between wins.
+  the caller observed, so a renewal in between wins, and on the job still
+  being that run's, so a deschedule in between wins.
 
-Transient failures (SQLite busy past its timeout, a dropped PostgreSQL
-connection) are retried with capped backoff; anything else, or a transient
-failure that outlasts the retries, becomes `StoreError`.
+Transient failures (SQLite busy past its timeout, a dropped or refused
+PostgreSQL connection) are retried with capped backoff; anything else, or a
+transient failure that outlasts the retries, becomes `StoreError`.
 """
 
 from __future__ import annotations
