@@ -123,7 +123,9 @@ class JobScheduler:
             committed claim survive power loss, "NORMAL" is faster and may lose
             the last commits on power loss (never corrupts).
         keep_runs: Run history kept per job: the newest this many runs
-            (None: no limit by count).
+            (None: no limit by count). A job's history is pruned once it
+            recorded a tenth of this more, so it may briefly hold up to 10%
+            more.
         keep_runs_for_seconds: Delete runs that finished longer ago than
             this (None: no limit by age). Pruning runs on the heartbeat
             thread in short transactions, never on the dispatch path.
@@ -162,9 +164,9 @@ class JobScheduler:
         self._keep_seconds = (
             None if keep_runs_for_seconds is None else _positive("keep_runs_for_seconds", keep_runs_for_seconds)
         )
-        # Jobs that recorded a run since the last pruning pass; None: do a full pass first.
+        # Runs recorded per job since its history was last pruned; None: a full pass first.
         self._prune_lock = threading.Lock()
-        self._prune_dirty: set[str] | None = None
+        self._runs_since_prune: Counter[str] | None = None
         self._events = EventBus()
         self._lease_seconds = _positive("lease_seconds", lease_seconds)
         heartbeat = self._lease_seconds / 3 if heartbeat_seconds is None else heartbeat_seconds
@@ -564,8 +566,8 @@ class JobScheduler:
             # follows a commit that did land): a stale entry's claim just fails.
             self._dispatcher.push(completion.next_run_at, claim.job_id, claim.generation)
             with self._prune_lock:
-                if self._prune_dirty is not None:
-                    self._prune_dirty.add(claim.job_id)
+                if self._runs_since_prune is not None:
+                    self._runs_since_prune[claim.job_id] += 1
             run = claim.run().model_copy(
                 update={
                     "finished_at": from_ts(completion.finished_at),
@@ -642,8 +644,16 @@ class JobScheduler:
         """Heartbeat callback: delete run history beyond the retention."""
         if self._keep_runs is None and self._keep_seconds is None:
             return
+        # A job is pruned by count once it recorded a tenth of keep_runs more
+        # runs: one DELETE per job per many runs, not per heartbeat.
+        due = max(1, (self._keep_runs or 0) // 10)
         with self._prune_lock:
-            dirty, self._prune_dirty = self._prune_dirty, set()
+            if self._runs_since_prune is None:
+                self._runs_since_prune, dirty = Counter(), None
+            else:
+                dirty = {job_id for job_id, n in self._runs_since_prune.items() if n >= due}
+                for job_id in dirty:
+                    del self._runs_since_prune[job_id]
         if dirty is None and self._keep_runs is not None:
             dirty = self._store.jobs_over_run_limit(self._keep_runs)  # first pass: every job over the limit
         try:
@@ -652,8 +662,8 @@ class JobScheduler:
             )
         except BaseException:
             with self._prune_lock:  # try these jobs again next time
-                assert self._prune_dirty is not None
-                self._prune_dirty |= dirty or set()
+                assert self._runs_since_prune is not None
+                self._runs_since_prune.update(dict.fromkeys(dirty or (), due))
             raise
         if deleted:
             logger.debug("pruned %d runs beyond the retention", deleted)
