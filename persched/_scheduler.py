@@ -475,13 +475,14 @@ class JobScheduler:
                         self._lease_seconds,
                     )
                 written = True
-            except StoreError as exc:
+            except Exception as exc:  # whatever failed, the entries and outcomes must not be dropped
                 logger.warning(
                     "claiming %d runs (and recording %d outcomes) failed, retrying in %s s: %s",
                     len(due),
                     len(completions),
                     CLAIM_RETRY_SECONDS,
                     exc,
+                    exc_info=not isinstance(exc, StoreError),  # a bug: show where
                 )
                 retry_at = self._timebase.now() + CLAIM_RETRY_SECONDS
                 for _, job_id, generation in due:
@@ -546,8 +547,13 @@ class JobScheduler:
             return
         try:
             self._store.finish_runs(completions, self.instance_id)
-        except StoreError as exc:
-            logger.warning("recording %d outcomes failed, will retry: %s", len(completions), exc)
+        except Exception as exc:  # an outcome is never dropped: the heartbeat retries it
+            logger.warning(
+                "recording %d outcomes failed, will retry: %s",
+                len(completions),
+                exc,
+                exc_info=not isinstance(exc, StoreError),
+            )
             self._keep_unwritten(completions)
             return
         self._completions_written(completions)

@@ -474,9 +474,10 @@ class Store:
         A crash loses both or neither; the completions are written before the
         claims, so a job that finished can be claimed again in the same cycle.
         """
-        if not completions or not entries:
-            # Nothing to share a commit with: each in its own transaction.
-            return self.finish_runs(completions, instance_id), self.claim_runs(entries, now, instance_id, lease_seconds)
+        if not completions:
+            return [], self.claim_runs(entries, now, instance_id, lease_seconds)
+        if not entries:
+            return self.finish_runs(completions, instance_id), []
 
         def body(conn: Connection) -> tuple[list[bool], list[Claim | ClaimMiss]]:
             # Both join this transaction (`_transaction`); a failure in either rolls back both.

@@ -1,0 +1,63 @@
+"""A dispatch cycle that fails in an unexpected way drops nothing.
+
+The store turns database failures into StoreError; anything else escaping a
+claim or a completion (a bug, an unforeseen driver error) must not lose the
+due entries, the outcomes, or the in-flight bookkeeping that
+deschedule(wait=True) and lease renewal rely on.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from unittest.mock import patch
+
+from tests.support import jobs
+from tests.support.helpers import TIMEOUT, wait_until
+
+if TYPE_CHECKING:
+    from persched.testing import FakeClock
+    from tests.conftest import SchedulerFactory
+
+
+def _failing_once(real: Any) -> Any:  # noqa: ANN401 - wraps a store method
+    failed: list[bool] = []
+
+    def call(*args: Any, **kwargs: Any) -> Any:  # noqa: ANN401 - the store method's result
+        if not failed:
+            failed.append(True)
+            raise RuntimeError("unexpected failure inside the store")
+        return real(*args, **kwargs)
+
+    return call
+
+
+def test_an_unexpected_claim_failure_retries_the_entries(
+    make_scheduler: SchedulerFactory, fake_clock: FakeClock
+) -> None:
+    sched = make_scheduler(start=True)
+    store = sched._store
+    with patch.object(store, "claim_runs", side_effect=_failing_once(store.claim_runs)):
+        sched.schedule("a", jobs.record, 10.0, args=("a",))
+        fake_clock.advance(10.0)
+        wait_until(lambda: not sched._inflight_jobs, message="the failed claim released its bookkeeping")
+        assert jobs.calls("a") == []
+        fake_clock.advance(1.0)  # the entry is tried again a second later
+        wait_until(lambda: len(jobs.calls("a")) == 1, message="the retried claim ran")
+    assert sched.deschedule("a", wait=True, timeout=TIMEOUT)
+
+
+def test_an_unexpected_completion_failure_keeps_the_outcome(
+    make_scheduler: SchedulerFactory, fake_clock: FakeClock
+) -> None:
+    sched = make_scheduler(start=True, lease_seconds=3.0, heartbeat_seconds=1.0)
+    store = sched._store
+    with patch.object(store, "finish_runs", side_effect=_failing_once(store.finish_runs)):
+        sched.schedule("a", jobs.record, 10.0, args=("a",))
+        fake_clock.advance(10.0)
+        wait_until(lambda: len(sched._unwritten) == 1, message="the outcome waits to be written again")
+        assert sched._inflight_runs  # still in flight: its lease keeps being renewed
+        fake_clock.advance(1.0)  # the heartbeat writes it
+        wait_until(lambda: [r.outcome for r in sched.runs("a")] == ["ok"], message="the outcome was recorded")
+    assert not sched._inflight_runs
+    fake_clock.advance(10.0)
+    wait_until(lambda: len(jobs.calls("a")) == 2, message="the job went on")
