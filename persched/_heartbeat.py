@@ -5,8 +5,9 @@ Threads
 One ``persched-heartbeat`` thread per scheduler wakes every
 `heartbeat_seconds` (on the scheduler's clock) and, outside any lock:
 
-1. renews the lease of this instance's open runs, while any are in flight
-   (SPEC-multi: a slow but alive run is never recovered);
+1. renews the leases of the runs in flight here, and only those (SPEC-multi:
+   a slow but alive run is never recovered, while an open run of this
+   instance that no worker holds lapses like any other);
 2. reads every open run (outcome NULL) that is not in flight here, and notes
    the lease value it sees together with the *monotonic* time it first saw
    that value. A run whose lease value has not changed for `lease_seconds`
