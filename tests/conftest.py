@@ -9,7 +9,6 @@ an autouse check fails a test that leaves a ``persched-*`` thread alive.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -21,6 +20,7 @@ from persched.errors import SchedulerStateError
 from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.helpers import EPOCH, TIMEOUT, wait_until
+from tests.support.postgres import pg_base_url
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -53,12 +53,7 @@ def fake_clock() -> FakeClock:
 @pytest.fixture
 def pg_url() -> str:
     """PERSCHED_TEST_PG_URL; skipped locally without it, a failure in CI."""
-    url = os.environ.get("PERSCHED_TEST_PG_URL", "")
-    if not url:
-        if os.environ.get("CI"):
-            pytest.fail("CI is set but PERSCHED_TEST_PG_URL is not: PostgreSQL tests must run in CI")
-        pytest.skip("PERSCHED_TEST_PG_URL is not set (PostgreSQL tests run in CI)")
-    return url
+    return pg_base_url()
 
 
 class SchedulerFactory:

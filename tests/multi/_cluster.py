@@ -16,20 +16,18 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-import pytest
-from sqlalchemy import create_engine, select, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import select
 
 from persched import JobScheduler, _db
 from persched._schema import runs as runs_table
 from tests.support.helpers import TIMEOUT, wait_until
 from tests.support.multi_child import EFFECT_TARGET, Effect, read_effects
+from tests.support.postgres import pg_base_url, pg_schema
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -54,30 +52,7 @@ START_TIMEOUT: Final = 30.0  # real seconds for a child to import, migrate and s
 EPS: Final = timedelta(milliseconds=2)
 
 
-def pg_base_url() -> str:
-    """PERSCHED_TEST_PG_URL; skipped locally without it, a failure in CI (tests/conftest.py `pg_url`)."""
-    url = os.environ.get("PERSCHED_TEST_PG_URL", "")
-    if not url:
-        if os.environ.get("CI"):
-            pytest.fail("CI is set but PERSCHED_TEST_PG_URL is not: PostgreSQL tests must run in CI")
-        pytest.skip("PERSCHED_TEST_PG_URL is not set (PostgreSQL tests run in CI)")
-    return url
-
-
-@contextlib.contextmanager
-def pg_schema_url(tag: str) -> Iterator[str]:
-    """Yield a URL on a fresh schema ``persched_multi_<tag>_<random>`` (dropped afterwards)."""
-    base = make_url(pg_base_url()).set(drivername="postgresql+psycopg")
-    schema = f"persched_multi_{tag}_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(base)
-    try:
-        with admin.begin() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        yield base.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        admin.dispose()
+pg_schema_url = pg_schema  # a schema named persched_<tag>_...
 
 
 def child_env() -> dict[str, str]:

@@ -18,22 +18,18 @@ the scheduler race tests share them.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-import pytest
-from sqlalchemy import Connection, create_engine, text, update
-from sqlalchemy.engine import make_url
+from sqlalchemy import Connection, update
 
 from persched import _grid
 from persched._schema import jobs, runs
 from persched._store import Claim, ClaimMiss, Completion, Store, _misses, from_ts, to_ts
 from tests.support.helpers import TIMEOUT
+from tests.support.postgres import pg_base_url, pg_schema
 
 if TYPE_CHECKING:
     from persched._heartbeat import Heartbeat
@@ -329,29 +325,3 @@ def wall_clock_beat(heartbeat: Heartbeat) -> None:
 
 
 # --- PostgreSQL -------------------------------------------------------------------
-
-
-def pg_base_url() -> str:
-    """PERSCHED_TEST_PG_URL; skip locally without it, fail when CI is set."""
-    url = os.environ.get("PERSCHED_TEST_PG_URL", "")
-    if not url:
-        if os.environ.get("CI"):
-            pytest.fail("CI is set but PERSCHED_TEST_PG_URL is not: PostgreSQL tests must run in CI")
-        pytest.skip("PERSCHED_TEST_PG_URL is not set (PostgreSQL tests run in CI)")
-    return url
-
-
-@contextmanager
-def pg_schema() -> Iterator[str]:
-    """Yield a PostgreSQL URL whose ``search_path`` is a fresh schema; drop it after."""
-    base = make_url(pg_base_url()).set(drivername="postgresql+psycopg")
-    schema = f"persched_race_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base)
-    try:
-        with admin.begin() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        yield base.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        admin.dispose()
