@@ -45,6 +45,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ._tracebacks import describe
+
 if TYPE_CHECKING:
     from ._timebase import Timebase
 
@@ -167,8 +169,8 @@ class Dispatcher:
             handed_over = 0
             try:
                 handed_over = self._cycle(completions, due)
-            except BaseException:
-                logger.exception("a dispatch cycle failed")
+            except BaseException as exc:  # noqa: BLE001 - the dispatcher must outlive any failure
+                logger.error("a dispatch cycle failed\n%s", describe(exc))
             if handed_over < len(due):
                 with self._cond:
                     self._free_workers += len(due) - handed_over

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal, get_args
 
+from ._tracebacks import describe
 from .errors import InvalidJobError
 
 if TYPE_CHECKING:
@@ -210,11 +211,12 @@ class EventBus:
 def _deliver(listener: Listener, event: Event) -> None:
     try:
         listener(event)
-    except BaseException:  # a listener must not end delivery (not even SystemExit)
-        logger.exception(
-            "event listener %r raised on %s of %s generation %d; ignored",
+    except BaseException as exc:  # noqa: BLE001 - a listener must not end delivery (not even SystemExit)
+        logger.error(
+            "event listener %r raised on %s of %s generation %d; ignored\n%s",
             listener,
             event.kind,
             event.job_id,
             event.generation,
+            describe(exc),
         )

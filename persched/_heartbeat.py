@@ -35,6 +35,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ._tracebacks import describe
 from .errors import StoreError
 
 if TYPE_CHECKING:
@@ -184,5 +185,5 @@ def _guarded(task: Callable[[], None], what: str) -> None:
         task()
     except StoreError as exc:
         logger.warning("%s failed, will retry: %s", what, exc)
-    except BaseException:  # a periodic task must never stop the others
-        logger.exception("%s failed, will retry", what)
+    except BaseException as exc:  # noqa: BLE001 - a periodic task must never stop the others
+        logger.error("%s failed, will retry\n%s", what, describe(exc))

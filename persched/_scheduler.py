@@ -42,6 +42,7 @@ from ._models import Job, JobState, Run, validate_definition, validate_job_id
 from ._store import Claim, ClaimMiss, Completion, Store, bound_error_text, from_ts, to_ts
 from ._targets import normalize_allowed, reference_of
 from ._timebase import Timebase
+from ._tracebacks import describe
 from ._workers import WorkerPool, current_run_claim
 from .clock import Clock, SystemClock
 from .errors import InvalidJobError, SchedulerStateError, StoreError
@@ -475,14 +476,13 @@ class JobScheduler:
                         self._lease_seconds,
                     )
                 written = True
-            except Exception as exc:  # whatever failed, the entries and outcomes must not be dropped
+            except Exception as exc:  # noqa: BLE001 - whatever failed, the entries and outcomes must not be dropped
                 logger.warning(
                     "claiming %d runs (and recording %d outcomes) failed, retrying in %s s: %s",
                     len(due),
                     len(completions),
                     CLAIM_RETRY_SECONDS,
-                    exc,
-                    exc_info=not isinstance(exc, StoreError),  # a bug: show where
+                    exc if isinstance(exc, StoreError) else describe(exc),  # a bug: show where
                 )
                 retry_at = self._timebase.now() + CLAIM_RETRY_SECONDS
                 for _, job_id, generation in due:
@@ -547,12 +547,11 @@ class JobScheduler:
             return
         try:
             self._store.finish_runs(completions, self.instance_id)
-        except Exception as exc:  # an outcome is never dropped: the heartbeat retries it
+        except Exception as exc:  # noqa: BLE001 - an outcome is never dropped: the heartbeat retries it
             logger.warning(
                 "recording %d outcomes failed, will retry: %s",
                 len(completions),
-                exc,
-                exc_info=not isinstance(exc, StoreError),
+                exc if isinstance(exc, StoreError) else describe(exc),
             )
             self._keep_unwritten(completions)
             return

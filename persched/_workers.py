@@ -23,12 +23,12 @@ import json
 import logging
 import queue
 import threading
-import traceback
 from collections.abc import Callable
 from typing import Any
 
 from ._store import Claim
 from ._targets import TargetNotFound, resolve
+from ._tracebacks import describe
 
 __all__ = ["CompleteCallback", "WorkerPool", "current_run_claim"]
 
@@ -90,30 +90,13 @@ class WorkerPool:
             outcome, error = _execute(claim, self._allowed_modules)
             try:
                 self._complete(claim, outcome, error)
-            except BaseException:
-                logger.exception(
-                    "recording the outcome of %s generation %d failed",
+            except BaseException as exc:  # noqa: BLE001 - a worker must survive a failed completion
+                logger.error(
+                    "recording the outcome of %s generation %d failed\n%s",
                     claim.job_id,
                     claim.generation,
+                    describe(exc),
                 )
-
-
-def _describe(exc: BaseException) -> str:
-    """The exception and its traceback as text, without source carets.
-
-    `traceback.format_exception` parses source lines with `ast` to place its
-    carets, and on CPython 3.11 `ast.parse` running in two threads at once can
-    fail with "AST constructor recursion depth mismatch" (gh-106905), in
-    whatever thread of the application was parsing. Workers format failures
-    of user code all the time, so they format them plainly.
-    """
-    lines = ["Traceback (most recent call last):\n"]
-    for frame in traceback.extract_tb(exc.__traceback__):
-        lines.append(f'  File "{frame.filename}", line {frame.lineno}, in {frame.name}\n')
-        if frame.line:
-            lines.append(f"    {frame.line.strip()}\n")
-    lines.extend(traceback.format_exception_only(exc))
-    return "".join(lines)
 
 
 def _execute(claim: Claim, allowed_modules: tuple[str, ...] | None) -> tuple[str, str | None]:
@@ -134,7 +117,7 @@ def _execute(claim: Claim, allowed_modules: tuple[str, ...] | None) -> tuple[str
         )
         return "error", f"{type(exc).__name__}: {exc}"
     except BaseException as exc:  # noqa: BLE001 - SPEC §2: user code never kills a worker
-        text = _describe(exc)
+        text = describe(exc)
         logger.error("job %s generation %d raised\n%s", claim.job_id, claim.generation, text.rstrip())
         del exc
         return "error", text
