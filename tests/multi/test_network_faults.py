@@ -78,7 +78,12 @@ def test_connection_cuts_between_an_instance_and_postgres(pg_only_url: str, tmp_
     runs = fetch_runs(pg_only_url)
     report = check_once(runs, effects_of(c), jobs, first)
     logger.info("measured: %s cut=%d", report.summary(), cut)
-    assert report.lost == 0, [r for r in runs if r.outcome == "lost"]
+    # A cut can leave the proxied instance unable to renew a lease in time, or
+    # unsure whether a claim's commit landed (the reply was cut): such a run is
+    # recorded "lost" after one lease, never run twice (check_once above).
+    lost = [r for r in runs if r.outcome == "lost"]
+    assert all(r.instance_id == "proxied" for r in lost), lost
+    assert len(lost) <= CUTS, lost
     after = [r for r in runs if r.scheduled_for > recovered_from]
     after_first = {
         job_id: min(r.scheduled_for for r in after if r.job_id == job_id)

@@ -218,7 +218,10 @@ def block_once_then_record(marker: str, log: str) -> None:
     slot = "" if run is None else run.scheduled_for.isoformat()
     marker_path = Path(marker)
     if not marker_path.exists():
-        marker_path.write_text(slot)
+        # Written whole, then renamed: the parent never reads a half-written marker.
+        partial = marker_path.with_suffix(".partial")
+        partial.write_text(slot)
+        partial.replace(marker_path)
         # Stands for a long job; the parent SIGKILLs this process meanwhile.
         time.sleep(3600)
         return
