@@ -21,6 +21,8 @@ import logging
 import math
 import os
 import re
+import sqlite3
+import time
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from sqlalchemy import create_engine, event, text
@@ -31,7 +33,6 @@ from sqlalchemy.pool import StaticPool
 from persched.errors import InvalidJobError, StoreError
 
 if TYPE_CHECKING:
-    import sqlite3
     from collections.abc import Iterator
 
     from sqlalchemy.engine import Connection, Engine
@@ -182,8 +183,6 @@ def store_errors(url: URL | Engine | Connection) -> Iterator[None]:
 
 
 def _is_dbapi_error(exc: BaseException) -> bool:
-    import sqlite3
-
     if isinstance(exc, sqlite3.Error):
         return True
     try:
@@ -289,7 +288,7 @@ def _sqlite_engine(url: URL, busy_timeout_seconds: float, sync: str, create: boo
         try:
             # busy_timeout first: switching to WAL may wait for a lock.
             cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
-            cursor.execute("PRAGMA journal_mode = WAL")
+            _ensure_wal(cursor, busy_timeout_seconds)
             cursor.execute(f"PRAGMA synchronous = {sync}")
             cursor.execute("PRAGMA foreign_keys = ON")
         finally:
@@ -297,6 +296,29 @@ def _sqlite_engine(url: URL, busy_timeout_seconds: float, sync: str, create: boo
 
     event.listen(engine, "begin", _on_begin)
     return engine
+
+
+def _ensure_wal(cursor: sqlite3.Cursor, busy_timeout_seconds: float) -> None:
+    """Put the file in WAL mode, unless it is already.
+
+    Switching needs an exclusive lock, and while another process opens the
+    WAL (recovery) SQLite answers "database is locked" without calling the
+    busy handler; several processes starting on one file at once (gunicorn
+    workers) meet exactly that. So: skip the switch when the file already is
+    in WAL mode, and retry a locked switch until busy_timeout has passed.
+    """
+    deadline = time.monotonic() + busy_timeout_seconds
+    delay = 0.01
+    while True:
+        try:
+            if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)  # a short backoff while another process recovers the WAL; no lock held
+        delay = min(delay * 2, 0.2)
 
 
 def _on_begin(conn: Connection) -> None:
