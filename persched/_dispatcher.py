@@ -133,10 +133,6 @@ class Dispatcher:
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
-    def __len__(self) -> int:
-        with self._cond:
-            return len(self._heap)
-
     def _next_cycle(self) -> tuple[list[Any], list[Entry]] | None:
         """Under ``_cond``: wait for completions, or due entries and free workers; take them."""
         clock = self._timebase.clock
