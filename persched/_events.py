@@ -58,6 +58,9 @@ EventKind = Literal[
     "run_finished",
     "run_failed",
     "run_lost",
+    "job_paused",
+    "job_resumed",
+    "run_overran",
 ]
 #: Every event kind, for `JobScheduler.add_listener(kinds=...)`.
 EVENT_KINDS: Final[frozenset[str]] = frozenset(get_args(EventKind))
@@ -76,7 +79,9 @@ class Event:
             generation), ``job_descheduled``, ``run_started`` (its claim
             committed), ``run_finished`` (outcome "ok"), ``run_failed``
             (outcome "error"), ``run_lost`` (its instance stopped renewing its
-            lease; recorded by the heartbeat of any instance).
+            lease; recorded by the heartbeat of any instance), ``job_paused``,
+            ``job_resumed``, ``run_overran`` (still running after the job's
+            max_runtime_seconds; the run goes on).
         job_id: The job.
         generation: The job's generation the event is about.
         at: When the scheduler observed it (aware UTC, on its clock).

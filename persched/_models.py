@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import math
@@ -11,22 +12,34 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from . import _triggers
 from .errors import InvalidJobError
 
-__all__ = ["Job", "JobDefinition", "JobState", "Outcome", "Run", "validate_definition"]
+__all__ = ["Job", "JobDefinition", "JobState", "Outcome", "Policies", "Run", "validate_definition"]
 
 MAX_JOB_ID_LENGTH = 200
 MAX_INTERVAL_SECONDS = 10 * 366 * 24 * 3600.0  # "at most 10 years"
 MIN_INTERVAL_SECONDS = 1e-6  # the store keeps microseconds: a shorter interval has no distinct slots
 
-Outcome = Literal["ok", "error", "lost"]
+Outcome = Literal["ok", "error", "lost", "missed"]
+Recurrence = Literal["fixed_rate", "fixed_delay"]
+Misfire = Literal["coalesce", "skip", "catch_up"]
+Overlap = Literal["forbid", "skip"]
 
 
 class JobState(str, enum.Enum):
-    """Where a job's row stands. Stored as its lower-case value."""
+    """Where a job stands.
+
+    The store's `state` column holds scheduled, running, finished or
+    descheduled; "paused" is its `paused` flag on a job that is not running
+    (a paused job whose last run is still finishing shows as running, with
+    `Job.paused` set).
+    """
 
     SCHEDULED = "scheduled"
     RUNNING = "running"
+    PAUSED = "paused"
+    FINISHED = "finished"
     DESCHEDULED = "descheduled"
 
 
@@ -39,7 +52,7 @@ class Job(BaseModel):
     target: str
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
-    interval_seconds: float
+    interval_seconds: float | None  # None for a cron job
     next_run_at: datetime
     generation: int
     state: JobState
@@ -50,6 +63,20 @@ class Job(BaseModel):
     last_outcome: str | None = None
     owner: str | None = None
     lease_until: datetime | None = None
+    cron: str | None = None
+    timezone: str = "UTC"
+    recurrence: Recurrence = "fixed_rate"
+    misfire: Misfire = "coalesce"
+    max_catch_up: int | None = None
+    grace_seconds: float = 1.0
+    overlap: Overlap = "forbid"
+    jitter_seconds: float = 0.0
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    max_runtime_seconds: float | None = None
+    paused: bool = False
+    run_now_requested: bool = False
+    schedule: str = ""  # the schedule in words: "every 5 min", "cron 0 3 * * * Europe/Paris"
 
 
 class Run(BaseModel):
@@ -66,32 +93,49 @@ class Run(BaseModel):
     error: str | None = None
     instance_id: str | None = None
     run_id: int | None = None
+    missed_until: datetime | None = None  # a "missed" record stands for scheduled_for .. missed_until
+    missed_count: int | None = None  # how many slots it stands for (None: not counted, a long cron range)
+    overran: bool = False  # still running after the job's max_runtime_seconds
+    run_now: bool = False  # started by run_now(), off the grid
+
+
+@dataclass(frozen=True)
+class Policies:
+    """The SPEC-policies options of a job, validated (all part of its definition)."""
+
+    interval_seconds: float | None = None
+    cron: str | None = None
+    timezone: str = "UTC"
+    recurrence: Recurrence = "fixed_rate"
+    misfire: Misfire = "coalesce"
+    max_catch_up: int | None = None
+    grace_seconds: float = 1.0
+    overlap: Overlap = "forbid"
+    jitter_seconds: float = 0.0
+    start_at: float | None = None  # epoch seconds
+    end_at: float | None = None
+    max_runtime_seconds: float | None = None
+
+    def columns(self) -> dict[str, Any]:
+        """The policy columns of persched_jobs (times still epoch seconds)."""
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
 class JobDefinition:
-    """What `schedule()` writes, validated; the definition fields decide
-    "identical" (same generation, same grid) versus "replaced"."""
+    """What `schedule()` writes, validated; `key()` decides "identical"
+    (same generation, same grid) versus "replaced"."""
 
     job_id: str
     target: str
     args_json: str
     kwargs_json: str
-    interval_seconds: float
+    policies: Policies
     start_in: float | None
 
-    def same_definition(self, target: str, args_json: str, kwargs_json: str, interval_seconds: float) -> bool:
-        return (
-            self.target,
-            self.args_json,
-            self.kwargs_json,
-            self.interval_seconds,
-        ) == (
-            target,
-            args_json,
-            kwargs_json,
-            interval_seconds,
-        )
+    def key(self) -> tuple[Any, ...]:
+        """Everything that makes up the definition (not start_in: it only places a new grid)."""
+        return (self.target, self.args_json, self.kwargs_json, self.policies)
 
 
 def validate_job_id(job_id: object) -> str:
@@ -137,21 +181,102 @@ def _to_json(argument: str, value: object) -> str:
     return text
 
 
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "recurrence": ("fixed_rate", "fixed_delay"),
+    "misfire": ("coalesce", "skip", "catch_up"),
+    "overlap": ("forbid", "skip"),
+}
+
+
+def _choice(argument: str, value: object) -> Any:  # noqa: ANN401 - one of the Literal types above
+    if value not in _CHOICES[argument]:
+        raise InvalidJobError(argument, f"must be one of {', '.join(map(repr, _CHOICES[argument]))}, got {value!r}")
+    return value
+
+
+def _instant(argument: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidJobError(argument, f"must be a timezone-aware datetime, got {value!r}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidJobError(argument, f"must be timezone-aware (naive datetimes are ambiguous), got {value!r}")
+    return round(value.timestamp(), 6)
+
+
+def validate_policies(
+    interval_seconds: object,
+    *,
+    cron: object = None,
+    timezone: object = "UTC",
+    recurrence: object = "fixed_rate",
+    misfire: object = "coalesce",
+    max_catch_up: object = None,
+    grace_seconds: object = 1.0,
+    overlap: object = "forbid",
+    jitter_seconds: object = 0.0,
+    start_at: object = None,
+    end_at: object = None,
+    max_runtime_seconds: object = None,
+) -> Policies:
+    """Check the schedule and policy arguments of `schedule()` (SPEC-policies)."""
+    if (interval_seconds is None) == (cron is None):
+        raise InvalidJobError("interval_seconds", "give exactly one of interval_seconds and cron")
+    interval = None
+    if interval_seconds is not None:
+        interval = _seconds("interval_seconds", interval_seconds, allow_zero=False)
+        if interval < MIN_INTERVAL_SECONDS:
+            raise InvalidJobError(
+                "interval_seconds",
+                f"must be at least one microsecond (the store's resolution), got {interval_seconds!r}",
+            )
+    expression = None if cron is None else _triggers.validate_cron(cron)
+    zone = _triggers.validate_timezone(timezone)
+    rec = _choice("recurrence", recurrence)
+    if rec == "fixed_delay" and expression is not None:
+        raise InvalidJobError("recurrence", "fixed_delay needs interval_seconds; a cron job runs on its expression")
+    mis = _choice("misfire", misfire)
+    if mis == "catch_up":
+        if isinstance(max_catch_up, bool) or not isinstance(max_catch_up, int) or max_catch_up < 1:
+            raise InvalidJobError(
+                "max_catch_up", f"must be a whole number >= 1 with misfire='catch_up', got {max_catch_up!r}"
+            )
+        if rec == "fixed_delay":
+            raise InvalidJobError("misfire", "catch_up needs slots to catch up; fixed_delay has no grid")
+    elif max_catch_up is not None:
+        raise InvalidJobError("max_catch_up", f"only applies with misfire='catch_up' (misfire is {mis!r})")
+    start, end = _instant("start_at", start_at), _instant("end_at", end_at)
+    if start is not None and end is not None and end < start:
+        raise InvalidJobError("end_at", f"must not be before start_at ({start_at} > {end_at})")
+    runtime = None
+    if max_runtime_seconds is not None:
+        runtime = _seconds("max_runtime_seconds", max_runtime_seconds, allow_zero=False)
+    return Policies(
+        interval_seconds=interval,
+        cron=expression,
+        timezone=zone,
+        recurrence=rec,
+        misfire=mis,
+        max_catch_up=max_catch_up if mis == "catch_up" else None,
+        grace_seconds=_seconds("grace_seconds", grace_seconds, allow_zero=True),
+        overlap=_choice("overlap", overlap),
+        jitter_seconds=_seconds("jitter_seconds", jitter_seconds, allow_zero=True),
+        start_at=start,
+        end_at=end,
+        max_runtime_seconds=runtime,
+    )
+
+
 def validate_definition(
     job_id: object,
     target: str,
-    interval_seconds: object,
+    policies: Policies,
     args: object,
     kwargs: object,
     start_in: object,
 ) -> JobDefinition:
-    """Check every argument of `schedule()` (the target is checked by the caller)."""
+    """Check the remaining arguments of `schedule()` (the target and policies are checked by the caller)."""
     job_id = validate_job_id(job_id)
-    interval = _seconds("interval_seconds", interval_seconds, allow_zero=False)
-    if interval < MIN_INTERVAL_SECONDS:
-        raise InvalidJobError(
-            "interval_seconds", f"must be at least one microsecond (the store's resolution), got {interval_seconds!r}"
-        )
     if not isinstance(args, (tuple, list)):
         raise InvalidJobError("args", f"must be a tuple or list, got {type(args).__name__}")
     args_json = _to_json("args", list(args))
@@ -161,4 +286,8 @@ def validate_definition(
         raise InvalidJobError("kwargs", f"must be a dict with str keys, got {kwargs!r}")
     kwargs_json = _to_json("kwargs", kwargs)
     start = None if start_in is None else _seconds("start_in", start_in, allow_zero=True)
-    return JobDefinition(job_id, target, args_json, kwargs_json, interval, start)
+    if start is not None and policies.cron is not None:
+        raise InvalidJobError("start_in", "a cron job starts on its expression; use start_at to delay it")
+    if start is not None and policies.start_at is not None:
+        raise InvalidJobError("start_in", "give start_in or start_at, not both")
+    return JobDefinition(job_id, target, args_json, kwargs_json, policies, start)

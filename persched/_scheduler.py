@@ -34,12 +34,13 @@ import weakref
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Final
 
-from . import _db, _grid, _migrate
+from . import _db, _migrate
 from ._dispatcher import Dispatcher, Entry
 from ._events import Event, EventBus
 from ._heartbeat import Heartbeat
-from ._models import Job, JobState, Run, validate_definition, validate_job_id
-from ._store import Claim, ClaimMiss, Completion, Store, bound_error_text, from_ts, to_ts
+from ._models import Job, JobState, Run, validate_definition, validate_job_id, validate_policies
+from ._overrun import OverrunWatch
+from ._store import Claim, ClaimMiss, Completion, Store, bound_error_text, from_ts
 from ._targets import normalize_allowed, reference_of
 from ._timebase import Timebase
 from ._tracebacks import describe
@@ -49,9 +50,11 @@ from .errors import InvalidJobError, SchedulerStateError, StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
+    from datetime import datetime
     from types import TracebackType
 
     from ._events import EventKind, Listener
+    from ._models import Misfire, Overlap, Recurrence
     from ._store import OpenRun
 
 __all__ = ["JobScheduler", "current_run"]
@@ -196,6 +199,8 @@ class JobScheduler:
         self._dispatcher = Dispatcher(self._timebase, self._workers, self._cycle)
         self._unwritten: list[Completion] = []  # completions a failed write left behind
         self._pool = WorkerPool(self._workers, self._complete, self._allowed_modules)
+        self._overrun = OverrunWatch(self._timebase, self._on_overrun)
+        self._overran_runs: dict[int, bool] = {}  # run_id -> True once it overran (dict ops are atomic)
         self._heartbeat = Heartbeat(
             self._store,
             self._timebase,
@@ -292,6 +297,7 @@ class JobScheduler:
         self._retry_unwritten()
         self._heartbeat.stop()
         self._heartbeat.join(left())
+        self._overrun.stop()
         self._events.stop(left())
         _live.discard(self)
         if drained:
@@ -323,26 +329,55 @@ class JobScheduler:
         self,
         job_id: str,
         fn: Callable[..., Any] | str,
-        interval_seconds: float,
+        interval_seconds: float | None = None,
         *,
         args: tuple[Any, ...] | list[Any] = (),
         kwargs: dict[str, Any] | None = None,
         start_in: float | None = None,
+        cron: str | None = None,
+        timezone: str = "UTC",
+        recurrence: Recurrence = "fixed_rate",
+        misfire: Misfire = "coalesce",
+        max_catch_up: int | None = None,
+        grace_seconds: float = 1.0,
+        overlap: Overlap = "forbid",
+        jitter_seconds: float = 0.0,
+        start_at: datetime | None = None,
+        end_at: datetime | None = None,
+        max_runtime_seconds: float | None = None,
     ) -> Job:
-        """Run `fn` every `interval_seconds` under `job_id`, durably.
+        """Run `fn` every `interval_seconds` (or on a `cron` expression) under `job_id`, durably.
 
         Scheduling an existing id with an identical definition changes
         nothing (same generation, same next run); with a different one it
         replaces the job atomically (new generation, fresh grid from now).
+        Every argument but `start_in` is part of the definition.
 
         Args:
             job_id: Up to 200 characters, no control characters.
-            fn: A module-level function (or static/class method), or
-                ``"package.module:function"``.
+            fn: A module-level function (or static/class method), a
+                coroutine function, or ``"package.module:function"``.
             interval_seconds: Seconds between slots; > 0, at most 10 years.
             args: JSON-serialisable positional arguments.
             kwargs: JSON-serialisable keyword arguments.
             start_in: Seconds until the first run; default one interval.
+            cron: A 5-field cron expression (or 6 with seconds), instead of
+                `interval_seconds`.
+            timezone: The IANA zone `cron` is read in; default UTC.
+            recurrence: "fixed_rate" (a grid) or "fixed_delay" (one interval
+                after the previous run ended).
+            misfire: What late slots become: "coalesce" (one run stands for
+                them), "skip" (dropped, recorded as missed) or "catch_up"
+                (the `max_catch_up` most recent run, oldest first).
+            max_catch_up: How many missed slots "catch_up" runs.
+            grace_seconds: How late a run may start and still be on time.
+            overlap: Slots passing during a run: "forbid" (they wait for it
+                and follow `misfire`) or "skip" (dropped, recorded as missed).
+            jitter_seconds: Each run starts up to this much after its slot.
+            start_at: No slot before this (aware datetime); an interval
+                grid is anchored here.
+            end_at: No slot after this; then the job is finished.
+            max_runtime_seconds: Report a run still going after this long.
 
         Returns:
             The job as stored.
@@ -355,20 +390,27 @@ class JobScheduler:
         self._check_open()
         validate_job_id(job_id)
         target = reference_of(fn, self._allowed_modules)
-        definition = validate_definition(job_id, target, interval_seconds, args, kwargs, start_in)
+        policies = validate_policies(
+            interval_seconds,
+            cron=cron,
+            timezone=timezone,
+            recurrence=recurrence,
+            misfire=misfire,
+            max_catch_up=max_catch_up,
+            grace_seconds=grace_seconds,
+            overlap=overlap,
+            jitter_seconds=jitter_seconds,
+            start_at=start_at,
+            end_at=end_at,
+            max_runtime_seconds=max_runtime_seconds,
+        )
+        definition = validate_definition(job_id, target, policies, args, kwargs, start_in)
         self._ensure_schema()
-        job, change = self._store.upsert_job(definition, self._timebase.now())
+        job, change, due = self._store.upsert_job(definition, self._timebase.now())
         if change != "unchanged":
-            logger.info(
-                "job %s generation %d %s: %s every %s s",
-                job.job_id,
-                job.generation,
-                change,
-                job.target,
-                job.interval_seconds,
-            )
-            if self._state == "running":
-                self._dispatcher.push(to_ts(job.next_run_at), job.job_id, job.generation)
+            logger.info("job %s generation %d %s: %s %s", job.job_id, job.generation, change, job.target, job.schedule)
+            if due is not None and self._state == "running":
+                self._dispatcher.push(due, job.job_id, job.generation)
             kind: EventKind = "job_replaced" if change == "replaced" else "job_scheduled"
             self._emit(kind, job.job_id, job.generation, job=job)
         return job
@@ -400,15 +442,82 @@ class JobScheduler:
             self._wait_idle(job_id, timeout)
         return removed
 
+    def pause(self, job_id: str) -> bool:
+        """Pause a job: it keeps its definition and history and starts no run until resumed.
+
+        Linearized like deschedule(): once this returns, the paused
+        generation starts no run, in any process (a run claimed before may
+        finish). Paused jobs stay paused across restarts and replacements.
+
+        Returns:
+            True if the job was paused by this call (False: unknown,
+            descheduled, finished, or paused already).
+        """
+        self._check_open()
+        validate_job_id(job_id)
+        self._ensure_schema()
+        generation = self._store.pause_job(job_id, self._timebase.now())
+        if generation is not None:
+            logger.info("job %s generation %d paused", job_id, generation)
+            self._emit("job_paused", job_id, generation)
+        return generation is not None
+
+    def resume(self, job_id: str) -> bool:
+        """Resume a paused job on its grid from now: slots that passed while it was paused do not run.
+
+        Returns:
+            True if the job was paused and is resumed now.
+        """
+        self._check_open()
+        validate_job_id(job_id)
+        self._ensure_schema()
+        resumed = self._store.resume_job(job_id, self._timebase.now())
+        if resumed is None:
+            return False
+        generation, due = resumed
+        logger.info("job %s generation %d resumed", job_id, generation)
+        if due is not None and self._state == "running":
+            self._dispatcher.push(due, job_id, generation)
+        self._emit("job_resumed", job_id, generation)
+        return True
+
+    def run_now(self, job_id: str) -> bool:
+        """Ask for one extra run of the job as soon as a worker is free, without moving its grid.
+
+        The run obeys the job's overlap rule: while a run is in flight it
+        waits for it ("forbid"), or is dropped ("skip"). Asking again before
+        the extra run started adds nothing.
+
+        Returns:
+            True if an extra run is pending; False if the job is unknown or
+            descheduled, or the request was dropped by overlap "skip".
+
+        Raises:
+            SchedulerStateError: The job is paused or finished.
+        """
+        self._check_open()
+        validate_job_id(job_id)
+        self._ensure_schema()
+        now = self._timebase.now()
+        verdict, generation = self._store.request_run_now(job_id, now)
+        if verdict in ("paused", "finished"):
+            raise SchedulerStateError(f"run_now({job_id!r}): the job is {verdict}; resume or schedule it first")
+        if verdict == "requested":
+            assert generation is not None
+            logger.info("job %s generation %d: run now requested", job_id, generation)
+            if self._state == "running":
+                self._dispatcher.push(now, job_id, generation)  # a run in flight: its completion queues it too
+        return verdict in ("requested", "pending")
+
     def get_job(self, job_id: str) -> Job | None:
-        """Return the active job `job_id`, or None (also once descheduled)."""
+        """Return the job `job_id` (scheduled, running, paused or finished), or None (also once descheduled)."""
         self._check_open()
         validate_job_id(job_id)
         self._ensure_schema()
         return self._store.get_job(job_id)
 
     def jobs(self) -> list[Job]:
-        """Return every active job, soonest first."""
+        """Return every job not descheduled (scheduled, running, paused, finished), soonest first."""
         self._check_open()
         self._ensure_schema()
         return self._store.list_jobs()
@@ -462,20 +571,19 @@ class JobScheduler:
             for _, job_id, _ in due:
                 self._inflight_jobs[job_id] += 1  # before the claim: see _wait_idle
         results: list[Claim | ClaimMiss] = []
-        written = False
+        next_due: list[float | None] | None = None
         with self._claim_gate:
             try:
                 if self._stopping:  # no claim commits after shutdown() began
-                    self._store.finish_runs(completions, self.instance_id)
+                    next_due = self._store.finish_runs(completions, self.instance_id)
                 else:
-                    _, results = self._store.dispatch(
+                    next_due, results = self._store.dispatch(
                         completions,
                         [(job_id, generation, due_at) for due_at, job_id, generation in due],
                         self._timebase.now,  # read under the write lock
                         self.instance_id,
                         self._lease_seconds,
                     )
-                written = True
             except Exception as exc:  # noqa: BLE001 - whatever failed, the entries and outcomes must not be dropped
                 logger.warning(
                     "claiming %d runs (and recording %d outcomes) failed, retrying in %s s: %s",
@@ -491,53 +599,40 @@ class JobScheduler:
                 if isinstance(result, Claim):
                     with self._inflight_cond:
                         self._inflight_runs.add(result.run_id)
+                    if result.max_runtime_seconds is not None:
+                        self._overrun.watch(result)
                     self._pool.submit(result)  # under the gate: see the module docstring
-        if written:
-            self._completions_written(completions)
+        if next_due is not None:
+            self._completions_written(completions, next_due)
         else:
             self._keep_unwritten(completions)
         handed_over = 0
-        for (due_at, job_id, generation), result in itertools.zip_longest(due, results):
+        for (_, job_id, generation), result in itertools.zip_longest(due, results):
             if isinstance(result, Claim):
                 handed_over += 1
                 self._emit("run_started", job_id, generation, run=result.run())
             else:
                 if result is not None:
-                    self._requeue_missed(due_at, job_id, generation, result)
+                    self._requeue_missed(job_id, generation, result)
                 self._job_done(job_id, None)
         return handed_over
 
-    def _requeue_missed(self, due_at: float, job_id: str, generation: int, miss: ClaimMiss) -> None:
+    def _requeue_missed(self, job_id: str, generation: int, miss: ClaimMiss) -> None:
         """A lost claim: queue the job again where the store says it stands (see _dispatcher)."""
-        if miss.generation != generation or miss.state not in (_SCHEDULED, _RUNNING):
-            return  # descheduled or replaced: the entry was stale
+        if miss.generation != generation or miss.due_at is None:
+            return  # descheduled, replaced, paused or finished: the entry was stale
         if miss.state == _RUNNING and miss.owner == self.instance_id:
             return  # our own run: its completion queues the next slot
-        assert miss.next_run_at is not None
-        assert miss.first_run_at is not None
-        assert miss.interval_seconds is not None
-        if miss.state == _SCHEDULED and miss.next_run_at > due_at:
-            self._dispatcher.push(miss.next_run_at, job_id, generation)  # moved on by another instance
-        else:
-            # Another instance runs it, or is claiming it (SKIP LOCKED passed
-            # it by): look again at its next slot, in case that instance dies.
-            self._dispatcher.push(
-                _grid.next_slot_after(miss.first_run_at, miss.interval_seconds, miss.next_run_at), job_id, generation
-            )
+        self._dispatcher.push(miss.due_at, job_id, generation)
         logger.debug("claim of %s generation %d lost (state %s)", job_id, generation, miss.state)
 
     def _complete(self, claim: Claim, outcome: str, error: str | None) -> None:
         """Worker callback: hand the outcome to the dispatcher, which writes it with the next cycle."""
-        now = self._timebase.now()
-        anchor, interval = claim.first_run_at, claim.interval_seconds
-        # SPEC §2: slots that passed while it ran coalesce into one run now.
-        next_at = max(
-            _grid.next_slot_after(anchor, interval, claim.scheduled_for),
-            _grid.latest_slot_at_or_before(anchor, interval, now, floor=claim.scheduled_for),
-        )
+        if claim.max_runtime_seconds is not None:
+            self._overrun.done(claim.run_id)
         if error is not None:
             error = bound_error_text(error)  # keep the last line: the exception's type and message
-        completion = Completion(claim, outcome, error, now, next_at)
+        completion = Completion(claim, outcome, error, self._timebase.now())
         if not self._dispatcher.complete(completion):
             self._write_completions([completion])  # the dispatcher is gone (shutdown timed out)
 
@@ -546,7 +641,7 @@ class JobScheduler:
         if not completions:
             return
         try:
-            self._store.finish_runs(completions, self.instance_id)
+            due = self._store.finish_runs(completions, self.instance_id)
         except Exception as exc:  # noqa: BLE001 - an outcome is never dropped: the heartbeat retries it
             logger.warning(
                 "recording %d outcomes failed, will retry: %s",
@@ -555,7 +650,7 @@ class JobScheduler:
             )
             self._keep_unwritten(completions)
             return
-        self._completions_written(completions)
+        self._completions_written(completions, due)
 
     def _keep_unwritten(self, completions: Sequence[Completion]) -> None:
         # The runs stay in flight (their leases renewed) and the heartbeat
@@ -563,13 +658,11 @@ class JobScheduler:
         with self._inflight_cond:
             self._unwritten.extend(completions)
 
-    def _completions_written(self, completions: Sequence[Completion]) -> None:
-        for completion in completions:
+    def _completions_written(self, completions: Sequence[Completion], due: Sequence[float | None]) -> None:
+        for completion, due_at in zip(completions, due, strict=True):
             claim = completion.claim
-            # Queued whether or not the row moved on (`moved` is False for a
-            # descheduled, replaced or recovered job, but also when a retry
-            # follows a commit that did land): a stale entry's claim just fails.
-            self._dispatcher.push(completion.next_run_at, claim.job_id, claim.generation)
+            if due_at is not None:
+                self._dispatcher.push(due_at, claim.job_id, claim.generation)
             with self._prune_lock:
                 if self._runs_since_prune is not None:
                     self._runs_since_prune[claim.job_id] += 1
@@ -579,6 +672,7 @@ class JobScheduler:
                     "outcome": completion.outcome,
                     "error": completion.error,
                     "instance_id": self.instance_id,
+                    "overran": self._overran_runs.pop(claim.run_id, False),
                 }
             )
             kind: EventKind = "run_finished" if completion.outcome == "ok" else "run_failed"
@@ -644,6 +738,21 @@ class JobScheduler:
         if self._events.wants("run_lost"):
             run = self._store.get_run(lost.run_id)
             self._emit("run_lost", lost.job_id, lost.generation, run=run)
+
+    def _on_overrun(self, claim: Claim) -> None:
+        """Overrun-watch callback: a run is still going after its job's max_runtime_seconds."""
+        self._overran_runs[claim.run_id] = True
+        logger.warning(
+            "job %s generation %d: the run for %s is still going after %s s (max_runtime_seconds); "
+            "it cannot be stopped and goes on",
+            claim.job_id,
+            claim.generation,
+            from_ts(claim.scheduled_for).isoformat(),
+            claim.max_runtime_seconds,
+        )
+        self._store.mark_overran(claim.run_id)
+        run = claim.run().model_copy(update={"overran": True, "instance_id": self.instance_id})
+        self._emit("run_overran", claim.job_id, claim.generation, run=run)
 
     def _prune_runs(self) -> None:
         """Heartbeat callback: delete run history beyond the retention."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     Dialect,
@@ -22,7 +23,8 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    UniqueConstraint,
+    false,
+    text,
     types,
 )
 
@@ -73,9 +75,25 @@ jobs = Table(
     Column("target", String(1000), nullable=False),
     Column("args", Text, nullable=False),  # JSON array
     Column("kwargs", Text, nullable=False),  # JSON object
-    Column("interval_seconds", Float, nullable=False),
+    Column("interval_seconds", Float, nullable=True),  # None for a cron job
+    Column("cron", String(200), nullable=True),
+    Column("timezone", String(64), nullable=False, server_default="UTC"),
+    Column("recurrence", String(16), nullable=False, server_default="fixed_rate"),
+    Column("misfire", String(16), nullable=False, server_default="coalesce"),
+    Column("max_catch_up", Integer, nullable=True),
+    Column("grace_seconds", Float, nullable=False, server_default="1"),
+    Column("overlap", String(16), nullable=False, server_default="forbid"),
+    Column("jitter_seconds", Float, nullable=False, server_default="0"),
+    Column("start_at", UTCDateTime, nullable=True),
+    Column("end_at", UTCDateTime, nullable=True),
+    Column("max_runtime_seconds", Float, nullable=True),
     Column("first_run_at", UTCDateTime, nullable=False),  # grid anchor
+    # The next slot still to run; it moves on when a run of the grid is
+    # claimed, and stays put for a run-now run (SPEC-policies).
     Column("next_run_at", UTCDateTime, nullable=False),
+    Column("paused", Boolean, nullable=False, server_default=false()),
+    Column("run_now_at", UTCDateTime, nullable=True),  # a pending run_now() request
+    Column("running_for", UTCDateTime, nullable=True),  # scheduled_for of the run in flight
     Column("generation", Integer, nullable=False),
     Column("state", String(16), nullable=False),
     Column("owner", String(255), nullable=True),  # instance_id holding the claim
@@ -116,8 +134,22 @@ runs = Table(
     Column("error", Text, nullable=True),
     Column("instance_id", String(255), nullable=False),
     Column("lease_until", UTCDateTime, nullable=True),
-    UniqueConstraint("job_id", "generation", "scheduled_for"),
+    # A "missed" record stands for the slots scheduled_for .. missed_until.
+    Column("missed_until", UTCDateTime, nullable=True),
+    Column("missed_count", BigInteger, nullable=True),  # None: too many to count cheaply (cron)
+    Column("overran", Boolean, nullable=False, server_default=false()),
+    Column("run_now", Boolean, nullable=False, server_default=false()),
     Index(None, "job_id", "run_id"),
+)
+# One run per grid slot; run-now runs are off the grid and may share an instant with a slot.
+Index(
+    "uq_persched_runs_slot",
+    runs.c.job_id,
+    runs.c.generation,
+    runs.c.scheduled_for,
+    unique=True,
+    sqlite_where=text("NOT run_now"),
+    postgresql_where=text("NOT run_now"),
 )
 # Open runs (outcome NULL) are few; a partial index finds them for lease
 # renewal and recovery without indexing the whole history.

@@ -68,14 +68,16 @@ from sqlalchemy import (
     case,
     func,
     literal,
+    or_,
     select,
     tuple_,
     update,
 )
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
-from . import _grid
-from ._models import Job, JobDefinition, JobState, Run
+from . import _triggers
+from ._models import Job, JobDefinition, JobState, Policies, Run
+from ._policy import JobPlan, Missed
 from ._schema import UTCDateTime, changes, jobs, runs
 from .errors import StoreError
 
@@ -95,6 +97,7 @@ MAX_ERROR_TEXT: Final = 8_000  # characters of error text kept per run
 
 _SCHEDULED: Final = JobState.SCHEDULED.value
 _RUNNING: Final = JobState.RUNNING.value
+_FINISHED: Final = JobState.FINISHED.value
 _DESCHEDULED: Final = JobState.DESCHEDULED.value
 
 
@@ -132,11 +135,11 @@ class Claim:
     target: str
     args_json: str
     kwargs_json: str
-    interval_seconds: float
-    first_run_at: float
     scheduled_for: float
     started_at: float
     run_id: int
+    run_now: bool = False
+    max_runtime_seconds: float | None = None
 
     def run(self) -> Run:
         """The `Run` record as it stands while running."""
@@ -146,6 +149,7 @@ class Claim:
             scheduled_for=from_ts(self.scheduled_for),
             started_at=from_ts(self.started_at),
             run_id=self.run_id,
+            run_now=self.run_now,
         )
 
 
@@ -157,19 +161,20 @@ class Completion:
     outcome: str
     error: str | None
     finished_at: float
-    next_run_at: float
 
 
 @dataclass(frozen=True)
 class ClaimMiss:
-    """A lost claim, with the row as it stands now (None: no such job)."""
+    """A lost claim, with the row as it stands now (state None: no such job).
+
+    `due_at` is when the job should be tried again (None: not by this
+    entry: it is descheduled, replaced, paused, finished, or running here).
+    """
 
     state: str | None
     generation: int | None = None
-    next_run_at: float | None = None
-    first_run_at: float | None = None
-    interval_seconds: float | None = None
     owner: str | None = None
+    due_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -338,29 +343,39 @@ class Store:
 
     # -- jobs ---------------------------------------------------------------
 
-    def upsert_job(self, definition: JobDefinition, now: float) -> tuple[Job, str]:
-        """Insert, replace or keep a job; return it with 'created', 'replaced' or 'unchanged'."""
+    def upsert_job(self, definition: JobDefinition, now: float) -> tuple[Job, str, float | None]:
+        """Insert, replace or keep a job.
 
-        def body(conn: Connection) -> tuple[Job, str]:
+        Returns the job, 'created', 'replaced' or 'unchanged', and when the
+        heap should try it (None: paused or finished).
+        """
+
+        def body(conn: Connection) -> tuple[Job, str, float | None]:
             query = select(jobs).where(jobs.c.job_id == definition.job_id)
             if self._postgres:
                 query = query.with_for_update()
             row = conn.execute(query).first()
-            if (
-                row is not None
-                and row.state != _DESCHEDULED
-                and definition.same_definition(row.target, row.args, row.kwargs, row.interval_seconds)
-            ):
-                return _job(row), "unchanged"  # FIELD-REPORTS #1: keep generation and grid
-            first = from_ts(now + (definition.interval_seconds if definition.start_in is None else definition.start_in))
+            if row is not None and row.state != _DESCHEDULED and _definition_key(row) == definition.key():
+                return _job(row), "unchanged", None  # FIELD-REPORTS #1: keep generation and grid
+            policies = definition.policies
+            plan = JobPlan.of(definition.job_id, 0, 0.0, policies)
+            anchor, first = plan.first_slot(now, definition.start_in, policies.start_at)
+            columns = policies.columns()
+            for name in ("start_at", "end_at"):
+                columns[name] = None if columns[name] is None else from_ts(columns[name])
+            # A replacement keeps an operator's pause: a re-deploy must not resume a paused job.
+            paused = row is not None and row.state != _DESCHEDULED and bool(row.paused)
             values: dict[str, Any] = {
                 "target": definition.target,
                 "args": definition.args_json,
                 "kwargs": definition.kwargs_json,
-                "interval_seconds": definition.interval_seconds,
-                "first_run_at": first,
-                "next_run_at": first,
-                "state": _SCHEDULED,
+                **columns,
+                "first_run_at": from_ts(anchor),
+                "next_run_at": from_ts(first),
+                "state": _FINISHED if plan.is_over(first) else _SCHEDULED,
+                "paused": paused,
+                "run_now_at": None,
+                "running_for": None,
                 "owner": None,
                 "lease_until": None,
                 "run_count": 0,
@@ -381,7 +396,11 @@ class Store:
                     .where(jobs.c.job_id == definition.job_id)
                     .values(generation=jobs.c.generation + 1, **values)
                 )
-            return _job(conn.execute(write.returning(*jobs.c)).one()), change
+            stored = conn.execute(write.returning(*jobs.c)).one()
+            due = None
+            if stored.state == _SCHEDULED and not paused:
+                due = JobPlan.of(definition.job_id, stored.generation, anchor, policies).due_at(first, None)
+            return _job(stored), change, due
 
         for _ in range(3):
             try:
@@ -421,30 +440,40 @@ class Store:
         return self._read(lambda conn: int(conn.execute(select(changes.c.seq)).scalar_one()), "read change counter")
 
     def changes_since(self, seq: int) -> tuple[int, list[tuple[float, str, int]]]:
-        """Return the counter now and ``(next_run_at, job_id, generation)`` of every
-        scheduled job changed after `seq`."""
+        """Return the counter now and ``(due_at, job_id, generation)`` of every
+        scheduled (not paused) job changed after `seq`."""
 
         def body(conn: Connection) -> tuple[int, list[tuple[float, str, int]]]:
             now_seq = int(conn.execute(select(changes.c.seq)).scalar_one())
             rows = conn.execute(
-                select(jobs.c.next_run_at, jobs.c.job_id, jobs.c.generation).where(
-                    jobs.c.change_seq > seq, jobs.c.state == _SCHEDULED
-                )
+                select(jobs).where(jobs.c.change_seq > seq, jobs.c.state == _SCHEDULED, jobs.c.paused.is_(False))
             )
-            return now_seq, [(to_ts(at), job_id, generation) for at, job_id, generation in rows]
+            return now_seq, [
+                (_plan(row).due_at(to_ts(row.next_run_at), _ts(row.run_now_at)), row.job_id, row.generation)
+                for row in rows
+            ]
 
         return self._read(body, "read changes")
 
     def load_scheduled(self) -> list[tuple[float, str, int]]:
-        """Return ``(next_run_at, job_id, generation)`` of every scheduled job."""
+        """Return ``(due_at, job_id, generation)`` of every scheduled, not paused job."""
 
         def body(conn: Connection) -> list[tuple[float, str, int]]:
             # start() reads every job: raw driver values skip SQLAlchemy's
             # per-value result processing (a million rows in seconds, FR #17).
             rows = conn.exec_driver_sql(
-                "SELECT next_run_at, job_id, generation FROM persched_jobs WHERE state = 'scheduled'"
+                "SELECT next_run_at, job_id, generation, jitter_seconds, run_now_at FROM persched_jobs"
+                " WHERE state = 'scheduled' AND NOT paused"
             )
-            return [(_raw_ts(at), job_id, generation) for at, job_id, generation in rows]
+            entries = []
+            for at, job_id, generation, jitter, run_now_at in rows:
+                due = _raw_ts(at)
+                if jitter:
+                    due += _triggers.jitter_offset(job_id, generation, due, jitter)
+                if run_now_at is not None:
+                    due = min(due, _raw_ts(run_now_at))
+                entries.append((due, job_id, generation))
+            return entries
 
         return self._read(body, "load jobs")
 
@@ -468,7 +497,7 @@ class Store:
         now: float | Callable[[], float],
         instance_id: str,
         lease_seconds: float,
-    ) -> tuple[list[bool], list[Claim | ClaimMiss]]:
+    ) -> tuple[list[float | None], list[Claim | ClaimMiss]]:
         """`finish_runs` then `claim_runs` in one transaction: one commit (one fsync) per dispatch cycle.
 
         A crash loses both or neither; the completions are written before the
@@ -479,7 +508,7 @@ class Store:
         if not entries:
             return self.finish_runs(completions, instance_id), []
 
-        def body(conn: Connection) -> tuple[list[bool], list[Claim | ClaimMiss]]:
+        def body(conn: Connection) -> tuple[list[float | None], list[Claim | ClaimMiss]]:
             # Both join this transaction (`_transaction`); a failure in either rolls back both.
             return self.finish_runs(completions, instance_id), self.claim_runs(entries, now, instance_id, lease_seconds)
 
@@ -519,8 +548,9 @@ class Store:
             predicate = and_(
                 jobs.c.job_id.in_({job_id for job_id, _ in expected}),  # lets SQLite use the primary key
                 jobs.c.state == _SCHEDULED,
+                jobs.c.paused.is_(False),  # pause() linearizes against this predicate
                 tuple_(jobs.c.job_id, jobs.c.generation).in_(list(expected)),
-                jobs.c.next_run_at <= bound,
+                or_(jobs.c.next_run_at <= bound, jobs.c.run_now_at <= bound),
             )
             claim = update(jobs).where(predicate)
             if self._postgres:
@@ -531,43 +561,59 @@ class Store:
             won = conn.execute(
                 claim.values(
                     state=_RUNNING, owner=instance_id, lease_until=lease_until, updated_at=from_ts(claimed_at)
-                ).returning(
-                    jobs.c.job_id,
-                    jobs.c.generation,
-                    jobs.c.next_run_at,
-                    jobs.c.first_run_at,
-                    jobs.c.interval_seconds,
-                    jobs.c.target,
-                    jobs.c.args,
-                    jobs.c.kwargs,
-                )
+                ).returning(*jobs.c)
             ).all()
             claims: dict[tuple[str, int], Claim] = {}
-            moved: list[dict[str, Any]] = []
+            skipped: dict[tuple[str, int], ClaimMiss] = {}
+            moves: list[dict[str, Any]] = []
+            reverts: list[dict[str, Any]] = []
+            missed: list[dict[str, Any]] = []
             for row in won:
-                next_at = to_ts(row.next_run_at)
-                anchor = to_ts(row.first_run_at)
-                slot = _grid.latest_slot_at_or_before(anchor, row.interval_seconds, claimed_at, floor=next_at)
-                if slot != next_at:
-                    moved.append({"b_job_id": row.job_id, "b_slot": from_ts(slot)})
-                claims[(row.job_id, row.generation)] = Claim(
+                key = (row.job_id, row.generation)
+                plan = _plan(row)
+                run_now_at = _ts(row.run_now_at)
+                decision = plan.claim(to_ts(row.next_run_at), run_now_at, expected[key], claimed_at)
+                if decision.missed is not None:
+                    missed.append(_missed_record(*key, decision.missed, claimed_at, instance_id))
+                if decision.run_for is None:
+                    # The policy drops the late slots (misfire "skip"): nothing runs now.
+                    over = plan.is_over(decision.next_run_at) and run_now_at is None
+                    reverts.append(
+                        {
+                            "b_job_id": row.job_id,
+                            "b_next": from_ts(decision.next_run_at),
+                            "b_state": _FINISHED if over else _SCHEDULED,
+                        }
+                    )
+                    due = None if over else plan.due_at(decision.next_run_at, run_now_at)
+                    skipped[key] = ClaimMiss(_FINISHED if over else _SCHEDULED, row.generation, None, due)
+                    continue
+                moves.append(
+                    {
+                        "b_job_id": row.job_id,
+                        "b_next": from_ts(decision.next_run_at),
+                        "b_running_for": from_ts(decision.run_for),
+                        "b_run_now_at": None if decision.run_now else row.run_now_at,
+                    }
+                )
+                claims[key] = Claim(
                     row.job_id,
                     row.generation,
                     row.target,
                     row.args,
                     row.kwargs,
-                    row.interval_seconds,
-                    anchor,
-                    slot,
+                    decision.run_for,
                     claimed_at,
                     0,  # run_id, filled in below
+                    decision.run_now,
+                    row.max_runtime_seconds,
                 )
-            if moved:
-                # While running, next_run_at names the slot in flight.
-                conn.execute(
-                    update(jobs).where(jobs.c.job_id == bindparam("b_job_id")).values(next_run_at=bindparam("b_slot")),
-                    moved,
-                )
+            if moves:
+                conn.execute(_CLAIM_MOVE, moves)
+            if reverts:
+                conn.execute(_CLAIM_REVERT, reverts)
+            if missed:
+                conn.execute(runs.insert(), missed)
             if claims:
                 inserted = conn.execute(
                     runs.insert().returning(runs.c.run_id, sort_by_parameter_order=True),
@@ -579,14 +625,15 @@ class Store:
                             "started_at": from_ts(claimed_at),
                             "instance_id": instance_id,
                             "lease_until": lease_until,
+                            "run_now": c.run_now,
                         }
                         for c in claims.values()
                     ],
                 ).all()
                 for key, (run_id,) in zip(list(claims), inserted, strict=True):
                     claims[key] = dataclasses.replace(claims[key], run_id=run_id)
-            missed = {job_id for job_id, generation in expected if (job_id, generation) not in claims}
-            misses = _misses(conn, missed) if missed else {}
+            lost = {key[0]: at for key, at in expected.items() if key not in claims and key not in skipped}
+            misses = _misses(conn, lost) if lost else {}
             results: list[Claim | ClaimMiss] = []
             handed: set[tuple[str, int]] = set()
             for job_id, generation, _ in entries:
@@ -595,12 +642,9 @@ class Store:
                     handed.add(key)
                     results.append(claims[key])
                 elif key in claims:  # a repeated entry wins once; the repeat sees our own run
-                    c = claims[key]
-                    results.append(
-                        ClaimMiss(
-                            _RUNNING, generation, c.scheduled_for, c.first_run_at, c.interval_seconds, instance_id
-                        )
-                    )
+                    results.append(ClaimMiss(_RUNNING, generation, instance_id))
+                elif key in skipped:
+                    results.append(skipped.pop(key))
                 else:
                     results.append(misses.get(job_id, ClaimMiss(None)))
             return results
@@ -623,65 +667,86 @@ class Store:
         """`claim_runs` for one entry."""
         return self.claim_runs([(job_id, generation, expected_at)], now, instance_id, lease_seconds)[0]
 
-    def finish_runs(self, completions: Sequence[Completion], instance_id: str) -> list[bool]:
-        """Record outcomes in one transaction; for each, True if its job row moved on to its next slot.
+    def finish_runs(self, completions: Sequence[Completion], instance_id: str) -> list[float | None]:
+        """Record outcomes in one transaction; for each, when its job is due next.
 
-        False (quietly) when the job was descheduled, replaced or its run
-        recovered meanwhile: the completion then changes no job row
-        (FIELD-REPORTS #5). Its run record is still completed unless
-        recovery already marked it lost.
+        None when the job is not to be queued: descheduled, replaced or its
+        run recovered meanwhile (the completion then changes no job row,
+        FIELD-REPORTS #5; its run record is still completed unless recovery
+        already marked it lost), or paused, or finished.
         """
         if not completions:
             return []
         params = [
             {
                 "b_run_id": c.claim.run_id,
-                "b_job_id": c.claim.job_id,
-                "b_generation": c.claim.generation,
-                "b_slot": from_ts(c.claim.scheduled_for),
-                "b_next": from_ts(c.next_run_at),
                 "b_finished": from_ts(c.finished_at),
                 "b_outcome": c.outcome,
                 "b_error": None if c.error is None else c.error[:MAX_ERROR_TEXT],
-                "b_errors": 1 if c.outcome == "error" else 0,
-                "b_owner": instance_id,
             }
             for c in completions
         ]
 
-        def body(conn: Connection) -> list[bool]:
+        def body(conn: Connection) -> list[float | None]:
             conn.execute(_FINISH_RUN, params)
             # Which completions still own their job row: read under the write
             # lock (SQLite) and written with the same predicate again, so a
             # row recovered, descheduled or replaced meanwhile is never moved.
             owned = {
-                (row.job_id, row.generation, to_ts(row.next_run_at))
+                (row.job_id, row.generation, to_ts(row.running_for)): row
                 for row in conn.execute(
-                    select(jobs.c.job_id, jobs.c.generation, jobs.c.next_run_at).where(
+                    select(jobs).where(
                         jobs.c.job_id.in_({c.claim.job_id for c in completions}),
                         jobs.c.state == _RUNNING,
                         jobs.c.owner == instance_id,
                     )
                 )
             }
-            moved = [(c.claim.job_id, c.claim.generation, c.claim.scheduled_for) in owned for c in completions]
-            if any(moved):
-                conn.execute(_FINISH_JOB, [p for p, m in zip(params, moved, strict=True) if m])
-            return moved
+            moves: list[dict[str, Any]] = []
+            missed: list[dict[str, Any]] = []
+            due: list[float | None] = []
+            others = _rows_of(conn, {c.claim.job_id for c in completions} - {key[0] for key in owned})
+            for c in completions:
+                row = owned.get((c.claim.job_id, c.claim.generation, c.claim.scheduled_for))
+                if row is None:
+                    # Not ours any more. If the job is scheduled in the same generation,
+                    # this is a retry after a commit that did land: queue it again.
+                    other = others.get(c.claim.job_id)
+                    due.append(_due(other) if other is not None and other.generation == c.claim.generation else None)
+                    continue
+                plan = _plan(row)
+                next_at, dropped = plan.after_run(to_ts(row.next_run_at), c.finished_at)
+                if dropped is not None:
+                    missed.append(_missed_record(row.job_id, row.generation, dropped, c.finished_at, instance_id))
+                run_now_at = _ts(row.run_now_at)
+                over = plan.is_over(next_at) and run_now_at is None
+                moves.append(
+                    {
+                        "b_job_id": row.job_id,
+                        "b_generation": row.generation,
+                        "b_owner": instance_id,
+                        "b_slot": row.running_for,
+                        "b_state": _FINISHED if over else _SCHEDULED,
+                        "b_next": from_ts(next_at),
+                        "b_finished": from_ts(c.finished_at),
+                        "b_outcome": c.outcome,
+                        "b_errors": 1 if c.outcome == "error" else 0,
+                    }
+                )
+                due.append(None if over or row.paused else plan.due_at(next_at, run_now_at))
+            if moves:
+                conn.execute(_FINISH_JOB, moves)
+            if missed:
+                conn.execute(runs.insert(), missed)
+            return due
 
         return self._write(body, "finish runs")
 
     def finish_run(
-        self,
-        claim: Claim,
-        instance_id: str,
-        finished_at: float,
-        outcome: str,
-        error: str | None,
-        next_run_at: float,
-    ) -> bool:
+        self, claim: Claim, instance_id: str, finished_at: float, outcome: str, error: str | None
+    ) -> float | None:
         """`finish_runs` for one completion."""
-        return self.finish_runs([Completion(claim, outcome, error, finished_at, next_run_at)], instance_id)[0]
+        return self.finish_runs([Completion(claim, outcome, error, finished_at)], instance_id)[0]
 
     # -- leases -----------------------------------------------------------------
 
@@ -732,9 +797,9 @@ class Store:
         """Mark `run` lost if its lease is still the one observed; free its job.
 
         Returns False if nothing changed (the run was renewed, finished or
-        recovered meanwhile); else the job's new next_run_at if the job went
-        back to 'scheduled' (the caller queues it), or None if its job had
-        been descheduled or replaced.
+        recovered meanwhile); else when the job is due again if it went back
+        to 'scheduled' (the caller queues it), or None if its job had been
+        descheduled, replaced, paused or finished.
         """
 
         def body(conn: Connection) -> float | bool | None:
@@ -755,41 +820,44 @@ class Store:
             ).first()
             if lost is None:
                 return False  # renewed, finished or recovered meanwhile
-            row = conn.execute(
-                select(jobs.c.first_run_at, jobs.c.interval_seconds).where(
-                    jobs.c.job_id == run.job_id,
-                    jobs.c.generation == run.generation,
-                    jobs.c.state == _RUNNING,
-                    jobs.c.owner == run.instance_id,
-                    jobs.c.next_run_at == lost.scheduled_for,
-                )
-            ).first()
+            mine = and_(
+                jobs.c.job_id == run.job_id,
+                jobs.c.generation == run.generation,
+                jobs.c.state == _RUNNING,
+                jobs.c.owner == run.instance_id,
+                jobs.c.running_for == lost.scheduled_for,
+            )
+            row = conn.execute(select(jobs).where(mine)).first()
             if row is None:
                 return None  # the job was descheduled or replaced: nothing to free
             # SPEC §2: the lost slot is not run again; the job carries on.
-            next_at = _grid.next_slot_after(to_ts(row.first_run_at), row.interval_seconds, to_ts(lost.scheduled_for))
+            plan = _plan(row)
+            next_at, slot = to_ts(row.next_run_at), to_ts(lost.scheduled_for)
+            if plan.trigger is None:
+                next_at = round(recovered_at + (plan.interval or 0.0), 6)  # fixed delay: from the loss
+            elif next_at <= slot:
+                next_at = plan.slot_after(slot)  # a run claimed before schema 0003 kept its slot there
+            run_now_at = _ts(row.run_now_at)
+            over = plan.is_over(next_at) and run_now_at is None
             freed = conn.execute(
+                # The read above took no lock (PostgreSQL): a deschedule or
+                # replacement committed since must win, so ask again.
                 update(jobs)
-                .where(
-                    # The read above took no lock (PostgreSQL): a deschedule or
-                    # replacement committed since must win, so ask again.
-                    jobs.c.job_id == run.job_id,
-                    jobs.c.generation == run.generation,
-                    jobs.c.state == _RUNNING,
-                    jobs.c.owner == run.instance_id,
-                    jobs.c.next_run_at == lost.scheduled_for,
-                )
+                .where(mine)
                 .values(
-                    state=_SCHEDULED,
+                    state=_FINISHED if over else _SCHEDULED,
                     owner=None,
                     lease_until=None,
+                    running_for=None,
                     next_run_at=from_ts(next_at),
                     run_count=jobs.c.run_count + 1,
                     last_outcome="lost",
                     updated_at=from_ts(recovered_at),
                 )
             )
-            return next_at if freed.rowcount == 1 else None
+            if freed.rowcount != 1 or over or row.paused:
+                return None
+            return plan.due_at(next_at, run_now_at)
 
         return self._write(body, "recover run")
 
@@ -814,6 +882,99 @@ class Store:
             return None if row is None else int(row.generation)
 
         return self._write_grouped(body, "deschedule")
+
+    def pause_job(self, job_id: str, now: float) -> int | None:
+        """Pause the job: no run of it starts after this commits. Return its
+        generation, or None if there is no scheduled or running job to pause
+        (unknown, descheduled, finished, or paused already)."""
+
+        def body(conn: Connection) -> int | None:
+            row = conn.execute(
+                update(jobs)
+                .where(jobs.c.job_id == job_id, jobs.c.state.in_((_SCHEDULED, _RUNNING)), jobs.c.paused.is_(False))
+                .values(paused=True, run_now_at=None, updated_at=from_ts(now), change_seq=_bump_change_seq(conn))
+                .returning(jobs.c.generation)
+            ).first()
+            return None if row is None else int(row.generation)
+
+        return self._write_grouped(body, "pause")
+
+    def resume_job(self, job_id: str, now: float) -> tuple[int, float | None] | None:
+        """Resume a paused job on its grid from `now` (slots passed while paused do not run).
+
+        Returns its generation and when it is due (None: running, or its
+        window ended), or None if the job is not paused.
+        """
+
+        def body(conn: Connection) -> tuple[int, float | None] | None:
+            query = select(jobs).where(jobs.c.job_id == job_id, jobs.c.paused.is_(True), jobs.c.state != _DESCHEDULED)
+            row = conn.execute(query.with_for_update() if self._postgres else query).first()
+            if row is None:
+                return None
+            plan = _plan(row)
+            next_at = plan.resumed(now)
+            state = row.state
+            if state == _SCHEDULED and plan.is_over(next_at):
+                state = _FINISHED
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.job_id == job_id, jobs.c.generation == row.generation)
+                .values(
+                    paused=False,
+                    state=state,
+                    next_run_at=from_ts(next_at),
+                    updated_at=from_ts(now),
+                    change_seq=_bump_change_seq(conn),
+                )
+            )
+            return row.generation, plan.due_at(next_at, None) if state == _SCHEDULED else None
+
+        return self._write_grouped(body, "resume")
+
+    def request_run_now(self, job_id: str, now: float) -> tuple[str, int | None]:
+        """Ask for one extra run of the job as soon as possible (off the grid).
+
+        Returns ``(verdict, generation)``: "requested", "pending" (asked
+        already, not started yet), "dropped" (running, and its overlap policy
+        is "skip"), "paused", "finished" or "unknown".
+        """
+
+        def body(conn: Connection) -> tuple[str, int | None]:
+            query = select(jobs).where(jobs.c.job_id == job_id, jobs.c.state != _DESCHEDULED)
+            row = conn.execute(query.with_for_update() if self._postgres else query).first()
+            if row is None:
+                return "unknown", None
+            verdict = (
+                "paused"
+                if row.paused
+                else "finished"
+                if row.state == _FINISHED
+                else "pending"
+                if row.run_now_at is not None
+                else "dropped"
+                if row.state == _RUNNING and row.overlap == "skip"
+                else "requested"
+            )
+            if verdict == "requested":
+                conn.execute(
+                    update(jobs)
+                    .where(jobs.c.job_id == job_id, jobs.c.generation == row.generation)
+                    .values(run_now_at=from_ts(now), updated_at=from_ts(now), change_seq=_bump_change_seq(conn))
+                )
+            return verdict, row.generation
+
+        return self._write_grouped(body, "run now")
+
+    def mark_overran(self, run_id: int) -> bool:
+        """Flag a run still in flight as having overrun its max_runtime_seconds."""
+
+        def body(conn: Connection) -> bool:
+            done = conn.execute(
+                update(runs).where(runs.c.run_id == run_id, runs.c.outcome.is_(None)).values(overran=True)
+            )
+            return done.rowcount == 1
+
+        return self._write(body, "mark overrun")
 
     def get_run(self, run_id: int) -> Run | None:
         """Return the run `run_id`, or None (never recorded, or pruned)."""
@@ -916,6 +1077,22 @@ class Store:
         return self._read(body, "find runs to prune")
 
 
+# Claim statements, built once (executemany over the claims of a cycle).
+_CLAIM_MOVE: Final = (
+    update(jobs)
+    .where(jobs.c.job_id == bindparam("b_job_id"))
+    .values(
+        next_run_at=bindparam("b_next"),
+        running_for=bindparam("b_running_for"),
+        run_now_at=bindparam("b_run_now_at"),
+    )
+)
+_CLAIM_REVERT: Final = (
+    update(jobs)
+    .where(jobs.c.job_id == bindparam("b_job_id"))
+    .values(state=bindparam("b_state"), owner=None, lease_until=None, next_run_at=bindparam("b_next"))
+)
+
 # Completion statements, built once (executemany over every completion of a cycle).
 _FINISH_RUN: Final = (
     update(runs)
@@ -934,12 +1111,13 @@ _FINISH_JOB: Final = (
         jobs.c.generation == bindparam("b_generation"),
         jobs.c.state == _RUNNING,
         jobs.c.owner == bindparam("b_owner"),
-        jobs.c.next_run_at == bindparam("b_slot"),
+        jobs.c.running_for == bindparam("b_slot"),
     )
     .values(
-        state=_SCHEDULED,
+        state=bindparam("b_state"),
         owner=None,
         lease_until=None,
+        running_for=None,
         next_run_at=bindparam("b_next"),
         run_count=jobs.c.run_count + 1,
         error_count=jobs.c.error_count + bindparam("b_errors", type_=Integer),
@@ -955,24 +1133,84 @@ def _bump_change_seq(conn: Connection) -> int:
     return int(conn.execute(bump).scalar_one())
 
 
-def _misses(conn: Connection, job_ids: set[str]) -> dict[str, ClaimMiss]:
-    rows = conn.execute(
-        select(
-            jobs.c.job_id,
-            jobs.c.state,
-            jobs.c.generation,
-            jobs.c.next_run_at,
-            jobs.c.first_run_at,
-            jobs.c.interval_seconds,
-            jobs.c.owner,
-        ).where(jobs.c.job_id.in_(job_ids))
+def _ts(value: datetime | None) -> float | None:
+    return None if value is None else round(to_ts(value), 6)
+
+
+def _policies(row: Row[Any]) -> Policies:
+    return Policies(
+        interval_seconds=row.interval_seconds,
+        cron=row.cron,
+        timezone=row.timezone,
+        recurrence=row.recurrence,
+        misfire=row.misfire,
+        max_catch_up=row.max_catch_up,
+        grace_seconds=row.grace_seconds,
+        overlap=row.overlap,
+        jitter_seconds=row.jitter_seconds,
+        start_at=_ts(row.start_at),
+        end_at=_ts(row.end_at),
+        max_runtime_seconds=row.max_runtime_seconds,
     )
+
+
+def _definition_key(row: Row[Any]) -> tuple[Any, ...]:
+    """The stored counterpart of `JobDefinition.key()`."""
+    return (row.target, row.args, row.kwargs, _policies(row))
+
+
+def _plan(row: Row[Any]) -> JobPlan:
+    """The policies of a full persched_jobs row."""
+    return JobPlan.of(row.job_id, row.generation, to_ts(row.first_run_at), _policies(row))
+
+
+def _due(row: Row[Any]) -> float | None:
+    """When a scheduled, not paused job is due (None for any other)."""
+    if row.paused or row.state != _SCHEDULED:
+        return None
+    return _plan(row).due_at(to_ts(row.next_run_at), _ts(row.run_now_at))
+
+
+def _retry_at(row: Row[Any], bound: float) -> float | None:
+    """When an entry that lost its claim on `row` should look again (see `ClaimMiss`)."""
+    if row.paused or row.state not in (_SCHEDULED, _RUNNING):
+        return None
+    plan = _plan(row)
+    next_at, run_now_at = to_ts(row.next_run_at), _ts(row.run_now_at)
+    if row.state == _SCHEDULED and (next_at > bound or run_now_at is not None):
+        return plan.due_at(next_at, run_now_at)  # moved on (by another instance, or a skip)
+    if row.state == _RUNNING:
+        # Another instance runs it: look again at its next slot, in case that
+        # instance dies (its completion is not seen here).
+        return plan.due_at(next_at, None)
+    # Another instance is claiming this very slot (SKIP LOCKED passed it by).
+    return plan.due_at(plan.slot_after(next_at), None)
+
+
+def _rows_of(conn: Connection, job_ids: Collection[str]) -> dict[str, Row[Any]]:
+    if not job_ids:
+        return {}
+    return {row.job_id: row for row in conn.execute(select(jobs).where(jobs.c.job_id.in_(job_ids)))}
+
+
+def _misses(conn: Connection, bounds: dict[str, float]) -> dict[str, ClaimMiss]:
     return {
-        row.job_id: ClaimMiss(
-            row.state, row.generation, to_ts(row.next_run_at), to_ts(row.first_run_at), row.interval_seconds, row.owner
-        )
-        for row in rows
+        job_id: ClaimMiss(row.state, row.generation, row.owner, _retry_at(row, bounds[job_id]))
+        for job_id, row in _rows_of(conn, bounds).items()
     }
+
+
+def _state(row: Row[Any]) -> JobState:
+    if row.paused and row.state == _SCHEDULED:
+        return JobState.PAUSED
+    return JobState(row.state)
+
+
+def _describe(row: Row[Any]) -> str:
+    if row.cron is not None:
+        return _triggers.cron_trigger(row.cron, row.timezone).describe()
+    every = f"every {_triggers.describe_seconds(row.interval_seconds)}"
+    return every + " after each run ends" if row.recurrence == "fixed_delay" else every
 
 
 def _job(row: Row[Any]) -> Job:
@@ -984,7 +1222,7 @@ def _job(row: Row[Any]) -> Job:
         interval_seconds=row.interval_seconds,
         next_run_at=row.next_run_at,
         generation=row.generation,
-        state=JobState(row.state),
+        state=_state(row),
         created_at=row.created_at,
         updated_at=row.updated_at,
         run_count=row.run_count,
@@ -992,6 +1230,20 @@ def _job(row: Row[Any]) -> Job:
         last_outcome=row.last_outcome,
         owner=row.owner,
         lease_until=row.lease_until,
+        cron=row.cron,
+        timezone=row.timezone,
+        recurrence=row.recurrence,
+        misfire=row.misfire,
+        max_catch_up=row.max_catch_up,
+        grace_seconds=row.grace_seconds,
+        overlap=row.overlap,
+        jitter_seconds=row.jitter_seconds,
+        start_at=row.start_at,
+        end_at=row.end_at,
+        max_runtime_seconds=row.max_runtime_seconds,
+        paused=bool(row.paused),
+        run_now_requested=row.run_now_at is not None,
+        schedule=_describe(row),
     )
 
 
@@ -1006,7 +1258,28 @@ def _run(row: Row[Any]) -> Run:
         error=row.error,
         instance_id=row.instance_id,
         run_id=row.run_id,
+        missed_until=row.missed_until,
+        missed_count=row.missed_count,
+        overran=bool(row.overran),
+        run_now=bool(row.run_now),
     )
+
+
+def _missed_record(job_id: str, generation: int, missed: Missed, at: float, instance_id: str) -> dict[str, Any]:
+    """A persched_runs row (outcome "missed") standing for the slots `missed` names."""
+    return {
+        "job_id": job_id,
+        "generation": generation,
+        "scheduled_for": from_ts(missed.first),
+        "missed_until": from_ts(missed.last),
+        "missed_count": missed.count,
+        "started_at": from_ts(at),
+        "finished_at": from_ts(at),
+        "outcome": "missed",
+        "instance_id": instance_id,
+        "lease_until": None,
+        "run_now": False,
+    }
 
 
 def iter_chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:

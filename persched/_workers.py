@@ -10,6 +10,12 @@ writes it to the store and queues the next slot). Then it drops its
 references to the callable, the arguments and any exception (futures
 bpo-16284, trio's ``del fn``), so a run does not keep garbage alive.
 
+A coroutine function is run to completion on an event loop the worker owns
+(one per worker thread, made on its first async run and closed when the
+worker stops): a run is awaited before the worker takes the next one, so an
+async job has the same guarantees as a plain one, and the loop never runs
+anything but persched's runs.
+
 A worker never dies from user code: everything, `SystemExit` and
 `KeyboardInterrupt` included, is caught, logged with its traceback through the
 ``persched`` logger and recorded as outcome "error". Each worker stops when it
@@ -18,7 +24,9 @@ takes ``None`` from the queue.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
+import inspect
 import json
 import logging
 import queue
@@ -86,8 +94,16 @@ class WorkerPool:
         return threading.current_thread() in self._threads
 
     def _loop(self) -> None:
+        loop: list[asyncio.AbstractEventLoop] = []  # this worker's event loop, made on first use
+        try:
+            self._run_claims(loop)
+        finally:
+            if loop:
+                loop[0].close()
+
+    def _run_claims(self, loop: list[asyncio.AbstractEventLoop]) -> None:
         while (claim := self._queue.get()) is not None:
-            outcome, error = _execute(claim, self._allowed_modules)
+            outcome, error = _execute(claim, self._allowed_modules, loop)
             try:
                 self._complete(claim, outcome, error)
             except BaseException as exc:  # noqa: BLE001 - a worker must survive a failed completion
@@ -99,14 +115,20 @@ class WorkerPool:
                 )
 
 
-def _execute(claim: Claim, allowed_modules: tuple[str, ...] | None) -> tuple[str, str | None]:
+def _execute(
+    claim: Claim, allowed_modules: tuple[str, ...] | None, loop: list[asyncio.AbstractEventLoop]
+) -> tuple[str, str | None]:
     token = _current.set(claim)
     fn: Callable[..., Any] | None = None
     try:
         fn = resolve(claim.target, allowed_modules)
         args = json.loads(claim.args_json)
         kwargs = json.loads(claim.kwargs_json)
-        fn(*args, **kwargs)
+        result = fn(*args, **kwargs)
+        if inspect.isawaitable(result):
+            if not loop:
+                loop.append(asyncio.new_event_loop())
+            loop[0].run_until_complete(_awaited(result))
     except TargetNotFound as exc:
         logger.error(
             "job %s generation %d: target %s cannot be found: %s",
@@ -125,3 +147,7 @@ def _execute(claim: Claim, allowed_modules: tuple[str, ...] | None) -> tuple[str
         del fn
         _current.reset(token)
     return "ok", None
+
+
+async def _awaited(awaitable: Any) -> None:  # noqa: ANN401 - whatever an async job returns
+    await awaitable

@@ -105,6 +105,7 @@ def test_schedule_succeeds_or_refuses_cleanly(
         assert _jobs(sched) == before, "a refused schedule() wrote something"
         return
     assert job.job_id == job_id
+    assert job.interval_seconds is not None
     assert math.isfinite(job.interval_seconds)
     assert job.interval_seconds > 0
     assert sched.get_job(job_id) == job

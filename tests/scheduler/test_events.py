@@ -118,6 +118,9 @@ def test_kinds_are_checked(make_scheduler: SchedulerFactory) -> None:
         "run_finished",
         "run_failed",
         "run_lost",
+        "job_paused",
+        "job_resumed",
+        "run_overran",
     } == EVENT_KINDS
 
 

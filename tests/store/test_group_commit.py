@@ -14,7 +14,7 @@ from unittest.mock import patch
 import pytest
 from sqlalchemy.exc import IntegrityError
 
-from persched._models import JobState, validate_definition
+from persched._models import JobState, validate_definition, validate_policies
 from tests.conftest import TIMEOUT
 from tests.support import race_jobs
 from tests.support.helpers import wait_until
@@ -62,7 +62,7 @@ def test_writes_queued_behind_a_commit_share_the_next_one(store: Store) -> None:
     release, calls, write = _hold_first_write(store)
 
     def upsert(i: int) -> Callable[[], object]:
-        definition = validate_definition(f"j{i}", race_jobs.RECORD, 10.0, (), {}, None)
+        definition = validate_definition(f"j{i}", race_jobs.RECORD, validate_policies(10.0), (), {}, None)
         return lambda: store.upsert_job(definition, T)
 
     schedule = [upsert(i) for i in range(WAITING + 1)]
@@ -89,7 +89,7 @@ def test_a_failing_write_in_a_group_fails_alone(store: Store) -> None:
         raise IntegrityError("INSERT", {}, Exception("duplicate key"))
 
     def good(i: int) -> Callable[[], object]:
-        definition = validate_definition(f"g{i}", race_jobs.RECORD, 10.0, (), {}, None)
+        definition = validate_definition(f"g{i}", race_jobs.RECORD, validate_policies(10.0), (), {}, None)
         return lambda: store.upsert_job(definition, T)
 
     targets: list[Callable[[], object]] = [good(0), good(1), lambda: store._write_grouped(conflict, "test"), good(2)]
@@ -118,7 +118,9 @@ def test_many_threads_scheduling_and_descheduling_lose_no_update(store: Store) -
         def run() -> object:
             for i in range(per_thread):
                 job_id = f"t{t}-{i % 5}"
-                store.upsert_job(validate_definition(job_id, race_jobs.RECORD, 10.0 + i, (), {}, None), T)
+                store.upsert_job(
+                    validate_definition(job_id, race_jobs.RECORD, validate_policies(10.0 + i), (), {}, None), T
+                )
                 if i % 3 == 0:
                     store.deschedule_job(job_id, T)
             return None

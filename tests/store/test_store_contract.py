@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 from unittest.mock import patch
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from persched import JobState, _db, _grid
-from persched._models import JobDefinition, validate_definition
-from persched._schema import runs
+from persched import JobState, _db, _store
+from persched._models import JobDefinition, validate_definition, validate_policies
+from persched._schema import jobs, runs
 from persched._store import Claim, ClaimMiss, OpenRun, Store, from_ts
 from persched.errors import StoreError
 from tests.support import race_jobs
@@ -47,12 +47,13 @@ def definition(
     interval: float = 10.0,
     start_in: float | None = None,
     target: str = race_jobs.RECORD,
+    **policies: Any,  # noqa: ANN401 - schedule()'s policy keywords
 ) -> JobDefinition:
-    return validate_definition(job_id, target, interval, args, {}, start_in)
+    return validate_definition(job_id, target, validate_policies(interval, **policies), args, {}, start_in)
 
 
 def schedule(store: Store, now: float = T, **kwargs: Any) -> Job:  # noqa: ANN401 - forwarded to definition()
-    job, _ = store.upsert_job(definition(**kwargs), now)
+    job, _, _ = store.upsert_job(definition(**kwargs), now)
     return job
 
 
@@ -74,9 +75,9 @@ def won(result: Claim | ClaimMiss) -> Claim:
     return result
 
 
-def finish(store: Store, c: Claim, now: float, *, who: str = ME, next_at: float | None = None) -> bool:
-    nxt = c.scheduled_for + c.interval_seconds if next_at is None else next_at
-    return store.finish_run(c, who, now, "ok", None, nxt)
+def finish(store: Store, c: Claim, now: float, *, who: str = ME) -> bool:
+    """Complete `c`; True if its job row was still its own (and moved on)."""
+    return store.finish_run(c, who, now, "ok", None) is not None
 
 
 def open_run(store: Store, run_id: int) -> OpenRun:
@@ -106,7 +107,7 @@ NO_SLOT = functools.partial(race_jobs.claim_variant, check_slot=False)
 
 
 def test_upsert_creates_generation_one_on_a_fresh_grid(store: Store) -> None:
-    job, change = store.upsert_job(definition(interval=10.0), T)
+    job, change, _ = store.upsert_job(definition(interval=10.0), T)
     assert change == "created"
     assert job.generation == 1
     assert job.state is JobState.SCHEDULED
@@ -122,7 +123,7 @@ def test_upsert_start_in_zero_is_due_now(store: Store) -> None:
 
 def test_upsert_unchanged_keeps_generation_and_next_run(store: Store) -> None:
     first = schedule(store)
-    again, change = store.upsert_job(definition(), T + 7.5)
+    again, change, _ = store.upsert_job(definition(), T + 7.5)
     assert change == "unchanged"
     assert again.generation == first.generation
     assert again.next_run_at == first.next_run_at
@@ -132,7 +133,7 @@ def test_upsert_unchanged_keeps_generation_and_next_run(store: Store) -> None:
 def test_unchanged_redeclaration_keeps_a_job_that_is_overdue(store: Store) -> None:
     # FIELD-REPORTS #1: an application re-declaring at start-up after downtime.
     first = schedule(store)
-    again, change = store.upsert_job(definition(), T + 3600)
+    again, change, _ = store.upsert_job(definition(), T + 3600)
     assert change == "unchanged"
     assert again.next_run_at == first.next_run_at == from_ts(T + 10)
     assert isinstance(claim(store, again, T + 3600), Claim)
@@ -149,7 +150,7 @@ def test_unchanged_redeclaration_keeps_a_job_that_is_overdue(store: Store) -> No
 )
 def test_upsert_replace_bumps_generation_and_resets_the_grid(store: Store, changed: dict[str, Any]) -> None:
     schedule(store)
-    job, change = store.upsert_job(definition(**changed), T + 4.0)
+    job, change, _ = store.upsert_job(definition(**changed), T + 4.0)
     assert change == "replaced"
     assert job.generation == 2
     interval = changed.get("interval", 10.0)
@@ -160,7 +161,7 @@ def test_upsert_replace_bumps_generation_and_resets_the_grid(store: Store, chang
 def test_replace_of_a_running_job_frees_the_row_for_the_new_generation(store: Store) -> None:
     job = schedule(store)
     won(claim(store, job, T + 10))
-    new, change = store.upsert_job(definition(args=("b",)), T + 11)
+    new, change, _ = store.upsert_job(definition(args=("b",)), T + 11)
     assert change == "replaced"
     assert (new.generation, new.state, new.owner) == (2, JobState.SCHEDULED, None)
     assert new.next_run_at == from_ts(T + 21)
@@ -172,7 +173,7 @@ def test_deschedule_then_schedule_gives_a_higher_generation(store: Store) -> Non
     assert store.get_job("a") is None
     assert store.list_jobs() == []
     assert store.deschedule_job("a", T + 2) is False  # already gone
-    job, change = store.upsert_job(definition(), T + 3)  # the very same definition
+    job, change, _ = store.upsert_job(definition(), T + 3)  # the very same definition
     assert change == "created"
     assert job.generation == 2  # never reused (no ABA)
     assert job.next_run_at == from_ts(T + 13)
@@ -200,7 +201,7 @@ def test_claim_moves_the_row_to_running_and_inserts_the_run(store: Store) -> Non
     job = schedule(store)
     c = won(claim(store, job, T + 10))
     assert (c.job_id, c.generation, c.scheduled_for, c.started_at) == ("a", 1, T + 10, T + 10)
-    assert (c.target, c.args_json, c.interval_seconds) == (race_jobs.RECORD, '["a"]', 10.0)
+    assert (c.target, c.args_json, c.run_now) == (race_jobs.RECORD, '["a"]', False)
     row = job_row(store)
     assert (row.state, row.owner, row.lease_until) == (JobState.RUNNING, ME, from_ts(T + 10 + LEASE))
     (run,) = store.list_runs("a")
@@ -244,8 +245,9 @@ def _race(n: int, fn: Callable[[], Any]) -> tuple[list[Any], list[BaseException]
 )
 def test_claim_wins_once(store: Store, impl: ClaimImpl) -> None:
     """SPEC-multi "exactly one claim per slot": two instances, one slot, one winner."""
-    for k in range(5):
-        job = schedule(store, job_id=f"j{k}", start_in=0)
+    for k in range(6):
+        # A fixed-delay job keeps its slot while it runs: only the state predicate stops a second claim.
+        job = schedule(store, job_id=f"j{k}", start_in=0, recurrence=("fixed_rate", "fixed_delay")[k % 2])
         results, errors = _race(
             2,
             lambda job=job, k=k: impl(  # type: ignore[misc]  # bound per iteration on purpose
@@ -273,7 +275,7 @@ def test_claim_with_a_stale_generation_misses(store: Store, impl: ClaimImpl) -> 
     old = schedule(store)
     # The replacement is due at once, so only the generation predicate stands
     # between the old heap entry (due T + 10) and the new definition.
-    new, _ = store.upsert_job(definition(args=("b",), start_in=0), T + 10)
+    new, _, _ = store.upsert_job(definition(args=("b",), start_in=0), T + 10)
     result = impl(store, "a", old.generation, T + 10, T + 10, ME, LEASE)
     assert isinstance(result, ClaimMiss)
     assert (result.state, result.generation) == ("scheduled", 2)
@@ -312,7 +314,7 @@ def test_claim_before_the_slot_misses(store: Store, impl: ClaimImpl) -> None:
     assert finish(store, c, T + 11, who=OTHER)  # row now at T + 20
     result = impl(store, "a", job.generation, T + 10, T + 12, ME, LEASE)
     assert isinstance(result, ClaimMiss)
-    assert (result.state, result.next_run_at) == ("scheduled", T + 20)
+    assert (result.state, result.due_at) == ("scheduled", T + 20)
     assert len(store.list_runs("a")) == 1
 
 
@@ -321,7 +323,8 @@ def test_claim_while_running_misses_and_names_the_owner(store: Store) -> None:
     won(claim(store, job, T + 10, who=OTHER))
     miss = claim(store, job, T + 10)
     assert isinstance(miss, ClaimMiss)
-    assert (miss.state, miss.generation, miss.owner, miss.next_run_at) == ("running", 1, OTHER, T + 10)
+    # due_at: look again at the next slot, in case the owner dies.
+    assert (miss.state, miss.generation, miss.owner, miss.due_at) == ("running", 1, OTHER, T + 20)
 
 
 def test_claim_of_an_unknown_job_misses(store: Store) -> None:
@@ -333,8 +336,8 @@ def test_a_late_claim_coalesces_to_the_latest_slot(store: Store) -> None:
     c = won(claim(store, job, T + 45.5))
     assert c.scheduled_for == T + 40  # the most recent slot it stands for
     assert c.started_at == T + 45.5
-    assert job_row(store).next_run_at == from_ts(T + 40)  # names the slot in flight
-    assert finish(store, c, T + 46, next_at=T + 50)
+    assert job_row(store).next_run_at == from_ts(T + 50)  # the next slot still to run
+    assert finish(store, c, T + 46)
     row = job_row(store)
     assert (row.state, row.next_run_at, row.run_count, row.last_outcome) == (
         JobState.SCHEDULED,
@@ -359,7 +362,9 @@ def test_a_slot_is_never_claimed_twice(store: Store) -> None:
     """Even if a buggy caller hands the same slot back, the schema refuses a second run."""
     job = schedule(store)
     c = won(claim(store, job, T + 10))
-    assert finish(store, c, T + 11, next_at=T + 10)  # next_run_at back on the same slot
+    assert finish(store, c, T + 11)
+    with store.engine.begin() as conn:  # the bug: next_run_at back on the slot that ran
+        conn.execute(update(jobs).where(jobs.c.job_id == "a").values(next_run_at=from_ts(T + 10)))
     with pytest.raises(StoreError, match=r"(?i)unique|duplicate"):
         claim(store, job, T + 10)
     assert len(store.list_runs("a")) == 1
@@ -378,10 +383,11 @@ def test_unique_job_generation_scheduled_for(store: Store) -> None:
     }
     with pytest.raises(IntegrityError), store.engine.begin() as conn:
         conn.execute(runs.insert().values(**row))
-    with store.engine.begin() as conn:  # another generation may use the same instant
+    with store.engine.begin() as conn:  # another generation, or a run-now run, may use the same instant
         conn.execute(runs.insert().values(**{**row, "generation": 2}))
+        conn.execute(runs.insert().values(**{**row, "run_now": True}))
         count = len(conn.execute(select(runs.c.run_id).where(runs.c.job_id == "a")).all())
-    assert count == 2
+    assert count == 3
 
 
 # --- finish ---------------------------------------------------------------------------
@@ -390,7 +396,7 @@ def test_unique_job_generation_scheduled_for(store: Store) -> None:
 def test_finish_moves_the_job_on(store: Store) -> None:
     job = schedule(store)
     c = won(claim(store, job, T + 10))
-    assert store.finish_run(c, ME, T + 12, "error", "boom", T + 20) is True
+    assert store.finish_run(c, ME, T + 12, "error", "boom") == T + 20  # due again at the next slot
     row = job_row(store)
     assert (row.state, row.next_run_at, row.owner, row.lease_until) == (JobState.SCHEDULED, from_ts(T + 20), None, None)
     assert (row.run_count, row.error_count, row.last_outcome) == (1, 1, "error")
@@ -407,11 +413,11 @@ FINISH_VARIANTS = [
 
 
 @pytest.mark.parametrize("finish_impl", FINISH_VARIANTS)
-def test_finish_of_an_old_generation_after_replace(store: Store, finish_impl: Callable[..., bool]) -> None:
+def test_finish_of_an_old_generation_after_replace(store: Store, finish_impl: Callable[..., float | None]) -> None:
     job = schedule(store)
     c = won(claim(store, job, T + 10))
-    new, _ = store.upsert_job(definition(args=("b",), interval=7.0), T + 11)
-    assert finish_impl(store, c, ME, T + 12, "ok", None, T + 20) is False
+    new, _, _ = store.upsert_job(definition(args=("b",), interval=7.0), T + 11)
+    assert finish_impl(store, c, ME, T + 12, "ok", None) is None
     assert job_row(store) == new  # untouched: generation, next_run_at, counters, state
     (run,) = store.list_runs("a")
     assert (run.generation, run.outcome) == (1, "ok")  # the old run's history is kept
@@ -419,15 +425,15 @@ def test_finish_of_an_old_generation_after_replace(store: Store, finish_impl: Ca
 
 @pytest.mark.parametrize("finish_impl", FINISH_VARIANTS)
 def test_finish_of_an_old_generation_after_deschedule_and_reschedule(
-    store: Store, finish_impl: Callable[..., bool]
+    store: Store, finish_impl: Callable[..., float | None]
 ) -> None:
     """The same definition again: only the generation tells the two apart."""
     job = schedule(store)
     c = won(claim(store, job, T + 10))
     store.deschedule_job("a", T + 11)
-    new, change = store.upsert_job(definition(start_in=3.0), T + 11)
+    new, change, _ = store.upsert_job(definition(start_in=3.0), T + 11)
     assert (change, new.generation) == ("created", 2)
-    assert finish_impl(store, c, ME, T + 12, "ok", None, T + 20) is False
+    assert finish_impl(store, c, ME, T + 12, "ok", None) is None
     assert job_row(store) == new
 
 
@@ -530,7 +536,7 @@ def test_recover_after_finish_changes_nothing(store: Store) -> None:
 def test_recover_of_a_replaced_job_only_closes_the_run(store: Store) -> None:
     job = schedule(store)
     c = won(claim(store, job, T + 10))
-    new, _ = store.upsert_job(definition(args=("b",)), T + 11)
+    new, _, _ = store.upsert_job(definition(args=("b",)), T + 11)
     assert store.recover_run(open_run(store, c.run_id), T + 50) is None
     assert job_row(store) == new
     assert store.list_runs("a")[0].outcome == "lost"
@@ -581,17 +587,17 @@ def test_a_deschedule_committed_during_a_recovery_wins(store: Store) -> None:
     c = won(claim(store, job, T + 10, who=OTHER))
     other = Store(_db.make_engine(store.engine.url.render_as_string(hide_password=False)), store.url)
     descheduled: list[bool] = []
-    real_next_slot = _grid.next_slot_after
+    real_plan = _store._plan
 
-    def deschedule_meanwhile(*args: float) -> float:
+    def deschedule_meanwhile(*args: Any) -> Any:  # noqa: ANN401 - _plan's row and plan
         # Called inside recover_run's transaction, between its read and its write.
         t = threading.Thread(target=lambda: descheduled.append(other.deschedule_job("a", T + 40)))
         t.start()
         t.join(TIMEOUT)
-        return real_next_slot(*args)
+        return real_plan(*args)
 
     try:
-        with patch.object(_grid, "next_slot_after", side_effect=deschedule_meanwhile):
+        with patch.object(_store, "_plan", side_effect=deschedule_meanwhile):
             result = store.recover_run(open_run(store, c.run_id), T + 50)
     finally:
         other.engine.dispose()

@@ -153,7 +153,7 @@ def _install(crash: _Crash) -> None:
         completions: Sequence[Completion],
         entries: Sequence[tuple[str, int, float]],
         *rest: Any,  # noqa: ANN401
-    ) -> tuple[list[bool], list[Claim | ClaimMiss]]:
+    ) -> tuple[list[float | None], list[Claim | ClaimMiss]]:
         if entries:
             crash.fire("claim-before-tx", jobs=[e[0] for e in entries])
         crash.depth(+1)
@@ -175,7 +175,7 @@ def _install(crash: _Crash) -> None:
         finally:
             crash.active().remove("claim")
 
-    def finish_runs(self: Store, completions: Sequence[Completion], instance_id: str) -> list[bool]:
+    def finish_runs(self: Store, completions: Sequence[Completion], instance_id: str) -> list[float | None]:
         ids = [c.claim.run_id for c in completions]
         if completions:
             crash.fire("completion-before-write", run_ids=ids)
@@ -192,9 +192,9 @@ def _install(crash: _Crash) -> None:
 
     def upsert_job(self: Store, *args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
         crash.tx()["upsert"] = True
-        job, change = real_upsert(self, *args, **kwargs)
+        job, change, due = real_upsert(self, *args, **kwargs)
         crash.fire("upsert-after-commit", generation=job.generation, change=change)
-        return job, change
+        return job, change, due
 
     def deschedule_job_generation(self: Store, *args: Any, **kwargs: Any) -> int | None:  # noqa: ANN401
         crash.tx()["deschedule"] = True

@@ -25,9 +25,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import Connection, update
 
-from persched import _grid
 from persched._schema import jobs, runs
-from persched._store import Claim, ClaimMiss, Completion, Store, _misses, from_ts, to_ts
+from persched._store import Claim, ClaimMiss, Completion, Store, _misses, _plan, from_ts, to_ts
 from tests.support.helpers import TIMEOUT
 from tests.support.postgres import pg_base_url, pg_schema
 
@@ -162,11 +161,11 @@ def batch_claims(single: Callable[..., Any]) -> Callable[..., list[Any]]:
     return claim_runs
 
 
-def batch_finishes(single: Callable[..., bool]) -> Callable[..., list[bool]]:
+def batch_finishes(single: Callable[..., float | None]) -> Callable[..., list[float | None]]:
     """Adapt a one-run completion (``finish_run``'s arguments) to ``Store.finish_runs``."""
 
-    def finish_runs(completions: list[Completion], instance_id: str) -> list[bool]:
-        return [single(c.claim, instance_id, c.finished_at, c.outcome, c.error, c.next_run_at) for c in completions]
+    def finish_runs(completions: list[Completion], instance_id: str) -> list[float | None]:
+        return [single(c.claim, instance_id, c.finished_at, c.outcome, c.error) for c in completions]
 
     return finish_runs
 
@@ -180,13 +179,11 @@ def real_claim_run(store: Store) -> Callable[..., Claim | ClaimMiss]:
     return claim_run
 
 
-def real_finish_run(store: Store) -> Callable[..., bool]:
+def real_finish_run(store: Store) -> Callable[..., float | None]:
     """`Store.finish_run` of `store` that bypasses a patched ``store.finish_runs``."""
 
-    def finish_run(
-        claim: Claim, instance_id: str, finished_at: float, outcome: str, error: str | None, nxt: float
-    ) -> bool:
-        return Store.finish_runs(store, [Completion(claim, outcome, error, finished_at, nxt)], instance_id)[0]
+    def finish_run(claim: Claim, instance_id: str, finished_at: float, outcome: str, error: str | None) -> float | None:
+        return Store.finish_runs(store, [Completion(claim, outcome, error, finished_at)], instance_id)[0]
 
     return finish_run
 
@@ -226,26 +223,27 @@ def claim_variant(
             update(jobs)
             .where(*where)
             .values(state="running", owner=instance_id, lease_until=lease_until, updated_at=from_ts(now))
-            .returning(
-                jobs.c.next_run_at,
-                jobs.c.first_run_at,
-                jobs.c.interval_seconds,
-                jobs.c.target,
-                jobs.c.args,
-                jobs.c.kwargs,
-            )
+            .returning(*jobs.c)
         ).first()
         if won is None:
-            return _misses(conn, {job_id}).get(job_id, ClaimMiss(None))
+            return _misses(conn, {job_id: expected_at}).get(job_id, ClaimMiss(None))
+        plan = _plan(won)
         next_at = to_ts(won.next_run_at)
-        anchor = to_ts(won.first_run_at)
-        slot = _grid.latest_slot_at_or_before(anchor, won.interval_seconds, now, floor=next_at)
-        if slot != next_at:
-            conn.execute(update(jobs).where(jobs.c.job_id == job_id).values(next_run_at=from_ts(slot)))
+        if next_at > now:  # only the variant without the slot check gets here: it runs a slot early
+            slot, following = next_at, plan.slot_after(next_at)
+        else:
+            decision = plan.claim(next_at, None, next_at, now)
+            assert decision.run_for is not None
+            slot, following = decision.run_for, decision.next_run_at
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.job_id == job_id)
+            .values(next_run_at=from_ts(following), running_for=from_ts(slot))
+        )
         result = conn.execute(
             runs.insert().values(
                 job_id=job_id,
-                generation=generation,
+                generation=won.generation,
                 scheduled_for=from_ts(slot),
                 started_at=from_ts(now),
                 instance_id=instance_id,
@@ -254,18 +252,7 @@ def claim_variant(
         )
         (run_id,) = result.inserted_primary_key or (None,)
         assert isinstance(run_id, int)
-        return Claim(
-            job_id,
-            generation,
-            won.target,
-            won.args,
-            won.kwargs,
-            won.interval_seconds,
-            anchor,
-            slot,
-            now,
-            run_id,
-        )
+        return Claim(job_id, won.generation, won.target, won.args, won.kwargs, slot, now, run_id)
 
     return store._write(body, "claim (test variant)")
 
@@ -277,15 +264,14 @@ def finish_by_job_id_only(
     finished_at: float,
     outcome: str,
     error: str | None,
-    next_run_at: float,
-) -> bool:
+) -> float | None:
     """A broken `Store.finish_run`: its job UPDATE is keyed on job_id alone.
 
     The classic bug (FIELD-REPORTS #5): a stale completion moves whatever
     definition now holds the id.
     """
 
-    def body(conn: Connection) -> bool:
+    def body(conn: Connection) -> float | None:
         conn.execute(
             update(runs)
             .where(runs.c.run_id == claim.run_id, runs.c.outcome.is_(None))
@@ -298,13 +284,14 @@ def finish_by_job_id_only(
                 state="scheduled",
                 owner=None,
                 lease_until=None,
-                next_run_at=from_ts(next_run_at),
+                running_for=None,
                 run_count=jobs.c.run_count + 1,
                 last_outcome=outcome,
                 updated_at=from_ts(finished_at),
             )
-        )
-        return result.rowcount == 1
+            .returning(jobs.c.next_run_at)
+        ).first()
+        return None if result is None else to_ts(result.next_run_at)
 
     return store._write(body, "finish run (test variant)")
 

@@ -307,6 +307,6 @@ def test_job_is_immutable(sched: JobScheduler) -> None:
 
 
 def test_job_state_values() -> None:
-    assert {s.value for s in JobState} == {"scheduled", "running", "descheduled"}
+    assert {s.value for s in JobState} == {"scheduled", "running", "paused", "finished", "descheduled"}
     assert JobState("running") is JobState.RUNNING
     assert isinstance(JobState.SCHEDULED, str)

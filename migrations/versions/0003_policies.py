@@ -1,0 +1,99 @@
+"""Schedule policies: cron, fixed delay, missed runs, overlap, jitter, window, pause, run-now.
+
+Revision ID: 0003
+Revises: 0002
+Create Date: 2026-11-30
+
+persched_jobs gains the policy columns (SPEC-policies), with defaults that
+keep every existing job's behaviour (fixed rate, coalesce, forbid overlap),
+plus ``paused``, ``run_now_at`` (a pending run-now request) and
+``running_for`` (the slot of the run in flight; until now next_run_at named
+it, and next_run_at now always names the next slot still to run).
+``interval_seconds`` becomes nullable: a cron job has none.
+
+persched_runs gains ``missed_until`` / ``missed_count`` (one "missed" record
+stands for a range of slots), ``overran`` and ``run_now``. A run-now run may
+fall on the instant of a grid slot, so "one run per slot" becomes a partial
+unique index over the grid's runs only.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0003"
+down_revision = "0002"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("persched_jobs") as batch:
+        batch.alter_column("interval_seconds", existing_type=sa.Float(), nullable=True)
+        batch.add_column(sa.Column("cron", sa.String(200), nullable=True))
+        batch.add_column(sa.Column("timezone", sa.String(64), nullable=False, server_default="UTC"))
+        batch.add_column(sa.Column("recurrence", sa.String(16), nullable=False, server_default="fixed_rate"))
+        batch.add_column(sa.Column("misfire", sa.String(16), nullable=False, server_default="coalesce"))
+        batch.add_column(sa.Column("max_catch_up", sa.Integer(), nullable=True))
+        batch.add_column(sa.Column("grace_seconds", sa.Float(), nullable=False, server_default="1"))
+        batch.add_column(sa.Column("overlap", sa.String(16), nullable=False, server_default="forbid"))
+        batch.add_column(sa.Column("jitter_seconds", sa.Float(), nullable=False, server_default="0"))
+        batch.add_column(sa.Column("start_at", sa.DateTime(timezone=True), nullable=True))
+        batch.add_column(sa.Column("end_at", sa.DateTime(timezone=True), nullable=True))
+        batch.add_column(sa.Column("max_runtime_seconds", sa.Float(), nullable=True))
+        batch.add_column(sa.Column("paused", sa.Boolean(), nullable=False, server_default=sa.false()))
+        batch.add_column(sa.Column("run_now_at", sa.DateTime(timezone=True), nullable=True))
+        batch.add_column(sa.Column("running_for", sa.DateTime(timezone=True), nullable=True))
+    # A run in flight at the upgrade (its process died: a live one would be
+    # an older persched, which refuses a newer schema at start) had its slot
+    # in next_run_at; lease recovery moves the job past it.
+    op.execute("UPDATE persched_jobs SET running_for = next_run_at WHERE state = 'running'")
+
+    with op.batch_alter_table("persched_runs") as batch:
+        batch.drop_constraint("uq_persched_runs_job_id_generation_scheduled_for", type_="unique")
+        batch.add_column(sa.Column("missed_until", sa.DateTime(timezone=True), nullable=True))
+        batch.add_column(sa.Column("missed_count", sa.BigInteger(), nullable=True))
+        batch.add_column(sa.Column("overran", sa.Boolean(), nullable=False, server_default=sa.false()))
+        batch.add_column(sa.Column("run_now", sa.Boolean(), nullable=False, server_default=sa.false()))
+    op.create_index(
+        "uq_persched_runs_slot",
+        "persched_runs",
+        ["job_id", "generation", "scheduled_for"],
+        unique=True,
+        sqlite_where=sa.text("NOT run_now"),
+        postgresql_where=sa.text("NOT run_now"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("uq_persched_runs_slot", table_name="persched_runs")
+    op.execute("DELETE FROM persched_runs WHERE run_now OR outcome = 'missed'")
+    with op.batch_alter_table("persched_runs") as batch:
+        batch.drop_column("run_now")
+        batch.drop_column("overran")
+        batch.drop_column("missed_count")
+        batch.drop_column("missed_until")
+        batch.create_unique_constraint(
+            "uq_persched_runs_job_id_generation_scheduled_for", ["job_id", "generation", "scheduled_for"]
+        )
+    op.execute("DELETE FROM persched_jobs WHERE interval_seconds IS NULL")
+    with op.batch_alter_table("persched_jobs") as batch:
+        for name in (
+            "running_for",
+            "run_now_at",
+            "paused",
+            "max_runtime_seconds",
+            "end_at",
+            "start_at",
+            "jitter_seconds",
+            "overlap",
+            "grace_seconds",
+            "max_catch_up",
+            "misfire",
+            "recurrence",
+            "timezone",
+            "cron",
+        ):
+            batch.drop_column(name)
+        batch.alter_column("interval_seconds", existing_type=sa.Float(), nullable=False)

@@ -1,0 +1,327 @@
+"""When a job's slots fall: fixed-rate grids and cron expressions (SPEC-policies "Cron", "Jitter"), pure.
+
+Times are float epoch seconds (UTC); every slot is rounded to the microsecond, as in `_grid`, so the
+same slot is the same number everywhere. Nothing here loops over missed slots: after a ten-year clock
+jump the next or latest slot costs one step (an interval is arithmetic, a cron one iterator step).
+
+Cron is standard 5-field syntax (minute hour day-of-month month day-of-week), or 6 fields with the
+seconds field FIRST (that is what cronsim parses), evaluated on local wall time in an IANA zone. The
+DST rules are ours, not the library's, and the tests check them as rules:
+
+- a local time that does not exist (spring forward) fires once, at the first valid instant after it
+  (Europe/Paris 2026-03-29 02:30 fires at 03:00 CEST); several such times collapse into that one slot;
+- a local time that occurs twice (fall back) fires once, at its first occurrence; this holds for
+  wildcard hours too, so "*/15 * * * *" is silent for the repeated hour.
+
+We run cronsim on *naive* wall times (so it does no DST handling of its own) and map each matching
+wall time to an instant by the rules above. That map never decreases, so the slots after (or at or
+before) ``t`` come from the matching wall times after (or at or before) one computed wall time, and
+forward and reverse iteration agree. cronsim was chosen because it works on local wall time and
+follows these rules (croniter 6 fires at 03:30 on spring-forward day and again at the second 01:30
+on fall-back day); it gives up after 50 years without a match, so nothing here can loop forever.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Final, Protocol
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+
+from .errors import InvalidJobError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+__all__ = [
+    "Trigger",
+    "cron_trigger",
+    "describe_seconds",
+    "interval_trigger",
+    "jitter_offset",
+    "validate_cron",
+    "validate_timezone",
+]
+
+MAX_CRON_COUNT: Final = 10_000  # slots count_between walks before it answers None ("unknown count")
+_FIELDS: Final = (  # (name, what it accepts), for error messages
+    ("minute", "0-59"),
+    ("hour", "0-23"),
+    ("day of month", "1-31, L or LW"),
+    ("month", "1-12 or JAN-DEC"),
+    ("day of week", "0-7 or SUN-SAT, with L or #n"),
+)
+_SECOND: Final = ("second", "0-59")
+_REFERENCE: Final = datetime(2024, 1, 1)  # where validate_cron looks for a first firing (naive wall time)
+_ONE_SECOND: Final = timedelta(seconds=1)
+
+
+class Trigger(Protocol):
+    """The slots of one job, in float epoch seconds (UTC)."""
+
+    def next_after(self, t: float) -> float:
+        """Return the first slot strictly after `t` (`math.inf` if there is none)."""
+
+    def latest_at_or_before(self, t: float) -> float | None:
+        """Return the most recent slot at or before `t`, or None if there is none."""
+
+    def recent_slots(self, floor: float, t: float, n: int) -> list[float]:
+        """Return up to `n` most recent slots ``s`` with ``floor <= s <= t``, oldest first, in O(n)."""
+
+    def count_between(self, a: float, b: float) -> int | None:
+        """Return how many slots ``s`` have ``a <= s <= b``, or None if that is too costly to know."""
+
+    def describe(self) -> str:
+        """Return the trigger in words a person reads, e.g. "every 5 min"."""
+
+
+@dataclass(frozen=True)
+class IntervalTrigger:
+    """Slots ``anchor + k * interval_seconds`` for whole ``k >= 0`` (SPEC §2)."""
+
+    anchor: float
+    interval_seconds: float
+
+    def _slot(self, k: int) -> float:
+        return round(self.anchor + k * self.interval_seconds, 6)
+
+    def _index_at_or_before(self, t: float) -> int:
+        """The largest `k` with ``slot(k) <= t`` (may be negative)."""
+        k = math.floor((t - self.anchor) / self.interval_seconds)
+        # The division is inexact; two fix-ups make the result exact on slots (as in `_grid`). Not
+        # loops: far from the anchor a float step can vanish, and a loop would never end.
+        if self._slot(k + 1) <= t:
+            k += 1
+        elif self._slot(k) > t:
+            k -= 1
+        return k
+
+    def next_after(self, t: float) -> float:
+        return self._slot(max(self._index_at_or_before(t) + 1, 0))
+
+    def latest_at_or_before(self, t: float) -> float | None:
+        k = self._index_at_or_before(t)
+        return self._slot(k) if k >= 0 else None
+
+    def recent_slots(self, floor: float, t: float, n: int) -> list[float]:
+        last = self._index_at_or_before(t)
+        slots = (self._slot(k) for k in range(max(last - n + 1, 0), last + 1))
+        return [s for s in slots if s >= floor]
+
+    def count_between(self, a: float, b: float) -> int | None:
+        below_a = self._index_at_or_before(a)  # slots 0..below_a are <= a; one of them may equal a
+        first = below_a if self._slot(below_a) == a else below_a + 1
+        return max(self._index_at_or_before(b) - max(first, 0) + 1, 0)
+
+    def describe(self) -> str:
+        return f"every {describe_seconds(self.interval_seconds)}"
+
+
+@dataclass(frozen=True)
+class CronTrigger:
+    """Slots where a cron expression matches local wall time in `timezone` (DST rules: module docstring)."""
+
+    expression: str
+    timezone: str
+
+    def _wall(self, instant: int) -> datetime:
+        return datetime.fromtimestamp(instant, ZoneInfo(self.timezone)).replace(tzinfo=None)
+
+    def _transition(self, lo: int, hi: int) -> int:
+        """The instant in ``(lo, hi]`` where the UTC offset changes (exactly one change lies there)."""
+        zone = ZoneInfo(self.timezone)
+        before = datetime.fromtimestamp(lo, zone).utcoffset()
+        while hi - lo > 1:  # tzdata transitions fall on whole seconds: O(log of the DST shift)
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if datetime.fromtimestamp(mid, zone).utcoffset() == before else (lo, mid)
+        return hi
+
+    def _instant(self, wall: datetime) -> int:
+        """The slot of a matching wall time: its first occurrence, or the end of the gap it falls in."""
+        zone = ZoneInfo(self.timezone)
+        first = round(wall.replace(tzinfo=zone, fold=0).timestamp())  # in a gap: the offset before it
+        if self._wall(first) == wall:
+            return first
+        return self._transition(round(wall.replace(tzinfo=zone, fold=1).timestamp()), first)
+
+    def _boundary(self, instant: int) -> datetime:
+        """The wall time `w` such that the matches at or before `w` are exactly those with slot <= instant."""
+        local = datetime.fromtimestamp(instant, ZoneInfo(self.timezone))
+        if not local.fold:
+            return local.replace(tzinfo=None)
+        # Second occurrence of a repeated hour: every wall time of that hour fired at its first
+        # occurrence, before `instant`, so the boundary is the last wall time of the repeated hour.
+        first = round(local.replace(fold=0).timestamp())
+        return self._wall(self._transition(first, instant) - 1)
+
+    def _forward(self, after: int) -> Iterator[int]:
+        """Distinct slots strictly after `after`, ascending."""
+        it = CronSim(self.expression, self._boundary(after))
+        while True:
+            try:
+                wall = next(it)
+                s = self._instant(wall)
+                if self._wall(s) != wall:  # a gap: skip its other wall times, they fire at `s` too
+                    it = CronSim(self.expression, self._wall(s))
+            except (StopIteration, OverflowError):
+                return
+            yield s
+
+    def _backward(self, at_or_before: int) -> Iterator[int]:
+        """Distinct slots at or before `at_or_before`, descending."""
+        it = CronSim(self.expression, self._boundary(at_or_before) + _ONE_SECOND, reverse=True)
+        previous = None
+        while True:
+            try:
+                wall = next(it)
+                s = self._instant(wall)
+                if self._wall(s) != wall:  # a gap: continue before its first wall time
+                    it = CronSim(self.expression, self._wall(s - 1) + _ONE_SECOND, reverse=True)
+            except (StopIteration, OverflowError):
+                return
+            if s != previous:  # the wall time that ends a gap and the gap itself share a slot
+                yield s
+            previous = s
+
+    def next_after(self, t: float) -> float:
+        return float(next(self._forward(math.floor(t)), math.inf))
+
+    def latest_at_or_before(self, t: float) -> float | None:
+        s = next(self._backward(math.floor(t)), None)
+        return None if s is None else float(s)
+
+    def recent_slots(self, floor: float, t: float, n: int) -> list[float]:
+        slots: list[float] = []
+        for s in self._backward(math.floor(t)):
+            if len(slots) >= n or s < floor:
+                break
+            slots.append(float(s))
+        return slots[::-1]
+
+    def count_between(self, a: float, b: float) -> int | None:
+        count = 0
+        for s in self._forward(math.ceil(a) - 1):
+            if s > b:
+                return count
+            count += 1
+            if count > MAX_CRON_COUNT:
+                return None
+        return count
+
+    def describe(self) -> str:
+        return f"cron {self.expression}" + ("" if self.timezone == "UTC" else f" {self.timezone}")
+
+
+def interval_trigger(anchor: float, interval_seconds: float) -> Trigger:
+    """Return the fixed-rate grid ``anchor + k * interval_seconds``, ``k >= 0``.
+
+    Raises:
+        InvalidJobError: `interval_seconds` is not finite or is below a microsecond (the store's resolution).
+    """
+    if not math.isfinite(interval_seconds) or interval_seconds < 1e-6:
+        raise InvalidJobError("interval_seconds", f"must be at least one microsecond, got {interval_seconds!r}")
+    return IntervalTrigger(anchor, interval_seconds)
+
+
+@functools.lru_cache(maxsize=1024)
+def cron_trigger(expression: str, timezone: str = "UTC") -> Trigger:
+    """Return the trigger of a cron expression on wall time in an IANA zone (cached).
+
+    Raises:
+        InvalidJobError: The expression or the zone is not valid (see `validate_cron`, `validate_timezone`).
+    """
+    return CronTrigger(validate_cron(expression), validate_timezone(timezone))
+
+
+def validate_cron(expression: object) -> str:
+    """Return `expression` with its whitespace collapsed, if it is a cron expression that fires.
+
+    Raises:
+        InvalidJobError: ("cron", reason); the reason names the bad field.
+    """
+    if not isinstance(expression, str):
+        raise InvalidJobError("cron", f"must be a string such as '0 3 * * *', got {type(expression).__name__}")
+    fields = expression.split()
+    normal = " ".join(fields)
+    if len(fields) not in (5, 6):
+        raise InvalidJobError(
+            "cron",
+            f"{normal!r} has {len(fields)} fields; give 5 (minute hour day-of-month month day-of-week) "
+            "or 6 (a seconds field first)",
+        )
+    names = _FIELDS if len(fields) == 5 else (_SECOND, *_FIELDS)
+    for i, (token, (name, allowed)) in enumerate(zip(fields, names, strict=True), start=1):
+        probe = ["*"] * len(fields)
+        probe[i - 1] = token  # one field at a time, so the error can name it
+        try:
+            CronSim(" ".join(probe), _REFERENCE)
+        except (CronSimError, ValueError):
+            raise InvalidJobError(
+                "cron", f"field {i} ({name}) {token!r} in {normal!r} is not valid: use {allowed}, *, a-b, a,b or /n"
+            ) from None
+    try:
+        next(CronSim(normal, _REFERENCE))
+    except CronSimError:  # every field is fine alone: the day of month never occurs in those months
+        raise InvalidJobError(
+            "cron", f"{normal!r} never fires: day of month {fields[-3]!r} never occurs in month {fields[-2]!r}"
+        ) from None
+    except StopIteration:
+        raise InvalidJobError(
+            "cron",
+            f"{normal!r} never fires: day of month {fields[-3]!r}, month {fields[-2]!r} and day of week "
+            f"{fields[-1]!r} never match together",
+        ) from None
+    return normal
+
+
+def validate_timezone(name: object) -> str:
+    """Return `name` if it is an IANA time zone known to `zoneinfo` ("UTC" included).
+
+    Raises:
+        InvalidJobError: ("timezone", reason).
+    """
+    if not isinstance(name, str) or not name:
+        raise InvalidJobError("timezone", f"must be an IANA time zone name such as 'Europe/Paris', got {name!r}")
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise InvalidJobError(
+            "timezone", f"{name!r} is not an IANA time zone name, e.g. 'Europe/Paris' or 'UTC'"
+        ) from None
+    return name
+
+
+def jitter_offset(job_id: str, generation: int, slot: float, jitter_seconds: float) -> float:
+    """Return the run's offset after its slot, in ``[0, jitter_seconds)``, the same in every process.
+
+    It is a hash of (job_id, generation, slot in microseconds), never `random`, so every instance and
+    every restart delays the same slot by the same amount.
+    """
+    if jitter_seconds <= 0:
+        return 0.0
+    key = f"{job_id}\x00{generation}\x00{round(slot * 1_000_000)}".encode()
+    fraction = (int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 11) / 2.0**53
+    return min(fraction * jitter_seconds, math.nextafter(jitter_seconds, 0.0))
+
+
+def _number(x: float) -> str:
+    return f"{x:.6f}".rstrip("0").rstrip(".")
+
+
+def describe_seconds(seconds: float) -> str:
+    """Return a duration in words: "250 ms", "1.5 s", "90 s", "5 min", "2 h", "1 day", "3 days"."""
+    if seconds >= 86_400 and seconds % 86_400 == 0:
+        days = int(seconds // 86_400)
+        return f"{days} day" if days == 1 else f"{days} days"
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{int(seconds // 3600)} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{int(seconds // 60)} min"
+    if 0 < seconds < 1:
+        return f"{_number(round(seconds * 1000, 3))} ms"
+    return f"{_number(seconds)} s"
