@@ -203,6 +203,7 @@ def claim_variant(
     check_generation: bool = True,
     check_state: bool = True,
     check_slot: bool = True,
+    check_paused: bool = True,
 ) -> Claim | ClaimMiss:
     """A copy of `Store.claim_run` whose predicates can be dropped one by one.
 
@@ -217,6 +218,8 @@ def claim_variant(
         where.append(jobs.c.state == "scheduled")
     if check_slot:
         where.append(jobs.c.next_run_at <= from_ts(expected_at))
+    if check_paused:
+        where.append(jobs.c.paused.is_(False))
 
     def body(conn: Connection) -> Claim | ClaimMiss:
         won = conn.execute(
@@ -229,7 +232,7 @@ def claim_variant(
             return _misses(conn, {job_id: expected_at}).get(job_id, ClaimMiss(None))
         plan = _plan(won)
         next_at = to_ts(won.next_run_at)
-        if next_at > now:  # only the variant without the slot check gets here: it runs a slot early
+        if next_at > now:  # a variant without the slot check (or a run-now entry): runs a slot early
             slot, following = next_at, plan.slot_after(next_at)
         else:
             decision = plan.claim(next_at, None, next_at, now)
@@ -312,3 +315,30 @@ def wall_clock_beat(heartbeat: Heartbeat) -> None:
 
 
 # --- PostgreSQL -------------------------------------------------------------------
+
+
+def resume_by_job_id_only(store: Store, job_id: str, now: float) -> tuple[int, float | None] | None:
+    """A broken `Store.resume_job`: it unpauses whatever row holds the id, in any state."""
+
+    def body(conn: Connection) -> tuple[int, float | None] | None:
+        row = conn.execute(
+            update(jobs)
+            .where(jobs.c.job_id == job_id)
+            .values(paused=False, state="scheduled", next_run_at=from_ts(now))
+            .returning(jobs.c.generation)
+        ).first()
+        return None if row is None else (row.generation, now)
+
+    return store._write(body, "resume (test variant)")
+
+
+def run_now_ignoring_pause(store: Store, job_id: str, now: float) -> tuple[str, int | None]:
+    """A broken `Store.request_run_now`: it records the request without looking at the pause."""
+
+    def body(conn: Connection) -> tuple[str, int | None]:
+        row = conn.execute(
+            update(jobs).where(jobs.c.job_id == job_id).values(run_now_at=from_ts(now)).returning(jobs.c.generation)
+        ).first()
+        return ("unknown", None) if row is None else ("requested", row.generation)
+
+    return store._write(body, "run now (test variant)")
