@@ -4,23 +4,31 @@ Commands (``persched COMMAND --help`` shows each with an example)::
 
     persched demo                        # a self-contained tour; ends by itself
     persched migrate                     # create the database / upgrade its schema
-    persched jobs [--json]               # table of active jobs
-    persched show JOB_ID [--json]        # one job, with its latest runs
+    persched jobs [--json]               # every job not descheduled, with its schedule and state
+    persched show JOB_ID [--json]        # one job, its policies and its latest runs
     persched runs [JOB_ID] [--limit N] [--json]
     persched deschedule JOB_ID
+    persched pause JOB_ID                # no run starts until resumed
+    persched resume JOB_ID               # continue on the schedule from now
+    persched run-now JOB_ID              # one extra run as soon as a worker is free
     persched run --import MODULE [--workers N]
 
 The database comes from ``--db URL`` (before or after the command), else the
 ``PERSCHED_DB`` environment variable, else ``persched.db`` in the current
 directory. ``jobs``, ``show`` and ``runs`` never create a database and never
-change its schema; ``deschedule`` writes one row and never migrates.
+change its schema; ``pause``, ``resume``, ``run-now`` and ``deschedule``
+write one row and never migrate; a scheduler running on the database picks
+the change up (within its ``pickup_seconds``, 1 s by default). ``pause`` of a
+paused job and ``resume`` of a job that is not paused change nothing, say so
+and exit 0: only an unknown job is an error for them, as for ``deschedule``.
 
 Exit codes: 0 success; 1 an error (unknown job, unusable database, schema
-from a newer persched, a module that does not import); 2 bad usage; 130
-interrupted (Ctrl-C during a read command). ``persched run`` exits 0 after a
-graceful stop on SIGINT/SIGTERM, and 128 + the signal number when a second
-signal forces it out. Errors are one line on stderr; ``--debug`` adds the
-traceback and DEBUG logging.
+from a newer persched, a module that does not import, ``run-now`` of a paused
+or finished job or dropped by overlap "skip"); 2 bad usage; 130 interrupted
+(Ctrl-C during a read command). ``persched run`` exits 0 after a graceful
+stop on SIGINT/SIGTERM, and 128 + the signal number when a second signal
+forces it out. Errors are one line on stderr; ``--debug`` adds the traceback
+and DEBUG logging.
 
 This module parses, calls into persched and prints; it holds no SQL and
 starts no threads of its own (``run`` starts a `JobScheduler`).
@@ -43,16 +51,17 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Final, NoReturn
 
 from . import _db, _migrate
-from ._models import validate_job_id
+from ._models import Job, JobState, validate_job_id
 from ._scheduler import JobScheduler
 from ._store import Store
+from ._triggers import describe_seconds
 from .errors import PerschedError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from types import FrameType, ModuleType
 
-    from ._models import Job, Run
+    from ._models import Run
 
 __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "main"]
 
@@ -68,6 +77,7 @@ ENV_DB: Final = "PERSCHED_DB"
 SETUP_HOOK: Final = "persched_setup"  # `run --import`: called with the started scheduler
 SHOW_RUNS: Final = 10  # runs listed by `show` unless --limit says otherwise
 ERROR_COLUMN: Final = 60  # characters of error text in a runs table
+RANGE: Final = "\u2013"  # EN DASH between the first and last slot of a "missed" record
 
 
 class CliError(Exception):
@@ -93,16 +103,6 @@ def iso(at: datetime | None) -> str:
     if at is None:
         return "-"
     return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def human_interval(seconds: float) -> str:
-    """Say how often: "every 250 ms", "every 5 s", "every 5 min", "every 1.5 h", "every 7 d"."""
-    if seconds < 1:
-        return f"every {seconds * 1000:.3g} ms"
-    for unit, size in (("d", 86_400.0), ("h", 3_600.0), ("min", 60.0)):
-        if seconds >= size:
-            return f"every {seconds / size:.3g} {unit}"
-    return f"every {seconds:.3g} s"
 
 
 def human_duration(seconds: float) -> str:
@@ -133,17 +133,38 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def _clock_time(at: datetime) -> str:
+    """The UTC time of day: "08:11:00", or "08:11:00.250" off the whole second."""
+    at = at.astimezone(timezone.utc)
+    return at.strftime("%H:%M:%S") + (f".{at.microsecond // 1000:03d}" if at.microsecond else "")
+
+
+def job_state(job: Job) -> str:
+    """Say where a job stands: "scheduled", "paused", "running, paused", "finished", "..., run-now pending"."""
+    words = [job.state.value]
+    if job.paused and job.state != JobState.PAUSED:
+        words.append("paused")  # its last run is still finishing (JobState)
+    if job.run_now_requested:
+        words.append("run-now pending")
+    return ", ".join(words)
+
+
+def _waits(job: Job) -> bool:
+    """False when `next_run_at` is not a run to come: paused (resume moves it) or finished."""
+    return not job.paused and job.state != JobState.FINISHED
+
+
 def jobs_table(jobs: Sequence[Job], now: datetime) -> str:
     """The `persched jobs` table."""
-    header = ("ID", "TARGET", "INTERVAL", "NEXT RUN (UTC)", "WHEN", "STATE", "LAST", "RUNS", "ERRORS")
+    header = ("ID", "TARGET", "SCHEDULE", "NEXT RUN (UTC)", "WHEN", "STATE", "LAST", "RUNS", "ERRORS")
     rows = [
         (
             job.job_id,
             job.target,
-            human_interval(job.interval_seconds),
-            iso(job.next_run_at),
-            relative(job.next_run_at, now),
-            job.state.value,
+            job.schedule,
+            iso(job.next_run_at) if _waits(job) else "-",
+            relative(job.next_run_at, now) if _waits(job) else "-",
+            job_state(job),
             job.last_outcome or "-",
             str(job.run_count),
             str(job.error_count),
@@ -151,6 +172,44 @@ def jobs_table(jobs: Sequence[Job], now: datetime) -> str:
         for job in jobs
     ]
     return _table(header, rows)
+
+
+_DEFAULTS: Final = {name: field.default for name, field in Job.model_fields.items()}
+
+
+def policies(job: Job) -> list[tuple[str, str]]:
+    """The `show` lines, as (name, value), of each policy that differs from its default (SPEC-policies)."""
+    lines: list[tuple[str, str]] = []
+    if job.recurrence != _DEFAULTS["recurrence"]:
+        lines.append(("recurrence", f"{job.recurrence} (one interval after the previous run ends; no grid)"))
+    if job.misfire == "skip":
+        lines.append(("misfire", "skip (missed slots are dropped and recorded as missed)"))
+    elif job.misfire == "catch_up":
+        lines.append(
+            (
+                "misfire",
+                f"catch_up, at most {job.max_catch_up} (the most recent missed slots run, oldest first;"
+                " older ones are dropped and recorded as missed)",
+            )
+        )
+    if job.grace_seconds != _DEFAULTS["grace_seconds"]:
+        lines.append(("grace", f"{describe_seconds(job.grace_seconds)} (a slot not started by then is missed)"))
+    if job.overlap != _DEFAULTS["overlap"]:
+        lines.append(("overlap", f"{job.overlap} (slots passing while a run is in flight are dropped as missed)"))
+    if job.jitter_seconds != _DEFAULTS["jitter_seconds"]:
+        lines.append(("jitter", f"each run starts up to {describe_seconds(job.jitter_seconds)} after its slot"))
+    window = []
+    if job.start_at is not None:
+        window.append(f"from {iso(job.start_at)}")
+    if job.end_at is not None:
+        window.append(f"until {iso(job.end_at)}, then finished")
+    if window:
+        lines.append(("window", " ".join(window)))
+    if job.max_runtime_seconds is not None:
+        lines.append(
+            ("max runtime", f"{describe_seconds(job.max_runtime_seconds)} (a longer run is reported as overran)")
+        )
+    return lines
 
 
 def _error_summary(error: str | None) -> str:
@@ -161,13 +220,39 @@ def _error_summary(error: str | None) -> str:
     return last if len(last) <= ERROR_COLUMN else last[: ERROR_COLUMN - 3] + "..."
 
 
+def missed_slots(run: Run) -> str:
+    """Say what a "missed" record stands for: "missed 12 slots", then its first and last slot joined by RANGE."""
+    count = run.missed_count
+    slots = "every slot" if count is None else "1 slot" if count == 1 else f"{count} slots"
+    first, last = run.scheduled_for, run.missed_until
+    if last is None or last == first:
+        span = _clock_time(first)
+    elif first.astimezone(timezone.utc).date() == last.astimezone(timezone.utc).date():
+        span = f"{_clock_time(first)}{RANGE}{_clock_time(last)}"  # the date is in SCHEDULED FOR
+    else:
+        span = f"{iso(first)}{RANGE}{iso(last)}"
+    return f"missed {slots} {span}"
+
+
+def run_outcome(run: Run) -> str:
+    """The OUTCOME cell: "ok", "running", "error, overran", "ok, run-now", "missed 3 slots ..."."""
+    words = [missed_slots(run) if run.outcome == "missed" else run.outcome or "running"]
+    if run.overran:
+        words.append("overran")
+    if run.run_now:
+        words.append("run-now")
+    return ", ".join(words)
+
+
 def runs_table(runs: Sequence[Run], *, with_job: bool = True) -> str:
     """The `persched runs` table (newest first)."""
     header = ["RUN", "JOB", "GEN", "SCHEDULED FOR (UTC)", "STARTED (UTC)", "DURATION", "OUTCOME", "INSTANCE", "ERROR"]
     rows = []
     for run in runs:
         duration = (
-            "-" if run.finished_at is None else human_duration((run.finished_at - run.started_at).total_seconds())
+            "-"
+            if run.finished_at is None or run.outcome == "missed"
+            else human_duration((run.finished_at - run.started_at).total_seconds())
         )
         row = [
             str(run.run_id),
@@ -176,7 +261,7 @@ def runs_table(runs: Sequence[Run], *, with_job: bool = True) -> str:
             iso(run.scheduled_for),
             iso(run.started_at),
             duration,
-            run.outcome or "running",
+            run_outcome(run),
             run.instance_id or "-",
             _error_summary(run.error),
         ]
@@ -283,9 +368,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
             ("target", job.target),
             ("args", json.dumps(list(job.args))),
             ("kwargs", json.dumps(job.kwargs, sort_keys=True)),
-            ("interval", f"{human_interval(job.interval_seconds)} ({job.interval_seconds:g} s)"),
-            ("next run", f"{iso(job.next_run_at)} ({relative(job.next_run_at, now)})"),
-            ("state", job.state.value + (f" on {job.owner}, lease until {iso(job.lease_until)}" if job.owner else "")),
+            ("schedule", _schedule_words(job)),
+            *policies(job),
+            ("next run", _next_run_words(job, now)),
+            ("state", job_state(job) + (f" on {job.owner}, lease until {iso(job.lease_until)}" if job.owner else "")),
             ("generation", str(job.generation)),
             ("runs", f"{job.run_count} ({job.error_count} errors), last outcome {job.last_outcome or '-'}"),
             ("created", iso(job.created_at)),
@@ -303,6 +389,23 @@ def _cmd_show(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return _with_store(args, body)
+
+
+def _schedule_words(job: Job) -> str:
+    words = job.schedule
+    if job.interval_seconds is not None and f"{job.interval_seconds:g} s" not in words:
+        words += f" ({job.interval_seconds:g} s)"
+    elif job.cron is not None and job.timezone == "UTC":
+        words += " (UTC)"  # Job.schedule names the zone only when it is not UTC
+    return words
+
+
+def _next_run_words(job: Job, now: datetime) -> str:
+    if job.state == JobState.FINISHED:
+        return "- (finished: its window ended; no run starts again)"
+    if job.paused:
+        return f"- (paused: `persched resume {job.job_id}` continues on the schedule from then)"
+    return f"{iso(job.next_run_at)} ({relative(job.next_run_at, now)})"
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
@@ -331,6 +434,81 @@ def _cmd_deschedule(args: argparse.Namespace) -> int:
         if generation is None:
             raise _missing_job(store, job_id)
         _say(f"descheduled {job_id!r} (generation {generation}); a run already in flight may still finish")
+        return EXIT_OK
+
+    return _with_store(args, body)
+
+
+def _cmd_pause(args: argparse.Namespace) -> int:
+    job_id = _require_job_id(args.job_id)
+
+    def body(store: Store) -> int:
+        generation = store.pause_job(job_id, time.time())
+        if generation is not None:
+            _say(
+                f"paused {job_id!r} (generation {generation}); a run already in flight may still finish;"
+                f" `persched resume {job_id}` continues it"
+            )
+            return EXIT_OK
+        job = store.get_job(job_id)
+        if job is None:
+            raise _missing_job(store, job_id)
+        if job.paused:
+            _say(f"{job_id!r} is already paused; nothing changed")
+        elif job.state == JobState.FINISHED:
+            _say(f"{job_id!r} is finished (its window ended) and never runs again; nothing to pause")
+        else:  # changed by someone else meanwhile
+            _say(f"{job_id!r} is {job_state(job)}; nothing changed")
+        return EXIT_OK
+
+    return _with_store(args, body)
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    job_id = _require_job_id(args.job_id)
+
+    def body(store: Store) -> int:
+        resumed = store.resume_job(job_id, time.time())
+        if resumed is None:
+            job = store.get_job(job_id)
+            if job is None:
+                raise _missing_job(store, job_id)
+            _say(f"{job_id!r} is not paused (it is {job_state(job)}); nothing changed")
+            return EXIT_OK
+        generation, _ = resumed
+        job = store.get_job(job_id)
+        if job is not None and job.state == JobState.FINISHED:
+            _say(f"resumed {job_id!r} (generation {generation}); its window has ended, so it is finished")
+        else:
+            _say(f"resumed {job_id!r} (generation {generation}); slots passed while paused do not run")
+        return EXIT_OK
+
+    return _with_store(args, body)
+
+
+def _cmd_run_now(args: argparse.Namespace) -> int:
+    job_id = _require_job_id(args.job_id)
+
+    def body(store: Store) -> int:
+        verdict, generation = store.request_run_now(job_id, time.time())
+        if verdict == "unknown":
+            raise _missing_job(store, job_id)
+        if verdict == "paused":
+            raise CliError(f"job {job_id!r} is paused: no run starts; `persched resume {job_id}` first")
+        if verdict == "finished":
+            raise CliError(f"job {job_id!r} is finished (its window ended): no run starts again")
+        if verdict == "dropped":
+            raise CliError(
+                f"job {job_id!r} is running and its overlap policy is 'skip': the extra run was dropped;"
+                " ask again once the run ended"
+            )
+        if verdict == "pending":
+            _say(f"a run-now of {job_id!r} is already pending; nothing added")
+        else:
+            _say(
+                f"run-now requested for {job_id!r} (generation {generation}): one extra run as soon as a"
+                " scheduler on this database has a worker free; its schedule does not move"
+            )
         return EXIT_OK
 
     return _with_store(args, body)
@@ -425,7 +603,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = _Parser(
         prog="persched",
-        description="Run callables at fixed intervals; every schedule lives in SQL.",
+        description="Run callables at fixed intervals or on cron expressions; every schedule lives in SQL.",
         epilog=textwrap.dedent(
             """\
             exit codes: 0 ok, 1 error (one line on stderr), 2 usage, 130 interrupted;
@@ -439,12 +617,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
 
-    def command(name: str, summary: str, example: str, func: Callable[[argparse.Namespace], int]) -> _Parser:
+    def command(
+        name: str, summary: str, example: str, func: Callable[[argparse.Namespace], int], details: str = ""
+    ) -> _Parser:
         sub: _Parser = commands.add_parser(
             name,
             help=summary,
             description=summary,
-            epilog=_example(example),
+            epilog=(textwrap.fill(details, 79) + "\n\n" if details else "") + _example(example),
             formatter_class=argparse.RawDescriptionHelpFormatter,
             parents=[common],
         )
@@ -463,9 +643,19 @@ def build_parser() -> argparse.ArgumentParser:
         "persched --db postgresql+psycopg://app@db/app migrate",
         _cmd_migrate,
     )
-    sub = command("jobs", "list the active jobs (read-only)", "persched --db jobs.db jobs --json", _cmd_jobs)
+    sub = command(
+        "jobs",
+        "list every job not descheduled (scheduled, running, paused, finished) with its schedule (read-only)",
+        "persched --db jobs.db jobs --json",
+        _cmd_jobs,
+    )
     sub.add_argument("--json", action="store_true", help="print a JSON array of jobs (Job field names)")
-    sub = command("show", "show one job and its latest runs (read-only)", "persched show report --limit 5", _cmd_show)
+    sub = command(
+        "show",
+        "show one job, its schedule, the policies that differ from the defaults and its latest runs (read-only)",
+        "persched show report --limit 5",
+        _cmd_show,
+    )
     sub.add_argument("job_id", metavar="JOB_ID")
     sub.add_argument("--limit", type=_positive_int, default=SHOW_RUNS, metavar="N", help=f"runs to show ({SHOW_RUNS})")
     sub.add_argument("--json", action="store_true", help="print the job as a JSON object with a 'runs' array")
@@ -478,6 +668,35 @@ def build_parser() -> argparse.ArgumentParser:
         "remove a job: its current definition never starts again, in any process",
         "persched deschedule report",
         _cmd_deschedule,
+    )
+    sub.add_argument("job_id", metavar="JOB_ID")
+    sub = command(
+        "pause",
+        "pause a job: it keeps its definition and history and starts no run until resumed, in any process",
+        "persched pause report",
+        _cmd_pause,
+        "A run already in flight may finish. Pausing a job that is already paused, or finished, changes"
+        " nothing, says so and exits 0; an unknown or descheduled job exits 1 (as for deschedule).",
+    )
+    sub.add_argument("job_id", metavar="JOB_ID")
+    sub = command(
+        "resume",
+        "resume a paused job on its schedule from now (slots passed while paused do not run)",
+        "persched resume report",
+        _cmd_resume,
+        "Resuming a job that is not paused changes nothing, says so and exits 0; an unknown or"
+        " descheduled job exits 1 (as for deschedule).",
+    )
+    sub.add_argument("job_id", metavar="JOB_ID")
+    sub = command(
+        "run-now",
+        "ask for one extra run of a job as soon as a worker is free, without moving its schedule",
+        "persched run-now report",
+        _cmd_run_now,
+        "The run obeys the job's overlap policy and starts in whichever scheduler runs on this"
+        " database. Exits 0 once a run is pending (asking again adds nothing); exits 1 with one line"
+        " on stderr when the job is paused, finished, unknown or descheduled, or when it is running"
+        " with overlap 'skip' (the request is dropped).",
     )
     sub.add_argument("job_id", metavar="JOB_ID")
     sub = command(

@@ -84,7 +84,10 @@ def seeded(make_scheduler: SchedulerFactory, fake_clock: FakeClock, sqlite_url: 
 # -- help and usage ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["demo", "migrate", "jobs", "show", "runs", "deschedule", "run"])
+COMMANDS = ["demo", "migrate", "jobs", "show", "runs", "pause", "resume", "run-now", "deschedule", "run"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_has_help_with_an_example(command: str) -> None:
     proc = persched(command, "--help")
     assert proc.returncode == 0, proc.stderr
@@ -95,7 +98,7 @@ def test_every_command_has_help_with_an_example(command: str) -> None:
 def test_top_level_help_lists_commands_and_exit_codes() -> None:
     proc = persched("--help")
     assert proc.returncode == 0
-    for command in ("demo", "migrate", "jobs", "show", "runs", "deschedule", "run"):
+    for command in COMMANDS:
         assert command in proc.stdout
     assert "exit codes" in proc.stdout
 
@@ -144,7 +147,7 @@ def test_jobs_prints_an_aligned_table(seeded: str) -> None:
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     header = lines[0]
-    for column in ("ID", "TARGET", "INTERVAL", "NEXT RUN (UTC)", "WHEN", "STATE", "LAST", "RUNS", "ERRORS"):
+    for column in ("ID", "TARGET", "SCHEDULE", "NEXT RUN (UTC)", "WHEN", "STATE", "LAST", "RUNS", "ERRORS"):
         assert column in header
     by_id = {line.split()[0]: line for line in lines[1:]}
     assert set(by_id) == {"fast", "report", "flaky"}
@@ -266,6 +269,9 @@ def test_deschedule(seeded: str) -> None:
         (["show", "nope"], "no job 'nope'"),
         (["runs", "nope"], "no job 'nope'"),
         (["deschedule", "nope"], "no job 'nope'"),
+        (["pause", "nope"], "no job 'nope'"),
+        (["resume", "nope"], "no job 'nope'"),
+        (["run-now", "nope"], "no job 'nope'"),
     ],
 )
 def test_unknown_job(seeded: str, argv: list[str], needle: str) -> None:
@@ -278,7 +284,10 @@ def test_bad_url(url: str) -> None:
     assert "secret" not in line
 
 
-@pytest.mark.parametrize("command", [["jobs"], ["show", "x"], ["runs"], ["deschedule", "x"]])
+@pytest.mark.parametrize(
+    "command",
+    [["jobs"], ["show", "x"], ["runs"], ["deschedule", "x"], ["pause", "x"], ["resume", "x"], ["run-now", "x"]],
+)
 def test_missing_database_is_reported_and_not_created(tmp_path: Path, command: list[str]) -> None:
     db = tmp_path / "missing.db"
     assert_one_line_error(persched("--db", str(db), *command), 1, "does not exist", "persched migrate")
@@ -309,7 +318,10 @@ def test_database_without_schema_is_not_migrated_by_read_commands(tmp_path: Path
     assert sql(f"sqlite:///{db}", "SELECT name FROM sqlite_master WHERE type='table'") == [("other",)]
 
 
-@pytest.mark.parametrize("command", [["jobs"], ["show", "fast"], ["runs"], ["deschedule", "fast"], ["migrate"]])
+@pytest.mark.parametrize(
+    "command",
+    [["jobs"], ["show", "fast"], ["runs"], ["deschedule", "fast"], ["pause", "fast"], ["run-now", "fast"], ["migrate"]],
+)
 def test_schema_from_the_future(seeded: str, command: list[str]) -> None:
     sql(seeded, "UPDATE persched_alembic_version SET version_num = '9999_from_the_future'")
     assert_one_line_error(persched("--db", seeded, *command), 1, "9999_from_the_future", "upgrade persched")

@@ -34,8 +34,8 @@ __all__ = ["seams"]  # the fixture, shared with test_races
 NO_PAUSED = functools.partial(race_jobs.claim_variant, check_paused=False)
 
 
-def store_seam(seams: list[Seam], real: Callable[..., Any], **kw: bool) -> Seam:
-    seam = Seam(real, **kw)
+def store_seam(seams: list[Seam], real: Callable[..., Any], *, before: bool = False, after: bool = False) -> Seam:
+    seam = Seam(real, before=before, after=after)
     seams.append(seam)
     return seam
 
