@@ -1,6 +1,6 @@
 """When a job's slots fall: fixed-rate grids and cron expressions (SPEC-policies "Cron", "Jitter"), pure.
 
-Times are float epoch seconds (UTC); every slot is rounded to the microsecond, as in `_grid`, so the
+Times are float epoch seconds (UTC); every slot is rounded to the microsecond, so that the
 same slot is the same number everywhere. Nothing here loops over missed slots: after a ten-year clock
 jump the next or latest slot costs one step (an interval is arithmetic, a cron one iterator step).
 
@@ -93,7 +93,7 @@ class IntervalTrigger:
     def _index_at_or_before(self, t: float) -> int:
         """The largest `k` with ``slot(k) <= t`` (may be negative)."""
         k = math.floor((t - self.anchor) / self.interval_seconds)
-        # The division is inexact; two fix-ups make the result exact on slots (as in `_grid`). Not
+        # The division is inexact; two fix-ups make the result exact on slots. Not
         # loops: far from the anchor a float step can vanish, and a loop would never end.
         if self._slot(k + 1) <= t:
             k += 1

@@ -190,7 +190,7 @@ def test_constructor_succeeds_or_refuses_cleanly(
 def test_a_sub_microsecond_interval_never_runs_a_slot_twice(make_scheduler: SchedulerFactory, interval: float) -> None:
     """Defect: interval_seconds below the store's microsecond resolution is accepted.
 
-    `_grid.next_slot_after` rounds slots to the microsecond, so with 1e-7 the
+    `_triggers.interval_trigger` rounds slots to the microsecond, so with 1e-7 the
     "next" slot equals the current one: the same (job, generation, slot) is
     claimed again and again (and 5e-324 overflows `math.floor` in the claim
     once time has moved). Either schedule() refuses it with InvalidJobError,

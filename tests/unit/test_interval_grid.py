@@ -1,6 +1,8 @@
-"""`persched._grid`: fixed-rate slot arithmetic (SPEC §2), pure and O(1).
+"""The fixed-rate grid of `persched._triggers.interval_trigger` (SPEC §2), pure and O(1).
 
 Slots are ``anchor + k * interval`` rounded to the microsecond, ``k >= 0``.
+The three helpers below state the grid's arithmetic in the terms the
+properties are written in.
 """
 
 from __future__ import annotations
@@ -9,7 +11,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from persched._grid import latest_slot_at_or_before, next_slot_after, slot
+from persched._triggers import interval_trigger
+
+
+def slot(anchor: float, interval: float, k: int) -> float:
+    return round(anchor + k * interval, 6)
+
+
+def next_slot_after(anchor: float, interval: float, t: float) -> float:
+    return interval_trigger(anchor, interval).next_after(t)
+
+
+def latest_slot_at_or_before(anchor: float, interval: float, t: float, floor: float) -> float:
+    """The most recent slot at or before `t`, never earlier than `floor` (a claim's coalescing)."""
+    latest = interval_trigger(anchor, interval).latest_at_or_before(t)
+    return floor if latest is None else max(latest, floor)
+
 
 A = 1_800_000_010.0  # an anchor like a real first_run_at
 TEN_YEARS = 10 * 366 * 86400.0
