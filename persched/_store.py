@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import threading
@@ -1161,7 +1162,54 @@ def _definition_key(row: Row[Any]) -> tuple[Any, ...]:
 
 def _plan(row: Row[Any]) -> JobPlan:
     """The policies of a full persched_jobs row."""
-    return JobPlan.of(row.job_id, row.generation, to_ts(row.first_run_at), _policies(row))
+    return _plan_of(
+        row.job_id,
+        row.generation,
+        row.first_run_at,
+        row.interval_seconds,
+        row.cron,
+        row.timezone,
+        row.recurrence,
+        row.misfire,
+        row.max_catch_up,
+        row.grace_seconds,
+        row.overlap,
+        row.jitter_seconds,
+        row.end_at,
+    )
+
+
+@functools.lru_cache(maxsize=65_536)
+def _plan_of(
+    job_id: str,
+    generation: int,
+    first_run_at: datetime,
+    interval_seconds: float | None,
+    cron: str | None,
+    timezone: str,
+    recurrence: str,
+    misfire: str,
+    max_catch_up: int | None,
+    grace_seconds: float,
+    overlap: str,
+    jitter_seconds: float,
+    end_at: datetime | None,
+) -> JobPlan:
+    return JobPlan.from_values(
+        job_id,
+        generation,
+        to_ts(first_run_at),
+        interval_seconds=interval_seconds,
+        cron=cron,
+        timezone=timezone,
+        recurrence=recurrence,
+        misfire=misfire,
+        max_catch_up=max_catch_up,
+        grace_seconds=grace_seconds,
+        overlap=overlap,
+        jitter_seconds=jitter_seconds,
+        end_at=_ts(end_at),
+    )
 
 
 def _due(row: Row[Any]) -> float | None:
