@@ -116,9 +116,10 @@ class JobPlan:
         interval grid (SPEC §2 default: one interval from now; `start_at` if
         given) and its first slot not before `now`."""
         if self.interval is not None:
-            anchor = start_at if start_at is not None else now + (self.interval if start_in is None else start_in)
+            start = start_at if start_at is not None else now + (self.interval if start_in is None else start_in)
+            anchor = round(start, 6)  # the store keeps microseconds
             if anchor >= now or self.trigger is None:
-                return anchor, max(anchor, now)
+                return anchor, round(max(anchor, now), 6)
             return anchor, self.trigger.next_after(round(now - 1e-6, 6))  # the grid runs from a past start_at
         assert self.trigger is not None
         floor = now if start_at is None else max(now, start_at)
@@ -154,7 +155,7 @@ class JobPlan:
     def claim(self, next_run_at: float, run_now_at: float | None, bound: float, now: float) -> ClaimPlan:
         """Decide a won claim: `bound` is the latest slot the heap entry may run
         (it never runs a slot early), `now` the claim's time."""
-        if next_run_at > bound or next_run_at > now:
+        if next_run_at > bound:
             # Not the grid's turn: the entry is a run-now request.
             assert run_now_at is not None
             return ClaimPlan(run_now_at, True, next_run_at, None)

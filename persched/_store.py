@@ -573,7 +573,9 @@ class Store:
                 key = (row.job_id, row.generation)
                 plan = _plan(row)
                 run_now_at = _ts(row.run_now_at)
-                decision = plan.claim(to_ts(row.next_run_at), run_now_at, expected[key], claimed_at)
+                # The bound as the statement saw it: rounded to the store's microseconds.
+                bound_at = to_ts(from_ts(expected[key]))
+                decision = plan.claim(to_ts(row.next_run_at), run_now_at, bound_at, claimed_at)
                 if decision.missed is not None:
                     missed.append(_missed_record(*key, decision.missed, claimed_at, instance_id))
                 if decision.run_for is None:

@@ -609,3 +609,11 @@ def test_a_deschedule_committed_during_a_recovery_wins(store: Store) -> None:
     assert [e for e in store.load_scheduled() if e[1] == "a"] == []
     (run,) = store.list_runs("a")
     assert run.outcome == "lost"
+
+
+def test_a_claim_bounded_by_a_time_between_microseconds_wins(store: Store) -> None:
+    """The store keeps microseconds; a heap entry's due time may fall between two.
+    The claim must judge the row's slot against its bound as the statement saw it."""
+    now = T + 0.1234567  # the slot is stored as T + 0.123457, after `now`
+    job = schedule(store, now, start_in=0)
+    assert isinstance(store.claim_run("a", job.generation, now, now + 1e-7, ME, LEASE), Claim)
