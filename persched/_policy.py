@@ -116,11 +116,19 @@ class JobPlan:
         interval grid (SPEC §2 default: one interval from now; `start_at` if
         given) and its first slot not before `now`."""
         if self.interval is not None:
-            start = start_at if start_at is not None else now + (self.interval if start_in is None else start_in)
-            anchor = round(start, 6)  # the store keeps microseconds
-            if anchor >= now or self.trigger is None:
-                return anchor, round(max(anchor, now), 6)
-            return anchor, self.trigger.next_after(round(now - 1e-6, 6))  # the grid runs from a past start_at
+            if start_at is None:
+                # A new grid starts at its anchor (rounded to the store's microseconds,
+                # which may put it a hair before `now`: it is due at once either way).
+                anchor = round(now + (self.interval if start_in is None else start_in), 6)
+                return anchor, anchor
+            if start_at >= now:
+                return start_at, start_at
+            if self.trigger is None:  # fixed delay from a past start: at once
+                return start_at, round(now, 6)
+            # An interval grid anchored at a past start_at: its first slot from now on.
+            grid = _triggers.interval_trigger(start_at, self.interval)
+            latest = grid.latest_at_or_before(now)
+            return start_at, latest if latest is not None and latest >= now else grid.next_after(now)
         assert self.trigger is not None
         floor = now if start_at is None else max(now, start_at)
         first = self.trigger.next_after(round(floor - 1e-6, 6))  # a slot exactly at `floor` counts
