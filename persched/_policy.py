@@ -182,8 +182,12 @@ class JobPlan:
             return ClaimPlan(None, False, after, self._missed(next_run_at, latest))
         # catch_up: the max_catch_up most recent slots run, oldest first, one per claim.
         assert self.max_catch_up is not None
-        recent = self.trigger.recent_slots(next_run_at, latest, self.max_catch_up)
-        run_for = recent[0] if recent else latest
+        pending = self.trigger.count_between(next_run_at, latest)
+        if pending is not None and pending <= self.max_catch_up:
+            run_for = next_run_at  # nothing to drop (the common case once caught up): no list of slots
+        else:
+            recent = self.trigger.recent_slots(next_run_at, latest, self.max_catch_up)
+            run_for = recent[0] if recent else latest
         return ClaimPlan(run_for, False, self.trigger.next_after(run_for), self._missed_before(next_run_at, run_for))
 
     def _claim_fixed_delay(self, next_run_at: float, now: float) -> ClaimPlan:

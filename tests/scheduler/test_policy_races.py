@@ -228,6 +228,7 @@ def test_run_now_commits_before_pause_so_the_extra_run_never_starts(
         assert sched.pause("a") is True
         seam.go()
         assert seam.done.wait(TIMEOUT)
+        assert isinstance(seam.results[0], ClaimMiss)
         probe(sched, fake_clock, 30.0)
     assert jobs.calls("a") == []
     job = sched.get_job("a")
