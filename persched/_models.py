@@ -65,11 +65,13 @@ class Job(BaseModel):
     lease_until: datetime | None = None
     cron: str | None = None
     timezone: str = "UTC"
-    recurrence: Recurrence = "fixed_rate"
-    misfire: Misfire = "coalesce"
+    # Plain str (not the Literal types of schedule()'s arguments): a job is read
+    # back whatever a hand-made UPDATE wrote, so that it can be shown and fixed.
+    recurrence: str = "fixed_rate"
+    misfire: str = "coalesce"
     max_catch_up: int | None = None
     grace_seconds: float = 1.0
-    overlap: Overlap = "forbid"
+    overlap: str = "forbid"
     jitter_seconds: float = 0.0
     start_at: datetime | None = None
     end_at: datetime | None = None
@@ -106,8 +108,10 @@ class Policies:
     interval_seconds: float | None = None
     cron: str | None = None
     timezone: str = "UTC"
-    recurrence: Recurrence = "fixed_rate"
-    misfire: Misfire = "coalesce"
+    # Plain str (not the Literal types of schedule()'s arguments): a job is read
+    # back whatever a hand-made UPDATE wrote, so that it can be shown and fixed.
+    recurrence: str = "fixed_rate"
+    misfire: str = "coalesce"
     max_catch_up: int | None = None
     grace_seconds: float = 1.0
     overlap: Overlap = "forbid"

@@ -77,10 +77,10 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
 from . import _triggers
-from ._models import Job, JobDefinition, JobState, Policies, Run
+from ._models import Job, JobDefinition, JobState, Policies, Run, validate_policies
 from ._policy import JobPlan, Missed
 from ._schema import UTCDateTime, changes, jobs, runs
-from .errors import StoreError
+from .errors import InvalidJobError, StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterator, Sequence
@@ -449,10 +449,8 @@ class Store:
             rows = conn.execute(
                 select(jobs).where(jobs.c.change_seq > seq, jobs.c.state == _SCHEDULED, jobs.c.paused.is_(False))
             )
-            return now_seq, [
-                (_plan(row).due_at(to_ts(row.next_run_at), _ts(row.run_now_at)), row.job_id, row.generation)
-                for row in rows
-            ]
+            due = [(_due(row), row.job_id, row.generation) for row in rows]
+            return now_seq, [(at, job_id, generation) for at, job_id, generation in due if at is not None]
 
         return self._read(body, "read changes")
 
@@ -568,10 +566,19 @@ class Store:
             skipped: dict[tuple[str, int], ClaimMiss] = {}
             moves: list[dict[str, Any]] = []
             reverts: list[dict[str, Any]] = []
+            quarantined: list[dict[str, Any]] = []
             missed: list[dict[str, Any]] = []
             for row in won:
                 key = (row.job_id, row.generation)
-                plan = _plan(row)
+                try:
+                    plan = _plan(row)
+                except InvalidJobError as exc:
+                    # Never block the other claims: pause the job, say why in its history.
+                    logger.error("job %s generation %d paused: its stored schedule cannot be read: %s", *key, exc)
+                    quarantined.append({"b_job_id": row.job_id})
+                    missed.append(_unreadable_record(row, str(exc), claimed_at, instance_id))
+                    skipped[key] = ClaimMiss(_SCHEDULED, row.generation, None, None)
+                    continue
                 run_now_at = _ts(row.run_now_at)
                 # The bound as the statement saw it: rounded to the store's microseconds.
                 bound_at = to_ts(from_ts(expected[key]))
@@ -615,6 +622,8 @@ class Store:
                 conn.execute(_CLAIM_MOVE, moves)
             if reverts:
                 conn.execute(_CLAIM_REVERT, reverts)
+            if quarantined:
+                conn.execute(_CLAIM_QUARANTINE, quarantined)
             if missed:
                 conn.execute(runs.insert(), missed)
             if claims:
@@ -1090,6 +1099,11 @@ _CLAIM_MOVE: Final = (
         run_now_at=bindparam("b_run_now_at"),
     )
 )
+_CLAIM_QUARANTINE: Final = (
+    update(jobs)
+    .where(jobs.c.job_id == bindparam("b_job_id"))
+    .values(state=_SCHEDULED, paused=True, run_now_at=None, owner=None, lease_until=None)
+)
 _CLAIM_REVERT: Final = (
     update(jobs)
     .where(jobs.c.job_id == bindparam("b_job_id"))
@@ -1197,11 +1211,10 @@ def _plan_of(
     jitter_seconds: float,
     end_at: datetime | None,
 ) -> JobPlan:
-    return JobPlan.from_values(
-        job_id,
-        generation,
-        to_ts(first_run_at),
-        interval_seconds=interval_seconds,
+    # Validated like schedule()'s arguments: a row written by something else
+    # (a hand-made UPDATE) must fail here, as InvalidJobError, not deep inside a decision.
+    policies = validate_policies(
+        interval_seconds,
         cron=cron,
         timezone=timezone,
         recurrence=recurrence,
@@ -1210,22 +1223,31 @@ def _plan_of(
         grace_seconds=grace_seconds,
         overlap=overlap,
         jitter_seconds=jitter_seconds,
-        end_at=_ts(end_at),
+        end_at=end_at,
     )
+    return JobPlan.of(job_id, generation, to_ts(first_run_at), policies)
+
+
+def _readable_plan(row: Row[Any]) -> JobPlan | None:
+    """`_plan`, or None (logged) if the stored schedule cannot be read."""
+    try:
+        return _plan(row)
+    except InvalidJobError as exc:
+        logger.error("job %s generation %d: its stored schedule cannot be read: %s", row.job_id, row.generation, exc)
+        return None
 
 
 def _due(row: Row[Any]) -> float | None:
     """When a scheduled, not paused job is due (None for any other)."""
-    if row.paused or row.state != _SCHEDULED:
-        return None
-    return _plan(row).due_at(to_ts(row.next_run_at), _ts(row.run_now_at))
+    plan = None if row.paused or row.state != _SCHEDULED else _readable_plan(row)
+    return None if plan is None else plan.due_at(to_ts(row.next_run_at), _ts(row.run_now_at))
 
 
 def _retry_at(row: Row[Any], bound: float) -> float | None:
     """When an entry that lost its claim on `row` should look again (see `ClaimMiss`)."""
-    if row.paused or row.state not in (_SCHEDULED, _RUNNING):
+    plan = None if row.paused or row.state not in (_SCHEDULED, _RUNNING) else _readable_plan(row)
+    if plan is None:
         return None
-    plan = _plan(row)
     next_at, run_now_at = to_ts(row.next_run_at), _ts(row.run_now_at)
     if row.state == _SCHEDULED and (next_at > bound or run_now_at is not None):
         return plan.due_at(next_at, run_now_at)  # moved on (by another instance, or a skip)
@@ -1257,10 +1279,13 @@ def _state(row: Row[Any]) -> JobState:
 
 
 def _describe(row: Row[Any]) -> str:
-    if row.cron is not None:
-        return _triggers.cron_trigger(row.cron, row.timezone).describe()
-    every = f"every {_triggers.describe_seconds(row.interval_seconds)}"
-    return every + " after each run ends" if row.recurrence == "fixed_delay" else every
+    try:
+        plan = _plan(row)
+    except InvalidJobError as exc:
+        return f"unreadable ({exc})"
+    if plan.trigger is not None:
+        return plan.trigger.describe()
+    return f"every {_triggers.describe_seconds(row.interval_seconds)} after each run ends"
 
 
 def _job(row: Row[Any]) -> Job:
@@ -1313,6 +1338,25 @@ def _run(row: Row[Any]) -> Run:
         overran=bool(row.overran),
         run_now=bool(row.run_now),
     )
+
+
+def _unreadable_record(row: Row[Any], reason: str, at: float, instance_id: str) -> dict[str, Any]:
+    """A persched_runs row (outcome "error") saying why a job with an unreadable schedule was paused."""
+    return {
+        "job_id": row.job_id,
+        "generation": row.generation,
+        "scheduled_for": row.next_run_at,
+        "started_at": from_ts(at),
+        "finished_at": from_ts(at),
+        "outcome": "error",
+        "error": (
+            f"the job's stored schedule cannot be read ({reason}); it was paused: "
+            "schedule it again with a valid definition, then resume it"
+        ),
+        "instance_id": instance_id,
+        "lease_until": None,
+        "run_now": True,  # off the grid (not under the one-run-per-slot index): a resume may repeat it
+    }
 
 
 def _missed_record(job_id: str, generation: int, missed: Missed, at: float, instance_id: str) -> dict[str, Any]:
