@@ -560,7 +560,7 @@ class Store:
             won = conn.execute(
                 claim.values(
                     state=_RUNNING, owner=instance_id, lease_until=lease_until, updated_at=from_ts(claimed_at)
-                ).returning(*jobs.c)
+                ).returning(*_DISPATCH_COLUMNS)
             ).all()
             claims: dict[tuple[str, int], Claim] = {}
             skipped: dict[tuple[str, int], ClaimMiss] = {}
@@ -707,7 +707,7 @@ class Store:
             owned = {
                 (row.job_id, row.generation, to_ts(row.running_for)): row
                 for row in conn.execute(
-                    select(jobs).where(
+                    select(*_DISPATCH_COLUMNS).where(
                         jobs.c.job_id.in_({c.claim.job_id for c in completions}),
                         jobs.c.state == _RUNNING,
                         jobs.c.owner == instance_id,
@@ -1088,6 +1088,35 @@ class Store:
 
         return self._read(body, "find runs to prune")
 
+
+# What claims and completions read of a job: its plan's columns (see `_plan`)
+# and where it stands; not the bookkeeping (each datetime costs a conversion per row).
+_DISPATCH_COLUMNS: Final = tuple(
+    jobs.c[name]
+    for name in (
+        "job_id",
+        "generation",
+        "target",
+        "args",
+        "kwargs",
+        "first_run_at",
+        "next_run_at",
+        "running_for",
+        "run_now_at",
+        "paused",
+        "interval_seconds",
+        "cron",
+        "timezone",
+        "recurrence",
+        "misfire",
+        "max_catch_up",
+        "grace_seconds",
+        "overlap",
+        "jitter_seconds",
+        "end_at",
+        "max_runtime_seconds",
+    )
+)
 
 # Claim statements, built once (executemany over the claims of a cycle).
 _CLAIM_MOVE: Final = (
