@@ -19,7 +19,7 @@ against the grace).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import _triggers
 
@@ -66,47 +66,25 @@ class JobPlan:
     @classmethod
     def of(cls, job_id: str, generation: int, anchor: float, policies: Policies) -> JobPlan:
         """Build the plan of a job whose grid is anchored at `anchor` (its first slot)."""
-        return cls.from_values(job_id, generation, anchor, **policies.columns())
-
-    @classmethod
-    def from_values(
-        cls,
-        job_id: str,
-        generation: int,
-        anchor: float,
-        *,
-        interval_seconds: float | None,
-        cron: str | None,
-        timezone: str,
-        recurrence: str,
-        misfire: str,
-        max_catch_up: int | None,
-        grace_seconds: float,
-        overlap: str,
-        jitter_seconds: float,
-        end_at: float | None,
-        **_: Any,  # noqa: ANN401 - the other columns of the row
-    ) -> JobPlan:
-        """Build a plan from a job's column values (times as epoch seconds)."""
         trigger: _triggers.Trigger | None
-        if cron is not None:
-            trigger = _triggers.cron_trigger(cron, timezone)
-        elif recurrence == "fixed_delay":
+        if policies.cron is not None:
+            trigger = _triggers.cron_trigger(policies.cron, policies.timezone)
+        elif policies.recurrence == "fixed_delay":
             trigger = None
         else:
-            assert interval_seconds is not None
-            trigger = _triggers.interval_trigger(anchor, interval_seconds)
+            assert policies.interval_seconds is not None
+            trigger = _triggers.interval_trigger(anchor, policies.interval_seconds)
         return cls(
             job_id,
             generation,
             trigger,
-            interval_seconds,
-            misfire,
-            max_catch_up,
-            grace_seconds,
-            overlap,
-            jitter_seconds,
-            end_at,
+            policies.interval_seconds,
+            policies.misfire,
+            policies.max_catch_up,
+            policies.grace_seconds,
+            policies.overlap,
+            policies.jitter_seconds,
+            policies.end_at,
         )
 
     # -- placing slots -----------------------------------------------------------

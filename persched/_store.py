@@ -1113,6 +1113,7 @@ _DISPATCH_COLUMNS: Final = tuple(
         "grace_seconds",
         "overlap",
         "jitter_seconds",
+        "start_at",
         "end_at",
         "max_runtime_seconds",
     )
@@ -1206,55 +1207,19 @@ def _definition_key(row: Row[Any]) -> tuple[Any, ...]:
 
 
 def _plan(row: Row[Any]) -> JobPlan:
-    """The policies of a full persched_jobs row."""
-    return _plan_of(
-        row.job_id,
-        row.generation,
-        row.first_run_at,
-        row.interval_seconds,
-        row.cron,
-        row.timezone,
-        row.recurrence,
-        row.misfire,
-        row.max_catch_up,
-        row.grace_seconds,
-        row.overlap,
-        row.jitter_seconds,
-        row.end_at,
-    )
+    """The policies of a persched_jobs row, as a plan (raises InvalidJobError if they cannot be read)."""
+    return _plan_of(row.job_id, row.generation, to_ts(row.first_run_at), _policies(row))
 
 
 @functools.lru_cache(maxsize=65_536)
-def _plan_of(
-    job_id: str,
-    generation: int,
-    first_run_at: datetime,
-    interval_seconds: float | None,
-    cron: str | None,
-    timezone: str,
-    recurrence: str,
-    misfire: str,
-    max_catch_up: int | None,
-    grace_seconds: float,
-    overlap: str,
-    jitter_seconds: float,
-    end_at: datetime | None,
-) -> JobPlan:
-    # Validated like schedule()'s arguments: a row written by something else
-    # (a hand-made UPDATE) must fail here, as InvalidJobError, not deep inside a decision.
-    policies = validate_policies(
-        interval_seconds,
-        cron=cron,
-        timezone=timezone,
-        recurrence=recurrence,
-        misfire=misfire,
-        max_catch_up=max_catch_up,
-        grace_seconds=grace_seconds,
-        overlap=overlap,
-        jitter_seconds=jitter_seconds,
-        end_at=end_at,
-    )
-    return JobPlan.of(job_id, generation, to_ts(first_run_at), policies)
+def _plan_of(job_id: str, generation: int, anchor: float, stored: Policies) -> JobPlan:
+    # Checked like schedule()'s arguments, once per definition: a row written by
+    # something else (a hand-made UPDATE) fails here, not deep inside a decision.
+    # (start_at / end_at are instants already: the column type guarantees them.)
+    columns = stored.columns()
+    del columns["start_at"], columns["end_at"]
+    validate_policies(columns.pop("interval_seconds"), **columns)
+    return JobPlan.of(job_id, generation, anchor, stored)
 
 
 def _readable_plan(row: Row[Any]) -> JobPlan | None:
