@@ -133,8 +133,11 @@ class JobPlan:
         return self.trigger.next_after(slot)
 
     def resumed(self, now: float) -> float:
-        """The next slot after a resume at `now`: slots that passed while paused are not run."""
-        return self.slot_after(now)
+        """The first slot from a resume at `now` on: slots that passed while paused are
+        not run, one falling exactly at `now` is (as for a new grid)."""
+        if self.trigger is None:
+            return self.slot_after(now)  # fixed delay: one interval from the resume
+        return self.trigger.next_after(round(now - 1e-6, 6))
 
     # -- claim and completion ------------------------------------------------------
 

@@ -119,3 +119,10 @@ def test_jitter_moves_the_due_time_not_the_slot() -> None:
     assert all(0 <= o < 5.0 for o in offsets)
     assert len({round(o, 3) for o in offsets}) > 400  # spread, not one constant
     assert p.due_at(T + 10, T + 3.0) == T + 3.0  # a pending run-now is not jittered
+
+
+def test_resume_continues_from_now_and_counts_a_slot_exactly_at_now() -> None:
+    p = plan()
+    assert p.resumed(T + 35.0) == T + 40
+    assert p.resumed(T + 40.0) == T + 40  # not passed yet: it runs
+    assert plan(recurrence="fixed_delay").resumed(T + 35.0) == T + 45.0
