@@ -741,7 +741,10 @@ class JobScheduler:
 
     def _on_overrun(self, claim: Claim) -> None:
         """Overrun-watch callback: a run is still going after its job's max_runtime_seconds."""
-        self._overran_runs[claim.run_id] = True
+        self._overran_runs[claim.run_id] = True  # before the record: see _completions_written
+        if not self._store.mark_overran(claim.run_id):
+            self._overran_runs.pop(claim.run_id, None)  # it finished in the meantime: no overrun
+            return
         logger.warning(
             "job %s generation %d: the run for %s is still going after %s s (max_runtime_seconds); "
             "it cannot be stopped and goes on",
@@ -750,7 +753,6 @@ class JobScheduler:
             from_ts(claim.scheduled_for).isoformat(),
             claim.max_runtime_seconds,
         )
-        self._store.mark_overran(claim.run_id)
         run = claim.run().model_copy(update={"overran": True, "instance_id": self.instance_id})
         self._emit("run_overran", claim.job_id, claim.generation, run=run)
 
