@@ -559,12 +559,17 @@ class Store:
                 claim = claim.where(jobs.c.job_id.in_(free.scalar_subquery()))
             won = conn.execute(
                 claim.values(
-                    state=_RUNNING, owner=instance_id, lease_until=lease_until, updated_at=from_ts(claimed_at)
+                    state=_RUNNING,
+                    owner=instance_id,
+                    lease_until=lease_until,
+                    updated_at=from_ts(claimed_at),
+                    running_for=jobs.c.next_run_at,  # the usual case: the slot due runs (fixed below if not)
                 ).returning(*_DISPATCH_COLUMNS)
             ).all()
             claims: dict[tuple[str, int], Claim] = {}
             skipped: dict[tuple[str, int], ClaimMiss] = {}
             moves: list[dict[str, Any]] = []
+            nexts: list[dict[str, Any]] = []
             reverts: list[dict[str, Any]] = []
             quarantined: list[dict[str, Any]] = []
             missed: list[dict[str, Any]] = []
@@ -582,7 +587,8 @@ class Store:
                 run_now_at = _ts(row.run_now_at)
                 # The bound as the statement saw it: rounded to the store's microseconds.
                 bound_at = to_ts(from_ts(expected[key]))
-                decision = plan.claim(to_ts(row.next_run_at), run_now_at, bound_at, claimed_at)
+                next_at = to_ts(row.next_run_at)
+                decision = plan.claim(next_at, run_now_at, bound_at, claimed_at)
                 if decision.missed is not None:
                     missed.append(_missed_record(*key, decision.missed, claimed_at, instance_id))
                 if decision.run_for is None:
@@ -598,14 +604,17 @@ class Store:
                     due = None if over else plan.due_at(decision.next_run_at, run_now_at)
                     skipped[key] = ClaimMiss(_FINISHED if over else _SCHEDULED, row.generation, None, due)
                     continue
-                moves.append(
-                    {
-                        "b_job_id": row.job_id,
-                        "b_next": from_ts(decision.next_run_at),
-                        "b_running_for": from_ts(decision.run_for),
-                        "b_run_now_at": None if decision.run_now else row.run_now_at,
-                    }
-                )
+                if decision.run_now or decision.run_for != next_at:
+                    moves.append(
+                        {
+                            "b_job_id": row.job_id,
+                            "b_next": from_ts(decision.next_run_at),
+                            "b_running_for": from_ts(decision.run_for),
+                            "b_run_now_at": None if decision.run_now else row.run_now_at,
+                        }
+                    )
+                elif decision.next_run_at != next_at:  # one parameter per row, not three
+                    nexts.append({"b_job_id": row.job_id, "b_next": from_ts(decision.next_run_at)})
                 claims[key] = Claim(
                     row.job_id,
                     row.generation,
@@ -620,6 +629,8 @@ class Store:
                 )
             if moves:
                 conn.execute(_CLAIM_MOVE, moves)
+            if nexts:
+                conn.execute(_CLAIM_NEXT, nexts)
             if reverts:
                 conn.execute(_CLAIM_REVERT, reverts)
             if quarantined:
@@ -1113,7 +1124,6 @@ _DISPATCH_COLUMNS: Final = tuple(
         "grace_seconds",
         "overlap",
         "jitter_seconds",
-        "start_at",
         "end_at",
         "max_runtime_seconds",
     )
@@ -1129,15 +1139,16 @@ _CLAIM_MOVE: Final = (
         run_now_at=bindparam("b_run_now_at"),
     )
 )
+_CLAIM_NEXT: Final = update(jobs).where(jobs.c.job_id == bindparam("b_job_id")).values(next_run_at=bindparam("b_next"))
 _CLAIM_QUARANTINE: Final = (
     update(jobs)
     .where(jobs.c.job_id == bindparam("b_job_id"))
-    .values(state=_SCHEDULED, paused=True, run_now_at=None, owner=None, lease_until=None)
+    .values(state=_SCHEDULED, paused=True, run_now_at=None, owner=None, lease_until=None, running_for=None)
 )
 _CLAIM_REVERT: Final = (
     update(jobs)
     .where(jobs.c.job_id == bindparam("b_job_id"))
-    .values(state=bindparam("b_state"), owner=None, lease_until=None, next_run_at=bindparam("b_next"))
+    .values(state=bindparam("b_state"), owner=None, lease_until=None, running_for=None, next_run_at=bindparam("b_next"))
 )
 
 # Completion statements, built once (executemany over every completion of a cycle).
@@ -1184,7 +1195,7 @@ def _ts(value: datetime | None) -> float | None:
     return None if value is None else round(to_ts(value), 6)
 
 
-def _policies(row: Row[Any]) -> Policies:
+def _policies(row: Row[Any], *, with_start: bool = True) -> Policies:
     return Policies(
         interval_seconds=row.interval_seconds,
         cron=row.cron,
@@ -1195,7 +1206,7 @@ def _policies(row: Row[Any]) -> Policies:
         grace_seconds=row.grace_seconds,
         overlap=row.overlap,
         jitter_seconds=row.jitter_seconds,
-        start_at=_ts(row.start_at),
+        start_at=_ts(row.start_at) if with_start else None,
         end_at=_ts(row.end_at),
         max_runtime_seconds=row.max_runtime_seconds,
     )
@@ -1208,7 +1219,8 @@ def _definition_key(row: Row[Any]) -> tuple[Any, ...]:
 
 def _plan(row: Row[Any]) -> JobPlan:
     """The policies of a persched_jobs row, as a plan (raises InvalidJobError if they cannot be read)."""
-    return _plan_of(row.job_id, row.generation, to_ts(row.first_run_at), _policies(row))
+    # start_at placed the grid's anchor once; a plan never reads it (so claims need not).
+    return _plan_of(row.job_id, row.generation, to_ts(row.first_run_at), _policies(row, with_start=False))
 
 
 @functools.lru_cache(maxsize=65_536)
