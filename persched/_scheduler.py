@@ -64,6 +64,7 @@ logger = logging.getLogger("persched")
 DEFAULT_URL: Final = "sqlite:///persched.db"
 _SCHEDULED: Final = JobState.SCHEDULED.value
 _RUNNING: Final = JobState.RUNNING.value
+MAX_WORKERS: Final = 4096  # threads are made up front; beyond this, a typo would exhaust memory
 CLAIM_RETRY_SECONDS: Final = 1.0  # back-off before a claim that hit a store error is tried again
 ATEXIT_TIMEOUT_SECONDS: Final = 10.0  # how long interpreter exit waits for in-flight runs
 
@@ -113,7 +114,7 @@ class JobScheduler:
 
     Args:
         url: A SQLAlchemy URL or a plain SQLite file path.
-        workers: How many runs may execute at once (worker threads).
+        workers: How many runs may execute at once (worker threads), at most 4096.
         clock: Where time comes from; `persched.testing.FakeClock` in tests.
         instance_id: Names this scheduler on the runs it claims; default
             ``host:pid:random``.
@@ -163,6 +164,8 @@ class JobScheduler:
         pickup_seconds: float = 1.0,
     ) -> None:
         self._workers = int(_positive("workers", workers, integer=True))
+        if self._workers > MAX_WORKERS:
+            raise InvalidJobError("workers", f"must be at most {MAX_WORKERS} (one thread each), got {workers!r}")
         self._allowed_modules = normalize_allowed(allowed_modules)
         self._keep_runs = None if keep_runs is None else int(_positive("keep_runs", keep_runs, integer=True))
         self._keep_seconds = (

@@ -24,6 +24,7 @@ from tests.support.helpers import at
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
     from tests.conftest import SchedulerFactory
 
@@ -310,3 +311,12 @@ def test_job_state_values() -> None:
     assert {s.value for s in JobState} == {"scheduled", "running", "paused", "finished", "descheduled"}
     assert JobState("running") is JobState.RUNNING
     assert isinstance(JobState.SCHEDULED, str)
+
+
+@pytest.mark.parametrize("workers", [0, -1, 1.5, True, "3", 4097, 2**40])
+def test_workers_is_a_bounded_whole_number(tmp_path: Path, workers: object) -> None:
+    """A pool's threads are made up front: 2**40 workers must be refused, not attempted."""
+    with pytest.raises(InvalidJobError) as raised:
+        JobScheduler(f"sqlite:///{tmp_path / 'w.db'}", workers=workers)  # type: ignore[arg-type]  # deliberately wrong
+    assert raised.value.argument == "workers"
+    assert not (tmp_path / "w.db").exists()
