@@ -16,24 +16,30 @@ Linearization points (SPEC §2) are the commits of these methods:
 - `claim_runs`: the start of runs. One conditional UPDATE decides every
   entry of a batch by its own predicate::
 
-      UPDATE persched_jobs SET state='running', owner=:me, lease_until=:lease
-       WHERE job_id IN (:ids) AND state='scheduled'
+      UPDATE persched_jobs SET state='running', owner=:me, lease_until=:lease,
+                               running_for=next_run_at
+       WHERE job_id IN (:ids) AND state='scheduled' AND NOT paused
          AND (job_id, generation) IN (:entries)
-         AND next_run_at <= CASE job_id WHEN :id THEN :expected_at ... END
+         AND (next_run_at <= CASE job_id WHEN :id THEN :expected_at ... END
+              OR run_now_at <= <the same bound>)
       RETURNING ...
 
+  then each won row's policies (`_policy`) decide its slot and next slot,
   and the runs' history rows are inserted in the same transaction. The
   predicate on `generation` makes a stale heap entry harmless; the one on
   `next_run_at` keeps an entry from running a slot early after another
-  instance moved the row on. On SQLite every write transaction starts with
+  instance moved the row on; the one on `paused` makes pause() linearize
+  like deschedule(). On SQLite every write transaction starts with
   ``BEGIN IMMEDIATE`` (see `_db`), so select-then-update races cannot happen
   (FIELD-REPORTS #4); RETURNING is what decides, never a prior SELECT. On
   PostgreSQL the rows are picked with ``FOR UPDATE SKIP LOCKED``.
 - `finish_runs`: completions. The job UPDATE is conditional on generation,
-  state, owner and the slot, so the completion of a replaced, descheduled or
+  state, owner and the slot in flight (`running_for`), so the completion of a replaced, descheduled or
   recovered run changes nothing (FIELD-REPORTS #5).
 - `dispatch`: `finish_runs` and `claim_runs` of one dispatch cycle in one
   transaction (nested writes join the transaction open on their thread).
+- `pause_job` / `resume_job` / `request_run_now`: one row each, grouped like
+  schedule and deschedule.
 - `recover_run`: a run whose lease was not renewed becomes 'lost' and its job
   goes back to 'scheduled' on the next slot; conditional on the lease value
   the caller observed, so a renewal in between wins, and on the job still
@@ -523,9 +529,11 @@ class Store:
         """Try to start the runs of ``(job_id, generation, expected_at)`` entries, in one transaction.
 
         One conditional UPDATE decides every row by its own predicate
-        (module docstring); RETURNING names the winners. Each run stands for
-        the latest grid slot at or before `now` (coalescing). Results are in
-        the order of `entries`; an entry repeated in the batch wins at most once.
+        (module docstring); RETURNING names the winners. Each won row's plan
+        (`_policy.JobPlan.claim`) then decides which slot runs, by the job's
+        misfire policy, or that none does (its late slots are dropped and the
+        row goes back to waiting). Results are in the order of `entries`; an
+        entry repeated in the batch wins at most once.
         `now` may be a clock, read once the transaction holds its write lock,
         so that start times follow the order of commits.
         """
