@@ -16,7 +16,7 @@ from unittest.mock import patch
 import pytest
 
 from persched import JobState
-from persched._store import Claim, ClaimMiss
+from persched._store import Claim, ClaimMiss, Store
 from persched.errors import SchedulerStateError
 from tests.scheduler.test_races import broken, claim_seam, job_state, probe, run_rows, seams
 from tests.support import jobs, race_jobs
@@ -34,7 +34,17 @@ __all__ = ["seams"]  # the fixture, shared with test_races
 NO_PAUSED = functools.partial(race_jobs.claim_variant, check_paused=False)
 
 
-def store_seam(seams: list[Seam], real: Callable[..., Any], *, before: bool = False, after: bool = False) -> Seam:
+def store_seam(
+    seams: list[Seam],
+    store: Store,
+    method: str,
+    impl: Callable[..., Any] | None = None,
+    *,
+    before: bool = False,
+    after: bool = False,
+) -> Seam:
+    """A seam around `store.<method>` (or around `impl`, a broken variant taking the store first)."""
+    real = functools.partial(getattr(type(store), method) if impl is None else impl, store)
     seam = Seam(real, before=before, after=after)
     seams.append(seam)
     return seam
@@ -116,12 +126,7 @@ def test_deschedule_commits_before_resume_so_the_job_stays_gone(
 ) -> None:
     sched = make_scheduler(start=True)
     store = sched._store
-    real = (
-        functools.partial(type(store).resume_job, store)
-        if resume_impl is None
-        else functools.partial(resume_impl, store)
-    )
-    seam = store_seam(seams, real, before=True)
+    seam = store_seam(seams, store, "resume_job", resume_impl, before=True)
     sched.schedule("a", jobs.record, 10.0, args=("a",))
     assert sched.pause("a") is True
     with patch.object(store, "resume_job", side_effect=seam):
@@ -146,7 +151,7 @@ def test_resume_commits_before_deschedule_so_its_queued_entry_never_starts(
     the entry it queues is stale, and its claim must fail."""
     sched = make_scheduler(start=True)
     store = sched._store
-    seam = store_seam(seams, functools.partial(type(store).resume_job, store), after=True)
+    seam = store_seam(seams, store, "resume_job", after=True)
     sched.schedule("a", jobs.record, 10.0, args=("a",))
     assert sched.pause("a") is True
     with patch.object(store, "resume_job", side_effect=seam):
@@ -179,12 +184,7 @@ def test_pause_commits_before_run_now_so_run_now_is_refused(
 ) -> None:
     sched = make_scheduler(start=True)
     store = sched._store
-    real = (
-        functools.partial(type(store).request_run_now, store)
-        if run_now_impl is None
-        else functools.partial(run_now_impl, store)
-    )
-    seam = store_seam(seams, real, before=True)
+    seam = store_seam(seams, store, "request_run_now", run_now_impl, before=True)
     sched.schedule("a", jobs.record, 100.0, args=("a",))
     with patch.object(store, "request_run_now", side_effect=seam):
         errors: list[BaseException] = []
