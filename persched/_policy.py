@@ -26,7 +26,32 @@ from . import _triggers
 if TYPE_CHECKING:
     from ._models import Policies
 
-__all__ = ["ClaimPlan", "JobPlan", "Missed"]
+__all__ = ["ClaimPlan", "JobPlan", "Missed", "place_grid"]
+
+
+def place_grid(policies: Policies, now: float, start_in: float | None) -> tuple[float, float]:
+    """Return ``(anchor, next_run_at)`` of a new job's grid: the anchor of an
+    interval grid (SPEC §2 default: one interval from now; `start_at` if
+    given) and its first slot not before `now`."""
+    start_at, interval = policies.start_at, policies.interval_seconds
+    if interval is not None:
+        if start_at is None:
+            # A new grid starts at its anchor (rounded to the store's microseconds,
+            # which may put it a hair before `now`: it is due at once either way).
+            anchor = round(now + (interval if start_in is None else start_in), 6)
+            return anchor, anchor
+        if start_at >= now:
+            return start_at, start_at
+        if policies.recurrence == "fixed_delay":  # from a past start: at once
+            return start_at, round(now, 6)
+        # An interval grid anchored at a past start_at: its first slot from now on.
+        grid = _triggers.interval_trigger(start_at, interval)
+        latest = grid.latest_at_or_before(now)
+        return start_at, latest if latest is not None and latest >= now else grid.next_after(now)
+    assert policies.cron is not None
+    floor = now if start_at is None else max(now, start_at)
+    first = _triggers.cron_trigger(policies.cron, policies.timezone).next_after(round(floor - 1e-6, 6))
+    return first, first  # a slot exactly at `floor` counts
 
 
 @dataclass(frozen=True)
@@ -89,32 +114,10 @@ class JobPlan:
 
     # -- placing slots -----------------------------------------------------------
 
-    def first_slot(self, now: float, start_in: float | None, start_at: float | None) -> tuple[float, float]:
-        """Return ``(anchor, next_run_at)`` of a new grid: the anchor of an
-        interval grid (SPEC §2 default: one interval from now; `start_at` if
-        given) and its first slot not before `now`."""
-        if self.interval is not None:
-            if start_at is None:
-                # A new grid starts at its anchor (rounded to the store's microseconds,
-                # which may put it a hair before `now`: it is due at once either way).
-                anchor = round(now + (self.interval if start_in is None else start_in), 6)
-                return anchor, anchor
-            if start_at >= now:
-                return start_at, start_at
-            if self.trigger is None:  # fixed delay from a past start: at once
-                return start_at, round(now, 6)
-            # An interval grid anchored at a past start_at: its first slot from now on.
-            grid = _triggers.interval_trigger(start_at, self.interval)
-            latest = grid.latest_at_or_before(now)
-            return start_at, latest if latest is not None and latest >= now else grid.next_after(now)
-        assert self.trigger is not None
-        floor = now if start_at is None else max(now, start_at)
-        first = self.trigger.next_after(round(floor - 1e-6, 6))  # a slot exactly at `floor` counts
-        return first, first
-
-    def is_over(self, next_run_at: float) -> bool:
-        """True when `next_run_at` lies past the window: the job has finished."""
-        return self.end_at is not None and next_run_at > self.end_at
+    def is_over(self, next_run_at: float, run_now_at: float | None = None) -> bool:
+        """True when the job has finished: its next slot lies past the window,
+        and no run-now request is still to run."""
+        return self.end_at is not None and next_run_at > self.end_at and run_now_at is None
 
     def jitter_for(self, slot: float) -> float:
         """The offset of `slot`'s run, the same in every instance (SPEC-policies: jitter)."""

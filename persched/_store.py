@@ -84,7 +84,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlch
 
 from . import _triggers
 from ._models import Job, JobDefinition, JobState, Policies, Run, validate_policies
-from ._policy import JobPlan, Missed
+from ._policy import JobPlan, Missed, place_grid
 from ._schema import UTCDateTime, changes, jobs, runs
 from .errors import InvalidJobError, StoreError
 
@@ -365,8 +365,11 @@ class Store:
             if row is not None and row.state != _DESCHEDULED and _definition_key(row) == definition.key():
                 return _job(row), "unchanged", None  # FIELD-REPORTS #1: keep generation and grid
             policies = definition.policies
-            plan = JobPlan.of(definition.job_id, 0, 0.0, policies)
-            anchor, first = plan.first_slot(now, definition.start_in, policies.start_at)
+            # A generation is never reused, also after deschedule (no ABA); the row
+            # is held (write lock, or FOR UPDATE), so the next one is known here.
+            generation = 1 if row is None else row.generation + 1
+            anchor, first = place_grid(policies, now, definition.start_in)
+            plan = JobPlan.of(definition.job_id, generation, anchor, policies)
             columns = policies.columns()
             for name in ("start_at", "end_at"):
                 columns[name] = None if columns[name] is None else from_ts(columns[name])
@@ -379,6 +382,7 @@ class Store:
                 **columns,
                 "first_run_at": from_ts(anchor),
                 "next_run_at": from_ts(first),
+                "generation": generation,
                 "state": _FINISHED if plan.is_over(first) else _SCHEDULED,
                 "paused": paused,
                 "run_now_at": None,
@@ -394,19 +398,12 @@ class Store:
             write: Insert | Update
             if row is None:
                 change = "created"
-                write = jobs.insert().values(job_id=definition.job_id, generation=1, created_at=from_ts(now), **values)
+                write = jobs.insert().values(job_id=definition.job_id, created_at=from_ts(now), **values)
             else:
                 change = "replaced" if row.state != _DESCHEDULED else "created"
-                # A generation is never reused, also after deschedule (no ABA).
-                write = (
-                    update(jobs)
-                    .where(jobs.c.job_id == definition.job_id)
-                    .values(generation=jobs.c.generation + 1, **values)
-                )
+                write = update(jobs).where(jobs.c.job_id == definition.job_id).values(**values)
             stored = conn.execute(write.returning(*jobs.c)).one()
-            due = None
-            if stored.state == _SCHEDULED and not paused:
-                due = JobPlan.of(definition.job_id, stored.generation, anchor, policies).due_at(first, None)
+            due = None if stored.state != _SCHEDULED or paused else plan.due_at(first, None)
             return _job(stored), change, due
 
         for _ in range(3):
@@ -601,7 +598,7 @@ class Store:
                     missed.append(_missed_record(*key, decision.missed, claimed_at, instance_id))
                 if decision.run_for is None:
                     # The policy drops the late slots (misfire "skip"): nothing runs now.
-                    over = plan.is_over(decision.next_run_at) and run_now_at is None
+                    over = plan.is_over(decision.next_run_at, run_now_at)
                     reverts.append(
                         {
                             "b_job_id": row.job_id,
@@ -750,7 +747,7 @@ class Store:
                 if dropped is not None:
                     missed.append(_missed_record(row.job_id, row.generation, dropped, c.finished_at, instance_id))
                 run_now_at = _ts(row.run_now_at)
-                over = plan.is_over(next_at) and run_now_at is None
+                over = plan.is_over(next_at, run_now_at)
                 moves.append(
                     {
                         "b_job_id": row.job_id,
@@ -869,7 +866,7 @@ class Store:
             elif next_at <= slot:
                 next_at = plan.slot_after(slot)  # a run claimed before schema 0003 kept its slot there
             run_now_at = _ts(row.run_now_at)
-            over = plan.is_over(next_at) and run_now_at is None
+            over = plan.is_over(next_at, run_now_at)
             freed = conn.execute(
                 # The read above took no lock (PostgreSQL): a deschedule or
                 # replacement committed since must win, so ask again.
@@ -945,7 +942,7 @@ class Store:
             plan = _plan(row)
             next_at = plan.resumed(now)
             state = row.state
-            if state == _SCHEDULED and plan.is_over(next_at):
+            if state == _SCHEDULED and plan.is_over(next_at):  # pause() cleared any run-now
                 state = _FINISHED
             conn.execute(
                 update(jobs)

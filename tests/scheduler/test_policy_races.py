@@ -18,7 +18,7 @@ import pytest
 from persched import JobState
 from persched._store import Claim, ClaimMiss, Store
 from persched.errors import SchedulerStateError
-from tests.scheduler.test_races import broken, claim_seam, job_state, probe, run_rows, seams
+from tests.scheduler.test_races import broken, claim_seam, job_state, probe, run_rows
 from tests.support import jobs, race_jobs
 from tests.support.helpers import TIMEOUT, at, finished_runs, wait_until
 from tests.support.race_jobs import Seam, batch_claims
@@ -28,8 +28,6 @@ if TYPE_CHECKING:
 
     from persched.testing import FakeClock
     from tests.conftest import SchedulerFactory
-
-__all__ = ["seams"]  # the fixture, shared with test_races
 
 NO_PAUSED = functools.partial(race_jobs.claim_variant, check_paused=False)
 

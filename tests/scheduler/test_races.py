@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from unittest.mock import patch
 
@@ -39,15 +39,6 @@ ClaimImpl = Callable[..., "Claim | ClaimMiss"]
 
 def broken(name: str, value: object, reason: str) -> Any:  # noqa: ANN401 - pytest's ParameterSet is private
     return pytest.param(value, id=name, marks=pytest.mark.xfail(strict=True, reason=reason))
-
-
-@pytest.fixture
-def seams() -> Iterator[list[Seam]]:
-    """Seams to release at teardown (before the schedulers are shut down)."""
-    made: list[Seam] = []
-    yield made
-    for seam in made:
-        seam.release()
 
 
 def claim_seam(seams: list[Seam], sched: JobScheduler, job_id: str, impl: ClaimImpl | None = None, **kw: bool) -> Seam:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from persched._models import validate_policies
-from persched._policy import ClaimPlan, JobPlan, Missed
+from persched._policy import ClaimPlan, JobPlan, Missed, place_grid
 
 T = 1_800_000_000.0
 
@@ -29,27 +29,27 @@ def plan(interval: float | None = 10.0, anchor: float = T, **policies: Any) -> J
 def test_a_new_grid_starts_where_asked_also_between_microseconds(start_in: float | None) -> None:
     """Real clocks read between microseconds; the first slot must not slip to the next one."""
     rng = random.Random(7)
-    p = plan(3600.0)
+    hourly = validate_policies(3600.0)
     for _ in range(2000):
         now = T + rng.random()
-        anchor, first = p.first_slot(now, start_in, None)
+        anchor, first = place_grid(hourly, now, start_in)
         expected = now + (3600.0 if start_in is None else start_in)
         assert anchor == first
         assert abs(first - expected) <= 5e-7
 
 
 def test_a_past_start_at_anchors_the_grid_and_the_first_slot_is_the_next_one() -> None:
-    p = plan(3600.0)
-    assert p.first_slot(T + 1000.0, None, T) == (T, T + 3600.0)
-    assert p.first_slot(T + 3600.0, None, T) == (T, T + 3600.0)  # exactly on a slot: that slot
-    assert p.first_slot(T, None, T + 50.0) == (T + 50.0, T + 50.0)  # a future start_at is the first slot
+    from_t, from_t50 = validate_policies(3600.0, start_at=_aware(T)), validate_policies(3600.0, start_at=_aware(T + 50))
+    assert place_grid(from_t, T + 1000.0, None) == (T, T + 3600.0)
+    assert place_grid(from_t, T + 3600.0, None) == (T, T + 3600.0)  # exactly on a slot: that slot
+    assert place_grid(from_t50, T, None) == (T + 50.0, T + 50.0)  # a future start_at is the first slot
 
 
 def test_a_cron_grid_starts_at_its_first_slot_not_before_now_or_start_at() -> None:
-    p = plan(None, cron="0 * * * *")  # hourly
-    assert p.first_slot(T + 1.0, None, None)[1] == T + 3600.0
-    assert p.first_slot(T, None, None)[1] == T  # T is on the hour
-    assert p.first_slot(T, None, T + 7200.0)[1] == T + 7200.0
+    hourly = validate_policies(None, cron="0 * * * *")
+    assert place_grid(hourly, T + 1.0, None)[1] == T + 3600.0
+    assert place_grid(hourly, T, None)[1] == T  # T is on the hour
+    assert place_grid(validate_policies(None, cron="0 * * * *", start_at=_aware(T + 7200)), T, None)[1] == T + 7200.0
 
 
 # --- claim -----------------------------------------------------------------------------------
