@@ -8,6 +8,7 @@ while); ``run --import`` of a missing module is checked as a subprocess.
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 from typing import TYPE_CHECKING
@@ -22,12 +23,23 @@ from tests.proof._settings import fuzz_settings
 from tests.support.helpers import TIMEOUT
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
 COMMANDS = ["migrate", "jobs", "show", "runs", "deschedule", "--help", "-h", "frobnicate", ""]
 OPTIONS = ["--json", "--limit", "--db", "--debug", "-v", "--verbose", "--workers", "--import", "--", "-x"]
 words = st.sampled_from(["a", "0", "-1", "99999999999999999999", "nan", "x" * 300, "\x00", "é", "", "job-1", "ok"])
 argvs = st.lists(st.sampled_from(COMMANDS) | st.sampled_from(OPTIONS) | words | st.text(max_size=6), max_size=6)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _in_a_scratch_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A fuzzed argv may name a database ("--db migrate") or fall back to ./persched.db:
+    such files go to a scratch directory, never into the checkout."""
+    previous = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("cwd"))
+    yield
+    os.chdir(previous)
 
 
 @pytest.fixture(scope="module")
