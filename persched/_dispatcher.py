@@ -4,7 +4,7 @@ Threads and locks
 -----------------
 The heap holds one small entry per scheduled job: ``(due_at, job_id,
 generation)``, where `due_at` is the slot the store had for the job when the
-entry was pushed (epoch seconds in the scheduler's `Timebase` frame). Every
+entry was pushed (an `Instant` in the scheduler's `Timebase` frame). Every
 field is comparable, so ties never compare payloads (the hazard behind
 CPython `sched`'s sequence numbers, bpo-19270, cannot arise); three fields
 keep an entry under 200 bytes. Entries are pushed by any thread (schedule(),
@@ -35,6 +35,23 @@ The dispatcher sleeps on ``_cond`` with a timeout until the head entry is due
 (measured on the monotonic clock through the `Timebase`), or until it is
 notified: a new head, a freed worker, a completion handed in, or stop. An idle scheduler with many
 jobs sleeps until the earliest one (SPEC §2: no busy polling).
+
+Lateness is measured when an entry is taken up
+-----------------------------------------------
+Each entry popped is stamped with `taken_at`, the instant the scheduler took
+it up, and the claim measures a slot's lateness there (SPEC-policies "Missed
+runs": a small `grace_seconds` must not drop the slots of a scheduler that is
+not behind). An entry that came due while the dispatcher slept waiting for
+it, with a worker free, was taken up on time: `taken_at` is its due time,
+however long the wake-up and the claim's commit took. Any other entry (it
+came due while every worker was busy, or while a cycle ran) is taken up when
+it is popped.
+
+Idle
+----
+`wait_idle()` (the testing kit behind `JobScheduler.wait_idle`) waits under
+``_cond`` until no entry is due, no completion waits to be written, no cycle
+is running and every worker is free.
 """
 
 from __future__ import annotations
@@ -42,25 +59,29 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ._instant import US_PER_SECOND, Instant
 from ._tracebacks import describe
 
 if TYPE_CHECKING:
+    from ._store import ClaimEntry
     from ._timebase import Timebase
 
 __all__ = ["Dispatcher", "Entry"]
 
 logger = logging.getLogger(__name__)
 
-Entry = tuple[float, str, int]  # (due_at, job_id, generation)
+Entry = tuple[Instant, str, int]  # (due_at, job_id, generation)
 
 # Called on the dispatcher thread, on no lock, once per wake-up with every
 # completion handed in since the last cycle and every due entry popped (a
-# worker reserved for each). Writes both (one transaction each) and returns
-# how many entries went to a worker; the other reservations are given back.
-CycleCallback = Callable[[list[Any], list[Entry]], int]
+# worker reserved for each), as ``(job_id, generation, due_at, taken_at)``.
+# Writes both (one transaction each) and returns how many entries went to a
+# worker; the other reservations are given back.
+CycleCallback = Callable[[list[Any], list["ClaimEntry"]], int]
 
 
 class Dispatcher:
@@ -79,21 +100,23 @@ class Dispatcher:
         self._max_batch = max_batch
         self._cond = threading.Condition()
         self._heap: list[Entry] = []
+        self._workers = workers
         self._free_workers = workers
+        self._in_cycle = False
         self._completions: list[Any] = []
         self._claiming = True  # False once shutdown began: completions only
         self._stopping = False
         self._exited = False
         self._thread = threading.Thread(target=self._loop, name="persched-dispatcher", daemon=True)
 
-    def start(self, entries: list[tuple[float, str, int]]) -> None:
+    def start(self, entries: list[Entry]) -> None:
         """Fill the heap with ``(due_at, job_id, generation)`` and start the thread."""
         with self._cond:
             self._heap.extend(entries)
             heapq.heapify(self._heap)
         self._thread.start()
 
-    def push(self, due_at: float, job_id: str, generation: int) -> None:
+    def push(self, due_at: Instant, job_id: str, generation: int) -> None:
         """Queue a run of `job_id`'s `generation` for `due_at`; wake the thread if it is the new head."""
         with self._cond:
             entry = (due_at, job_id, generation)
@@ -133,26 +156,52 @@ class Dispatcher:
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
-    def _next_cycle(self) -> tuple[list[Any], list[Entry]] | None:
+    def wait_idle(self, timeout: float | None) -> bool:
+        """Block until nothing is due or being written and every worker is free; False on timeout (real seconds)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not self._idle():
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                # Bounded: advancing a FakeClock wakes this condition, the real clock does not.
+                self._cond.wait(0.05 if left is None else min(left, 0.05))
+            return True
+
+    def _idle(self) -> bool:
+        due = self._claiming and bool(self._heap) and self._heap[0][0] <= self._timebase.now()
+        return not (due or self._completions or self._in_cycle) and self._free_workers == self._workers
+
+    def _next_cycle(self) -> tuple[list[Any], list[ClaimEntry]] | None:
         """Under ``_cond``: wait for completions, or due entries and free workers; take them."""
         clock = self._timebase.clock
+        asleep_since: Instant | None = None  # when it began waiting for the head with a worker free
         while True:
-            due: list[Entry] = []
+            due: list[ClaimEntry] = []
             if self._claiming and self._heap and self._free_workers:
                 now = self._timebase.now()
                 limit = min(self._free_workers, self._max_batch)
                 while self._heap and self._heap[0][0] <= now and len(due) < limit:
-                    due.append(heapq.heappop(self._heap))
+                    due_at, job_id, generation = heapq.heappop(self._heap)
+                    # Taken up on time if it came due while this thread slept waiting for it
+                    # (module docstring), else now.
+                    taken_at = now if asleep_since is None else min(now, max(due_at, asleep_since))
+                    due.append((job_id, generation, due_at, Instant(taken_at)))
                 self._free_workers -= len(due)  # SPEC §2: reserve before the claim
             if due or self._completions:
                 completions, self._completions = self._completions, []
+                self._in_cycle = True
                 return completions, due
             if self._stopping:
                 self._exited = True
                 return None
             timeout = None
             if self._claiming and self._heap and self._free_workers:
-                timeout = self._heap[0][0] - self._timebase.now()
+                now = self._timebase.now()
+                asleep_since = now if asleep_since is None else asleep_since
+                timeout = (self._heap[0][0] - now) / US_PER_SECOND
+            else:
+                asleep_since = None
             clock.wait(self._cond, timeout)
 
     def _loop(self) -> None:
@@ -167,7 +216,7 @@ class Dispatcher:
                 handed_over = self._cycle(completions, due)
             except BaseException as exc:  # noqa: BLE001 - the dispatcher must outlive any failure
                 logger.error("a dispatch cycle failed\n%s", describe(exc))
-            if handed_over < len(due):
-                with self._cond:
-                    self._free_workers += len(due) - handed_over
-                    self._cond.notify_all()
+            with self._cond:
+                self._free_workers += len(due) - handed_over
+                self._in_cycle = False
+                self._cond.notify_all()

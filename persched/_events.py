@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal, get_args
@@ -182,6 +183,18 @@ class EventBus:
                     dropped,
                 )
 
+    def wait_delivered(self, timeout: float | None) -> bool:
+        """Block until every event queued so far has been delivered; False after `timeout` real seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        done = self._queue.all_tasks_done
+        with done:
+            while self._queue.unfinished_tasks and not self._abandoned:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                done.wait(left)
+        return True
+
     def stop(self, timeout: float | None) -> None:
         """Deliver what is queued (up to `timeout` seconds), then end the thread.
 
@@ -211,6 +224,7 @@ class EventBus:
             for listener in listeners:
                 _deliver(listener, event)
             del event, listeners
+            self._queue.task_done()
 
 
 def _deliver(listener: Listener, event: Event) -> None:

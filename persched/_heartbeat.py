@@ -33,8 +33,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
+from ._instant import US_PER_SECOND, Instant, Micros
 from ._tracebacks import describe
 from .errors import StoreError
 
@@ -47,7 +48,9 @@ __all__ = ["Heartbeat"]
 logger = logging.getLogger(__name__)
 
 # (next_run_at, job_id, generation): a recovered or changed job to queue.
-QueueCallback = Callable[[float, str, int], None]
+QueueCallback = Callable[[Instant, str, int], None]
+
+DEFAULT_PICKUP: Final = Micros(US_PER_SECOND)
 
 
 class Heartbeat:
@@ -57,12 +60,12 @@ class Heartbeat:
         store: The store.
         timebase: The scheduler's time frame.
         instance_id: This scheduler's instance id.
-        lease_seconds: How long a lease lasts without renewal.
-        period_seconds: How often to renew and look for expired leases.
+        lease: How long a lease lasts without renewal.
+        period: How often to renew and look for expired leases.
         in_flight: Returns the run ids in flight in this process.
         queue: Called with each job that recovery put back on its grid, and
             each job that another instance (or the CLI) scheduled or replaced.
-        pickup_seconds: How often to look for changes made elsewhere.
+        pickup: How often to look for changes made elsewhere.
         lost: Called with each run this heartbeat recorded as lost (events).
         maintenance: Called after each round (run-history retention); it
             runs here, off the dispatch path.
@@ -73,30 +76,30 @@ class Heartbeat:
         store: Store,
         timebase: Timebase,
         instance_id: str,
-        lease_seconds: float,
-        period_seconds: float,
+        lease: Micros,
+        period: Micros,
         in_flight: Callable[[], set[int]],
         queue: QueueCallback,
         *,
-        pickup_seconds: float = 1.0,
+        pickup: Micros = DEFAULT_PICKUP,
         lost: Callable[[OpenRun], None] | None = None,
         maintenance: Callable[[], None] | None = None,
     ) -> None:
         self._store = store
         self._timebase = timebase
         self._instance_id = instance_id
-        self._lease_seconds = lease_seconds
-        self._period_seconds = period_seconds
+        self._lease = lease
+        self._period = period
         self._in_flight = in_flight
         self._queue = queue
-        self._pickup_seconds = pickup_seconds
+        self._pickup = pickup
         self._change_seq = 0
         self._lost = lost
         self._maintenance = maintenance
         self._cond = threading.Condition()
         self._stopping = False
-        # run_id -> (lease value seen, monotonic time it was first seen)
-        self._seen: dict[int, tuple[object, float]] = {}
+        # run_id -> (lease value seen, monotonic microseconds when it was first seen)
+        self._seen: dict[int, tuple[object, int]] = {}
         self._thread = threading.Thread(target=self._loop, name="persched-heartbeat", daemon=True)
 
     def start(self, change_seq: int) -> None:
@@ -119,15 +122,15 @@ class Heartbeat:
         """Renew leases, then recover what has expired (one round)."""
         running_here = self._in_flight()
         if running_here:
-            self._store.renew_leases(self._instance_id, self._timebase.now() + self._lease_seconds, running_here)
+            self._store.renew_leases(self._instance_id, Instant(self._timebase.now() + self._lease), running_here)
         open_runs = [run for run in self._store.open_runs() if run.run_id not in running_here]
-        mono = self._timebase.clock.monotonic()
-        seen: dict[int, tuple[object, float]] = {}
+        mono = self._timebase.clock.monotonic_us()
+        seen: dict[int, tuple[object, int]] = {}
         for run in open_runs:
             previous = self._seen.get(run.run_id)
             first_seen = previous[1] if previous is not None and previous[0] == run.lease_until else mono
             seen[run.run_id] = (run.lease_until, first_seen)
-            if mono - first_seen >= self._lease_seconds:
+            if mono - first_seen >= self._lease:
                 self._recover(run)
         self._seen = seen
 
@@ -142,7 +145,7 @@ class Heartbeat:
             run.generation,
             run.instance_id,
         )
-        if isinstance(result, float):
+        if not isinstance(result, bool) and result is not None:
             self._queue(result, run.job_id, run.generation)
         if self._lost is not None:
             self._lost(run)
@@ -162,19 +165,19 @@ class Heartbeat:
 
     def _loop(self) -> None:
         clock = self._timebase.clock
-        next_beat = next_pickup = clock.monotonic()
+        next_beat = next_pickup = clock.monotonic_us()
         while True:
-            if clock.monotonic() >= next_pickup:
-                next_pickup = clock.monotonic() + self._pickup_seconds
+            if clock.monotonic_us() >= next_pickup:
+                next_pickup = clock.monotonic_us() + self._pickup
                 _guarded(self.pick_up_changes, "picking up changes")
-            if clock.monotonic() >= next_beat:
-                next_beat = clock.monotonic() + self._period_seconds
+            if clock.monotonic_us() >= next_beat:
+                next_beat = clock.monotonic_us() + self._period
                 _guarded(self.beat, "heartbeat")
                 if self._maintenance is not None:
                     _guarded(self._maintenance, "run-history maintenance")
             with self._cond:
-                while not self._stopping and (left := min(next_beat, next_pickup) - clock.monotonic()) > 0:
-                    clock.wait(self._cond, left)
+                while not self._stopping and (left := min(next_beat, next_pickup) - clock.monotonic_us()) > 0:
+                    clock.wait(self._cond, left / US_PER_SECOND)
                 if self._stopping:
                     return
 

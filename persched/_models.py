@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import json
 import math
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from . import _triggers
+from ._instant import Instant, Micros, from_datetime, micros, seconds, to_datetime
 from .errors import InvalidJobError
 
 __all__ = ["Job", "JobDefinition", "JobState", "Outcome", "Policies", "Run", "validate_definition"]
@@ -20,6 +20,9 @@ __all__ = ["Job", "JobDefinition", "JobState", "Outcome", "Policies", "Run", "va
 MAX_JOB_ID_LENGTH = 200
 MAX_INTERVAL_SECONDS = 10 * 366 * 24 * 3600.0  # "at most 10 years"
 MIN_INTERVAL_SECONDS = 1e-6  # the store keeps microseconds: a shorter interval has no distinct slots
+
+DEFAULT_GRACE: Final = Micros(1_000_000)  # grace_seconds=1.0
+NO_JITTER: Final = Micros(0)
 
 Outcome = Literal["ok", "error", "lost", "missed"]
 Recurrence = Literal["fixed_rate", "fixed_delay"]
@@ -103,9 +106,12 @@ class Run(BaseModel):
 
 @dataclass(frozen=True)
 class Policies:
-    """The SPEC-policies options of a job, validated (all part of its definition)."""
+    """The SPEC-policies options of a job, validated (all part of its definition).
 
-    interval_seconds: float | None = None
+    Durations and instants are whole microseconds (`_instant`), rounded once, at `schedule()`.
+    """
+
+    interval: Micros | None = None
     cron: str | None = None
     timezone: str = "UTC"
     # Plain str (not the Literal types of schedule()'s arguments): a job is read
@@ -113,16 +119,36 @@ class Policies:
     recurrence: str = "fixed_rate"
     misfire: str = "coalesce"
     max_catch_up: int | None = None
-    grace_seconds: float = 1.0
-    overlap: Overlap = "forbid"
-    jitter_seconds: float = 0.0
-    start_at: float | None = None  # epoch seconds
-    end_at: float | None = None
-    max_runtime_seconds: float | None = None
+    grace: Micros = DEFAULT_GRACE
+    overlap: str = "forbid"
+    jitter: Micros = NO_JITTER
+    start_at: Instant | None = None
+    end_at: Instant | None = None
+    max_runtime: Micros | None = None
 
     def columns(self) -> dict[str, Any]:
-        """The policy columns of persched_jobs (times still epoch seconds)."""
-        return dataclasses.asdict(self)
+        """The policy columns of persched_jobs (seconds as floats, instants as datetimes)."""
+
+        def secs(us: int | None) -> float | None:
+            return None if us is None else seconds(us)
+
+        def when(us: int | None) -> datetime | None:
+            return None if us is None else to_datetime(us)
+
+        return {
+            "interval_seconds": secs(self.interval),
+            "cron": self.cron,
+            "timezone": self.timezone,
+            "recurrence": self.recurrence,
+            "misfire": self.misfire,
+            "max_catch_up": self.max_catch_up,
+            "grace_seconds": secs(self.grace),
+            "overlap": self.overlap,
+            "jitter_seconds": secs(self.jitter),
+            "start_at": when(self.start_at),
+            "end_at": when(self.end_at),
+            "max_runtime_seconds": secs(self.max_runtime),
+        }
 
 
 @dataclass(frozen=True)
@@ -135,7 +161,7 @@ class JobDefinition:
     args_json: str
     kwargs_json: str
     policies: Policies
-    start_in: float | None
+    start_in: Micros | None
 
     def key(self) -> tuple[Any, ...]:
         """Everything that makes up the definition (not start_in: it only places a new grid)."""
@@ -198,14 +224,22 @@ def _choice(argument: str, value: object) -> Any:  # noqa: ANN401 - one of the L
     return value
 
 
-def _instant(argument: str, value: object) -> float | None:
+def _micros(argument: str, value: object, *, allow_zero: bool) -> Micros:
+    """`_seconds`, rounded once to whole microseconds (an interval of 1/3 s is 333,333 µs)."""
+    us = micros(_seconds(argument, value, allow_zero=allow_zero))
+    if us == 0 and not allow_zero:
+        raise InvalidJobError(argument, f"must be at least one microsecond, got {value!r}")
+    return Micros(us)
+
+
+def _instant(argument: str, value: object) -> Instant | None:
     if value is None:
         return None
     if not isinstance(value, datetime):
         raise InvalidJobError(argument, f"must be a timezone-aware datetime, got {value!r}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidJobError(argument, f"must be timezone-aware (naive datetimes are ambiguous), got {value!r}")
-    return round(value.timestamp(), 6)
+    return from_datetime(value)  # exact: a datetime holds whole microseconds
 
 
 def validate_policies(
@@ -228,12 +262,12 @@ def validate_policies(
         raise InvalidJobError("interval_seconds", "give exactly one of interval_seconds and cron")
     interval = None
     if interval_seconds is not None:
-        interval = _seconds("interval_seconds", interval_seconds, allow_zero=False)
-        if interval < MIN_INTERVAL_SECONDS:
+        if _seconds("interval_seconds", interval_seconds, allow_zero=False) < MIN_INTERVAL_SECONDS:
             raise InvalidJobError(
                 "interval_seconds",
                 f"must be at least one microsecond (the store's resolution), got {interval_seconds!r}",
             )
+        interval = _micros("interval_seconds", interval_seconds, allow_zero=False)
     expression = None if cron is None else _triggers.validate_cron(cron)
     zone = _triggers.validate_timezone(timezone)
     rec = _choice("recurrence", recurrence)
@@ -254,20 +288,20 @@ def validate_policies(
         raise InvalidJobError("end_at", f"must not be before start_at ({start_at} > {end_at})")
     runtime = None
     if max_runtime_seconds is not None:
-        runtime = _seconds("max_runtime_seconds", max_runtime_seconds, allow_zero=False)
+        runtime = _micros("max_runtime_seconds", max_runtime_seconds, allow_zero=False)
     return Policies(
-        interval_seconds=interval,
+        interval=interval,
         cron=expression,
         timezone=zone,
         recurrence=rec,
         misfire=mis,
         max_catch_up=max_catch_up if mis == "catch_up" else None,
-        grace_seconds=_seconds("grace_seconds", grace_seconds, allow_zero=True),
+        grace=_micros("grace_seconds", grace_seconds, allow_zero=True),
         overlap=_choice("overlap", overlap),
-        jitter_seconds=_seconds("jitter_seconds", jitter_seconds, allow_zero=True),
+        jitter=_micros("jitter_seconds", jitter_seconds, allow_zero=True),
         start_at=start,
         end_at=end,
-        max_runtime_seconds=runtime,
+        max_runtime=runtime,
     )
 
 
@@ -289,7 +323,7 @@ def validate_definition(
     if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
         raise InvalidJobError("kwargs", f"must be a dict with str keys, got {kwargs!r}")
     kwargs_json = _to_json("kwargs", kwargs)
-    start = None if start_in is None else _seconds("start_in", start_in, allow_zero=True)
+    start = None if start_in is None else _micros("start_in", start_in, allow_zero=True)
     if start is not None and policies.cron is not None:
         raise InvalidJobError("start_in", "a cron job starts on its expression; use start_at to delay it")
     if start is not None and policies.start_at is not None:

@@ -14,6 +14,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
+from ._instant import US_PER_SECOND, Instant
 from ._tracebacks import describe
 
 if TYPE_CHECKING:
@@ -34,14 +35,14 @@ class OverrunWatch:
         self._timebase = timebase
         self._overran = overran
         self._cond = threading.Condition()
-        self._deadlines: list[tuple[float, int, Claim]] = []  # (deadline, run_id, claim)
+        self._deadlines: list[tuple[Instant, int, Claim]] = []  # (deadline, run_id, claim)
         self._running: set[int] = set()
         self._stopping = False
         self._thread: threading.Thread | None = None
 
     def watch(self, claim: Claim) -> None:
         """Start watching a run whose job has a max_runtime_seconds (started lazily: most jobs have none)."""
-        assert claim.max_runtime_seconds is not None
+        assert claim.max_runtime is not None
         with self._cond:
             if self._stopping:
                 return
@@ -49,7 +50,7 @@ class OverrunWatch:
                 self._thread = threading.Thread(target=self._loop, name="persched-overrun", daemon=True)
                 self._thread.start()
             self._running.add(claim.run_id)
-            entry = (claim.started_at + claim.max_runtime_seconds, claim.run_id, claim)
+            entry = (Instant(claim.started_at + claim.max_runtime), claim.run_id, claim)
             heapq.heappush(self._deadlines, entry)
             if self._deadlines[0] is entry:
                 self._cond.notify_all()
@@ -77,7 +78,7 @@ class OverrunWatch:
                 _, run_id, claim = heapq.heappop(self._deadlines)
                 self._running.discard(run_id)
                 return claim
-            timeout = self._deadlines[0][0] - self._timebase.now() if self._deadlines else None
+            timeout = (self._deadlines[0][0] - self._timebase.now()) / US_PER_SECOND if self._deadlines else None
             self._timebase.clock.wait(self._cond, timeout)
         return None
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import _triggers
+from ._instant import Instant, Micros
 
 if TYPE_CHECKING:
     from ._models import Policies
@@ -29,28 +30,24 @@ if TYPE_CHECKING:
 __all__ = ["ClaimPlan", "JobPlan", "Missed", "place_grid"]
 
 
-def place_grid(policies: Policies, now: float, start_in: float | None) -> tuple[float, float]:
+def place_grid(policies: Policies, now: Instant, start_in: Micros | None) -> tuple[Instant, Instant]:
     """Return ``(anchor, next_run_at)`` of a new job's grid: the anchor of an
     interval grid (SPEC §2 default: one interval from now; `start_at` if
     given) and its first slot not before `now`."""
-    start_at, interval = policies.start_at, policies.interval_seconds
+    start_at, interval = policies.start_at, policies.interval
     if interval is not None:
         if start_at is None:
-            # A new grid starts at its anchor (rounded to the store's microseconds,
-            # which may put it a hair before `now`: it is due at once either way).
-            anchor = round(now + (interval if start_in is None else start_in), 6)
+            anchor = Instant(now + (interval if start_in is None else start_in))
             return anchor, anchor
         if start_at >= now:
             return start_at, start_at
         if policies.recurrence == "fixed_delay":  # from a past start: at once
-            return start_at, round(now, 6)
+            return start_at, now
         # An interval grid anchored at a past start_at: its first slot from now on.
-        grid = _triggers.interval_trigger(start_at, interval)
-        latest = grid.latest_at_or_before(now)
-        return start_at, latest if latest is not None and latest >= now else grid.next_after(now)
+        return start_at, _triggers.interval_trigger(start_at, interval).next_after(Instant(now - 1))
     assert policies.cron is not None
     floor = now if start_at is None else max(now, start_at)
-    first = _triggers.cron_trigger(policies.cron, policies.timezone).next_after(round(floor - 1e-6, 6))
+    first = _triggers.cron_trigger(policies.cron, policies.timezone).next_after(Instant(floor - 1))
     return first, first  # a slot exactly at `floor` counts
 
 
@@ -58,8 +55,8 @@ def place_grid(policies: Policies, now: float, start_in: float | None) -> tuple[
 class Missed:
     """Slots `first` .. `last` that will never run (`count` None: too many to count)."""
 
-    first: float
-    last: float
+    first: Instant
+    last: Instant
     count: int | None
 
 
@@ -67,9 +64,9 @@ class Missed:
 class ClaimPlan:
     """What a won claim does: run `run_for` (None: nothing runs) and move the row on."""
 
-    run_for: float | None
+    run_for: Instant | None
     run_now: bool
-    next_run_at: float
+    next_run_at: Instant
     missed: Missed | None
 
 
@@ -80,16 +77,16 @@ class JobPlan:
     job_id: str
     generation: int
     trigger: _triggers.Trigger | None
-    interval: float | None
+    interval: Micros | None
     misfire: str
     max_catch_up: int | None
-    grace: float
+    grace: Micros
     overlap: str
-    jitter: float
-    end_at: float | None
+    jitter: Micros
+    end_at: Instant | None
 
     @classmethod
-    def of(cls, job_id: str, generation: int, anchor: float, policies: Policies) -> JobPlan:
+    def of(cls, job_id: str, generation: int, anchor: Instant, policies: Policies) -> JobPlan:
         """Build the plan of a job whose grid is anchored at `anchor` (its first slot)."""
         trigger: _triggers.Trigger | None
         if policies.cron is not None:
@@ -97,65 +94,83 @@ class JobPlan:
         elif policies.recurrence == "fixed_delay":
             trigger = None
         else:
-            assert policies.interval_seconds is not None
-            trigger = _triggers.interval_trigger(anchor, policies.interval_seconds)
+            assert policies.interval is not None
+            trigger = _triggers.interval_trigger(anchor, policies.interval)
         return cls(
             job_id,
             generation,
             trigger,
-            policies.interval_seconds,
+            policies.interval,
             policies.misfire,
             policies.max_catch_up,
-            policies.grace_seconds,
+            policies.grace,
             policies.overlap,
-            policies.jitter_seconds,
+            policies.jitter,
             policies.end_at,
         )
 
     # -- placing slots -----------------------------------------------------------
 
-    def is_over(self, next_run_at: float, run_now_at: float | None = None) -> bool:
+    def is_over(self, next_run_at: Instant, run_now_at: Instant | None = None) -> bool:
         """True when the job has finished: its next slot lies past the window,
         and no run-now request is still to run."""
         return self.end_at is not None and next_run_at > self.end_at and run_now_at is None
 
-    def jitter_for(self, slot: float) -> float:
+    def jitter_for(self, slot: Instant) -> Micros:
         """The offset of `slot`'s run, the same in every instance (SPEC-policies: jitter)."""
-        return _triggers.jitter_offset(self.job_id, self.generation, slot, self.jitter) if self.jitter else 0.0
+        return _triggers.jitter_offset(self.job_id, self.generation, slot, self.jitter) if self.jitter else Micros(0)
 
-    def due_at(self, next_run_at: float, run_now_at: float | None) -> float:
+    def due_at(self, next_run_at: Instant, run_now_at: Instant | None) -> Instant:
         """When the heap should try the job: its next slot plus jitter, or a pending run-now."""
-        due = next_run_at + self.jitter_for(next_run_at)
+        due = Instant(next_run_at + self.jitter_for(next_run_at))
         return due if run_now_at is None else min(due, run_now_at)
 
-    def slot_after(self, slot: float) -> float:
+    def slot_after(self, slot: Instant) -> Instant:
         """The slot after `slot` (fixed delay: one interval later, as a guess)."""
         if self.trigger is None:
             assert self.interval is not None
-            return round(slot + self.interval, 6)
+            return Instant(slot + self.interval)
         return self.trigger.next_after(slot)
 
-    def resumed(self, now: float) -> float:
-        """The first slot from a resume at `now` on: slots that passed while paused are
-        not run, one falling exactly at `now` is (as for a new grid)."""
+    def resumed(self, now: Instant, next_run_at: Instant) -> Instant:
+        """The first slot of a resume at `now`: slots that passed while paused are not
+        run, one falling exactly at `now` is (as for a new grid). Never before the row's
+        `next_run_at`, the next slot still to run: a resume on a clock behind the one
+        that ran the last slot must not put the job back on it (SPEC §2 "Clock corrections")."""
         if self.trigger is None:
-            return self.slot_after(now)  # fixed delay: one interval from the resume
-        return self.trigger.next_after(round(now - 1e-6, 6))
+            return max(self.slot_after(now), next_run_at)  # fixed delay: one interval from the resume
+        return max(self.trigger.next_after(Instant(now - 1)), next_run_at)
+
+    def corrected(self, next_run_at: Instant, now: Instant) -> Instant | None:
+        """The slot a row should have instead of `next_run_at` if that lies further ahead of `now`
+        than the schedule allows (it was written by a clock that was ahead), else None."""
+        if self.trigger is None:
+            assert self.interval is not None
+            allowed = Instant(now + self.interval)  # fixed delay: at most one interval away
+        else:
+            allowed = self.trigger.next_after(now)
+        return allowed if next_run_at > allowed else None
 
     # -- claim and completion ------------------------------------------------------
 
-    def claim(self, next_run_at: float, run_now_at: float | None, bound: float, now: float) -> ClaimPlan:
+    def claim(
+        self, next_run_at: Instant, run_now_at: Instant | None, bound: Instant, now: Instant, taken_at: Instant
+    ) -> ClaimPlan:
         """Decide a won claim: `bound` is the latest slot the heap entry may run
-        (it never runs a slot early), `now` the claim's time."""
+        (it never runs a slot early), `now` the claim's time, `taken_at` when the
+        dispatcher took the entry up (what lateness is measured at: the
+        scheduler's own dispatch latency for a slot taken up on time does not
+        count against `grace_seconds`)."""
         if next_run_at > bound:
             # Not the grid's turn: the entry is a run-now request.
             assert run_now_at is not None
             return ClaimPlan(run_now_at, True, next_run_at, None)
+        taken = min(taken_at, now)
         if self.trigger is None:
-            return self._claim_fixed_delay(next_run_at, now)
+            return self._claim_fixed_delay(next_run_at, now, taken)
         latest = self.trigger.latest_at_or_before(now if self.end_at is None else min(now, self.end_at))
         latest = next_run_at if latest is None else max(latest, next_run_at)
-        on_time = now - latest - self.jitter_for(latest) <= self.grace
+        on_time = taken - latest - self.jitter_for(latest) <= self.grace
         if self.misfire == "coalesce":
             # SPEC §2: one run stands for every slot since next_run_at.
             return ClaimPlan(latest, False, self.trigger.next_after(latest), None)
@@ -174,19 +189,19 @@ class JobPlan:
             run_for = recent[0] if recent else latest
         return ClaimPlan(run_for, False, self.trigger.next_after(run_for), self._missed_before(next_run_at, run_for))
 
-    def _claim_fixed_delay(self, next_run_at: float, now: float) -> ClaimPlan:
+    def _claim_fixed_delay(self, next_run_at: Instant, now: Instant, taken: Instant) -> ClaimPlan:
         assert self.interval is not None
-        late = now - next_run_at - self.jitter_for(next_run_at) > self.grace
+        late = taken - next_run_at - self.jitter_for(next_run_at) > self.grace
         if self.misfire == "skip" and late:
-            return ClaimPlan(None, False, round(now + self.interval, 6), Missed(next_run_at, next_run_at, 1))
+            return ClaimPlan(None, False, Instant(now + self.interval), Missed(next_run_at, next_run_at, 1))
         # The next slot is set when this run finishes (one interval after its end).
         return ClaimPlan(next_run_at, False, next_run_at, None)
 
-    def after_run(self, next_run_at: float, finished_at: float) -> tuple[float, Missed | None]:
+    def after_run(self, next_run_at: Instant, finished_at: Instant) -> tuple[Instant, Missed | None]:
         """The row's next slot once a run finished at `finished_at`, and the slots it drops."""
         if self.trigger is None:
             assert self.interval is not None
-            return round(finished_at + self.interval, 6), None  # fixed delay: from the run's end
+            return Instant(finished_at + self.interval), None  # fixed delay: from the run's end
         if self.overlap == "skip" and next_run_at <= finished_at:
             # Slots that passed while the run was in flight are dropped.
             last = self.trigger.latest_at_or_before(finished_at)
@@ -194,14 +209,21 @@ class JobPlan:
             return self.trigger.next_after(finished_at), self._missed(next_run_at, last)
         return next_run_at, None
 
-    def _missed(self, first: float, last: float) -> Missed:
+    def after_loss(self, next_run_at: Instant, slot: Instant, recovered_at: Instant) -> Instant:
+        """The row's next slot once the run for `slot` was recovered as lost at `recovered_at`:
+        never `slot` again (SPEC §2 "Restart"), also on a clock behind the one that claimed it."""
+        if self.trigger is None:
+            return max(self.slot_after(recovered_at), self.slot_after(slot))  # fixed delay: from the loss
+        return next_run_at if next_run_at > slot else self.trigger.next_after(slot)
+
+    def _missed(self, first: Instant, last: Instant) -> Missed:
         assert self.trigger is not None
         return Missed(first, last, self.trigger.count_between(first, last))
 
-    def _missed_before(self, first: float, slot: float) -> Missed | None:
+    def _missed_before(self, first: Instant, slot: Instant) -> Missed | None:
         """The slots from `first` up to, not including, `slot` (None if there are none)."""
         assert self.trigger is not None
         if first >= slot:
             return None
-        before = self.trigger.recent_slots(first, round(slot - 1e-6, 6), 1)
+        before = self.trigger.recent_slots(first, Instant(slot - 1), 1)
         return self._missed(first, before[-1]) if before else None

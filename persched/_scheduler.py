@@ -34,18 +34,19 @@ import weakref
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Final
 
-from . import _db, _migrate
-from ._dispatcher import Dispatcher, Entry
+from . import _db, _migrate, _triggers
+from ._dispatcher import Dispatcher
 from ._events import Event, EventBus
 from ._heartbeat import Heartbeat
+from ._instant import Instant, Micros, micros, seconds, to_datetime
 from ._models import Job, JobState, Run, validate_definition, validate_job_id, validate_policies
 from ._overrun import OverrunWatch
-from ._store import Claim, ClaimMiss, Completion, Store, bound_error_text, from_ts
+from ._store import Claim, ClaimMiss, Completion, Store, bound_error_text
 from ._targets import normalize_allowed, reference_of
 from ._timebase import Timebase
 from ._tracebacks import describe
 from ._workers import WorkerPool, current_run_claim
-from .clock import Clock, SystemClock
+from .clock import Clock, SecondsClock, SystemClock, exact_clock
 from .errors import InvalidJobError, SchedulerStateError, StoreError
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
 
     from ._events import EventKind, Listener
     from ._models import Misfire, Overlap, Recurrence
-    from ._store import OpenRun
+    from ._store import ClaimEntry, OpenRun
 
 __all__ = ["JobScheduler", "current_run"]
 
@@ -65,7 +66,7 @@ DEFAULT_URL: Final = "sqlite:///persched.db"
 _SCHEDULED: Final = JobState.SCHEDULED.value
 _RUNNING: Final = JobState.RUNNING.value
 MAX_WORKERS: Final = 4096  # threads are made up front; beyond this, a typo would exhaust memory
-CLAIM_RETRY_SECONDS: Final = 1.0  # back-off before a claim that hit a store error is tried again
+CLAIM_RETRY: Final = Micros(1_000_000)  # back-off before a claim that hit a store error is tried again
 ATEXIT_TIMEOUT_SECONDS: Final = 10.0  # how long interpreter exit waits for in-flight runs
 
 _live: weakref.WeakSet[JobScheduler] = weakref.WeakSet()
@@ -151,7 +152,7 @@ class JobScheduler:
         self,
         url: str = DEFAULT_URL,
         workers: int = 8,
-        clock: Clock | None = None,
+        clock: Clock | SecondsClock | None = None,
         *,
         instance_id: str | None = None,
         lease_seconds: float = 30.0,
@@ -168,16 +169,19 @@ class JobScheduler:
             raise InvalidJobError("workers", f"must be at most {MAX_WORKERS} (one thread each), got {workers!r}")
         self._allowed_modules = normalize_allowed(allowed_modules)
         self._keep_runs = None if keep_runs is None else int(_positive("keep_runs", keep_runs, integer=True))
-        self._keep_seconds = (
-            None if keep_runs_for_seconds is None else _positive("keep_runs_for_seconds", keep_runs_for_seconds)
+        self._keep_for = (
+            None
+            if keep_runs_for_seconds is None
+            else Micros(micros(_positive("keep_runs_for_seconds", keep_runs_for_seconds)))
         )
         # Runs recorded per job since its history was last pruned; None: a full pass first.
         self._prune_lock = threading.Lock()
         self._runs_since_prune: Counter[str] | None = None
         self._events = EventBus()
-        self._lease_seconds = _positive("lease_seconds", lease_seconds)
-        heartbeat = self._lease_seconds / 3 if heartbeat_seconds is None else heartbeat_seconds
-        if _positive("heartbeat_seconds", heartbeat) >= self._lease_seconds:
+        lease = _positive("lease_seconds", lease_seconds)
+        self._lease = Micros(micros(lease))
+        heartbeat = lease / 3 if heartbeat_seconds is None else heartbeat_seconds
+        if _positive("heartbeat_seconds", heartbeat) >= lease:
             raise InvalidJobError(
                 "heartbeat_seconds",
                 f"must be shorter than lease_seconds ({lease_seconds})",
@@ -187,7 +191,10 @@ class JobScheduler:
         if instance_id is not None and not str(instance_id).strip():
             raise InvalidJobError("instance_id", f"must be a non-empty str, got {instance_id!r}")
         self.instance_id: Final = instance_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-        self._timebase = Timebase(clock if clock is not None else SystemClock())
+        try:
+            self._timebase = Timebase(exact_clock(clock if clock is not None else SystemClock()))
+        except TypeError as exc:
+            raise InvalidJobError("clock", str(exc).removeprefix("clock: ")) from None
         engine = _db.make_engine(url, busy_timeout_seconds=busy_timeout_seconds, synchronous=synchronous)
         self._store = Store(engine, _db.mask(engine.url))
         self._schema_lock = threading.Lock()
@@ -208,11 +215,11 @@ class JobScheduler:
             self._store,
             self._timebase,
             self.instance_id,
-            self._lease_seconds,
-            heartbeat,
+            self._lease,
+            Micros(micros(heartbeat)),
             self._runs_in_flight,
             self._dispatcher.push,
-            pickup_seconds=pickup_seconds,
+            pickup=Micros(micros(pickup_seconds)),
             lost=self._on_lost,
             maintenance=self._maintenance,
         )
@@ -238,10 +245,20 @@ class JobScheduler:
             # Read the change counter first: a change committed while loading
             # is then picked up again rather than missed.
             change_seq = self._store.change_seq()
-            entries = self._store.load_scheduled()
+            entries, corrections = self._store.load_scheduled(self._timebase.now())
         except BaseException:
             self.shutdown(wait=False)
             raise
+        for c in corrections:
+            logger.warning(
+                "job %s: its next run (%s) lay %s further ahead than its schedule allows, written while a "
+                "wall clock was ahead; it runs again at %s, as generation %d",
+                c.job_id,
+                to_datetime(c.was).isoformat(),
+                _triggers.describe_duration(c.was - c.now),
+                to_datetime(c.now).isoformat(),
+                c.generation,
+            )
         _live.add(self)
         self._pool.start()
         self._dispatcher.start(entries)
@@ -534,6 +551,26 @@ class JobScheduler:
         self._ensure_schema()
         return self._store.list_runs(job_id, limit)
 
+    def wait_idle(self, timeout: float | None = 10.0) -> bool:
+        """Block until every run that is due has started, finished and been recorded, and its events delivered.
+
+        The testing kit for schedules on a `persched.testing.FakeClock`: after
+        ``clock.advance(seconds)``, ``wait_idle()`` returns once the runs that
+        became due have run, so a test needs no sleep and no polling loop. On
+        the real clock it returns at the first moment nothing is due or running.
+
+        Args:
+            timeout: Real seconds to wait at most; None waits for ever.
+
+        Returns:
+            True when idle; False if `timeout` passed first.
+        """
+        timeout = _wait_arguments(True, timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._dispatcher.wait_idle(timeout):
+            return False
+        return self._events.wait_delivered(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
     # -- internals ------------------------------------------------------------------
 
     def _check_open(self) -> None:
@@ -561,20 +598,20 @@ class JobScheduler:
         with self._inflight_cond:
             return set(self._inflight_runs)
 
-    def _cycle(self, completions: list[Completion], due: list[Entry]) -> int:
+    def _cycle(self, completions: list[Completion], due: list[ClaimEntry]) -> int:
         """Dispatcher callback: write finished runs and claim due entries; return how many were handed over."""
         if due:
             return self._claim_due(due, completions)
         self._write_completions(completions)
         return 0
 
-    def _claim_due(self, due: list[Entry], completions: Sequence[Completion] = ()) -> int:
+    def _claim_due(self, due: list[ClaimEntry], completions: Sequence[Completion] = ()) -> int:
         """Write `completions` and claim `due` in one transaction; hand each won run to a reserved worker."""
         with self._inflight_cond:
-            for _, job_id, _ in due:
+            for job_id, _, _, _ in due:
                 self._inflight_jobs[job_id] += 1  # before the claim: see _wait_idle
         results: list[Claim | ClaimMiss] = []
-        next_due: list[float | None] | None = None
+        next_due: list[Instant | None] | None = None
         with self._claim_gate:
             try:
                 if self._stopping:  # no claim commits after shutdown() began
@@ -582,27 +619,27 @@ class JobScheduler:
                 else:
                     next_due, results = self._store.dispatch(
                         completions,
-                        [(job_id, generation, due_at) for due_at, job_id, generation in due],
+                        due,
                         self._timebase.now,  # read under the write lock
                         self.instance_id,
-                        self._lease_seconds,
+                        self._lease,
                     )
             except Exception as exc:  # noqa: BLE001 - whatever failed, the entries and outcomes must not be dropped
                 logger.warning(
                     "claiming %d runs (and recording %d outcomes) failed, retrying in %s s: %s",
                     len(due),
                     len(completions),
-                    CLAIM_RETRY_SECONDS,
+                    seconds(CLAIM_RETRY),
                     exc if isinstance(exc, StoreError) else describe(exc),  # a bug: show where
                 )
-                retry_at = self._timebase.now() + CLAIM_RETRY_SECONDS
-                for _, job_id, generation in due:
+                retry_at = Instant(self._timebase.now() + CLAIM_RETRY)
+                for job_id, generation, _, _ in due:
                     self._dispatcher.push(retry_at, job_id, generation)
             for result in results:
                 if isinstance(result, Claim):
                     with self._inflight_cond:
                         self._inflight_runs.add(result.run_id)
-                    if result.max_runtime_seconds is not None:
+                    if result.max_runtime is not None:
                         self._overrun.watch(result)
                     self._pool.submit(result)  # under the gate: see the module docstring
         if next_due is not None:
@@ -610,7 +647,7 @@ class JobScheduler:
         else:
             self._keep_unwritten(completions)
         handed_over = 0
-        for (_, job_id, generation), result in itertools.zip_longest(due, results):
+        for (job_id, generation, _, _), result in itertools.zip_longest(due, results):
             if isinstance(result, Claim):
                 handed_over += 1
                 self._emit("run_started", job_id, generation, run=result.run())
@@ -631,7 +668,7 @@ class JobScheduler:
 
     def _complete(self, claim: Claim, outcome: str, error: str | None) -> None:
         """Worker callback: hand the outcome to the dispatcher, which writes it with the next cycle."""
-        if claim.max_runtime_seconds is not None:
+        if claim.max_runtime is not None:
             self._overrun.done(claim.run_id)
         if error is not None:
             error = bound_error_text(error)  # keep the last line: the exception's type and message
@@ -661,7 +698,7 @@ class JobScheduler:
         with self._inflight_cond:
             self._unwritten.extend(completions)
 
-    def _completions_written(self, completions: Sequence[Completion], due: Sequence[float | None]) -> None:
+    def _completions_written(self, completions: Sequence[Completion], due: Sequence[Instant | None]) -> None:
         for completion, due_at in zip(completions, due, strict=True):
             claim = completion.claim
             if due_at is not None:
@@ -671,7 +708,7 @@ class JobScheduler:
                     self._runs_since_prune[claim.job_id] += 1
             run = claim.run().model_copy(
                 update={
-                    "finished_at": from_ts(completion.finished_at),
+                    "finished_at": to_datetime(completion.finished_at),
                     "outcome": completion.outcome,
                     "error": completion.error,
                     "instance_id": self.instance_id,
@@ -734,7 +771,7 @@ class JobScheduler:
     def _emit(
         self, kind: EventKind, job_id: str, generation: int, *, job: Job | None = None, run: Run | None = None
     ) -> None:
-        self._events.emit(Event(kind, job_id, generation, from_ts(self._timebase.now()), job=job, run=run))
+        self._events.emit(Event(kind, job_id, generation, to_datetime(self._timebase.now()), job=job, run=run))
 
     def _on_lost(self, lost: OpenRun) -> None:
         """Heartbeat callback: a run was recorded as lost."""
@@ -753,15 +790,15 @@ class JobScheduler:
             "it cannot be stopped and goes on",
             claim.job_id,
             claim.generation,
-            from_ts(claim.scheduled_for).isoformat(),
-            claim.max_runtime_seconds,
+            to_datetime(claim.scheduled_for).isoformat(),
+            seconds(claim.max_runtime or 0),
         )
         run = claim.run().model_copy(update={"overran": True, "instance_id": self.instance_id})
         self._emit("run_overran", claim.job_id, claim.generation, run=run)
 
     def _prune_runs(self) -> None:
         """Heartbeat callback: delete run history beyond the retention."""
-        if self._keep_runs is None and self._keep_seconds is None:
+        if self._keep_runs is None and self._keep_for is None:
             return
         # A job is pruned by count once it recorded a tenth of keep_runs more
         # runs: one DELETE per job per many runs, not per heartbeat.
@@ -777,7 +814,7 @@ class JobScheduler:
             dirty = self._store.jobs_over_run_limit(self._keep_runs)  # first pass: every job over the limit
         try:
             deleted = self._store.prune_runs(
-                self._timebase.now(), keep_runs=self._keep_runs, keep_seconds=self._keep_seconds, job_ids=dirty or set()
+                self._timebase.now(), keep_runs=self._keep_runs, keep_seconds=self._keep_for, job_ids=dirty or set()
             )
         except BaseException:
             with self._prune_lock:  # try these jobs again next time

@@ -1,10 +1,10 @@
 """Every SQL statement persched runs, one transaction per method.
 
-Callers pass `now` (epoch seconds in their own time frame) in, or, where the
+Callers pass `now` (an `Instant` in their own time frame) in, or, where the
 order of commits matters (claims, recovery), a clock that is read once the
-transaction holds its write lock. Instants travel as float epoch seconds
-inside persched and as aware UTC datetimes in the database (microsecond
-precision, exact round trip).
+transaction holds its write lock. Instants travel as whole microseconds
+inside persched (`_instant`) and as aware UTC datetimes in the database, which
+keep microseconds too: the round trip is exact, never rounded.
 
 Linearization points (SPEC §2) are the commits of these methods:
 
@@ -60,7 +60,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from sqlalchemy import (
@@ -80,18 +80,20 @@ from sqlalchemy import (
     tuple_,
     update,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
 from . import _triggers
+from ._instant import Instant, Micros, from_datetime, from_naive_utc, to_datetime
 from ._models import Job, JobDefinition, JobState, Policies, Run, validate_policies
-from ._policy import JobPlan, Missed, place_grid
+from ._policy import ClaimPlan, JobPlan, Missed, place_grid
 from ._schema import UTCDateTime, changes, jobs, runs
 from .errors import InvalidJobError, StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterator, Sequence
 
-__all__ = ["Claim", "ClaimMiss", "Completion", "OpenRun", "Store", "from_ts", "to_ts"]
+__all__ = ["Claim", "ClaimMiss", "Completion", "Correction", "OpenRun", "Store"]
 
 logger = logging.getLogger(__name__)
 
@@ -108,29 +110,21 @@ _FINISHED: Final = JobState.FINISHED.value
 _DESCHEDULED: Final = JobState.DESCHEDULED.value
 
 
-def from_ts(ts: float) -> datetime:
-    """Epoch seconds -> aware UTC datetime (rounded to the microsecond)."""
-    return datetime.fromtimestamp(ts, timezone.utc)
-
-
-_NAIVE_EPOCH: Final = datetime(1970, 1, 1)
-_SECOND: Final = timedelta(seconds=1)
-
-
-def _read_time(now: float | Callable[[], float]) -> float:
+def _read_time(now: Instant | Callable[[], Instant]) -> Instant:
     return now() if callable(now) else now
 
 
-def _raw_ts(value: str | datetime) -> float:
-    """A driver's raw timestamp -> epoch seconds, exactly as `to_ts` (SQLite: naive UTC text)."""
+def _raw_instant(value: str | datetime) -> Instant:
+    """A driver's raw timestamp -> instant, exactly as `from_datetime` (SQLite: naive UTC text)."""
     if isinstance(value, datetime):
-        return value.timestamp()
-    return (datetime.fromisoformat(value) - _NAIVE_EPOCH) / _SECOND
+        return from_datetime(value)
+    return from_naive_utc(datetime.fromisoformat(value))
 
 
-def to_ts(dt: datetime) -> float:
-    """Aware datetime -> epoch seconds (exact for microsecond datetimes)."""
-    return dt.timestamp()
+def _raw_micros(value: float | None) -> Micros | None:
+    """A seconds column (float) -> microseconds. Exact for what persched wrote (``us / 1e6``):
+    that float is within half an ulp of the true quotient, far under half a microsecond."""
+    return None if value is None else Micros(round(value * 1_000_000))
 
 
 @dataclass(frozen=True)
@@ -142,19 +136,19 @@ class Claim:
     target: str
     args_json: str
     kwargs_json: str
-    scheduled_for: float
-    started_at: float
+    scheduled_for: Instant
+    started_at: Instant
     run_id: int
     run_now: bool = False
-    max_runtime_seconds: float | None = None
+    max_runtime: Micros | None = None
 
     def run(self) -> Run:
         """The `Run` record as it stands while running."""
         return Run(
             job_id=self.job_id,
             generation=self.generation,
-            scheduled_for=from_ts(self.scheduled_for),
-            started_at=from_ts(self.started_at),
+            scheduled_for=to_datetime(self.scheduled_for),
+            started_at=to_datetime(self.started_at),
             run_id=self.run_id,
             run_now=self.run_now,
         )
@@ -167,7 +161,7 @@ class Completion:
     claim: Claim
     outcome: str
     error: str | None
-    finished_at: float
+    finished_at: Instant
 
 
 @dataclass(frozen=True)
@@ -181,7 +175,19 @@ class ClaimMiss:
     state: str | None
     generation: int | None = None
     owner: str | None = None
-    due_at: float | None = None
+    due_at: Instant | None = None
+
+
+@dataclass(frozen=True)
+class Correction:
+    """A row whose next slot lay further ahead than its schedule allows (written while a wall
+    clock was ahead), moved back by `load_scheduled` into a new generation (SPEC §2)."""
+
+    job_id: str
+    generation: int  # the new one
+    was: Instant  # the next slot the row had
+    now: Instant  # the next slot it has now
+    due: Instant | None  # when the heap should try it (None: paused)
 
 
 @dataclass(frozen=True)
@@ -208,6 +214,10 @@ def _is_transient(exc: DBAPIError, postgres: bool) -> bool:
         return isinstance(sqlstate, str) and (sqlstate.startswith("08") or sqlstate in ("40001", "40P01", "57P01"))
     text = str(exc.orig).lower()
     return "locked" in text or "busy" in text  # SQLite: busy past busy_timeout (FIELD-REPORTS #7)
+
+
+# (job_id, generation, expected_at, taken_at): a heap entry the dispatcher took up at `taken_at`.
+ClaimEntry = tuple[str, int, Instant, Instant]
 
 
 class _Pending:
@@ -238,6 +248,9 @@ class Store:
         self.url = url
         self._retry_attempts = retry_attempts
         self._postgres = engine.dialect.name == "postgresql"
+        # History rows: a slot the one-run-per-slot index holds already is skipped, not an
+        # error for the whole transaction (see claim_runs).
+        self._insert_runs = (postgresql.insert if self._postgres else sqlite.insert)(runs).on_conflict_do_nothing()
         # Group commit of schedule/deschedule: see _write_grouped.
         self._group_cond = threading.Condition()
         self._group_queue: list[_Pending] = []
@@ -350,14 +363,14 @@ class Store:
 
     # -- jobs ---------------------------------------------------------------
 
-    def upsert_job(self, definition: JobDefinition, now: float) -> tuple[Job, str, float | None]:
+    def upsert_job(self, definition: JobDefinition, now: Instant) -> tuple[Job, str, Instant | None]:
         """Insert, replace or keep a job.
 
         Returns the job, 'created', 'replaced' or 'unchanged', and when the
         heap should try it (None: paused or finished).
         """
 
-        def body(conn: Connection) -> tuple[Job, str, float | None]:
+        def body(conn: Connection) -> tuple[Job, str, Instant | None]:
             query = select(jobs).where(jobs.c.job_id == definition.job_id)
             if self._postgres:
                 query = query.with_for_update()
@@ -371,8 +384,6 @@ class Store:
             anchor, first = place_grid(policies, now, definition.start_in)
             plan = JobPlan.of(definition.job_id, generation, anchor, policies)
             columns = policies.columns()
-            for name in ("start_at", "end_at"):
-                columns[name] = None if columns[name] is None else from_ts(columns[name])
             # A replacement keeps an operator's pause: a re-deploy must not resume a paused job.
             paused = row is not None and row.state != _DESCHEDULED and bool(row.paused)
             values: dict[str, Any] = {
@@ -380,8 +391,8 @@ class Store:
                 "args": definition.args_json,
                 "kwargs": definition.kwargs_json,
                 **columns,
-                "first_run_at": from_ts(anchor),
-                "next_run_at": from_ts(first),
+                "first_run_at": to_datetime(anchor),
+                "next_run_at": to_datetime(first),
                 "generation": generation,
                 "state": _FINISHED if plan.is_over(first) else _SCHEDULED,
                 "paused": paused,
@@ -392,13 +403,13 @@ class Store:
                 "run_count": 0,
                 "error_count": 0,
                 "last_outcome": None,
-                "updated_at": from_ts(now),
+                "updated_at": to_datetime(now),
                 "change_seq": _bump_change_seq(conn),
             }
             write: Insert | Update
             if row is None:
                 change = "created"
-                write = jobs.insert().values(job_id=definition.job_id, created_at=from_ts(now), **values)
+                write = jobs.insert().values(job_id=definition.job_id, created_at=to_datetime(now), **values)
             else:
                 change = "replaced" if row.state != _DESCHEDULED else "created"
                 write = update(jobs).where(jobs.c.job_id == definition.job_id).values(**values)
@@ -415,7 +426,7 @@ class Store:
                 continue
         raise StoreError(self.url, f"schedule of {definition.job_id!r} kept conflicting")
 
-    def deschedule_job(self, job_id: str, now: float) -> bool:
+    def deschedule_job(self, job_id: str, now: Instant) -> bool:
         """Mark the job descheduled; True if an active job was changed."""
         return self.deschedule_job_generation(job_id, now) is not None
 
@@ -443,11 +454,11 @@ class Store:
         """The change counter: it moves whenever any job is scheduled, replaced or descheduled."""
         return self._read(lambda conn: int(conn.execute(select(changes.c.seq)).scalar_one()), "read change counter")
 
-    def changes_since(self, seq: int) -> tuple[int, list[tuple[float, str, int]]]:
+    def changes_since(self, seq: int) -> tuple[int, list[tuple[Instant, str, int]]]:
         """Return the counter now and ``(due_at, job_id, generation)`` of every
         scheduled (not paused) job changed after `seq`."""
 
-        def body(conn: Connection) -> tuple[int, list[tuple[float, str, int]]]:
+        def body(conn: Connection) -> tuple[int, list[tuple[Instant, str, int]]]:
             now_seq = int(conn.execute(select(changes.c.seq)).scalar_one())
             rows = conn.execute(
                 select(jobs).where(jobs.c.change_seq > seq, jobs.c.state == _SCHEDULED, jobs.c.paused.is_(False))
@@ -457,27 +468,91 @@ class Store:
 
         return self._read(body, "read changes")
 
-    def load_scheduled(self) -> list[tuple[float, str, int]]:
-        """Return ``(due_at, job_id, generation)`` of every scheduled, not paused job."""
+    def load_scheduled(self, now: Instant) -> tuple[list[tuple[Instant, str, int]], list[Correction]]:
+        """Return ``(due_at, job_id, generation)`` of every scheduled, not paused job,
+        and the rows it corrected.
 
-        def body(conn: Connection) -> list[tuple[float, str, int]]:
+        A row whose next slot lies further ahead of `now` than its schedule allows
+        was written while a wall clock was ahead (then corrected: SPEC §2 "Clock
+        corrections across a restart"). Its grid slots up to there may have run
+        already, so it moves on into a new generation (never a (generation,
+        scheduled_for) twice) at its next slot from `now` (cron: the next fire
+        after now), keeping its definition, pause and history. Paused rows are
+        corrected too, so that a later resume() is not silenced.
+        """
+
+        def body(conn: Connection) -> tuple[list[tuple[Instant, str, int]], list[tuple[str, int, Instant]]]:
             # start() reads every job: raw driver values skip SQLAlchemy's
             # per-value result processing (a million rows in seconds, FR #17).
             rows = conn.exec_driver_sql(
-                "SELECT next_run_at, job_id, generation, jitter_seconds, run_now_at FROM persched_jobs"
-                " WHERE state = 'scheduled' AND NOT paused"
+                "SELECT next_run_at, job_id, generation, jitter_seconds, run_now_at, paused, interval_seconds,"
+                " cron, timezone FROM persched_jobs WHERE state = 'scheduled'"
             )
             entries = []
-            for at, job_id, generation, jitter, run_now_at in rows:
-                due = _raw_ts(at)
+            ahead = []
+            next_fire: dict[tuple[str, str], Instant | None] = {}  # a cron's next fire after now, per expression
+            for at, job_id, generation, jitter, run_now_at, paused, interval, cron, zone in rows:
+                due = _raw_instant(at)
+                # Cheap tests first (the correction itself re-reads the row): an interval row is
+                # ahead iff its slot is more than one interval away, a cron row iff it is past the
+                # expression's next fire after now.
+                if interval is not None:
+                    if due - now > round(interval * 1_000_000):
+                        ahead.append((job_id, generation, due))
+                elif cron is not None:
+                    if (cron, zone) not in next_fire:
+                        next_fire[cron, zone] = _next_fire(cron, zone, now)
+                    fire = next_fire[cron, zone]
+                    if fire is not None and due > fire:
+                        ahead.append((job_id, generation, due))
+                if paused:
+                    continue
                 if jitter:
-                    due += _triggers.jitter_offset(job_id, generation, due, jitter)
+                    due = Instant(due + _triggers.jitter_offset(job_id, generation, due, Micros(round(jitter * 1e6))))
                 if run_now_at is not None:
-                    due = min(due, _raw_ts(run_now_at))
+                    due = min(due, _raw_instant(run_now_at))
                 entries.append((due, job_id, generation))
-            return entries
+            return entries, ahead
 
-        return self._read(body, "load jobs")
+        entries, ahead = self._read(body, "load jobs")
+        if not ahead:
+            return entries, []
+        corrections = self._correct_ahead(ahead, now)
+        moved = {c.job_id for c in corrections}
+        entries = [e for e in entries if e[1] not in moved]
+        entries += [(c.due, c.job_id, c.generation) for c in corrections if c.due is not None]
+        return entries, corrections
+
+    def _correct_ahead(self, candidates: Sequence[tuple[str, int, Instant]], now: Instant) -> list[Correction]:
+        """Move rows that lie further ahead than their schedule allows into a new generation (see load_scheduled)."""
+
+        def body(conn: Connection) -> list[Correction]:
+            corrections: list[Correction] = []
+            held = _rows_of(conn, {job_id for job_id, _, _ in candidates})
+            for job_id, generation, was in candidates:
+                row = held.get(job_id)
+                if row is None or row.generation != generation or row.state != _SCHEDULED:
+                    continue  # changed since it was read: whoever changed it placed it anew
+                plan = _readable_plan(row)
+                corrected = None if plan is None else plan.corrected(was, now)
+                if plan is None or corrected is None:
+                    continue
+                conn.execute(
+                    update(jobs)
+                    .where(jobs.c.job_id == job_id, jobs.c.generation == generation, jobs.c.state == _SCHEDULED)
+                    .values(
+                        generation=generation + 1,
+                        next_run_at=to_datetime(corrected),
+                        updated_at=to_datetime(now),
+                        change_seq=_bump_change_seq(conn),
+                    )
+                )
+                # The plan of the new generation: jitter hashes the generation.
+                due = None if row.paused else _plan_of_row(row, generation + 1).due_at(corrected, _ts(row.run_now_at))
+                corrections.append(Correction(job_id, generation + 1, was, corrected, due))
+            return corrections
+
+        return self._write(body, "correct rows ahead of the clock")
 
     def list_runs(self, job_id: str | None = None, limit: int = 100) -> list[Run]:
         """Return the newest `limit` runs (of `job_id`, or of every job), newest first."""
@@ -495,86 +570,66 @@ class Store:
     def dispatch(
         self,
         completions: Sequence[Completion],
-        entries: Sequence[tuple[str, int, float]],
-        now: float | Callable[[], float],
+        entries: Sequence[ClaimEntry],
+        now: Instant | Callable[[], Instant],
         instance_id: str,
-        lease_seconds: float,
-    ) -> tuple[list[float | None], list[Claim | ClaimMiss]]:
+        lease: Micros,
+    ) -> tuple[list[Instant | None], list[Claim | ClaimMiss]]:
         """`finish_runs` then `claim_runs` in one transaction: one commit (one fsync) per dispatch cycle.
 
         A crash loses both or neither; the completions are written before the
         claims, so a job that finished can be claimed again in the same cycle.
         """
         if not completions:
-            return [], self.claim_runs(entries, now, instance_id, lease_seconds)
+            return [], self.claim_runs(entries, now, instance_id, lease)
         if not entries:
             return self.finish_runs(completions, instance_id), []
 
-        def body(conn: Connection) -> tuple[list[float | None], list[Claim | ClaimMiss]]:
+        def body(conn: Connection) -> tuple[list[Instant | None], list[Claim | ClaimMiss]]:
             # Both join this transaction (`_transaction`); a failure in either rolls back both.
-            return self.finish_runs(completions, instance_id), self.claim_runs(entries, now, instance_id, lease_seconds)
+            return self.finish_runs(completions, instance_id), self.claim_runs(entries, now, instance_id, lease)
 
         return self._write(body, "dispatch")
 
     def claim_runs(
         self,
-        entries: Sequence[tuple[str, int, float]],
-        now: float | Callable[[], float],
+        entries: Sequence[ClaimEntry],
+        now: Instant | Callable[[], Instant],
         instance_id: str,
-        lease_seconds: float,
+        lease: Micros,
     ) -> list[Claim | ClaimMiss]:
-        """Try to start the runs of ``(job_id, generation, expected_at)`` entries, in one transaction.
+        """Try to start the runs of ``(job_id, generation, expected_at, taken_at)`` entries, in one transaction.
 
         One conditional UPDATE decides every row by its own predicate
         (module docstring); RETURNING names the winners. Each won row's plan
         (`_policy.JobPlan.claim`) then decides which slot runs, by the job's
         misfire policy, or that none does (its late slots are dropped and the
-        row goes back to waiting). Results are in the order of `entries`; an
-        entry repeated in the batch wins at most once.
+        row goes back to waiting). `taken_at` is when the dispatcher took the
+        entry up: lateness is measured there. Results are in the order of
+        `entries`; an entry repeated in the batch wins at most once.
         `now` may be a clock, read once the transaction holds its write lock,
         so that start times follow the order of commits.
+
+        One job never holds back another (SPEC §2): a row whose slot has a run
+        recorded already (a clock behind the one that ran it, a hand-edited
+        row) is settled alone: its history insert does nothing, and the row
+        moves on past that slot while the rest of the batch is claimed.
         """
         if not entries:
             return []
-        expected: dict[tuple[str, int], float] = {}
-        for job_id, generation, expected_at in entries:
+        expected: dict[tuple[str, int], tuple[Instant, Instant]] = {}
+        for job_id, generation, expected_at, taken_at in entries:
             key = (job_id, generation)
-            expected[key] = max(expected_at, expected.get(key, expected_at))
+            bound, taken = expected.get(key, (expected_at, taken_at))
+            expected[key] = (max(expected_at, bound), min(taken_at, taken))
 
         def body(conn: Connection) -> list[Claim | ClaimMiss]:
             claimed_at = _read_time(now)
-            lease_until = from_ts(claimed_at + lease_seconds)
-            # Each row's own bound: its entry's expected slot (CASE keeps it one statement).
-            bound = case(
-                {job_id: literal(from_ts(at), UTCDateTime) for (job_id, _), at in expected.items()},
-                value=jobs.c.job_id,
-            )
-            predicate = and_(
-                jobs.c.job_id.in_({job_id for job_id, _ in expected}),  # lets SQLite use the primary key
-                jobs.c.state == _SCHEDULED,
-                jobs.c.paused.is_(False),  # pause() linearizes against this predicate
-                tuple_(jobs.c.job_id, jobs.c.generation).in_(list(expected)),
-                or_(jobs.c.next_run_at <= bound, jobs.c.run_now_at <= bound),
-            )
-            claim = update(jobs).where(predicate)
-            if self._postgres:
-                # Instances never queue behind each other's row locks (SPEC-multi);
-                # the UPDATE re-checks the predicate on the rows it locked.
-                free = select(jobs.c.job_id).where(predicate).with_for_update(skip_locked=True)
-                claim = claim.where(jobs.c.job_id.in_(free.scalar_subquery()))
-            won = conn.execute(
-                claim.values(
-                    state=_RUNNING,
-                    owner=instance_id,
-                    lease_until=lease_until,
-                    updated_at=from_ts(claimed_at),
-                    running_for=jobs.c.next_run_at,  # the usual case: the slot due runs (fixed below if not)
-                ).returning(*_DISPATCH_COLUMNS)
-            ).all()
-            claims: dict[tuple[str, int], Claim] = {}
+            lease_until = to_datetime(claimed_at + lease)
+            won = conn.execute(self._claim_statement(expected, instance_id, lease_until, claimed_at)).all()
+            # Per won row: its claim, plan and decision, and its run_now_at and next_run_at as read.
+            claims: dict[tuple[str, int], tuple[Claim, JobPlan, ClaimPlan, Instant | None, Instant]] = {}
             skipped: dict[tuple[str, int], ClaimMiss] = {}
-            moves: list[dict[str, Any]] = []
-            nexts: list[dict[str, Any]] = []
             reverts: list[dict[str, Any]] = []
             quarantined: list[dict[str, Any]] = []
             missed: list[dict[str, Any]] = []
@@ -589,38 +644,16 @@ class Store:
                     missed.append(_unreadable_record(row, str(exc), claimed_at, instance_id))
                     skipped[key] = ClaimMiss(_SCHEDULED, row.generation, None, None)
                     continue
-                run_now_at = _ts(row.run_now_at)
-                # The bound as the statement saw it: rounded to the store's microseconds.
-                bound_at = to_ts(from_ts(expected[key]))
-                next_at = to_ts(row.next_run_at)
-                decision = plan.claim(next_at, run_now_at, bound_at, claimed_at)
+                run_now_at, next_at = _ts(row.run_now_at), from_datetime(row.next_run_at)
+                bound, taken_at = expected[key]
+                decision = plan.claim(next_at, run_now_at, bound, claimed_at, taken_at)
                 if decision.missed is not None:
                     missed.append(_missed_record(*key, decision.missed, claimed_at, instance_id))
                 if decision.run_for is None:
                     # The policy drops the late slots (misfire "skip"): nothing runs now.
-                    over = plan.is_over(decision.next_run_at, run_now_at)
-                    reverts.append(
-                        {
-                            "b_job_id": row.job_id,
-                            "b_next": from_ts(decision.next_run_at),
-                            "b_state": _FINISHED if over else _SCHEDULED,
-                        }
-                    )
-                    due = None if over else plan.due_at(decision.next_run_at, run_now_at)
-                    skipped[key] = ClaimMiss(_FINISHED if over else _SCHEDULED, row.generation, None, due)
+                    skipped[key] = _revert(reverts, plan, row.job_id, row.generation, decision.next_run_at, run_now_at)
                     continue
-                if decision.run_now or decision.run_for != next_at:
-                    moves.append(
-                        {
-                            "b_job_id": row.job_id,
-                            "b_next": from_ts(decision.next_run_at),
-                            "b_running_for": from_ts(decision.run_for),
-                            "b_run_now_at": None if decision.run_now else row.run_now_at,
-                        }
-                    )
-                elif decision.next_run_at != next_at:  # one parameter per row, not three
-                    nexts.append({"b_job_id": row.job_id, "b_next": from_ts(decision.next_run_at)})
-                claims[key] = Claim(
+                claim = Claim(
                     row.job_id,
                     row.generation,
                     row.target,
@@ -630,45 +663,56 @@ class Store:
                     claimed_at,
                     0,  # run_id, filled in below
                     decision.run_now,
-                    row.max_runtime_seconds,
+                    _raw_micros(row.max_runtime_seconds),
                 )
-            if moves:
-                conn.execute(_CLAIM_MOVE, moves)
-            if nexts:
-                conn.execute(_CLAIM_NEXT, nexts)
-            if reverts:
-                conn.execute(_CLAIM_REVERT, reverts)
-            if quarantined:
-                conn.execute(_CLAIM_QUARANTINE, quarantined)
-            if missed:
-                conn.execute(runs.insert(), missed)
-            if claims:
-                inserted = conn.execute(
-                    runs.insert().returning(runs.c.run_id, sort_by_parameter_order=True),
-                    [
+                claims[key] = (claim, plan, decision, run_now_at, next_at)
+            run_ids = self._record_starts([entry[0] for entry in claims.values()], lease_until, instance_id, conn)
+            moves: list[dict[str, Any]] = []
+            nexts: list[dict[str, Any]] = []
+            for key, (claim, plan, decision, run_now_at, next_at) in list(claims.items()):
+                run_id = run_ids.get(claim.job_id)
+                if run_id is None:
+                    # SPEC §2 "Clock corrections": this slot ran already; move on past it, alone.
+                    logger.warning(
+                        "job %s generation %d: the slot %s has run already (written by a clock behind the one "
+                        "that ran it?); moving on to %s",
+                        *key,
+                        to_datetime(claim.scheduled_for).isoformat(),
+                        to_datetime(decision.next_run_at).isoformat(),
+                    )
+                    del claims[key]
+                    skipped[key] = _revert(reverts, plan, *key, decision.next_run_at, run_now_at)
+                    continue
+                claims[key] = (dataclasses.replace(claim, run_id=run_id), plan, decision, run_now_at, next_at)
+                if decision.run_now or decision.run_for != next_at:  # the UPDATE set running_for to next_at
+                    moves.append(
                         {
-                            "job_id": c.job_id,
-                            "generation": c.generation,
-                            "scheduled_for": from_ts(c.scheduled_for),
-                            "started_at": from_ts(claimed_at),
-                            "instance_id": instance_id,
-                            "lease_until": lease_until,
-                            "run_now": c.run_now,
+                            "b_job_id": claim.job_id,
+                            "b_next": to_datetime(decision.next_run_at),
+                            "b_running_for": to_datetime(claim.scheduled_for),
+                            "b_run_now_at": None if decision.run_now or run_now_at is None else to_datetime(run_now_at),
                         }
-                        for c in claims.values()
-                    ],
-                ).all()
-                for key, (run_id,) in zip(list(claims), inserted, strict=True):
-                    claims[key] = dataclasses.replace(claims[key], run_id=run_id)
-            lost = {key[0]: at for key, at in expected.items() if key not in claims and key not in skipped}
+                    )
+                elif decision.next_run_at != next_at:  # one parameter per row, not three
+                    nexts.append({"b_job_id": claim.job_id, "b_next": to_datetime(decision.next_run_at)})
+            for statement, params in (
+                (_CLAIM_MOVE, moves),
+                (_CLAIM_NEXT, nexts),
+                (_CLAIM_REVERT, reverts),
+                (_CLAIM_QUARANTINE, quarantined),
+                (self._insert_runs, missed),
+            ):
+                if params:
+                    conn.execute(statement, params)
+            lost = {key[0]: bound for key, (bound, _) in expected.items() if key not in claims and key not in skipped}
             misses = _misses(conn, lost) if lost else {}
             results: list[Claim | ClaimMiss] = []
             handed: set[tuple[str, int]] = set()
-            for job_id, generation, _ in entries:
+            for job_id, generation, _, _ in entries:
                 key = (job_id, generation)
                 if key in claims and key not in handed:
                     handed.add(key)
-                    results.append(claims[key])
+                    results.append(claims[key][0])
                 elif key in claims:  # a repeated entry wins once; the repeat sees our own run
                     results.append(ClaimMiss(_RUNNING, generation, instance_id))
                 elif key in skipped:
@@ -680,22 +724,83 @@ class Store:
         try:
             return self._write(body, "claim")
         except IntegrityError as exc:
-            # The schema refused a second run of one slot: claim nothing, retry later.
+            # The schema refused a write that the claim should never make: claim nothing, retry later.
             raise StoreError(self.url, f"claim failed: {exc.orig}") from exc
+
+    def _claim_statement(
+        self,
+        expected: dict[tuple[str, int], tuple[Instant, Instant]],
+        instance_id: str,
+        lease_until: datetime,
+        claimed_at: Instant,
+    ) -> Any:  # noqa: ANN401 - an UPDATE ... RETURNING construct
+        """The one conditional UPDATE that decides every entry (module docstring)."""
+        # Each row's own bound: its entry's expected slot (CASE keeps it one statement).
+        bound = case(
+            {job_id: literal(to_datetime(at), UTCDateTime) for (job_id, _), (at, _) in expected.items()},
+            value=jobs.c.job_id,
+        )
+        predicate = and_(
+            jobs.c.job_id.in_({job_id for job_id, _ in expected}),  # lets SQLite use the primary key
+            jobs.c.state == _SCHEDULED,
+            jobs.c.paused.is_(False),  # pause() linearizes against this predicate
+            tuple_(jobs.c.job_id, jobs.c.generation).in_(list(expected)),
+            or_(jobs.c.next_run_at <= bound, jobs.c.run_now_at <= bound),
+        )
+        claim = update(jobs).where(predicate)
+        if self._postgres:
+            # Instances never queue behind each other's row locks (SPEC-multi);
+            # the UPDATE re-checks the predicate on the rows it locked.
+            free = select(jobs.c.job_id).where(predicate).with_for_update(skip_locked=True)
+            claim = claim.where(jobs.c.job_id.in_(free.scalar_subquery()))
+        return claim.values(
+            state=_RUNNING,
+            owner=instance_id,
+            lease_until=lease_until,
+            updated_at=to_datetime(claimed_at),
+            running_for=jobs.c.next_run_at,  # the usual case: the slot due runs (fixed below if not)
+        ).returning(*_DISPATCH_COLUMNS)
+
+    def _record_starts(
+        self, claims: Sequence[Claim], lease_until: datetime, instance_id: str, conn: Connection
+    ) -> dict[str, int]:
+        """Insert the history rows of won claims; return the run id of each job whose slot had no run yet.
+
+        The insert does nothing for a slot the one-run-per-slot index already
+        holds, so such a job is told apart without failing the others.
+        """
+        if not claims:
+            return {}
+        inserted = conn.execute(
+            self._insert_runs.returning(runs.c.job_id, runs.c.run_id),
+            [
+                {
+                    "job_id": c.job_id,
+                    "generation": c.generation,
+                    "scheduled_for": to_datetime(c.scheduled_for),
+                    "started_at": to_datetime(c.started_at),
+                    "instance_id": instance_id,
+                    "lease_until": lease_until,
+                    "run_now": c.run_now,
+                }
+                for c in claims
+            ],
+        )
+        return {row.job_id: row.run_id for row in inserted}
 
     def claim_run(
         self,
         job_id: str,
         generation: int,
-        expected_at: float,
-        now: float,
+        expected_at: Instant,
+        now: Instant,
         instance_id: str,
-        lease_seconds: float,
+        lease: Micros,
     ) -> Claim | ClaimMiss:
-        """`claim_runs` for one entry."""
-        return self.claim_runs([(job_id, generation, expected_at)], now, instance_id, lease_seconds)[0]
+        """`claim_runs` for one entry, taken up at `now`."""
+        return self.claim_runs([(job_id, generation, expected_at, now)], now, instance_id, lease)[0]
 
-    def finish_runs(self, completions: Sequence[Completion], instance_id: str) -> list[float | None]:
+    def finish_runs(self, completions: Sequence[Completion], instance_id: str) -> list[Instant | None]:
         """Record outcomes in one transaction; for each, when its job is due next.
 
         None when the job is not to be queued: descheduled, replaced or its
@@ -708,20 +813,20 @@ class Store:
         params = [
             {
                 "b_run_id": c.claim.run_id,
-                "b_finished": from_ts(c.finished_at),
+                "b_finished": to_datetime(c.finished_at),
                 "b_outcome": c.outcome,
                 "b_error": None if c.error is None else c.error[:MAX_ERROR_TEXT],
             }
             for c in completions
         ]
 
-        def body(conn: Connection) -> list[float | None]:
+        def body(conn: Connection) -> list[Instant | None]:
             conn.execute(_FINISH_RUN, params)
             # Which completions still own their job row: read under the write
             # lock (SQLite) and written with the same predicate again, so a
             # row recovered, descheduled or replaced meanwhile is never moved.
             owned = {
-                (row.job_id, row.generation, to_ts(row.running_for)): row
+                (row.job_id, row.generation, from_datetime(row.running_for)): row
                 for row in conn.execute(
                     select(*_DISPATCH_COLUMNS).where(
                         jobs.c.job_id.in_({c.claim.job_id for c in completions}),
@@ -732,7 +837,7 @@ class Store:
             }
             moves: list[dict[str, Any]] = []
             missed: list[dict[str, Any]] = []
-            due: list[float | None] = []
+            due: list[Instant | None] = []
             others = _rows_of(conn, {c.claim.job_id for c in completions} - {key[0] for key in owned})
             for c in completions:
                 row = owned.get((c.claim.job_id, c.claim.generation, c.claim.scheduled_for))
@@ -743,7 +848,7 @@ class Store:
                     due.append(_due(other) if other is not None and other.generation == c.claim.generation else None)
                     continue
                 plan = _plan(row)
-                next_at, dropped = plan.after_run(to_ts(row.next_run_at), c.finished_at)
+                next_at, dropped = plan.after_run(from_datetime(row.next_run_at), c.finished_at)
                 if dropped is not None:
                     missed.append(_missed_record(row.job_id, row.generation, dropped, c.finished_at, instance_id))
                 run_now_at = _ts(row.run_now_at)
@@ -755,8 +860,8 @@ class Store:
                         "b_owner": instance_id,
                         "b_slot": row.running_for,
                         "b_state": _FINISHED if over else _SCHEDULED,
-                        "b_next": from_ts(next_at),
-                        "b_finished": from_ts(c.finished_at),
+                        "b_next": to_datetime(next_at),
+                        "b_finished": to_datetime(c.finished_at),
                         "b_outcome": c.outcome,
                         "b_errors": 1 if c.outcome == "error" else 0,
                     }
@@ -765,20 +870,20 @@ class Store:
             if moves:
                 conn.execute(_FINISH_JOB, moves)
             if missed:
-                conn.execute(runs.insert(), missed)
+                conn.execute(self._insert_runs, missed)
             return due
 
         return self._write(body, "finish runs")
 
     def finish_run(
-        self, claim: Claim, instance_id: str, finished_at: float, outcome: str, error: str | None
-    ) -> float | None:
+        self, claim: Claim, instance_id: str, finished_at: Instant, outcome: str, error: str | None
+    ) -> Instant | None:
         """`finish_runs` for one completion."""
         return self.finish_runs([Completion(claim, outcome, error, finished_at)], instance_id)[0]
 
     # -- leases -----------------------------------------------------------------
 
-    def renew_leases(self, instance_id: str, lease_until: float, run_ids: Collection[int]) -> None:
+    def renew_leases(self, instance_id: str, lease_until: Instant, run_ids: Collection[int]) -> None:
         """Push the lease of `instance_id`'s open runs `run_ids` (and their jobs) to `lease_until`.
 
         Only the runs the caller really has in flight: a run of this instance
@@ -786,7 +891,7 @@ class Store:
         left by an earlier process with the same instance_id) must lapse and
         be recovered.
         """
-        until = from_ts(lease_until)
+        until = to_datetime(lease_until)
         ids = list(run_ids)
 
         def body(conn: Connection) -> None:
@@ -821,7 +926,7 @@ class Store:
 
         return self._read(body, "open runs")
 
-    def recover_run(self, run: OpenRun, now: float | Callable[[], float]) -> float | bool | None:
+    def recover_run(self, run: OpenRun, now: Instant | Callable[[], Instant]) -> Instant | bool | None:
         """Mark `run` lost if its lease is still the one observed; free its job.
 
         Returns False if nothing changed (the run was renewed, finished or
@@ -830,7 +935,7 @@ class Store:
         descheduled, replaced, paused or finished.
         """
 
-        def body(conn: Connection) -> float | bool | None:
+        def body(conn: Connection) -> Instant | bool | None:
             recovered_at = _read_time(now)  # under the write lock: see claim_runs
             lease_match = (
                 runs.c.lease_until.is_(None) if run.lease_until is None else runs.c.lease_until == run.lease_until
@@ -840,7 +945,7 @@ class Store:
                 .where(runs.c.run_id == run.run_id, runs.c.outcome.is_(None), lease_match)
                 .values(
                     outcome="lost",
-                    finished_at=from_ts(recovered_at),
+                    finished_at=to_datetime(recovered_at),
                     lease_until=None,
                     error=f"instance {run.instance_id} stopped renewing its lease",
                 )
@@ -860,11 +965,9 @@ class Store:
                 return None  # the job was descheduled or replaced: nothing to free
             # SPEC §2: the lost slot is not run again; the job carries on.
             plan = _plan(row)
-            next_at, slot = to_ts(row.next_run_at), to_ts(lost.scheduled_for)
-            if plan.trigger is None:
-                next_at = round(recovered_at + (plan.interval or 0.0), 6)  # fixed delay: from the loss
-            elif next_at <= slot:
-                next_at = plan.slot_after(slot)  # a run claimed before schema 0003 kept its slot there
+            # Never the lost slot again, also on a clock behind the claimer's (and for a run
+            # claimed before schema 0003, which kept its slot in next_run_at).
+            next_at = plan.after_loss(from_datetime(row.next_run_at), from_datetime(lost.scheduled_for), recovered_at)
             run_now_at = _ts(row.run_now_at)
             over = plan.is_over(next_at, run_now_at)
             freed = conn.execute(
@@ -877,10 +980,10 @@ class Store:
                     owner=None,
                     lease_until=None,
                     running_for=None,
-                    next_run_at=from_ts(next_at),
+                    next_run_at=to_datetime(next_at),
                     run_count=jobs.c.run_count + 1,
                     last_outcome="lost",
-                    updated_at=from_ts(recovered_at),
+                    updated_at=to_datetime(recovered_at),
                 )
             )
             if freed.rowcount != 1 or over or row.paused:
@@ -891,7 +994,7 @@ class Store:
 
     # -- maintenance --------------------------------------------------------------
 
-    def deschedule_job_generation(self, job_id: str, now: float) -> int | None:
+    def deschedule_job_generation(self, job_id: str, now: Instant) -> int | None:
         """Like `deschedule_job`; return the generation descheduled, None if no active job."""
 
         def body(conn: Connection) -> int | None:
@@ -902,7 +1005,7 @@ class Store:
                     state=_DESCHEDULED,
                     owner=None,
                     lease_until=None,
-                    updated_at=from_ts(now),
+                    updated_at=to_datetime(now),
                     change_seq=_bump_change_seq(conn),
                 )
                 .returning(jobs.c.generation)
@@ -911,7 +1014,7 @@ class Store:
 
         return self._write_grouped(body, "deschedule")
 
-    def pause_job(self, job_id: str, now: float) -> int | None:
+    def pause_job(self, job_id: str, now: Instant) -> int | None:
         """Pause the job: no run of it starts after this commits. Return its
         generation, or None if there is no scheduled or running job to pause
         (unknown, descheduled, finished, or paused already)."""
@@ -920,27 +1023,28 @@ class Store:
             row = conn.execute(
                 update(jobs)
                 .where(jobs.c.job_id == job_id, jobs.c.state.in_((_SCHEDULED, _RUNNING)), jobs.c.paused.is_(False))
-                .values(paused=True, run_now_at=None, updated_at=from_ts(now), change_seq=_bump_change_seq(conn))
+                .values(paused=True, run_now_at=None, updated_at=to_datetime(now), change_seq=_bump_change_seq(conn))
                 .returning(jobs.c.generation)
             ).first()
             return None if row is None else int(row.generation)
 
         return self._write_grouped(body, "pause")
 
-    def resume_job(self, job_id: str, now: float) -> tuple[int, float | None] | None:
-        """Resume a paused job on its grid from `now` (slots passed while paused do not run).
+    def resume_job(self, job_id: str, now: Instant) -> tuple[int, Instant | None] | None:
+        """Resume a paused job on its grid from `now` (slots passed while paused do not run,
+        nor, on a clock behind the one that ran it, a slot that ran already).
 
         Returns its generation and when it is due (None: running, or its
         window ended), or None if the job is not paused.
         """
 
-        def body(conn: Connection) -> tuple[int, float | None] | None:
+        def body(conn: Connection) -> tuple[int, Instant | None] | None:
             query = select(jobs).where(jobs.c.job_id == job_id, jobs.c.paused.is_(True), jobs.c.state != _DESCHEDULED)
             row = conn.execute(query.with_for_update() if self._postgres else query).first()
             if row is None:
                 return None
             plan = _plan(row)
-            next_at = plan.resumed(now)
+            next_at = plan.resumed(now, from_datetime(row.next_run_at))
             state = row.state
             if state == _SCHEDULED and plan.is_over(next_at):  # pause() cleared any run-now
                 state = _FINISHED
@@ -950,8 +1054,8 @@ class Store:
                 .values(
                     paused=False,
                     state=state,
-                    next_run_at=from_ts(next_at),
-                    updated_at=from_ts(now),
+                    next_run_at=to_datetime(next_at),
+                    updated_at=to_datetime(now),
                     change_seq=_bump_change_seq(conn),
                 )
             )
@@ -959,7 +1063,7 @@ class Store:
 
         return self._write_grouped(body, "resume")
 
-    def request_run_now(self, job_id: str, now: float) -> tuple[str, int | None]:
+    def request_run_now(self, job_id: str, now: Instant) -> tuple[str, int | None]:
         """Ask for one extra run of the job as soon as possible (off the grid).
 
         Returns ``(verdict, generation)``: "requested", "pending" (asked
@@ -987,7 +1091,7 @@ class Store:
                 conn.execute(
                     update(jobs)
                     .where(jobs.c.job_id == job_id, jobs.c.generation == row.generation)
-                    .values(run_now_at=from_ts(now), updated_at=from_ts(now), change_seq=_bump_change_seq(conn))
+                    .values(run_now_at=to_datetime(now), updated_at=to_datetime(now), change_seq=_bump_change_seq(conn))
                 )
             return verdict, row.generation
 
@@ -1025,10 +1129,10 @@ class Store:
 
     def prune_runs(
         self,
-        now: float,
+        now: Instant,
         *,
         keep_runs: int | None,
-        keep_seconds: float | None,
+        keep_seconds: Micros | None,
         job_ids: set[str] | frozenset[str] = frozenset(),
         batch: int = 500,
         max_batches: int = 10,
@@ -1041,10 +1145,10 @@ class Store:
         transactions by age run per call (the rest waits for the next call).
 
         Args:
-            now: The current instant (epoch seconds).
+            now: The current instant.
             keep_runs: Keep the newest this many runs per job (None: no limit).
             keep_seconds: Delete runs that finished more than this long
-                before `now` (None: no limit).
+                (microseconds) before `now` (None: no limit).
             job_ids: The jobs to prune by count (those that recorded runs
                 since the last call; see `jobs_over_run_limit`).
             batch: Jobs, or rows by age, per transaction.
@@ -1077,7 +1181,7 @@ class Store:
 
                 deleted += self._write(by_count, "prune runs")
         if keep_seconds is not None:
-            cutoff = from_ts(now - keep_seconds)
+            cutoff = to_datetime(now - keep_seconds)
 
             def by_age(conn: Connection) -> int:
                 oldest = (
@@ -1196,25 +1300,30 @@ def _bump_change_seq(conn: Connection) -> int:
     return int(conn.execute(bump).scalar_one())
 
 
-def _ts(value: datetime | None) -> float | None:
-    return None if value is None else round(to_ts(value), 6)
+def _ts(value: datetime | None) -> Instant | None:
+    return None if value is None else from_datetime(value)
 
 
 def _policies(row: Row[Any], *, with_start: bool = True) -> Policies:
     return Policies(
-        interval_seconds=row.interval_seconds,
+        interval=_raw_micros(row.interval_seconds),
         cron=row.cron,
         timezone=row.timezone,
         recurrence=row.recurrence,
         misfire=row.misfire,
         max_catch_up=row.max_catch_up,
-        grace_seconds=row.grace_seconds,
+        grace=_micros_column(row.grace_seconds),
         overlap=row.overlap,
-        jitter_seconds=row.jitter_seconds,
+        jitter=_micros_column(row.jitter_seconds),
         start_at=_ts(row.start_at) if with_start else None,
         end_at=_ts(row.end_at),
-        max_runtime_seconds=row.max_runtime_seconds,
+        max_runtime=_raw_micros(row.max_runtime_seconds),
     )
+
+
+def _micros_column(value: float) -> Micros:
+    """A NOT NULL seconds column -> microseconds (see `_raw_micros`)."""
+    return Micros(round(value * 1_000_000))
 
 
 def _definition_key(row: Row[Any]) -> tuple[Any, ...]:
@@ -1224,12 +1333,16 @@ def _definition_key(row: Row[Any]) -> tuple[Any, ...]:
 
 def _plan(row: Row[Any]) -> JobPlan:
     """The policies of a persched_jobs row, as a plan (raises InvalidJobError if they cannot be read)."""
+    return _plan_of_row(row, row.generation)
+
+
+def _plan_of_row(row: Row[Any], generation: int) -> JobPlan:
     # start_at placed the grid's anchor once; a plan never reads it (so claims need not).
-    return _plan_of(row.job_id, row.generation, to_ts(row.first_run_at), _policies(row, with_start=False))
+    return _plan_of(row.job_id, generation, from_datetime(row.first_run_at), _policies(row, with_start=False))
 
 
 @functools.lru_cache(maxsize=65_536)
-def _plan_of(job_id: str, generation: int, anchor: float, stored: Policies) -> JobPlan:
+def _plan_of(job_id: str, generation: int, anchor: Instant, stored: Policies) -> JobPlan:
     # Checked like schedule()'s arguments, once per definition: a row written by
     # something else (a hand-made UPDATE) fails here, not deep inside a decision.
     # (start_at / end_at are instants already: the column type guarantees them.)
@@ -1237,6 +1350,30 @@ def _plan_of(job_id: str, generation: int, anchor: float, stored: Policies) -> J
     del columns["start_at"], columns["end_at"]
     validate_policies(columns.pop("interval_seconds"), **columns)
     return JobPlan.of(job_id, generation, anchor, stored)
+
+
+def _next_fire(cron: str, zone: str, now: Instant) -> Instant | None:
+    """The first fire of a stored cron expression after `now` (None if it cannot be read)."""
+    try:
+        return _triggers.cron_trigger(cron, zone).next_after(now)
+    except InvalidJobError:
+        return None  # reported on the job itself when it is claimed or listed
+
+
+def _revert(
+    reverts: list[dict[str, Any]],
+    plan: JobPlan,
+    job_id: str,
+    generation: int,
+    next_at: Instant,
+    run_now_at: Instant | None,
+) -> ClaimMiss:
+    """A won row that runs nothing now: queue its return to waiting at `next_at`; the result for its entry."""
+    over = plan.is_over(next_at, run_now_at)
+    reverts.append({"b_job_id": job_id, "b_next": to_datetime(next_at), "b_state": _FINISHED if over else _SCHEDULED})
+    return ClaimMiss(
+        _FINISHED if over else _SCHEDULED, generation, None, None if over else plan.due_at(next_at, run_now_at)
+    )
 
 
 def _readable_plan(row: Row[Any]) -> JobPlan | None:
@@ -1248,18 +1385,18 @@ def _readable_plan(row: Row[Any]) -> JobPlan | None:
         return None
 
 
-def _due(row: Row[Any]) -> float | None:
+def _due(row: Row[Any]) -> Instant | None:
     """When a scheduled, not paused job is due (None for any other)."""
     plan = None if row.paused or row.state != _SCHEDULED else _readable_plan(row)
-    return None if plan is None else plan.due_at(to_ts(row.next_run_at), _ts(row.run_now_at))
+    return None if plan is None else plan.due_at(from_datetime(row.next_run_at), _ts(row.run_now_at))
 
 
-def _retry_at(row: Row[Any], bound: float) -> float | None:
+def _retry_at(row: Row[Any], bound: Instant) -> Instant | None:
     """When an entry that lost its claim on `row` should look again (see `ClaimMiss`)."""
     plan = None if row.paused or row.state not in (_SCHEDULED, _RUNNING) else _readable_plan(row)
     if plan is None:
         return None
-    next_at, run_now_at = to_ts(row.next_run_at), _ts(row.run_now_at)
+    next_at, run_now_at = from_datetime(row.next_run_at), _ts(row.run_now_at)
     if row.state == _SCHEDULED and (next_at > bound or run_now_at is not None):
         return plan.due_at(next_at, run_now_at)  # moved on (by another instance, or a skip)
     if row.state == _RUNNING:
@@ -1276,7 +1413,7 @@ def _rows_of(conn: Connection, job_ids: Collection[str]) -> dict[str, Row[Any]]:
     return {row.job_id: row for row in conn.execute(select(jobs).where(jobs.c.job_id.in_(job_ids)))}
 
 
-def _misses(conn: Connection, bounds: dict[str, float]) -> dict[str, ClaimMiss]:
+def _misses(conn: Connection, bounds: dict[str, Instant]) -> dict[str, ClaimMiss]:
     return {
         job_id: ClaimMiss(row.state, row.generation, row.owner, _retry_at(row, bounds[job_id]))
         for job_id, row in _rows_of(conn, bounds).items()
@@ -1296,7 +1433,7 @@ def _describe(row: Row[Any]) -> str:
         return f"unreadable ({exc})"
     if plan.trigger is not None:
         return plan.trigger.describe()
-    return f"every {_triggers.describe_seconds(row.interval_seconds)} after each run ends"
+    return f"every {_triggers.describe_duration(plan.interval or 0)} after each run ends"
 
 
 def _job(row: Row[Any]) -> Job:
@@ -1351,14 +1488,14 @@ def _run(row: Row[Any]) -> Run:
     )
 
 
-def _unreadable_record(row: Row[Any], reason: str, at: float, instance_id: str) -> dict[str, Any]:
+def _unreadable_record(row: Row[Any], reason: str, at: Instant, instance_id: str) -> dict[str, Any]:
     """A persched_runs row (outcome "error") saying why a job with an unreadable schedule was paused."""
     return {
         "job_id": row.job_id,
         "generation": row.generation,
         "scheduled_for": row.next_run_at,
-        "started_at": from_ts(at),
-        "finished_at": from_ts(at),
+        "started_at": to_datetime(at),
+        "finished_at": to_datetime(at),
         "outcome": "error",
         "error": (
             f"the job's stored schedule cannot be read ({reason}); it was paused: "
@@ -1370,16 +1507,16 @@ def _unreadable_record(row: Row[Any], reason: str, at: float, instance_id: str) 
     }
 
 
-def _missed_record(job_id: str, generation: int, missed: Missed, at: float, instance_id: str) -> dict[str, Any]:
+def _missed_record(job_id: str, generation: int, missed: Missed, at: Instant, instance_id: str) -> dict[str, Any]:
     """A persched_runs row (outcome "missed") standing for the slots `missed` names."""
     return {
         "job_id": job_id,
         "generation": generation,
-        "scheduled_for": from_ts(missed.first),
-        "missed_until": from_ts(missed.last),
+        "scheduled_for": to_datetime(missed.first),
+        "missed_until": to_datetime(missed.last),
         "missed_count": missed.count,
-        "started_at": from_ts(at),
-        "finished_at": from_ts(at),
+        "started_at": to_datetime(at),
+        "finished_at": to_datetime(at),
         "outcome": "missed",
         "instance_id": instance_id,
         "lease_until": None,

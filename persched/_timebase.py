@@ -1,16 +1,18 @@
 """The scheduler's time frame: monotonic time, labelled with wall-clock instants.
 
 A scheduler reads the wall clock once, when it is made, and from then on tells
-time as ``monotonic() + offset``. Grid slots are stored as UTC instants (other
-processes and restarts read them), but a running scheduler keeps to elapsed
-time: a step of the system clock (NTP, an operator) neither bursts runs nor
-stalls them (SPEC §2 "Time", FIELD-REPORTS #12). A restart re-reads the wall
-clock, so the frame follows a corrected clock from then on.
+time as ``monotonic + offset``, in whole microseconds. Grid slots are stored as
+UTC instants (other processes and restarts read them), but a running scheduler
+keeps to elapsed time: a step of the system clock (NTP, an operator) neither
+bursts runs nor stalls them (SPEC §2 "Time", FIELD-REPORTS #12). A restart
+re-reads the wall clock, so the frame follows a corrected clock from then on.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from ._instant import Instant, Micros
 
 if TYPE_CHECKING:
     from .clock import Clock
@@ -19,12 +21,16 @@ __all__ = ["Timebase"]
 
 
 class Timebase:
-    """`now()` in epoch seconds, following the monotonic clock from one wall reading."""
+    """`now()` as an `Instant`, following the monotonic clock from one wall reading."""
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
-        self._offset = clock.now() - clock.monotonic()
+        self._offset = clock.now_us() - clock.monotonic_us()
 
-    def now(self) -> float:
-        """Return the current instant (epoch seconds) in this scheduler's frame."""
-        return self.clock.monotonic() + self._offset
+    def now(self) -> Instant:
+        """Return the current instant in this scheduler's frame."""
+        return Instant(self.clock.monotonic_us() + self._offset)
+
+    def wall_offset(self) -> Micros:
+        """How far the wall clock has stepped since this frame was made (positive: ahead of it)."""
+        return Micros(self.clock.now_us() - self.now())

@@ -1,8 +1,9 @@
 """When a job's slots fall: fixed-rate grids and cron expressions (SPEC-policies "Cron", "Jitter"), pure.
 
-Times are float epoch seconds (UTC); every slot is rounded to the microsecond, so that the
-same slot is the same number everywhere. Nothing here loops over missed slots: after a ten-year clock
-jump the next or latest slot costs one step (an interval is arithmetic, a cron one iterator step).
+Instants and durations are whole microseconds (`_instant`), so an interval grid is exact integer
+arithmetic and a slot is the same number in memory, in the store and in every process. Cron slots fall on
+whole seconds. Nothing here loops over missed slots: after a ten-year clock jump the next or latest slot
+costs one step (an interval is arithmetic, a cron one iterator step).
 
 Cron is standard 5-field syntax (minute hour day-of-month month day-of-week), or 6 fields with the
 seconds field FIRST (that is what cronsim parses), evaluated on local wall time in an IANA zone. The
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final, Protocol
@@ -33,6 +33,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from ._instant import US_PER_SECOND, Instant, Micros
 from .errors import InvalidJobError
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Trigger",
     "cron_trigger",
-    "describe_seconds",
+    "describe_duration",
     "interval_trigger",
     "jitter_offset",
     "validate_cron",
@@ -61,19 +62,22 @@ _REFERENCE: Final = datetime(2024, 1, 1)  # where validate_cron looks for a firs
 _ONE_SECOND: Final = timedelta(seconds=1)
 
 
+NEVER: Final = Instant(2**62)  # "no further slot": past any datetime (year 9999 is ~2.5e17 µs)
+
+
 class Trigger(Protocol):
-    """The slots of one job, in float epoch seconds (UTC)."""
+    """The slots of one job, as instants (whole microseconds, UTC)."""
 
-    def next_after(self, t: float) -> float:
-        """Return the first slot strictly after `t` (`math.inf` if there is none)."""
+    def next_after(self, t: Instant) -> Instant:
+        """Return the first slot strictly after `t` (`NEVER` if there is none)."""
 
-    def latest_at_or_before(self, t: float) -> float | None:
+    def latest_at_or_before(self, t: Instant) -> Instant | None:
         """Return the most recent slot at or before `t`, or None if there is none."""
 
-    def recent_slots(self, floor: float, t: float, n: int) -> list[float]:
+    def recent_slots(self, floor: Instant, t: Instant, n: int) -> list[Instant]:
         """Return up to `n` most recent slots ``s`` with ``floor <= s <= t``, oldest first, in O(n)."""
 
-    def count_between(self, a: float, b: float) -> int | None:
+    def count_between(self, a: Instant, b: Instant) -> int | None:
         """Return how many slots ``s`` have ``a <= s <= b``, or None if that is too costly to know."""
 
     def describe(self) -> str:
@@ -82,44 +86,36 @@ class Trigger(Protocol):
 
 @dataclass(frozen=True)
 class IntervalTrigger:
-    """Slots ``anchor + k * interval_seconds`` for whole ``k >= 0`` (SPEC §2)."""
+    """Slots ``anchor + k * interval`` for whole ``k >= 0`` (SPEC §2): exact integer arithmetic."""
 
-    anchor: float
-    interval_seconds: float
+    anchor: Instant
+    interval: Micros
 
-    def _slot(self, k: int) -> float:
-        return round(self.anchor + k * self.interval_seconds, 6)
+    def _slot(self, k: int) -> Instant:
+        return Instant(self.anchor + k * self.interval)
 
-    def _index_at_or_before(self, t: float) -> int:
+    def _index_at_or_before(self, t: int) -> int:
         """The largest `k` with ``slot(k) <= t`` (may be negative)."""
-        k = math.floor((t - self.anchor) / self.interval_seconds)
-        # The division is inexact; two fix-ups make the result exact on slots. Not
-        # loops: far from the anchor a float step can vanish, and a loop would never end.
-        if self._slot(k + 1) <= t:
-            k += 1
-        elif self._slot(k) > t:
-            k -= 1
-        return k
+        return (t - self.anchor) // self.interval
 
-    def next_after(self, t: float) -> float:
+    def next_after(self, t: Instant) -> Instant:
         return self._slot(max(self._index_at_or_before(t) + 1, 0))
 
-    def latest_at_or_before(self, t: float) -> float | None:
+    def latest_at_or_before(self, t: Instant) -> Instant | None:
         k = self._index_at_or_before(t)
         return self._slot(k) if k >= 0 else None
 
-    def recent_slots(self, floor: float, t: float, n: int) -> list[float]:
+    def recent_slots(self, floor: Instant, t: Instant, n: int) -> list[Instant]:
         last = self._index_at_or_before(t)
-        slots = (self._slot(k) for k in range(max(last - n + 1, 0), last + 1))
-        return [s for s in slots if s >= floor]
+        first = max(last - n + 1, 0, -((self.anchor - floor) // self.interval))  # the first k with slot(k) >= floor
+        return [self._slot(k) for k in range(first, last + 1)]
 
-    def count_between(self, a: float, b: float) -> int | None:
-        below_a = self._index_at_or_before(a)  # slots 0..below_a are <= a; one of them may equal a
-        first = below_a if self._slot(below_a) == a else below_a + 1
-        return max(self._index_at_or_before(b) - max(first, 0) + 1, 0)
+    def count_between(self, a: Instant, b: Instant) -> int | None:
+        first = max(self._index_at_or_before(a - 1) + 1, 0)  # the first k with slot(k) >= a
+        return max(self._index_at_or_before(b) - first + 1, 0)
 
     def describe(self) -> str:
-        return f"every {describe_seconds(self.interval_seconds)}"
+        return f"every {describe_duration(self.interval)}"
 
 
 @dataclass(frozen=True)
@@ -188,25 +184,29 @@ class CronTrigger:
                 yield s
             previous = s
 
-    def next_after(self, t: float) -> float:
-        return float(next(self._forward(math.floor(t)), math.inf))
+    # Cron slots fall on whole seconds: the private iterators work in seconds, the
+    # protocol in microseconds (a floor division picks the whole second at or before).
 
-    def latest_at_or_before(self, t: float) -> float | None:
-        s = next(self._backward(math.floor(t)), None)
-        return None if s is None else float(s)
+    def next_after(self, t: Instant) -> Instant:
+        s = next(self._forward(t // US_PER_SECOND), None)
+        return NEVER if s is None else Instant(s * US_PER_SECOND)
 
-    def recent_slots(self, floor: float, t: float, n: int) -> list[float]:
-        slots: list[float] = []
-        for s in self._backward(math.floor(t)):
-            if len(slots) >= n or s < floor:
+    def latest_at_or_before(self, t: Instant) -> Instant | None:
+        s = next(self._backward(t // US_PER_SECOND), None)
+        return None if s is None else Instant(s * US_PER_SECOND)
+
+    def recent_slots(self, floor: Instant, t: Instant, n: int) -> list[Instant]:
+        slots: list[Instant] = []
+        for s in self._backward(t // US_PER_SECOND):
+            if len(slots) >= n or s * US_PER_SECOND < floor:
                 break
-            slots.append(float(s))
+            slots.append(Instant(s * US_PER_SECOND))
         return slots[::-1]
 
-    def count_between(self, a: float, b: float) -> int | None:
+    def count_between(self, a: Instant, b: Instant) -> int | None:
         count = 0
-        for s in self._forward(math.ceil(a) - 1):
-            if s > b:
+        for s in self._forward((a - 1) // US_PER_SECOND):  # slots >= a
+            if s * US_PER_SECOND > b:
                 return count
             count += 1
             if count > MAX_CRON_COUNT:
@@ -217,15 +217,15 @@ class CronTrigger:
         return f"cron {self.expression}" + ("" if self.timezone == "UTC" else f" {self.timezone}")
 
 
-def interval_trigger(anchor: float, interval_seconds: float) -> Trigger:
-    """Return the fixed-rate grid ``anchor + k * interval_seconds``, ``k >= 0``.
+def interval_trigger(anchor: Instant, interval: Micros) -> Trigger:
+    """Return the fixed-rate grid ``anchor + k * interval``, ``k >= 0``.
 
     Raises:
-        InvalidJobError: `interval_seconds` is not finite or is below a microsecond (the store's resolution).
+        InvalidJobError: `interval` is below one microsecond (the store's resolution).
     """
-    if not math.isfinite(interval_seconds) or interval_seconds < 1e-6:
-        raise InvalidJobError("interval_seconds", f"must be at least one microsecond, got {interval_seconds!r}")
-    return IntervalTrigger(anchor, interval_seconds)
+    if interval < 1:
+        raise InvalidJobError("interval_seconds", f"must be at least one microsecond, got {interval} µs")
+    return IntervalTrigger(anchor, interval)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -296,32 +296,33 @@ def validate_timezone(name: object) -> str:
     return name
 
 
-def jitter_offset(job_id: str, generation: int, slot: float, jitter_seconds: float) -> float:
-    """Return the run's offset after its slot, in ``[0, jitter_seconds)``, the same in every process.
+def jitter_offset(job_id: str, generation: int, slot: Instant, jitter: Micros) -> Micros:
+    """Return the run's offset after its slot, in ``[0, jitter)``, the same in every process.
 
-    It is a hash of (job_id, generation, slot in microseconds), never `random`, so every instance and
-    every restart delays the same slot by the same amount.
+    It is a hash of (job_id, generation, slot), never `random`, so every instance and every
+    restart delays the same slot by the same amount.
     """
-    if jitter_seconds <= 0:
-        return 0.0
-    key = f"{job_id}\x00{generation}\x00{round(slot * 1_000_000)}".encode()
-    fraction = (int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 11) / 2.0**53
-    return min(fraction * jitter_seconds, math.nextafter(jitter_seconds, 0.0))
+    if jitter <= 0:
+        return Micros(0)
+    key = f"{job_id}\x00{generation}\x00{slot}".encode()
+    fraction = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")  # uniform in [0, 2**64)
+    return Micros((fraction * jitter) >> 64)
 
 
 def _number(x: float) -> str:
     return f"{x:.6f}".rstrip("0").rstrip(".")
 
 
-def describe_seconds(seconds: float) -> str:
+def describe_duration(us: int) -> str:
     """Return a duration in words: "250 ms", "1.5 s", "90 s", "5 min", "2 h", "1 day", "3 days"."""
-    if seconds >= 86_400 and seconds % 86_400 == 0:
-        days = int(seconds // 86_400)
-        return f"{days} day" if days == 1 else f"{days} days"
-    if seconds >= 3600 and seconds % 3600 == 0:
-        return f"{int(seconds // 3600)} h"
-    if seconds >= 60 and seconds % 60 == 0:
-        return f"{int(seconds // 60)} min"
-    if 0 < seconds < 1:
-        return f"{_number(round(seconds * 1000, 3))} ms"
-    return f"{_number(seconds)} s"
+    for unit, singular, plural in (
+        (86_400_000_000, "day", "days"),
+        (3_600_000_000, "h", "h"),
+        (60_000_000, "min", "min"),
+    ):
+        if us >= unit and us % unit == 0:
+            n = us // unit
+            return f"{n} {singular if n == 1 else plural}"
+    if 0 < us < US_PER_SECOND:
+        return f"{_number(us / 1000)} ms"
+    return f"{_number(us / US_PER_SECOND)} s"

@@ -51,10 +51,12 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Final, NoReturn
 
 from . import _db, _migrate
+from ._instant import Instant, micros
 from ._models import Job, JobState, validate_job_id
 from ._scheduler import JobScheduler
 from ._store import Store
-from ._triggers import describe_seconds
+from ._triggers import describe_duration
+from .clock import SystemClock
 from .errors import PerschedError
 
 if TYPE_CHECKING:
@@ -193,11 +195,15 @@ def policies(job: Job) -> list[tuple[str, str]]:
             )
         )
     if job.grace_seconds != _DEFAULTS["grace_seconds"]:
-        lines.append(("grace", f"{describe_seconds(job.grace_seconds)} (a slot not started by then is missed)"))
+        lines.append(
+            ("grace", f"{describe_duration(micros(job.grace_seconds))} (a slot not started by then is missed)")
+        )
     if job.overlap != _DEFAULTS["overlap"]:
         lines.append(("overlap", f"{job.overlap} (slots passing while a run is in flight are dropped as missed)"))
     if job.jitter_seconds != _DEFAULTS["jitter_seconds"]:
-        lines.append(("jitter", f"each run starts up to {describe_seconds(job.jitter_seconds)} after its slot"))
+        lines.append(
+            ("jitter", f"each run starts up to {describe_duration(micros(job.jitter_seconds))} after its slot")
+        )
     window = []
     if job.start_at is not None:
         window.append(f"from {iso(job.start_at)}")
@@ -207,7 +213,10 @@ def policies(job: Job) -> list[tuple[str, str]]:
         lines.append(("window", " ".join(window)))
     if job.max_runtime_seconds is not None:
         lines.append(
-            ("max runtime", f"{describe_seconds(job.max_runtime_seconds)} (a longer run is reported as overran)")
+            (
+                "max runtime",
+                f"{describe_duration(micros(job.max_runtime_seconds))} (a longer run is reported as overran)",
+            )
         )
     return lines
 
@@ -296,6 +305,10 @@ def open_existing(db: str) -> Store:
         engine.dispose()
         raise
     return Store(engine, _db.mask(engine.url))
+
+
+def _now() -> Instant:
+    return Instant(SystemClock().now_us())
 
 
 def _with_store(args: argparse.Namespace, body: Callable[[Store], int]) -> int:
@@ -430,7 +443,7 @@ def _cmd_deschedule(args: argparse.Namespace) -> int:
     job_id = _require_job_id(args.job_id)
 
     def body(store: Store) -> int:
-        generation = store.deschedule_job_generation(job_id, time.time())
+        generation = store.deschedule_job_generation(job_id, _now())
         if generation is None:
             raise _missing_job(store, job_id)
         _say(f"descheduled {job_id!r} (generation {generation}); a run already in flight may still finish")
@@ -443,7 +456,7 @@ def _cmd_pause(args: argparse.Namespace) -> int:
     job_id = _require_job_id(args.job_id)
 
     def body(store: Store) -> int:
-        generation = store.pause_job(job_id, time.time())
+        generation = store.pause_job(job_id, _now())
         if generation is not None:
             _say(
                 f"paused {job_id!r} (generation {generation}); a run already in flight may still finish;"
@@ -468,7 +481,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     job_id = _require_job_id(args.job_id)
 
     def body(store: Store) -> int:
-        resumed = store.resume_job(job_id, time.time())
+        resumed = store.resume_job(job_id, _now())
         if resumed is None:
             job = store.get_job(job_id)
             if job is None:
@@ -490,7 +503,7 @@ def _cmd_run_now(args: argparse.Namespace) -> int:
     job_id = _require_job_id(args.job_id)
 
     def body(store: Store) -> int:
-        verdict, generation = store.request_run_now(job_id, time.time())
+        verdict, generation = store.request_run_now(job_id, _now())
         if verdict == "unknown":
             raise _missing_job(store, job_id)
         if verdict == "paused":

@@ -3,6 +3,10 @@
 Only this module reads the system clock. The scheduler takes a `Clock` so that
 tests (and users testing their own schedules) can drive time with
 `persched.testing.FakeClock` instead of sleeping.
+
+A clock tells time in whole microseconds (SPEC §1 "Time is exact to the
+microsecond"): integers, so that an instant read here, a slot computed from
+it and the value the database stores are one and the same number.
 """
 
 from __future__ import annotations
@@ -11,19 +15,19 @@ import threading
 import time
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "SystemClock"]
+__all__ = ["Clock", "SecondsClock", "SystemClock", "exact_clock"]
 
 
 @runtime_checkable
 class Clock(Protocol):
-    """Wall time, monotonic time and waiting on a condition."""
+    """Wall time and monotonic time in whole microseconds, and waiting on a condition."""
 
-    def now(self) -> float:
-        """Return the wall-clock time as UTC epoch seconds."""
+    def now_us(self) -> int:
+        """Return the wall-clock time as whole microseconds since the Unix epoch (UTC)."""
         ...
 
-    def monotonic(self) -> float:
-        """Return a monotonic time in seconds (only differences matter)."""
+    def monotonic_us(self) -> int:
+        """Return a monotonic time in whole microseconds (only differences matter)."""
         ...
 
     def wait(self, cond: threading.Condition, timeout: float | None) -> None:
@@ -35,11 +39,36 @@ class Clock(Protocol):
         ...
 
 
-class SystemClock:
-    """The real clock: `time.time`, `time.monotonic` and `Condition.wait`."""
+@runtime_checkable
+class SecondsClock(Protocol):
+    """A clock in float seconds (persched before 0.2): `now()`, `monotonic()`, `wait()`."""
 
     def now(self) -> float:
-        """Return `time.time()`."""
+        """Return the wall-clock time as UTC epoch seconds."""
+        ...
+
+    def monotonic(self) -> float:
+        """Return a monotonic time in seconds."""
+        ...
+
+    def wait(self, cond: threading.Condition, timeout: float | None) -> None:
+        """Wait on `cond` for at most `timeout` seconds."""
+        ...
+
+
+class SystemClock:
+    """The real clock: `time.time_ns`, `time.monotonic_ns` and `Condition.wait`."""
+
+    def now_us(self) -> int:
+        """Return ``time.time_ns() // 1000``."""
+        return time.time_ns() // 1000
+
+    def monotonic_us(self) -> int:
+        """Return ``time.monotonic_ns() // 1000``."""
+        return time.monotonic_ns() // 1000
+
+    def now(self) -> float:
+        """Return `time.time()` (epoch seconds)."""
         return time.time()
 
     def monotonic(self) -> float:
@@ -51,3 +80,32 @@ class SystemClock:
         if timeout is not None:
             timeout = min(max(timeout, 0.0), threading.TIMEOUT_MAX)
         cond.wait(timeout)
+
+
+class _FromSeconds:
+    """A `SecondsClock` read as a `Clock` (each reading rounded to the microsecond)."""
+
+    def __init__(self, clock: SecondsClock) -> None:
+        self._clock = clock
+
+    def now_us(self) -> int:
+        return round(self._clock.now() * 1_000_000)
+
+    def monotonic_us(self) -> int:
+        return round(self._clock.monotonic() * 1_000_000)
+
+    def wait(self, cond: threading.Condition, timeout: float | None) -> None:
+        self._clock.wait(cond, timeout)
+
+
+def exact_clock(clock: Clock | SecondsClock) -> Clock:
+    """Return `clock` as a `Clock`; a clock in float seconds is adapted.
+
+    Raises:
+        TypeError: `clock` has neither ``now_us``/``monotonic_us`` nor ``now``/``monotonic``, or no ``wait``.
+    """
+    if isinstance(clock, Clock):
+        return clock
+    if isinstance(clock, SecondsClock):
+        return _FromSeconds(clock)
+    raise TypeError(f"clock: needs now_us(), monotonic_us() and wait(cond, timeout), got {clock!r}")

@@ -1,0 +1,72 @@
+"""Whole-microsecond instants and durations, and their only conversions (SPEC §1 "Time is exact").
+
+Inside persched an instant is an ``int`` of microseconds since the Unix epoch (UTC) and a
+duration an ``int`` of microseconds, from the clock through the heap, the triggers and the
+policies to the store and back. The database keeps microseconds too, so a slot is the same
+number in memory, in a row and in another process, and ``first + k * interval`` is exact.
+
+Floats appear only at the public edges: ``interval_seconds=0.1`` and ``FakeClock.advance(60)``
+are rounded to whole microseconds once, here (an interval of 1/3 s is 333,333 µs); the public
+models show aware `datetime`s (exact: they hold microseconds) and float seconds.
+
+`Instant` and `Micros` are NewTypes so that mypy refuses a float where one is expected; sums
+of them are plain ``int`` and are named again with the type, e.g. ``Instant(now + lease)``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from fractions import Fraction
+from typing import Final, NewType
+
+__all__ = [
+    "US_PER_SECOND",
+    "Instant",
+    "Micros",
+    "from_datetime",
+    "from_naive_utc",
+    "micros",
+    "seconds",
+    "to_datetime",
+]
+
+Instant = NewType("Instant", int)  # microseconds since 1970-01-01T00:00:00Z
+Micros = NewType("Micros", int)  # a duration in microseconds
+
+US_PER_SECOND: Final = 1_000_000
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_NAIVE_EPOCH: Final = datetime(1970, 1, 1)
+_ONE_US: Final = timedelta(microseconds=1)
+
+
+def micros(value: float) -> int:
+    """Round seconds (a float or int) to whole microseconds, exactly (half to even).
+
+    `Fraction` takes the float's exact binary value, so the rounding happens once, here, and
+    never depends on how a product of floats happened to round.
+    """
+    if isinstance(value, int):
+        return value * US_PER_SECOND
+    return round(Fraction(value) * US_PER_SECOND)
+
+
+def seconds(us: int) -> float:
+    """Microseconds -> float seconds, for public fields such as `Job.interval_seconds`."""
+    return us / US_PER_SECOND
+
+
+def to_datetime(us: int) -> datetime:
+    """An instant -> aware UTC datetime (exact)."""
+    return _EPOCH + timedelta(microseconds=us)
+
+
+def from_datetime(dt: datetime) -> Instant:
+    """An aware datetime -> instant (exact); a naive one is read as UTC (SQLite's raw values)."""
+    if dt.tzinfo is None:
+        return from_naive_utc(dt)
+    return Instant((dt - _EPOCH) // _ONE_US)
+
+
+def from_naive_utc(dt: datetime) -> Instant:
+    """A naive datetime that holds UTC -> instant (exact)."""
+    return Instant((dt - _NAIVE_EPOCH) // _ONE_US)
