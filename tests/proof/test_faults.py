@@ -39,6 +39,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
 from persched import JobScheduler
+from persched._instant import Micros, from_datetime, micros
 from persched.errors import PerschedError, StoreError
 from persched.testing import FakeClock
 from tests.support import jobs
@@ -268,8 +269,8 @@ def _recover_scenario(b: Bench, inj: Injector) -> None:
     job = b.sched.get_job("b")
     assert job is not None
     b.clock.advance(job.next_run_at.timestamp() - b.clock.now() - 0.25)
-    due = job.next_run_at.timestamp()
-    claim = b.sched._store.claim_run("b", job.generation, due, due, "dead", LEASE)
+    due = from_datetime(job.next_run_at)
+    claim = b.sched._store.claim_run("b", job.generation, due, due, "dead", Micros(micros(LEASE)))
     assert not hasattr(claim, "state"), claim
     b.drive_until(inj.settled, "the recovery fault fired")
     b.drive_until(

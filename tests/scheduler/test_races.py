@@ -20,17 +20,17 @@ from unittest.mock import patch
 
 import pytest
 
+from persched._instant import Instant, Micros
 from persched._store import Claim, ClaimMiss, Store
 from tests.support import jobs, race_jobs
-from tests.support.helpers import EPOCH, TIMEOUT, at, finished_runs, sql, wait_until
+from tests.support.helpers import TIMEOUT, at, at_us, finished_runs, sql, wait_until
 from tests.support.race_jobs import Seam, batch_claims, batch_finishes, for_job, real_claim_run, real_finish_run
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from persched import JobScheduler
-    from persched._dispatcher import Entry
-    from persched._store import Completion
+    from persched._store import ClaimEntry, Completion
     from persched.testing import FakeClock
     from tests.conftest import SchedulerFactory
 
@@ -51,7 +51,7 @@ def claim_seam(seams: list[Seam], sched: JobScheduler, job_id: str, impl: ClaimI
 
 
 def finish_seam(
-    seams: list[Seam], sched: JobScheduler, job_id: str, impl: Callable[..., bool] | None = None, **kw: bool
+    seams: list[Seam], sched: JobScheduler, job_id: str, impl: Callable[..., Instant | None] | None = None, **kw: bool
 ) -> Seam:
     """A seam around `sched`'s completion of `job_id` (optionally a broken one)."""
     store = sched._store
@@ -200,7 +200,7 @@ def test_old_generation_claimed_first_finishes_without_disturbing_the_new_one(
     make_scheduler: SchedulerFactory,
     seams: list[Seam],
     fake_clock: FakeClock,
-    finish_impl: Callable[..., bool] | None,
+    finish_impl: Callable[..., Instant | None] | None,
 ) -> None:
     sched = make_scheduler(start=True)
     seam = claim_seam(seams, sched, "a", after=True)
@@ -266,7 +266,7 @@ def test_completion_of_an_old_generation_vs_a_new_definition(
     make_scheduler: SchedulerFactory,
     seams: list[Seam],
     fake_clock: FakeClock,
-    finish_impl: Callable[..., bool] | None,
+    finish_impl: Callable[..., Instant | None] | None,
 ) -> None:
     """The old run's completion is held in the store while the id is descheduled and
     scheduled again with the very same definition: only the generation differs."""
@@ -346,15 +346,15 @@ def test_shutdown_waits_for_a_claim_inside_the_store(
     assert len(jobs.calls("a")) == 1
 
 
-def claim_ignoring_stop(sched: JobScheduler, due: list[Entry], completions: Sequence[Completion] = ()) -> int:
+def claim_ignoring_stop(sched: JobScheduler, due: list[ClaimEntry], completions: Sequence[Completion] = ()) -> int:
     """A broken `JobScheduler._claim_due`: it never looks at the stop flag."""
     sched._write_completions(completions)
     handed = 0
-    for due_at, job_id, generation in due:
+    for job_id, generation, due_at, _ in due:
         with sched._inflight_cond:
             sched._inflight_jobs[job_id] += 1
         result = sched._store.claim_run(
-            job_id, generation, due_at, sched._timebase.now(), sched.instance_id, sched._lease_seconds
+            job_id, generation, due_at, sched._timebase.now(), sched.instance_id, sched._lease
         )
         if isinstance(result, Claim):
             with sched._inflight_cond:
@@ -478,7 +478,7 @@ def test_a_dead_instances_run_is_recovered_after_a_lease_of_observation(
     with patch.object(sched._heartbeat, "beat", side_effect=beat) if wall_clock_expiry else _nothing():
         sched.schedule("a", jobs.record, 10.0, args=("a",))
         # A dead instance claimed the slot at T+10 and will never renew.
-        assert isinstance(sched._store.claim_run("a", 1, EPOCH + 10, EPOCH + 10, DEAD, 30.0), Claim)
+        assert isinstance(sched._store.claim_run("a", 1, at_us(10), at_us(10), DEAD, Micros(30_000_000)), Claim)
         sched._heartbeat.beat()  # first observation, at T+0 on this instance's monotonic clock
         fake_clock.advance(10.0)
         sched._heartbeat.beat()
@@ -538,7 +538,7 @@ def test_store_seams_forward_everything_else(make_scheduler: SchedulerFactory, s
     seam = claim_seam(seams, sched, "other", before=True)
     with patch.object(sched._store, "claim_runs", side_effect=batch_claims(seam)):
         sched.schedule("a", jobs.record, 10.0, args=("a",), start_in=0)
-        result = sched._store.claim_run("a", 1, EPOCH + 1e9, EPOCH + 1e9, "x", 30.0)
+        result = sched._store.claim_run("a", 1, at_us(1e9), at_us(1e9), "x", Micros(30_000_000))
     assert isinstance(result, Claim)
     assert (seam.calls, seam.results) == (1, [])
     assert isinstance(sched._store, Store)

@@ -9,6 +9,7 @@ from unittest.mock import patch
 import pytest
 
 from persched import JobScheduler
+from persched._instant import Instant, Micros
 from persched._store import MAX_ERROR_TEXT, bound_error_text
 from persched.errors import InvalidJobError
 from tests.support import cli_jobs, jobs
@@ -95,7 +96,9 @@ def test_runs_in_flight_are_never_pruned(make_scheduler: SchedulerFactory, fake_
     sched.schedule("blocked", jobs.block, 1.0, args=("blocked",), start_in=0)
     assert jobs.gate("blocked").started.wait(TIMEOUT)
     store = sched._store  # the pruning contract is the store's
-    deleted = store.prune_runs(fake_clock.now(), keep_runs=1, keep_seconds=0.0, job_ids={"r", "blocked"})
+    deleted = store.prune_runs(
+        Instant(fake_clock.now_us()), keep_runs=1, keep_seconds=Micros(0), job_ids={"r", "blocked"}
+    )
     assert deleted >= 2
     assert len(sched.runs("r")) <= 1
     open_runs = [r for r in sched.runs("blocked") if r.outcome is None]

@@ -14,6 +14,7 @@ from unittest.mock import patch
 import pytest
 from sqlalchemy.exc import IntegrityError
 
+from persched._instant import Instant
 from persched._models import JobState, validate_definition, validate_policies
 from tests.conftest import TIMEOUT
 from tests.support import race_jobs
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
     from persched._store import Store
 
-T = 1_800_000_000.0
+T = Instant(1_800_000_000_000_000)
 WAITING = 6  # writers queued behind the held leader
 
 

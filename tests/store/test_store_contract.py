@@ -24,20 +24,25 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from persched import JobState, _db, _store
+from persched._instant import Instant, Micros, from_datetime, micros, to_datetime
 from persched._models import JobDefinition, validate_definition, validate_policies
 from persched._schema import jobs, runs
-from persched._store import Claim, ClaimMiss, OpenRun, Store, from_ts
-from persched.errors import StoreError
+from persched._store import Claim, ClaimMiss, OpenRun, Store
 from tests.support import race_jobs
 from tests.support.helpers import EPOCH, TIMEOUT
 
 if TYPE_CHECKING:
     from persched import Job
 
-T = EPOCH
+T = Instant(micros(EPOCH))
 ME = "me:1:aaaaaa"
 OTHER = "other:2:bbbbbb"
-LEASE = 30.0
+LEASE = Micros(30_000_000)
+
+
+def at(offset: float) -> Instant:
+    """The instant `offset` seconds after `T`."""
+    return Instant(T + micros(offset))
 
 
 def definition(
@@ -52,7 +57,7 @@ def definition(
     return validate_definition(job_id, target, validate_policies(interval, **policies), args, {}, start_in)
 
 
-def schedule(store: Store, now: float = T, **kwargs: Any) -> Job:  # noqa: ANN401 - forwarded to definition()
+def schedule(store: Store, now: Instant = T, **kwargs: Any) -> Job:  # noqa: ANN401 - forwarded to definition()
     job, _, _ = store.upsert_job(definition(**kwargs), now)
     return job
 
@@ -65,8 +70,10 @@ def job_row(store: Store, job_id: str = "a") -> Job:
     raise AssertionError(f"{job_id} is not active")
 
 
-def claim(store: Store, job: Job, now: float, *, expected_at: float | None = None, who: str = ME) -> Claim | ClaimMiss:
-    due = job.next_run_at.timestamp() if expected_at is None else expected_at
+def claim(
+    store: Store, job: Job, now: Instant, *, expected_at: Instant | None = None, who: str = ME
+) -> Claim | ClaimMiss:
+    due = from_datetime(job.next_run_at) if expected_at is None else expected_at
     return store.claim_run(job.job_id, job.generation, due, now, who, LEASE)
 
 
@@ -75,7 +82,7 @@ def won(result: Claim | ClaimMiss) -> Claim:
     return result
 
 
-def finish(store: Store, c: Claim, now: float, *, who: str = ME) -> bool:
+def finish(store: Store, c: Claim, now: Instant, *, who: str = ME) -> bool:
     """Complete `c`; True if the job is to be queued again (its row was its own, or is scheduled)."""
     return store.finish_run(c, who, now, "ok", None) is not None
 
@@ -111,19 +118,19 @@ def test_upsert_creates_generation_one_on_a_fresh_grid(store: Store) -> None:
     assert change == "created"
     assert job.generation == 1
     assert job.state is JobState.SCHEDULED
-    assert job.next_run_at == from_ts(T + 10.0)
-    assert job.created_at == from_ts(T)
+    assert job.next_run_at == to_datetime(at(10.0))
+    assert job.created_at == to_datetime(T)
     assert store.get_job("a") == job
 
 
 def test_upsert_start_in_zero_is_due_now(store: Store) -> None:
     job = schedule(store, start_in=0)
-    assert job.next_run_at == from_ts(T)
+    assert job.next_run_at == to_datetime(T)
 
 
 def test_upsert_unchanged_keeps_generation_and_next_run(store: Store) -> None:
     first = schedule(store)
-    again, change, _ = store.upsert_job(definition(), T + 7.5)
+    again, change, _ = store.upsert_job(definition(), at(7.5))
     assert change == "unchanged"
     assert again.generation == first.generation
     assert again.next_run_at == first.next_run_at
@@ -133,10 +140,10 @@ def test_upsert_unchanged_keeps_generation_and_next_run(store: Store) -> None:
 def test_unchanged_redeclaration_keeps_a_job_that_is_overdue(store: Store) -> None:
     # FIELD-REPORTS #1: an application re-declaring at start-up after downtime.
     first = schedule(store)
-    again, change, _ = store.upsert_job(definition(), T + 3600)
+    again, change, _ = store.upsert_job(definition(), at(3600))
     assert change == "unchanged"
-    assert again.next_run_at == first.next_run_at == from_ts(T + 10)
-    assert isinstance(claim(store, again, T + 3600), Claim)
+    assert again.next_run_at == first.next_run_at == to_datetime(at(10))
+    assert isinstance(claim(store, again, at(3600)), Claim)
 
 
 @pytest.mark.parametrize(
@@ -150,35 +157,35 @@ def test_unchanged_redeclaration_keeps_a_job_that_is_overdue(store: Store) -> No
 )
 def test_upsert_replace_bumps_generation_and_resets_the_grid(store: Store, changed: dict[str, Any]) -> None:
     schedule(store)
-    job, change, _ = store.upsert_job(definition(**changed), T + 4.0)
+    job, change, _ = store.upsert_job(definition(**changed), at(4.0))
     assert change == "replaced"
     assert job.generation == 2
     interval = changed.get("interval", 10.0)
-    assert job.next_run_at == from_ts(T + 4.0 + interval)
+    assert job.next_run_at == to_datetime(at(4.0 + interval))
     assert job.state is JobState.SCHEDULED
 
 
 def test_replace_of_a_running_job_frees_the_row_for_the_new_generation(store: Store) -> None:
     job = schedule(store)
-    won(claim(store, job, T + 10))
-    new, change, _ = store.upsert_job(definition(args=("b",)), T + 11)
+    won(claim(store, job, at(10)))
+    new, change, _ = store.upsert_job(definition(args=("b",)), at(11))
     assert change == "replaced"
     assert (new.generation, new.state, new.owner) == (2, JobState.SCHEDULED, None)
-    assert new.next_run_at == from_ts(T + 21)
+    assert new.next_run_at == to_datetime(at(21))
 
 
 def test_deschedule_then_schedule_gives_a_higher_generation(store: Store) -> None:
     schedule(store)
-    assert store.deschedule_job("a", T + 1) is True
+    assert store.deschedule_job("a", at(1)) is True
     assert store.get_job("a") is None
     assert store.list_jobs() == []
-    assert store.deschedule_job("a", T + 2) is False  # already gone
-    job, change, _ = store.upsert_job(definition(), T + 3)  # the very same definition
+    assert store.deschedule_job("a", at(2)) is False  # already gone
+    job, change, _ = store.upsert_job(definition(), at(3))  # the very same definition
     assert change == "created"
     assert job.generation == 2  # never reused (no ABA)
-    assert job.next_run_at == from_ts(T + 13)
-    store.deschedule_job("a", T + 4)
-    assert schedule(store, T + 5).generation == 3
+    assert job.next_run_at == to_datetime(at(13))
+    store.deschedule_job("a", at(4))
+    assert schedule(store, at(5)).generation == 3
 
 
 def test_deschedule_unknown_job(store: Store) -> None:
@@ -191,7 +198,7 @@ def test_load_scheduled_lists_only_scheduled_rows(store: Store) -> None:
     c = schedule(store, job_id="c", start_in=0)
     store.deschedule_job("b", T)
     won(claim(store, c, T))
-    assert store.load_scheduled() == [(T + 10, "a", a.generation)]
+    assert store.load_scheduled(T) == ([(at(10), "a", a.generation)], [])
 
 
 # --- claim ---------------------------------------------------------------------------
@@ -199,14 +206,14 @@ def test_load_scheduled_lists_only_scheduled_rows(store: Store) -> None:
 
 def test_claim_moves_the_row_to_running_and_inserts_the_run(store: Store) -> None:
     job = schedule(store)
-    c = won(claim(store, job, T + 10))
-    assert (c.job_id, c.generation, c.scheduled_for, c.started_at) == ("a", 1, T + 10, T + 10)
+    c = won(claim(store, job, at(10)))
+    assert (c.job_id, c.generation, c.scheduled_for, c.started_at) == ("a", 1, at(10), at(10))
     assert (c.target, c.args_json, c.run_now) == (race_jobs.RECORD, '["a"]', False)
     row = job_row(store)
-    assert (row.state, row.owner, row.lease_until) == (JobState.RUNNING, ME, from_ts(T + 10 + LEASE))
+    assert (row.state, row.owner, row.lease_until) == (JobState.RUNNING, ME, to_datetime(at(10) + LEASE))
     (run,) = store.list_runs("a")
     assert (run.run_id, run.outcome, run.instance_id) == (c.run_id, None, ME)
-    assert run.scheduled_for == from_ts(T + 10)
+    assert run.scheduled_for == to_datetime(at(10))
 
 
 def _race(n: int, fn: Callable[[], Any]) -> tuple[list[Any], list[BaseException]]:
@@ -251,7 +258,7 @@ def test_claim_wins_once(store: Store, impl: ClaimImpl) -> None:
         results, errors = _race(
             2,
             lambda job=job, k=k: impl(  # type: ignore[misc]  # bound per iteration on purpose
-                store, job.job_id, job.generation, T, T + 0.5, f"inst-{k}-{threading.get_ident()}", LEASE
+                store, job.job_id, job.generation, T, at(0.5), f"inst-{k}-{threading.get_ident()}", LEASE
             ),
         )
         assert errors == []
@@ -274,9 +281,9 @@ def test_claim_wins_once(store: Store, impl: ClaimImpl) -> None:
 def test_claim_with_a_stale_generation_misses(store: Store, impl: ClaimImpl) -> None:
     old = schedule(store)
     # The replacement is due at once, so only the generation predicate stands
-    # between the old heap entry (due T + 10) and the new definition.
-    new, _, _ = store.upsert_job(definition(args=("b",), start_in=0), T + 10)
-    result = impl(store, "a", old.generation, T + 10, T + 10, ME, LEASE)
+    # between the old heap entry (due at(10)) and the new definition.
+    new, _, _ = store.upsert_job(definition(args=("b",), start_in=0), at(10))
+    result = impl(store, "a", old.generation, at(10), at(10), ME, LEASE)
     assert isinstance(result, ClaimMiss)
     assert (result.state, result.generation) == ("scheduled", 2)
     assert job_row(store) == new
@@ -292,8 +299,8 @@ def test_claim_with_a_stale_generation_misses(store: Store, impl: ClaimImpl) -> 
 )
 def test_claim_after_deschedule_misses(store: Store, impl: ClaimImpl) -> None:
     job = schedule(store)
-    store.deschedule_job("a", T + 9)
-    result = impl(store, "a", job.generation, T + 10, T + 10, ME, LEASE)
+    store.deschedule_job("a", at(9))
+    result = impl(store, "a", job.generation, at(10), at(10), ME, LEASE)
     assert isinstance(result, ClaimMiss)
     assert result.state == "descheduled"
     assert store.list_runs("a") == []
@@ -310,21 +317,21 @@ def test_claim_after_deschedule_misses(store: Store, impl: ClaimImpl) -> None:
 def test_claim_before_the_slot_misses(store: Store, impl: ClaimImpl) -> None:
     """An entry due at T+10 must not claim a row another instance moved on to T+20."""
     job = schedule(store)
-    c = won(claim(store, job, T + 10, who=OTHER))
-    assert finish(store, c, T + 11, who=OTHER)  # row now at T + 20
-    result = impl(store, "a", job.generation, T + 10, T + 12, ME, LEASE)
+    c = won(claim(store, job, at(10), who=OTHER))
+    assert finish(store, c, at(11), who=OTHER)  # row now at at(20)
+    result = impl(store, "a", job.generation, at(10), at(12), ME, LEASE)
     assert isinstance(result, ClaimMiss)
-    assert (result.state, result.due_at) == ("scheduled", T + 20)
+    assert (result.state, result.due_at) == ("scheduled", at(20))
     assert len(store.list_runs("a")) == 1
 
 
 def test_claim_while_running_misses_and_names_the_owner(store: Store) -> None:
     job = schedule(store)
-    won(claim(store, job, T + 10, who=OTHER))
-    miss = claim(store, job, T + 10)
+    won(claim(store, job, at(10), who=OTHER))
+    miss = claim(store, job, at(10))
     assert isinstance(miss, ClaimMiss)
     # due_at: look again at the next slot, in case the owner dies.
-    assert (miss.state, miss.generation, miss.owner, miss.due_at) == ("running", 1, OTHER, T + 20)
+    assert (miss.state, miss.generation, miss.owner, miss.due_at) == ("running", 1, OTHER, at(20))
 
 
 def test_claim_of_an_unknown_job_misses(store: Store) -> None:
@@ -333,52 +340,67 @@ def test_claim_of_an_unknown_job_misses(store: Store) -> None:
 
 def test_a_late_claim_coalesces_to_the_latest_slot(store: Store) -> None:
     job = schedule(store)  # slots T+10, T+20, ...
-    c = won(claim(store, job, T + 45.5))
-    assert c.scheduled_for == T + 40  # the most recent slot it stands for
-    assert c.started_at == T + 45.5
-    assert job_row(store).next_run_at == from_ts(T + 50)  # the next slot still to run
-    assert finish(store, c, T + 46)
+    c = won(claim(store, job, at(45.5)))
+    assert c.scheduled_for == at(40)  # the most recent slot it stands for
+    assert c.started_at == at(45.5)
+    assert job_row(store).next_run_at == to_datetime(at(50))  # the next slot still to run
+    assert finish(store, c, at(46))
     row = job_row(store)
     assert (row.state, row.next_run_at, row.run_count, row.last_outcome) == (
         JobState.SCHEDULED,
-        from_ts(T + 50),
+        to_datetime(at(50)),
         1,
         "ok",
     )
     (run,) = store.list_runs("a")
-    assert run.scheduled_for == from_ts(T + 40)
-    assert (run.outcome, run.finished_at) == ("ok", from_ts(T + 46))
+    assert run.scheduled_for == to_datetime(at(40))
+    assert (run.outcome, run.finished_at) == ("ok", to_datetime(at(46)))
 
 
 def test_a_claim_after_a_ten_year_gap_coalesces_into_one_run(store: Store) -> None:
     job = schedule(store, interval=0.001)
-    later = T + 10 * 365 * 86400 + 0.0005
+    later = at(10 * 365 * 86400 + 0.0005)
     c = won(claim(store, job, later))
-    assert later - 0.001 < c.scheduled_for <= later
+    assert later - 1000 < c.scheduled_for <= later
     assert len(store.list_runs("a")) == 1
 
 
 def test_a_slot_is_never_claimed_twice(store: Store) -> None:
-    """Even if a buggy caller hands the same slot back, the schema refuses a second run."""
+    """A row put back on a slot that ran (a hand edit, a clock behind) is settled alone:
+    no second run of the slot, the row moves past it (SPEC §2 "One job never holds back another")."""
     job = schedule(store)
-    c = won(claim(store, job, T + 10))
-    assert finish(store, c, T + 11)
+    other = schedule(store, job_id="b")
+    c = won(claim(store, job, at(10)))
+    assert finish(store, c, at(11))
     with store.engine.begin() as conn:  # the bug: next_run_at back on the slot that ran
-        conn.execute(update(jobs).where(jobs.c.job_id == "a").values(next_run_at=from_ts(T + 10)))
-    with pytest.raises(StoreError, match=r"(?i)unique|duplicate"):
-        claim(store, job, T + 10)
-    assert len(store.list_runs("a")) == 1
-    assert job_row(store).state is JobState.SCHEDULED  # the failed claim rolled back
+        conn.execute(update(jobs).where(jobs.c.job_id == "a").values(next_run_at=to_datetime(at(10))))
+    results = store.claim_runs(
+        [("a", job.generation, at(10), at(10)), ("b", other.generation, at(10), at(10))], at(10), ME, LEASE
+    )
+    assert results[0] == ClaimMiss("scheduled", job.generation, None, at(20))
+    assert isinstance(results[1], Claim)  # the other job of the batch is claimed in the same cycle
+    assert [r.scheduled_for for r in store.list_runs("a")] == [to_datetime(at(10))]
+    row = job_row(store)
+    assert (row.state, row.next_run_at, row.owner) == (JobState.SCHEDULED, to_datetime(at(20)), None)
+
+
+def test_the_schema_refuses_a_second_run_of_a_slot(store: Store) -> None:
+    job = schedule(store)
+    won(claim(store, job, at(10)))
+    row = {"job_id": "a", "generation": job.generation, "scheduled_for": to_datetime(at(10))}
+    extra = {"started_at": to_datetime(at(10)), "instance_id": ME, "run_now": False}
+    with pytest.raises(IntegrityError), store.engine.begin() as conn:
+        conn.execute(runs.insert().values(**row, **extra))
 
 
 def test_unique_job_generation_scheduled_for(store: Store) -> None:
     job = schedule(store)
-    won(claim(store, job, T + 10))
+    won(claim(store, job, at(10)))
     row = {
         "job_id": "a",
         "generation": 1,
-        "scheduled_for": from_ts(T + 10),
-        "started_at": from_ts(T + 10),
+        "scheduled_for": to_datetime(at(10)),
+        "started_at": to_datetime(at(10)),
         "instance_id": OTHER,
     }
     with pytest.raises(IntegrityError), store.engine.begin() as conn:
@@ -395,10 +417,15 @@ def test_unique_job_generation_scheduled_for(store: Store) -> None:
 
 def test_finish_moves_the_job_on(store: Store) -> None:
     job = schedule(store)
-    c = won(claim(store, job, T + 10))
-    assert store.finish_run(c, ME, T + 12, "error", "boom") == T + 20  # due again at the next slot
+    c = won(claim(store, job, at(10)))
+    assert store.finish_run(c, ME, at(12), "error", "boom") == at(20)  # due again at the next slot
     row = job_row(store)
-    assert (row.state, row.next_run_at, row.owner, row.lease_until) == (JobState.SCHEDULED, from_ts(T + 20), None, None)
+    assert (row.state, row.next_run_at, row.owner, row.lease_until) == (
+        JobState.SCHEDULED,
+        to_datetime(at(20)),
+        None,
+        None,
+    )
     assert (row.run_count, row.error_count, row.last_outcome) == (1, 1, "error")
     (run,) = store.list_runs("a")
     assert (run.outcome, run.error) == ("error", "boom")
@@ -415,9 +442,9 @@ FINISH_VARIANTS = [
 @pytest.mark.parametrize("finish_impl", FINISH_VARIANTS)
 def test_finish_of_an_old_generation_after_replace(store: Store, finish_impl: Callable[..., float | None]) -> None:
     job = schedule(store)
-    c = won(claim(store, job, T + 10))
-    new, _, _ = store.upsert_job(definition(args=("b",), interval=7.0), T + 11)
-    assert finish_impl(store, c, ME, T + 12, "ok", None) is None
+    c = won(claim(store, job, at(10)))
+    new, _, _ = store.upsert_job(definition(args=("b",), interval=7.0), at(11))
+    assert finish_impl(store, c, ME, at(12), "ok", None) is None
     assert job_row(store) == new  # untouched: generation, next_run_at, counters, state
     (run,) = store.list_runs("a")
     assert (run.generation, run.outcome) == (1, "ok")  # the old run's history is kept
@@ -429,29 +456,29 @@ def test_finish_of_an_old_generation_after_deschedule_and_reschedule(
 ) -> None:
     """The same definition again: only the generation tells the two apart."""
     job = schedule(store)
-    c = won(claim(store, job, T + 10))
-    store.deschedule_job("a", T + 11)
-    new, change, _ = store.upsert_job(definition(start_in=3.0), T + 11)
+    c = won(claim(store, job, at(10)))
+    store.deschedule_job("a", at(11))
+    new, change, _ = store.upsert_job(definition(start_in=3.0), at(11))
     assert (change, new.generation) == ("created", 2)
-    assert finish_impl(store, c, ME, T + 12, "ok", None) is None
+    assert finish_impl(store, c, ME, at(12), "ok", None) is None
     assert job_row(store) == new
 
 
 def test_finish_after_deschedule_keeps_the_job_descheduled(store: Store) -> None:
     job = schedule(store)
-    c = won(claim(store, job, T + 10))
-    store.deschedule_job("a", T + 11)
-    assert finish(store, c, T + 12) is False
+    c = won(claim(store, job, at(10)))
+    store.deschedule_job("a", at(11))
+    assert finish(store, c, at(12)) is False
     assert store.get_job("a") is None
-    assert store.load_scheduled() == []
+    assert store.load_scheduled(at(11)) == ([], [])
     (run,) = store.list_runs("a")
     assert run.outcome == "ok"
 
 
 def test_finish_by_another_instance_changes_no_job(store: Store) -> None:
     job = schedule(store)
-    c = won(claim(store, job, T + 10))
-    assert finish(store, c, T + 12, who=OTHER) is False
+    c = won(claim(store, job, at(10)))
+    assert finish(store, c, at(12), who=OTHER) is False
     assert job_row(store).state is JobState.RUNNING
 
 
@@ -460,54 +487,54 @@ def test_finish_by_another_instance_changes_no_job(store: Store) -> None:
 
 def test_renew_leases_moves_run_and_job_leases(store: Store) -> None:
     job = schedule(store)
-    c = won(claim(store, job, T + 10))
-    store.renew_leases(ME, T + 100, [c.run_id])
-    assert open_run(store, c.run_id).lease_until == from_ts(T + 100)
-    assert job_row(store).lease_until == from_ts(T + 100)
-    store.renew_leases(OTHER, T + 200, [c.run_id])  # someone else's renewal touches nothing of ours
-    assert open_run(store, c.run_id).lease_until == from_ts(T + 100)
+    c = won(claim(store, job, at(10)))
+    store.renew_leases(ME, at(100), [c.run_id])
+    assert open_run(store, c.run_id).lease_until == to_datetime(at(100))
+    assert job_row(store).lease_until == to_datetime(at(100))
+    store.renew_leases(OTHER, at(200), [c.run_id])  # someone else's renewal touches nothing of ours
+    assert open_run(store, c.run_id).lease_until == to_datetime(at(100))
 
 
 def test_renew_leases_leaves_runs_not_in_flight_to_lapse(store: Store) -> None:
     """An open run of this instance that no worker holds (a claim whose commit
     reply was lost, or a run of an earlier process with the same instance id)
     is not renewed, so it can be recovered."""
-    in_flight = won(claim(store, schedule(store, job_id="a"), T + 10))
-    orphan = won(claim(store, schedule(store, job_id="b"), T + 10))
-    store.renew_leases(ME, T + 100, [in_flight.run_id])
-    assert open_run(store, in_flight.run_id).lease_until == from_ts(T + 100)
-    assert open_run(store, orphan.run_id).lease_until == from_ts(T + 10 + LEASE)
-    assert job_row(store, "b").lease_until == from_ts(T + 10 + LEASE)
-    assert store.recover_run(open_run(store, orphan.run_id), T + 200) == T + 20
+    in_flight = won(claim(store, schedule(store, job_id="a"), at(10)))
+    orphan = won(claim(store, schedule(store, job_id="b"), at(10)))
+    store.renew_leases(ME, at(100), [in_flight.run_id])
+    assert open_run(store, in_flight.run_id).lease_until == to_datetime(at(100))
+    assert open_run(store, orphan.run_id).lease_until == to_datetime(at(10) + LEASE)
+    assert job_row(store, "b").lease_until == to_datetime(at(10) + LEASE)
+    assert store.recover_run(open_run(store, orphan.run_id), at(200)) == at(20)
 
 
 def test_recover_marks_the_run_lost_and_skips_its_slot(store: Store) -> None:
     job = schedule(store)
-    c = won(claim(store, job, T + 10, who=OTHER))
-    assert store.recover_run(open_run(store, c.run_id), T + 50) == T + 20
+    c = won(claim(store, job, at(10), who=OTHER))
+    assert store.recover_run(open_run(store, c.run_id), at(50)) == at(20)
     row = job_row(store)
     assert (row.state, row.next_run_at, row.owner, row.last_outcome) == (
         JobState.SCHEDULED,
-        from_ts(T + 20),
+        to_datetime(at(20)),
         None,
         "lost",
     )
     (run,) = store.list_runs("a")
-    assert (run.outcome, run.finished_at) == ("lost", from_ts(T + 50))
+    assert (run.outcome, run.finished_at) == ("lost", to_datetime(at(50)))
     assert store.open_runs() == []
     # The lost slot is not run again.
-    assert isinstance(claim(store, job, T + 50, expected_at=T + 10), ClaimMiss)
-    again = won(claim(store, job, T + 50, expected_at=T + 20))
-    assert again.scheduled_for == T + 50
+    assert isinstance(claim(store, job, at(50), expected_at=at(10)), ClaimMiss)
+    again = won(claim(store, job, at(50), expected_at=at(20)))
+    assert again.scheduled_for == at(50)
 
 
 def test_finish_after_recover_is_rejected(store: Store) -> None:
     job = schedule(store)
-    c = won(claim(store, job, T + 10))
-    store.recover_run(open_run(store, c.run_id), T + 50)
+    c = won(claim(store, job, at(10)))
+    store.recover_run(open_run(store, c.run_id), at(50))
     before = job_row(store)
     # Not its row any more: nothing is written, the job is only queued where it stands.
-    assert store.finish_run(c, ME, T + 51, "ok", None) == T + 20
+    assert store.finish_run(c, ME, at(51), "ok", None) == at(20)
     assert job_row(store) == before
     (run,) = store.list_runs("a")
     assert run.outcome == "lost"  # the late completion does not overwrite it
@@ -515,30 +542,30 @@ def test_finish_after_recover_is_rejected(store: Store) -> None:
 
 def test_recover_with_a_renewed_lease_changes_nothing(store: Store) -> None:
     job = schedule(store)
-    c = won(claim(store, job, T + 10))
+    c = won(claim(store, job, at(10)))
     observed = open_run(store, c.run_id)
-    store.renew_leases(ME, T + 70, [c.run_id])  # the owner is alive
-    assert store.recover_run(observed, T + 50) is False
+    store.renew_leases(ME, at(70), [c.run_id])  # the owner is alive
+    assert store.recover_run(observed, at(50)) is False
     assert job_row(store).state is JobState.RUNNING
-    assert open_run(store, c.run_id).lease_until == from_ts(T + 70)
-    assert finish(store, c, T + 80) is True
+    assert open_run(store, c.run_id).lease_until == to_datetime(at(70))
+    assert finish(store, c, at(80)) is True
 
 
 def test_recover_after_finish_changes_nothing(store: Store) -> None:
     job = schedule(store)
-    c = won(claim(store, job, T + 10))
+    c = won(claim(store, job, at(10)))
     observed = open_run(store, c.run_id)
-    assert finish(store, c, T + 11)
-    assert store.recover_run(observed, T + 50) is False
+    assert finish(store, c, at(11))
+    assert store.recover_run(observed, at(50)) is False
     (run,) = store.list_runs("a")
     assert run.outcome == "ok"
 
 
 def test_recover_of_a_replaced_job_only_closes_the_run(store: Store) -> None:
     job = schedule(store)
-    c = won(claim(store, job, T + 10))
-    new, _, _ = store.upsert_job(definition(args=("b",)), T + 11)
-    assert store.recover_run(open_run(store, c.run_id), T + 50) is None
+    c = won(claim(store, job, at(10)))
+    new, _, _ = store.upsert_job(definition(args=("b",)), at(11))
+    assert store.recover_run(open_run(store, c.run_id), at(50)) is None
     assert job_row(store) == new
     assert store.list_runs("a")[0].outcome == "lost"
 
@@ -547,20 +574,20 @@ def test_recover_races_finish_exactly_one_wins(store: Store) -> None:
     """A completion and a recovery of one run, lined up by a Barrier: one outcome."""
     for k in range(5):
         job = schedule(store, job_id=f"j{k}")
-        c = won(claim(store, job, T + 10))
+        c = won(claim(store, job, at(10)))
         observed = open_run(store, c.run_id)
         barrier = threading.Barrier(2, timeout=TIMEOUT)
         out: dict[str, Any] = {}
 
         def do_finish(c: Claim = c, barrier: threading.Barrier = barrier, out: dict[str, Any] = out) -> None:
             barrier.wait()
-            out["finish"] = finish(store, c, T + 50)
+            out["finish"] = finish(store, c, at(50))
 
         def do_recover(
             observed: OpenRun = observed, barrier: threading.Barrier = barrier, out: dict[str, Any] = out
         ) -> None:
             barrier.wait()
-            out["recover"] = store.recover_run(observed, T + 50)
+            out["recover"] = store.recover_run(observed, at(50))
 
         threads = [threading.Thread(target=do_finish), threading.Thread(target=do_recover)]
         for t in threads:
@@ -576,7 +603,7 @@ def test_recover_races_finish_exactly_one_wins(store: Store) -> None:
         if run.outcome == "ok":
             assert out["recover"] is False
         else:
-            assert (out["recover"], run.outcome) == (T + 20, "lost")
+            assert (out["recover"], run.outcome) == (at(20), "lost")
 
 
 def test_a_deschedule_committed_during_a_recovery_wins(store: Store) -> None:
@@ -586,34 +613,35 @@ def test_a_deschedule_committed_during_a_recovery_wins(store: Store) -> None:
     if store.engine.dialect.name != "postgresql":
         pytest.skip("SQLite serializes write transactions: this interleaving cannot happen there")
     job = schedule(store)
-    c = won(claim(store, job, T + 10, who=OTHER))
+    c = won(claim(store, job, at(10), who=OTHER))
     other = Store(_db.make_engine(store.engine.url.render_as_string(hide_password=False)), store.url)
     descheduled: list[bool] = []
     real_plan = _store._plan
 
     def deschedule_meanwhile(*args: Any) -> Any:  # noqa: ANN401 - _plan's row and plan
         # Called inside recover_run's transaction, between its read and its write.
-        t = threading.Thread(target=lambda: descheduled.append(other.deschedule_job("a", T + 40)))
+        t = threading.Thread(target=lambda: descheduled.append(other.deschedule_job("a", at(40))))
         t.start()
         t.join(TIMEOUT)
         return real_plan(*args)
 
     try:
         with patch.object(_store, "_plan", side_effect=deschedule_meanwhile):
-            result = store.recover_run(open_run(store, c.run_id), T + 50)
+            result = store.recover_run(open_run(store, c.run_id), at(50))
     finally:
         other.engine.dispose()
     assert descheduled == [True]
     assert result is None  # nothing to queue: the job is gone
     assert store.get_job("a") is None
-    assert [e for e in store.load_scheduled() if e[1] == "a"] == []
+    assert [e for e in store.load_scheduled(at(50))[0] if e[1] == "a"] == []
     (run,) = store.list_runs("a")
     assert run.outcome == "lost"
 
 
-def test_a_claim_bounded_by_a_time_between_microseconds_wins(store: Store) -> None:
-    """The store keeps microseconds; a heap entry's due time may fall between two.
-    The claim must judge the row's slot against its bound as the statement saw it."""
-    now = T + 0.1234567  # the slot is stored as T + 0.123457, after `now`
+def test_a_claim_at_exactly_the_slot_of_a_grid_made_at_an_odd_instant_wins(store: Store) -> None:
+    """Instants are whole microseconds everywhere (SPEC §1): the slot stored is the slot
+    computed, so a claim at that very instant is due (no rounding gap either way)."""
+    now = at(0.123457)
     job = schedule(store, now, start_in=0)
-    assert isinstance(store.claim_run("a", job.generation, now, now + 1e-7, ME, LEASE), Claim)
+    assert from_datetime(job.next_run_at) == now
+    assert isinstance(store.claim_run("a", job.generation, now, now, ME, LEASE), Claim)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from persched._store import to_ts
+from persched._instant import from_datetime
 from persched.errors import SchedulerStateError
 from tests.stress.test_stress import scale, seed
 from tests.support import race_jobs
@@ -91,7 +91,7 @@ def test_pause_resume_run_now_and_deschedule_from_many_threads(make_scheduler: S
         runs = sorted(sched.runs(job_id, limit=10_000), key=lambda r: r.started_at)
         assert runs, f"{job_id} never ran"
         for run in runs:
-            started = to_ts(run.started_at)
+            started = from_datetime(run.started_at)
             assert started <= gone_at, f"{job_id} claimed after deschedule returned: {run}"
             for paused_at, resume_at in paused_windows[job_id]:
                 assert not paused_at < started < resume_at, f"{job_id} claimed while paused: {run}"

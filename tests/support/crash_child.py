@@ -42,6 +42,7 @@ from unittest.mock import patch
 from sqlalchemy import event
 
 from persched import JobScheduler, current_run
+from persched._instant import Instant, Micros, from_datetime, micros
 from persched._store import Claim, Store
 from tests.support import proof_jobs
 
@@ -151,9 +152,9 @@ def _install(crash: _Crash) -> None:
     def dispatch(
         self: Store,
         completions: Sequence[Completion],
-        entries: Sequence[tuple[str, int, float]],
+        entries: Sequence[tuple[str, int, Instant, Instant]],
         *rest: Any,  # noqa: ANN401
-    ) -> tuple[list[float | None], list[Claim | ClaimMiss]]:
+    ) -> tuple[list[Instant | None], list[Claim | ClaimMiss]]:
         if entries:
             crash.fire("claim-before-tx", jobs=[e[0] for e in entries])
         crash.depth(+1)
@@ -175,7 +176,7 @@ def _install(crash: _Crash) -> None:
         finally:
             crash.active().remove("claim")
 
-    def finish_runs(self: Store, completions: Sequence[Completion], instance_id: str) -> list[float | None]:
+    def finish_runs(self: Store, completions: Sequence[Completion], instance_id: str) -> list[Instant | None]:
         ids = [c.claim.run_id for c in completions]
         if completions:
             crash.fire("completion-before-write", run_ids=ids)
@@ -352,8 +353,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         generation = schedule(RECOVER_JOB, 0.2, start_in=0.0)
         job = sched.get_job(RECOVER_JOB)
         assert job is not None
-        due = job.next_run_at.timestamp()
-        claim = sched._store.claim_run(RECOVER_JOB, generation, due, sched._timebase.now(), "dead", args.lease)
+        due = from_datetime(job.next_run_at)
+        lease = Micros(micros(args.lease))
+        claim = sched._store.claim_run(RECOVER_JOB, generation, due, sched._timebase.now(), "dead", lease)
         assert isinstance(claim, Claim), claim
     sched.start()
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import sqlite3
 import time
 from contextlib import closing
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final
+
+from persched._instant import Instant, micros, to_datetime
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from datetime import datetime
 
     from persched import JobScheduler, Run
 
@@ -22,6 +24,7 @@ __all__ = [
     "EPOCH",
     "TIMEOUT",
     "at",
+    "at_us",
     "finished_runs",
     "sql",
     "sqlite_path",
@@ -34,9 +37,14 @@ POLL: Final = 0.005  # real seconds between two checks of a predicate
 EPOCH: Final = 1_800_000_000.0  # FakeClock start: 2027-01-15T08:00:00Z, a round number
 
 
+def at_us(offset: float) -> Instant:
+    """Return the instant `offset` seconds after `EPOCH` (exact, whole microseconds)."""
+    return Instant(micros(EPOCH) + micros(offset))
+
+
 def at(offset: float) -> datetime:
-    """Return the aware UTC datetime `offset` seconds after `EPOCH`."""
-    return datetime.fromtimestamp(EPOCH + offset, tz=timezone.utc)
+    """Return the aware UTC datetime `offset` seconds after `EPOCH` (exact)."""
+    return to_datetime(at_us(offset))
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = TIMEOUT, message: str = "") -> None:

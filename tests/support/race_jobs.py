@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import Connection, update
 
+from persched._instant import Instant, Micros, from_datetime, to_datetime
 from persched._schema import jobs, runs
-from persched._store import Claim, ClaimMiss, Completion, Store, _misses, _plan, from_ts, to_ts
+from persched._store import Claim, ClaimMiss, Completion, Store, _misses, _plan
 from tests.support.helpers import TIMEOUT
 from tests.support.postgres import pg_base_url, pg_schema
 
@@ -155,16 +156,22 @@ def for_job(job_id: str) -> Callable[..., bool]:
 def batch_claims(single: Callable[..., Any]) -> Callable[..., list[Any]]:
     """Adapt a one-entry claim (``claim_run``'s arguments) to ``Store.claim_runs``, entry by entry."""
 
-    def claim_runs(entries: list[tuple[str, int, float]], now: float, instance_id: str, lease: float) -> list[Any]:
-        return [single(job_id, gen, expected, now, instance_id, lease) for job_id, gen, expected in entries]
+    def claim_runs(
+        entries: list[tuple[str, int, Instant, Instant]],
+        now: Instant | Callable[[], Instant],
+        instance_id: str,
+        lease: Micros,
+    ) -> list[Any]:
+        at = now() if callable(now) else now
+        return [single(job_id, gen, expected, at, instance_id, lease) for job_id, gen, expected, _ in entries]
 
     return claim_runs
 
 
-def batch_finishes(single: Callable[..., float | None]) -> Callable[..., list[float | None]]:
+def batch_finishes(single: Callable[..., Instant | None]) -> Callable[..., list[Instant | None]]:
     """Adapt a one-run completion (``finish_run``'s arguments) to ``Store.finish_runs``."""
 
-    def finish_runs(completions: list[Completion], instance_id: str) -> list[float | None]:
+    def finish_runs(completions: list[Completion], instance_id: str) -> list[Instant | None]:
         return [single(c.claim, instance_id, c.finished_at, c.outcome, c.error) for c in completions]
 
     return finish_runs
@@ -173,16 +180,18 @@ def batch_finishes(single: Callable[..., float | None]) -> Callable[..., list[fl
 def real_claim_run(store: Store) -> Callable[..., Claim | ClaimMiss]:
     """`Store.claim_run` of `store` that bypasses a patched ``store.claim_runs``."""
 
-    def claim_run(job_id: str, gen: int, expected: float, now: float, instance_id: str, lease: float) -> Any:  # noqa: ANN401
-        return Store.claim_runs(store, [(job_id, gen, expected)], now, instance_id, lease)[0]
+    def claim_run(job_id: str, gen: int, expected: Instant, now: Instant, instance_id: str, lease: Micros) -> Any:  # noqa: ANN401
+        return Store.claim_runs(store, [(job_id, gen, expected, now)], now, instance_id, lease)[0]
 
     return claim_run
 
 
-def real_finish_run(store: Store) -> Callable[..., float | None]:
+def real_finish_run(store: Store) -> Callable[..., Instant | None]:
     """`Store.finish_run` of `store` that bypasses a patched ``store.finish_runs``."""
 
-    def finish_run(claim: Claim, instance_id: str, finished_at: float, outcome: str, error: str | None) -> float | None:
+    def finish_run(
+        claim: Claim, instance_id: str, finished_at: Instant, outcome: str, error: str | None
+    ) -> Instant | None:
         return Store.finish_runs(store, [Completion(claim, outcome, error, finished_at)], instance_id)[0]
 
     return finish_run
@@ -195,10 +204,10 @@ def claim_variant(
     store: Store,
     job_id: str,
     generation: int,
-    expected_at: float,
-    now: float,
+    expected_at: Instant,
+    now: Instant,
     instance_id: str,
-    lease_seconds: float,
+    lease: Micros,
     *,
     check_generation: bool = True,
     check_state: bool = True,
@@ -210,14 +219,14 @@ def claim_variant(
     With every check on it behaves as the real one; a test that passes with
     the real claim and fails with a check dropped proves that check matters.
     """
-    lease_until = from_ts(now + lease_seconds)
+    lease_until = to_datetime(now + lease)
     where = [jobs.c.job_id == job_id]
     if check_generation:
         where.append(jobs.c.generation == generation)
     if check_state:
         where.append(jobs.c.state == "scheduled")
     if check_slot:
-        where.append(jobs.c.next_run_at <= from_ts(expected_at))
+        where.append(jobs.c.next_run_at <= to_datetime(expected_at))
     if check_paused:
         where.append(jobs.c.paused.is_(False))
 
@@ -225,30 +234,30 @@ def claim_variant(
         won = conn.execute(
             update(jobs)
             .where(*where)
-            .values(state="running", owner=instance_id, lease_until=lease_until, updated_at=from_ts(now))
+            .values(state="running", owner=instance_id, lease_until=lease_until, updated_at=to_datetime(now))
             .returning(*jobs.c)
         ).first()
         if won is None:
             return _misses(conn, {job_id: expected_at}).get(job_id, ClaimMiss(None))
         plan = _plan(won)
-        next_at = to_ts(won.next_run_at)
+        next_at = from_datetime(won.next_run_at)
         if next_at > now:  # a variant without the slot check (or a run-now entry): runs a slot early
             slot, following = next_at, plan.slot_after(next_at)
         else:
-            decision = plan.claim(next_at, None, next_at, now)
+            decision = plan.claim(next_at, None, next_at, now, now)
             assert decision.run_for is not None
             slot, following = decision.run_for, decision.next_run_at
         conn.execute(
             update(jobs)
             .where(jobs.c.job_id == job_id)
-            .values(next_run_at=from_ts(following), running_for=from_ts(slot))
+            .values(next_run_at=to_datetime(following), running_for=to_datetime(slot))
         )
         result = conn.execute(
             runs.insert().values(
                 job_id=job_id,
                 generation=won.generation,
-                scheduled_for=from_ts(slot),
-                started_at=from_ts(now),
+                scheduled_for=to_datetime(slot),
+                started_at=to_datetime(now),
                 instance_id=instance_id,
                 lease_until=lease_until,
             )
@@ -264,21 +273,21 @@ def finish_by_job_id_only(
     store: Store,
     claim: Claim,
     instance_id: str,
-    finished_at: float,
+    finished_at: Instant,
     outcome: str,
     error: str | None,
-) -> float | None:
+) -> Instant | None:
     """A broken `Store.finish_run`: its job UPDATE is keyed on job_id alone.
 
     The classic bug (FIELD-REPORTS #5): a stale completion moves whatever
     definition now holds the id.
     """
 
-    def body(conn: Connection) -> float | None:
+    def body(conn: Connection) -> Instant | None:
         conn.execute(
             update(runs)
             .where(runs.c.run_id == claim.run_id, runs.c.outcome.is_(None))
-            .values(finished_at=from_ts(finished_at), outcome=outcome, error=error, lease_until=None)
+            .values(finished_at=to_datetime(finished_at), outcome=outcome, error=error, lease_until=None)
         )
         result = conn.execute(
             update(jobs)
@@ -290,11 +299,11 @@ def finish_by_job_id_only(
                 running_for=None,
                 run_count=jobs.c.run_count + 1,
                 last_outcome=outcome,
-                updated_at=from_ts(finished_at),
+                updated_at=to_datetime(finished_at),
             )
             .returning(jobs.c.next_run_at)
         ).first()
-        return None if result is None else to_ts(result.next_run_at)
+        return None if result is None else from_datetime(result.next_run_at)
 
     return store._write(body, "finish run (test variant)")
 
@@ -305,26 +314,26 @@ def wall_clock_beat(heartbeat: Heartbeat) -> None:
     running_here = heartbeat._in_flight()
     timebase = heartbeat._timebase
     if running_here:
-        heartbeat._store.renew_leases(heartbeat._instance_id, timebase.now() + heartbeat._lease_seconds, running_here)
-    wall = timebase.clock.now()
+        heartbeat._store.renew_leases(heartbeat._instance_id, Instant(timebase.now() + heartbeat._lease), running_here)
+    wall = timebase.clock.now_us()
     for run in heartbeat._store.open_runs():
         if run.run_id in running_here or run.lease_until is None:
             continue
-        if to_ts(run.lease_until) <= wall:
+        if from_datetime(run.lease_until) <= wall:
             heartbeat._recover(run)
 
 
 # --- PostgreSQL -------------------------------------------------------------------
 
 
-def resume_by_job_id_only(store: Store, job_id: str, now: float) -> tuple[int, float | None] | None:
+def resume_by_job_id_only(store: Store, job_id: str, now: Instant) -> tuple[int, Instant | None] | None:
     """A broken `Store.resume_job`: it unpauses whatever row holds the id, in any state."""
 
-    def body(conn: Connection) -> tuple[int, float | None] | None:
+    def body(conn: Connection) -> tuple[int, Instant | None] | None:
         row = conn.execute(
             update(jobs)
             .where(jobs.c.job_id == job_id)
-            .values(paused=False, state="scheduled", next_run_at=from_ts(now))
+            .values(paused=False, state="scheduled", next_run_at=to_datetime(now))
             .returning(jobs.c.generation)
         ).first()
         return None if row is None else (row.generation, now)
@@ -332,12 +341,12 @@ def resume_by_job_id_only(store: Store, job_id: str, now: float) -> tuple[int, f
     return store._write(body, "resume (test variant)")
 
 
-def run_now_ignoring_pause(store: Store, job_id: str, now: float) -> tuple[str, int | None]:
+def run_now_ignoring_pause(store: Store, job_id: str, now: Instant) -> tuple[str, int | None]:
     """A broken `Store.request_run_now`: it records the request without looking at the pause."""
 
     def body(conn: Connection) -> tuple[str, int | None]:
         row = conn.execute(
-            update(jobs).where(jobs.c.job_id == job_id).values(run_now_at=from_ts(now)).returning(jobs.c.generation)
+            update(jobs).where(jobs.c.job_id == job_id).values(run_now_at=to_datetime(now)).returning(jobs.c.generation)
         ).first()
         return ("unknown", None) if row is None else ("requested", row.generation)
 
