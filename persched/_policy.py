@@ -143,12 +143,17 @@ class JobPlan:
 
     def corrected(self, next_run_at: Instant, now: Instant) -> Instant | None:
         """The slot a row should have instead of `next_run_at` if that lies further ahead of `now`
-        than the schedule allows (it was written by a clock that was ahead), else None."""
-        if self.trigger is None:
-            assert self.interval is not None
-            allowed = Instant(now + self.interval)  # fixed delay: at most one interval away
-        else:
-            allowed = self.trigger.next_after(now)
+        than the schedule allows (it was written by a clock that was ahead), else None.
+
+        An interval job steps back from `next_run_at` by whole intervals to its first slot after
+        `now`: the same phase, even where that is before the grid's anchor (the anchor was
+        placed by the same clock). A cron job goes to its next fire after `now`."""
+        if self.interval is not None:
+            if next_run_at - now <= self.interval:
+                return None
+            return Instant(next_run_at - (next_run_at - now - 1) // self.interval * self.interval)
+        assert self.trigger is not None
+        allowed = self.trigger.next_after(now)
         return allowed if next_run_at > allowed else None
 
     # -- claim and completion ------------------------------------------------------

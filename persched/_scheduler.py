@@ -114,7 +114,7 @@ class JobScheduler:
     """Runs callables at fixed intervals; every schedule lives in SQL.
 
     Args:
-        url: A SQLAlchemy URL or a plain SQLite file path.
+        url: A SQLAlchemy URL or a plain SQLite file path (a `str` or a `pathlib.Path`).
         workers: How many runs may execute at once (worker threads), at most 4096.
         clock: Where time comes from; `persched.testing.FakeClock` in tests.
         instance_id: Names this scheduler on the runs it claims; default
@@ -150,7 +150,7 @@ class JobScheduler:
 
     def __init__(
         self,
-        url: str = DEFAULT_URL,
+        url: str | os.PathLike[str] = DEFAULT_URL,
         workers: int = 8,
         clock: Clock | SecondsClock | None = None,
         *,
@@ -195,6 +195,8 @@ class JobScheduler:
             self._timebase = Timebase(exact_clock(clock if clock is not None else SystemClock()))
         except TypeError as exc:
             raise InvalidJobError("clock", str(exc).removeprefix("clock: ")) from None
+        if isinstance(url, os.PathLike):
+            url = os.fspath(url)  # a plain file path, as a pathlib.Path
         engine = _db.make_engine(url, busy_timeout_seconds=busy_timeout_seconds, synchronous=synchronous)
         self._store = Store(engine, _db.mask(engine.url))
         self._schema_lock = threading.Lock()

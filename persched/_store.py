@@ -537,11 +537,14 @@ class Store:
                 corrected = None if plan is None else plan.corrected(was, now)
                 if plan is None or corrected is None:
                     continue
+                # An interval grid is anchored anew at the corrected slot (its phase is kept).
+                anchor = row.first_run_at if plan.interval is None else to_datetime(corrected)
                 conn.execute(
                     update(jobs)
                     .where(jobs.c.job_id == job_id, jobs.c.generation == generation, jobs.c.state == _SCHEDULED)
                     .values(
                         generation=generation + 1,
+                        first_run_at=anchor,
                         next_run_at=to_datetime(corrected),
                         updated_at=to_datetime(now),
                         change_seq=_bump_change_seq(conn),

@@ -1,0 +1,199 @@
+"""SPEC §1 "Time is exact to the microsecond", and the clock traps of SPEC §2.
+
+The first test is the one a new user writes first ("every 60 s; advance 60 s; it ran
+once"), at many start instants (the real time now, odd fractions) and intervals. Each
+trap test below failed on the float-seconds code; its docstring says what was seen there.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import Counter
+from typing import TYPE_CHECKING
+
+import pytest
+
+from persched import JobScheduler, JobState
+from persched._instant import from_datetime, micros, to_datetime
+from persched.testing import FakeClock
+from tests.support import jobs
+from tests.support.helpers import TIMEOUT, sql
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+INTERVALS = (0.1, 1 / 3, 0.7, 7.3, 60.0, 86_400.000001, 0.000001, 0.0000015, 2.5e-5, 3599.999999, 1e-3, 123.456789)
+_rng = random.Random(20261201)
+STARTS = [None, *(1_700_000_000 + _rng.random() * 1e8 for _ in range(49))]  # FakeClock() and 49 odd instants
+HOUR = 3600.0
+
+
+@pytest.mark.parametrize("start", STARTS, ids=["now", *(f"{s:.7f}" for s in STARTS[1:] if s is not None)])
+def test_advancing_by_exactly_the_interval_runs_exactly_once_more(tmp_path: Path, start: float | None) -> None:
+    """The user's first test, for a dozen intervals at 50 start instants: 3 advances by
+    exactly the interval -> exactly 3 runs, run k at ``first + k * interval`` (SPEC §1)."""
+    clock = FakeClock(start)
+    with JobScheduler(tmp_path / "jobs.db", clock=clock) as sched:
+        for n, interval in enumerate(INTERVALS):
+            key = f"job{n}"
+            first = from_datetime(sched.schedule(key, jobs.record, interval, args=(key,)).next_run_at)
+            for k in range(1, 4):
+                clock.advance(interval)
+                assert sched.wait_idle(TIMEOUT)
+                assert len(jobs.calls(key)) == k, f"interval {interval!r}, after advance {k}"
+            scheduled = [r.scheduled_for for r in reversed(sched.runs(key))]
+            assert scheduled == [to_datetime(first + k * micros(interval)) for k in range(3)]
+            sched.deschedule(key)
+
+
+def test_an_interval_is_rounded_once_to_whole_microseconds(tmp_path: Path) -> None:
+    with JobScheduler(tmp_path / "jobs.db", clock=FakeClock(1_700_000_000.1234567)) as sched:
+        assert sched.schedule("third", jobs.record, 1 / 3, args=("third",)).interval_seconds == 0.333333
+
+
+def test_skip_with_no_grace_runs_every_slot_taken_up_on_time(tmp_path: Path) -> None:
+    """misfire="skip", grace_seconds=0: seen missing 20 of 20 slots on a FakeClock."""
+    clock = FakeClock(1_700_000_000.1234567)
+    with JobScheduler(tmp_path / "jobs.db", clock=clock) as sched:
+        sched.schedule("s", jobs.record, 0.7, args=("s",), misfire="skip", grace_seconds=0)
+        for _ in range(20):
+            clock.advance(0.7)
+            assert sched.wait_idle(TIMEOUT)
+        assert len(jobs.calls("s")) == 20
+        assert [r.outcome for r in sched.runs("s")] == ["ok"] * 20
+
+
+def test_skip_with_no_grace_on_the_real_clock_does_not_drop_every_slot(tmp_path: Path) -> None:
+    """The same on the real clock: the dispatcher's own wake-up and commit latency does not
+    make a slot it took up on time late (seen: every slot dropped with 0 s, 30% with 1 ms)."""
+    with JobScheduler(tmp_path / "jobs.db") as sched:
+        sched.schedule("s", jobs.record, 0.05, args=("s",), misfire="skip", grace_seconds=0, start_in=0)
+        deadline = time.monotonic() + TIMEOUT
+        while len(jobs.calls("s")) < 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sched.deschedule("s", wait=True)
+        outcomes = Counter(r.outcome for r in sched.runs("s", limit=1000))
+    assert outcomes["ok"] >= 10, outcomes
+
+
+def _run_slots(url: str) -> list[tuple[str, int, str]]:
+    """Every (job_id, generation, scheduled_for) that ran on the grid."""
+    rows = sql(url, "SELECT job_id, generation, scheduled_for FROM persched_runs WHERE NOT run_now")
+    return [(j, g, s) for j, g, s in rows]
+
+
+def test_a_restart_after_a_clock_that_was_ahead_resumes_within_one_interval(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Seen: a 500 ms job silent for an hour after a one-hour correction."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    real = 1_700_000_000.123457
+    ahead = FakeClock(real + HOUR)
+    with JobScheduler(url, clock=ahead) as sched:
+        sched.schedule("fast", jobs.record, 0.5, args=("fast",))
+        sched.schedule("cron", jobs.record, cron="*/10 * * * * *", args=("cron",))  # every 10 s
+        sched.schedule("held", jobs.record, 0.5, args=("held",))
+        for _ in range(40):
+            ahead.advance(0.5)
+            assert sched.wait_idle(TIMEOUT)
+        assert sched.pause("held")
+    ran_ahead = {key: len(jobs.calls(key)) for key in ("fast", "cron", "held")}
+    corrected = FakeClock(real + 20)  # the clock was put right; the process restarted
+    with caplog.at_level(logging.WARNING, logger="persched"), JobScheduler(url, clock=corrected) as sched:
+        warned = [r.getMessage() for r in caplog.records if "further ahead than its schedule allows" in r.message]
+        assert any("job fast:" in m and " 1 h " in m for m in warned), warned  # the size of the correction
+        assert any("job cron:" in m and " 1 h " in m for m in warned), warned
+        assert any("job held:" in m for m in warned), warned  # a paused row is corrected too
+        assert sched.resume("held")
+        corrected.advance(0.5)
+        assert sched.wait_idle(TIMEOUT)
+        assert len(jobs.calls("fast")) == ran_ahead["fast"] + 1  # within one interval
+        assert len(jobs.calls("held")) == ran_ahead["held"] + 1  # a resume is not silenced either
+        corrected.advance(10)
+        assert sched.wait_idle(TIMEOUT)
+        assert len(jobs.calls("cron")) == ran_ahead["cron"] + 1  # at its next fire after now
+        fast = sched.get_job("fast")
+        assert fast is not None
+        assert fast.state is JobState.SCHEDULED
+        assert fast.generation == 2  # a new generation: its grid slots up to there may have run
+    slots = _run_slots(url)
+    assert len(slots) == len(set(slots)), "a (generation, scheduled_for) ran twice"
+
+
+def test_a_resume_on_a_clock_behind_never_goes_back_to_a_slot_that_ran(tmp_path: Path) -> None:
+    """Seen: pause + resume right after a run put next_run_at back on that slot; the claim hit
+    the unique index, the whole batch was retried every second, a 60 s job ran once in ten minutes."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    clock = FakeClock(1_700_000_000.654321)
+    with JobScheduler(url, clock=clock) as sched:
+        sched.schedule("j", jobs.record, 60, args=("j",))
+        clock.advance(60)
+        assert sched.wait_idle(TIMEOUT)
+        ran = sched.runs("j")[0].scheduled_for
+        shell = JobScheduler(url, clock=FakeClock(clock.now() - 5))  # another process, 5 s behind
+        try:
+            assert shell.pause("j")
+            assert shell.resume("j")
+        finally:
+            shell.shutdown()
+        job = sched.get_job("j")
+        assert job is not None
+        assert job.next_run_at == to_datetime(from_datetime(ran) + micros(60))
+        clock.advance(60)
+        assert sched.wait_idle(TIMEOUT)
+        assert len(jobs.calls("j")) == 2
+        assert [r.outcome for r in sched.runs("j")] == ["ok", "ok"]
+
+
+def test_a_claim_that_fails_for_one_job_is_settled_for_that_job_alone(tmp_path: Path) -> None:
+    """Seen: one row put back on a slot that ran failed the whole batch, every job in it,
+    retried once a second (SPEC §2 "One job never holds back another")."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    clock = FakeClock(1_700_000_000.777777)
+    with JobScheduler(url, clock=clock) as sched:
+        for key in ("bad", "good"):
+            sched.schedule(key, jobs.record, 10, args=(key,))
+        clock.advance(10)
+        assert sched.wait_idle(TIMEOUT)
+    ran = sql(url, "SELECT scheduled_for FROM persched_runs WHERE job_id = 'bad'")[0][0]
+    sql(url, "UPDATE persched_jobs SET next_run_at = ? WHERE job_id = 'bad'", (ran,))  # back on the slot that ran
+    clock.advance(5)
+    sched = JobScheduler(url, clock=clock)
+    try:
+        sched.schedule("late", jobs.record, 10, args=("late",), start_in=0)  # claimed in one batch with "bad"
+        sched.start()
+        assert sched.wait_idle(TIMEOUT)
+        assert (len(jobs.calls("bad")), len(jobs.calls("late")), len(jobs.calls("good"))) == (1, 1, 1)
+        clock.advance(5)
+        assert sched.wait_idle(TIMEOUT)
+        assert (len(jobs.calls("bad")), len(jobs.calls("good"))) == (2, 2)  # "bad" moved on past it, alone
+    finally:
+        sched.shutdown()
+    slots = _run_slots(url)
+    assert len(slots) == len(set(slots))
+
+
+def test_a_legacy_clock_in_float_seconds_still_works(tmp_path: Path) -> None:
+    """A `Clock` written for persched before microsecond clocks (now()/monotonic() in seconds)."""
+
+    class SecondsOnly:
+        def __init__(self) -> None:
+            self.inner = FakeClock(1_700_000_000.5)
+
+        def now(self) -> float:
+            return self.inner.now()
+
+        def monotonic(self) -> float:
+            return self.inner.monotonic()
+
+        def wait(self, cond: object, timeout: float | None) -> None:
+            self.inner.wait(cond, timeout)  # type: ignore[arg-type]  # a Condition
+
+    clock = SecondsOnly()
+    with JobScheduler(tmp_path / "jobs.db", clock=clock) as sched:
+        sched.schedule("legacy", jobs.record, 2, args=("legacy",))
+        clock.inner.advance(2)
+        assert sched.wait_idle(TIMEOUT)
+        assert len(jobs.calls("legacy")) == 1
