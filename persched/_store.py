@@ -99,6 +99,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+CLOCK_STEP_FLOOR: Final = Micros(1_000_000)  # clock corrections smaller than this are left alone (see load_scheduled)
 RETRY_ATTEMPTS: Final = 6
 RETRY_FIRST_DELAY: Final = 0.02  # seconds, doubled per attempt
 RETRY_MAX_DELAY: Final = 1.0  # seconds
@@ -472,9 +473,12 @@ class Store:
         """Return ``(due_at, job_id, generation)`` of every scheduled, not paused job,
         and the rows it corrected.
 
-        A row whose next slot lies further ahead of `now` than its schedule allows
-        was written while a wall clock was ahead (then corrected: SPEC §2 "Clock
-        corrections across a restart"). Its grid slots up to there may have run
+        A row whose next slot lies further ahead of `now` than its schedule allows,
+        and that was last written at an instant still ahead of `now`, was written
+        while a wall clock was ahead (then corrected: SPEC §2 "Clock corrections
+        across a restart"); both by more than `CLOCK_STEP_FLOOR`, so that a first
+        slot placed far ahead on purpose (start_in, start_at) and the small skew
+        between instances are left alone. Its grid slots up to there may have run
         already, so it moves on into a new generation (never a (generation,
         scheduled_for) twice) at its next slot from `now` (cron: the next fire
         after now), keeping its definition, pause and history. Paused rows are
@@ -486,25 +490,28 @@ class Store:
             # per-value result processing (a million rows in seconds, FR #17).
             rows = conn.exec_driver_sql(
                 "SELECT next_run_at, job_id, generation, jitter_seconds, run_now_at, paused, interval_seconds,"
-                " cron, timezone FROM persched_jobs WHERE state = 'scheduled'"
+                " cron, timezone, updated_at FROM persched_jobs WHERE state = 'scheduled'"
             )
             entries = []
             ahead = []
             next_fire: dict[tuple[str, str], Instant | None] = {}  # a cron's next fire after now, per expression
-            for at, job_id, generation, jitter, run_now_at, paused, interval, cron, zone in rows:
+
+            def beyond_schedule(due: Instant, interval: float | None, cron: str | None, zone: str) -> bool:
+                if interval is not None:  # more than one interval away
+                    return due - now > round(interval * 1_000_000) + CLOCK_STEP_FLOOR
+                if cron is None:
+                    return False
+                if (cron, zone) not in next_fire:
+                    next_fire[cron, zone] = _next_fire(cron, zone, now)
+                fire = next_fire[cron, zone]  # past the expression's next fire after now
+                return fire is not None and due > fire + CLOCK_STEP_FLOOR
+
+            for at, job_id, generation, jitter, run_now_at, paused, interval, cron, zone, updated in rows:
                 due = _raw_instant(at)
-                # Cheap tests first (the correction itself re-reads the row): an interval row is
-                # ahead iff its slot is more than one interval away, a cron row iff it is past the
-                # expression's next fire after now.
-                if interval is not None:
-                    if due - now > round(interval * 1_000_000):
-                        ahead.append((job_id, generation, due))
-                elif cron is not None:
-                    if (cron, zone) not in next_fire:
-                        next_fire[cron, zone] = _next_fire(cron, zone, now)
-                    fire = next_fire[cron, zone]
-                    if fire is not None and due > fire:
-                        ahead.append((job_id, generation, due))
+                # Cheap tests (the correction re-reads the row): written by a clock ahead of this
+                # one, and further ahead than the schedule allows.
+                if _raw_instant(updated) - now > CLOCK_STEP_FLOOR and beyond_schedule(due, interval, cron, zone):
+                    ahead.append((job_id, generation, due))
                 if paused:
                     continue
                 if jitter:
@@ -530,8 +537,9 @@ class Store:
             corrections: list[Correction] = []
             held = _rows_of(conn, {job_id for job_id, _, _ in candidates})
             for job_id, generation, was in candidates:
+                was_dt = to_datetime(was)
                 row = held.get(job_id)
-                if row is None or row.generation != generation or row.state != _SCHEDULED:
+                if row is None or row.generation != generation or row.state != _SCHEDULED or row.next_run_at != was_dt:
                     continue  # changed since it was read: whoever changed it placed it anew
                 plan = _readable_plan(row)
                 corrected = None if plan is None else plan.corrected(was, now)

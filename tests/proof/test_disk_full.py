@@ -187,6 +187,6 @@ def test_disk_full_refuses_schedules_pauses_claims_and_recovers(
     assert running == [], running
     assert open_runs_left == [], open_runs_left
     ops, starts = history.snapshot()
-    runs = runs_from_db(path, offset=sched._timebase._offset)
+    runs = runs_from_db(path, offset_us=sched._timebase._offset)
     # R1-R3, R5 (liveness was driven above: the fill jobs, due in an hour, never ran on purpose).
     assert check(ops, runs, starts) == []

@@ -194,7 +194,7 @@ class Bench:
         assert {j for j, s in rows if s != "descheduled"} == live, rows
         assert all(s != "running" for _, s in rows), f"row stuck in 'running' after a clean shutdown: {rows}"
         assert open_runs == [], f"runs left open after a clean shutdown: {open_runs}"
-        problems = check([], runs_from_db(path, EPOCH - 1_000.0), [], starts_complete=False)
+        problems = check([], runs_from_db(path, micros(EPOCH) - 1_000_000_000), [], starts_complete=False)
         assert problems == [], problems
 
 

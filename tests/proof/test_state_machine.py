@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from persched import JobScheduler
+from persched._instant import micros
 from persched.errors import SchedulerStateError
 from persched.testing import FakeClock
 from tests.proof._settings import fuzz_settings
@@ -158,7 +159,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             with contextlib.suppress(SchedulerStateError):
                 self.sched.shutdown(wait=True, timeout=TIMEOUT)
             ops, _ = self.history.snapshot()
-            runs = runs_from_db(self.path, EPOCH - 1_000.0)  # FakeClock: wall - monotonic offset
+            runs = runs_from_db(self.path, micros(EPOCH) - 1_000_000_000)  # FakeClock: wall - monotonic offset
             problems = check(ops, runs, [], starts_complete=False)
             assert problems == [], problems
         finally:

@@ -197,3 +197,21 @@ def test_a_legacy_clock_in_float_seconds_still_works(tmp_path: Path) -> None:
         clock.inner.advance(2)
         assert sched.wait_idle(TIMEOUT)
         assert len(jobs.calls("legacy")) == 1
+
+
+def test_a_first_slot_placed_far_ahead_on_purpose_is_not_corrected(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """start_in or start_at far beyond one interval is the user's wish, not a clock that was ahead
+    (found by the state machine: a restart moved a start_in=3 s, 1 s job into a new generation)."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    clock = FakeClock(1_700_000_000.424242)
+    start_at = to_datetime(micros(clock.now() + 7200))
+    with JobScheduler(url, clock=clock) as sched:
+        later = sched.schedule("later", jobs.record, 1, args=("later",), start_in=3600)
+        window = sched.schedule("window", jobs.record, 1, args=("window",), start_at=start_at)
+    clock.advance(5)
+    with caplog.at_level(logging.WARNING, logger="persched"), JobScheduler(url, clock=clock) as sched:
+        assert sched.get_job("later") == later
+        assert sched.get_job("window") == window
+    assert not [r for r in caplog.records if "ahead" in r.getMessage()]

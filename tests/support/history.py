@@ -18,7 +18,7 @@ Every time in a history is in ONE frame, chosen by the test and passed to
 The database stores ``started_at`` as wall-clock epoch seconds in the
 scheduler's `Timebase` frame, which is ``clock.monotonic() + offset``;
 `RunRow.claimed` is converted back to the monotonic frame with the offset
-(`runs_from_db(..., offset=sched._timebase._offset)`), so claims and calls
+(`runs_from_db(..., offset_us=sched._timebase._offset)`), so claims and calls
 compare directly. Only one scheduler's frame can be used per history (a
 restarted scheduler on a FakeClock keeps the same offset; across processes
 the checker uses only the frame-free rules, see `check(..., timed=False)`).
@@ -154,12 +154,13 @@ def ts(value: object) -> float:
     return dt.timestamp()
 
 
-def runs_from_db(path: str, offset: float = 0.0) -> list[RunRow]:
+def runs_from_db(path: str, offset_us: int = 0) -> list[RunRow]:
     """Read every row of ``persched_runs`` in the SQLite file `path`.
 
-    `offset` is subtracted from stored wall instants to land in the history's
-    monotonic frame (a scheduler's ``_timebase._offset``).
+    `offset_us` (microseconds: a scheduler's ``_timebase._offset``) is subtracted from
+    stored wall instants to land in the history's monotonic frame (seconds).
     """
+    offset = offset_us / 1_000_000
     with closing(sqlite3.connect(path, timeout=10.0)) as conn:
         rows = conn.execute(
             "SELECT run_id, job_id, generation, scheduled_for, started_at, finished_at, outcome, instance_id "
