@@ -122,10 +122,15 @@ def _raw_instant(value: str | datetime) -> Instant:
     return from_naive_utc(datetime.fromisoformat(value))
 
 
-def _raw_micros(value: float | None) -> Micros | None:
+def _column_micros(value: float) -> Micros:
     """A seconds column (float) -> microseconds. Exact for what persched wrote (``us / 1e6``):
     that float is within half an ulp of the true quotient, far under half a microsecond."""
-    return None if value is None else Micros(round(value * 1_000_000))
+    return Micros(round(value * 1_000_000))
+
+
+def _raw_micros(value: float | None) -> Micros | None:
+    """`_column_micros` of a nullable column."""
+    return None if value is None else _column_micros(value)
 
 
 @dataclass(frozen=True)
@@ -498,7 +503,7 @@ class Store:
 
             def beyond_schedule(due: Instant, interval: float | None, cron: str | None, zone: str) -> bool:
                 if interval is not None:  # more than one interval away
-                    return due - now > round(interval * 1_000_000) + CLOCK_STEP_FLOOR
+                    return due - now > _column_micros(interval) + CLOCK_STEP_FLOOR
                 if cron is None:
                     return False
                 if (cron, zone) not in next_fire:
@@ -515,7 +520,7 @@ class Store:
                 if paused:
                     continue
                 if jitter:
-                    due = Instant(due + _triggers.jitter_offset(job_id, generation, due, Micros(round(jitter * 1e6))))
+                    due = Instant(due + _triggers.jitter_offset(job_id, generation, due, _column_micros(jitter)))
                 if run_now_at is not None:
                     due = min(due, _raw_instant(run_now_at))
                 entries.append((due, job_id, generation))
@@ -1323,18 +1328,13 @@ def _policies(row: Row[Any], *, with_start: bool = True) -> Policies:
         recurrence=row.recurrence,
         misfire=row.misfire,
         max_catch_up=row.max_catch_up,
-        grace=_micros_column(row.grace_seconds),
+        grace=_column_micros(row.grace_seconds),
         overlap=row.overlap,
-        jitter=_micros_column(row.jitter_seconds),
+        jitter=_column_micros(row.jitter_seconds),
         start_at=_ts(row.start_at) if with_start else None,
         end_at=_ts(row.end_at),
         max_runtime=_raw_micros(row.max_runtime_seconds),
     )
-
-
-def _micros_column(value: float) -> Micros:
-    """A NOT NULL seconds column -> microseconds (see `_raw_micros`)."""
-    return Micros(round(value * 1_000_000))
 
 
 def _definition_key(row: Row[Any]) -> tuple[Any, ...]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._instant import Instant, Micros
+from ._instant import Instant
 
 if TYPE_CHECKING:
     from .clock import Clock
@@ -30,7 +30,3 @@ class Timebase:
     def now(self) -> Instant:
         """Return the current instant in this scheduler's frame."""
         return Instant(self.clock.monotonic_us() + self._offset)
-
-    def wall_offset(self) -> Micros:
-        """How far the wall clock has stepped since this frame was made (positive: ahead of it)."""
-        return Micros(self.clock.now_us() - self.now())

@@ -41,7 +41,7 @@ class Clock(Protocol):
 
 @runtime_checkable
 class SecondsClock(Protocol):
-    """A clock in float seconds (persched before 0.2): `now()`, `monotonic()`, `wait()`."""
+    """A clock in float seconds (the interface before whole-microsecond clocks): `now()`, `monotonic()`, `wait()`."""
 
     def now(self) -> float:
         """Return the wall-clock time as UTC epoch seconds."""
