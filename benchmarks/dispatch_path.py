@@ -20,10 +20,12 @@ from pathlib import Path
 
 from benchmarks import _common as c
 from persched import _db, _migrate
+from persched._instant import Instant, Micros
 from persched._models import validate_definition, validate_policies
 from persched._store import Claim, Completion, Store
 
-T = 1_800_000_000.0
+T = 1_800_000_000_000_000  # microseconds
+S = 1_000_000  # one second
 
 
 def measure(batch: int, cycles: int) -> float:
@@ -33,12 +35,15 @@ def measure(batch: int, cycles: int) -> float:
         store = Store(engine, "bench")
         for i in range(batch):
             definition = validate_definition(f"j{i}", "benchmarks.targets:noop", validate_policies(1.0), (), {}, 0.0)
-            store.upsert_job(definition, T)
+            store.upsert_job(definition, Instant(T))
         started = time.perf_counter()
         for k in range(cycles):
-            now = T + k + 0.5
-            claims = store.claim_runs([(f"j{i}", 1, T + k) for i in range(batch)], now, "bench", 30.0)
-            done = [Completion(claim, "ok", None, now + 0.1) for claim in claims if isinstance(claim, Claim)]
+            now = Instant(T + k * S + S // 2)
+            entries = [(f"j{i}", 1, Instant(T + k * S), now) for i in range(batch)]
+            claims = store.claim_runs(entries, now, "bench", Micros(30 * S))
+            done = [
+                Completion(claim, "ok", None, Instant(now + S // 10)) for claim in claims if isinstance(claim, Claim)
+            ]
             assert len(done) == batch, "every entry is due and must win"
             store.finish_runs(done, "bench")
         elapsed = time.perf_counter() - started

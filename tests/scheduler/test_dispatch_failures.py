@@ -39,10 +39,14 @@ def test_an_unexpected_claim_failure_retries_the_entries(
     with patch.object(store, "claim_runs", side_effect=_failing_once(store.claim_runs)):
         sched.schedule("a", jobs.record, 10.0, args=("a",))
         fake_clock.advance(10.0)
-        wait_until(lambda: not sched._inflight_jobs, message="the failed claim released its bookkeeping")
+        # Settle: the claim was taken up and failed, its retry queued (a bare "nothing in flight"
+        # was already true before the dispatcher took the entry up, so the clock could move first).
+        assert sched.wait_idle(TIMEOUT)
+        assert not sched._inflight_jobs  # the failed claim released its bookkeeping
         assert jobs.calls("a") == []
         fake_clock.advance(1.0)  # the entry is tried again a second later
-        wait_until(lambda: len(jobs.calls("a")) == 1, message="the retried claim ran")
+        assert sched.wait_idle(TIMEOUT)
+        assert len(jobs.calls("a")) == 1, "the retried claim ran"
     assert sched.deschedule("a", wait=True, timeout=TIMEOUT)
 
 
