@@ -84,6 +84,7 @@ class JobPlan:
     overlap: str
     jitter: Micros
     end_at: Instant | None
+    start_at: Instant | None = None  # only where a decision needs it (see _store._plan): corrections
 
     @classmethod
     def of(cls, job_id: str, generation: int, anchor: Instant, policies: Policies) -> JobPlan:
@@ -107,6 +108,7 @@ class JobPlan:
             policies.overlap,
             policies.jitter,
             policies.end_at,
+            policies.start_at,
         )
 
     # -- placing slots -----------------------------------------------------------
@@ -145,15 +147,17 @@ class JobPlan:
         """The slot a row should have instead of `next_run_at` if that lies further ahead of `now`
         than the schedule allows (it was written by a clock that was ahead), else None.
 
-        An interval job steps back from `next_run_at` by whole intervals to its first slot after
-        `now`: the same phase, even where that is before the grid's anchor (the anchor was
-        placed by the same clock). A cron job goes to its next fire after `now`."""
+        The earliest a row may be is its first slot after `now` and not before `start_at` (the
+        user's instant: a clock error does not move it). An interval job steps back from
+        `next_run_at` by whole intervals to there: the same phase, even where that is before the
+        grid's anchor (the anchor was placed by the same clock). A cron job goes to its first
+        fire there."""
+        earliest = Instant(now + 1 if self.start_at is None else max(now + 1, self.start_at))
         if self.interval is not None:
-            if next_run_at - now <= self.interval:
-                return None
-            return Instant(next_run_at - (next_run_at - now - 1) // self.interval * self.interval)
+            steps = max(next_run_at - earliest, 0) // self.interval
+            return None if steps == 0 else Instant(next_run_at - steps * self.interval)
         assert self.trigger is not None
-        allowed = self.trigger.next_after(now)
+        allowed = self.trigger.next_after(Instant(earliest - 1))
         return allowed if next_run_at > allowed else None
 
     # -- claim and completion ------------------------------------------------------

@@ -546,7 +546,7 @@ class Store:
                 row = held.get(job_id)
                 if row is None or row.generation != generation or row.state != _SCHEDULED or row.next_run_at != was_dt:
                     continue  # changed since it was read: whoever changed it placed it anew
-                plan = _readable_plan(row)
+                plan = _readable_plan(row, with_start=True)  # a correction never moves a job before start_at
                 corrected = None if plan is None else plan.corrected(was, now)
                 if plan is None or corrected is None:
                     continue
@@ -1347,9 +1347,10 @@ def _plan(row: Row[Any]) -> JobPlan:
     return _plan_of_row(row, row.generation)
 
 
-def _plan_of_row(row: Row[Any], generation: int) -> JobPlan:
-    # start_at placed the grid's anchor once; a plan never reads it (so claims need not).
-    return _plan_of(row.job_id, generation, from_datetime(row.first_run_at), _policies(row, with_start=False))
+def _plan_of_row(row: Row[Any], generation: int, *, with_start: bool = False) -> JobPlan:
+    # start_at placed the grid's anchor once; only a correction reads it again (so claims need not).
+    policies = _policies(row, with_start=with_start)
+    return _plan_of(row.job_id, generation, from_datetime(row.first_run_at), policies)
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -1387,10 +1388,10 @@ def _revert(
     )
 
 
-def _readable_plan(row: Row[Any]) -> JobPlan | None:
+def _readable_plan(row: Row[Any], *, with_start: bool = False) -> JobPlan | None:
     """`_plan`, or None (logged) if the stored schedule cannot be read."""
     try:
-        return _plan(row)
+        return _plan_of_row(row, row.generation, with_start=with_start)
     except InvalidJobError as exc:
         logger.error("job %s generation %d: its stored schedule cannot be read: %s", row.job_id, row.generation, exc)
         return None

@@ -215,3 +215,23 @@ def test_a_first_slot_placed_far_ahead_on_purpose_is_not_corrected(
         assert sched.get_job("later") == later
         assert sched.get_job("window") == window
     assert not [r for r in caplog.records if "ahead" in r.getMessage()]
+
+
+def test_a_correction_never_moves_a_job_before_its_start_at(tmp_path: Path) -> None:
+    """SPEC-policies "Window": no run before start_at, also when the row was written by a clock an
+    hour ahead and a restart corrects it (found by review: all three kinds ran 7 days early)."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    real = 1_700_000_000.313131
+    start_at = to_datetime(micros(real + 7 * 86_400))
+    ahead = FakeClock(real + HOUR)
+    with JobScheduler(url, clock=ahead) as sched:
+        sched.schedule("rate", jobs.record, 10, args=("rate",), start_at=start_at)
+        sched.schedule("delay", jobs.record, 10, args=("delay",), start_at=start_at, recurrence="fixed_delay")
+        sched.schedule("cron", jobs.record, cron="0 * * * *", args=("cron",), start_at=start_at)
+        ahead.advance(60)  # rows touched by the clock that is ahead
+    corrected = FakeClock(real + 60)
+    with JobScheduler(url, clock=corrected) as sched:
+        corrected.advance(2 * HOUR)
+        assert sched.wait_idle(TIMEOUT)
+        assert [len(jobs.calls(key)) for key in ("rate", "delay", "cron")] == [0, 0, 0]
+        assert all(job.next_run_at >= start_at for job in sched.jobs())
