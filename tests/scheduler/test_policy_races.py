@@ -8,6 +8,7 @@ commit, and each race also runs against a deliberately broken variant
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from typing import TYPE_CHECKING, Any
@@ -207,7 +208,16 @@ def test_pause_commits_before_run_now_so_run_now_is_refused(
 
 @pytest.mark.parametrize(
     "impl",
-    [None, broken("broken-claim-ignores-pause", NO_PAUSED, "a run-now request starts a paused job")],
+    [
+        None,
+        broken(
+            # Two defences hold here (the claim checks the pause, and the pause clears the
+            # request): the broken variant removes both.
+            "broken-claim-ignores-pause-and-pause-keeps-run-now",
+            NO_PAUSED,
+            "a run-now request starts a paused job",
+        ),
+    ],
     ids=["correct", "broken"],
 )
 def test_run_now_commits_before_pause_so_the_extra_run_never_starts(
@@ -219,7 +229,13 @@ def test_run_now_commits_before_pause_so_the_extra_run_never_starts(
     """run_now() committed its request and queued it; the pause commits before the claim."""
     sched = make_scheduler(start=True)
     seam = claim_seam(seams, sched, "a", impl, before=True)
-    with patch.object(sched._store, "claim_runs", side_effect=batch_claims(seam)):
+    pause = None if impl is None else functools.partial(race_jobs.pause_keeping_run_now, sched._store)
+    with (
+        patch.object(sched._store, "claim_runs", side_effect=batch_claims(seam)),
+        patch.object(sched._store, "pause_job", side_effect=pause, autospec=False)
+        if pause
+        else contextlib.nullcontext(),
+    ):
         sched.schedule("a", jobs.record, 100.0, args=("a",))
         assert sched.run_now("a") is True
         assert seam.entered.wait(TIMEOUT)  # the dispatcher is about to claim the extra run

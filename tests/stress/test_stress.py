@@ -46,6 +46,7 @@ import pytest
 from sqlalchemy import select
 
 from persched import _db
+from persched._instant import seconds
 from persched._schema import jobs as jobs_table
 from persched._schema import runs as runs_table
 from tests.support import race_jobs
@@ -103,7 +104,10 @@ class RunRow:
 def hammer(sched: JobScheduler, rng_seed: int, threads: int = 8) -> list[Op]:
     """`threads` threads schedule/replace/deschedule IDS at random; return every call."""
     ops_per_thread = max(1, int(30 * scale()))
-    now = sched._timebase.now
+
+    def now() -> float:  # the scheduler's frame, in the seconds the rows are read in
+        return seconds(sched._timebase.now())
+
     ops: list[Op] = []
     lock = threading.Lock()
     barrier = threading.Barrier(threads, timeout=TIMEOUT)

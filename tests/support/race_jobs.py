@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import Connection, update
+from sqlalchemy import Connection, or_, update
 
 from persched._instant import Instant, Micros, from_datetime, to_datetime
 from persched._schema import jobs, runs
@@ -225,8 +225,9 @@ def claim_variant(
         where.append(jobs.c.generation == generation)
     if check_state:
         where.append(jobs.c.state == "scheduled")
-    if check_slot:
-        where.append(jobs.c.next_run_at <= to_datetime(expected_at))
+    if check_slot:  # the grid's slot is due, or a run-now request is (as in the real claim)
+        bound = to_datetime(expected_at)
+        where.append(or_(jobs.c.next_run_at <= bound, jobs.c.run_now_at <= bound))
     if check_paused:
         where.append(jobs.c.paused.is_(False))
 
@@ -241,7 +242,11 @@ def claim_variant(
             return _misses(conn, {job_id: expected_at}).get(job_id, ClaimMiss(None))
         plan = _plan(won)
         next_at = from_datetime(won.next_run_at)
-        if next_at > now:  # a variant without the slot check (or a run-now entry): runs a slot early
+        run_now_at = None if won.run_now_at is None else from_datetime(won.run_now_at)
+        run_now = False
+        if next_at > expected_at and run_now_at is not None and run_now_at <= expected_at:
+            slot, following, run_now = run_now_at, next_at, True  # a run-now request, off the grid
+        elif next_at > now:  # a variant without the slot check: runs a slot early
             slot, following = next_at, plan.slot_after(next_at)
         else:
             decision = plan.claim(next_at, None, next_at, now, now)
@@ -250,7 +255,11 @@ def claim_variant(
         conn.execute(
             update(jobs)
             .where(jobs.c.job_id == job_id)
-            .values(next_run_at=to_datetime(following), running_for=to_datetime(slot))
+            .values(
+                next_run_at=to_datetime(following),
+                running_for=to_datetime(slot),
+                run_now_at=None if run_now else won.run_now_at,
+            )
         )
         result = conn.execute(
             runs.insert().values(
@@ -260,11 +269,12 @@ def claim_variant(
                 started_at=to_datetime(now),
                 instance_id=instance_id,
                 lease_until=lease_until,
+                run_now=run_now,
             )
         )
         (run_id,) = result.inserted_primary_key or (None,)
         assert isinstance(run_id, int)
-        return Claim(job_id, won.generation, won.target, won.args, won.kwargs, slot, now, run_id)
+        return Claim(job_id, won.generation, won.target, won.args, won.kwargs, slot, now, run_id, run_now)
 
     return store._write(body, "claim (test variant)")
 
@@ -339,6 +349,21 @@ def resume_by_job_id_only(store: Store, job_id: str, now: Instant) -> tuple[int,
         return None if row is None else (row.generation, now)
 
     return store._write(body, "resume (test variant)")
+
+
+def pause_keeping_run_now(store: Store, job_id: str, now: Instant) -> int | None:
+    """A broken `Store.pause_job`: it leaves a pending run-now request in place."""
+
+    def body(conn: Connection) -> int | None:
+        row = conn.execute(
+            update(jobs)
+            .where(jobs.c.job_id == job_id, jobs.c.state.in_(("scheduled", "running")), jobs.c.paused.is_(False))
+            .values(paused=True, updated_at=to_datetime(now))
+            .returning(jobs.c.generation)
+        ).first()
+        return None if row is None else int(row.generation)
+
+    return store._write(body, "pause (test variant)")
 
 
 def run_now_ignoring_pause(store: Store, job_id: str, now: Instant) -> tuple[str, int | None]:
