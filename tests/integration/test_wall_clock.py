@@ -28,7 +28,7 @@ from tests.support.helpers import TIMEOUT, wait_until
 from tests.support.wallclock_child import INTERVAL
 
 REPO = Path(__file__).resolve().parents[2]
-MARGIN = 0.5  # seconds of scheduling noise allowed on a busy 2-core machine
+MARGIN = 1.0  # seconds of scheduling noise allowed on a busy 2-core machine (the error looked for is an hour)
 
 
 def _libfaketime() -> str:

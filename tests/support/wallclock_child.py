@@ -39,7 +39,10 @@ def main(argv: list[str]) -> None:
         # By reference: run with -m, this module is __main__ here, which another process cannot import.
         sched.schedule("tick", "tests.support.wallclock_child:tick", INTERVAL, args=(log,), start_in=0)
         Path(ready).write_text("ready")
-        stop.wait()
+        # Timed waits: under libfaketime an untimed one is not interrupted by the signal,
+        # so the handler would never run.
+        while not stop.wait(0.2):
+            pass
 
 
 if __name__ == "__main__":
