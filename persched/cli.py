@@ -11,7 +11,7 @@ Commands (``persched COMMAND --help`` shows each with an example)::
     persched pause JOB_ID                # no run starts until resumed
     persched resume JOB_ID               # continue on the schedule from now
     persched run-now JOB_ID              # one extra run as soon as a worker is free
-    persched run --import MODULE [--workers N]
+    persched run --import MODULE [--workers N] [--allow PKG ... | --allow-any-module]
 
 The database comes from ``--db URL`` (before or after the command), else the
 ``PERSCHED_DB`` environment variable, else ``persched.db`` in the current
@@ -529,9 +529,22 @@ def _import_module(name: str) -> ModuleType:
         raise CliError(f"cannot import module {name!r}: {type(exc).__name__}: {_one_line(exc)}") from exc
 
 
+def run_allowed_modules(args: argparse.Namespace) -> list[str] | None:
+    """The `allowed_modules` of `persched run`: the imported module's top-level package
+    plus every ``--allow``, or None (anything importable) with ``--allow-any-module``.
+
+    A row's target is whatever its last writer put there; by default a
+    long-running `persched run` only runs code of the application it was
+    started for (README, "Trust").
+    """
+    if args.allow_any_module:
+        return None
+    return [args.module.partition(".")[0], *args.allow]
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     module = _import_module(args.module)
-    scheduler = JobScheduler(args.db, workers=args.workers)
+    scheduler = JobScheduler(args.db, workers=args.workers, allowed_modules=run_allowed_modules(args))
     stop = threading.Event()
     received: list[int] = []
 
@@ -708,6 +721,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub.add_argument("--import", dest="module", required=True, metavar="MODULE", help="dotted module name")
     sub.add_argument("--workers", type=_positive_int, default=8, metavar="N", help="worker threads (8)")
+    allow = sub.add_mutually_exclusive_group()
+    allow.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="also run callables defined in MODULE (or its submodules); repeatable "
+        "(default: only MODULE's top-level package of --import)",
+    )
+    allow.add_argument(
+        "--allow-any-module",
+        action="store_true",
+        help="run whatever callable a job's row names, from any importable module (trust every database writer)",
+    )
     return parser
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import io
+import json
 import sys
 import tokenize
 from pathlib import Path
@@ -142,3 +143,80 @@ def test_the_source_scan_can_fail(tmp_path: Path) -> None:
     assert "pickle" in names
     assert "eval" in names
     assert {t.string for t in _code_tokens('"""never pickle"""\n# eval(x)\n')} == set()
+
+
+# SPEC §1: an allowed callable is *defined* in an allowed module. These all start in
+# one (tests.support.allow_bridge) and reach a callable of another module.
+BRIDGE = "tests.support.allow_bridge"
+REACHED = [
+    f"{BRIDGE}:touch",  # `from tests.proof.foreign_calls import touch`
+    f"{BRIDGE}:foreign_calls.touch",  # through an imported module
+    f"{BRIDGE}:os.system",
+    f"{BRIDGE}:threading.os.system",
+]
+
+
+def _marker_args(target: str, path: Path) -> list[str]:
+    return [f"touch {path}"] if target.endswith("system") else [str(path)]
+
+
+@pytest.mark.parametrize("target", REACHED)
+def test_schedule_refuses_a_callable_reached_through_an_allowed_module(
+    make_scheduler: SchedulerFactory, target: str, tmp_path: Path
+) -> None:
+    from persched import JobScheduler
+
+    sched = JobScheduler(make_scheduler.url, clock=make_scheduler.clock, allowed_modules=ALLOWED)
+    make_scheduler.created.append(sched)
+    with pytest.raises(InvalidJobError, match="allowed_modules") as info:
+        sched.schedule("evil", target, 1.0, args=_marker_args(target, tmp_path / "pwned"))
+    assert info.value.argument == "fn"
+    assert sched.jobs() == []
+    assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("target", REACHED)
+def test_a_row_reaching_another_module_is_never_called(
+    make_scheduler: SchedulerFactory, target: str, tmp_path: Path
+) -> None:
+    from persched import JobScheduler
+
+    sched = JobScheduler(make_scheduler.url, clock=make_scheduler.clock, allowed_modules=ALLOWED)
+    make_scheduler.created.append(sched)
+    pwned, own = tmp_path / "pwned", tmp_path / "own"
+    sched.schedule("victim", f"{BRIDGE}:own", 1.0, args=[str(pwned)])
+    sched.schedule("bystander", f"{BRIDGE}:own", 1.0, args=[str(own)])
+    sql(
+        make_scheduler.url,
+        "UPDATE persched_jobs SET target=?, args=? WHERE job_id='victim'",
+        (target, json.dumps(_marker_args(target, pwned))),
+    )
+    sched.start()
+    make_scheduler.clock.advance(1.0)
+    wait_until(lambda: len(sched.runs("victim")) == 1 and own.exists(), message="both came due")
+    wait_until(lambda: sched.runs("victim")[0].outcome is not None, message="the victim's run finished")
+    (run,) = sched.runs("victim")
+    assert run.outcome == "error"
+    assert run.error is not None
+    assert run.error.startswith("TargetRefused"), run.error
+    assert not pwned.exists(), "the foreign callable was called"
+
+
+def test_without_allowed_modules_the_bridge_does_call(make_scheduler: SchedulerFactory, tmp_path: Path) -> None:
+    """Non-vacuity: the references above do reach a callable that leaves the marker."""
+    sched = make_scheduler(start=True)
+    pwned = tmp_path / "pwned"
+    sched.schedule("open", f"{BRIDGE}:touch", 1.0, args=[str(pwned)])
+    make_scheduler.clock.advance(1.0)
+    wait_until(pwned.exists, message="the callable ran")
+
+
+def test_cli_run_allows_only_the_imported_package_by_default() -> None:
+    from persched.cli import build_parser, run_allowed_modules
+
+    parser = build_parser()
+    assert run_allowed_modules(parser.parse_args(["run", "--import", "myapp.schedules"])) == ["myapp"]
+    assert run_allowed_modules(
+        parser.parse_args(["run", "--import", "myapp.schedules", "--allow", "shared.tasks", "--allow", "x"])
+    ) == ["myapp", "shared.tasks", "x"]
+    assert run_allowed_modules(parser.parse_args(["run", "--import", "myapp", "--allow-any-module"])) is None
