@@ -306,8 +306,10 @@ class Store:
         Group commit: the first caller leads and commits every body queued
         while it waited, in arrival order, in one transaction (one fsync);
         each caller returns only after the commit that holds its own write,
-        so each still linearizes at that commit. If any body fails, the group
-        is rolled back and each body runs alone, so only the failing one fails.
+        so each still linearizes at that commit. If any body fails, whatever
+        it raised, the group is rolled back and each body runs alone, so only
+        the failing one fails (SPEC §1: one caller's bad input never fails
+        another caller's valid call).
         """
         mine = _Pending(body)
         with self._group_cond:
@@ -335,8 +337,10 @@ class Store:
         if len(group) > 1:
             try:
                 results = self._write(lambda conn: [pending.body(conn) for pending in group], what)
-            except (IntegrityError, StoreError):
-                pass  # one of them failed, or the store did: each alone below
+            except Exception:  # noqa: BLE001 - whatever one body raised, the others must not fail with it
+                # One of them failed (a conflict, a value the driver refused, a
+                # bug), or the store did: each alone below, so only that one fails.
+                pass
             else:
                 for pending, result in zip(group, results, strict=True):
                     pending.result, pending.done = result, True

@@ -75,6 +75,7 @@ EXIT_INTERRUPTED: Final = 130  # Ctrl-C during a read command (128 + SIGINT)
 DEFAULT_DB: Final = "persched.db"
 ENV_DB: Final = "PERSCHED_DB"
 SETUP_HOOK: Final = "persched_setup"  # `run --import`: called with the started scheduler
+MAX_CLI_INT: Final = 2**31 - 1  # --limit, --workers: what a SQL LIMIT takes everywhere
 SHOW_RUNS: Final = 10  # runs listed by `show` unless --limit says otherwise
 ERROR_COLUMN: Final = 60  # characters of error text in a runs table
 RANGE: Final = "\u2013"  # EN DASH between the first and last slot of a "missed" record
@@ -742,9 +743,11 @@ def _positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a whole number: {text[:40]!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value > MAX_CLI_INT:  # the API refuses it too (a SQL LIMIT, a thread count)
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_CLI_INT}, got {text[:40]}")
     return value
 
 
