@@ -302,9 +302,9 @@ def validate_policies(
                 "interval_seconds",
                 f"must be at least one microsecond (the store's resolution), got {interval_seconds!r}",
             )
-    if isinstance(cron, str) and len(cron) > MAX_CRON_LENGTH:
-        raise InvalidJobError("cron", f"must be at most {MAX_CRON_LENGTH} characters, got {len(cron)}")
     expression = None if cron is None else _triggers.validate_cron(cron)
+    if expression is not None and len(expression) > MAX_CRON_LENGTH:  # as stored: whitespace collapsed
+        raise InvalidJobError("cron", f"must be at most {MAX_CRON_LENGTH} characters, got {len(expression)}")
     if isinstance(timezone, str) and len(timezone) > MAX_TIMEZONE_LENGTH:
         raise InvalidJobError("timezone", f"must be at most {MAX_TIMEZONE_LENGTH} characters, got {len(timezone)}")
     zone = _triggers.validate_timezone(timezone)
