@@ -8,6 +8,7 @@ unchanged, and the refused id is absent.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import re
@@ -19,8 +20,10 @@ import pytest
 
 from persched import Job, JobScheduler, JobState
 from persched.errors import InvalidJobError, PerschedError
+from persched.testing import FakeClock
 from tests.support import jobs
-from tests.support.helpers import at
+from tests.support.helpers import at, wait_until
+from tests.support.postgres import pg_schema
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -479,3 +482,23 @@ def test_wait_timeouts_bounded(sched: JobScheduler, timeout: object) -> None:
         sched.shutdown(timeout=timeout)  # type: ignore[arg-type]  # deliberately wrong
     assert raised.value.argument == "timeout"
     assert [j.job_id for j in sched.jobs()] == ["keep"]
+
+
+@pytest.mark.parametrize("engine", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_the_largest_accepted_values_fit_the_database(engine: str, tmp_path: Path) -> None:
+    """What validation lets through, the columns hold (a 255-character instance_id
+    used to be accepted and then fail every claim on PostgreSQL)."""
+    cron = f"{MINUTES} * * * *"  # 178 characters
+    with contextlib.ExitStack() as stack:
+        url = f"sqlite:///{tmp_path / 'max.db'}" if engine == "sqlite" else stack.enter_context(pg_schema("limits"))
+        clock = FakeClock(1_700_000_000.123457)
+        sched = JobScheduler(url, clock=clock, instance_id="i" * 255, max_args_bytes=64 * 1024)
+        stack.callback(sched.shutdown)
+        longest = "c" * 200
+        sched.schedule(longest, jobs.record, None, cron=cron, misfire="catch_up", max_catch_up=2**31 - 1)
+        sched.schedule("run", jobs.record, 1.0, args=("run",), kwargs={"k": "x" * (64 * 1024 - 20)})
+        sched.start()
+        clock.advance(1.0)
+        wait_until(lambda: [r.outcome for r in sched.runs("run")] == ["ok"], message="a run on that instance_id")
+        assert sched.runs("run")[0].instance_id == "i" * 255
+        assert sched.get_job(longest) is not None
