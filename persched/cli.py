@@ -89,14 +89,19 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports a usage error in one line (exit code 2)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {_printable(message)} (see {self.prog} --help)\n")
 
 
 # -- formatting ------------------------------------------------------------------
 
 
+def _printable(text: str) -> str:
+    # argv may hold lone surrogates (undecodable bytes): show them escaped, on any stream.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _one_line(text: object) -> str:
-    return " ".join(str(text).split())
+    return _printable(" ".join(str(text).split()))
 
 
 def iso(at: datetime | None) -> str:
