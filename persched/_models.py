@@ -87,6 +87,9 @@ class Job(BaseModel):
     paused: bool = False
     run_now_requested: bool = False
     schedule: str = ""  # the schedule in words: "every 5 min", "cron 0 3 * * * Europe/Paris"
+    # Why the stored row cannot be read (a hand edit), or None; the fields it names
+    # show placeholders. schedule() with a valid definition replaces such a row.
+    unreadable: str | None = None
 
 
 class Run(BaseModel):
@@ -107,6 +110,7 @@ class Run(BaseModel):
     missed_count: int | None = None  # how many slots it stands for (None: not counted, a long cron range)
     overran: bool = False  # still running after the job's max_runtime_seconds
     run_now: bool = False  # started by run_now(), off the grid
+    unreadable: str | None = None  # why the stored record cannot be read (fields it names are placeholders)
 
 
 @dataclass(frozen=True)

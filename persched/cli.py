@@ -147,6 +147,8 @@ def _clock_time(at: datetime) -> str:
 
 def job_state(job: Job) -> str:
     """Say where a job stands: "scheduled", "paused", "running, paused", "finished", "..., run-now pending"."""
+    if job.unreadable is not None:
+        return "unreadable"  # SPEC §2: shown on its own line; `persched show` says why
     words = [job.state.value]
     if job.paused and job.state != JobState.PAUSED:
         words.append("paused")  # its last run is still finishing (JobState)
@@ -157,7 +159,7 @@ def job_state(job: Job) -> str:
 
 def _waits(job: Job) -> bool:
     """False when `next_run_at` is not a run to come: paused (resume moves it) or finished."""
-    return not job.paused and job.state != JobState.FINISHED
+    return not job.paused and job.state != JobState.FINISHED and job.unreadable is None
 
 
 def jobs_table(jobs: Sequence[Job], now: datetime) -> str:
@@ -371,6 +373,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
         now = datetime.now(timezone.utc)
         fields = [
             ("job", job.job_id),
+            *(
+                [("unreadable", f"{job.unreadable} (schedule it again with a valid definition)")]
+                if job.unreadable
+                else []
+            ),
             ("target", job.target),
             ("args", json.dumps(list(job.args))),
             ("kwargs", json.dumps(job.kwargs, sort_keys=True)),

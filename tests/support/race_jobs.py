@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import Connection, update
 
+from persched._rows import read_row
 from persched._schema import jobs, runs
 from persched._store import Claim, ClaimMiss, Completion, Store, _misses, _plan, from_ts, to_ts
 from tests.support.helpers import TIMEOUT
@@ -230,7 +231,7 @@ def claim_variant(
         ).first()
         if won is None:
             return _misses(conn, {job_id: expected_at}).get(job_id, ClaimMiss(None))
-        plan = _plan(won)
+        plan = _plan(read_row(jobs.c, won._mapping))
         next_at = to_ts(won.next_run_at)
         if next_at > now:  # a variant without the slot check (or a run-now entry): runs a slot early
             slot, following = next_at, plan.slot_after(next_at)
