@@ -242,6 +242,13 @@ class JobScheduler:
             if instance_id is None
             else _validate_instance_id(instance_id)
         )
+        given_clock: object = clock  # callers may pass anything: refuse it cleanly
+        if given_clock is not None and not all(
+            callable(getattr(given_clock, m, None)) for m in ("now", "monotonic", "wait")
+        ):
+            raise InvalidJobError(
+                "clock", f"must be a persched.clock.Clock (now, monotonic, wait), got {type(given_clock).__name__}"
+            )
         self._timebase = Timebase(clock if clock is not None else SystemClock())
         engine = _db.make_engine(url, busy_timeout_seconds=busy_timeout_seconds, synchronous=synchronous)
         self._store = Store(engine, _db.mask(engine.url))

@@ -19,7 +19,7 @@ import pydantic
 import pytest
 
 from persched import Job, JobScheduler, JobState
-from persched.errors import InvalidJobError, PerschedError
+from persched.errors import InvalidJobError, PerschedError, StoreError
 from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.helpers import at, wait_until
@@ -502,3 +502,23 @@ def test_the_largest_accepted_values_fit_the_database(engine: str, tmp_path: Pat
         wait_until(lambda: [r.outcome for r in sched.runs("run")] == ["ok"], message="a run on that instance_id")
         assert sched.runs("run")[0].instance_id == "i" * 255
         assert sched.get_job(longest) is not None
+
+
+@pytest.mark.parametrize("url", [5, None, b"sqlite:///x.db"])
+def test_a_url_that_is_not_a_str_is_refused(url: object) -> None:
+    with pytest.raises(InvalidJobError) as raised:
+        JobScheduler(url)  # type: ignore[arg-type]  # deliberately wrong
+    assert raised.value.argument == "url"
+
+
+@pytest.mark.parametrize("url", ["a\x00b.db", "sqlite:///tmp/a\x00b.db", "postgresql://u@h\x00/db"])
+def test_a_url_with_nul_is_a_store_error_without_a_raw_value_error(url: str) -> None:
+    with pytest.raises(StoreError, match="NUL"):
+        JobScheduler(url)
+
+
+@pytest.mark.parametrize("clock", [5, "now", object()])
+def test_a_clock_that_is_not_a_clock_is_refused(tmp_path: Path, clock: object) -> None:
+    with pytest.raises(InvalidJobError) as raised:
+        JobScheduler(f"sqlite:///{tmp_path / 'c.db'}", clock=clock)  # type: ignore[arg-type]  # deliberately wrong
+    assert raised.value.argument == "clock"
