@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import re
 import types
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
@@ -21,9 +20,13 @@ if TYPE_CHECKING:
 
 __all__ = ["TargetNotFound", "TargetRefused", "normalize_allowed", "reference_of", "resolve"]
 
-_REFERENCE = re.compile(
-    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
-)
+
+def _is_reference(text: str) -> bool:
+    """``"package.module:qualname"``: dotted identifiers (Unicode ones too) on both sides, nothing else."""
+    module, colon, qualname = text.partition(":")
+    return bool(colon) and all(part.isidentifier() for part in (*module.split("."), *qualname.split(".")))
+
+
 MAX_TARGET_LENGTH = 1000  # characters: persched_jobs.target is String(1000)
 _HOW = "pass a module-level function, or a string 'package.module:function'"
 
@@ -74,7 +77,7 @@ def resolve(reference: str, allowed: tuple[str, ...] | None = None) -> Callable[
         TargetNotFound: the reference is malformed, the module or attribute
             is missing, or it is not callable.
     """
-    if not _REFERENCE.fullmatch(reference):
+    if not _is_reference(reference):
         raise TargetNotFound(f"{reference!r} is not a reference of the form 'package.module:function'")
     module_name, _, qualname = reference.partition(":")
     if not _is_allowed(module_name, allowed):
@@ -119,7 +122,7 @@ def reference_of(fn: object, allowed: tuple[str, ...] | None = None) -> str:
     if isinstance(fn, str):
         if len(fn) > MAX_TARGET_LENGTH:
             raise InvalidJobError("fn", f"a reference may have at most {MAX_TARGET_LENGTH} characters, got {len(fn)}")
-        if not _REFERENCE.fullmatch(fn):
+        if not _is_reference(fn):
             raise InvalidJobError("fn", f"{fn!r} is not a reference of the form 'package.module:function'")
         try:
             resolve(fn, allowed)

@@ -220,3 +220,21 @@ def test_cli_run_allows_only_the_imported_package_by_default() -> None:
         parser.parse_args(["run", "--import", "myapp.schedules", "--allow", "shared.tasks", "--allow", "x"])
     ) == ["myapp", "shared.tasks", "x"]
     assert run_allowed_modules(parser.parse_args(["run", "--import", "myapp", "--allow-any-module"])) is None
+
+
+def test_a_callable_with_a_unicode_name_defined_in_an_allowed_module_runs(
+    make_scheduler: SchedulerFactory, tmp_path: Path
+) -> None:
+    """References are dotted identifiers, Unicode ones too (the check is not ASCII-only)."""
+    from persched import JobScheduler
+    from tests.support import allow_bridge
+
+    sched = JobScheduler(make_scheduler.url, clock=make_scheduler.clock, allowed_modules=ALLOWED)
+    make_scheduler.created.append(sched)
+    done = tmp_path / "done"
+    job = sched.schedule("unicode", allow_bridge.grüße, 1.0, args=[str(done)])
+    assert job.target == f"{BRIDGE}:grüße"
+    assert sched.schedule("unicode-ref", f"{BRIDGE}:grüße", 1.0, args=[str(done)]).target == job.target
+    sched.start()
+    make_scheduler.clock.advance(1.0)
+    wait_until(done.exists, message="the job ran")

@@ -13,9 +13,14 @@ from pathlib import Path
 from tests.proof import foreign_calls
 from tests.proof.foreign_calls import touch
 
-__all__ = ["foreign_calls", "os", "own", "threading", "touch"]
+__all__ = ["foreign_calls", "grüße", "os", "own", "threading", "touch"]
 
 
 def own(path: str) -> None:
     """Defined here: allowed."""
     Path(path).write_text("own")
+
+
+def grüße(path: str) -> None:
+    """Defined here, with a non-ASCII name."""
+    Path(path).write_text("grüße")
