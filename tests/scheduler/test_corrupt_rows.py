@@ -261,3 +261,22 @@ def test_postgres_rows_edited_into_unreadable_text_cost_only_their_job(tmp_path:
             assert len(sched.runs()) >= 5
         finally:
             sched.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("args", "'{\"a\": 1}'"), ("kwargs", "'[1]'"), ("args", "'not json'")],
+    ids=["args-object", "kwargs-array", "args-not-json"],
+)
+def test_stored_arguments_of_the_wrong_shape_are_never_passed(
+    make_scheduler: SchedulerFactory, fake_clock: FakeClock, column: str, value: str
+) -> None:
+    """f(*{"a": 1}) would call f("a"): the run is an error that says why, and nothing is called."""
+    sched = make_scheduler(start=True)
+    _schedule_all(sched)
+    _edit(make_scheduler.url, column, value)
+    _rounds(sched, fake_clock, range(1, 3))
+    wait_until(lambda: len(finished_runs(sched, "bad")) == 2, message="the bad job's runs")
+    assert all(r.outcome == "error" and r.error is not None and column in r.error for r in finished_runs(sched, "bad"))
+    assert jobs.calls("bad") == []
+    assert jobs.calls("a") == []  # what f(*{"a": 1}) would have recorded
