@@ -414,6 +414,8 @@ class Store:
                 write = jobs.insert().values(job_id=definition.job_id, created_at=from_ts(now), **values)
             else:
                 change = "replaced" if row.state != _DESCHEDULED else "created"
+                if "created_at" in row.problems:  # the replacement is the fix the listing asked for
+                    values["created_at"] = from_ts(now)
                 write = update(jobs).where(jobs.c.job_id == definition.job_id).values(**values)
             stored = read_row(_JOB_COLUMNS, conn.execute(write.returning(*_RAW_JOBS)).one()._mapping)
             due = None if stored.state != _SCHEDULED or paused else plan.due_at(first, None)
@@ -1375,7 +1377,9 @@ def _due(row: StoredRow) -> float | None:
 def _retry_at(row: StoredRow, bound: float) -> float | None:
     """When an entry that lost its claim on `row` should look again (see `ClaimMiss`)."""
     if row.problems:
-        return None  # not by this entry: the row is reported where it is listed
+        # Not by this entry: jobs() and `persched jobs` report the row until it is scheduled again.
+        logger.error("job %s is not retried: its stored row cannot be read: %s", row.job_id, row.describe())
+        return None
     plan = None if row.paused or row.state not in (_SCHEDULED, _RUNNING) else _readable_plan(row)
     if plan is None:
         return None
