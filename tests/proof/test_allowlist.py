@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import io
 import json
+import logging
 import sys
 import tokenize
 from pathlib import Path
@@ -238,3 +239,34 @@ def test_a_callable_with_a_unicode_name_defined_in_an_allowed_module_runs(
     sched.start()
     make_scheduler.clock.advance(1.0)
     wait_until(done.exists, message="the job ran")
+
+
+def test_cli_run_passes_the_allow_list_to_its_scheduler(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from persched import cli
+    from persched.errors import SchedulerStateError
+
+    made: list[dict[str, object]] = []
+
+    class Recorder:
+        def __init__(self, url: str, **options: object) -> None:
+            made.append(options)
+
+        def start(self) -> None:
+            raise SchedulerStateError("stop here: only the options are checked")
+
+        def shutdown(self, wait: bool = True) -> None:
+            pass
+
+    monkeypatch.setattr(cli, "JobScheduler", Recorder)
+    db = str(tmp_path / "run.db")
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:  # main() configures the root logger, as the command does
+        assert cli.main(["--db", db, "run", "--import", "tests.support.cli_jobs"]) == 1
+        assert cli.main(["--db", db, "run", "--import", "tests.support.cli_jobs", "--allow", "other"]) == 1
+        assert cli.main(["--db", db, "run", "--import", "tests.support.cli_jobs", "--allow-any-module"]) == 1
+    finally:
+        for handler in [h for h in root.handlers if h not in handlers]:
+            root.removeHandler(handler)
+        root.setLevel(level)
+    assert [m["allowed_modules"] for m in made] == [["tests"], ["tests", "other"], None]
