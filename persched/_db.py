@@ -74,8 +74,14 @@ def to_url(url_or_path: str) -> URL:
         The parsed URL.
 
     Raises:
+        InvalidJobError: `url_or_path` is not a str.
         StoreError: The URL cannot be parsed or names an unsupported database.
     """
+    given: object = url_or_path  # callers may pass anything: refuse it cleanly
+    if not isinstance(given, str):
+        raise InvalidJobError("url", f"must be a str (a database URL or a file path), got {type(given).__name__}")
+    if "\x00" in url_or_path:  # no file name or host can hold one
+        raise StoreError(_mask_text(url_or_path.replace("\x00", "\\x00")), "the database URL or path contains NUL")
     if not url_or_path.strip():
         raise StoreError(repr(url_or_path), "empty database URL or path")
     if "://" not in url_or_path:

@@ -6,7 +6,7 @@ import enum
 import json
 import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -20,6 +20,14 @@ __all__ = ["Job", "JobDefinition", "JobState", "Outcome", "Policies", "Run", "va
 MAX_JOB_ID_LENGTH = 200
 MAX_INTERVAL_SECONDS = 10 * 366 * 24 * 3600.0  # "at most 10 years"
 MIN_INTERVAL_SECONDS = 1e-6  # the store keeps microseconds: a shorter interval has no distinct slots
+MAX_CRON_LENGTH = 200  # characters: persched_jobs.cron is String(200)
+MAX_TIMEZONE_LENGTH = 64  # characters: persched_jobs.timezone is String(64)
+MAX_STORED_INT = 2**31 - 1  # an Integer column (max_catch_up) on PostgreSQL
+DEFAULT_MAX_ARGS_BYTES = 64 * 1024  # per args / kwargs, as stored JSON; JobScheduler(max_args_bytes=...)
+MAX_ARGS_DEPTH = 100  # nesting levels of args / kwargs (json would hit the recursion limit long before 5,000)
+# Instants given by the caller: later ones leave no room for the slots after
+# them (datetime ends at year 9999).
+LATEST_INSTANT = datetime(9000, 1, 1, tzinfo=timezone.utc)
 
 DEFAULT_GRACE: Final = Micros(1_000_000)  # grace_seconds=1.0
 NO_JITTER: Final = Micros(0)
@@ -82,6 +90,9 @@ class Job(BaseModel):
     paused: bool = False
     run_now_requested: bool = False
     schedule: str = ""  # the schedule in words: "every 5 min", "cron 0 3 * * * Europe/Paris"
+    # Why the stored row cannot be read (a hand edit), or None; the fields it names
+    # show placeholders. schedule() with a valid definition replaces such a row.
+    unreadable: str | None = None
 
 
 class Run(BaseModel):
@@ -102,6 +113,7 @@ class Run(BaseModel):
     missed_count: int | None = None  # how many slots it stands for (None: not counted, a long cron range)
     overran: bool = False  # still running after the job's max_runtime_seconds
     run_now: bool = False  # started by run_now(), off the grid
+    unreadable: str | None = None  # why the stored record cannot be read (fields it names are placeholders)
 
 
 @dataclass(frozen=True)
@@ -168,6 +180,29 @@ class JobDefinition:
         return (self.target, self.args_json, self.kwargs_json, self.policies)
 
 
+def shown(value: object, limit: int = 80) -> str:
+    """`repr(value)` for a message: cut to `limit` characters, and safe for huge ints."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of {value.bit_length()} bits"  # repr() may refuse it (4,300 digits)
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a caller's object with a broken __repr__
+        text = f"<{type(value).__name__} object>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_encodable(argument: str, text: str) -> None:
+    """Refuse a str the database cannot store: a lone surrogate (not UTF-8) or NUL (PostgreSQL text)."""
+    if "\x00" in text:
+        raise InvalidJobError(argument, f"must not contain NUL characters: {shown(text)}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidJobError(
+            argument, f"is not valid Unicode (a lone surrogate at position {exc.start}): {shown(text)}"
+        ) from None
+
+
 def validate_job_id(job_id: object) -> str:
     """Return `job_id` if it is acceptable, else raise `InvalidJobError`."""
     if not isinstance(job_id, str):
@@ -181,13 +216,17 @@ def validate_job_id(job_id: object) -> str:
         )
     if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in job_id):
         raise InvalidJobError("job_id", f"must not contain control characters: {job_id!r}")
+    check_encodable("job_id", job_id)
     return job_id
 
 
 def _seconds(argument: str, value: object, *, allow_zero: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidJobError(argument, f"must be a number of seconds, got {value!r}")
-    seconds = float(value)
+        raise InvalidJobError(argument, f"must be a number of seconds, got {shown(value)}")
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int beyond any float (10**400)
+        raise InvalidJobError(argument, f"must be at most 10 years, got {shown(value)}") from None
     if not math.isfinite(seconds):
         raise InvalidJobError(argument, f"must be finite, got {value!r}")
     if seconds < 0 or (seconds == 0 and not allow_zero):
@@ -195,16 +234,47 @@ def _seconds(argument: str, value: object, *, allow_zero: bool) -> float:
     if seconds > MAX_INTERVAL_SECONDS:
         raise InvalidJobError(
             argument,
-            f"must be at most 10 years ({MAX_INTERVAL_SECONDS:.0f} s), got {value!r}",
+            f"must be at most 10 years ({MAX_INTERVAL_SECONDS:.0f} s), got {shown(value)}",
         )
     return seconds
 
 
-def _to_json(argument: str, value: object) -> str:
+def _check_shape(argument: str, value: object) -> None:
+    """Refuse nesting deeper than MAX_ARGS_DEPTH and strings the database cannot store.
+
+    Iterative, so that a deep value fails here with a clear message and not
+    with a RecursionError inside json.
+    """
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidJobError(argument, f"holds a string with a lone surrogate: {shown(item)}") from None
+        elif isinstance(item, (list, tuple, dict)):
+            if depth >= MAX_ARGS_DEPTH:
+                raise InvalidJobError(argument, f"is nested more than {MAX_ARGS_DEPTH} levels deep")
+            if isinstance(item, dict):
+                stack.extend((k, depth + 1) for k in item)  # keys: str, or refused by the round trip
+                stack.extend((v, depth + 1) for v in item.values())
+            else:
+                stack.extend((v, depth + 1) for v in item)
+
+
+def _to_json(argument: str, value: object, max_bytes: int = DEFAULT_MAX_ARGS_BYTES) -> str:
+    _check_shape(argument, value)
     try:
         text = json.dumps(value, allow_nan=False, sort_keys=True, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidJobError(argument, f"must be JSON-serialisable (persched never pickles): {exc}") from exc
+    if len(text) > max_bytes:  # ASCII: json escapes everything else
+        raise InvalidJobError(
+            argument,
+            f"is {len(text)} bytes as JSON, more than max_args_bytes ({max_bytes}); store large data elsewhere "
+            "and pass a reference to it",
+        )
     if json.loads(text) != value:
         # e.g. non-str dict keys, tuples nested inside: they would come back changed.
         raise InvalidJobError(argument, f"does not survive a JSON round trip unchanged: {value!r}")
@@ -239,6 +309,8 @@ def _instant(argument: str, value: object) -> Instant | None:
         raise InvalidJobError(argument, f"must be a timezone-aware datetime, got {value!r}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidJobError(argument, f"must be timezone-aware (naive datetimes are ambiguous), got {value!r}")
+    if value > LATEST_INSTANT:
+        raise InvalidJobError(argument, f"must be before {LATEST_INSTANT.isoformat()}, got {value!r}")
     return from_datetime(value)  # exact: a datetime holds whole microseconds
 
 
@@ -269,6 +341,10 @@ def validate_policies(
             )
         interval = _micros("interval_seconds", interval_seconds, allow_zero=False)
     expression = None if cron is None else _triggers.validate_cron(cron)
+    if expression is not None and len(expression) > MAX_CRON_LENGTH:  # as stored: whitespace collapsed
+        raise InvalidJobError("cron", f"must be at most {MAX_CRON_LENGTH} characters, got {len(expression)}")
+    if isinstance(timezone, str) and len(timezone) > MAX_TIMEZONE_LENGTH:
+        raise InvalidJobError("timezone", f"must be at most {MAX_TIMEZONE_LENGTH} characters, got {len(timezone)}")
     zone = _triggers.validate_timezone(timezone)
     rec = _choice("recurrence", recurrence)
     if rec == "fixed_delay" and expression is not None:
@@ -277,8 +353,10 @@ def validate_policies(
     if mis == "catch_up":
         if isinstance(max_catch_up, bool) or not isinstance(max_catch_up, int) or max_catch_up < 1:
             raise InvalidJobError(
-                "max_catch_up", f"must be a whole number >= 1 with misfire='catch_up', got {max_catch_up!r}"
+                "max_catch_up", f"must be a whole number >= 1 with misfire='catch_up', got {shown(max_catch_up)}"
             )
+        if max_catch_up > MAX_STORED_INT:
+            raise InvalidJobError("max_catch_up", f"must be at most {MAX_STORED_INT}, got {shown(max_catch_up)}")
         if rec == "fixed_delay":
             raise InvalidJobError("misfire", "catch_up needs slots to catch up; fixed_delay has no grid")
     elif max_catch_up is not None:
@@ -312,17 +390,19 @@ def validate_definition(
     args: object,
     kwargs: object,
     start_in: object,
+    *,
+    max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
 ) -> JobDefinition:
     """Check the remaining arguments of `schedule()` (the target and policies are checked by the caller)."""
     job_id = validate_job_id(job_id)
     if not isinstance(args, (tuple, list)):
         raise InvalidJobError("args", f"must be a tuple or list, got {type(args).__name__}")
-    args_json = _to_json("args", list(args))
+    args_json = _to_json("args", list(args), max_args_bytes)
     if kwargs is None:
         kwargs = {}
     if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
-        raise InvalidJobError("kwargs", f"must be a dict with str keys, got {kwargs!r}")
-    kwargs_json = _to_json("kwargs", kwargs)
+        raise InvalidJobError("kwargs", f"must be a dict with str keys, got {shown(kwargs)}")
+    kwargs_json = _to_json("kwargs", kwargs, max_args_bytes)
     start = None if start_in is None else _micros("start_in", start_in, allow_zero=True)
     if start is not None and policies.cron is not None:
         raise InvalidJobError("start_in", "a cron job starts on its expression; use start_at to delay it")

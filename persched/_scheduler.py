@@ -39,7 +39,19 @@ from ._dispatcher import Dispatcher
 from ._events import Event, EventBus
 from ._heartbeat import Heartbeat
 from ._instant import Instant, Micros, micros, seconds, to_datetime
-from ._models import Job, JobState, Run, validate_definition, validate_job_id, validate_policies
+from ._models import (
+    DEFAULT_MAX_ARGS_BYTES,
+    MAX_INTERVAL_SECONDS,
+    MAX_STORED_INT,
+    Job,
+    JobState,
+    Run,
+    check_encodable,
+    shown,
+    validate_definition,
+    validate_job_id,
+    validate_policies,
+)
 from ._overrun import OverrunWatch
 from ._store import Claim, ClaimMiss, Completion, Store, bound_error_text
 from ._targets import normalize_allowed, reference_of
@@ -68,6 +80,14 @@ _RUNNING: Final = JobState.RUNNING.value
 MAX_WORKERS: Final = 4096  # threads are made up front; beyond this, a typo would exhaust memory
 CLAIM_RETRY: Final = Micros(1_000_000)  # back-off before a claim that hit a store error is tried again
 ATEXIT_TIMEOUT_SECONDS: Final = 10.0  # how long interpreter exit waits for in-flight runs
+# Upper bounds of the options (README, "Input limits"): beyond them a value is a
+# typo, and it would overflow a datetime, a SQL integer or a C timeout later.
+MAX_DURATION_SECONDS: Final = MAX_INTERVAL_SECONDS  # lease, heartbeat, pickup, retention: 10 years
+MAX_BUSY_TIMEOUT_SECONDS: Final = 86_400.0  # SQLite takes milliseconds as a C int: one day is plenty
+MAX_TIMEOUT_SECONDS: Final = float(threading.TIMEOUT_MAX)  # shutdown / deschedule waits
+MAX_COUNT: Final = MAX_STORED_INT  # keep_runs, runs(limit): SQL LIMIT / OFFSET values
+MAX_ARGS_BYTES_LIMIT: Final = 64 * 1024 * 1024  # max_args_bytes itself: the store is not a blob store
+MAX_INSTANCE_ID_LENGTH: Final = 255  # characters: owner and instance_id are String(255)
 
 _live: weakref.WeakSet[JobScheduler] = weakref.WeakSet()
 
@@ -89,14 +109,21 @@ def current_run() -> Run | None:
     return None if claim is None else claim.run()
 
 
-def _positive(argument: str, value: object, *, integer: bool = False) -> float:
+def _positive(argument: str, value: object, *, integer: bool = False, maximum: float) -> float:
+    """Check a number > 0 and at most `maximum` (also ints beyond any float: no OverflowError)."""
     kinds: tuple[type, ...] = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not float(value) > 0:  # type: ignore[arg-type]  # checked numeric
-        kind = "a whole number" if integer else "a finite number of seconds"
-        raise InvalidJobError(argument, f"must be {kind} > 0, got {value!r}")
-    if not float(value) < float("inf"):  # type: ignore[arg-type]  # checked numeric
-        raise InvalidJobError(argument, f"must be finite, got {value!r}")
-    return float(value)  # type: ignore[arg-type]  # checked numeric
+    kind = "a whole number" if integer else "a finite number of seconds"
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise InvalidJobError(argument, f"must be {kind} > 0, got {shown(value)}")
+    number: int | float = value  # type: ignore[assignment]  # checked int or float above
+    # Compared before float(): an int and a float compare exactly, at any size.
+    if not number > 0:
+        raise InvalidJobError(argument, f"must be {kind} > 0, got {shown(value)}")
+    if not number <= maximum:
+        if not number < float("inf"):
+            raise InvalidJobError(argument, f"must be finite, got {shown(value)}")
+        raise InvalidJobError(argument, f"must be at most {maximum:g}, got {shown(value)}")
+    return float(number)
 
 
 def _wait_arguments(wait: object, timeout: object) -> float | None:
@@ -105,9 +132,25 @@ def _wait_arguments(wait: object, timeout: object) -> float | None:
         raise InvalidJobError("wait", f"must be True or False, got {wait!r}")
     if timeout is None:
         return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout < float("inf"):
-        raise InvalidJobError("timeout", f"must be None or a finite number of seconds >= 0, got {timeout!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout <= MAX_TIMEOUT_SECONDS:
+        raise InvalidJobError(
+            "timeout", f"must be None or a number of seconds from 0 to {MAX_TIMEOUT_SECONDS:g}, got {shown(timeout)}"
+        )
     return float(timeout)
+
+
+def _validate_instance_id(instance_id: object) -> str:
+    """Check a given `instance_id`: what the owner / instance_id columns can store (String(255))."""
+    if not isinstance(instance_id, str) or not instance_id.strip():
+        raise InvalidJobError("instance_id", f"must be a non-empty str, got {shown(instance_id)}")
+    if len(instance_id) > MAX_INSTANCE_ID_LENGTH:
+        raise InvalidJobError(
+            "instance_id", f"must be at most {MAX_INSTANCE_ID_LENGTH} characters, got {len(instance_id)}"
+        )
+    check_encodable("instance_id", instance_id)
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in instance_id):
+        raise InvalidJobError("instance_id", f"must not contain control characters: {shown(instance_id)}")
+    return instance_id
 
 
 class JobScheduler:
@@ -142,6 +185,9 @@ class JobScheduler:
             this wherever the database is shared with less trusted writers.
         pickup_seconds: How often to look for jobs scheduled, replaced or
             descheduled by other instances or the CLI (one cheap read).
+        max_args_bytes: The largest `args`, and the largest `kwargs`, that
+            schedule() accepts, in bytes of their stored JSON (default
+            64 KiB): every claim reads them, so large ones slow every job.
 
     Raises:
         InvalidJobError: An argument is out of range.
@@ -163,35 +209,42 @@ class JobScheduler:
         keep_runs_for_seconds: float | None = None,
         allowed_modules: Iterable[str] | None = None,
         pickup_seconds: float = 1.0,
+        max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
     ) -> None:
-        self._workers = int(_positive("workers", workers, integer=True))
-        if self._workers > MAX_WORKERS:
-            raise InvalidJobError("workers", f"must be at most {MAX_WORKERS} (one thread each), got {workers!r}")
+        # One thread each, made up front.
+        self._workers = int(_positive("workers", workers, integer=True, maximum=MAX_WORKERS))
         self._allowed_modules = normalize_allowed(allowed_modules)
-        self._keep_runs = None if keep_runs is None else int(_positive("keep_runs", keep_runs, integer=True))
+        self._max_args_bytes = int(
+            _positive("max_args_bytes", max_args_bytes, integer=True, maximum=MAX_ARGS_BYTES_LIMIT)
+        )
+        self._keep_runs = (
+            None if keep_runs is None else int(_positive("keep_runs", keep_runs, integer=True, maximum=MAX_COUNT))
+        )
         self._keep_for = (
             None
             if keep_runs_for_seconds is None
-            else Micros(micros(_positive("keep_runs_for_seconds", keep_runs_for_seconds)))
+            else Micros(micros(_positive("keep_runs_for_seconds", keep_runs_for_seconds, maximum=MAX_DURATION_SECONDS)))
         )
         # Runs recorded per job since its history was last pruned; None: a full pass first.
         self._prune_lock = threading.Lock()
         self._runs_since_prune: Counter[str] | None = None
         self._events = EventBus()
-        lease = _positive("lease_seconds", lease_seconds)
+        lease = _positive("lease_seconds", lease_seconds, maximum=MAX_DURATION_SECONDS)
         self._lease = Micros(micros(lease))
         heartbeat = lease / 3 if heartbeat_seconds is None else heartbeat_seconds
-        if _positive("heartbeat_seconds", heartbeat) >= lease:
+        if _positive("heartbeat_seconds", heartbeat, maximum=MAX_DURATION_SECONDS) >= lease:
             raise InvalidJobError(
                 "heartbeat_seconds",
                 f"must be shorter than lease_seconds ({lease_seconds})",
             )
-        _positive("busy_timeout_seconds", busy_timeout_seconds)
-        _positive("pickup_seconds", pickup_seconds)
-        if instance_id is not None and not str(instance_id).strip():
-            raise InvalidJobError("instance_id", f"must be a non-empty str, got {instance_id!r}")
-        self.instance_id: Final = instance_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-        try:
+        _positive("busy_timeout_seconds", busy_timeout_seconds, maximum=MAX_BUSY_TIMEOUT_SECONDS)
+        _positive("pickup_seconds", pickup_seconds, maximum=MAX_DURATION_SECONDS)
+        self.instance_id: Final = (
+            f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+            if instance_id is None
+            else _validate_instance_id(instance_id)
+        )
+        try:  # callers may pass anything: refuse it cleanly
             self._timebase = Timebase(exact_clock(clock if clock is not None else SystemClock()))
         except TypeError as exc:
             raise InvalidJobError("clock", str(exc).removeprefix("clock: ")) from None
@@ -426,7 +479,9 @@ class JobScheduler:
             end_at=end_at,
             max_runtime_seconds=max_runtime_seconds,
         )
-        definition = validate_definition(job_id, target, policies, args, kwargs, start_in)
+        definition = validate_definition(
+            job_id, target, policies, args, kwargs, start_in, max_args_bytes=self._max_args_bytes
+        )
         self._ensure_schema()
         job, change, due = self._store.upsert_job(definition, self._timebase.now())
         if change != "unchanged":
@@ -549,7 +604,7 @@ class JobScheduler:
         self._check_open()
         if job_id is not None:
             validate_job_id(job_id)
-        limit = int(_positive("limit", limit, integer=True))
+        limit = int(_positive("limit", limit, integer=True, maximum=MAX_COUNT))
         self._ensure_schema()
         return self._store.list_runs(job_id, limit)
 

@@ -87,11 +87,14 @@ from . import _triggers
 from ._instant import Instant, Micros, from_datetime, from_naive_utc, to_datetime
 from ._models import Job, JobDefinition, JobState, Policies, Run, validate_policies
 from ._policy import ClaimPlan, JobPlan, Missed, place_grid
+from ._rows import StoredRow, raw_columns, read_row, readable
 from ._schema import UTCDateTime, changes, jobs, runs
 from .errors import InvalidJobError, StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Iterator, Sequence
+    from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+
+    from sqlalchemy import Column
 
 __all__ = ["Claim", "ClaimMiss", "Completion", "Correction", "OpenRun", "Store"]
 
@@ -116,10 +119,17 @@ def _read_time(now: Instant | Callable[[], Instant]) -> Instant:
 
 
 def _raw_instant(value: str | datetime) -> Instant:
-    """A driver's raw timestamp -> instant, exactly as `from_datetime` (SQLite: naive UTC text)."""
+    """A driver's raw timestamp -> instant, exactly as `from_datetime` (SQLite: naive UTC text).
+
+    Raises:
+        ValueError: Not such a value (a hand-edited row; `_rows` says which column and why).
+    """
     if isinstance(value, datetime):
         return from_datetime(value)
-    return from_naive_utc(datetime.fromisoformat(value))
+    parsed = datetime.fromisoformat(value)
+    if parsed.tzinfo is not None:  # SQL compares these as text: an offset sorts at the wrong instant
+        raise ValueError(f"{value!r} has a UTC offset; write naive UTC 'YYYY-MM-DD HH:MM:SS.ffffff'")
+    return from_naive_utc(parsed)
 
 
 def _column_micros(value: float) -> Micros:
@@ -325,8 +335,10 @@ class Store:
         Group commit: the first caller leads and commits every body queued
         while it waited, in arrival order, in one transaction (one fsync);
         each caller returns only after the commit that holds its own write,
-        so each still linearizes at that commit. If any body fails, the group
-        is rolled back and each body runs alone, so only the failing one fails.
+        so each still linearizes at that commit. If any body fails, whatever
+        it raised, the group is rolled back and each body runs alone, so only
+        the failing one fails (SPEC §1: one caller's bad input never fails
+        another caller's valid call).
         """
         mine = _Pending(body)
         with self._group_cond:
@@ -354,8 +366,10 @@ class Store:
         if len(group) > 1:
             try:
                 results = self._write(lambda conn: [pending.body(conn) for pending in group], what)
-            except (IntegrityError, StoreError):
-                pass  # one of them failed, or the store did: each alone below
+            except Exception:  # noqa: BLE001 - whatever one body raised, the others must not fail with it
+                # One of them failed (a conflict, a value the driver refused, a
+                # bug), or the store did: each alone below, so only that one fails.
+                pass
             else:
                 for pending, result in zip(group, results, strict=True):
                     pending.result, pending.done = result, True
@@ -377,16 +391,22 @@ class Store:
         """
 
         def body(conn: Connection) -> tuple[Job, str, Instant | None]:
-            query = select(jobs).where(jobs.c.job_id == definition.job_id)
+            query = select(*_RAW_JOBS).where(jobs.c.job_id == definition.job_id)
             if self._postgres:
                 query = query.with_for_update()
-            row = conn.execute(query).first()
-            if row is not None and row.state != _DESCHEDULED and _definition_key(row) == definition.key():
+            found = conn.execute(query).first()
+            row = None if found is None else read_row(_JOB_COLUMNS, found._mapping)
+            if (
+                row is not None
+                and row.state != _DESCHEDULED
+                and not row.problems  # a row edited into something unreadable is replaced: the way out
+                and _definition_key(row) == definition.key()
+            ):
                 return _job(row), "unchanged", None  # FIELD-REPORTS #1: keep generation and grid
             policies = definition.policies
             # A generation is never reused, also after deschedule (no ABA); the row
             # is held (write lock, or FOR UPDATE), so the next one is known here.
-            generation = 1 if row is None else row.generation + 1
+            generation = 1 if row is None else _next_generation(conn, row)
             anchor, first = place_grid(policies, now, definition.start_in)
             plan = JobPlan.of(definition.job_id, generation, anchor, policies)
             columns = policies.columns()
@@ -418,8 +438,10 @@ class Store:
                 write = jobs.insert().values(job_id=definition.job_id, created_at=to_datetime(now), **values)
             else:
                 change = "replaced" if row.state != _DESCHEDULED else "created"
+                if "created_at" in row.problems:  # the replacement is the fix the listing asked for
+                    values["created_at"] = to_datetime(now)
                 write = update(jobs).where(jobs.c.job_id == definition.job_id).values(**values)
-            stored = conn.execute(write.returning(*jobs.c)).one()
+            stored = read_row(_JOB_COLUMNS, conn.execute(write.returning(*_RAW_JOBS)).one()._mapping)
             due = None if stored.state != _SCHEDULED or paused else plan.due_at(first, None)
             return _job(stored), change, due
 
@@ -440,8 +462,8 @@ class Store:
         """Return the active job `job_id`, or None."""
 
         def body(conn: Connection) -> Job | None:
-            row = conn.execute(select(jobs).where(jobs.c.job_id == job_id, jobs.c.state != _DESCHEDULED)).first()
-            return None if row is None else _job(row)
+            row = conn.execute(select(*_RAW_JOBS).where(jobs.c.job_id == job_id, jobs.c.state != _DESCHEDULED)).first()
+            return None if row is None else _job(read_row(_JOB_COLUMNS, row._mapping))
 
         return self._read(body, "get_job")
 
@@ -450,9 +472,9 @@ class Store:
 
         def body(conn: Connection) -> list[Job]:
             rows = conn.execute(
-                select(jobs).where(jobs.c.state != _DESCHEDULED).order_by(jobs.c.next_run_at, jobs.c.job_id)
+                select(*_RAW_JOBS).where(jobs.c.state != _DESCHEDULED).order_by(jobs.c.next_run_at, jobs.c.job_id)
             )
-            return [_job(row) for row in rows]
+            return [_job(read_row(_JOB_COLUMNS, row._mapping)) for row in rows]
 
         return self._read(body, "jobs")
 
@@ -466,8 +488,12 @@ class Store:
 
         def body(conn: Connection) -> tuple[int, list[tuple[Instant, str, int]]]:
             now_seq = int(conn.execute(select(changes.c.seq)).scalar_one())
-            rows = conn.execute(
-                select(jobs).where(jobs.c.change_seq > seq, jobs.c.state == _SCHEDULED, jobs.c.paused.is_(False))
+            rows = _stored(
+                conn.execute(
+                    select(*_RAW_JOBS).where(
+                        jobs.c.change_seq > seq, jobs.c.state == _SCHEDULED, jobs.c.paused.is_(False)
+                    )
+                )
             )
             due = [(_due(row), row.job_id, row.generation) for row in rows]
             return now_seq, [(at, job_id, generation) for at, job_id, generation in due if at is not None]
@@ -512,17 +538,24 @@ class Store:
                 return fire is not None and due > fire + CLOCK_STEP_FLOOR
 
             for at, job_id, generation, jitter, run_now_at, paused, interval, cron, zone, updated in rows:
-                due = _raw_instant(at)
-                # Cheap tests (the correction re-reads the row): written by a clock ahead of this
-                # one, and further ahead than the schedule allows.
-                if _raw_instant(updated) - now > CLOCK_STEP_FLOOR and beyond_schedule(due, interval, cron, zone):
-                    ahead.append((job_id, generation, due))
-                if paused:
+                try:
+                    if isinstance(generation, bool) or not isinstance(generation, int):
+                        raise TypeError(f"generation {generation!r} is not a whole number")
+                    due = _raw_instant(at)
+                    # Cheap tests (the correction re-reads the row): written by a clock ahead of this
+                    # one, and further ahead than the schedule allows.
+                    if _raw_instant(updated) - now > CLOCK_STEP_FLOOR and beyond_schedule(due, interval, cron, zone):
+                        ahead.append((job_id, generation, due))
+                    if paused:
+                        continue
+                    if jitter:
+                        due = Instant(due + _triggers.jitter_offset(job_id, generation, due, _column_micros(jitter)))
+                    if run_now_at is not None:
+                        due = min(due, _raw_instant(run_now_at))
+                except Exception as exc:  # noqa: BLE001 - SPEC §2: one unreadable row never stops start()
+                    # Not queued; jobs() and `persched jobs` show why (Job.unreadable).
+                    logger.error("job %s is not scheduled: its stored row cannot be read: %s", job_id, exc)
                     continue
-                if jitter:
-                    due = Instant(due + _triggers.jitter_offset(job_id, generation, due, _column_micros(jitter)))
-                if run_now_at is not None:
-                    due = min(due, _raw_instant(run_now_at))
                 entries.append((due, job_id, generation))
             return entries, ahead
 
@@ -574,10 +607,10 @@ class Store:
         """Return the newest `limit` runs (of `job_id`, or of every job), newest first."""
 
         def body(conn: Connection) -> list[Run]:
-            query = select(runs).order_by(runs.c.run_id.desc()).limit(limit)
+            query = select(*_RAW_RUNS).order_by(runs.c.run_id.desc()).limit(limit)
             if job_id is not None:
                 query = query.where(runs.c.job_id == job_id)
-            return [_run(row) for row in conn.execute(query)]
+            return [_run(read_row(_RUN_COLUMNS, row._mapping)) for row in conn.execute(query)]
 
         return self._read(body, "runs")
 
@@ -642,7 +675,10 @@ class Store:
         def body(conn: Connection) -> list[Claim | ClaimMiss]:
             claimed_at = _read_time(now)
             lease_until = to_datetime(claimed_at + lease)
-            won = conn.execute(self._claim_statement(expected, instance_id, lease_until, claimed_at)).all()
+            won = _stored(
+                conn.execute(self._claim_statement(expected, instance_id, lease_until, claimed_at)),
+                _DISPATCH_COLUMNS,
+            )
             # Per won row: its claim, plan and decision, and its run_now_at and next_run_at as read.
             claims: dict[tuple[str, int], tuple[Claim, JobPlan, ClaimPlan, Instant | None, Instant]] = {}
             skipped: dict[tuple[str, int], ClaimMiss] = {}
@@ -651,13 +687,9 @@ class Store:
             missed: list[dict[str, Any]] = []
             for row in won:
                 key = (row.job_id, row.generation)
-                try:
-                    plan = _plan(row)
-                except InvalidJobError as exc:
-                    # Never block the other claims: pause the job, say why in its history.
-                    logger.error("job %s generation %d paused: its stored schedule cannot be read: %s", *key, exc)
-                    quarantined.append({"b_job_id": row.job_id})
-                    missed.append(_unreadable_record(row, str(exc), claimed_at, instance_id))
+                plan = _plan_or_quarantine(row, claimed_at, instance_id, quarantined, missed)
+                if plan is None:
+                    # Never block the other claims: the job is paused, its history says why.
                     skipped[key] = ClaimMiss(_SCHEDULED, row.generation, None, None)
                     continue
                 run_now_at, next_at = _ts(row.run_now_at), from_datetime(row.next_run_at)
@@ -775,7 +807,7 @@ class Store:
             lease_until=lease_until,
             updated_at=to_datetime(claimed_at),
             running_for=jobs.c.next_run_at,  # the usual case: the slot due runs (fixed below if not)
-        ).returning(*_DISPATCH_COLUMNS)
+        ).returning(*_RAW_DISPATCH)
 
     def _record_starts(
         self, claims: Sequence[Claim], lease_until: datetime, instance_id: str, conn: Connection
@@ -841,29 +873,47 @@ class Store:
             # Which completions still own their job row: read under the write
             # lock (SQLite) and written with the same predicate again, so a
             # row recovered, descheduled or replaced meanwhile is never moved.
-            owned = {
-                (row.job_id, row.generation, from_datetime(row.running_for)): row
-                for row in conn.execute(
-                    select(*_DISPATCH_COLUMNS).where(
+            mine = _stored(
+                conn.execute(
+                    select(*_RAW_DISPATCH).where(
                         jobs.c.job_id.in_({c.claim.job_id for c in completions}),
                         jobs.c.state == _RUNNING,
                         jobs.c.owner == instance_id,
                     )
-                )
+                ),
+                _DISPATCH_COLUMNS,
+            )
+            # A row of ours edited by hand while its run was in flight: settled alone below.
+            unreadable = {(row.job_id, row.generation): row for row in mine if row.problems}
+            owned = {
+                (row.job_id, row.generation, from_datetime(row.running_for)): row
+                for row in mine
+                if not row.problems and row.running_for is not None
             }
             moves: list[dict[str, Any]] = []
             missed: list[dict[str, Any]] = []
+            quarantined: list[dict[str, Any]] = []
             due: list[Instant | None] = []
-            others = _rows_of(conn, {c.claim.job_id for c in completions} - {key[0] for key in owned})
+            others = _rows_of(
+                conn, {c.claim.job_id for c in completions} - {key[0] for key in owned} - {k[0] for k in unreadable}
+            )
             for c in completions:
                 row = owned.get((c.claim.job_id, c.claim.generation, c.claim.scheduled_for))
+                broken = unreadable.pop((c.claim.job_id, c.claim.generation), None)
+                if broken is not None:
+                    _plan_or_quarantine(broken, c.finished_at, instance_id, quarantined, missed)
+                    due.append(None)
+                    continue
                 if row is None:
                     # Not ours any more. If the job is scheduled in the same generation,
                     # this is a retry after a commit that did land: queue it again.
                     other = others.get(c.claim.job_id)
                     due.append(_due(other) if other is not None and other.generation == c.claim.generation else None)
                     continue
-                plan = _plan(row)
+                plan = _plan_or_quarantine(row, c.finished_at, instance_id, quarantined, missed)
+                if plan is None:
+                    due.append(None)
+                    continue
                 next_at, dropped = plan.after_run(from_datetime(row.next_run_at), c.finished_at)
                 if dropped is not None:
                     missed.append(_missed_record(row.job_id, row.generation, dropped, c.finished_at, instance_id))
@@ -885,6 +935,8 @@ class Store:
                 due.append(None if over or row.paused else plan.due_at(next_at, run_now_at))
             if moves:
                 conn.execute(_FINISH_JOB, moves)
+            if quarantined:
+                conn.execute(_CLAIM_QUARANTINE, quarantined)
             if missed:
                 conn.execute(self._insert_runs, missed)
             return due
@@ -976,12 +1028,19 @@ class Store:
                 jobs.c.owner == run.instance_id,
                 jobs.c.running_for == lost.scheduled_for,
             )
-            row = conn.execute(select(jobs).where(mine)).first()
-            if row is None:
+            found = conn.execute(select(*_RAW_JOBS).where(mine)).first()
+            if found is None:
                 return None  # the job was descheduled or replaced: nothing to free
-            # SPEC §2: the lost slot is not run again; the job carries on.
-            plan = _plan(row)
-            # Never the lost slot again, also on a clock behind the claimer's (and for a run
+            row = read_row(_JOB_COLUMNS, found._mapping)
+            quarantined: list[dict[str, Any]] = []
+            records: list[dict[str, Any]] = []
+            plan = _plan_or_quarantine(row, recovered_at, run.instance_id, quarantined, records)
+            if plan is None:
+                conn.execute(_CLAIM_QUARANTINE, quarantined)
+                conn.execute(self._insert_runs, records)
+                return None
+            # SPEC §2: the lost slot is not run again; the job carries on. Never the lost slot
+            # again, also on a clock behind the claimer's (and for a run
             # claimed before schema 0003, which kept its slot in next_run_at).
             next_at = plan.after_loss(from_datetime(row.next_run_at), from_datetime(lost.scheduled_for), recovered_at)
             run_now_at = _ts(row.run_now_at)
@@ -1024,9 +1083,9 @@ class Store:
                     updated_at=to_datetime(now),
                     change_seq=_bump_change_seq(conn),
                 )
-                .returning(jobs.c.generation)
+                .returning(*raw_columns([jobs.c.generation]))
             ).first()
-            return None if row is None else int(row.generation)
+            return None if row is None else _generation_of(row.generation)
 
         return self._write_grouped(body, "deschedule")
 
@@ -1040,9 +1099,9 @@ class Store:
                 update(jobs)
                 .where(jobs.c.job_id == job_id, jobs.c.state.in_((_SCHEDULED, _RUNNING)), jobs.c.paused.is_(False))
                 .values(paused=True, run_now_at=None, updated_at=to_datetime(now), change_seq=_bump_change_seq(conn))
-                .returning(jobs.c.generation)
+                .returning(*raw_columns([jobs.c.generation]))
             ).first()
-            return None if row is None else int(row.generation)
+            return None if row is None else _generation_of(row.generation)
 
         return self._write_grouped(body, "pause")
 
@@ -1055,10 +1114,13 @@ class Store:
         """
 
         def body(conn: Connection) -> tuple[int, Instant | None] | None:
-            query = select(jobs).where(jobs.c.job_id == job_id, jobs.c.paused.is_(True), jobs.c.state != _DESCHEDULED)
-            row = conn.execute(query.with_for_update() if self._postgres else query).first()
-            if row is None:
+            query = select(*_RAW_JOBS).where(
+                jobs.c.job_id == job_id, jobs.c.paused.is_(True), jobs.c.state != _DESCHEDULED
+            )
+            found = conn.execute(query.with_for_update() if self._postgres else query).first()
+            if found is None:
                 return None
+            row = _readable_or_refuse(read_row(_JOB_COLUMNS, found._mapping))
             plan = _plan(row)
             next_at = plan.resumed(now, from_datetime(row.next_run_at))
             state = row.state
@@ -1088,10 +1150,11 @@ class Store:
         """
 
         def body(conn: Connection) -> tuple[str, int | None]:
-            query = select(jobs).where(jobs.c.job_id == job_id, jobs.c.state != _DESCHEDULED)
-            row = conn.execute(query.with_for_update() if self._postgres else query).first()
-            if row is None:
+            query = select(*_RAW_JOBS).where(jobs.c.job_id == job_id, jobs.c.state != _DESCHEDULED)
+            found = conn.execute(query.with_for_update() if self._postgres else query).first()
+            if found is None:
                 return "unknown", None
+            row = _readable_or_refuse(read_row(_JOB_COLUMNS, found._mapping))
             verdict = (
                 "paused"
                 if row.paused
@@ -1128,8 +1191,8 @@ class Store:
         """Return the run `run_id`, or None (never recorded, or pruned)."""
 
         def body(conn: Connection) -> Run | None:
-            row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
-            return None if row is None else _run(row)
+            row = conn.execute(select(*_RAW_RUNS).where(runs.c.run_id == run_id)).first()
+            return None if row is None else _run(read_row(_RUN_COLUMNS, row._mapping))
 
         return self._read(body, "get run")
 
@@ -1254,6 +1317,11 @@ _DISPATCH_COLUMNS: Final = tuple(
     )
 )
 
+# The same, selected raw and read row by row (`_rows`), so one hand-edited row is settled alone.
+_RAW_DISPATCH: Final = raw_columns(_DISPATCH_COLUMNS)
+_JOB_COLUMNS, _RAW_JOBS = readable(jobs)
+_RUN_COLUMNS, _RAW_RUNS = readable(runs)
+
 # Claim statements, built once (executemany over the claims of a cycle).
 _CLAIM_MOVE: Final = (
     update(jobs)
@@ -1265,9 +1333,10 @@ _CLAIM_MOVE: Final = (
     )
 )
 _CLAIM_NEXT: Final = update(jobs).where(jobs.c.job_id == bindparam("b_job_id")).values(next_run_at=bindparam("b_next"))
+# Pause a job whose stored row cannot be read (see `_plan_or_quarantine`).
 _CLAIM_QUARANTINE: Final = (
     update(jobs)
-    .where(jobs.c.job_id == bindparam("b_job_id"))
+    .where(jobs.c.job_id == bindparam("b_job_id"), jobs.c.generation == bindparam("b_generation"))
     .values(state=_SCHEDULED, paused=True, run_now_at=None, owner=None, lease_until=None, running_for=None)
 )
 _CLAIM_REVERT: Final = (
@@ -1310,6 +1379,61 @@ _FINISH_JOB: Final = (
 )
 
 
+def _stored(result: Iterable[Row[Any]], columns: Sequence[Column[Any]] = _JOB_COLUMNS) -> list[StoredRow]:
+    """Rows selected with `raw_columns`, read one by one (`_rows.read_row`)."""
+    return [read_row(columns, row._mapping) for row in result]
+
+
+def _generation_of(value: object) -> int:
+    """A generation read raw; 0 for one edited into something else (only logged and reported)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _next_generation(conn: Connection, row: StoredRow) -> int:
+    """The generation a replacement of `row` gets: never one used before (no ABA)."""
+    if "generation" not in row.problems:
+        return int(row.generation) + 1
+    # The counter itself was edited away: go on after every generation its runs recorded.
+    recorded = conn.execute(select(*raw_columns([runs.c.generation])).where(runs.c.job_id == row.job_id)).scalars()
+    generation = 1 + max((_generation_of(g) for g in recorded), default=0)
+    logger.warning(
+        "job %s: its stored generation cannot be read (%s); the replacement is generation %d",
+        row.job_id,
+        row.problems["generation"],
+        generation,
+    )
+    return generation
+
+
+def _plan_or_quarantine(
+    row: StoredRow, at: Instant, instance_id: str, quarantined: list[dict[str, Any]], records: list[dict[str, Any]]
+) -> JobPlan | None:
+    """`_plan(row)`; or None, with the job's pause and an "error" record queued, if its
+    stored row or schedule cannot be read (SPEC §2: settled for that job alone)."""
+    if row.problems:
+        what, reason = "stored row", row.describe()
+    else:
+        try:
+            return _plan(row)
+        except (ValueError, TypeError, OverflowError) as exc:  # InvalidJobError is a ValueError
+            what, reason = "stored schedule", str(exc)
+    logger.error("job %s generation %d paused: its %s cannot be read: %s", row.job_id, row.generation, what, reason)
+    quarantined.append({"b_job_id": row.job_id, "b_generation": row.generation})
+    records.append(_unreadable_record(row, what, reason, at, instance_id))
+    return None
+
+
+def _readable_or_refuse(row: StoredRow) -> StoredRow:
+    """`row`, or InvalidJobError naming what cannot be read (resume, run-now: the caller must fix it)."""
+    if row.problems:
+        raise InvalidJobError(
+            "job_id",
+            f"the stored row of {row.job_id!r} cannot be read ({row.describe()}); "
+            "schedule it again with a valid definition",
+        )
+    return row
+
+
 def _bump_change_seq(conn: Connection) -> int:
     """Increment the change counter; its row lock orders concurrent writers by commit."""
     bump = update(changes).where(changes.c.id == 1).values(seq=changes.c.seq + 1).returning(changes.c.seq)
@@ -1320,7 +1444,7 @@ def _ts(value: datetime | None) -> Instant | None:
     return None if value is None else from_datetime(value)
 
 
-def _policies(row: Row[Any], *, with_start: bool = True) -> Policies:
+def _policies(row: StoredRow, *, with_start: bool = True) -> Policies:
     return Policies(
         interval=_raw_micros(row.interval_seconds),
         cron=row.cron,
@@ -1337,17 +1461,17 @@ def _policies(row: Row[Any], *, with_start: bool = True) -> Policies:
     )
 
 
-def _definition_key(row: Row[Any]) -> tuple[Any, ...]:
+def _definition_key(row: StoredRow) -> tuple[Any, ...]:
     """The stored counterpart of `JobDefinition.key()`."""
     return (row.target, row.args, row.kwargs, _policies(row))
 
 
-def _plan(row: Row[Any]) -> JobPlan:
+def _plan(row: StoredRow) -> JobPlan:
     """The policies of a persched_jobs row, as a plan (raises InvalidJobError if they cannot be read)."""
     return _plan_of_row(row, row.generation)
 
 
-def _plan_of_row(row: Row[Any], generation: int, *, with_start: bool = False) -> JobPlan:
+def _plan_of_row(row: StoredRow, generation: int, *, with_start: bool = False) -> JobPlan:
     # start_at placed the grid's anchor once; only a correction reads it again (so claims need not).
     policies = _policies(row, with_start=with_start)
     return _plan_of(row.job_id, generation, from_datetime(row.first_run_at), policies)
@@ -1388,7 +1512,7 @@ def _revert(
     )
 
 
-def _readable_plan(row: Row[Any], *, with_start: bool = False) -> JobPlan | None:
+def _readable_plan(row: StoredRow, *, with_start: bool = False) -> JobPlan | None:
     """`_plan`, or None (logged) if the stored schedule cannot be read."""
     try:
         return _plan_of_row(row, row.generation, with_start=with_start)
@@ -1397,14 +1521,21 @@ def _readable_plan(row: Row[Any], *, with_start: bool = False) -> JobPlan | None
         return None
 
 
-def _due(row: Row[Any]) -> Instant | None:
+def _due(row: StoredRow) -> Instant | None:
     """When a scheduled, not paused job is due (None for any other)."""
+    if row.problems:
+        logger.error("job %s is not scheduled: its stored row cannot be read: %s", row.job_id, row.describe())
+        return None
     plan = None if row.paused or row.state != _SCHEDULED else _readable_plan(row)
     return None if plan is None else plan.due_at(from_datetime(row.next_run_at), _ts(row.run_now_at))
 
 
-def _retry_at(row: Row[Any], bound: Instant) -> Instant | None:
+def _retry_at(row: StoredRow, bound: Instant) -> Instant | None:
     """When an entry that lost its claim on `row` should look again (see `ClaimMiss`)."""
+    if row.problems:
+        # Not by this entry: jobs() and `persched jobs` report the row until it is scheduled again.
+        logger.error("job %s is not retried: its stored row cannot be read: %s", row.job_id, row.describe())
+        return None
     plan = None if row.paused or row.state not in (_SCHEDULED, _RUNNING) else _readable_plan(row)
     if plan is None:
         return None
@@ -1419,10 +1550,10 @@ def _retry_at(row: Row[Any], bound: Instant) -> Instant | None:
     return plan.due_at(plan.slot_after(next_at), None)
 
 
-def _rows_of(conn: Connection, job_ids: Collection[str]) -> dict[str, Row[Any]]:
+def _rows_of(conn: Connection, job_ids: Collection[str]) -> dict[str, StoredRow]:
     if not job_ids:
         return {}
-    return {row.job_id: row for row in conn.execute(select(jobs).where(jobs.c.job_id.in_(job_ids)))}
+    return {row.job_id: row for row in _stored(conn.execute(select(*_RAW_JOBS).where(jobs.c.job_id.in_(job_ids))))}
 
 
 def _misses(conn: Connection, bounds: dict[str, Instant]) -> dict[str, ClaimMiss]:
@@ -1432,13 +1563,13 @@ def _misses(conn: Connection, bounds: dict[str, Instant]) -> dict[str, ClaimMiss
     }
 
 
-def _state(row: Row[Any]) -> JobState:
+def _state(row: StoredRow) -> JobState:
     if row.paused and row.state == _SCHEDULED:
         return JobState.PAUSED
     return JobState(row.state)
 
 
-def _describe(row: Row[Any]) -> str:
+def _describe(row: StoredRow) -> str:
     try:
         plan = _plan(row)
     except InvalidJobError as exc:
@@ -1448,16 +1579,40 @@ def _describe(row: Row[Any]) -> str:
     return f"every {_triggers.describe_duration(plan.interval or 0)} after each run ends"
 
 
-def _job(row: Row[Any]) -> Job:
+def _json_value(row: StoredRow, column: str, kind: type, problems: dict[str, str]) -> Any:  # noqa: ANN401 - JSON
+    if column in row.problems:
+        return kind()
+    try:
+        value = json.loads(getattr(row, column))
+    except (ValueError, RecursionError) as exc:
+        problems[column] = f"is not JSON: {exc}"
+        return kind()
+    if not isinstance(value, kind) or (isinstance(value, dict) and not all(isinstance(k, str) for k in value)):
+        problems[column] = f"is not a JSON {'array' if kind is list else 'object'}"
+        return kind()
+    return value
+
+
+def _job(row: StoredRow) -> Job:
+    """The `Job` of a row; a row that cannot be read is still listed, with `unreadable` saying why (SPEC §2)."""
+    problems = dict(row.problems)
+    args = _json_value(row, "args", list, problems)
+    kwargs = _json_value(row, "kwargs", dict, problems)
+    try:
+        state = _state(row)
+    except ValueError:
+        problems["state"] = f"{row.state!r} is not a job state"
+        state = JobState.PAUSED  # a state the claims do not know: the job does not run
+    schedule = "unreadable" if problems else _describe(row)
     return Job(
         job_id=row.job_id,
         target=row.target,
-        args=tuple(json.loads(row.args)),
-        kwargs=json.loads(row.kwargs),
+        args=tuple(args),
+        kwargs=kwargs,
         interval_seconds=row.interval_seconds,
         next_run_at=row.next_run_at,
         generation=row.generation,
-        state=_state(row),
+        state=state,
         created_at=row.created_at,
         updated_at=row.updated_at,
         run_count=row.run_count,
@@ -1478,18 +1633,28 @@ def _job(row: Row[Any]) -> Job:
         max_runtime_seconds=row.max_runtime_seconds,
         paused=bool(row.paused),
         run_now_requested=row.run_now_at is not None,
-        schedule=_describe(row),
+        schedule=schedule,
+        unreadable="; ".join(f"{column}: {reason}" for column, reason in problems.items()) or None,
     )
 
 
-def _run(row: Row[Any]) -> Run:
+_OUTCOMES: Final = frozenset(("ok", "error", "lost", "missed"))
+
+
+def _run(row: StoredRow) -> Run:
+    """The `Run` of a row; one that cannot be read is still listed, with `unreadable` saying why."""
+    problems = dict(row.problems)
+    outcome = row.outcome
+    if outcome is not None and outcome not in _OUTCOMES:
+        problems["outcome"] = f"{outcome!r} is not an outcome"
+        outcome = "error"
     return Run(
         job_id=row.job_id,
         generation=row.generation,
         scheduled_for=row.scheduled_for,
         started_at=row.started_at,
         finished_at=row.finished_at,
-        outcome=row.outcome,
+        outcome=outcome,
         error=row.error,
         instance_id=row.instance_id,
         run_id=row.run_id,
@@ -1497,20 +1662,21 @@ def _run(row: Row[Any]) -> Run:
         missed_count=row.missed_count,
         overran=bool(row.overran),
         run_now=bool(row.run_now),
+        unreadable="; ".join(f"{column}: {reason}" for column, reason in problems.items()) or None,
     )
 
 
-def _unreadable_record(row: Row[Any], reason: str, at: Instant, instance_id: str) -> dict[str, Any]:
-    """A persched_runs row (outcome "error") saying why a job with an unreadable schedule was paused."""
+def _unreadable_record(row: StoredRow, what: str, reason: str, at: Instant, instance_id: str) -> dict[str, Any]:
+    """A persched_runs row (outcome "error") saying why a job with an unreadable schedule or row was paused."""
     return {
         "job_id": row.job_id,
         "generation": row.generation,
-        "scheduled_for": row.next_run_at,
+        "scheduled_for": to_datetime(at) if "next_run_at" in row.problems else row.next_run_at,
         "started_at": to_datetime(at),
         "finished_at": to_datetime(at),
         "outcome": "error",
         "error": (
-            f"the job's stored schedule cannot be read ({reason}); it was paused: "
+            f"the job's {what} cannot be read ({reason}); it was paused: "
             "schedule it again with a valid definition, then resume it"
         ),
         "instance_id": instance_id,

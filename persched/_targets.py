@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import re
 import types
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
@@ -21,9 +20,14 @@ if TYPE_CHECKING:
 
 __all__ = ["TargetNotFound", "TargetRefused", "normalize_allowed", "reference_of", "resolve"]
 
-_REFERENCE = re.compile(
-    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
-)
+
+def _is_reference(text: str) -> bool:
+    """``"package.module:qualname"``: dotted identifiers (Unicode ones too) on both sides, nothing else."""
+    module, colon, qualname = text.partition(":")
+    return bool(colon) and all(part.isidentifier() for part in (*module.split("."), *qualname.split(".")))
+
+
+MAX_TARGET_LENGTH = 1000  # characters: persched_jobs.target is String(1000)
 _HOW = "pass a module-level function, or a string 'package.module:function'"
 
 
@@ -61,12 +65,20 @@ def resolve(reference: str, allowed: tuple[str, ...] | None = None) -> Callable[
 
     With `allowed`, a module outside it is refused before anything is
     imported: whoever can write the database must not be able to run
-    arbitrary code through a row's target.
+    arbitrary code through a row's target. The callable must also be
+    *defined* in an allowed module (SPEC §1): the qualified name may not pass
+    through another module (``"allowed:os.system"``), and what it names must
+    have an allowed ``__module__`` (``"allowed:system"`` after
+    ``from os import system`` is refused too).
 
     Raises:
-        TargetRefused: the module is not in `allowed` (nothing imported).
-        TargetNotFound: the module or attribute is missing, or not callable.
+        TargetRefused: the module is not in `allowed`, or the reference
+            reaches a callable defined elsewhere (never called).
+        TargetNotFound: the reference is malformed, the module or attribute
+            is missing, or it is not callable.
     """
+    if not _is_reference(reference):
+        raise TargetNotFound(f"{reference!r} is not a reference of the form 'package.module:function'")
     module_name, _, qualname = reference.partition(":")
     if not _is_allowed(module_name, allowed):
         raise TargetRefused(f"module {module_name!r} is not in allowed_modules {list(allowed or ())}")
@@ -74,13 +86,29 @@ def resolve(reference: str, allowed: tuple[str, ...] | None = None) -> Callable[
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:
         raise TargetNotFound(f"cannot import module {module_name!r}: {exc!r}") from exc
+    parts = qualname.split(".")
     try:
-        for part in qualname.split("."):
+        for depth, part in enumerate(parts, start=1):
             obj = getattr(obj, part)
+            if allowed is not None and isinstance(obj, types.ModuleType):
+                through = f"{module_name}:{'.'.join(parts[:depth])}"
+                # Stop before looking inside it: another module's attributes
+                # (even a lazy __getattr__) are not the allowed module's code.
+                raise TargetRefused(
+                    f"{reference!r} reaches module {obj.__name__!r} through {through!r}; only callables "
+                    f"defined in allowed_modules {list(allowed)} may run"
+                )
     except AttributeError as exc:
         raise TargetNotFound(f"{module_name!r} has no attribute {qualname!r}") from exc
     if not callable(obj):
         raise TargetNotFound(f"{reference!r} is not callable")
+    if allowed is not None:
+        defined_in = getattr(obj, "__module__", None)
+        if not isinstance(defined_in, str) or not _is_allowed(defined_in, allowed):
+            raise TargetRefused(
+                f"{reference!r} is defined in {defined_in!r}, not in allowed_modules {list(allowed)}; "
+                "only callables defined there may run"
+            )
     return obj  # type: ignore[no-any-return]  # checked callable above
 
 
@@ -92,7 +120,9 @@ def reference_of(fn: object, allowed: tuple[str, ...] | None = None) -> str:
             `allowed` (argument ``fn``).
     """
     if isinstance(fn, str):
-        if not _REFERENCE.match(fn):
+        if len(fn) > MAX_TARGET_LENGTH:
+            raise InvalidJobError("fn", f"a reference may have at most {MAX_TARGET_LENGTH} characters, got {len(fn)}")
+        if not _is_reference(fn):
             raise InvalidJobError("fn", f"{fn!r} is not a reference of the form 'package.module:function'")
         try:
             resolve(fn, allowed)
@@ -125,6 +155,10 @@ def reference_of(fn: object, allowed: tuple[str, ...] | None = None) -> str:
             "through 'persched run') can't import; move it into a module",
         )
     reference = f"{module_name}:{qualname}"
+    if len(reference) > MAX_TARGET_LENGTH:
+        raise InvalidJobError(
+            "fn", f"its reference has {len(reference)} characters, more than the store keeps ({MAX_TARGET_LENGTH})"
+        )
     try:
         found = resolve(reference, allowed)
     except TargetRefused as exc:

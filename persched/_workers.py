@@ -124,6 +124,12 @@ def _execute(
         fn = resolve(claim.target, allowed_modules)
         args = json.loads(claim.args_json)
         kwargs = json.loads(claim.kwargs_json)
+        # A row edited by hand may hold JSON of another shape: never call with it
+        # (f(*{"a": 1}) would pass "a"); the run records why (SPEC §2).
+        if not isinstance(args, list):
+            raise TypeError(f"the stored args are not a JSON array: {claim.args_json[:80]!r}")
+        if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+            raise TypeError(f"the stored kwargs are not a JSON object: {claim.kwargs_json[:80]!r}")
         result = fn(*args, **kwargs)
         if inspect.isawaitable(result):
             if not loop:

@@ -11,7 +11,7 @@ Commands (``persched COMMAND --help`` shows each with an example)::
     persched pause JOB_ID                # no run starts until resumed
     persched resume JOB_ID               # continue on the schedule from now
     persched run-now JOB_ID              # one extra run as soon as a worker is free
-    persched run --import MODULE [--workers N]
+    persched run --import MODULE [--workers N] [--allow PKG ... | --allow-any-module]
 
 The database comes from ``--db URL`` (before or after the command), else the
 ``PERSCHED_DB`` environment variable, else ``persched.db`` in the current
@@ -77,6 +77,7 @@ EXIT_INTERRUPTED: Final = 130  # Ctrl-C during a read command (128 + SIGINT)
 DEFAULT_DB: Final = "persched.db"
 ENV_DB: Final = "PERSCHED_DB"
 SETUP_HOOK: Final = "persched_setup"  # `run --import`: called with the started scheduler
+MAX_CLI_INT: Final = 2**31 - 1  # --limit, --workers: what a SQL LIMIT takes everywhere
 SHOW_RUNS: Final = 10  # runs listed by `show` unless --limit says otherwise
 ERROR_COLUMN: Final = 60  # characters of error text in a runs table
 RANGE: Final = "\u2013"  # EN DASH between the first and last slot of a "missed" record
@@ -90,14 +91,19 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports a usage error in one line (exit code 2)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {_printable(message)} (see {self.prog} --help)\n")
 
 
 # -- formatting ------------------------------------------------------------------
 
 
+def _printable(text: str) -> str:
+    # argv may hold lone surrogates (undecodable bytes): show them escaped, on any stream.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _one_line(text: object) -> str:
-    return " ".join(str(text).split())
+    return _printable(" ".join(str(text).split()))
 
 
 def iso(at: datetime | None) -> str:
@@ -143,6 +149,8 @@ def _clock_time(at: datetime) -> str:
 
 def job_state(job: Job) -> str:
     """Say where a job stands: "scheduled", "paused", "running, paused", "finished", "..., run-now pending"."""
+    if job.unreadable is not None:
+        return "unreadable"  # SPEC §2: shown on its own line; `persched show` says why
     words = [job.state.value]
     if job.paused and job.state != JobState.PAUSED:
         words.append("paused")  # its last run is still finishing (JobState)
@@ -153,7 +161,7 @@ def job_state(job: Job) -> str:
 
 def _waits(job: Job) -> bool:
     """False when `next_run_at` is not a run to come: paused (resume moves it) or finished."""
-    return not job.paused and job.state != JobState.FINISHED
+    return not job.paused and job.state != JobState.FINISHED and job.unreadable is None
 
 
 def jobs_table(jobs: Sequence[Job], now: datetime) -> str:
@@ -378,6 +386,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
         now = datetime.now(timezone.utc)
         fields = [
             ("job", job.job_id),
+            *(
+                [("unreadable", f"{job.unreadable} (schedule it again with a valid definition)")]
+                if job.unreadable
+                else []
+            ),
             ("target", job.target),
             ("args", json.dumps(list(job.args))),
             ("kwargs", json.dumps(job.kwargs, sort_keys=True)),
@@ -542,9 +555,22 @@ def _import_module(name: str) -> ModuleType:
         raise CliError(f"cannot import module {name!r}: {type(exc).__name__}: {_one_line(exc)}") from exc
 
 
+def run_allowed_modules(args: argparse.Namespace) -> list[str] | None:
+    """The `allowed_modules` of `persched run`: the imported module's top-level package
+    plus every ``--allow``, or None (anything importable) with ``--allow-any-module``.
+
+    A row's target is whatever its last writer put there; by default a
+    long-running `persched run` only runs code of the application it was
+    started for (README, "Trust").
+    """
+    if args.allow_any_module:
+        return None
+    return [args.module.partition(".")[0], *args.allow]
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     module = _import_module(args.module)
-    scheduler = JobScheduler(args.db, workers=args.workers)
+    scheduler = JobScheduler(args.db, workers=args.workers, allowed_modules=run_allowed_modules(args))
     stop = threading.Event()
     received: list[int] = []
 
@@ -721,6 +747,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub.add_argument("--import", dest="module", required=True, metavar="MODULE", help="dotted module name")
     sub.add_argument("--workers", type=_positive_int, default=8, metavar="N", help="worker threads (8)")
+    allow = sub.add_mutually_exclusive_group()
+    allow.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="also run callables defined in MODULE (or its submodules); repeatable "
+        "(default: only MODULE's top-level package of --import)",
+    )
+    allow.add_argument(
+        "--allow-any-module",
+        action="store_true",
+        help="run whatever callable a job's row names, from any importable module (trust every database writer)",
+    )
     return parser
 
 
@@ -728,9 +768,11 @@ def _positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a whole number: {text[:40]!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value > MAX_CLI_INT:  # the API refuses it too (a SQL LIMIT, a thread count)
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_CLI_INT}, got {text[:40]}")
     return value
 
 

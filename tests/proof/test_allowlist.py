@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import io
+import json
+import logging
 import sys
 import tokenize
 from pathlib import Path
@@ -142,3 +144,129 @@ def test_the_source_scan_can_fail(tmp_path: Path) -> None:
     assert "pickle" in names
     assert "eval" in names
     assert {t.string for t in _code_tokens('"""never pickle"""\n# eval(x)\n')} == set()
+
+
+# SPEC §1: an allowed callable is *defined* in an allowed module. These all start in
+# one (tests.support.allow_bridge) and reach a callable of another module.
+BRIDGE = "tests.support.allow_bridge"
+REACHED = [
+    f"{BRIDGE}:touch",  # `from tests.proof.foreign_calls import touch`
+    f"{BRIDGE}:foreign_calls.touch",  # through an imported module
+    f"{BRIDGE}:os.system",
+    f"{BRIDGE}:threading.os.system",
+]
+
+
+def _marker_args(target: str, path: Path) -> list[str]:
+    return [f"touch {path}"] if target.endswith("system") else [str(path)]
+
+
+@pytest.mark.parametrize("target", REACHED)
+def test_schedule_refuses_a_callable_reached_through_an_allowed_module(
+    make_scheduler: SchedulerFactory, target: str, tmp_path: Path
+) -> None:
+    from persched import JobScheduler
+
+    sched = JobScheduler(make_scheduler.url, clock=make_scheduler.clock, allowed_modules=ALLOWED)
+    make_scheduler.created.append(sched)
+    with pytest.raises(InvalidJobError, match="allowed_modules") as info:
+        sched.schedule("evil", target, 1.0, args=_marker_args(target, tmp_path / "pwned"))
+    assert info.value.argument == "fn"
+    assert sched.jobs() == []
+    assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("target", REACHED)
+def test_a_row_reaching_another_module_is_never_called(
+    make_scheduler: SchedulerFactory, target: str, tmp_path: Path
+) -> None:
+    from persched import JobScheduler
+
+    sched = JobScheduler(make_scheduler.url, clock=make_scheduler.clock, allowed_modules=ALLOWED)
+    make_scheduler.created.append(sched)
+    pwned, own = tmp_path / "pwned", tmp_path / "own"
+    sched.schedule("victim", f"{BRIDGE}:own", 1.0, args=[str(pwned)])
+    sched.schedule("bystander", f"{BRIDGE}:own", 1.0, args=[str(own)])
+    sql(
+        make_scheduler.url,
+        "UPDATE persched_jobs SET target=?, args=? WHERE job_id='victim'",
+        (target, json.dumps(_marker_args(target, pwned))),
+    )
+    sched.start()
+    make_scheduler.clock.advance(1.0)
+    wait_until(lambda: len(sched.runs("victim")) == 1 and own.exists(), message="both came due")
+    wait_until(lambda: sched.runs("victim")[0].outcome is not None, message="the victim's run finished")
+    (run,) = sched.runs("victim")
+    assert run.outcome == "error"
+    assert run.error is not None
+    assert run.error.startswith("TargetRefused"), run.error
+    assert not pwned.exists(), "the foreign callable was called"
+
+
+def test_without_allowed_modules_the_bridge_does_call(make_scheduler: SchedulerFactory, tmp_path: Path) -> None:
+    """Non-vacuity: the references above do reach a callable that leaves the marker."""
+    sched = make_scheduler(start=True)
+    pwned = tmp_path / "pwned"
+    sched.schedule("open", f"{BRIDGE}:touch", 1.0, args=[str(pwned)])
+    make_scheduler.clock.advance(1.0)
+    wait_until(pwned.exists, message="the callable ran")
+
+
+def test_cli_run_allows_only_the_imported_package_by_default() -> None:
+    from persched.cli import build_parser, run_allowed_modules
+
+    parser = build_parser()
+    assert run_allowed_modules(parser.parse_args(["run", "--import", "myapp.schedules"])) == ["myapp"]
+    assert run_allowed_modules(
+        parser.parse_args(["run", "--import", "myapp.schedules", "--allow", "shared.tasks", "--allow", "x"])
+    ) == ["myapp", "shared.tasks", "x"]
+    assert run_allowed_modules(parser.parse_args(["run", "--import", "myapp", "--allow-any-module"])) is None
+
+
+def test_a_callable_with_a_unicode_name_defined_in_an_allowed_module_runs(
+    make_scheduler: SchedulerFactory, tmp_path: Path
+) -> None:
+    """References are dotted identifiers, Unicode ones too (the check is not ASCII-only)."""
+    from persched import JobScheduler
+    from tests.support import allow_bridge
+
+    sched = JobScheduler(make_scheduler.url, clock=make_scheduler.clock, allowed_modules=ALLOWED)
+    make_scheduler.created.append(sched)
+    done = tmp_path / "done"
+    job = sched.schedule("unicode", allow_bridge.grüße, 1.0, args=[str(done)])
+    assert job.target == f"{BRIDGE}:grüße"
+    assert sched.schedule("unicode-ref", f"{BRIDGE}:grüße", 1.0, args=[str(done)]).target == job.target
+    sched.start()
+    make_scheduler.clock.advance(1.0)
+    wait_until(done.exists, message="the job ran")
+
+
+def test_cli_run_passes_the_allow_list_to_its_scheduler(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from persched import cli
+    from persched.errors import SchedulerStateError
+
+    made: list[dict[str, object]] = []
+
+    class Recorder:
+        def __init__(self, url: str, **options: object) -> None:
+            made.append(options)
+
+        def start(self) -> None:
+            raise SchedulerStateError("stop here: only the options are checked")
+
+        def shutdown(self, wait: bool = True) -> None:
+            pass
+
+    monkeypatch.setattr(cli, "JobScheduler", Recorder)
+    db = str(tmp_path / "run.db")
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:  # main() configures the root logger, as the command does
+        assert cli.main(["--db", db, "run", "--import", "tests.support.cli_jobs"]) == 1
+        assert cli.main(["--db", db, "run", "--import", "tests.support.cli_jobs", "--allow", "other"]) == 1
+        assert cli.main(["--db", db, "run", "--import", "tests.support.cli_jobs", "--allow-any-module"]) == 1
+    finally:
+        for handler in [h for h in root.handlers if h not in handlers]:
+            root.removeHandler(handler)
+        root.setLevel(level)
+    assert [m["allowed_modules"] for m in made] == [["tests"], ["tests", "other"], None]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from datetime import timezone
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -18,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from persched import JobScheduler
-from persched.errors import PerschedError
+from persched.errors import InvalidJobError, PerschedError, StoreError
 from tests.proof._settings import fuzz_settings
 from tests.support import jobs as support_jobs
 from tests.support.helpers import finished_runs, wait_until
@@ -28,6 +29,25 @@ if TYPE_CHECKING:
 
     from tests.conftest import SchedulerFactory
 
+
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+# Shapes that are wrong, not only odd values (issue 12 item 4): numbers beyond any
+# float, nesting past the recursion limit, strings no database can store, sizes past
+# max_args_bytes. Each must be InvalidJobError naming its argument, never a raw
+# OverflowError / RecursionError / UnicodeEncodeError, nor a StoreError.
+huge_ints = st.integers(min_value=2**1024, max_value=10**500) | st.just(-(10**400)) | st.just(10**5000)
+surrogates = st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=3)
+with_surrogate = st.builds(lambda a, b: f"{a}{b}", st.text(max_size=4), surrogates)
+with_nul = st.builds(lambda a: f"{a}\x00", st.text(max_size=4))
+deep = st.builds(_nested, st.integers(min_value=90, max_value=5_000))
+oversize = st.just("x" * (64 * 1024 + 1))
+wrong_shapes = huge_ints | with_surrogate | with_nul | deep | oversize
 json_leaf = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
 json_like = st.recursive(
     json_leaf, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3), max_leaves=6
@@ -40,7 +60,11 @@ anything = (
     | st.dictionaries(st.integers(), json_leaf, max_size=2)
     | st.just(object())
     | st.just(float("nan"))
+    | wrong_shapes
+    | st.lists(wrong_shapes, max_size=2)
+    | st.dictionaries(with_surrogate | st.text(max_size=3), wrong_shapes, max_size=2)
 )
+
 job_ids = st.text(max_size=210) | st.sampled_from(["a", "x" * 200, "x" * 201, "\x00", "\x7f", "é", ""]) | anything
 targets = (
     st.sampled_from(
@@ -71,8 +95,14 @@ seconds = (
     st.floats(allow_nan=True, allow_infinity=True)
     | st.integers(min_value=-(2**70), max_value=2**70)
     | st.sampled_from([0, 1, True, False, 0.5, 1e-3, 315_576_000, 315_576_001, "1", None, 1e308])
+    | huge_ints
 )
-positive_ints = st.integers(min_value=-3, max_value=2**40) | st.floats() | st.sampled_from([True, "3", None])
+positive_ints = (
+    st.integers(min_value=-3, max_value=2**40)
+    | st.floats()
+    | st.sampled_from([True, "3", None, 2**31, 2**63, 10**20])
+    | huge_ints
+)
 
 
 @pytest.fixture
@@ -101,7 +131,7 @@ def test_schedule_succeeds_or_refuses_cleanly(
     before = _jobs(sched)
     try:
         job = sched.schedule(job_id, fn, interval, args=args, kwargs=kwargs, start_in=start_in)
-    except PerschedError:
+    except InvalidJobError:  # SPEC §1: bad input is InvalidJobError, never a StoreError
         assert _jobs(sched) == before, "a refused schedule() wrote something"
         return
     assert job.job_id == job_id
@@ -138,7 +168,7 @@ def test_deschedule_get_job_runs_succeed_or_refuse_cleanly(
 @fuzz_settings(150)
 @given(
     workers=positive_ints,
-    instance_id=st.none() | st.text(max_size=5) | anything,
+    instance_id=st.none() | st.text(max_size=5) | st.just("x" * 256) | anything,
     lease=seconds,
     heartbeat=st.none() | seconds,
     busy=seconds,
@@ -146,6 +176,8 @@ def test_deschedule_get_job_runs_succeed_or_refuse_cleanly(
     | anything,
     keep_runs=st.none() | positive_ints,
     keep_for=st.none() | seconds,
+    max_args=positive_ints,
+    pickup=seconds,
     allowed=st.none() | st.lists(st.text(max_size=6) | json_leaf, max_size=3) | st.text(max_size=6),  # see below
     url=st.sampled_from(["", "   ", "mysql://x/y", "postgresql+pg8000://x/y", "sqlite+foo:///x", "http://"])
     | st.text(max_size=10),
@@ -160,6 +192,8 @@ def test_constructor_succeeds_or_refuses_cleanly(
     synchronous: Any,
     keep_runs: Any,
     keep_for: Any,
+    max_args: Any,
+    pickup: Any,
     allowed: Any,
     url: str,
 ) -> None:
@@ -176,11 +210,90 @@ def test_constructor_succeeds_or_refuses_cleanly(
                 synchronous=synchronous,
                 keep_runs=keep_runs,
                 keep_runs_for_seconds=keep_for,
+                max_args_bytes=max_args,
+                pickup_seconds=pickup,
                 allowed_modules=allowed,
             )
         except PerschedError:
             continue
         s.shutdown()
+
+
+cron_like = (
+    st.sampled_from(["* * * * *", "0 3 * * *", "*/5 * * * * *", "61 * * * *", ""])
+    | st.text(alphabet="0123456789*/,- ", max_size=220)
+    | wrong_shapes
+    | st.none()
+)
+zones = st.sampled_from(["UTC", "Europe/Paris", "Mars/Base", "", "../etc/passwd"]) | wrong_shapes | st.text(max_size=70)
+instants = st.none() | st.datetimes(timezones=st.just(timezone.utc)) | st.datetimes() | wrong_shapes
+
+
+@fuzz_settings(200)
+@given(
+    interval=st.none() | seconds,
+    cron=cron_like,
+    zone=zones,
+    misfire=st.sampled_from(["coalesce", "skip", "catch_up"]) | anything,
+    max_catch_up=st.none() | positive_ints,
+    grace=seconds,
+    jitter=seconds,
+    start_at=instants,
+    end_at=instants,
+    runtime=st.none() | seconds,
+)
+def test_schedule_policies_succeed_or_refuse_cleanly(
+    sched: JobScheduler,
+    interval: Any,
+    cron: Any,
+    zone: Any,
+    misfire: Any,
+    max_catch_up: Any,
+    grace: Any,
+    jitter: Any,
+    start_at: Any,
+    end_at: Any,
+    runtime: Any,
+) -> None:
+    before = _jobs(sched)
+    try:
+        sched.schedule(
+            "policies",
+            "tests.support.proof_jobs:noop",
+            interval,
+            cron=cron,
+            timezone=zone,
+            misfire=misfire,
+            max_catch_up=max_catch_up,
+            grace_seconds=grace,
+            jitter_seconds=jitter,
+            start_at=start_at,
+            end_at=end_at,
+            max_runtime_seconds=runtime,
+        )
+    except InvalidJobError:
+        assert _jobs(sched) == before, "a refused schedule() wrote something"
+        return
+    sched.deschedule("policies")
+
+
+@fuzz_settings(150)
+@given(job_id=job_ids)
+def test_pause_resume_run_now_succeed_or_refuse_cleanly(sched: JobScheduler, job_id: Any) -> None:
+    errors: list[PerschedError] = []
+    for call in (sched.pause, sched.resume, sched.run_now):
+        with contextlib.suppress(PerschedError):
+            try:
+                call(job_id)
+            except PerschedError as exc:
+                errors.append(exc)
+                raise
+    # Bad input: InvalidJobError naming job_id; a state refusal (run_now of a paused
+    # job) is SchedulerStateError; never a StoreError.
+    assert not [e for e in errors if isinstance(e, StoreError)], errors
+    assert all(e.argument == "job_id" for e in errors if isinstance(e, InvalidJobError)), errors
+    if job_id == "existing":
+        sched.resume("existing")
 
 
 # --- regressions found by the fuzzer -----------------------------------------------------------

@@ -26,10 +26,26 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-COMMANDS = ["migrate", "jobs", "show", "runs", "deschedule", "--help", "-h", "frobnicate", ""]
+COMMANDS = [
+    "migrate",
+    "jobs",
+    "show",
+    "runs",
+    "deschedule",
+    "pause",
+    "resume",
+    "run-now",
+    "--help",
+    "-h",
+    "frobnicate",
+    "",
+]
 OPTIONS = ["--json", "--limit", "--db", "--debug", "-v", "--verbose", "--workers", "--import", "--", "-x"]
 words = st.sampled_from(["a", "0", "-1", "99999999999999999999", "nan", "x" * 300, "\x00", "é", "", "job-1", "ok"])
-argvs = st.lists(st.sampled_from(COMMANDS) | st.sampled_from(OPTIONS) | words | st.text(max_size=6), max_size=6)
+# Wrong shapes (issue 12 item 4): a 5,000-digit number (int() refuses it), 2**31, a
+# lone surrogate (what Python makes of undecodable argv bytes), NUL inside a word.
+wrong = st.sampled_from(["9" * 5000, str(2**31), "job-\udcff", "\udc80", "a\x00b", "x" * 70_000, "--limit=" + "9" * 30])
+argvs = st.lists(st.sampled_from(COMMANDS) | st.sampled_from(OPTIONS) | words | wrong | st.text(max_size=6), max_size=6)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -79,6 +95,8 @@ def test_cli_exits_0_1_2_without_a_traceback(
     assert code in (0, 1, 2), (full, code, err)
     if "--debug" not in full:
         assert "Traceback" not in err, (full, err)
+    # An "unexpected" error is an exception that escaped validation.
+    assert "unexpected" not in err, (full[:6], err[:300])
 
 
 @pytest.mark.parametrize(

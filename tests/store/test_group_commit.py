@@ -7,6 +7,7 @@ that holds its own write, and a failing write fails alone.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import TYPE_CHECKING, Any
 from unittest.mock import patch
@@ -14,14 +15,19 @@ from unittest.mock import patch
 import pytest
 from sqlalchemy.exc import IntegrityError
 
+from persched import Job, JobScheduler
 from persched._instant import Instant
-from persched._models import JobState, validate_definition, validate_policies
+from persched._models import JobDefinition, JobState, validate_definition, validate_policies
+from persched.errors import InvalidJobError
+from persched.testing import FakeClock
 from tests.conftest import TIMEOUT
 from tests.support import race_jobs
 from tests.support.helpers import wait_until
+from tests.support.postgres import pg_schema
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+    from pathlib import Path
 
     from sqlalchemy import Connection
 
@@ -108,6 +114,68 @@ def test_a_failing_write_in_a_group_fails_alone(store: Store) -> None:
     assert isinstance(results[1], IntegrityError)
     assert [r[1] for r in (results[0], results[2]) if isinstance(r, tuple)] == ["created", "created"]
     assert {j.job_id: j.state for j in store.list_jobs()} == {f"g{i}": JobState.SCHEDULED for i in range(3)}
+
+
+def test_a_write_the_driver_refuses_fails_alone_in_its_group(store: Store) -> None:
+    """Issue 12 item 2: any exception of one body (here the driver's UnicodeEncodeError,
+    not an IntegrityError) fails that body alone; the others commit."""
+    release, calls, write = _hold_first_write(store)
+    policies = validate_policies(10.0)
+
+    def good(i: int) -> Callable[[], object]:
+        definition = validate_definition(f"g{i}", race_jobs.RECORD, policies, (), {}, None)
+        return lambda: store.upsert_job(definition, T)
+
+    # Built past validate_definition (which refuses it) to reach the database as a caller's bug would.
+    unencodable = JobDefinition("bad\udc80", race_jobs.RECORD, "[]", "{}", policies, None)
+    targets: list[Callable[[], object]] = [good(0), good(1), lambda: store.upsert_job(unencodable, T), good(2)]
+    with patch.object(store, "_write", side_effect=write):
+        leader, _ = _in_threads(targets[:1])
+        leader[0].start()
+        wait_until(lambda: len(calls) == 1, message="the leader is committing")
+        group, results = _in_threads(targets[1:])
+        for t in group:
+            t.start()
+        wait_until(lambda: len(store._group_queue) == 3, message="the group queued")
+        release.set()
+        for t in [*leader, *group]:
+            t.join(TIMEOUT)
+    assert isinstance(results[1], UnicodeEncodeError), results[1]
+    assert [r[1] if isinstance(r, tuple) else r for r in (results[0], results[2])] == ["created", "created"]
+    assert {j.job_id: j.state for j in store.list_jobs()} == {f"g{i}": JobState.SCHEDULED for i in range(3)}
+
+
+@pytest.mark.parametrize("engine", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_bad_ids_among_many_concurrent_schedules_fail_alone(engine: str, tmp_path: Path) -> None:
+    """SPEC §1: bad input is InvalidJobError before any write, and never fails the valid
+    calls that would have shared its transaction (160 threads released together)."""
+    valid, bad = 160, 20
+    with contextlib.ExitStack() as stack:
+        url = f"sqlite:///{tmp_path / 'many.db'}" if engine == "sqlite" else stack.enter_context(pg_schema("group"))
+        sched = JobScheduler(url, clock=FakeClock(1_700_000_000.123457))
+        stack.callback(sched.shutdown)
+        sched.jobs()  # migrate first: the threads race the group commit, not the migration
+        ids = [f"ok-{i}" for i in range(valid)] + [f"bad-{i}\udc80" for i in range(bad)]
+        barrier = threading.Barrier(len(ids))
+
+        def call(job_id: str) -> Callable[[], object]:
+            def run() -> object:
+                barrier.wait(TIMEOUT)
+                return sched.schedule(job_id, race_jobs.RECORD, 10.0)
+
+            return run
+
+        threads, results = _in_threads([call(job_id) for job_id in ids])
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(TIMEOUT)
+        assert not any(thread.is_alive() for thread in threads)
+        failed = [(job_id, r) for job_id, r in zip(ids[:valid], results, strict=False) if not isinstance(r, Job)]
+        assert failed == []
+        refused = results[valid:]
+        assert all(isinstance(r, InvalidJobError) and r.argument == "job_id" for r in refused), refused
+        assert sorted(j.job_id for j in sched.jobs()) == sorted(ids[:valid])
 
 
 @pytest.mark.stress

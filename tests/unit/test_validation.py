@@ -8,19 +8,22 @@ unchanged, and the refused id is absent.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import re
-from datetime import timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import pydantic
 import pytest
 
 from persched import Job, JobScheduler, JobState
-from persched.errors import InvalidJobError, PerschedError
+from persched.errors import InvalidJobError, PerschedError, StoreError
+from persched.testing import FakeClock
 from tests.support import jobs
-from tests.support.helpers import at
+from tests.support.helpers import at, wait_until
+from tests.support.postgres import pg_schema
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -320,3 +323,202 @@ def test_workers_is_a_bounded_whole_number(tmp_path: Path, workers: object) -> N
         JobScheduler(f"sqlite:///{tmp_path / 'w.db'}", workers=workers)  # type: ignore[arg-type]  # deliberately wrong
     assert raised.value.argument == "workers"
     assert not (tmp_path / "w.db").exists()
+
+
+# --- input that escaped validation (issue 12 item 4) ---------------------------------
+
+HUGE = 10**400  # beyond any float: float(HUGE) raises OverflowError
+MINUTES = ",".join(str(m) for m in range(60))  # a valid cron field of 170 characters
+
+
+@pytest.mark.parametrize(
+    ("argument", "options"),
+    [
+        ("interval_seconds", {"interval_seconds": HUGE}),
+        ("interval_seconds", {"interval_seconds": -HUGE}),
+        ("start_in", {"start_in": HUGE}),
+        ("grace_seconds", {"grace_seconds": HUGE}),
+        ("jitter_seconds", {"jitter_seconds": HUGE}),
+        ("max_runtime_seconds", {"max_runtime_seconds": HUGE}),
+        ("max_catch_up", {"misfire": "catch_up", "max_catch_up": HUGE}),
+        ("max_catch_up", {"misfire": "catch_up", "max_catch_up": 2**31}),
+        ("cron", {"interval_seconds": None, "cron": f"{MINUTES},{MINUTES} * * * *"}),
+        ("timezone", {"interval_seconds": None, "cron": "* * * * *", "timezone": "Europe/" + "x" * 100}),
+        ("timezone", {"interval_seconds": None, "cron": "* * * * *", "timezone": "UTC\udc80"}),
+        ("cron", {"interval_seconds": None, "cron": "* * * * \udc80"}),
+        ("start_at", {"start_at": datetime(9999, 1, 1, tzinfo=timezone.utc)}),
+        ("end_at", {"end_at": datetime(9999, 12, 31, tzinfo=timezone.utc)}),
+    ],
+    ids=lambda v: v if isinstance(v, str) else next(iter(v)) if len(v) == 1 else list(v)[-1],
+)
+def test_out_of_range_options_refused(sched: JobScheduler, argument: str, options: dict[str, Any]) -> None:
+    given = {"interval_seconds": 10.0, **options}
+    assert_refused(sched, argument, lambda: sched.schedule("new", jobs.record, **given), "new")
+
+
+def test_numbers_of_any_size_name_their_argument_without_overflow(sched: JobScheduler) -> None:
+    err = assert_refused(sched, "interval_seconds", lambda: sched.schedule("new", jobs.record, 10**5000), "new")
+    assert "bits" in str(err)  # repr() of a 5,000-digit int itself raises: the message says its size
+    assert len(str(err)) < 300
+
+
+@pytest.mark.parametrize("where", ["args", "kwargs"])
+def test_arguments_nested_too_deeply_refused(sched: JobScheduler, where: str) -> None:
+    deep: Any = []
+    for _ in range(5_000):
+        deep = [deep]
+    options = {"args": [deep]} if where == "args" else {"kwargs": {"k": deep}}
+    err = assert_refused(sched, where, lambda: sched.schedule("new", jobs.record, 10.0, **options), "new")
+    assert "nested" in str(err)
+
+
+def test_arguments_nested_moderately_are_kept(sched: JobScheduler) -> None:
+    nested: Any = "leaf"
+    for _ in range(30):  # 60 levels (the limit is 100)
+        nested = {"k": [nested]}
+    job = sched.schedule("nested", jobs.record, 10.0, args=[nested])
+    assert job.args == (nested,)
+
+
+@pytest.mark.parametrize(
+    ("where", "options"),
+    [
+        ("args", {"args": ["lone \udc80 surrogate"]}),
+        ("args", {"args": [{"deep": ["\ud800"]}]}),
+        ("kwargs", {"kwargs": {"key\udfff": 1}}),
+        ("kwargs", {"kwargs": {"k": "\udc80"}}),
+    ],
+    ids=["args", "args-nested", "kwargs-key", "kwargs-value"],
+)
+def test_unencodable_strings_in_arguments_refused(sched: JobScheduler, where: str, options: dict[str, Any]) -> None:
+    assert_refused(sched, where, lambda: sched.schedule("new", jobs.record, 10.0, **options), "new")
+
+
+@pytest.mark.parametrize("job_id", ["lone\udc80", "\ud800", "pair-ok-but-\udfff-alone"])
+def test_unencodable_job_id_refused(sched: JobScheduler, job_id: str) -> None:
+    err = assert_refused(sched, "job_id", lambda: sched.schedule(job_id, jobs.record, 10.0))
+    assert "surrogate" in str(err)
+    for method in (sched.deschedule, sched.pause, sched.resume, sched.run_now, sched.get_job, sched.runs):
+        with pytest.raises(InvalidJobError) as raised:
+            method(job_id)
+        assert raised.value.argument == "job_id"
+
+
+@pytest.mark.parametrize("where", ["args", "kwargs"])
+def test_arguments_larger_than_max_args_bytes_refused(make_scheduler: SchedulerFactory, where: str) -> None:
+    sched = make_scheduler()
+    sched.schedule("keep", jobs.record, 10.0)
+    big = "x" * (64 * 1024)  # 64 KiB of text is more than 64 KiB of JSON (the quotes)
+    options = {"args": [big]} if where == "args" else {"kwargs": {"k": big}}
+    err = assert_refused(sched, where, lambda: sched.schedule("big", jobs.record, 10.0, **options), "big")
+    assert "max_args_bytes" in str(err)
+    roomy = JobScheduler(make_scheduler.url, clock=make_scheduler.clock, max_args_bytes=128 * 1024)
+    make_scheduler.created.append(roomy)
+    assert roomy.schedule("big", jobs.record, 10.0, **options).job_id == "big"
+
+
+def test_a_non_bmp_character_is_not_a_surrogate(sched: JobScheduler) -> None:
+    job = sched.schedule("emoji-😀", jobs.record, 10.0, args=["😀"], kwargs={"😀": "😀"})
+    assert (job.job_id, job.args, job.kwargs) == ("emoji-😀", ("😀",), {"😀": "😀"})
+
+
+def test_a_target_longer_than_its_column_refused(sched: JobScheduler) -> None:
+    ref = "tests.support.jobs:" + ".".join(["record"] * 200)
+    assert_refused(sched, "fn", lambda: sched.schedule("new", ref, 10.0), "new")
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("workers", HUGE),
+        ("lease_seconds", HUGE),
+        ("lease_seconds", 1e300),  # a float: lease_until would overflow a datetime at the first claim
+        ("heartbeat_seconds", HUGE),
+        ("busy_timeout_seconds", HUGE),
+        ("busy_timeout_seconds", 1e12),
+        ("keep_runs", HUGE),
+        ("keep_runs", 2**63),
+        ("keep_runs_for_seconds", HUGE),
+        ("keep_runs_for_seconds", 1e300),
+        ("pickup_seconds", HUGE),
+        ("max_args_bytes", HUGE),
+        ("max_args_bytes", 0),
+        ("max_args_bytes", 1.5),
+        ("max_args_bytes", "64k"),
+        ("instance_id", "x" * 256),
+        ("instance_id", "a\x00b"),
+        ("instance_id", "a\udc80b"),
+        ("instance_id", "line\nbreak"),
+        ("instance_id", 7),
+        ("instance_id", ""),
+    ],
+)
+def test_constructor_options_out_of_range_refused(tmp_path: Path, option: str, value: object) -> None:
+    with pytest.raises(InvalidJobError) as raised:
+        JobScheduler(f"sqlite:///{tmp_path / 'o.db'}", **{option: value})  # type: ignore[arg-type]  # deliberately wrong
+    assert raised.value.argument == option
+    assert not (tmp_path / "o.db").exists()
+
+
+def test_the_longest_instance_id_is_accepted(make_scheduler: SchedulerFactory) -> None:
+    sched = make_scheduler(instance_id="i" * 255)
+    assert sched.instance_id == "i" * 255
+
+
+@pytest.mark.parametrize("limit", [HUGE, 10**20, 2**31, 0, -1, 1.5, True, "5"])
+def test_runs_limit_bounded(sched: JobScheduler, limit: object) -> None:
+    with pytest.raises(InvalidJobError) as raised:
+        sched.runs("keep", limit=limit)  # type: ignore[arg-type]  # deliberately wrong
+    assert raised.value.argument == "limit"
+    assert sched.runs("keep", limit=2**31 - 1) == []
+
+
+@pytest.mark.parametrize("timeout", [HUGE, 1e300, float("inf"), -1])
+def test_wait_timeouts_bounded(sched: JobScheduler, timeout: object) -> None:
+    with pytest.raises(InvalidJobError) as raised:
+        sched.deschedule("keep", wait=True, timeout=timeout)  # type: ignore[arg-type]  # deliberately wrong
+    assert raised.value.argument == "timeout"
+    with pytest.raises(InvalidJobError) as raised:
+        sched.shutdown(timeout=timeout)  # type: ignore[arg-type]  # deliberately wrong
+    assert raised.value.argument == "timeout"
+    assert [j.job_id for j in sched.jobs()] == ["keep"]
+
+
+@pytest.mark.parametrize("engine", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_the_largest_accepted_values_fit_the_database(engine: str, tmp_path: Path) -> None:
+    """What validation lets through, the columns hold (a 255-character instance_id
+    used to be accepted and then fail every claim on PostgreSQL)."""
+    cron = f"{MINUTES} * * * *"  # 178 characters
+    with contextlib.ExitStack() as stack:
+        url = f"sqlite:///{tmp_path / 'max.db'}" if engine == "sqlite" else stack.enter_context(pg_schema("limits"))
+        clock = FakeClock(1_700_000_000.123457)
+        sched = JobScheduler(url, clock=clock, instance_id="i" * 255, max_args_bytes=64 * 1024)
+        stack.callback(sched.shutdown)
+        longest = "c" * 200
+        sched.schedule(longest, jobs.record, None, cron=cron, misfire="catch_up", max_catch_up=2**31 - 1)
+        sched.schedule("run", jobs.record, 1.0, args=("run",), kwargs={"k": "x" * (64 * 1024 - 20)})
+        sched.start()
+        clock.advance(1.0)
+        wait_until(lambda: [r.outcome for r in sched.runs("run")] == ["ok"], message="a run on that instance_id")
+        assert sched.runs("run")[0].instance_id == "i" * 255
+        assert sched.get_job(longest) is not None
+
+
+@pytest.mark.parametrize("url", [5, None, b"sqlite:///x.db"])
+def test_a_url_that_is_not_a_str_is_refused(url: object) -> None:
+    with pytest.raises(InvalidJobError) as raised:
+        JobScheduler(url)  # type: ignore[arg-type]  # deliberately wrong
+    assert raised.value.argument == "url"
+
+
+@pytest.mark.parametrize("url", ["a\x00b.db", "sqlite:///tmp/a\x00b.db", "postgresql://u@h\x00/db"])
+def test_a_url_with_nul_is_a_store_error_without_a_raw_value_error(url: str) -> None:
+    with pytest.raises(StoreError, match="NUL"):
+        JobScheduler(url)
+
+
+@pytest.mark.parametrize("clock", [5, "now", object()])
+def test_a_clock_that_is_not_a_clock_is_refused(tmp_path: Path, clock: object) -> None:
+    with pytest.raises(InvalidJobError) as raised:
+        JobScheduler(f"sqlite:///{tmp_path / 'c.db'}", clock=clock)  # type: ignore[arg-type]  # deliberately wrong
+    assert raised.value.argument == "clock"

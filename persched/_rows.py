@@ -1,0 +1,166 @@
+"""Stored rows read defensively: a hand-edited value is reported on its own row (SPEC §2).
+
+SQLAlchemy converts a column's value while it builds a row, so one value that
+cannot be converted (a ``next_run_at`` of ``'garbage'``, an ``interval_seconds``
+of ``'ten'`` that SQLite's type affinity let in) fails the whole query: every
+job of a listing, every claim of a batch. Here the driver's raw values are
+selected instead (`raw_columns`), and `read_row` converts them one by one into
+what the column types would have given, noting what it could not read. A
+broken value is replaced by a placeholder and named in `StoredRow.problems`,
+so the caller decides for that row alone: report it, pause it, skip it. The
+row itself is never changed here (FIELD-REPORTS #6).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Final
+
+from sqlalchemy import BigInteger, Boolean, Float, Integer, String, type_coerce
+from sqlalchemy.types import NullType
+
+from ._schema import UTCDateTime
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+
+    from sqlalchemy import Column, ColumnElement, Table
+
+__all__ = ["StoredRow", "raw_columns", "read_row"]
+
+EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)  # the placeholder of an unreadable instant
+
+
+class _Unreadable(Exception):
+    """One value that cannot be read; the message says why."""
+
+
+class StoredRow:
+    """A row's values as the column types give them, with placeholders for the ones that
+    could not be read; `problems` maps each such column to the reason."""
+
+    __slots__ = ("_values", "problems")
+
+    def __init__(self, values: dict[str, Any], problems: dict[str, str]) -> None:
+        self._values = values
+        self.problems = problems
+
+    def __getattr__(self, name: str) -> Any:  # noqa: ANN401 - a column's value, as on a SQLAlchemy Row
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def describe(self) -> str:
+        """The problems in one line: ``"next_run_at: 'x' is not ...; generation: ..."``."""
+        return "; ".join(f"{column}: {reason}" for column, reason in self.problems.items())
+
+
+def raw_columns(columns: Iterable[Column[Any]]) -> list[ColumnElement[Any]]:
+    """`columns`, selected without SQLAlchemy's conversion (the driver's values, for `read_row`)."""
+    return [type_coerce(column, NullType()).label(column.name) for column in columns]
+
+
+def read_row(columns: Iterable[Column[Any]], raw: Mapping[Any, Any]) -> StoredRow:
+    """Convert the raw values of `columns` (a row selected with `raw_columns`)."""
+    values: dict[str, Any] = {}
+    problems: dict[str, str] = {}
+    for column in columns:
+        value = raw[column.name]
+        if value is None:
+            values[column.name] = None
+            if not column.nullable:
+                problems[column.name] = "is NULL"
+                values[column.name] = _placeholder(column)
+            continue
+        try:
+            values[column.name] = _reader(column)(value)
+        except _Unreadable as exc:
+            problems[column.name] = str(exc)
+            values[column.name] = _placeholder(column)
+    return StoredRow(values, problems)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _instant(value: object) -> datetime:
+    if isinstance(value, datetime):  # PostgreSQL's timestamptz (aware)
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    if isinstance(value, str):  # SQLite: naive UTC text, compared as text by the claims
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            raise _Unreadable(f"{_shown(value)} is not a timestamp (naive UTC 'YYYY-MM-DD HH:MM:SS.ffffff')") from None
+        if parsed.tzinfo is not None:
+            # SQL compares these as text: an offset would sort it at the wrong instant.
+            raise _Unreadable(f"{_shown(value)} has a UTC offset; write naive UTC 'YYYY-MM-DD HH:MM:SS.ffffff'")
+        return parsed.replace(tzinfo=timezone.utc)
+    raise _Unreadable(f"{_shown(value)} is not a timestamp")
+
+
+def _integer(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Unreadable(f"{_shown(value)} is not a whole number")
+    return value
+
+
+def _real(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Unreadable(f"{_shown(value)} is not a number")
+    if not math.isfinite(value):
+        raise _Unreadable(f"{_shown(value)} is not a finite number")
+    return float(value)
+
+
+def _flag(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):  # SQLite keeps booleans as 0 / 1
+        return bool(value)
+    raise _Unreadable(f"{_shown(value)} is not a boolean (0 or 1)")
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise _Unreadable(f"{_shown(value)} is not text")
+    return value
+
+
+def _reader(column: Column[Any]) -> Callable[[object], Any]:
+    kind = column.type
+    if isinstance(kind, UTCDateTime):
+        return _instant
+    if isinstance(kind, Boolean):
+        return _flag
+    if isinstance(kind, (Integer, BigInteger)):
+        return _integer
+    if isinstance(kind, Float):
+        return _real
+    if isinstance(kind, String):  # Text too
+        return _text
+    raise TypeError(f"no reader for column {column.name} of type {kind!r}")  # pragma: no cover - a schema change
+
+
+def _placeholder(column: Column[Any]) -> Any:  # noqa: ANN401 - a value of the column's type
+    if column.nullable:
+        return None
+    kind = column.type
+    if isinstance(kind, UTCDateTime):
+        return EPOCH
+    if isinstance(kind, Boolean):
+        return False
+    if isinstance(kind, (Integer, BigInteger)):
+        return 0
+    if isinstance(kind, Float):
+        return 0.0
+    return ""
+
+
+def readable(table: Table, names: Iterable[str] | None = None) -> tuple[list[Column[Any]], list[ColumnElement[Any]]]:
+    """The columns of `table` (all, or `names`) and their raw selection, for `read_row`."""
+    columns = list(table.c) if names is None else [table.c[name] for name in names]
+    return columns, raw_columns(columns)
