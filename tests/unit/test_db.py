@@ -106,6 +106,37 @@ def test_new_file_is_owner_only(in_tmp: Path, engines: list[Engine]) -> None:
         assert stat.S_IMODE(side.stat().st_mode) & 0o077 == 0, side
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///file:new.db?uri=true",
+        "sqlite:///file:new.db?mode=rwc&uri=true",
+        "sqlite:///file:new.db?cache=shared&uri=true",
+        "sqlite:///file:new.db?mode=rwc&uri=true&cache=private",
+    ],
+)
+def test_new_file_named_by_uri_is_owner_only(in_tmp: Path, engines: list[Engine], url: str) -> None:
+    """SPEC §3 also for a URI filename (was created 0644 by SQLite itself)."""
+    engines.append(_db.make_engine(url))
+    assert stat.S_IMODE(os.stat(in_tmp / "new.db").st_mode) == 0o600
+    _migrate.upgrade(engines[0])
+    for side in in_tmp.glob("new.db-*"):
+        assert stat.S_IMODE(side.stat().st_mode) & 0o077 == 0, side
+
+
+def test_new_file_named_by_absolute_uri_is_owner_only(in_tmp: Path, engines: list[Engine]) -> None:
+    path = in_tmp / "with space.db"
+    engines.append(_db.make_engine(f"sqlite:///file://{str(path).replace(' ', '%20')}?uri=true"))
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+@pytest.mark.parametrize("mode", ["ro", "rw"])
+def test_uri_that_never_creates_is_not_created(in_tmp: Path, mode: str) -> None:
+    with pytest.raises(StoreError, match="cannot open"):
+        _db.make_engine(f"sqlite:///file:absent.db?mode={mode}&uri=true")
+    assert not (in_tmp / "absent.db").exists()
+
+
 def test_existing_file_mode_is_left_alone(in_tmp: Path, engines: list[Engine]) -> None:
     (in_tmp / "old.db").touch(mode=0o644)
     os.chmod(in_tmp / "old.db", 0o644)
