@@ -20,6 +20,7 @@ import contextlib
 import logging
 import math
 import os
+import random
 import re
 import sqlite3
 import time
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
 from persched.errors import InvalidJobError, StoreError
@@ -58,6 +59,9 @@ READONLY: Final = "persched_readonly"
 
 _SYNCHRONOUS: Final = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 _FILE_MODE: Final = 0o600  # SPEC §3: owner only
+BUSY_SLICE_MS: Final = 5  # SQLite's own busy wait per statement (its first tries: 1, 2 ms)
+BEGIN_FIRST_DELAY: Final = 0.0005  # seconds between BEGIN IMMEDIATE tries, doubled up to
+BEGIN_MAX_DELAY: Final = 0.004  # seconds: well under one 0.1 s slot, and cheap to retry
 # Bytes a WAL file keeps once a checkpoint reset it. SQLite otherwise keeps
 # the WAL at the largest size it ever grew to (a long reader can hold a
 # checkpoint back for gigabytes); above the ~4 MiB of a normal
@@ -365,7 +369,9 @@ def _sqlite_engine(
         cursor = raw.cursor()
         try:
             # busy_timeout first: switching to WAL may wait for a lock.
-            cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
+            # SQLite's own busy handler waits only briefly; `_begin_immediate`
+            # waits for the write lock (see there), up to busy_timeout_seconds.
+            cursor.execute(f"PRAGMA busy_timeout = {min(busy_ms, BUSY_SLICE_MS)}")
             if not read_only:  # switching to WAL writes the file
                 _ensure_wal(cursor, busy_timeout_seconds)
                 cursor.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
@@ -373,6 +379,12 @@ def _sqlite_engine(
             cursor.execute("PRAGMA foreign_keys = ON")
         finally:
             cursor.close()
+
+    def _on_begin(conn: Connection) -> None:
+        if conn.get_execution_options().get(READONLY):
+            conn.exec_driver_sql("BEGIN")
+        else:
+            _begin_immediate(conn, busy_timeout_seconds)
 
     event.listen(engine, "begin", _on_read_only_begin if read_only else _on_begin)
     return engine
@@ -405,11 +417,42 @@ def _on_read_only_begin(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN")  # nothing here writes: never ask for the write lock
 
 
-def _on_begin(conn: Connection) -> None:
-    if conn.get_execution_options().get(READONLY):
-        conn.exec_driver_sql("BEGIN")
-    else:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+def _begin_immediate(conn: Connection, busy_timeout_seconds: float) -> None:
+    """``BEGIN IMMEDIATE``, waiting for the write lock with short, jittered sleeps.
+
+    SPEC-multi "Sharing costs no slots": SQLite's busy handler sleeps 1, 2,
+    5, ... then 100 ms between tries, so a process that waited a little
+    sleeps through the moments the lock is free while the holder's next
+    transaction takes it again: three processes on one file ran 60% of the
+    slots one process runs, and one of them most of those. Here a waiting
+    process retries every `BEGIN_MAX_DELAY` at most, so each gets the lock
+    soon after it is released. Only BEGIN IMMEDIATE waits for the lock in
+    WAL mode (readers never do, and the lock is held until COMMIT).
+    """
+    delay = BEGIN_FIRST_DELAY
+    deadline: float | None = None
+    while True:
+        try:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            return
+        except OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+            now = time.monotonic()
+            deadline = now + busy_timeout_seconds if deadline is None else deadline
+            if now >= deadline:
+                raise
+        # Backoff between lock attempts; no lock held. Jitter keeps waiters from retrying in step.
+        time.sleep(delay * random.uniform(0.5, 1.5))
+        delay = min(delay * 2, BEGIN_MAX_DELAY)
+
+
+def _is_busy(exc: OperationalError) -> bool:
+    orig = exc.orig
+    code = getattr(orig, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF == 5  # SQLITE_BUSY and its extended codes
+    return "database is locked" in str(orig)
 
 
 def _prepare_file(url: URL, path: str, create: bool) -> None:
