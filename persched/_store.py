@@ -1345,8 +1345,11 @@ def _retry_at(row: Row[Any], bound: float) -> float | None:
         return plan.due_at(next_at, run_now_at)  # moved on (by another instance, or a skip)
     if row.state == _RUNNING:
         # Another instance runs it: look again at its next slot, in case that
-        # instance dies (its completion is not seen here).
-        return plan.due_at(next_at, None)
+        # instance dies (its completion is not seen here). A next slot that is
+        # already due (the run outlasted it) is the owner's to run when its run
+        # ends: look again one slot later, or every loser retries at once, in
+        # a loop, until that completion commits (issue 12, item 7).
+        return plan.due_at(next_at if next_at > bound else plan.slot_after(max(next_at, bound)), None)
     # Another instance is claiming this very slot (SKIP LOCKED passed it by).
     return plan.due_at(plan.slot_after(next_at), None)
 
