@@ -92,10 +92,22 @@ def _after_fork_in_child() -> None:
     (SQLAlchemy's pooling docs: ``engine.dispose(close=False)`` in the child).
     """
     _live.clear()
+    running: list[str] = []
     for scheduler in list(_made):
         engine = scheduler._store.engine
         _inherited_pools.append(engine.pool)
         engine.dispose(close=False)
+        if scheduler._state == "running":
+            running.append(scheduler.instance_id)
+    if running and current_run_claim() is None:  # a job's own fork is no surprise: no warning there
+        # A pre-fork server (gunicorn --preload) would otherwise run every job in its master, silently.
+        logger.warning(
+            "process %d was forked from process %d, whose scheduler %s keeps running there, not here: "
+            "create the scheduler after the fork (e.g. in gunicorn's post_fork hook, or without --preload)",
+            os.getpid(),
+            os.getppid(),
+            ", ".join(running),
+        )
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -27,6 +27,10 @@ SCRIPT_TIMEOUT: Final = 6 * WAIT  # the whole child script, forked children's bo
 
 
 def _run(tmp_path: Path, *args: str) -> list[dict[str, Any]]:
+    return _run_with_stderr(tmp_path, *args)[0]
+
+
+def _run_with_stderr(tmp_path: Path, *args: str) -> tuple[list[dict[str, Any]], str]:
     out = tmp_path / "out.jsonl"
     proc = subprocess.run(
         [sys.executable, "-m", "tests.support.fork_child", *args, "--out", str(out)],
@@ -38,13 +42,14 @@ def _run(tmp_path: Path, *args: str) -> list[dict[str, Any]]:
         check=False,
     )
     assert proc.returncode == 0, f"fork_child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}"
-    return [json.loads(line) for line in out.read_text().splitlines()]
+    return [json.loads(line) for line in out.read_text().splitlines()], proc.stderr
 
 
 @pytest.mark.parametrize(("how", "code"), [("exit", FORKED_CODE), ("return", 0), ("raise", 1)])
 def test_forked_child_of_a_job_ends(db_url: str, tmp_path: Path, how: str, code: int) -> None:
     """A job forks; its child raises SystemExit / returns / raises: the child ends, the parent runs on."""
-    lines = _run(tmp_path, "job", "--url", db_url, "--how", how)
+    lines, stderr = _run_with_stderr(tmp_path, "job", "--url", db_url, "--how", how)
+    assert "was forked from process" not in stderr  # a job's own fork is no surprise
     children = [line for line in lines if "child" in line]
     summary = lines[-1]
     assert len(children) >= 2, lines  # the parent's scheduler ran the job again after a child ended
@@ -56,7 +61,11 @@ def test_forked_child_of_a_job_ends(db_url: str, tmp_path: Path, how: str, code:
 
 def test_every_method_refuses_in_a_forked_child(db_url: str, tmp_path: Path) -> None:
     """In a forked child every public method raises SchedulerStateError saying why and what to do."""
-    lines = _run(tmp_path, "methods", "--url", db_url)
+    lines, stderr = _run_with_stderr(tmp_path, "methods", "--url", db_url)
+    # Not silent: the child is told at the fork that the scheduler is not its own.
+    warnings = [line for line in stderr.splitlines() if "was forked from process" in line]
+    assert len(warnings) == 1, stderr[-4000:]
+    assert "post_fork" in warnings[0], warnings
     results = next(line["child_results"] for line in lines if "child_results" in line)
     for name, result in results.items():
         assert result.startswith("SchedulerStateError: "), (name, result)

@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 INTERVALS: Final = (0.1, 0.15, 0.2, 0.25, 0.3)
 JOBS: Final = 50
 WARMUP: Final = 1.0  # seconds of slots before the window
-WINDOW: Final = 5.0  # seconds of slots measured
+WINDOW: Final = 8.0  # seconds of slots measured
 BOUND: Final = 0.85  # three instances run at least this share of what one runs
 
 
