@@ -321,7 +321,8 @@ def make_read_only_engine(url_or_path: str, *, busy_timeout_seconds: float = 5.0
     except StoreError as exc:
         url = to_url(url_or_path)
         path = _sqlite_file(url) if url.get_backend_name() == "sqlite" else None
-        if path is None or not os.path.isfile(path):
+        unwritable = "cannot open the database file" in str(exc) or "read-only" in str(exc)  # see _reason
+        if path is None or not os.path.isfile(path) or not unwritable:
             raise
         first = exc
     where = os.path.abspath(path)
