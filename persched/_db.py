@@ -20,14 +20,16 @@ import contextlib
 import logging
 import math
 import os
+import random
 import re
 import sqlite3
 import time
+import urllib.parse
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
 from persched.errors import InvalidJobError, StoreError
@@ -43,6 +45,7 @@ __all__ = [
     "READONLY",
     "is_sqlite",
     "make_engine",
+    "make_read_only_engine",
     "mask",
     "store_errors",
     "to_url",
@@ -56,6 +59,14 @@ READONLY: Final = "persched_readonly"
 
 _SYNCHRONOUS: Final = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 _FILE_MODE: Final = 0o600  # SPEC §3: owner only
+BUSY_SLICE_MS: Final = 5  # SQLite's own busy wait per statement (its first tries: 1, 2 ms)
+BEGIN_FIRST_DELAY: Final = 0.0005  # seconds between BEGIN IMMEDIATE tries, doubled up to
+BEGIN_MAX_DELAY: Final = 0.004  # seconds: well under one 0.1 s slot, and cheap to retry
+# Bytes a WAL file keeps once a checkpoint reset it. SQLite otherwise keeps
+# the WAL at the largest size it ever grew to (a long reader can hold a
+# checkpoint back for gigabytes); above the ~4 MiB of a normal
+# auto-checkpoint cycle, so that cycle never truncates and regrows.
+JOURNAL_SIZE_LIMIT: Final = 8 << 20
 _PG_CONNECT_TIMEOUT: Final = 10  # seconds, unless the URL says otherwise
 _PASSWORD_RE: Final = re.compile(r"(://[^/:@]*:)[^@/]*(@)")
 
@@ -261,15 +272,87 @@ def make_engine(
 
 
 def _sqlite_file(url: URL) -> str | None:
+    """The file a SQLite URL opens and may create, or None (in memory, or SQLite creates nothing)."""
     database = url.database or ""
+    if str(url.query.get("uri", "")).lower() in ("true", "1"):
+        return _uri_file(database, url)
     if database in ("", ":memory:") or database.startswith("file:"):
         return None
-    if str(url.query.get("uri", "")).lower() in ("true", "1"):
-        return None  # a URI filename: sqlite parses it, we don't
     return database
 
 
-def _sqlite_engine(url: URL, busy_timeout_seconds: float, sync: str, create: bool) -> Engine:
+def _uri_file(database: str, url: URL) -> str | None:
+    """The file of a URI filename (``file:jobs.db?mode=rwc``) that SQLite would create, or None.
+
+    SPEC §3: a file persched creates is owner-only, also when it is named by
+    URI; so the file is made here, 0600, before SQLite opens it. ``mode=ro``
+    and ``mode=rw`` never create, ``mode=memory`` is no file.
+    """
+    if not database.startswith("file:"):
+        return None
+    rest, _, inline = database[len("file:") :].partition("?")
+    rest = rest.partition("#")[0]
+    if rest.startswith("//"):  # file://host/path: SQLite accepts only "" or "localhost" as host
+        host, slash, path = rest[2:].partition("/")
+        if host not in ("", "localhost"):
+            return None
+        rest = slash + path
+    params = {key.lower(): value for key, value in urllib.parse.parse_qsl(inline)}
+    params.update({key.lower(): str(value) for key, value in url.query.items()})
+    path = urllib.parse.unquote(rest)
+    if path in ("", ":memory:") or params.get("mode", "rwc").lower() in ("ro", "rw", "memory"):
+        return None
+    return path
+
+
+def make_read_only_engine(url_or_path: str, *, busy_timeout_seconds: float = 5.0) -> tuple[Engine, str | None]:
+    """Open an existing database for reading, also where it cannot be written (for read-only commands).
+
+    A SQLite file in a read-only directory cannot get the ``-wal`` and
+    ``-shm`` files that WAL mode needs, so the normal open fails. Then the
+    file is opened ``mode=ro``; if that fails too (no ``-shm`` can be made),
+    ``immutable=1``: no locks and no WAL, which is right only because nobody
+    can write there either.
+
+    Returns:
+        The engine (the caller disposes it) and, if it had to fall back, one
+        line saying how the database was opened (None otherwise).
+
+    Raises:
+        StoreError: The database cannot be opened even read-only; the error
+            of the normal open.
+    """
+    try:
+        return make_engine(url_or_path, busy_timeout_seconds=busy_timeout_seconds, create=False), None
+    except StoreError as exc:
+        url = to_url(url_or_path)
+        path = _sqlite_file(url) if url.get_backend_name() == "sqlite" else None
+        unwritable = "cannot open the database file" in str(exc) or "read-only" in str(exc)  # see _reason
+        if path is None or not os.path.isfile(path) or not unwritable:
+            raise
+        first = exc
+    where = os.path.abspath(path)
+    for query, note in (
+        ({"mode": "ro"}, "opened read-only"),
+        ({"immutable": "1"}, "opened read-only and immutable (without locks; changes in a -wal file are not seen)"),
+    ):
+        uri = URL.create("sqlite", database=f"file:{urllib.parse.quote(where)}", query={**query, "uri": "true"})
+        engine = _sqlite_engine(uri, busy_timeout_seconds, "FULL", create=False, read_only=True)
+        try:
+            with store_errors(uri), engine.connect() as conn:
+                conn.exec_driver_sql("PRAGMA schema_version").scalar()
+        except StoreError:
+            engine.dispose()
+            continue
+        directory = os.path.dirname(where)
+        why = "its directory is read-only" if not os.access(directory, os.W_OK) else "it cannot be written"
+        return engine, f"{mask(url)}: {why}; {note}"
+    raise first
+
+
+def _sqlite_engine(
+    url: URL, busy_timeout_seconds: float, sync: str, create: bool, *, read_only: bool = False
+) -> Engine:
     path = _sqlite_file(url)
     kwargs: dict[str, Any] = {}
     connect_args: dict[str, Any] = {
@@ -293,14 +376,24 @@ def _sqlite_engine(url: URL, busy_timeout_seconds: float, sync: str, create: boo
         cursor = raw.cursor()
         try:
             # busy_timeout first: switching to WAL may wait for a lock.
-            cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
-            _ensure_wal(cursor, busy_timeout_seconds)
+            # SQLite's own busy handler waits only briefly; `_begin_immediate`
+            # waits for the write lock (see there), up to busy_timeout_seconds.
+            cursor.execute(f"PRAGMA busy_timeout = {min(busy_ms, BUSY_SLICE_MS)}")
+            if not read_only:  # switching to WAL writes the file
+                _ensure_wal(cursor, busy_timeout_seconds)
+                cursor.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
             cursor.execute(f"PRAGMA synchronous = {sync}")
             cursor.execute("PRAGMA foreign_keys = ON")
         finally:
             cursor.close()
 
-    event.listen(engine, "begin", _on_begin)
+    def _on_begin(conn: Connection) -> None:
+        if conn.get_execution_options().get(READONLY):
+            conn.exec_driver_sql("BEGIN")
+        else:
+            _begin_immediate(conn, busy_timeout_seconds)
+
+    event.listen(engine, "begin", _on_read_only_begin if read_only else _on_begin)
     return engine
 
 
@@ -327,11 +420,46 @@ def _ensure_wal(cursor: sqlite3.Cursor, busy_timeout_seconds: float) -> None:
         delay = min(delay * 2, 0.2)
 
 
-def _on_begin(conn: Connection) -> None:
-    if conn.get_execution_options().get(READONLY):
-        conn.exec_driver_sql("BEGIN")
-    else:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+def _on_read_only_begin(conn: Connection) -> None:
+    conn.exec_driver_sql("BEGIN")  # nothing here writes: never ask for the write lock
+
+
+def _begin_immediate(conn: Connection, busy_timeout_seconds: float) -> None:
+    """``BEGIN IMMEDIATE``, waiting for the write lock with short, jittered sleeps.
+
+    SPEC-multi "Sharing costs no slots": SQLite's busy handler sleeps 1, 2,
+    5, ... then 100 ms between tries, so a process that waited a little
+    sleeps through the moments the lock is free while the holder's next
+    transaction takes it again: three processes on one file ran 60% of the
+    slots one process runs, and one of them most of those. Here a waiting
+    process retries every `BEGIN_MAX_DELAY` at most, so each gets the lock
+    soon after it is released. Only BEGIN IMMEDIATE waits for the lock in
+    WAL mode (readers never do, and the lock is held until COMMIT).
+    """
+    delay = BEGIN_FIRST_DELAY
+    deadline: float | None = None
+    while True:
+        try:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            return
+        except OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+            now = time.monotonic()
+            deadline = now + busy_timeout_seconds if deadline is None else deadline
+            if now >= deadline:
+                raise
+        # Backoff between lock attempts; no lock held. Jitter keeps waiters from retrying in step.
+        time.sleep(delay * random.uniform(0.5, 1.5))
+        delay = min(delay * 2, BEGIN_MAX_DELAY)
+
+
+def _is_busy(exc: OperationalError) -> bool:
+    orig = exc.orig
+    code = getattr(orig, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF == 5  # SQLITE_BUSY and its extended codes
+    return "database is locked" in str(orig)
 
 
 def _prepare_file(url: URL, path: str, create: bool) -> None:

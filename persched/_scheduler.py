@@ -90,6 +90,8 @@ MAX_ARGS_BYTES_LIMIT: Final = 64 * 1024 * 1024  # max_args_bytes itself: the sto
 MAX_INSTANCE_ID_LENGTH: Final = 255  # characters: owner and instance_id are String(255)
 
 _live: weakref.WeakSet[JobScheduler] = weakref.WeakSet()
+_made: weakref.WeakSet[JobScheduler] = weakref.WeakSet()  # every scheduler of this process, for the fork hook
+_inherited_pools: list[object] = []  # a forked child's copies of its parent's pools: kept, never closed
 
 
 @atexit.register
@@ -97,7 +99,39 @@ def _shutdown_live_schedulers() -> None:
     # Daemon threads still run during atexit (bpo-39812), so in-flight runs
     # can finish and record their outcome.
     for scheduler in list(_live):
-        scheduler.shutdown(wait=True, timeout=ATEXIT_TIMEOUT_SECONDS)
+        if scheduler._owned():  # a forked child leaves its parent's schedulers alone
+            scheduler.shutdown(wait=True, timeout=ATEXIT_TIMEOUT_SECONDS)
+
+
+def _after_fork_in_child() -> None:
+    """SPEC §2 "Forks": the parent's schedulers are not this process's to run or shut down.
+
+    Their pooled connections are the parent's: a child must neither use nor
+    close them (SQLite's "do not carry a connection across fork()"; a
+    PostgreSQL connection closed here ends the parent's session). So each
+    engine gets a fresh, empty pool and the old one is kept, untouched
+    (SQLAlchemy's pooling docs: ``engine.dispose(close=False)`` in the child).
+    """
+    _live.clear()
+    running: list[str] = []
+    for scheduler in list(_made):
+        engine = scheduler._store.engine
+        _inherited_pools.append(engine.pool)
+        engine.dispose(close=False)
+        if scheduler._state == "running":
+            running.append(scheduler.instance_id)
+    if running and current_run_claim() is None:  # a job's own fork is no surprise: no warning there
+        # A pre-fork server (gunicorn --preload) would otherwise run every job in its master, silently.
+        logger.warning(
+            "process %d was forked from process %d, whose scheduler %s keeps running there, not here: "
+            "create the scheduler after the fork (e.g. in gunicorn's post_fork hook, or without --preload)",
+            os.getpid(),
+            os.getppid(),
+            ", ".join(running),
+        )
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def current_run() -> Run | None:
@@ -239,6 +273,7 @@ class JobScheduler:
             )
         _positive("busy_timeout_seconds", busy_timeout_seconds, maximum=MAX_BUSY_TIMEOUT_SECONDS)
         _positive("pickup_seconds", pickup_seconds, maximum=MAX_DURATION_SECONDS)
+        self._pid = os.getpid()  # SPEC §2 "Forks": the process this scheduler belongs to
         self.instance_id: Final = (
             f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
             if instance_id is None
@@ -278,6 +313,7 @@ class JobScheduler:
             lost=self._on_lost,
             maintenance=self._maintenance,
         )
+        _made.add(self)
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -289,6 +325,7 @@ class JobScheduler:
             SchemaVersionError: The database's schema is newer than this code.
             StoreError: The database cannot be used.
         """
+        self._check_process()
         with self._state_lock:
             if self._state != "new":
                 raise SchedulerStateError(f"start() on a scheduler that is {self._state}; make a new JobScheduler")
@@ -336,6 +373,7 @@ class JobScheduler:
             wait: Block until in-flight runs finished (up to `timeout`).
             timeout: Seconds to wait for in-flight runs; None waits for ever.
         """
+        self._check_process()
         timeout = _wait_arguments(wait, timeout)
         with self._state_lock:
             previous, self._state = self._state, "stopped"
@@ -622,6 +660,7 @@ class JobScheduler:
         Returns:
             True when idle; False if `timeout` passed first.
         """
+        self._check_process()
         timeout = _wait_arguments(True, timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self._dispatcher.wait_idle(timeout):
@@ -630,7 +669,20 @@ class JobScheduler:
 
     # -- internals ------------------------------------------------------------------
 
+    def _owned(self) -> bool:
+        return os.getpid() == self._pid
+
+    def _check_process(self) -> None:
+        if not self._owned():
+            raise SchedulerStateError(
+                f"this JobScheduler belongs to process {self._pid}, and this is a forked child "
+                f"(process {os.getpid()}): a scheduler cannot be used or shut down after fork(). "
+                "Create the scheduler after the fork, in the process that uses it: for example in "
+                "gunicorn's post_fork hook, or run gunicorn without --preload"
+            )
+
     def _check_open(self) -> None:
+        self._check_process()
         if self._state == "stopped":
             raise SchedulerStateError("the scheduler was shut down; make a new JobScheduler")
 
@@ -818,11 +870,14 @@ class JobScheduler:
 
         Raises:
             InvalidJobError: `callback` is not callable or a kind is unknown.
+            SchedulerStateError: Called in a forked child of the scheduler's process.
         """
+        self._check_process()
         self._events.add(callback, kinds)
 
     def remove_listener(self, callback: Listener) -> bool:
         """Stop calling `callback`; True if it was registered."""
+        self._check_process()
         return self._events.remove(callback)
 
     def _emit(

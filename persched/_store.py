@@ -57,6 +57,8 @@ import dataclasses
 import functools
 import json
 import logging
+import os
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass
@@ -107,6 +109,7 @@ RETRY_ATTEMPTS: Final = 6
 RETRY_FIRST_DELAY: Final = 0.02  # seconds, doubled per attempt
 RETRY_MAX_DELAY: Final = 1.0  # seconds
 MAX_ERROR_TEXT: Final = 8_000  # characters of error text kept per run
+LOW_SPACE_EXIT_BYTES: Final = 64 << 20  # free bytes that end low-space mode (see Store._reclaim_wal)
 
 _SCHEDULED: Final = JobState.SCHEDULED.value
 _RUNNING: Final = JobState.RUNNING.value
@@ -236,6 +239,20 @@ def _is_transient(exc: DBAPIError, postgres: bool) -> bool:
 ClaimEntry = tuple[str, int, Instant, Instant]
 
 
+def _free_bytes(path: str) -> int | None:
+    """Bytes free for us on the volume of `path` (None: unknown)."""
+    try:
+        st = os.statvfs(os.path.dirname(os.path.abspath(path)) if path else ".")
+    except (OSError, AttributeError):  # no statvfs on Windows
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _is_sqlite_full(exc: DBAPIError) -> bool:
+    # SQLITE_FULL (13): the disk, or max_page_count, is full.
+    return getattr(exc.orig, "sqlite_errorcode", None) == 13 or "database or disk is full" in str(exc.orig)
+
+
 class _Pending:
     """One caller's write waiting to be committed with others (see `Store._write_grouped`)."""
 
@@ -278,6 +295,7 @@ class Store:
         # to 100 ms between tries and let a stream of schedule() calls starve
         # the dispatcher's claims. Other processes still meet busy_timeout.
         self._sqlite_writer = threading.Lock() if engine.dialect.name == "sqlite" else None
+        self._low_space = False  # after SQLITE_FULL: checkpoint after every write (see _reclaim_wal)
 
     def _writer(self, readonly: bool) -> contextlib.AbstractContextManager[object]:
         if readonly or self._sqlite_writer is None:
@@ -291,6 +309,7 @@ class Store:
         if enclosing is not None and not readonly:
             return body(enclosing)  # part of the enclosing write: see `dispatch`
         delay = RETRY_FIRST_DELAY
+        reclaimed = False  # SQLite "disk full": the WAL was checkpointed and truncated once
         for attempt in range(1, self._retry_attempts + 1):
             try:
                 with self._writer(readonly), self.engine.connect() as conn:
@@ -301,12 +320,20 @@ class Store:
                             return body(conn)
                         self._joined.conn = conn
                         try:
-                            return body(conn)
+                            result = body(conn)
                         finally:
                             self._joined.conn = None
+                if self._low_space:
+                    self._reclaim_wal(what)  # see _reclaim_wal: keep the WAL from eating the volume again
+                return result
             except IntegrityError:
                 raise  # callers decide; never retried blindly
             except DBAPIError as exc:
+                sqlite_write = not readonly and self._sqlite_writer is not None
+                if sqlite_write and not reclaimed and attempt < self._retry_attempts and _is_sqlite_full(exc):
+                    reclaimed = True
+                    if self._reclaim_wal(what):
+                        continue  # the WAL's space is free again: try once more at once
                 if not _is_transient(exc, self._postgres) or attempt == self._retry_attempts:
                     raise StoreError(self.url, f"{what} failed: {exc.orig}") from exc
                 logger.warning(
@@ -322,6 +349,60 @@ class Store:
             time.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_DELAY)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _reclaim_wal(self, what: str) -> bool:
+        """Checkpoint the WAL into the database and truncate it; True if that freed space.
+
+        Why a full volume did not recover (issue 12): SQLite checkpoints only
+        from the commit of a write that left 1000 pages (4 MB) in the WAL,
+        and a checkpoint never shrinks the WAL file. Each small transaction
+        appends whole pages, so on a volume with less free space than that
+        the WAL takes all of it (about 700 KB of WAL for a 4 KB database on a
+        1 MiB volume) and is never checkpointed; once a write fails with
+        SQLITE_FULL, the database file cannot grow to take the WAL's pages
+        either, and space freed later is eaten by the WAL again.
+
+        So after SQLITE_FULL the store is in low-space mode: it tries
+        ``wal_checkpoint(TRUNCATE)`` at once, and again after every write
+        that commits (the first one after space was freed included), so the
+        WAL holds little more than one transaction; it leaves the mode once
+        the volume has `LOW_SPACE_EXIT_BYTES` free.
+        """
+        try:
+            with self._writer(False), self.engine.connect() as conn:
+                raw = conn.connection.dbapi_connection
+                assert raw is not None
+                # The raw connection: no BEGIN (a checkpoint cannot run in a transaction).
+                path = next((row[2] for row in raw.execute("PRAGMA database_list") if row[1] == "main"), "")
+                wal = f"{path}-wal" if path else ""
+                before = os.path.getsize(wal) if wal and os.path.exists(wal) else 0
+                busy = raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                after = os.path.getsize(wal) if wal and os.path.exists(wal) else 0
+                free = _free_bytes(path)
+        except (SQLAlchemyError, sqlite3.Error, OSError) as exc:
+            if not self._low_space:
+                logger.warning(
+                    "%s: the database or disk is full; checkpointing the WAL failed too, "
+                    "tried again after each write that fits: %s",
+                    what,
+                    exc,
+                )
+            self._low_space = True
+            return False
+        if not self._low_space:
+            logger.warning(
+                "%s: the database or disk is full; checkpointed the WAL and truncated it from %d to %d bytes%s; "
+                "checkpointing after every write until %d bytes are free",
+                what,
+                before,
+                after,
+                " (other connections kept it from finishing)" if busy else "",
+                LOW_SPACE_EXIT_BYTES,
+            )
+        self._low_space = free is None or free < LOW_SPACE_EXIT_BYTES
+        if not self._low_space:
+            logger.warning("%s: %d bytes free again; the WAL is checkpointed as usual", what, free)
+        return after < before
 
     def _write(self, body: Callable[[Connection], T], what: str) -> T:
         return self._transaction(body, readonly=False, what=what)
@@ -1544,8 +1625,11 @@ def _retry_at(row: StoredRow, bound: Instant) -> Instant | None:
         return plan.due_at(next_at, run_now_at)  # moved on (by another instance, or a skip)
     if row.state == _RUNNING:
         # Another instance runs it: look again at its next slot, in case that
-        # instance dies (its completion is not seen here).
-        return plan.due_at(next_at, None)
+        # instance dies (its completion is not seen here). A next slot that is
+        # already due (the run outlasted it) is the owner's to run when its run
+        # ends: look again one slot later, or every loser retries at once, in
+        # a loop, until that completion commits (issue 12, item 7).
+        return plan.due_at(next_at if next_at > bound else plan.slot_after(max(next_at, bound)), None)
     # Another instance is claiming this very slot (SKIP LOCKED passed it by).
     return plan.due_at(plan.slot_after(next_at), None)
 

@@ -20,19 +20,29 @@ A worker never dies from user code: everything, `SystemExit` and
 `KeyboardInterrupt` included, is caught, logged with its traceback through the
 ``persched`` logger and recorded as outcome "error". Each worker stops when it
 takes ``None`` from the queue.
+
+A job that forks (SPEC §2 "Forks"): the child continues on the worker thread
+that called ``fork()``, but the scheduler around it is the parent's. When the
+job's code returns or raises in the child, the worker ends that process
+(``SystemExit`` keeps its code) instead of going back to a queue that nothing
+will ever fill; the parent's worker records the run as usual.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import json
 import logging
+import os
 import queue
+import sys
 import threading
+import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from ._store import Claim
 from ._targets import TargetNotFound, resolve
@@ -59,6 +69,7 @@ class WorkerPool:
     def __init__(self, size: int, complete: CompleteCallback, allowed_modules: tuple[str, ...] | None = None) -> None:
         self._complete = complete
         self._allowed_modules = allowed_modules
+        self._pid = os.getpid()  # a worker running in another process is in a job's forked child
         self._queue: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._loop, name=f"persched-worker-{i}", daemon=True) for i in range(size)
@@ -103,7 +114,7 @@ class WorkerPool:
 
     def _run_claims(self, loop: list[asyncio.AbstractEventLoop]) -> None:
         while (claim := self._queue.get()) is not None:
-            outcome, error = _execute(claim, self._allowed_modules, loop)
+            outcome, error = _execute(claim, self._allowed_modules, loop, self._pid)
             try:
                 self._complete(claim, outcome, error)
             except BaseException as exc:  # noqa: BLE001 - a worker must survive a failed completion
@@ -116,7 +127,7 @@ class WorkerPool:
 
 
 def _execute(
-    claim: Claim, allowed_modules: tuple[str, ...] | None, loop: list[asyncio.AbstractEventLoop]
+    claim: Claim, allowed_modules: tuple[str, ...] | None, loop: list[asyncio.AbstractEventLoop], pid: int
 ) -> tuple[str, str | None]:
     token = _current.set(claim)
     fn: Callable[..., Any] | None = None
@@ -145,6 +156,8 @@ def _execute(
         )
         return "error", f"{type(exc).__name__}: {exc}"
     except BaseException as exc:  # noqa: BLE001 - SPEC §2: user code never kills a worker
+        if os.getpid() != pid:
+            _end_forked_child(exc)
         text = describe(exc)
         logger.error("job %s generation %d raised\n%s", claim.job_id, claim.generation, text.rstrip())
         del exc
@@ -152,7 +165,32 @@ def _execute(
     finally:
         del fn
         _current.reset(token)
+    if os.getpid() != pid:
+        _end_forked_child(None)
     return "ok", None
+
+
+def _end_forked_child(exc: BaseException | None) -> NoReturn:
+    """End a job's forked child whose code returned (`exc` None) or raised, as the interpreter would.
+
+    Like multiprocessing's fork start method: flush stdio, then ``os._exit``,
+    so that neither persched's worker loop nor the parent's atexit hooks run
+    in the child (SPEC §2 "Forks").
+    """
+    code = 0
+    if isinstance(exc, SystemExit):
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)  # noqa: T201 - what the interpreter prints for SystemExit("text")
+            code = 1
+    elif exc is not None:
+        traceback.print_exception(exc)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed stream must not keep the child alive
+            stream.flush()
+    os._exit(code)
 
 
 async def _awaited(awaitable: Any) -> None:  # noqa: ANN401 - whatever an async job returns

@@ -299,14 +299,23 @@ def _say(text: str = "") -> None:
 # -- database access --------------------------------------------------------------
 
 
-def open_existing(db: str) -> Store:
+def open_existing(db: str, *, read_only: bool = False) -> Store:
     """Open a store that must already exist at the head schema; never creates or migrates.
+
+    With `read_only` (the listing commands), a database that cannot be
+    written (a read-only directory) is opened read-only, said in one line
+    on stderr.
 
     Raises:
         StoreError: Missing database file, no or an older persched schema, unusable database.
         SchemaVersionError: The schema is newer than this persched.
     """
-    engine = _db.make_engine(db, create=False)
+    if read_only:
+        engine, note = _db.make_read_only_engine(db)
+        if note is not None:
+            print(f"persched: note: {note}", file=sys.stderr, flush=True)  # noqa: T201 - one line for the user
+    else:
+        engine = _db.make_engine(db, create=False)
     try:
         _migrate.check_at_head(engine)
     except BaseException:
@@ -319,8 +328,8 @@ def _now() -> Instant:
     return Instant(SystemClock().now_us())
 
 
-def _with_store(args: argparse.Namespace, body: Callable[[Store], int]) -> int:
-    store = open_existing(args.db)
+def _with_store(args: argparse.Namespace, body: Callable[[Store], int], *, read_only: bool = False) -> int:
+    store = open_existing(args.db, read_only=read_only)
     try:
         return body(store)
     finally:
@@ -369,7 +378,7 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
             _say(jobs_table(jobs, datetime.now(timezone.utc)))
         return EXIT_OK
 
-    return _with_store(args, body)
+    return _with_store(args, body, read_only=True)
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -414,7 +423,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
             _say("no runs recorded yet")
         return EXIT_OK
 
-    return _with_store(args, body)
+    return _with_store(args, body, read_only=True)
 
 
 def _schedule_words(job: Job) -> str:
@@ -449,7 +458,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
             _say(runs_table(runs))
         return EXIT_OK
 
-    return _with_store(args, body)
+    return _with_store(args, body, read_only=True)
 
 
 def _cmd_deschedule(args: argparse.Namespace) -> int:

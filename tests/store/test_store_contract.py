@@ -334,6 +334,24 @@ def test_claim_while_running_misses_and_names_the_owner(store: Store) -> None:
     assert (miss.state, miss.generation, miss.owner, miss.due_at) == ("running", 1, OTHER, at(20))
 
 
+def test_claim_while_a_run_outlasts_its_next_slot_looks_again_a_slot_later(store: Store) -> None:
+    """Issue 12 item 7: the owner's overrun makes the next slot due; a loser must not retry it at once.
+
+    Before, its due_at was that slot, already past: the loser's dispatcher
+    tried again at once, in a loop, taking SQLite's write lock each time,
+    until the owner's completion committed.
+    """
+    job = schedule(store)
+    won(claim(store, job, at(10), who=OTHER))  # runs for at(10); its next slot is at(20)
+    miss = claim(store, job, at(25), expected_at=at(20))
+    assert isinstance(miss, ClaimMiss)
+    assert (miss.state, miss.owner) == ("running", OTHER)
+    assert miss.due_at == at(30)  # one slot later: at(20) is the owner's, queued by its completion
+    again = claim(store, job, at(30), expected_at=at(30))
+    assert isinstance(again, ClaimMiss)
+    assert again.due_at == at(40)
+
+
 def test_claim_of_an_unknown_job_misses(store: Store) -> None:
     assert store.claim_run("nope", 1, T, T, ME, LEASE) == ClaimMiss(None)
 

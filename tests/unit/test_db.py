@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 import sys
+import threading
+from contextlib import closing
 from typing import TYPE_CHECKING
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.exc import OperationalError
 
 from persched import _db, _migrate
 from persched.errors import InvalidJobError, StoreError
+from tests.support.helpers import TIMEOUT
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -106,6 +110,37 @@ def test_new_file_is_owner_only(in_tmp: Path, engines: list[Engine]) -> None:
         assert stat.S_IMODE(side.stat().st_mode) & 0o077 == 0, side
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///file:new.db?uri=true",
+        "sqlite:///file:new.db?mode=rwc&uri=true",
+        "sqlite:///file:new.db?cache=shared&uri=true",
+        "sqlite:///file:new.db?mode=rwc&uri=true&cache=private",
+    ],
+)
+def test_new_file_named_by_uri_is_owner_only(in_tmp: Path, engines: list[Engine], url: str) -> None:
+    """SPEC §3 also for a URI filename (was created 0644 by SQLite itself)."""
+    engines.append(_db.make_engine(url))
+    assert stat.S_IMODE(os.stat(in_tmp / "new.db").st_mode) == 0o600
+    _migrate.upgrade(engines[0])
+    for side in in_tmp.glob("new.db-*"):
+        assert stat.S_IMODE(side.stat().st_mode) & 0o077 == 0, side
+
+
+def test_new_file_named_by_absolute_uri_is_owner_only(in_tmp: Path, engines: list[Engine]) -> None:
+    path = in_tmp / "with space.db"
+    engines.append(_db.make_engine(f"sqlite:///file://{str(path).replace(' ', '%20')}?uri=true"))
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+@pytest.mark.parametrize("mode", ["ro", "rw"])
+def test_uri_that_never_creates_is_not_created(in_tmp: Path, mode: str) -> None:
+    with pytest.raises(StoreError, match="cannot open"):
+        _db.make_engine(f"sqlite:///file:absent.db?mode={mode}&uri=true")
+    assert not (in_tmp / "absent.db").exists()
+
+
 def test_existing_file_mode_is_left_alone(in_tmp: Path, engines: list[Engine]) -> None:
     (in_tmp / "old.db").touch(mode=0o644)
     os.chmod(in_tmp / "old.db", 0o644)
@@ -174,9 +209,49 @@ def test_pragmas_read_back(in_tmp: Path, engines: list[Engine]) -> None:
     assert values == {
         "journal_mode": "wal",
         "synchronous": 2,
-        "busy_timeout": 2500,
+        # SQLite's own handler waits briefly; BEGIN IMMEDIATE waits the 2.5 s (see the next test).
+        "busy_timeout": _db.BUSY_SLICE_MS,
         "foreign_keys": 1,
     }
+
+
+def test_begin_immediate_waits_for_the_write_lock_and_takes_it_once_free(in_tmp: Path, engines: list[Engine]) -> None:
+    """Issue 12 item 7: the write lock is retried in short steps up to busy_timeout_seconds."""
+    eng = _db.make_engine("w.db", busy_timeout_seconds=TIMEOUT)
+    engines.append(eng)
+    with eng.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (x INTEGER)")
+    tries = 0
+    retried = threading.Event()
+
+    def count(conn: object, cursor: object, statement: str, *rest: object) -> None:
+        nonlocal tries
+        if statement == "BEGIN IMMEDIATE":
+            tries += 1
+            if tries >= 3:
+                retried.set()
+
+    event.listen(eng, "before_cursor_execute", count)
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            with eng.begin() as conn:
+                conn.exec_driver_sql("INSERT INTO t VALUES (1)")
+        except BaseException as exc:  # noqa: BLE001 - reported to the test thread
+            errors.append(exc)
+
+    with closing(sqlite3.connect(in_tmp / "w.db", isolation_level=None, timeout=TIMEOUT)) as other:
+        other.execute("BEGIN IMMEDIATE")
+        writer = threading.Thread(target=write)
+        writer.start()
+        assert retried.wait(TIMEOUT), "the writer did not retry BEGIN IMMEDIATE"
+        other.execute("COMMIT")
+        writer.join(TIMEOUT)
+    assert not writer.is_alive()
+    assert errors == []
+    with eng.connect() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM t").scalar() == 1
 
 
 def test_synchronous_option(in_tmp: Path, engines: list[Engine]) -> None:

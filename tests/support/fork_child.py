@@ -1,0 +1,200 @@
+"""Child process of the fork tests (SPEC §2 "Forks"): real ``os.fork()`` away from pytest.
+
+Usage::
+
+    python -m tests.support.fork_child job --url URL --out PATH --how exit|return|raise
+    python -m tests.support.fork_child methods --url URL --out PATH
+
+``job``: a scheduler runs job "forker", which forks; the forked child's code
+raises ``SystemExit(7)``, returns, or raises ``ValueError``. The job (in the
+parent) waits, bounded, for that child to end and appends one JSON line per
+run to PATH: the child's exit status, or ``"hung"`` if it was still alive
+after `WAIT` seconds (it is then killed: no orphan outlives the test). Once
+two runs were recorded the script shuts down and appends a summary line.
+
+``methods``: a running scheduler's process forks from its main thread; the
+child calls every public method, records what each raised, and exits through
+``sys.exit`` (so that atexit hooks run); the parent then checks that its
+scheduler carries on, and that no pooled connection was checked out or
+closed by the child. Both write JSON lines to PATH.
+
+Forking runs here rather than in the pytest process: a forked copy of pytest
+would run its own teardown and reporting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+import warnings
+from typing import TYPE_CHECKING, Any, Final
+
+from sqlalchemy import event
+
+from persched import JobScheduler
+from persched.errors import SchedulerStateError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+FORKER: Final = "tests.support.fork_child:fork_and"
+TICK: Final = "tests.support.fork_child:tick"
+WAIT: Final = 10.0  # real seconds a forked child gets to end before it counts as hung
+FORKED_CODE: Final = 7
+
+
+def _append(path: str, record: dict[str, Any]) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def _lines(path: str) -> list[dict[str, Any]]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _reap(pid: int) -> str:
+    """Wait (bounded) for child `pid`; its status as text, or "hung" (then it is killed)."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return f"exit {os.waitstatus_to_exitcode(status)}"
+        time.sleep(0.01)  # polling a child's exit; nothing else to wait on
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return "hung"
+
+
+def fork_and(how: str, out: str) -> None:
+    """The job: fork; the child's code then raises SystemExit, returns or raises (`how`)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork() of a threaded process
+        pid = os.fork()
+    if pid == 0:
+        if how == "exit":
+            raise SystemExit(FORKED_CODE)
+        if how == "raise":
+            raise ValueError("raised in the forked child")
+        return
+    _append(out, {"child": pid, "status": _reap(pid)})
+
+
+def tick() -> None:
+    """A trivial job."""
+
+
+def _wait(predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 3 * WAIT
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _job_mode(url: str, out: str, how: str) -> None:
+    sched = JobScheduler(url, workers=2)
+    sched.start()
+    sched.schedule("forker", FORKER, 0.3, args=(how, out), start_in=0)
+    _wait(lambda: len(_lines(out)) >= 2, "two runs of the forking job")
+    sched.shutdown(wait=True, timeout=WAIT)
+    reader = JobScheduler(url)
+    outcomes = [r.outcome for r in reader.runs("forker")]
+    reader.shutdown()
+    _append(out, {"outcomes": outcomes, "pid": os.getpid()})
+
+
+def _child_calls(sched: JobScheduler) -> dict[str, Callable[[], object]]:
+    def listener(event: object) -> None:
+        pass
+
+    def enter() -> None:
+        with sched:
+            pass
+
+    return {
+        "start": sched.start,
+        "shutdown": sched.shutdown,
+        "schedule": lambda: sched.schedule("other", TICK, 1.0),
+        "deschedule": lambda: sched.deschedule("tick"),
+        "pause": lambda: sched.pause("tick"),
+        "resume": lambda: sched.resume("tick"),
+        "run_now": lambda: sched.run_now("tick"),
+        "get_job": lambda: sched.get_job("tick"),
+        "jobs": sched.jobs,
+        "runs": lambda: sched.runs("tick"),
+        "add_listener": lambda: sched.add_listener(listener),
+        "remove_listener": lambda: sched.remove_listener(listener),
+        "wait_idle": lambda: sched.wait_idle(1.0),
+        "with": enter,
+    }
+
+
+def _outcome(call: Callable[[], object]) -> str:
+    try:
+        call()
+    except SchedulerStateError as exc:
+        return f"SchedulerStateError: {exc}"
+    except BaseException as exc:  # noqa: BLE001 - every outcome is reported to the test
+        return f"{type(exc).__name__}: {exc}"
+    return "returned"
+
+
+def _methods_mode(url: str, out: str) -> None:
+    parent = os.getpid()
+    sched = JobScheduler(url, workers=2)
+    engine = sched._store.engine  # the test watches the scheduler's own pool
+
+    def note(kind: str) -> Callable[..., None]:
+        def on_event(*_: object) -> None:
+            if os.getpid() != parent:
+                _append(out, {"child_pool_event": kind, "pid": os.getpid()})
+
+        return on_event
+
+    event.listen(engine, "checkout", note("checkout"))
+    event.listen(engine, "close", note("close"))
+    event.listen(engine, "close_detached", note("close_detached"))
+    sched.start()
+    sched.schedule("tick", TICK, 0.2, start_in=0)
+    _wait(lambda: any(r.outcome == "ok" for r in sched.runs("tick")), "a first run")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork() of a threaded process
+        pid = os.fork()
+    if pid == 0:
+        results = {name: _outcome(call) for name, call in _child_calls(sched).items()}
+        _append(out, {"child_results": results})
+        sys.exit(0)  # a normal exit: the atexit hooks run in the child
+    status = _reap(pid)
+    before = len(sched.runs("tick", limit=1000))
+    _wait(lambda: len(sched.runs("tick", limit=1000)) >= before + 2, "runs after the fork")
+    sched.shutdown(wait=True, timeout=WAIT)
+    _append(out, {"child_status": status, "parent_carried_on": True})
+
+
+def main(argv: list[str]) -> int:
+    """Run one scenario; see the module docstring."""
+    p = argparse.ArgumentParser(prog="fork_child")
+    p.add_argument("mode", choices=["job", "methods"])
+    p.add_argument("--url", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--how", choices=["exit", "return", "raise"], default="exit")
+    args = p.parse_args(argv)
+    if args.mode == "job":
+        _job_mode(args.url, args.out, args.how)
+    else:
+        _methods_mode(args.url, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
