@@ -490,6 +490,15 @@ class Store:
 
         return self._read(body, "runs")
 
+    def runs_in_flight(self) -> list[Run]:
+        """Return every run that has no outcome yet (of any instance), oldest first."""
+
+        def body(conn: Connection) -> list[Run]:
+            query = select(runs).where(runs.c.outcome.is_(None)).order_by(runs.c.run_id)
+            return [_run(row) for row in conn.execute(query)]
+
+        return self._read(body, "runs in flight")
+
     # -- dispatch -------------------------------------------------------------
 
     def dispatch(
