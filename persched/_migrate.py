@@ -36,6 +36,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import text
 
 from persched._db import READONLY, is_sqlite, mask, store_errors
+from persched._revision import VERSION_TABLE
 from persched.errors import SchemaVersionError, StoreError
 
 if TYPE_CHECKING:
@@ -51,9 +52,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: persched's own Alembic version table, apart from an application's.
-VERSION_TABLE: Final = "persched_alembic_version"
 
 # pg_advisory_xact_lock key: b"persched" as a signed 64-bit integer.
 _PG_LOCK_KEY: Final = int.from_bytes(b"persched", "big")

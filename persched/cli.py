@@ -57,9 +57,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Final, NoReturn
 
-from . import _db, _migrate
+# Only what the read commands need: Alembic (`_migrate`) and the scheduler
+# are imported by the commands that use them (start-up time, issue 15).
+from . import _db, _revision
 from ._models import Job, JobState, validate_job_id
-from ._scheduler import JobScheduler
 from ._store import Store
 from ._triggers import describe_seconds
 from .errors import PerschedError
@@ -399,7 +400,8 @@ def open_existing(db: str) -> Store:
     """
     engine = _db.make_engine(db, create=False)
     try:
-        _migrate.check_at_head(engine)
+        if not _revision.at_head(engine):
+            importlib.import_module("persched._migrate").check_at_head(engine)  # says what is wrong
     except BaseException:
         engine.dispose()
         raise
@@ -448,6 +450,8 @@ def _missing_job(store: Store, job_id: str) -> CliError:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
+    from . import _migrate  # Alembic only where it is used
+
     engine = _db.make_engine(args.db)
     try:
         before = _migrate.current_revision(engine)
@@ -675,6 +679,8 @@ def _import_module(name: str) -> ModuleType:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from ._scheduler import JobScheduler  # not needed by the read commands
+
     module = _import_module(args.module)
     scheduler = JobScheduler(args.db, workers=args.workers)
     stop = threading.Event()
