@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ._tracebacks import describe
 from .errors import StoreError
@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 __all__ = ["Heartbeat"]
 
 logger = logging.getLogger(__name__)
+
+_CHANGES_LOGGED: Final = 10  # picked-up changes named one by one per round; more are counted
 
 # (next_run_at, job_id, generation): a recovered or changed job to queue.
 QueueCallback = Callable[[float, str, int], None]
@@ -155,10 +157,23 @@ class Heartbeat:
         """
         if self._store.change_seq() == self._change_seq:
             return
+        before = self._change_seq
         self._change_seq, changed = self._store.changes_since(self._change_seq)
         for due_at, job_id, generation in changed:
             self._queue(due_at, job_id, generation)
         logger.debug("picked up %d changed jobs (change %d)", len(changed), self._change_seq)
+        if logger.isEnabledFor(logging.INFO):
+            self._log_changes(before, self._change_seq)
+
+    def _log_changes(self, after: int, upto: int) -> None:
+        """Tell the operator what another process or the CLI changed (issue 15); a bulk change is cut short."""
+        notes = self._store.changes_made_elsewhere(after, upto)
+        for note in notes[:_CHANGES_LOGGED]:
+            logger.info(
+                "picked up a change made elsewhere: %s generation %d %s", note.job_id, note.generation, note.words
+            )
+        if len(notes) > _CHANGES_LOGGED:
+            logger.info("picked up %d more changes made elsewhere", len(notes) - _CHANGES_LOGGED)
 
     def _loop(self) -> None:
         clock = self._timebase.clock

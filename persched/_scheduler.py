@@ -247,9 +247,10 @@ class JobScheduler:
         self._dispatcher.start(entries)
         self._heartbeat.start(change_seq)
         logger.info(
-            "scheduler %s started with %d scheduled jobs on %s",
+            "scheduler %s started with %d scheduled job%s on %s",
             self.instance_id,
             len(entries),
+            "" if len(entries) == 1 else "s",
             self._store.url,
         )
 
@@ -293,6 +294,18 @@ class JobScheduler:
         def left() -> float | None:
             return None if deadline is None else max(0.0, deadline - time.monotonic())
 
+        with self._inflight_cond:
+            busy = sorted(job_id for job_id, count in self._inflight_jobs.items() for _ in range(count))
+        if busy:
+            # Name what the operator is waiting for (issue 15).
+            logger.info(
+                "scheduler %s waits for %d run%s in flight to finish: %s%s",
+                self.instance_id,
+                len(busy),
+                "" if len(busy) == 1 else "s",
+                ", ".join(busy),
+                "" if timeout is None else f" (at most {timeout:g} s)",
+            )
         self._pool.stop()
         drained = self._pool.join(left)
         self._dispatcher.stop()  # after the workers: it writes their last completions

@@ -61,7 +61,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
 from sqlalchemy import (
     Connection,
@@ -106,6 +106,8 @@ _SCHEDULED: Final = JobState.SCHEDULED.value
 _RUNNING: Final = JobState.RUNNING.value
 _FINISHED: Final = JobState.FINISHED.value
 _DESCHEDULED: Final = JobState.DESCHEDULED.value
+_CHANGES_KEY: Final = "persched_change_seqs"  # Connection.info: change-counter values of this transaction
+_OWN_CHANGES_KEPT: Final = 10_000  # own change values remembered for the heartbeat's log
 
 
 def from_ts(ts: float) -> datetime:
@@ -158,6 +160,14 @@ class Claim:
             run_id=self.run_id,
             run_now=self.run_now,
         )
+
+
+class ChangeNote(NamedTuple):
+    """A job changed by another process, as the heartbeat logs it."""
+
+    job_id: str
+    generation: int
+    words: str
 
 
 @dataclass(frozen=True)
@@ -249,6 +259,10 @@ class Store:
         # to 100 ms between tries and let a stream of schedule() calls starve
         # the dispatcher's claims. Other processes still meet busy_timeout.
         self._sqlite_writer = threading.Lock() if engine.dialect.name == "sqlite" else None
+        # Change-counter values this store committed, so that the heartbeat's
+        # log names only the changes made elsewhere (see changes_made_elsewhere).
+        self._own_changes: set[int] = set()
+        self._own_lock = threading.Lock()
 
     def _writer(self, readonly: bool) -> contextlib.AbstractContextManager[object]:
         if readonly or self._sqlite_writer is None:
@@ -271,10 +285,13 @@ class Store:
                         if readonly:
                             return body(conn)
                         self._joined.conn = conn
+                        conn.info.pop(_CHANGES_KEY, None)  # info outlives a checkout: start empty
                         try:
-                            return body(conn)
+                            result = body(conn)
                         finally:
                             self._joined.conn = None
+                    self._note_own_changes(conn.info.pop(_CHANGES_KEY, ()))  # committed
+                    return result
             except IntegrityError:
                 raise  # callers decide; never retried blindly
             except DBAPIError as exc:
@@ -293,6 +310,14 @@ class Store:
             time.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_DELAY)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _note_own_changes(self, seqs: Collection[int]) -> None:
+        if not seqs:
+            return
+        with self._own_lock:
+            self._own_changes.update(seqs)
+            if len(self._own_changes) > _OWN_CHANGES_KEPT:  # nobody reads them (no heartbeat): forget the oldest
+                self._own_changes = set(sorted(self._own_changes)[-_OWN_CHANGES_KEPT // 2 :])
 
     def _write(self, body: Callable[[Connection], T], what: str) -> T:
         return self._transaction(body, readonly=False, what=what)
@@ -454,6 +479,23 @@ class Store:
             )
             due = [(_due(row), row.job_id, row.generation) for row in rows]
             return now_seq, [(at, job_id, generation) for at, job_id, generation in due if at is not None]
+
+        return self._read(body, "read changes")
+
+    def changes_made_elsewhere(self, after: int, upto: int) -> list[ChangeNote]:
+        """Describe the jobs changed in ``(after, upto]`` of the change counter
+        by another store (another process, the command line), for the log."""
+        with self._own_lock:
+            own = {seq for seq in self._own_changes if seq <= upto}
+            self._own_changes -= own
+
+        def body(conn: Connection) -> list[ChangeNote]:
+            rows = conn.execute(
+                select(jobs).where(jobs.c.change_seq > after, jobs.c.change_seq <= upto).order_by(jobs.c.change_seq)
+            )
+            return [
+                ChangeNote(row.job_id, row.generation, _change_words(row)) for row in rows if row.change_seq not in own
+            ]
 
         return self._read(body, "read changes")
 
@@ -1202,7 +1244,20 @@ _FINISH_JOB: Final = (
 def _bump_change_seq(conn: Connection) -> int:
     """Increment the change counter; its row lock orders concurrent writers by commit."""
     bump = update(changes).where(changes.c.id == 1).values(seq=changes.c.seq + 1).returning(changes.c.seq)
-    return int(conn.execute(bump).scalar_one())
+    seq = int(conn.execute(bump).scalar_one())
+    conn.info.setdefault(_CHANGES_KEY, []).append(seq)  # the store notes it once committed
+    return seq
+
+
+def _change_words(row: Row[Any]) -> str:
+    """What a changed row now says, for the log: "descheduled", "paused", "run-now requested", "scheduled"."""
+    if row.state == _DESCHEDULED:
+        return "descheduled"
+    if row.paused:
+        return "paused"
+    if row.run_now_at is not None:
+        return "run-now requested"
+    return "finished" if row.state == _FINISHED else "scheduled (new, replaced or resumed)"
 
 
 def _ts(value: datetime | None) -> float | None:

@@ -712,10 +712,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             scheduler.shutdown(wait=True)
             raise
         logger.info(
-            "persched running %d jobs from %s with %d workers; SIGINT or SIGTERM stops it",
-            len(scheduler.jobs()),
+            "persched running %s from %s with %s; SIGINT or SIGTERM stops it",
+            plural(len(scheduler.jobs()), "job"),
             args.module,
-            args.workers,
+            plural(args.workers, "worker"),
         )
         # A timed wait keeps the main thread responsive to signals everywhere.
         while not stop.wait(1.0):
