@@ -159,11 +159,11 @@ class Heartbeat:
             return
         before = self._change_seq
         self._change_seq, changed = self._store.changes_since(self._change_seq)
+        if logger.isEnabledFor(logging.INFO):
+            self._log_changes(before, self._change_seq)  # before queueing: a claim would change the rows
         for due_at, job_id, generation in changed:
             self._queue(due_at, job_id, generation)
         logger.debug("picked up %d changed jobs (change %d)", len(changed), self._change_seq)
-        if logger.isEnabledFor(logging.INFO):
-            self._log_changes(before, self._change_seq)
 
     def _log_changes(self, after: int, upto: int) -> None:
         """Tell the operator what another process or the CLI changed (issue 15); a bulk change is cut short."""
