@@ -425,6 +425,16 @@ class JobScheduler:
         job, change, due = self._store.upsert_job(definition, self._timebase.now())
         if change != "unchanged":
             logger.info("job %s generation %d %s: %s %s", job.job_id, job.generation, change, job.target, job.schedule)
+            if job.state == JobState.FINISHED:
+                # Accepted (an application re-declaring a campaign that ended must still start),
+                # but never silently: no slot of its window is left (README "Operator messages").
+                logger.warning(
+                    "job %s generation %d has no slot left in its window (end_at %s is past): it is finished "
+                    "at once and never runs; give it a later end_at, or remove it",
+                    job.job_id,
+                    job.generation,
+                    job.end_at.isoformat() if job.end_at is not None else "-",
+                )
             if due is not None and self._state == "running":
                 self._dispatcher.push(due, job.job_id, job.generation)
             kind: EventKind = "job_replaced" if change == "replaced" else "job_scheduled"
