@@ -35,6 +35,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
+from ._liveness import provably_dead
 from ._tracebacks import describe
 from .errors import StoreError
 
@@ -93,6 +94,7 @@ class Heartbeat:
         self._queue = queue
         self._pickup_seconds = pickup_seconds
         self._change_seq = 0
+        self._announced = False  # the first round says which runs of other instances wait for their lease
         self._lost = lost
         self._maintenance = maintenance
         self._cond = threading.Condition()
@@ -123,6 +125,7 @@ class Heartbeat:
         if running_here:
             self._store.renew_leases(self._instance_id, self._timebase.now() + self._lease_seconds, running_here)
         open_runs = [run for run in self._store.open_runs() if run.run_id not in running_here]
+        open_runs = self._recover_dead_owners(open_runs)
         mono = self._timebase.clock.monotonic()
         seen: dict[int, tuple[object, float]] = {}
         for run in open_runs:
@@ -133,16 +136,41 @@ class Heartbeat:
                 self._recover(run)
         self._seen = seen
 
-    def _recover(self, run: OpenRun) -> None:
+    def _recover_dead_owners(self, open_runs: list[OpenRun]) -> list[OpenRun]:
+        """Recover at once the runs whose owner is provably gone (same host and boot,
+        its process ended); return the others, which wait out their lease as before."""
+        waiting = []
+        for run in open_runs:
+            if run.instance_id != self._instance_id and provably_dead(run.instance_id):
+                self._recover(run, "belongs to an instance whose process is gone (same host and boot)")
+            else:
+                waiting.append(run)
+        if not self._announced:
+            self._announced = True
+            others = sorted({run.instance_id for run in waiting if run.instance_id != self._instance_id})
+            if others:
+                # Say it now, not only in lease_seconds: a restart after a crash is otherwise silent.
+                logger.info(
+                    "%d run%s in flight on other instances (%s): if those are gone, their runs are recorded "
+                    "as lost after %g s without a lease renewal",
+                    len(waiting),
+                    "" if len(waiting) == 1 else "s",
+                    ", ".join(others),
+                    self._lease_seconds,
+                )
+        return waiting
+
+    def _recover(self, run: OpenRun, why: str = "lost its lease") -> None:
         result = self._store.recover_run(run, self._timebase.now)  # read under the write lock
         if result is False:
             return
         logger.warning(
-            "run %d of %s generation %d on instance %s lost its lease; recorded as lost",
+            "run %d of %s generation %d on instance %s %s; recorded as lost",
             run.run_id,
             run.job_id,
             run.generation,
             run.instance_id,
+            why,
         )
         if isinstance(result, float):
             self._queue(result, run.job_id, run.generation)

@@ -25,9 +25,6 @@ from __future__ import annotations
 import atexit
 import itertools
 import logging
-import os
-import secrets
-import socket
 import threading
 import time
 import weakref
@@ -38,6 +35,7 @@ from . import _db, _migrate
 from ._dispatcher import Dispatcher, Entry
 from ._events import Event, EventBus
 from ._heartbeat import Heartbeat
+from ._liveness import default_instance_id
 from ._models import Job, JobState, Run, validate_definition, validate_job_id, validate_policies
 from ._overrun import OverrunWatch
 from ._store import Claim, ClaimMiss, Completion, Store, bound_error_text, from_ts
@@ -117,7 +115,9 @@ class JobScheduler:
         workers: How many runs may execute at once (worker threads), at most 4096.
         clock: Where time comes from; `persched.testing.FakeClock` in tests.
         instance_id: Names this scheduler on the runs it claims; default
-            ``host:pid:random``.
+            ``host:pid:random~proof``, where the proof (Linux: boot id, pid
+            namespace, uid, process start time) lets a later process on the
+            same host recover this one's runs at once when it is gone.
         lease_seconds: How long a claimed run stays owned without a heartbeat;
             after that any instance records it as lost.
         heartbeat_seconds: How often leases are renewed and expired ones
@@ -186,7 +186,8 @@ class JobScheduler:
         _positive("pickup_seconds", pickup_seconds)
         if instance_id is not None and not str(instance_id).strip():
             raise InvalidJobError("instance_id", f"must be a non-empty str, got {instance_id!r}")
-        self.instance_id: Final = instance_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        # host:pid:random~proof: a restart on this host can tell that it is gone (see _liveness).
+        self.instance_id: Final = instance_id or default_instance_id()
         self._timebase = Timebase(clock if clock is not None else SystemClock())
         engine = _db.make_engine(url, busy_timeout_seconds=busy_timeout_seconds, synchronous=synchronous)
         self._store = Store(engine, _db.mask(engine.url))

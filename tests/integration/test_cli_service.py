@@ -17,7 +17,7 @@ import pytest
 from persched import JobScheduler
 from tests.integration.test_cli_operator import REPO, RUN_TIMEOUT, cli_env, persched
 from tests.support import cli_jobs
-from tests.support.helpers import TIMEOUT, wait_until
+from tests.support.helpers import TIMEOUT, sql, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -130,3 +130,22 @@ def test_alembic_logs_only_when_something_is_migrated(tmp_path: Path) -> None:
     again = persched("-v", "--db", db, "migrate")
     assert again.returncode == 0, again.stderr
     assert " alembic." not in again.stderr, again.stderr
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_a_restart_after_a_crash_on_this_host_recovers_at_once(tmp_path: Path, service_factory: list[Service]) -> None:
+    crashed = Service(tmp_path, sleep_seconds=600.0)
+    service_factory.append(crashed)
+    wait_until(lambda: (crashed.markers / "started").exists(), timeout=RUN_TIMEOUT, message="slow started")
+    crashed.proc.send_signal(signal.SIGKILL)
+    crashed.proc.wait(TIMEOUT)
+    (tmp_path / "markers").rename(tmp_path / "markers-crashed")
+    ((lease_until,),) = sql(crashed.db, "SELECT lease_until FROM persched_runs WHERE run_id = 1 AND outcome IS NULL")
+    restarted = Service(tmp_path, sleep_seconds=0.0)
+    service_factory.append(restarted)
+    restarted.wait_for_log("whose process is gone (same host and boot); recorded as lost")
+    assert restarted.stop() == 0
+    # Recovered before its 30 s lease could have lapsed: the "lost" record ends before the lease it had.
+    ((outcome, finished_at),) = sql(crashed.db, "SELECT outcome, finished_at FROM persched_runs WHERE run_id = 1")
+    assert outcome == "lost"
+    assert finished_at < lease_until  # both UTC text of one format in SQLite: ordered as instants
