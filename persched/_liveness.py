@@ -1,35 +1,39 @@
 """Instance ids that let a restart on the same host see that their process is gone.
 
-A default instance id is ``host:pid:random~proof``. The proof names the
-process beyond doubt on Linux: ``boot.pidns.uid.start``, i.e. the kernel's
-boot id (``/proc/sys/kernel/random/boot_id``, new at every boot), the inode
-of its pid namespace (containers sharing a hostname and a kernel have their
-own pid numbers), its uid, and its start time in clock ticks since boot
-(``/proc/PID/stat`` field 22; a reused pid has a later one).
+A default instance id is ``host:pid:random~proof``, the proof being
+``machine.start``: ``machine`` is a hash of what must match for a pid to
+mean the same process here -- the kernel's boot id
+(``/proc/sys/kernel/random/boot_id``, new at every boot), the inode of the
+pid namespace (containers sharing a hostname and a kernel have their own pid
+numbers) and the uid -- and ``start`` is the process's start time in clock
+ticks after boot (``/proc/PID/stat`` field 22; a reused pid has another).
+The hash keeps the id short and does not publish the boot id.
 
 `provably_dead` says True only when all of that is checkable here and shows
-the process gone: same host, same boot, same pid namespace, same uid (with
-``hidepid`` another user's processes are invisible, so they never count as
-gone), ``/proc`` that is this namespace's, and then no process with that pid,
-or one that started at another time. Anything else -- another host, a custom
-instance id, no ``/proc``, an unreadable field -- is "not proven", and the
-lease decides as before (SPEC-multi: a live instance is never recovered).
+the process gone: same host, same machine hash (so same boot, pid namespace
+and uid: with ``hidepid`` another user's processes are invisible, so they
+never count as gone), ``/proc`` that is this namespace's, and then no
+process with that pid, or one that started at another time. Anything else --
+another host, a custom instance id, no ``/proc``, an unreadable field -- is
+"not proven", and the lease decides as before (SPEC-multi: a live instance
+is never recovered).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import secrets
 import socket
 from typing import Final
 
-__all__ = ["default_instance_id", "provably_dead"]
+__all__ = ["default_instance_id", "display_id", "provably_dead"]
 
 _PROOF_SEPARATOR: Final = "~"
 _BOOT_ID: Final = "/proc/sys/kernel/random/boot_id"
-_BOOT_CHARS: Final = 16  # hex digits of the boot id kept (64 bits)
-_PROOF: Final = re.compile(r"([0-9a-f]{16})\.(\d+)\.(\d+)\.(\d+)")
+_MACHINE_CHARS: Final = 16  # hex digits of the machine hash (64 bits)
+_PROOF: Final = re.compile(r"([0-9a-f]{16})\.(\d+)")
 
 
 def _read(path: str) -> str | None:
@@ -52,8 +56,8 @@ def _start_ticks(pid: int | str) -> int | None:
         return None
 
 
-def _here() -> tuple[str, int, int] | None:
-    """(boot id, pid namespace inode, uid) of this process, or None if /proc cannot vouch for them."""
+def _here() -> str | None:
+    """The machine hash of this process (boot id, pid namespace, uid), or None if /proc cannot vouch for it."""
     boot = _read(_BOOT_ID)
     try:
         # /proc must be this pid namespace's: its "self" is our own pid.
@@ -62,23 +66,25 @@ def _here() -> tuple[str, int, int] | None:
         namespace = re.fullmatch(r"pid:\[(\d+)\]", os.readlink("/proc/self/ns/pid"))
     except OSError:
         return None
-    if boot is None or namespace is None:
+    if boot is None or not boot.strip() or namespace is None:
         return None
-    boot = boot.strip().replace("-", "").lower()[:_BOOT_CHARS]
-    if len(boot) != _BOOT_CHARS:
-        return None
-    return boot, int(namespace.group(1)), os.getuid()
+    key = f"{boot.strip().lower()}|{namespace.group(1)}|{os.getuid()}".encode()
+    return hashlib.blake2b(key, digest_size=_MACHINE_CHARS // 2).hexdigest()
 
 
 def default_instance_id() -> str:
     """``host:pid:random``, plus ``~proof`` where the platform can give one (Linux)."""
     pid = os.getpid()
     base = f"{socket.gethostname()}:{pid}:{secrets.token_hex(3)}"
-    here, start = _here(), _start_ticks("self")
-    if here is None or start is None:
+    machine, start = _here(), _start_ticks("self")
+    if machine is None or start is None:
         return base
-    boot, namespace, uid = here
-    return f"{base}{_PROOF_SEPARATOR}{boot}.{namespace}.{uid}.{start}"
+    return f"{base}{_PROOF_SEPARATOR}{machine}.{start}"
+
+
+def display_id(instance_id: str) -> str:
+    """The instance id without its proof, for tables read by people."""
+    return instance_id.partition(_PROOF_SEPARATOR)[0]
 
 
 def provably_dead(instance_id: str) -> bool:
@@ -90,10 +96,9 @@ def provably_dead(instance_id: str) -> bool:
         return False
     if parts[0] != socket.gethostname():
         return False
-    here = _here()
-    if here is None or (matched.group(1), int(matched.group(2)), int(matched.group(3))) != here:
-        return False
-    pid, started = int(parts[1]), int(matched.group(4))
+    if matched.group(1) != _here():
+        return False  # another boot, pid namespace or uid, or /proc cannot tell
+    pid, started = int(parts[1]), int(matched.group(2))
     if pid == os.getpid():
         return _start_ticks("self") != started  # our pid, so that process ended before we began
     if not os.path.exists(f"/proc/{pid}"):

@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Final, NoReturn
 # Only what the read commands need: Alembic (`_migrate`) and the scheduler
 # are imported by the commands that use them (start-up time, issue 15).
 from . import _db, _revision
+from ._liveness import display_id
 from ._models import Job, JobState, validate_job_id
 from ._store import Store
 from ._triggers import describe_seconds
@@ -315,7 +316,7 @@ def _error_summary(error: str | None) -> str:
         return ""
     lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
     last = lines[-1] if lines else ""
-    return last if len(last) <= ERROR_COLUMN else last[: ERROR_COLUMN - 3] + "..."
+    return last if len(last) <= ERROR_COLUMN else last[: ERROR_COLUMN - 1] + ELLIPSIS
 
 
 def missed_slots(run: Run) -> str:
@@ -372,7 +373,7 @@ def runs_table(runs: Sequence[Run], *, with_job: bool = True, width: int | None 
             iso(run.started_at),
             duration,
             run_outcome(run),
-            run.instance_id or "-",
+            display_id(run.instance_id) if run.instance_id else "-",
             _error_summary(run.error),
         ]
         rows.append(row if with_job else row[:1] + row[2:])
@@ -501,7 +502,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
             ("schedule", _schedule_words(job)),
             *policies(job),
             ("next run", _next_run_words(job, now)),
-            ("state", job_state(job) + (f" on {job.owner}, lease until {iso(job.lease_until)}" if job.owner else "")),
+            (
+                "state",
+                job_state(job)
+                + (f" on {display_id(job.owner)}, lease until {iso(job.lease_until)}" if job.owner else ""),
+            ),
             ("generation", str(job.generation)),
             (
                 "runs",
@@ -529,6 +534,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return _with_store(args, body)
+
+
+def _owner_words(job: Job) -> str:
+    return f" on {display_id(job.owner)}, lease until {iso(job.lease_until)}" if job.owner else ""
 
 
 def _schedule_words(job: Job) -> str:

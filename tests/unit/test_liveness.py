@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from persched._liveness import default_instance_id, provably_dead
+from persched import _liveness
+from persched._liveness import default_instance_id, display_id, provably_dead
 from tests.support.helpers import TIMEOUT
 
 PRINT_ID = (
@@ -60,27 +61,53 @@ def test_this_process_is_never_dead() -> None:
 def test_a_reused_pid_is_a_different_process() -> None:
     # Our own pid with another start time: the process that had it ended before we started.
     base, _, proof = default_instance_id().partition("~")
-    boot, namespace, uid, start = proof.split(".")
-    assert provably_dead(f"{base}~{boot}.{namespace}.{uid}.{int(start) + 1}")
+    machine, start = proof.split(".")
+    assert provably_dead(f"{base}~{machine}.{int(start) + 1}")
 
 
 @linux_only
-@pytest.mark.parametrize("part", ["host", "boot", "namespace", "uid"])
-def test_anything_not_checkable_here_is_not_proven(part: str) -> None:
+@pytest.mark.parametrize("part", ["host", "machine"])
+def test_another_host_or_machine_hash_is_not_proven(part: str) -> None:
     child, instance_id = _child()
     _end(child)  # gone: only the mismatch below keeps it from being proven dead
     base, _, proof = instance_id.partition("~")
     host, pid, token = base.split(":")
-    boot, namespace, uid, start = proof.split(".")
+    machine, start = proof.split(".")
     if part == "host":
         host = socket.gethostname() + "-other"  # another machine with its own pids
-    elif part == "boot":
-        boot = f"{int(boot, 16) ^ 1:016x}"  # a previous boot: pids and start times mean nothing now
-    elif part == "namespace":
-        namespace = str(int(namespace) + 1)  # a container sharing the hostname and the kernel
     else:
-        uid = str(int(uid) + 1)  # hidepid may hide another user's live processes
-    assert not provably_dead(f"{host}:{pid}:{token}~{boot}.{namespace}.{uid}.{start}")
+        machine = f"{int(machine, 16) ^ 1:016x}"  # another boot, pid namespace or uid
+    assert not provably_dead(f"{host}:{pid}:{token}~{machine}.{start}")
+
+
+@linux_only
+@pytest.mark.parametrize(
+    ("path", "other"),
+    [
+        ("/proc/sys/kernel/random/boot_id", "00000000-0000-0000-0000-000000000000\n"),  # a later boot
+        ("namespace", "pid:[1]"),  # a container sharing the hostname and the kernel
+        ("uid", ""),  # hidepid may hide another user's live processes
+        ("/proc/self", "1"),  # a /proc that is not our pid namespace's
+    ],
+)
+def test_a_process_seen_from_another_boot_namespace_or_uid_is_not_proven(
+    monkeypatch: pytest.MonkeyPatch, path: str, other: str
+) -> None:
+    child, instance_id = _child()
+    _end(child)
+    assert provably_dead(instance_id)  # as seen from where it ran
+    if path == "uid":
+        monkeypatch.setattr(os, "getuid", lambda: os.geteuid() + 12345)
+    elif path == "namespace":
+        real_readlink = os.readlink
+        monkeypatch.setattr(os, "readlink", lambda p: other if str(p) == "/proc/self/ns/pid" else real_readlink(p))
+    elif path == "/proc/self":
+        real_readlink = os.readlink
+        monkeypatch.setattr(os, "readlink", lambda p: other if str(p) == path else real_readlink(p))
+    else:
+        real_read = _liveness._read
+        monkeypatch.setattr(_liveness, "_read", lambda p: other if p == path else real_read(p))
+    assert not provably_dead(instance_id)
 
 
 @pytest.mark.parametrize(
@@ -88,10 +115,15 @@ def test_anything_not_checkable_here_is_not_proven(part: str) -> None:
     [
         "worker-1",  # a custom id
         f"{socket.gethostname()}:1:abcdef",  # the old format: no proof
-        f"{socket.gethostname()}:x:abcdef~0123456789abcdef.1.0.1",
+        f"{socket.gethostname()}:x:abcdef~0123456789abcdef.1",
         f"{socket.gethostname()}:1:abcdef~not-a-proof",
         "",
     ],
 )
 def test_ids_without_a_valid_proof_are_not_proven(instance_id: str) -> None:
     assert not provably_dead(instance_id)
+
+
+def test_tables_show_the_id_without_its_proof() -> None:
+    assert display_id("vm:12:abcdef~0123456789abcdef.42") == "vm:12:abcdef"
+    assert display_id("worker-1") == "worker-1"
