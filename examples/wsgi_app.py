@@ -26,6 +26,7 @@ Settings (environment):
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import TYPE_CHECKING
 
@@ -50,6 +51,13 @@ def refresh_cache() -> None:
         finally:
             os.close(fd)
 
+
+# The two lines of logging set-up. gunicorn and uvicorn configure only their
+# own loggers, so without a root handler persched's messages (a job's
+# traceback included) reach stderr through Python's last-resort handler: no
+# time, no level, no process. This does nothing if logging is set up already.
+LOG_FORMAT = "%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"
+logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
 
 # Module level: runs once per worker process, after the fork.
 scheduler = JobScheduler(DB, workers=2)

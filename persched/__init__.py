@@ -11,10 +11,41 @@ Example::
 
 from __future__ import annotations
 
-from ._events import Event, EventKind
-from ._models import Job, JobState, Run
-from ._scheduler import JobScheduler, current_run
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._events import Event, EventKind
+    from ._models import Job, JobState, Run
+    from ._scheduler import JobScheduler, current_run
 
 __all__ = ["Event", "EventKind", "Job", "JobScheduler", "JobState", "Run", "__version__", "current_run"]
 
 __version__ = "0.1.0"
+
+# Where each public name lives. They are imported on first use (PEP 562), so
+# that `persched jobs` does not pay for the scheduler and Alembic when it
+# only reads rows (`import persched.cli` imports this package first).
+_LAZY = {
+    "Event": "_events",
+    "EventKind": "_events",
+    "Job": "_models",
+    "JobState": "_models",
+    "Run": "_models",
+    "JobScheduler": "_scheduler",
+    "current_run": "_scheduler",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'persched' has no attribute {name!r}")
+    import importlib  # on first use only
+
+    value = getattr(importlib.import_module(f"persched.{module}"), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -466,6 +466,9 @@ def _prepare_file(url: URL, path: str, create: bool) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise StoreError(mask(url), f"the directory {directory!r} does not exist")
+    if os.path.isdir(path):
+        # SQLite would only say "unable to open database file".
+        raise StoreError(mask(url), f"{path!r} is a directory, not a database file; name a file in it")
     if os.path.exists(path):
         return
     if not create:

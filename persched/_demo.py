@@ -1,12 +1,18 @@
 """`persched demo`: schedule a few jobs, watch them run, restart, watch them resume.
 
-Self-contained and finishes by itself in about 12 seconds. The jobs are the
-functions below, found by reference like any user's job.
+Self-contained and finishes by itself in about 10 seconds. The jobs are the
+functions below, found by reference like any user's job. The demo works on a
+database of its own, a new file in a new temporary directory, never the one
+named by ``--db`` or ``PERSCHED_DB`` (SPEC §4): its ids ("report", ...) are
+ones a user may well have, and it reschedules and deschedules them.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
+import textwrap
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -24,7 +30,7 @@ _print_lock = threading.Lock()
 _flaky_calls = 0
 
 
-def _say(text: str) -> None:
+def _say(text: str = "") -> None:
     with _print_lock:
         print(text, flush=True)  # noqa: T201 - the demo talks to a person
 
@@ -73,27 +79,48 @@ def _declare(scheduler: JobScheduler) -> None:
     scheduler.schedule("report", slow_report, 1.0, start_in=0.2)
 
 
-class _OneLineHandler(logging.Handler):
-    """Shows persched's warnings and errors as one line each, without tracebacks."""
+class _IndentedHandler(logging.Handler):
+    """Shows persched's warnings and errors inside the demo's layout: a
+    traceback is indented under its line, so the numbered steps stay readable."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        _say(f"  [log {record.levelname.lower()}] {record.getMessage()}")
+        first, _, rest = record.getMessage().partition("\n")
+        text = f"  [log {record.levelname.lower()}] {first}"
+        if rest:
+            text += "\n" + textwrap.indent(rest.rstrip(), "  " + " " * 8)
+        _say(text)
 
 
-def main(url: str) -> int:
-    """Run the demo on `url`; return the exit code."""
-    _say(f"persched demo on {url}\n")
-    handler = _OneLineHandler(logging.WARNING)
+def new_database() -> str:
+    """Create a new, empty directory for the demo's own database; return the file path in it."""
+    return os.path.join(tempfile.mkdtemp(prefix="persched-demo-"), "demo.db")
+
+
+def main(path: str | None = None, *, ignored: str | None = None) -> int:
+    """Run the demo on a new database; return the exit code.
+
+    Args:
+        path: A file that does not exist yet; default: `new_database()`.
+        ignored: Where the user named a database ("--db", "PERSCHED_DB"), to say it is left alone.
+    """
+    path = path or new_database()
+    _say(f"persched demo on a database of its own: {path}")
+    if ignored:
+        _say(f"(the database named by {ignored} is not touched: your jobs there are left as they are)")
+    _say()
+    url = path
+    handler = _IndentedHandler(logging.WARNING)
     persched_logger = logging.getLogger("persched")
     persched_logger.addHandler(handler)
     # The demo shows each warning once, as one line, rather than a traceback
     # through whatever handler the command line set up.
     propagate, persched_logger.propagate = persched_logger.propagate, False
     try:
-        _say("1. A scheduler starts and declares three jobs:")
-        with JobScheduler(url, workers=4) as scheduler:
-            _declare(scheduler)
-            _show_jobs(scheduler)
+        _say("1. A scheduler declares three jobs and starts:")
+        scheduler = JobScheduler(url, workers=4)
+        _declare(scheduler)  # before start(): the table comes before the first run
+        _show_jobs(scheduler)
+        with scheduler:
             _say("\n   ...running for 4 seconds:")
             time.sleep(4)
             _say("\n2. Shutting down: in-flight runs finish, nothing is left running.")
@@ -115,7 +142,7 @@ def main(url: str) -> int:
                 scheduler.deschedule(job_id)
         finally:
             scheduler.shutdown()
-        _say("\nThe demo descheduled its jobs; their history stays: try `persched runs`.")
+        _say(f"\nThe demo descheduled its jobs; their history stays: try `persched --db {path} runs`.")
     except PerschedError as exc:
         _say(f"persched demo: {exc}")
         return 1

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from ._instant import US_PER_SECOND, Instant, Micros
+from ._liveness import provably_dead
 from ._tracebacks import describe
 from .errors import StoreError
 
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 __all__ = ["Heartbeat"]
 
 logger = logging.getLogger(__name__)
+
+_CHANGES_LOGGED: Final = 10  # picked-up changes named one by one per round; more are counted
 
 # (next_run_at, job_id, generation): a recovered or changed job to queue.
 QueueCallback = Callable[[Instant, str, int], None]
@@ -94,6 +97,7 @@ class Heartbeat:
         self._queue = queue
         self._pickup = pickup
         self._change_seq = 0
+        self._announced = False  # the first round says which runs of other instances wait for their lease
         self._lost = lost
         self._maintenance = maintenance
         self._cond = threading.Condition()
@@ -124,6 +128,7 @@ class Heartbeat:
         if running_here:
             self._store.renew_leases(self._instance_id, Instant(self._timebase.now() + self._lease), running_here)
         open_runs = [run for run in self._store.open_runs() if run.run_id not in running_here]
+        open_runs = self._recover_dead_owners(open_runs)
         mono = self._timebase.clock.monotonic_us()
         seen: dict[int, tuple[object, int]] = {}
         for run in open_runs:
@@ -134,16 +139,41 @@ class Heartbeat:
                 self._recover(run)
         self._seen = seen
 
-    def _recover(self, run: OpenRun) -> None:
+    def _recover_dead_owners(self, open_runs: list[OpenRun]) -> list[OpenRun]:
+        """Recover at once the runs whose owner is provably gone (same host and boot,
+        its process ended); return the others, which wait out their lease as before."""
+        waiting = []
+        for run in open_runs:
+            if run.instance_id != self._instance_id and provably_dead(run.instance_id):
+                self._recover(run, "belongs to an instance whose process is gone (same host and boot)")
+            else:
+                waiting.append(run)
+        if not self._announced:
+            self._announced = True
+            others = sorted({run.instance_id for run in waiting if run.instance_id != self._instance_id})
+            if others:
+                # Say it now, not only in lease_seconds: a restart after a crash is otherwise silent.
+                logger.info(
+                    "%d run%s in flight on other instances (%s): if those are gone, their runs are recorded "
+                    "as lost after %g s without a lease renewal",
+                    len(waiting),
+                    "" if len(waiting) == 1 else "s",
+                    ", ".join(others),
+                    self._lease / US_PER_SECOND,
+                )
+        return waiting
+
+    def _recover(self, run: OpenRun, why: str = "lost its lease") -> None:
         result = self._store.recover_run(run, self._timebase.now)  # read under the write lock
         if result is False:
             return
         logger.warning(
-            "run %d of %s generation %d on instance %s lost its lease; recorded as lost",
+            "run %d of %s generation %d on instance %s %s; recorded as lost",
             run.run_id,
             run.job_id,
             run.generation,
             run.instance_id,
+            why,
         )
         if not isinstance(result, bool) and result is not None:
             self._queue(result, run.job_id, run.generation)
@@ -158,10 +188,23 @@ class Heartbeat:
         """
         if self._store.change_seq() == self._change_seq:
             return
+        before = self._change_seq
         self._change_seq, changed = self._store.changes_since(self._change_seq)
+        if logger.isEnabledFor(logging.INFO):
+            self._log_changes(before, self._change_seq)  # before queueing: a claim would change the rows
         for due_at, job_id, generation in changed:
             self._queue(due_at, job_id, generation)
         logger.debug("picked up %d changed jobs (change %d)", len(changed), self._change_seq)
+
+    def _log_changes(self, after: int, upto: int) -> None:
+        """Tell the operator what another process or the CLI changed (issue 15); a bulk change is cut short."""
+        notes = self._store.changes_made_elsewhere(after, upto)
+        for note in notes[:_CHANGES_LOGGED]:
+            logger.info(
+                "picked up a change made elsewhere: %s generation %d %s", note.job_id, note.generation, note.words
+            )
+        if len(notes) > _CHANGES_LOGGED:
+            logger.info("picked up %d more changes made elsewhere", len(notes) - _CHANGES_LOGGED)
 
     def _loop(self) -> None:
         clock = self._timebase.clock

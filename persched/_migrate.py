@@ -29,14 +29,17 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import text
 
 from persched._db import READONLY, is_sqlite, mask, store_errors
+from persched._revision import VERSION_TABLE, quiet_alembic
 from persched.errors import SchemaVersionError, StoreError
+
+with quiet_alembic():  # Alembic's plugins log "setup plugin ..." at INFO when first imported
+    from alembic import command
+    from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
@@ -51,9 +54,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: persched's own Alembic version table, apart from an application's.
-VERSION_TABLE: Final = "persched_alembic_version"
 
 # pg_advisory_xact_lock key: b"persched" as a signed 64-bit integer.
 _PG_LOCK_KEY: Final = int.from_bytes(b"persched", "big")
@@ -104,7 +104,8 @@ _KNOWN: Final = _SCRIPT[1]
 
 
 def _revision(conn: Connection) -> str | None:
-    ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+    with quiet_alembic():
+        ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
     heads = ctx.get_current_heads()
     if len(heads) > 1:
         # persched's history has one branch: several rows mean a foreign or
@@ -194,5 +195,6 @@ def upgrade(engine: Engine) -> None:
         _check_known(found)
         if found == HEAD:
             return
-        command.upgrade(_config(conn), "head")
+        with quiet_alembic():
+            command.upgrade(_config(conn), "head")  # "Running upgrade ..." lines stay
         logger.info("migrated %s from revision %s to %s", mask(engine.url), found, HEAD)

@@ -26,8 +26,6 @@ import atexit
 import itertools
 import logging
 import os
-import secrets
-import socket
 import threading
 import time
 import weakref
@@ -39,6 +37,7 @@ from ._dispatcher import Dispatcher
 from ._events import Event, EventBus
 from ._heartbeat import Heartbeat
 from ._instant import Instant, Micros, micros, seconds, to_datetime
+from ._liveness import default_instance_id
 from ._models import (
     DEFAULT_MAX_ARGS_BYTES,
     MAX_INTERVAL_SECONDS,
@@ -195,7 +194,9 @@ class JobScheduler:
         workers: How many runs may execute at once (worker threads), at most 4096.
         clock: Where time comes from; `persched.testing.FakeClock` in tests.
         instance_id: Names this scheduler on the runs it claims; default
-            ``host:pid:random``.
+            ``host:pid:random~proof``, where the proof (Linux: boot id, pid
+            namespace, uid, process start time) lets a later process on the
+            same host recover this one's runs at once when it is gone.
         lease_seconds: How long a claimed run stays owned without a heartbeat;
             after that any instance records it as lost.
         heartbeat_seconds: How often leases are renewed and expired ones
@@ -274,11 +275,8 @@ class JobScheduler:
         _positive("busy_timeout_seconds", busy_timeout_seconds, maximum=MAX_BUSY_TIMEOUT_SECONDS)
         _positive("pickup_seconds", pickup_seconds, maximum=MAX_DURATION_SECONDS)
         self._pid = os.getpid()  # SPEC §2 "Forks": the process this scheduler belongs to
-        self.instance_id: Final = (
-            f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-            if instance_id is None
-            else _validate_instance_id(instance_id)
-        )
+        # host:pid:random~proof: a restart on this host can tell that it is gone (see _liveness).
+        self.instance_id: Final = default_instance_id() if instance_id is None else _validate_instance_id(instance_id)
         try:  # callers may pass anything: refuse it cleanly
             self._timebase = Timebase(exact_clock(clock if clock is not None else SystemClock()))
         except TypeError as exc:
@@ -356,9 +354,10 @@ class JobScheduler:
         self._dispatcher.start(entries)
         self._heartbeat.start(change_seq)
         logger.info(
-            "scheduler %s started with %d scheduled jobs on %s",
+            "scheduler %s started with %d scheduled job%s on %s",
             self.instance_id,
             len(entries),
+            "" if len(entries) == 1 else "s",
             self._store.url,
         )
 
@@ -403,6 +402,18 @@ class JobScheduler:
         def left() -> float | None:
             return None if deadline is None else max(0.0, deadline - time.monotonic())
 
+        with self._inflight_cond:
+            busy = sorted(job_id for job_id, count in self._inflight_jobs.items() for _ in range(count))
+        if busy:
+            # Name what the operator is waiting for (issue 15).
+            logger.info(
+                "scheduler %s waits for %d run%s in flight to finish: %s%s",
+                self.instance_id,
+                len(busy),
+                "" if len(busy) == 1 else "s",
+                ", ".join(busy),
+                "" if timeout is None else f" (at most {timeout:g} s)",
+            )
         self._pool.stop()
         drained = self._pool.join(left)
         self._dispatcher.stop()  # after the workers: it writes their last completions
@@ -524,6 +535,16 @@ class JobScheduler:
         job, change, due = self._store.upsert_job(definition, self._timebase.now())
         if change != "unchanged":
             logger.info("job %s generation %d %s: %s %s", job.job_id, job.generation, change, job.target, job.schedule)
+            if job.state == JobState.FINISHED:
+                # Accepted (an application re-declaring a campaign that ended must still start),
+                # but never silently: no slot of its window is left (README "Operator messages").
+                logger.warning(
+                    "job %s generation %d has no slot left in its window (end_at %s is past): it is finished "
+                    "at once and never runs; give it a later end_at, or remove it",
+                    job.job_id,
+                    job.generation,
+                    job.end_at.isoformat() if job.end_at is not None else "-",
+                )
             if due is not None and self._state == "running":
                 self._dispatcher.push(due, job.job_id, job.generation)
             kind: EventKind = "job_replaced" if change == "replaced" else "job_scheduled"

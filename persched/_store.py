@@ -63,7 +63,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
 from sqlalchemy import (
     Connection,
@@ -115,6 +115,8 @@ _SCHEDULED: Final = JobState.SCHEDULED.value
 _RUNNING: Final = JobState.RUNNING.value
 _FINISHED: Final = JobState.FINISHED.value
 _DESCHEDULED: Final = JobState.DESCHEDULED.value
+_CHANGES_KEY: Final = "persched_change_seqs"  # Connection.info: change-counter values of this transaction
+_OWN_CHANGES_KEPT: Final = 10_000  # own change values remembered for the heartbeat's log
 
 
 def _read_time(now: Instant | Callable[[], Instant]) -> Instant:
@@ -171,6 +173,14 @@ class Claim:
             run_id=self.run_id,
             run_now=self.run_now,
         )
+
+
+class ChangeNote(NamedTuple):
+    """A job changed by another process, as the heartbeat logs it."""
+
+    job_id: str
+    generation: int
+    words: str
 
 
 @dataclass(frozen=True)
@@ -296,6 +306,10 @@ class Store:
         # the dispatcher's claims. Other processes still meet busy_timeout.
         self._sqlite_writer = threading.Lock() if engine.dialect.name == "sqlite" else None
         self._low_space = False  # after SQLITE_FULL: checkpoint after every write (see _reclaim_wal)
+        # Change-counter values this store committed, so that the heartbeat's
+        # log names only the changes made elsewhere (see changes_made_elsewhere).
+        self._own_changes: set[int] = set()
+        self._own_lock = threading.Lock()
 
     def _writer(self, readonly: bool) -> contextlib.AbstractContextManager[object]:
         if readonly or self._sqlite_writer is None:
@@ -319,10 +333,12 @@ class Store:
                         if readonly:
                             return body(conn)
                         self._joined.conn = conn
+                        conn.info.pop(_CHANGES_KEY, None)  # info outlives a checkout: start empty
                         try:
                             result = body(conn)
                         finally:
                             self._joined.conn = None
+                    self._note_own_changes(conn.info.pop(_CHANGES_KEY, ()))  # committed
                 if self._low_space:
                     self._reclaim_wal(what)  # see _reclaim_wal: keep the WAL from eating the volume again
                 return result
@@ -403,6 +419,14 @@ class Store:
         if not self._low_space:
             logger.warning("%s: %d bytes free again; the WAL is checkpointed as usual", what, free)
         return after < before
+
+    def _note_own_changes(self, seqs: Collection[int]) -> None:
+        if not seqs:
+            return
+        with self._own_lock:
+            self._own_changes.update(seqs)
+            if len(self._own_changes) > _OWN_CHANGES_KEPT:  # nobody reads them (no heartbeat): forget the oldest
+                self._own_changes = set(sorted(self._own_changes)[-_OWN_CHANGES_KEPT // 2 :])
 
     def _write(self, body: Callable[[Connection], T], what: str) -> T:
         return self._transaction(body, readonly=False, what=what)
@@ -581,6 +605,22 @@ class Store:
 
         return self._read(body, "read changes")
 
+    def changes_made_elsewhere(self, after: int, upto: int) -> list[ChangeNote]:
+        """Describe the jobs changed in ``(after, upto]`` of the change counter
+        by another store (another process, the command line), for the log."""
+        with self._own_lock:
+            own = {seq for seq in self._own_changes if seq <= upto}
+            self._own_changes -= own
+
+        def body(conn: Connection) -> list[ChangeNote]:
+            query = select(*_RAW_JOBS).where(jobs.c.change_seq > after, jobs.c.change_seq <= upto)
+            rows = _stored(conn.execute(query.order_by(jobs.c.change_seq)))
+            return [
+                ChangeNote(row.job_id, row.generation, _change_words(row)) for row in rows if row.change_seq not in own
+            ]
+
+        return self._read(body, "read changes")
+
     def load_scheduled(self, now: Instant) -> tuple[list[tuple[Instant, str, int]], list[Correction]]:
         """Return ``(due_at, job_id, generation)`` of every scheduled, not paused job,
         and the rows it corrected.
@@ -694,6 +734,15 @@ class Store:
             return [_run(read_row(_RUN_COLUMNS, row._mapping)) for row in conn.execute(query)]
 
         return self._read(body, "runs")
+
+    def runs_in_flight(self) -> list[Run]:
+        """Return every run that has no outcome yet (of any instance), oldest first."""
+
+        def body(conn: Connection) -> list[Run]:
+            query = select(*_RAW_RUNS).where(runs.c.outcome.is_(None)).order_by(runs.c.run_id)
+            return [_run(read_row(_RUN_COLUMNS, row._mapping)) for row in conn.execute(query)]
+
+        return self._read(body, "runs in flight")
 
     # -- dispatch -------------------------------------------------------------
 
@@ -1518,7 +1567,20 @@ def _readable_or_refuse(row: StoredRow) -> StoredRow:
 def _bump_change_seq(conn: Connection) -> int:
     """Increment the change counter; its row lock orders concurrent writers by commit."""
     bump = update(changes).where(changes.c.id == 1).values(seq=changes.c.seq + 1).returning(changes.c.seq)
-    return int(conn.execute(bump).scalar_one())
+    seq = int(conn.execute(bump).scalar_one())
+    conn.info.setdefault(_CHANGES_KEY, []).append(seq)  # the store notes it once committed
+    return seq
+
+
+def _change_words(row: StoredRow) -> str:
+    """What a changed row now says, for the log: "descheduled", "paused", "run-now requested", "scheduled"."""
+    if row.state == _DESCHEDULED:
+        return "descheduled"
+    if row.paused:
+        return "paused"
+    if row.run_now_at is not None:
+        return "run-now requested"
+    return "finished" if row.state == _FINISHED else "scheduled (new, replaced or resumed)"
 
 
 def _ts(value: datetime | None) -> Instant | None:

@@ -114,7 +114,16 @@ class WorkerPool:
 
     def _run_claims(self, loop: list[asyncio.AbstractEventLoop]) -> None:
         while (claim := self._queue.get()) is not None:
+            # One line per run at DEBUG, as APScheduler users expect ("Running job ...").
+            logger.debug(
+                "run %d of %s generation %d started%s",
+                claim.run_id,
+                claim.job_id,
+                claim.generation,
+                " (run-now)" if claim.run_now else "",
+            )
             outcome, error = _execute(claim, self._allowed_modules, loop, self._pid)
+            logger.debug("run %d of %s generation %d ended: %s", claim.run_id, claim.job_id, claim.generation, outcome)
             try:
                 self._complete(claim, outcome, error)
             except BaseException as exc:  # noqa: BLE001 - a worker must survive a failed completion

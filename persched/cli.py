@@ -18,14 +18,19 @@ The database comes from ``--db URL`` (before or after the command), else the
 directory. ``jobs``, ``show`` and ``runs`` never create a database and never
 change its schema; ``pause``, ``resume``, ``run-now`` and ``deschedule``
 write one row and never migrate; a scheduler running on the database picks
-the change up (within its ``pickup_seconds``, 1 s by default). ``pause`` of a
-paused job and ``resume`` of a job that is not paused change nothing, say so
-and exit 0: only an unknown job is an error for them, as for ``deschedule``.
+the change up (within its ``pickup_seconds``, 1 s by default).
 
-Exit codes: 0 success; 1 an error (unknown job, unusable database, schema
-from a newer persched, a module that does not import, ``run-now`` of a paused
-or finished job or dropped by overlap "skip"); 2 bad usage; 130 interrupted
-(Ctrl-C during a read command). ``persched run`` exits 0 after a graceful
+One rule for the verbs: a command exits 0 when the job ends up as asked,
+also when it already was (``pause`` of a paused job, ``resume`` of a job that
+is not paused, ``deschedule`` of a descheduled job, a second ``run-now``: each
+says "nothing changed"); it exits 1 when it cannot be done: the job is
+unknown (or, for ``pause``, ``resume`` and ``run-now``, descheduled), or
+``run-now`` of a paused or finished job, or dropped by overlap "skip".
+
+Exit codes: 0 success; 1 an error (that rule, an unusable database, schema
+from a newer persched, a module that does not import); 2 bad usage; 130
+interrupted (Ctrl-C during a read command); 141 (128 + SIGPIPE) when the
+reader of the output went away (``persched runs | head -1``), quietly. ``persched run`` exits 0 after a graceful
 stop on SIGINT/SIGTERM, and 128 + the signal number when a second signal
 forces it out. Errors are one line on stderr; ``--debug`` adds the traceback
 and DEBUG logging.
@@ -41,31 +46,35 @@ import importlib
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import textwrap
 import threading
 import time
 import traceback
-from datetime import datetime, timezone
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Final, NoReturn
 
-from . import _db, _migrate
+# Only what the read commands need: Alembic (`_migrate`) and the scheduler
+# are imported by the commands that use them (start-up time, issue 15).
+from . import _db, _revision
 from ._instant import Instant, micros
+from ._liveness import display_id
 from ._models import Job, JobState, validate_job_id
-from ._scheduler import JobScheduler
 from ._store import Store
 from ._triggers import describe_duration
 from .clock import SystemClock
 from .errors import PerschedError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from types import FrameType, ModuleType
 
     from ._models import Run
 
-__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "main"]
+__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_PIPE", "EXIT_USAGE", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +82,7 @@ EXIT_OK: Final = 0
 EXIT_ERROR: Final = 1  # a user error: unknown job, unusable database, newer schema, bad module
 EXIT_USAGE: Final = 2  # bad command-line usage (argparse's convention)
 EXIT_INTERRUPTED: Final = 130  # Ctrl-C during a read command (128 + SIGINT)
+EXIT_PIPE: Final = 141  # the reader of stdout went away (128 + SIGPIPE), as `cat` or `yes` would
 
 DEFAULT_DB: Final = "persched.db"
 ENV_DB: Final = "PERSCHED_DB"
@@ -114,14 +124,29 @@ def iso(at: datetime | None) -> str:
 
 
 def human_duration(seconds: float) -> str:
-    """Format a non-negative span: "250ms", "45s", "3m 12s", "2h 5m", "1d 3h"."""
-    if seconds < 1:
-        return f"{int(seconds * 1000)}ms"
-    whole = int(seconds)
+    """Format a non-negative span to a useful precision: "0.4ms", "250ms", "1.2s", "45s", "3m 12s", "1d 3h"."""
+    micros = round(seconds * 1_000_000)  # whole microseconds, then integer arithmetic only
+    if micros < 10_000:
+        return _tenths(micros // 100, "ms")  # 0.4ms, 7.5ms: fast jobs still read as different
+    if micros < 1_000_000:
+        return f"{micros // 1000}ms"
+    if micros < 10_000_000:
+        return _tenths(micros // 100_000, "s")  # 1.2s, not 1s
+    whole = micros // 1_000_000
     parts = [(whole // 86_400, "d"), (whole % 86_400 // 3_600, "h"), (whole % 3_600 // 60, "m"), (whole % 60, "s")]
     while parts[0][0] == 0:
         parts.pop(0)
     return " ".join(f"{n}{unit}" for n, unit in parts[:2] if n or unit == parts[0][1])
+
+
+def _tenths(tenths: int, unit: str) -> str:
+    whole, tenth = divmod(tenths, 10)
+    return f"{whole}{unit}" if tenth == 0 else f"{whole}.{tenth}{unit}"
+
+
+def plural(count: int, word: str, words: str | None = None) -> str:
+    """Say "1 run", "3 runs", "0 errors"."""
+    return f"{count} {word if count == 1 else words or word + 's'}"
 
 
 def relative(at: datetime, now: datetime) -> str:
@@ -132,12 +157,55 @@ def relative(at: datetime, now: datetime) -> str:
     return f"in {human_duration(delta)}" if delta > 0 else f"{human_duration(-delta)} ago"
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
-    lines = [
-        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    ]
+_SECOND: Final = timedelta(seconds=1)
+ELLIPSIS: Final = "\u2026"  # marks a cell cut to fit the terminal
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: its header, and how it gives way when the table is too wide.
+
+    `drop` ranks the columns that may be left out (1 goes first); `shrink` is
+    the narrowest a column may be cut to (the end of a cut cell is ELLIPSIS).
+    A column with neither is always shown in full (ids, counts).
+    """
+
+    header: str
+    drop: int | None = None
+    shrink: int | None = None
+
+
+def _table(columns: Sequence[Column | str], rows: Sequence[Sequence[str]], width: int | None = None) -> str:
+    """Align `rows` under `columns`; with `width`, fit it: cut the shrinkable
+    columns first, then leave out droppable ones, least useful first."""
+    specs = [Column(c) if isinstance(c, str) else c for c in columns]
+    natural = [max(len(str(cell)) for cell in column) for column in zip([c.header for c in specs], *rows, strict=True)]
+    shown = list(range(len(specs)))
+    widths = list(natural)
+    if width is not None:
+        droppable = sorted((c.drop, i) for i, c in enumerate(specs) if c.drop is not None)
+        while True:
+            widths = list(natural)
+            excess = sum(widths[i] for i in shown) + 2 * (len(shown) - 1) - width
+            # Cut the widest shrinkable column one character at a time: the cut is shared fairly.
+            while excess > 0:
+                room = [(widths[i] - (specs[i].shrink or 0), i) for i in shown if specs[i].shrink is not None]
+                best = max(room, default=(0, -1))
+                if best[0] <= 0:
+                    break
+                widths[best[1]] -= 1
+                excess -= 1
+            if excess <= 0 or not droppable:
+                break
+            shown.remove(droppable.pop(0)[1])
+
+    def cell(text: object, i: int) -> str:
+        text = str(text)
+        if len(text) > widths[i]:
+            text = text[: widths[i] - 1] + ELLIPSIS
+        return text.ljust(widths[i])
+
+    lines = ["  ".join(cell(row[i], i) for i in shown).rstrip() for row in [[c.header for c in specs], *rows]]
     return "\n".join(lines)
 
 
@@ -159,29 +227,60 @@ def job_state(job: Job) -> str:
     return ", ".join(words)
 
 
+def _running(job: Job) -> bool:
+    return job.state == JobState.RUNNING
+
+
 def _waits(job: Job) -> bool:
     """False when `next_run_at` is not a run to come: paused (resume moves it) or finished."""
     return not job.paused and job.state != JobState.FINISHED and job.unreadable is None
 
 
-def jobs_table(jobs: Sequence[Job], now: datetime) -> str:
-    """The `persched jobs` table."""
-    header = ("ID", "TARGET", "SCHEDULE", "NEXT RUN (UTC)", "WHEN", "STATE", "LAST", "RUNS", "ERRORS")
-    rows = [
-        (
-            job.job_id,
-            job.target,
-            job.schedule,
-            iso(job.next_run_at) if _waits(job) else "-",
-            relative(job.next_run_at, now) if _waits(job) else "-",
-            job_state(job),
-            job.last_outcome or "-",
-            str(job.run_count),
-            str(job.error_count),
+JOBS_COLUMNS: Final = (
+    Column("ID"),
+    Column("TARGET", drop=2, shrink=12),
+    Column("SCHEDULE", shrink=14),
+    Column("NEXT RUN (UTC)", drop=1),  # WHEN says the same, relative to now
+    Column("WHEN"),
+    Column("STATE", shrink=9),
+    Column("LAST", drop=3),
+    Column("RUNS"),
+    Column("ERRORS"),
+)
+
+
+def jobs_table(
+    jobs: Sequence[Job], now: datetime, width: int | None = None, in_flight: Mapping[str, Run] | None = None
+) -> str:
+    """The `persched jobs` table, fitted to `width` columns when given.
+
+    A job with a run in `in_flight` shows that run: its slot under NEXT RUN,
+    "started 3s ago" under WHEN, and "running, run-now" when it is one.
+    """
+    rows = []
+    for job in jobs:
+        run = (in_flight or {}).get(job.job_id)
+        if run is not None and run.generation == job.generation:
+            at, when = iso(run.scheduled_for), "started " + relative(run.started_at, now)
+            state = job_state(job) + (", run-now" if run.run_now else "")
+        elif _waits(job):
+            at, when, state = iso(job.next_run_at), relative(job.next_run_at, now), job_state(job)
+        else:
+            at, when, state = "-", "-", job_state(job)
+        rows.append(
+            (
+                job.job_id,
+                job.target,
+                job.schedule,
+                at,
+                when,
+                state,
+                job.last_outcome or "-",
+                str(job.run_count),
+                str(job.error_count),
+            )
         )
-        for job in jobs
-    ]
-    return _table(header, rows)
+    return _table(JOBS_COLUMNS, rows, width)
 
 
 _DEFAULTS: Final = {name: field.default for name, field in Job.model_fields.items()}
@@ -234,7 +333,7 @@ def _error_summary(error: str | None) -> str:
         return ""
     lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
     last = lines[-1] if lines else ""
-    return last if len(last) <= ERROR_COLUMN else last[: ERROR_COLUMN - 3] + "..."
+    return last if len(last) <= ERROR_COLUMN else last[: ERROR_COLUMN - 1] + ELLIPSIS
 
 
 def missed_slots(run: Run) -> str:
@@ -261,15 +360,27 @@ def run_outcome(run: Run) -> str:
     return ", ".join(words)
 
 
-def runs_table(runs: Sequence[Run], *, with_job: bool = True) -> str:
-    """The `persched runs` table (newest first)."""
-    header = ["RUN", "JOB", "GEN", "SCHEDULED FOR (UTC)", "STARTED (UTC)", "DURATION", "OUTCOME", "INSTANCE", "ERROR"]
+RUNS_COLUMNS: Final = (
+    Column("RUN"),
+    Column("JOB", shrink=10),
+    Column("GEN", drop=3),
+    Column("SCHEDULED FOR (UTC)", drop=4),
+    Column("STARTED (UTC)", drop=2),
+    Column("DURATION"),
+    Column("OUTCOME", shrink=12),
+    Column("INSTANCE", drop=1, shrink=12),
+    Column("ERROR", drop=5, shrink=12),
+)
+
+
+def runs_table(runs: Sequence[Run], *, with_job: bool = True, width: int | None = None) -> str:
+    """The `persched runs` table (newest first), fitted to `width` columns when given."""
     rows = []
     for run in runs:
         duration = (
             "-"
             if run.finished_at is None or run.outcome == "missed"
-            else human_duration((run.finished_at - run.started_at).total_seconds())
+            else human_duration((run.finished_at - run.started_at) / _SECOND)
         )
         row = [
             str(run.run_id),
@@ -279,13 +390,12 @@ def runs_table(runs: Sequence[Run], *, with_job: bool = True) -> str:
             iso(run.started_at),
             duration,
             run_outcome(run),
-            run.instance_id or "-",
+            display_id(run.instance_id) if run.instance_id else "-",
             _error_summary(run.error),
         ]
         rows.append(row if with_job else row[:1] + row[2:])
-    if not with_job:
-        header.remove("JOB")
-    return _table(header, rows)
+    columns = [c for c in RUNS_COLUMNS if with_job or c.header != "JOB"]
+    return _table(columns, rows, width)
 
 
 def _json(value: object) -> str:
@@ -317,7 +427,8 @@ def open_existing(db: str, *, read_only: bool = False) -> Store:
     else:
         engine = _db.make_engine(db, create=False)
     try:
-        _migrate.check_at_head(engine)
+        if not _revision.at_head(engine):
+            importlib.import_module("persched._migrate").check_at_head(engine)  # says what is wrong
     except BaseException:
         engine.dispose()
         raise
@@ -334,6 +445,23 @@ def _with_store(args: argparse.Namespace, body: Callable[[Store], int], *, read_
         return body(store)
     finally:
         store.engine.dispose()
+
+
+def _width(args: argparse.Namespace) -> int | None:
+    """The width to fit a table to, or None for full output.
+
+    ``--wide``: full. Else ``COLUMNS`` when it is set (a request for that
+    width, also into a pipe), else the terminal's width when stdout is one.
+    Output into a file or a pipe is never cut, so scripts see every cell.
+    """
+    if getattr(args, "wide", False):
+        return None
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
 
 
 def _require_job_id(job_id: str) -> str:
@@ -353,6 +481,8 @@ def _missing_job(store: Store, job_id: str) -> CliError:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
+    from . import _migrate  # Alembic only where it is used
+
     engine = _db.make_engine(args.db)
     try:
         before = _migrate.current_revision(engine)
@@ -375,7 +505,8 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
         elif not jobs:
             _say(f"no active jobs in {store.url}")
         else:
-            _say(jobs_table(jobs, datetime.now(timezone.utc)))
+            in_flight = {run.job_id: run for run in store.runs_in_flight()} if any(_running(j) for j in jobs) else {}
+            _say(jobs_table(jobs, datetime.now(timezone.utc), _width(args), in_flight))
         return EXIT_OK
 
     return _with_store(args, body, read_only=True)
@@ -406,24 +537,42 @@ def _cmd_show(args: argparse.Namespace) -> int:
             ("schedule", _schedule_words(job)),
             *policies(job),
             ("next run", _next_run_words(job, now)),
-            ("state", job_state(job) + (f" on {job.owner}, lease until {iso(job.lease_until)}" if job.owner else "")),
+            (
+                "state",
+                job_state(job)
+                + (f" on {display_id(job.owner)}, lease until {iso(job.lease_until)}" if job.owner else ""),
+            ),
             ("generation", str(job.generation)),
-            ("runs", f"{job.run_count} ({job.error_count} errors), last outcome {job.last_outcome or '-'}"),
+            (
+                "runs",
+                f"{job.run_count} ({plural(job.error_count, 'error')}), last outcome {job.last_outcome or '-'}",
+            ),
             ("created", iso(job.created_at)),
             ("updated", iso(job.updated_at)),
         ]
-        width = max(len(name) for name, _ in fields)
+        indent = max(len(name) for name, _ in fields) + 2
+        width = _width(args)
         for name, value in fields:
-            _say(f"{name.ljust(width)}  {value}")
+            line = f"{name.ljust(indent)}{value}"
+            if width is not None and len(line) > width:
+                # Wrap long values (policies, kwargs) under themselves rather than mid-word.
+                line = textwrap.fill(
+                    line, max(width, indent + 20), subsequent_indent=" " * indent, break_on_hyphens=False
+                )
+            _say(line)
         _say()
         if runs:
-            _say(f"latest {len(runs)} runs, newest first:")
-            _say(runs_table(runs, with_job=False))
+            _say("latest run:" if len(runs) == 1 else f"latest {len(runs)} runs, newest first:")
+            _say(runs_table(runs, with_job=False, width=width))
         else:
             _say("no runs recorded yet")
         return EXIT_OK
 
     return _with_store(args, body, read_only=True)
+
+
+def _owner_words(job: Job) -> str:
+    return f" on {display_id(job.owner)}, lease until {iso(job.lease_until)}" if job.owner else ""
 
 
 def _schedule_words(job: Job) -> str:
@@ -455,7 +604,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
         elif not runs:
             _say("no runs recorded" + ("" if job_id is None else f" for {job_id!r}"))
         else:
-            _say(runs_table(runs))
+            _say(runs_table(runs, width=_width(args)))
         return EXIT_OK
 
     return _with_store(args, body, read_only=True)
@@ -467,8 +616,16 @@ def _cmd_deschedule(args: argparse.Namespace) -> int:
     def body(store: Store) -> int:
         generation = store.deschedule_job_generation(job_id, _now())
         if generation is None:
+            if store.job_known(job_id):
+                # Already in the state asked for: a no-op, exit 0 (the same rule as pause and resume).
+                _say(f"{job_id!r} is already descheduled; nothing changed")
+                return EXIT_OK
             raise _missing_job(store, job_id)
         _say(f"descheduled {job_id!r} (generation {generation}); a run already in flight may still finish")
+        _say(
+            f"note: an application that declares {job_id!r} (in persched_setup or at its start-up)"
+            " schedules it again when it next starts: remove it there too"
+        )
         return EXIT_OK
 
     return _with_store(args, body)
@@ -551,7 +708,8 @@ def _cmd_run_now(args: argparse.Namespace) -> int:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     demo = importlib.import_module("persched._demo")
-    result = demo.main(args.db)
+    # SPEC §4: never the database of --db or PERSCHED_DB; it only says so.
+    result = demo.main(ignored=args.db_given)
     return int(result or EXIT_OK)
 
 
@@ -578,6 +736,8 @@ def run_allowed_modules(args: argparse.Namespace) -> list[str] | None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from ._scheduler import JobScheduler  # not needed by the read commands
+
     module = _import_module(args.module)
     scheduler = JobScheduler(args.db, workers=args.workers, allowed_modules=run_allowed_modules(args))
     stop = threading.Event()
@@ -609,10 +769,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             scheduler.shutdown(wait=True)
             raise
         logger.info(
-            "persched running %d jobs from %s with %d workers; SIGINT or SIGTERM stops it",
-            len(scheduler.jobs()),
+            "persched running %s from %s with %s; SIGINT or SIGTERM stops it",
+            plural(len(scheduler.jobs()), "job"),
             args.module,
-            args.workers,
+            plural(args.workers, "worker"),
         )
         # A timed wait keeps the main thread responsive to signals everywhere.
         while not stop.wait(1.0):
@@ -654,7 +814,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run callables at fixed intervals or on cron expressions; every schedule lives in SQL.",
         epilog=textwrap.dedent(
             """\
-            exit codes: 0 ok, 1 error (one line on stderr), 2 usage, 130 interrupted;
+            exit codes: 0 ok (also when the job already was as asked), 1 error (one line
+            on stderr), 2 usage, 130 interrupted, 141 output pipe closed (quietly);
             `run` exits 0 after a graceful stop, 128+N when a second signal N forces it.
 
             example:
@@ -682,8 +843,10 @@ def build_parser() -> argparse.ArgumentParser:
     command(
         "demo",
         "schedule a few jobs, show them run, restart, show they resume (ends by itself)",
-        "persched --db /tmp/demo.db demo",
+        "persched demo",
         _cmd_demo,
+        "The demo works on a new database of its own in a new temporary directory (it says where),"
+        " never the one named by --db or PERSCHED_DB, so it can never change your jobs.",
     )
     command(
         "migrate",
@@ -698,6 +861,7 @@ def build_parser() -> argparse.ArgumentParser:
         _cmd_jobs,
     )
     sub.add_argument("--json", action="store_true", help="print a JSON array of jobs (Job field names)")
+    _add_wide(sub)
     sub = command(
         "show",
         "show one job, its schedule, the policies that differ from the defaults and its latest runs (read-only)",
@@ -707,15 +871,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("job_id", metavar="JOB_ID")
     sub.add_argument("--limit", type=_positive_int, default=SHOW_RUNS, metavar="N", help=f"runs to show ({SHOW_RUNS})")
     sub.add_argument("--json", action="store_true", help="print the job as a JSON object with a 'runs' array")
+    _add_wide(sub)
     sub = command("runs", "list recorded runs, newest first (read-only)", "persched runs report --limit 20", _cmd_runs)
     sub.add_argument("job_id", metavar="JOB_ID", nargs="?", help="only this job's runs")
     sub.add_argument("--limit", type=_positive_int, default=100, metavar="N", help="runs to show (100)")
     sub.add_argument("--json", action="store_true", help="print a JSON array of runs (Run field names)")
+    _add_wide(sub)
     sub = command(
         "deschedule",
         "remove a job: its current definition never starts again, in any process",
         "persched deschedule report",
         _cmd_deschedule,
+        "Descheduling a job that is already descheduled changes nothing, says so and exits 0; an"
+        " unknown job exits 1. An application that declares the job at its start-up (persched_setup)"
+        " schedules it again when it next starts: remove the declaration too.",
     )
     sub.add_argument("job_id", metavar="JOB_ID")
     sub = command(
@@ -724,7 +893,7 @@ def build_parser() -> argparse.ArgumentParser:
         "persched pause report",
         _cmd_pause,
         "A run already in flight may finish. Pausing a job that is already paused, or finished, changes"
-        " nothing, says so and exits 0; an unknown or descheduled job exits 1 (as for deschedule).",
+        " nothing, says so and exits 0; an unknown or descheduled job exits 1.",
     )
     sub.add_argument("job_id", metavar="JOB_ID")
     sub = command(
@@ -733,7 +902,7 @@ def build_parser() -> argparse.ArgumentParser:
         "persched resume report",
         _cmd_resume,
         "Resuming a job that is not paused changes nothing, says so and exits 0; an unknown or"
-        " descheduled job exits 1 (as for deschedule).",
+        " descheduled job exits 1.",
     )
     sub.add_argument("job_id", metavar="JOB_ID")
     sub = command(
@@ -773,6 +942,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_wide(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--wide",
+        action="store_true",
+        help="never cut or leave out columns (default at a terminal or with COLUMNS set: fit its width)",
+    )
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -803,6 +980,19 @@ def _configure_logging(args: argparse.Namespace) -> None:
     root.setLevel(level)
 
 
+def _closed_pipe() -> int:
+    """End quietly after the reader of stdout went away (SPEC §4)."""
+    # Python flushes stdout again at exit and would complain on stderr;
+    # point it at /dev/null first (the recipe in the `signal` docs).
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass  # stdout is not a real file (tests capturing it): nothing to flush at exit
+    return EXIT_PIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (see the module docstring).
 
@@ -813,6 +1003,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, default in (("debug", False), ("verbose", False)):
         if not hasattr(args, name):
             setattr(args, name, default)
+    args.db_given = "--db" if hasattr(args, "db") else ENV_DB if os.environ.get(ENV_DB) else None
     if not hasattr(args, "db"):
         args.db = os.environ.get(ENV_DB) or DEFAULT_DB
     _configure_logging(args)
@@ -826,6 +1017,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("persched: interrupted\n")
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return _closed_pipe()
     except Exception as exc:  # noqa: BLE001 - a user sees one line; --debug shows the traceback
         if args.debug:
             traceback.print_exc()

@@ -9,6 +9,7 @@ an autouse check fails a test that leaves a ``persched-*`` thread alive.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -20,7 +21,7 @@ from persched.errors import SchedulerStateError
 from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.helpers import EPOCH, TIMEOUT, wait_until
-from tests.support.postgres import pg_base_url
+from tests.support.postgres import PG_URL_ENV, pg_base_url, pg_required
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -29,6 +30,39 @@ if TYPE_CHECKING:
 __all__ = ["EPOCH", "TIMEOUT", "SchedulerFactory", "wait_until"]
 
 THREAD_PREFIX = "persched-"
+
+
+_PG_NOT_RUN = pytest.StashKey[int]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without PERSCHED_TEST_PG_URL, leave the PostgreSQL tests out and say so once (not 69 SKIPPED lines).
+
+    Where PostgreSQL is required (CI), a missing URL stops the run at once
+    with one clear error instead of failing each test: they never skip there.
+    """
+    if os.environ.get(PG_URL_ENV):
+        return
+    postgres = [item for item in items if item.get_closest_marker("postgres") is not None]
+    if not postgres:
+        return
+    if pg_required():
+        raise pytest.UsageError(
+            f"{len(postgres)} PostgreSQL tests need {PG_URL_ENV}, and CI is set, so they may not skip:"
+            f" set {PG_URL_ENV} (see README, Development), or unset CI to leave them out"
+        )
+    config.hook.pytest_deselected(items=postgres)
+    items[:] = [item for item in items if item.get_closest_marker("postgres") is None]
+    config.stash[_PG_NOT_RUN] = len(postgres)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """The one line about the PostgreSQL tests left out."""
+    left_out = config.stash.get(_PG_NOT_RUN, 0)
+    if left_out:
+        terminalreporter.write_line(
+            f"{left_out} PostgreSQL tests not run (deselected): {PG_URL_ENV} is not set; CI runs them"
+        )
 
 
 def pytest_configure(config: pytest.Config) -> None:

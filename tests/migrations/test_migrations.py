@@ -30,7 +30,7 @@ from sqlalchemy import (
     update,
 )
 
-from persched import _db, _migrate
+from persched import _db, _migrate, _revision
 from persched._schema import metadata
 from persched.errors import SchemaVersionError, StoreError
 
@@ -73,6 +73,8 @@ def test_one_head_and_head_constant() -> None:
     script = ScriptDirectory(_migrate.script_location())
     assert script.get_heads() == [_migrate.HEAD]
     assert _migrate.HEAD == "0003"
+    # The read commands check the revision without Alembic (persched._revision).
+    assert _revision.HEAD_REVISION == _migrate.HEAD
 
 
 def test_revisions_do_not_import_persched() -> None:

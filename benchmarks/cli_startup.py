@@ -1,0 +1,71 @@
+"""Time `persched jobs` on a small database, hyperfine-style (issue 15).
+
+Warm-up runs, then N runs of each source tree, interleaved so a busy machine
+weighs on them alike. Prints wall time (median, min) and CPU time (user+sys,
+median) per run; CPU time is the steadier number on a shared machine::
+
+    python -m benchmarks.cli_startup --db jobs.db            # this checkout
+    python -m benchmarks.cli_startup --db jobs.db /tmp/old   # next to an older tree
+
+Find what is left with ``python -X importtime -m persched --db jobs.db jobs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def once(src: str, db: str) -> tuple[float, float]:
+    """Run `persched jobs` once from `src`; return (wall, cpu) seconds."""
+    env = dict(os.environ, PYTHONPATH=src)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    # cwd outside every tree: `python -m` puts the cwd first on sys.path, before PYTHONPATH.
+    subprocess.run(
+        [sys.executable, "-m", "persched", "--db", db, "jobs"],
+        env=env,
+        cwd=tempfile.gettempdir(),
+        capture_output=True,
+        check=True,
+    )
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def main() -> None:
+    """Parse the arguments, run, print one line per source tree."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("trees", nargs="*", default=[str(REPO)], help="source trees (default: this checkout)")
+    parser.add_argument("--db", required=True, help="a migrated database with a few jobs")
+    parser.add_argument("-n", type=int, default=20, help="runs per tree (20)")
+    args = parser.parse_args()
+    args.db = str(Path(args.db).resolve())
+    results: dict[str, list[tuple[float, float]]] = {tree: [] for tree in args.trees}
+    for tree in args.trees:
+        for _ in range(3):
+            once(tree, args.db)
+    for _ in range(args.n):
+        for tree in args.trees:
+            results[tree].append(once(tree, args.db))
+    for tree, timings in results.items():
+        walls = [wall for wall, _ in timings]
+        cpus = [cpu for _, cpu in timings]
+        print(  # noqa: T201 - a benchmark prints its numbers
+            f"{tree}: wall median {statistics.median(walls):.3f} s, min {min(walls):.3f} s;"
+            f" cpu median {statistics.median(cpus):.3f} s (n={args.n})"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,332 @@
+"""The command line as an operator meets it (issue 15), through the real console script.
+
+Each test runs ``python -m persched`` in a subprocess: the demo on a database
+of its own, a closed pipe, tables fitted to a terminal (``COLUMNS`` and a
+real pty), durations and plurals, one exit-code rule for the verbs, messages
+for a directory as the database, and the samples in the docs.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.support import cli_jobs, jobs
+from tests.support.helpers import TIMEOUT, finished_runs, sql, wait_until
+
+if TYPE_CHECKING:
+    from persched.testing import FakeClock
+    from tests.conftest import SchedulerFactory
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+RUN_TIMEOUT = 60.0  # real seconds for one CLI process (the demo takes about 10 s)
+
+
+def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a CLI child: this repo importable, no inherited database or width."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PERSCHED_DB", "COLUMNS", "LINES")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env.update(extra or {})
+    return env
+
+
+def persched(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m persched ARGS`` (stdout a pipe, not a terminal) and return the finished process."""
+    return subprocess.run(
+        [sys.executable, "-m", "persched", *args],
+        cwd=cwd or REPO,
+        env=cli_env(env),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+
+
+@pytest.fixture
+def seeded(make_scheduler: SchedulerFactory, fake_clock: FakeClock, sqlite_url: str) -> str:
+    """Jobs with long targets and errors, a few runs each: wider than 80 columns in full."""
+    sched = make_scheduler(start=True, workers=2)
+    sched.schedule("invoices-sync", cli_jobs.fail_always, 60.0, args=("upstream refused: 503 " * 4,), start_in=0)
+    sched.schedule("report", cli_jobs.noop, 300.0, start_in=0)
+    wait_until(lambda: len(finished_runs(sched, "invoices-sync")) == 1, message="invoices run")
+    wait_until(lambda: len(finished_runs(sched, "report")) == 1, message="report run")
+    sched.shutdown(wait=True, timeout=TIMEOUT)
+    return sqlite_url
+
+
+def _job_row(url: str, job_id: str) -> list[tuple[object, ...]]:
+    return sql(url, "SELECT target, generation, state, paused FROM persched_jobs WHERE job_id = ?", (job_id,))
+
+
+# -- demo ------------------------------------------------------------------------------
+
+
+def test_demo_works_on_a_database_of_its_own(seeded: str, tmp_path: Path) -> None:
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    assert persched("--db", other, "migrate").returncode == 0
+    # A user's job with an id the demo uses, in both the --db and the PERSCHED_DB database.
+    before = {url: _job_row(url, "report") for url in (seeded, other)}
+    demo_tmp = tmp_path / "tmp"
+    demo_tmp.mkdir()
+    proc = persched("--db", seeded, "demo", env={"PERSCHED_DB": other, "TMPDIR": str(demo_tmp)})
+    assert proc.returncode == 0, proc.stderr
+    assert {url: _job_row(url, "report") for url in (seeded, other)} == before
+    assert sql(seeded, "SELECT count(*) FROM persched_jobs WHERE job_id = 'greet'") == [(0,)]
+    # It says where its own database is, and that database has the demo's history.
+    demo_db = next(demo_tmp.glob("persched-demo-*/demo.db"))
+    assert str(demo_db) in proc.stdout
+    assert "is not touched" in proc.stdout
+    assert sql(f"sqlite:///{demo_db}", "SELECT count(*) FROM persched_runs WHERE job_id = 'greet'")[0][0] > 0
+
+
+def test_demo_tracebacks_are_indented_under_their_line(tmp_path: Path) -> None:
+    proc = persched("demo", env={"TMPDIR": str(tmp_path)}, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" in proc.stdout  # the flaky job's deliberate failure
+    # The layout: step lines start with their number; everything else is indented or a header.
+    for line in proc.stdout.splitlines():
+        assert not line or line[0].isspace() or re.match(r"(\d\. |persched demo |\(|The demo )", line), line
+    assert not (tmp_path / "persched.db").exists()  # nor the default database
+
+
+# -- pipes -----------------------------------------------------------------------------
+
+
+def test_output_cut_short_by_a_closed_pipe_ends_quietly(seeded: str) -> None:
+    # Far more output than a pipe buffer (64 KiB), so the CLI is still writing when
+    # the reader goes away: the write fails with EPIPE every time, not half the time.
+    sql(
+        seeded,
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000)"
+        " INSERT INTO persched_runs (job_id, generation, scheduled_for, started_at, finished_at, outcome,"
+        " instance_id, overran, run_now)"
+        " SELECT 'report', 1, '2027-01-15 08:00:00', '2027-01-15 08:00:00', '2027-01-15 08:00:01', 'ok',"
+        " 'host:1:abc', 0, 1 FROM n",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "persched", "--db", seeded, "runs", "--limit", "3000"],
+        cwd=REPO,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("RUN")
+    proc.stdout.close()  # as `head -1` does
+    _, stderr = proc.communicate(timeout=RUN_TIMEOUT)
+    assert stderr == ""
+    assert proc.returncode == 141  # 128 + SIGPIPE, as `cat` or `yes` end
+
+
+# -- tables for people -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [["jobs"], ["runs"], ["show", "invoices-sync"]])
+def test_tables_fit_the_width_in_columns(seeded: str, argv: list[str]) -> None:
+    full = persched("--db", seeded, *argv)
+    assert full.returncode == 0, full.stderr
+    assert max(map(len, full.stdout.splitlines())) > 80  # not a terminal: never cut
+    fitted = persched("--db", seeded, *argv, env={"COLUMNS": "80"})
+    assert fitted.returncode == 0, fitted.stderr
+    lines = fitted.stdout.splitlines()
+    assert max(map(len, lines)) <= 80, fitted.stdout
+    # Headers are whole words (no OUTC/OME), and the ids are never cut.
+    header = next(line for line in lines if line.startswith(("ID ", "RUN ")))
+    assert all(word in FULL_HEADERS for word in re.split(r"\s{2,}", header.strip())), header
+    assert "invoices-sync" in fitted.stdout
+    wide = persched("--db", seeded, *argv, "--wide", env={"COLUMNS": "80"})
+    assert wide.stdout.splitlines()[0] == full.stdout.splitlines()[0]
+
+
+FULL_HEADERS = {
+    *("ID", "TARGET", "SCHEDULE", "NEXT RUN (UTC)", "WHEN", "STATE", "LAST", "RUNS", "ERRORS"),
+    *("RUN", "JOB", "GEN", "SCHEDULED FOR (UTC)", "STARTED (UTC)", "DURATION", "OUTCOME", "INSTANCE", "ERROR"),
+}
+
+
+def _run_in_pty(argv: list[str], columns: int) -> str:
+    """Run the CLI with stdout on a real terminal of `columns` columns; return what it printed."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 30, columns, 0, 0))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "persched", *argv],
+        cwd=REPO,
+        env=cli_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=subprocess.PIPE,
+    )
+    os.close(follower)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while True:
+        ready, _, _ = select.select([leader], [], [], max(deadline - time.monotonic(), 0))
+        if not ready:
+            proc.kill()
+            raise AssertionError("the CLI did not finish writing to the terminal")
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError as exc:  # EIO: the child closed the terminal
+            if exc.errno != errno.EIO:
+                raise
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    _, err = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 0, err
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_at_a_terminal_tables_fit_its_width(seeded: str) -> None:
+    for argv in (["jobs"], ["runs"]):
+        out = _run_in_pty(["--db", seeded, *argv], 80)
+        assert out.strip(), argv
+        assert max(map(len, out.splitlines())) <= 80, out
+
+
+def test_durations_and_plurals(seeded: str) -> None:
+    run_id = sql(seeded, "SELECT max(run_id) FROM persched_runs WHERE job_id = 'report'")[0][0]
+    sql(
+        seeded,
+        "UPDATE persched_runs SET started_at = '2027-01-15 08:00:00.000000',"
+        " finished_at = '2027-01-15 08:00:01.234567' WHERE run_id = ?",
+        (run_id,),
+    )
+    show = persched("--db", seeded, "show", "report")
+    assert show.returncode == 0, show.stderr
+    assert "latest run:" in show.stdout  # not "latest 1 runs"
+    assert "1 (0 errors)" in show.stdout
+    assert " 1.2s " in show.stdout  # not "1s"
+    assert "1 (1 error)," in persched("--db", seeded, "show", "invoices-sync").stdout
+
+
+def test_jobs_shows_a_run_now_run_in_flight(make_scheduler: SchedulerFactory, sqlite_url: str) -> None:
+    sched = make_scheduler(start=True)
+    sched.schedule("slow", jobs.block, 3600.0, args=("slow",))
+    assert sched.run_now("slow")
+    gate = jobs.gate("slow")
+    assert gate.started.wait(TIMEOUT)
+    try:
+        proc = persched("--db", sqlite_url, "jobs")
+    finally:
+        gate.release.set()
+    assert proc.returncode == 0, proc.stderr
+    row = proc.stdout.splitlines()[1]
+    assert "running, run-now" in row
+    assert "started " in row  # WHEN says when the run in progress started
+    slot = sched.runs("slow")[0].scheduled_for.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert slot in row  # NEXT RUN is the slot being run (docs/operations.md)
+
+
+# -- exit codes: one rule for every verb -------------------------------------------------
+
+
+def test_every_verb_exits_0_when_the_job_already_is_as_asked(seeded: str) -> None:
+    steps = [
+        (["pause", "report"], 0, "paused 'report'"),
+        (["pause", "report"], 0, "already paused; nothing changed"),
+        (["run-now", "report"], 1, "is paused"),  # cannot be done: an error
+        (["resume", "report"], 0, "resumed 'report'"),
+        (["resume", "report"], 0, "is not paused"),
+        (["run-now", "report"], 0, "run-now requested"),
+        (["run-now", "report"], 0, "already pending; nothing added"),
+        (["deschedule", "report"], 0, "descheduled 'report'"),
+        (["deschedule", "report"], 0, "already descheduled; nothing changed"),
+        (["pause", "report"], 1, "descheduled"),
+        (["resume", "report"], 1, "descheduled"),
+        (["run-now", "report"], 1, "descheduled"),
+    ]
+    for argv, code, needle in steps:
+        proc = persched("--db", seeded, *argv)
+        assert proc.returncode == code, (argv, proc.stdout, proc.stderr)
+        assert needle in (proc.stdout if code == 0 else proc.stderr), (argv, proc.stdout, proc.stderr)
+    for verb in ("pause", "resume", "run-now", "deschedule", "show", "runs"):
+        proc = persched("--db", seeded, verb, "nope")
+        assert proc.returncode == 1, verb
+        assert "no job 'nope'" in proc.stderr
+
+
+def test_deschedule_says_an_application_declares_it_again(seeded: str) -> None:
+    proc = persched("--db", seeded, "deschedule", "report")
+    assert proc.returncode == 0, proc.stderr
+    assert "persched_setup" in proc.stdout
+    assert "schedules it again when it next starts" in proc.stdout
+
+
+# -- messages ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["jobs"], ["migrate"], ["runs"]])
+def test_a_directory_as_the_database_is_named_as_one(tmp_path: Path, command: list[str]) -> None:
+    proc = persched(*command, env={"PERSCHED_DB": str(tmp_path)})
+    assert proc.returncode == 1
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert "is a directory" in proc.stderr
+    assert "unable to open database file" not in proc.stderr
+
+
+# -- docs ------------------------------------------------------------------------------------
+
+
+def _doc_samples(name: str) -> list[list[str]]:
+    """The fenced blocks of docs/operations.md whose first line is a `persched jobs`/`runs` header."""
+    text = (REPO / "docs" / "operations.md").read_text()
+    blocks = [block.splitlines() for block in re.findall(r"```\n(.*?)```", text, re.DOTALL)]
+    return [block for block in blocks if block and block[0].startswith(name)]
+
+
+def test_the_docs_samples_match_real_output(seeded: str) -> None:
+    jobs_samples = _doc_samples("ID  ")
+    runs_samples = _doc_samples("RUN  ")
+    assert jobs_samples
+    assert runs_samples
+    real = {
+        "ID": columns(persched("--db", seeded, "jobs").stdout.splitlines()[0]),
+        "RUN": columns(persched("--db", seeded, "runs").stdout.splitlines()[0]),
+    }
+    for sample in jobs_samples + runs_samples:
+        header = columns(sample[0])
+        full = real[header[0]]
+        if max(map(len, sample)) > 80:
+            assert header == full, sample[0]  # a full-width sample: exactly the real header
+        else:
+            # A sample at 80 columns: the real columns, some left out, in their order.
+            assert header == [name for name in full if name in header], sample[0]
+            assert set(header) <= set(full), sample[0]
+        # Aligned like the real table: each column starts at the same offset in every row.
+        starts = [sample[0].index(name) for name in header]
+        for row in sample[1:]:
+            assert all(start == 0 or row[start - 1 : start] in ("", " ") for start in starts), row
+
+
+def columns(line: str) -> list[str]:
+    """The cells of a table line (separated by two spaces or more)."""
+    return re.split(r"\s{2,}", line.strip())
+
+
+def test_json_output_is_never_cut(seeded: str) -> None:
+    proc = persched("--db", seeded, "runs", "--json", env={"COLUMNS": "40"})
+    runs = json.loads(proc.stdout)
+    assert any(len(run["error"] or "") > 40 for run in runs)
