@@ -43,9 +43,14 @@ it up, and the claim measures a slot's lateness there (SPEC-policies "Missed
 runs": a small `grace_seconds` must not drop the slots of a scheduler that is
 not behind). An entry that came due while the dispatcher slept waiting for
 it, with a worker free, was taken up on time: `taken_at` is its due time,
-however long the wake-up and the claim's commit took. Any other entry (it
-came due while every worker was busy, or while a cycle ran) is taken up when
-it is popped.
+however long the claim's commit took. Not so, and `taken_at` is when it was
+popped: an entry that came due while every worker was busy or while a cycle
+ran; one pushed already late (a change picked up, a recovery: the sleep is
+counted from that push, `_asleep_since`); and one whose wake-up came more
+than `TAKE_UP_SLACK` after its due time (the process was stopped or starved:
+a stall, not dispatch latency). Entries of one job and generation that are
+due together take one worker between them (the rest are dropped: the claim
+would refuse them).
 
 Idle
 ----
@@ -61,7 +66,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ._instant import US_PER_SECOND, Instant
 from ._tracebacks import describe
@@ -75,6 +80,8 @@ __all__ = ["Dispatcher", "Entry"]
 logger = logging.getLogger(__name__)
 
 Entry = tuple[Instant, str, int]  # (due_at, job_id, generation)
+
+TAKE_UP_SLACK: Final = 1_000_000  # µs: a wake-up later than this after its due time is a stall
 
 # Called on the dispatcher thread, on no lock, once per wake-up with every
 # completion handed in since the last cycle and every due entry popped (a
@@ -103,6 +110,7 @@ class Dispatcher:
         self._workers = workers
         self._free_workers = workers
         self._in_cycle = False
+        self._asleep_since: Instant | None = None  # when it began waiting for the head with a worker free
         self._completions: list[Any] = []
         self._claiming = True  # False once shutdown began: completions only
         self._stopping = False
@@ -119,6 +127,9 @@ class Dispatcher:
     def push(self, due_at: Instant, job_id: str, generation: int) -> None:
         """Queue a run of `job_id`'s `generation` for `due_at`; wake the thread if it is the new head."""
         with self._cond:
+            if self._asleep_since is not None and due_at < self._asleep_since:
+                # Late already: the sleep did not wait for it (module docstring).
+                self._asleep_since = max(self._asleep_since, self._timebase.now())
             entry = (due_at, job_id, generation)
             heapq.heappush(self._heap, entry)
             if self._heap[0] is entry:
@@ -175,18 +186,19 @@ class Dispatcher:
     def _next_cycle(self) -> tuple[list[Any], list[ClaimEntry]] | None:
         """Under ``_cond``: wait for completions, or due entries and free workers; take them."""
         clock = self._timebase.clock
-        asleep_since: Instant | None = None  # when it began waiting for the head with a worker free
+        self._asleep_since = None
         while True:
             due: list[ClaimEntry] = []
             if self._claiming and self._heap and self._free_workers:
                 now = self._timebase.now()
                 limit = min(self._free_workers, self._max_batch)
+                taken: set[tuple[str, int]] = set()
                 while self._heap and self._heap[0][0] <= now and len(due) < limit:
                     due_at, job_id, generation = heapq.heappop(self._heap)
-                    # Taken up on time if it came due while this thread slept waiting for it
-                    # (module docstring), else now.
-                    taken_at = now if asleep_since is None else min(now, max(due_at, asleep_since))
-                    due.append((job_id, generation, due_at, Instant(taken_at)))
+                    if (job_id, generation) in taken:
+                        continue  # a duplicate entry: one worker is reserved for the job already
+                    taken.add((job_id, generation))
+                    due.append((job_id, generation, due_at, self._taken_at(due_at, now)))
                 self._free_workers -= len(due)  # SPEC §2: reserve before the claim
             if due or self._completions:
                 completions, self._completions = self._completions, []
@@ -198,11 +210,18 @@ class Dispatcher:
             timeout = None
             if self._claiming and self._heap and self._free_workers:
                 now = self._timebase.now()
-                asleep_since = now if asleep_since is None else asleep_since
+                self._asleep_since = now if self._asleep_since is None else self._asleep_since
                 timeout = (self._heap[0][0] - now) / US_PER_SECOND
             else:
-                asleep_since = None
+                self._asleep_since = None
             clock.wait(self._cond, timeout)
+
+    def _taken_at(self, due_at: Instant, now: Instant) -> Instant:
+        """Under ``_cond``: when an entry popped at `now` was taken up (module docstring)."""
+        asleep_since = self._asleep_since
+        if asleep_since is None or now - due_at > TAKE_UP_SLACK:
+            return now
+        return Instant(min(now, max(due_at, asleep_since)))
 
     def _loop(self) -> None:
         while True:

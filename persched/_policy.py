@@ -179,7 +179,8 @@ class JobPlan:
             return self._claim_fixed_delay(next_run_at, now, taken)
         latest = self.trigger.latest_at_or_before(now if self.end_at is None else min(now, self.end_at))
         latest = next_run_at if latest is None else max(latest, next_run_at)
-        on_time = taken - latest - self.jitter_for(latest) <= self.grace
+        # A slot that came due after the entry was taken up waited for this claim: its lateness counts from now.
+        on_time = (now if latest > taken else taken) - latest - self.jitter_for(latest) <= self.grace
         if self.misfire == "coalesce":
             # SPEC §2: one run stands for every slot since next_run_at.
             return ClaimPlan(latest, False, self.trigger.next_after(latest), None)

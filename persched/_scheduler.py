@@ -674,6 +674,8 @@ class JobScheduler:
         ``clock.advance(seconds)``, ``wait_idle()`` returns once the runs that
         became due have run, so a test needs no sleep and no polling loop. On
         the real clock it returns at the first moment nothing is due or running.
+        A claim that met a store error is tried again a second later: on a
+        FakeClock, advance the clock to let it run.
 
         Args:
             timeout: Real seconds to wait at most; None waits for ever.

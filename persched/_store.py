@@ -104,7 +104,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-CLOCK_STEP_FLOOR: Final = Micros(1_000_000)  # clock corrections smaller than this are left alone (see load_scheduled)
+CLOCK_STEP_FLOOR: Final = Micros(60_000_000)  # corrections smaller than this are skew, left alone (see load_scheduled)
 RETRY_ATTEMPTS: Final = 6
 RETRY_FIRST_DELAY: Final = 0.02  # seconds, doubled per attempt
 RETRY_MAX_DELAY: Final = 1.0  # seconds
@@ -626,11 +626,13 @@ class Store:
         and the rows it corrected.
 
         A row whose next slot lies further ahead of `now` than its schedule allows,
-        and that was last written at an instant still ahead of `now`, was written
-        while a wall clock was ahead (then corrected: SPEC §2 "Clock corrections
-        across a restart"); both by more than `CLOCK_STEP_FLOOR`, so that a first
-        slot placed far ahead on purpose (start_in, start_at) and the small skew
-        between instances are left alone. Its grid slots up to there may have run
+        by more than `CLOCK_STEP_FLOOR`, was written while a wall clock was ahead
+        (then corrected: SPEC §2 "Clock corrections across a restart") if its grid
+        has moved past its first slot, or, still at its first slot, if it was last
+        written at an instant ahead of `now` by more than the floor too: a first
+        slot placed far ahead on purpose (start_in, start_at) is not a clock error,
+        and skew between live instances (seconds) is left alone, so that no
+        instant runs twice. Its grid slots up to there may have run
         already, so it moves on into a new generation (never a (generation,
         scheduled_for) twice) at its next slot from `now` (cron: the next fire
         after now), keeping its definition, pause and history. Paused rows are
@@ -642,7 +644,7 @@ class Store:
             # per-value result processing (a million rows in seconds, FR #17).
             rows = conn.exec_driver_sql(
                 "SELECT next_run_at, job_id, generation, jitter_seconds, run_now_at, paused, interval_seconds,"
-                " cron, timezone, updated_at FROM persched_jobs WHERE state = 'scheduled'"
+                " cron, timezone, updated_at, first_run_at FROM persched_jobs WHERE state = 'scheduled'"
             )
             entries = []
             ahead = []
@@ -658,14 +660,15 @@ class Store:
                 fire = next_fire[cron, zone]  # past the expression's next fire after now
                 return fire is not None and due > fire + CLOCK_STEP_FLOOR
 
-            for at, job_id, generation, jitter, run_now_at, paused, interval, cron, zone, updated in rows:
+            for at, job_id, generation, jitter, run_now_at, paused, interval, cron, zone, updated, first in rows:
                 try:
                     if isinstance(generation, bool) or not isinstance(generation, int):
                         raise TypeError(f"generation {generation!r} is not a whole number")
                     due = _raw_instant(at)
-                    # Cheap tests (the correction re-reads the row): written by a clock ahead of this
-                    # one, and further ahead than the schedule allows.
-                    if _raw_instant(updated) - now > CLOCK_STEP_FLOOR and beyond_schedule(due, interval, cron, zone):
+                    # Cheap tests (the correction re-reads the row): further ahead than the schedule
+                    # allows, and written by a clock ahead of this one (docstring).
+                    written_ahead = at != first or _raw_instant(updated) - now > CLOCK_STEP_FLOOR
+                    if written_ahead and beyond_schedule(due, interval, cron, zone):
                         ahead.append((job_id, generation, due))
                     if paused:
                         continue
@@ -706,9 +709,14 @@ class Store:
                     continue
                 # An interval grid is anchored anew at the corrected slot (its phase is kept).
                 anchor = row.first_run_at if plan.interval is None else to_datetime(corrected)
-                conn.execute(
+                moved = conn.execute(
                     update(jobs)
-                    .where(jobs.c.job_id == job_id, jobs.c.generation == generation, jobs.c.state == _SCHEDULED)
+                    .where(
+                        jobs.c.job_id == job_id,
+                        jobs.c.generation == generation,
+                        jobs.c.state == _SCHEDULED,
+                        jobs.c.next_run_at == was_dt,  # PostgreSQL read no lock: anything since wins
+                    )
                     .values(
                         generation=generation + 1,
                         first_run_at=anchor,
@@ -717,6 +725,8 @@ class Store:
                         change_seq=_bump_change_seq(conn),
                     )
                 )
+                if moved.rowcount != 1:
+                    continue
                 # The plan of the new generation: jitter hashes the generation.
                 due = None if row.paused else _plan_of_row(row, generation + 1).due_at(corrected, _ts(row.run_now_at))
                 corrections.append(Correction(job_id, generation + 1, was, corrected, due))
@@ -850,16 +860,18 @@ class Store:
             for key, (claim, plan, decision, run_now_at, next_at) in list(claims.items()):
                 run_id = run_ids.get(claim.job_id)
                 if run_id is None:
-                    # SPEC §2 "Clock corrections": this slot ran already; move on past it, alone.
+                    # SPEC §2 "Clock corrections": this slot ran already; move on past it, alone
+                    # (a fixed-delay claim leaves next_run_at on it: one interval on, then).
+                    past = max(decision.next_run_at, plan.slot_after(claim.scheduled_for))
                     logger.warning(
                         "job %s generation %d: the slot %s has run already (written by a clock behind the one "
                         "that ran it?); moving on to %s",
                         *key,
                         to_datetime(claim.scheduled_for).isoformat(),
-                        to_datetime(decision.next_run_at).isoformat(),
+                        to_datetime(past).isoformat(),
                     )
                     del claims[key]
-                    skipped[key] = _revert(reverts, plan, *key, decision.next_run_at, run_now_at)
+                    skipped[key] = _revert(reverts, plan, *key, past, run_now_at)
                     continue
                 claims[key] = (dataclasses.replace(claim, run_id=run_id), plan, decision, run_now_at, next_at)
                 if decision.run_now or decision.run_for != next_at:  # the UPDATE set running_for to next_at

@@ -22,6 +22,7 @@ from tests.support import jobs
 from tests.support.helpers import TIMEOUT, sql
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 INTERVALS = (0.1, 1 / 3, 0.7, 7.3, 60.0, 86_400.000001, 0.000001, 0.0000015, 2.5e-5, 3599.999999, 1e-3, 123.456789)
@@ -235,3 +236,91 @@ def test_a_correction_never_moves_a_job_before_its_start_at(tmp_path: Path) -> N
         assert sched.wait_idle(TIMEOUT)
         assert [len(jobs.calls(key)) for key in ("rate", "delay", "cron")] == [0, 0, 0]
         assert all(job.next_run_at >= start_at for job in sched.jobs())
+
+
+# -- found by an adversarial review of the above (each failed before its fix) ----------------------
+
+
+def test_a_slot_picked_up_late_is_not_taken_up_on_time(tmp_path: Path) -> None:
+    """A job scheduled elsewhere whose slot is 4 s old when the heartbeat picks it up was not
+    waited for: with misfire="skip" it is missed, also while the dispatcher slept for another job."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    clock = FakeClock(1_700_000_000.111111)
+    with JobScheduler(url, clock=clock, pickup_seconds=1.0) as sched:
+        sched.schedule("daily", jobs.record, 86_400, args=("daily",))  # the dispatcher sleeps for this one
+        other = JobScheduler(url, clock=clock)  # another process: never started
+        try:
+            other.schedule("x", jobs.record, 10, args=("x",), start_in=1, misfire="skip", grace_seconds=0.5)
+        finally:
+            other.shutdown()
+        clock.advance(5)  # the heartbeat picks x up with its slot 4 s old
+        assert wait_for(lambda: bool(sched.runs("x")))
+        assert [r.outcome for r in sched.runs("x")] == ["missed"]
+        assert jobs.calls("x") == []
+
+
+def test_a_row_moved_on_and_then_touched_by_the_corrected_clock_is_still_corrected(tmp_path: Path) -> None:
+    """A pause from a shell on the corrected clock rewrote updated_at; the row must still be put right."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    real = 1_700_000_000.222222
+    ahead = FakeClock(real + 86_400)
+    with JobScheduler(url, clock=ahead) as sched:
+        sched.schedule("j", jobs.record, 60, args=("j",))
+        ahead.advance(60)
+        assert sched.wait_idle(TIMEOUT)
+    corrected = FakeClock(real + 30)
+    shell = JobScheduler(url, clock=corrected)
+    try:
+        assert shell.pause("j")
+    finally:
+        shell.shutdown()
+    with JobScheduler(url, clock=corrected) as sched:
+        assert sched.resume("j")
+        corrected.advance(60)
+        assert sched.wait_idle(TIMEOUT)
+        assert len(jobs.calls("j")) == 2
+
+
+def test_skew_between_live_instances_is_not_a_correction(tmp_path: Path) -> None:
+    """An instance 5 s ahead ran a slot; one with the right clock starting just after must not run that
+    instant again in a new generation (SPEC-multi: skew moves runs, never runs a slot twice)."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    t = 1_700_000_000.333333
+    ahead = FakeClock(t + 5)
+    with JobScheduler(url, clock=ahead) as b:
+        b.schedule("x", jobs.record, 60, args=("x",))
+        ahead.advance(60)
+        assert b.wait_idle(TIMEOUT)
+    right = FakeClock(t + 60.5)
+    with JobScheduler(url, clock=right) as a:
+        right.advance(5)
+        assert a.wait_idle(TIMEOUT)
+        assert [(r.generation, r.outcome) for r in a.runs("x")] == [(1, "ok")]
+
+
+def test_a_fixed_delay_slot_that_ran_already_moves_on_one_interval(tmp_path: Path) -> None:
+    """Seen: 221 "has run already" warnings a second and no run (the claim left next_run_at on it)."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    clock = FakeClock(1_700_000_000.444444)
+    with JobScheduler(url, clock=clock) as sched:
+        sched.schedule("d", jobs.record, 60, args=("d",), recurrence="fixed_delay")
+        clock.advance(60)
+        assert sched.wait_idle(TIMEOUT)
+    ran = sql(url, "SELECT scheduled_for FROM persched_runs WHERE job_id = 'd'")[0][0]
+    sql(url, "UPDATE persched_jobs SET next_run_at = ? WHERE job_id = 'd'", (ran,))
+    with JobScheduler(url, clock=clock) as sched:
+        assert sched.wait_idle(TIMEOUT)
+        assert len(jobs.calls("d")) == 1
+        clock.advance(60)
+        assert sched.wait_idle(TIMEOUT)
+        assert len(jobs.calls("d")) == 2
+
+
+def wait_for(predicate: Callable[[], bool]) -> bool:
+    """Poll `predicate` for up to TIMEOUT real seconds (a pick-up runs on the heartbeat thread)."""
+    deadline = time.monotonic() + TIMEOUT
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
