@@ -86,6 +86,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlch
 from . import _triggers
 from ._instant import Instant, Micros, from_datetime, from_naive_utc, to_datetime
 from ._models import Job, JobDefinition, JobState, Policies, Run, validate_policies
+from ._observe import Observer, notify
 from ._policy import ClaimPlan, JobPlan, Missed, place_grid
 from ._schema import UTCDateTime, changes, jobs, runs
 from .errors import InvalidJobError, StoreError
@@ -263,6 +264,8 @@ class Store:
         # to 100 ms between tries and let a stream of schedule() calls starve
         # the dispatcher's claims. Other processes still meet busy_timeout.
         self._sqlite_writer = threading.Lock() if engine.dialect.name == "sqlite" else None
+        # Told of retries, errors and missed slots (`_observe`); the default does nothing.
+        self.observer = Observer()
 
     def _writer(self, readonly: bool) -> contextlib.AbstractContextManager[object]:
         if readonly or self._sqlite_writer is None:
@@ -277,6 +280,7 @@ class Store:
             return body(enclosing)  # part of the enclosing write: see `dispatch`
         delay = RETRY_FIRST_DELAY
         for attempt in range(1, self._retry_attempts + 1):
+            committed: list[Callable[[], None]] = []
             try:
                 with self._writer(readonly), self.engine.connect() as conn:
                     if readonly:
@@ -284,16 +288,21 @@ class Store:
                     with conn.begin():
                         if readonly:
                             return body(conn)
-                        self._joined.conn = conn
+                        self._joined.conn, self._joined.committed = conn, committed
                         try:
-                            return body(conn)
+                            result = body(conn)
                         finally:
                             self._joined.conn = None
+                for observe in committed:  # only now: a retried body must not count twice
+                    observe()
+                return result
             except IntegrityError:
                 raise  # callers decide; never retried blindly
             except DBAPIError as exc:
                 if not _is_transient(exc, self._postgres) or attempt == self._retry_attempts:
+                    notify(lambda: self.observer.store_error(what), "store error")
                     raise StoreError(self.url, f"{what} failed: {exc.orig}") from exc
+                notify(lambda: self.observer.store_retry(what), "store retry")
                 logger.warning(
                     "%s failed (attempt %d of %d), retrying: %s",
                     what,
@@ -302,11 +311,23 @@ class Store:
                     exc.orig,
                 )
             except SQLAlchemyError as exc:
+                notify(lambda: self.observer.store_error(what), "store error")
                 raise StoreError(self.url, f"{what} failed: {exc}") from exc
             # Backoff between attempts of a failed transaction, on no lock.
             time.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_DELAY)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _after_commit(self, missed: Sequence[dict[str, Any]]) -> None:
+        """Tell the observer about the "missed" records of the write open on this thread, once it commits."""
+        for record in missed:
+            if record["outcome"] == "missed":
+                job_id, slots = record["job_id"], record["missed_count"]
+                self._joined.committed.append(
+                    lambda job_id=job_id, slots=slots: notify(
+                        lambda: self.observer.slots_missed(job_id, slots), "missed slots"
+                    )
+                )
 
     def _write(self, body: Callable[[Connection], T], what: str) -> T:
         return self._transaction(body, readonly=False, what=what)
@@ -715,6 +736,7 @@ class Store:
             ):
                 if params:
                     conn.execute(statement, params)
+            self._after_commit(missed)
             lost = {key[0]: bound for key, (bound, _) in expected.items() if key not in claims and key not in skipped}
             misses = _misses(conn, lost) if lost else {}
             results: list[Claim | ClaimMiss] = []
@@ -882,6 +904,7 @@ class Store:
                 conn.execute(_FINISH_JOB, moves)
             if missed:
                 conn.execute(self._insert_runs, missed)
+                self._after_commit(missed)
             return due
 
         return self._write(body, "finish runs")
