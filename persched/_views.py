@@ -19,7 +19,7 @@ this key", never OFFSET):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import func, select
 
@@ -28,12 +28,12 @@ from ._schema import jobs, runs
 from ._store import _job, _run
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection
+    from sqlalchemy import Connection, Select
 
     from ._models import Job, Run
     from ._store import Store
 
-__all__ = ["OUTCOMES", "job_counts", "jobs_page", "runs_page"]
+__all__ = ["OUTCOMES", "job_counts", "jobs_page", "jobs_query", "runs_page", "runs_query"]
 
 #: The outcomes the runs page filters by; "running" is a run with no outcome yet.
 OUTCOMES: Final = ("ok", "error", "lost", "missed", "running")
@@ -66,10 +66,7 @@ def jobs_page(store: Store, after: str | None, limit: int) -> list[Job]:
     """Up to `limit` active jobs with ids after `after`, in id order."""
 
     def body(conn: Connection) -> list[Job]:
-        query = select(jobs).where(jobs.c.state != _DESCHEDULED).order_by(jobs.c.job_id).limit(limit)
-        if after is not None:
-            query = query.where(jobs.c.job_id > after)
-        return [_job(row) for row in conn.execute(query)]
+        return [_job(row) for row in conn.execute(jobs_query(after, limit))]
 
     return store._read(body, "jobs page")
 
@@ -82,22 +79,38 @@ def runs_page(
     Raises:
         ValueError: `outcome` is not one of `OUTCOMES`.
     """
-    if outcome is not None and outcome not in OUTCOMES:
-        raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}")
+    query = runs_query(job_id=job_id, outcome=outcome, before=before, limit=limit)
 
     def body(conn: Connection) -> list[Run]:
-        query = select(runs).order_by(runs.c.run_id.desc()).limit(limit)
-        if job_id is not None:
-            query = query.where(runs.c.job_id == job_id)
-        if outcome == "running":
-            query = query.where(runs.c.outcome.is_(None))
-        elif outcome == "ok":
-            query = query.where(runs.c.outcome == "ok")
-        elif outcome is not None:
-            # The second term is the partial index's own predicate (SQLite proves no implications).
-            query = query.where(runs.c.outcome == outcome, runs.c.outcome != "ok")
-        if before is not None:
-            query = query.where(runs.c.run_id < before)
         return [_run(row) for row in conn.execute(query)]
 
     return store._read(body, "runs page")
+
+
+def jobs_query(after: str | None, limit: int) -> Select[Any]:
+    """The SELECT of `jobs_page` (exposed so that a test can check its query plan)."""
+    query = select(jobs).where(jobs.c.state != _DESCHEDULED).order_by(jobs.c.job_id).limit(limit)
+    return query if after is None else query.where(jobs.c.job_id > after)
+
+
+def runs_query(*, job_id: str | None, outcome: str | None, before: int | None, limit: int) -> Select[Any]:
+    """The SELECT of `runs_page` (exposed so that a test can check its query plan).
+
+    Raises:
+        ValueError: `outcome` is not one of `OUTCOMES`.
+    """
+    if outcome is not None and outcome not in OUTCOMES:
+        raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}")
+    query = select(runs).order_by(runs.c.run_id.desc()).limit(limit)
+    if job_id is not None:
+        query = query.where(runs.c.job_id == job_id)
+    if outcome == "running":
+        query = query.where(runs.c.outcome.is_(None))
+    elif outcome == "ok":
+        query = query.where(runs.c.outcome == "ok")
+    elif outcome is not None:
+        # The second term is the partial index's own predicate (SQLite proves no implications).
+        query = query.where(runs.c.outcome == outcome, runs.c.outcome != "ok")
+    if before is not None:
+        query = query.where(runs.c.run_id < before)
+    return query

@@ -39,7 +39,7 @@ import time
 from typing import TYPE_CHECKING, Final
 
 try:
-    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
     from prometheus_client.registry import Collector
 except ImportError as exc:  # pragma: no cover - exercised without the extra
@@ -50,17 +50,18 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 from . import _views
 from ._instant import from_datetime, micros, seconds
 from ._observe import Observer
-from .errors import InvalidJobError, StoreError
+from .errors import InvalidJobError, PerschedError, StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
+    from wsgiref.simple_server import WSGIServer
 
     from prometheus_client.metrics_core import Metric
 
     from ._events import Event, EventKind
     from ._scheduler import JobScheduler
 
-__all__ = ["DURATION_BUCKETS", "LATENESS_BUCKETS", "SchedulerMetrics"]
+__all__ = ["DURATION_BUCKETS", "LATENESS_BUCKETS", "SchedulerMetrics", "serve"]
 
 logger = logging.getLogger(__name__)
 
@@ -296,3 +297,20 @@ class _LiveCollector(Collector):
             "Events dropped because listeners did not keep up (then run counts undercount).",
             scheduler.events_dropped,
         )
+
+
+def serve(scheduler: JobScheduler, host: str, port: int) -> tuple[WSGIServer, threading.Thread]:
+    """Attach fresh metrics on ``prometheus_client.REGISTRY`` and serve them at ``http://host:port/metrics``.
+
+    For ``persched run --metrics-port``; an application that has its own
+    endpoint attaches `SchedulerMetrics` to its registry instead. Stop the
+    server with ``shutdown()`` then ``server_close()``.
+
+    Raises:
+        PerschedError: The address cannot be bound.
+    """
+    SchedulerMetrics().attach(scheduler)
+    try:
+        return start_http_server(port, addr=host)
+    except OSError as exc:
+        raise PerschedError(f"--metrics-port: cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
