@@ -10,7 +10,8 @@ this key", never OFFSET):
   the primary key; of one job: ``ix_persched_runs_job_id_run_id``.
 - `runs_page` for "error", "lost", "missed": ``ix_persched_runs_outcome``
   (partial, ``outcome <> 'ok'``; the query repeats that term so SQLite sees
-  the index applies); "running": ``ix_persched_runs_open`` (outcome NULL);
+  the index applies); "running": ``ix_persched_runs_open`` (outcome NULL;
+  the few open runs are sorted);
   "ok": the primary key, walking back until a page is full (ok is the common
   outcome, so that walk is short).
 - `job_counts`: one ``GROUP BY state, paused`` over persched_jobs (a scan of the
@@ -101,12 +102,18 @@ def runs_query(*, job_id: str | None, outcome: str | None, before: int | None, l
     """
     if outcome is not None and outcome not in OUTCOMES:
         raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}")
+    if outcome == "running":
+        # Open runs are few: find them by their partial index and sort them. `run_id + 0` keeps
+        # the planners from walking the whole history back by primary key to find one.
+        key = runs.c.run_id + 0
+        query = select(runs).where(runs.c.outcome.is_(None)).order_by(key.desc()).limit(limit)
+        if job_id is not None:
+            query = query.where(runs.c.job_id == job_id)
+        return query if before is None else query.where(key < before)
     query = select(runs).order_by(runs.c.run_id.desc()).limit(limit)
     if job_id is not None:
         query = query.where(runs.c.job_id == job_id)
-    if outcome == "running":
-        query = query.where(runs.c.outcome.is_(None))
-    elif outcome == "ok":
+    if outcome == "ok":
         query = query.where(runs.c.outcome == "ok")
     elif outcome is not None:
         # The second term is the partial index's own predicate (SQLite proves no implications).
