@@ -21,7 +21,7 @@ from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
 START = 1_700_000_000.123457
@@ -61,9 +61,10 @@ def db(tmp_path: Path) -> str:
     return url
 
 
-def serve_app(db: str, token: str | None) -> Iterator[Dashboard]:
+def serve_app(db: str, token: str | None, now: Callable[[], int] | None = None) -> Iterator[Dashboard]:
+    """Serve the dashboard of `db` (actions stamped by `now`, default the real clock) while iterated."""
     store = open_existing(db)
-    app = WebApp(store, token)
+    app = WebApp(store, token, now)
     server = make_web_server(app, "127.0.0.1", 0)
     thread = threading.Thread(target=server.serve_forever, name="web-test-server", daemon=True)
     thread.start()
