@@ -177,11 +177,12 @@ class SchedulerMetrics(Observer):
             namespace=namespace,
             registry=reg,
         )
-        self._live = _LiveCollector(namespace, self)
-        self.registry.register(self._live)
         self._lock = threading.Lock()
         self._scheduler: JobScheduler | None = None
         self._jobs_cache: tuple[int, dict[str, int]] | None = None  # (monotonic ns, counts)
+        # Last: a registry that describes collectors (the default one) collects at once.
+        self._live = _LiveCollector(namespace, self)
+        self.registry.register(self._live)
 
     # -- wiring -------------------------------------------------------------------
 

@@ -213,6 +213,11 @@ def test_store_errors_are_scraped(
     assert value(samples, "persched_store_errors_total", operation="claim") == 1
 
 
+def test_registers_on_a_describing_registry_like_the_default() -> None:
+    # prometheus_client.REGISTRY collects a collector when it is registered (auto_describe).
+    SchedulerMetrics(CollectorRegistry(auto_describe=True))
+
+
 def test_a_second_registration_on_one_registry_is_refused(registry: CollectorRegistry) -> None:
     SchedulerMetrics(registry)
     with pytest.raises(ValueError, match="Duplicated"):
