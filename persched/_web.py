@@ -41,6 +41,7 @@ import secrets
 import signal
 import socketserver
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -76,6 +77,7 @@ CHART_RUNS: Final = 200  # latest runs drawn on a job's chart
 COOKIE: Final = "persched_session"
 ACTIONS: Final = ("pause", "resume", "run-now", "deschedule")
 MAX_FORM_BYTES: Final = 10_000
+COUNTS_CACHE_NS: Final = 5_000_000_000  # the jobs page's counts by state are reused this long (real time)
 
 _CSS: Final = """
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
@@ -133,6 +135,8 @@ class WebApp:
         self.store = store
         self._token = None if token is None else token.encode()
         self._now = now or SystemClock().now_us
+        self._counts_lock = threading.Lock()
+        self._counts: tuple[int, dict[str, int]] | None = None  # (monotonic ns, jobs by state)
 
     # -- WSGI -------------------------------------------------------------------------
 
@@ -294,7 +298,7 @@ class WebApp:
     def _jobs(self, after: str | None, session: str | None) -> _Response:
         jobs = _views.jobs_page(self.store, after, PAGE_SIZE + 1)
         more, jobs = len(jobs) > PAGE_SIZE, jobs[:PAGE_SIZE]
-        counts = _views.job_counts(self.store)
+        counts = self._job_counts()
         now = to_datetime(self._now())
         rows = "".join(
             "<tr>"
@@ -319,6 +323,18 @@ class WebApp:
         )
         body = f'<h1>Jobs</h1><p class="counts">{summary}</p>{table}<p class="pager">{pager}</p>'
         return self._page("Jobs", body, session)
+
+    def _job_counts(self) -> dict[str, int]:
+        """Jobs by state, reused for COUNTS_CACHE_NS: the count scans the jobs table (about 90 ms at 100,000 jobs)."""
+        now = time.monotonic_ns()
+        with self._counts_lock:
+            cached = self._counts
+        if cached is not None and now - cached[0] < COUNTS_CACHE_NS:
+            return cached[1]
+        counts = _views.job_counts(self.store)
+        with self._counts_lock:
+            self._counts = (now, counts)
+        return counts
 
     def _job(self, job_id: str, before: int | None, msg: str | None, session: str | None) -> _Response:
         job = self.store.get_job(job_id)
