@@ -7,10 +7,12 @@ runs and their events, so a scrape afterwards sees every count.
 from __future__ import annotations
 
 import sqlite3
+import threading
 import subprocess
 import sys
 import urllib.request
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from unittest.mock import patch
 
 import pytest
 
@@ -244,3 +246,41 @@ except ImportError as exc:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert "pip install 'persched[metrics]'" in done.stdout
+
+
+class _MissedRecorder(Observer):
+    def __init__(self) -> None:
+        self.missed: list[tuple[str, int | None]] = []
+        self.retries: list[str] = []
+
+    def slots_missed(self, job_id: str, slots: int | None) -> None:
+        self.missed.append((job_id, slots))
+
+    def store_retry(self, operation: str) -> None:
+        self.retries.append(operation)
+
+
+def test_a_retried_claim_counts_its_missed_slots_once(make_scheduler: SchedulerFactory, clock: FakeClock) -> None:
+    sched = make_scheduler(clock=clock)
+    recorder = _MissedRecorder()
+    sched.set_observer(recorder)
+    sched.schedule("skipper", "tests.support.jobs:record", 10.0, args=("s",), misfire="skip")
+    sched.start()
+    dialect = sched._store.engine.dialect
+    real_commit = dialect.do_commit
+    armed = [True]
+
+    def commit_fails_once(dbapi_connection: Any) -> None:  # noqa: ANN401 - a DB-API connection
+        if armed[0] and threading.current_thread().name == "persched-dispatcher":
+            armed[0] = False  # the dispatcher's claim: as if SQLite were busy past its timeout
+            raise sqlite3.OperationalError("database is locked")
+        real_commit(dbapi_connection)
+
+    with patch.object(dialect, "do_commit", commit_fails_once):
+        clock.advance(45)  # the claim that records the missed range fails at commit, then is retried
+        assert sched.wait_idle(TIMEOUT)
+    assert not armed[0], "the seam never fired"
+    assert recorder.retries, "the failed commit was not retried"
+    missed = [r for r in sched.runs("skipper") if r.outcome == "missed"]
+    assert len(missed) == 1
+    assert recorder.missed == [("skipper", missed[0].missed_count)]
