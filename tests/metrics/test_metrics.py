@@ -7,9 +7,9 @@ runs and their events, so a scrape afterwards sees every count.
 from __future__ import annotations
 
 import sqlite3
-import threading
 import subprocess
 import sys
+import threading
 import urllib.request
 from typing import TYPE_CHECKING, Any
 from unittest.mock import patch
