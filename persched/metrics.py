@@ -152,7 +152,7 @@ class SchedulerMetrics(Observer):
         )
         self.claim_conflicts = Counter(
             "claim_conflicts",
-            "Claims lost because another instance (or a change) moved the job first.",
+            "Claims that lost: another instance, or an older queue entry of this one, moved the job first.",
             job,
             namespace=namespace,
             registry=reg,
