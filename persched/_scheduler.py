@@ -51,6 +51,7 @@ from ._models import (
     validate_job_id,
     validate_policies,
 )
+from ._observe import Observer, notify
 from ._overrun import OverrunWatch
 from ._store import Claim, ClaimMiss, Completion, Store, bound_error_text
 from ._targets import normalize_allowed, reference_of
@@ -795,6 +796,8 @@ class JobScheduler:
             return  # descheduled, replaced, paused or finished: the entry was stale
         if miss.state == _RUNNING and miss.owner == self.instance_id:
             return  # our own run: its completion queues the next slot
+        observer = self._store.observer
+        notify(lambda: observer.claim_conflict(job_id), "claim conflict")
         self._dispatcher.push(miss.due_at, job_id, generation)
         logger.debug("claim of %s generation %d lost (state %s)", job_id, generation, miss.state)
 
@@ -902,6 +905,25 @@ class JobScheduler:
         """Stop calling `callback`; True if it was registered."""
         self._check_process()
         return self._events.remove(callback)
+
+    def set_observer(self, observer: Observer | None) -> None:
+        """Count what the events do not carry (claim conflicts, store retries and errors, missed slots).
+
+        `persched.metrics.SchedulerMetrics` sets one; None restores the default,
+        which does nothing. Its methods are called on persched's threads and
+        must be quick; one that raises is logged and ignored.
+        """
+        self._store.observer = Observer() if observer is None else observer
+
+    def runs_in_flight(self) -> int:
+        """How many runs this scheduler has claimed and not yet recorded (for a gauge)."""
+        with self._inflight_cond:
+            return len(self._inflight_runs)
+
+    @property
+    def events_dropped(self) -> int:
+        """How many events were dropped because listeners did not keep up (see `add_listener`)."""
+        return self._events.dropped
 
     def _emit(
         self, kind: EventKind, job_id: str, generation: int, *, job: Job | None = None, run: Run | None = None

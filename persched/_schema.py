@@ -159,3 +159,12 @@ Index(
     sqlite_where=runs.c.outcome.is_(None),
     postgresql_where=runs.c.outcome.is_(None),
 )
+# Runs that did not end "ok", by outcome, newest last: the dashboard's runs page filtered by
+# outcome (revision 0004). Partial, so ordinary runs never maintain it.
+Index(
+    "ix_persched_runs_outcome",
+    runs.c.outcome,
+    runs.c.run_id,
+    sqlite_where=runs.c.outcome != "ok",
+    postgresql_where=runs.c.outcome != "ok",
+)

@@ -88,6 +88,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlch
 from . import _triggers
 from ._instant import Instant, Micros, from_datetime, from_naive_utc, to_datetime
 from ._models import Job, JobDefinition, JobState, Policies, Run, validate_policies
+from ._observe import Observer, notify
 from ._policy import ClaimPlan, JobPlan, Missed, place_grid
 from ._rows import StoredRow, raw_columns, read_row, readable
 from ._schema import UTCDateTime, changes, jobs, runs
@@ -310,6 +311,8 @@ class Store:
         # log names only the changes made elsewhere (see changes_made_elsewhere).
         self._own_changes: set[int] = set()
         self._own_lock = threading.Lock()
+        # Told of retries, errors and missed slots (`_observe`); the default does nothing.
+        self.observer = Observer()
 
     def _writer(self, readonly: bool) -> contextlib.AbstractContextManager[object]:
         if readonly or self._sqlite_writer is None:
@@ -325,6 +328,7 @@ class Store:
         delay = RETRY_FIRST_DELAY
         reclaimed = False  # SQLite "disk full": the WAL was checkpointed and truncated once
         for attempt in range(1, self._retry_attempts + 1):
+            committed: list[Callable[[], None]] = []
             try:
                 with self._writer(readonly), self.engine.connect() as conn:
                     if readonly:
@@ -332,13 +336,15 @@ class Store:
                     with conn.begin():
                         if readonly:
                             return body(conn)
-                        self._joined.conn = conn
+                        self._joined.conn, self._joined.committed = conn, committed
                         conn.info.pop(_CHANGES_KEY, None)  # info outlives a checkout: start empty
                         try:
                             result = body(conn)
                         finally:
                             self._joined.conn = None
                     self._note_own_changes(conn.info.pop(_CHANGES_KEY, ()))  # committed
+                for observe in committed:  # only now: a retried body must not count twice
+                    observe()
                 if self._low_space:
                     self._reclaim_wal(what)  # see _reclaim_wal: keep the WAL from eating the volume again
                 return result
@@ -351,7 +357,9 @@ class Store:
                     if self._reclaim_wal(what):
                         continue  # the WAL's space is free again: try once more at once
                 if not _is_transient(exc, self._postgres) or attempt == self._retry_attempts:
+                    notify(lambda: self.observer.store_error(what), "store error")
                     raise StoreError(self.url, f"{what} failed: {exc.orig}") from exc
+                notify(lambda: self.observer.store_retry(what), "store retry")
                 logger.warning(
                     "%s failed (attempt %d of %d), retrying: %s",
                     what,
@@ -360,6 +368,7 @@ class Store:
                     exc.orig,
                 )
             except SQLAlchemyError as exc:
+                notify(lambda: self.observer.store_error(what), "store error")
                 raise StoreError(self.url, f"{what} failed: {exc}") from exc
             # Backoff between attempts of a failed transaction, on no lock.
             time.sleep(delay)
@@ -427,6 +436,17 @@ class Store:
             self._own_changes.update(seqs)
             if len(self._own_changes) > _OWN_CHANGES_KEPT:  # nobody reads them (no heartbeat): forget the oldest
                 self._own_changes = set(sorted(self._own_changes)[-_OWN_CHANGES_KEPT // 2 :])
+
+    def _after_commit(self, missed: Sequence[dict[str, Any]]) -> None:
+        """Tell the observer about the "missed" records of the write open on this thread, once it commits."""
+        for record in missed:
+            if record["outcome"] == "missed":
+                job_id, slots = record["job_id"], record["missed_count"]
+                self._joined.committed.append(
+                    lambda job_id=job_id, slots=slots: notify(
+                        lambda: self.observer.slots_missed(job_id, slots), "missed slots"
+                    )
+                )
 
     def _write(self, body: Callable[[Connection], T], what: str) -> T:
         return self._transaction(body, readonly=False, what=what)
@@ -894,6 +914,7 @@ class Store:
             ):
                 if params:
                     conn.execute(statement, params)
+            self._after_commit(missed)
             lost = {key[0]: bound for key, (bound, _) in expected.items() if key not in claims and key not in skipped}
             misses = _misses(conn, lost) if lost else {}
             results: list[Claim | ClaimMiss] = []
@@ -1081,6 +1102,7 @@ class Store:
                 conn.execute(_CLAIM_QUARANTINE, quarantined)
             if missed:
                 conn.execute(self._insert_runs, missed)
+                self._after_commit(missed)
             return due
 
         return self._write(body, "finish runs")

@@ -11,7 +11,8 @@ Commands (``persched COMMAND --help`` shows each with an example)::
     persched pause JOB_ID                # no run starts until resumed
     persched resume JOB_ID               # continue on the schedule from now
     persched run-now JOB_ID              # one extra run as soon as a worker is free
-    persched run --import MODULE [--workers N] [--allow PKG ... | --allow-any-module]
+    persched run --import MODULE [--workers N] [--allow PKG ... | --allow-any-module] [--metrics-port N]
+    persched web [--port N] [--token TOKEN]   # a dashboard in the browser
 
 The database comes from ``--db URL`` (before or after the command), else the
 ``PERSCHED_DB`` environment variable, else ``persched.db`` in the current
@@ -71,8 +72,10 @@ from .errors import PerschedError
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from types import FrameType, ModuleType
+    from wsgiref.simple_server import WSGIServer
 
     from ._models import Run
+    from ._scheduler import JobScheduler
 
 __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_PIPE", "EXIT_USAGE", "main"]
 
@@ -752,8 +755,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    metrics_server = None
     try:
         try:
+            if args.metrics_port is not None:
+                metrics_server = _serve_metrics(scheduler, args.metrics_host, args.metrics_port)
             scheduler.start()
             setup = getattr(module, SETUP_HOOK, None)
             if callable(setup):
@@ -783,8 +789,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
         logger.info("persched stopped")
         return EXIT_OK
     finally:
+        if metrics_server is not None:
+            metrics_server.shutdown()
+            metrics_server.server_close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _serve_metrics(scheduler: JobScheduler, host: str, port: int) -> WSGIServer:
+    try:
+        metrics = importlib.import_module("persched.metrics")  # the optional extra: only when asked for
+    except ImportError as exc:
+        raise CliError(f"--metrics-port: {exc}") from exc
+    server, _ = metrics.serve(scheduler, host, port)
+    logger.info("metrics at http://%s:%d/metrics", host, server.server_port)
+    return server  # type: ignore[no-any-return]  # imported by name
+
+
+def _cmd_web(args: argparse.Namespace) -> int:
+    web = importlib.import_module("persched._web")
+    token = args.token if args.token is not None else os.environ.get(web.ENV_TOKEN) or None
+    web.serve(args.db, args.host, args.port, token, lambda url: _say(f"persched web: {url} (Ctrl-C stops it)"))
+    return EXIT_OK
 
 
 # -- parser ----------------------------------------------------------------------------
@@ -939,6 +965,22 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run whatever callable a job's row names, from any importable module (trust every database writer)",
     )
+    sub.add_argument(
+        "--metrics-port", type=_port, metavar="N", help="serve Prometheus metrics on this port (persched[metrics])"
+    )
+    sub.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST", help="address to bind (127.0.0.1)")
+    sub = command(
+        "web",
+        "serve a dashboard of this database in the browser: jobs, runs, charts (read-only without --token)",
+        "PERSCHED_WEB_TOKEN=$(openssl rand -hex 16) persched --db jobs.db web --port 8765",
+        _cmd_web,
+        "Never creates or migrates the database; works with or without a scheduler running on it."
+        " With an access token (--token or $PERSCHED_WEB_TOKEN), a browser that signs in with it gets"
+        " pause, resume, run-now and deschedule buttons; every action is logged.",
+    )
+    sub.add_argument("--port", type=_port, default=8765, metavar="N", help="port to listen on (8765; 0: any free)")
+    sub.add_argument("--host", default="127.0.0.1", metavar="HOST", help="address to bind (127.0.0.1)")
+    sub.add_argument("--token", metavar="TOKEN", help="access token that enables the actions ($PERSCHED_WEB_TOKEN)")
     return parser
 
 
@@ -948,6 +990,16 @@ def _add_wide(sub: argparse.ArgumentParser) -> None:
         action="store_true",
         help="never cut or leave out columns (default at a terminal or with COLUMNS set: fit its width)",
     )
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0..65535, got {value}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -965,7 +1017,7 @@ def _positive_int(text: str) -> int:
 def _configure_logging(args: argparse.Namespace) -> None:
     if args.debug:
         level = logging.DEBUG
-    elif args.verbose or args.command == "run":
+    elif args.verbose or args.command in ("run", "web"):
         level = logging.INFO
     else:
         level = logging.WARNING

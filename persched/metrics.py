@@ -1,0 +1,317 @@
+"""Prometheus metrics of a running scheduler (the optional extra ``persched[metrics]``).
+
+::
+
+    from prometheus_client import start_http_server
+    from persched.metrics import SchedulerMetrics
+
+    metrics = SchedulerMetrics()          # registers on prometheus_client.REGISTRY
+    metrics.attach(scheduler)             # before or after scheduler.start()
+    start_http_server(9464, addr="127.0.0.1")
+
+or ``persched run --import myapp.jobs --metrics-port 9464``. Pass
+``registry=`` to register on an application's own `CollectorRegistry`.
+
+What feeds what (docs/observability.md lists every metric): run counts,
+lateness and duration come from the scheduler's events (a listener on the
+``persched-events`` thread, never on the dispatch path); claim conflicts,
+store retries and errors and missed slots from its `Observer` hook; runs in
+flight and dropped events are read from the scheduler at scrape time; jobs
+by state from one ``GROUP BY`` on the database at scrape time, cached for
+`jobs_cache_seconds`.
+
+Labels are few by default: runs by ``outcome``, store retries and errors by
+``operation`` (a fixed set of store methods), jobs by ``state``. With
+``per_job=True`` the run, lateness, duration, missed and conflict metrics
+also carry a ``job`` label: one series per job and bucket, so keep it for
+deployments with tens of jobs, not thousands.
+
+Everything is counted by the process it happens in: run counts by the
+instance that ran them, a lost run by the instance whose heartbeat
+recovered it. Sum over instances in PromQL.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Final
+
+try:
+    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.registry import Collector
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise ImportError(
+        "persched.metrics needs prometheus_client: pip install 'persched[metrics]'", name=exc.name
+    ) from exc
+
+from . import _views
+from ._instant import from_datetime, micros, seconds
+from ._observe import Observer
+from .errors import InvalidJobError, PerschedError, StoreError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+    from wsgiref.simple_server import WSGIServer
+
+    from prometheus_client.metrics_core import Metric
+
+    from ._events import Event, EventKind
+    from ._scheduler import JobScheduler
+
+__all__ = ["DURATION_BUCKETS", "LATENESS_BUCKETS", "SchedulerMetrics", "serve"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds from a run's slot to its start (jitter included).
+LATENESS_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
+#: Seconds from a run's start to its end.
+DURATION_BUCKETS: Final = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0, 3600.0)
+JOBS_CACHE_SECONDS: Final = 5.0  # jobs-by-state is read from the database at most this often
+
+_RUN_KINDS: Final[tuple[EventKind, ...]] = ("run_started", "run_finished", "run_failed", "run_lost")
+
+
+class SchedulerMetrics(Observer):
+    """The metrics of one `JobScheduler`, registered on a Prometheus registry.
+
+    Args:
+        registry: Where to register (default ``prometheus_client.REGISTRY``).
+        per_job: Add a ``job`` label to the per-run metrics (one series per
+            job: opt in only for a few jobs).
+        namespace: The metric name prefix.
+        lateness_buckets: Histogram buckets of lateness, in seconds.
+        duration_buckets: Histogram buckets of run duration, in seconds.
+        jobs_cache_seconds: How long a count of jobs by state is reused
+            between scrapes (0: read the database at every scrape).
+
+    Raises:
+        InvalidJobError: `jobs_cache_seconds` is negative or not a number.
+        ValueError: The registry already has persched's metrics (prometheus_client's "Duplicated timeseries").
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        per_job: bool = False,
+        namespace: str = "persched",
+        lateness_buckets: Sequence[float] = LATENESS_BUCKETS,
+        duration_buckets: Sequence[float] = DURATION_BUCKETS,
+        jobs_cache_seconds: float = JOBS_CACHE_SECONDS,
+    ) -> None:
+        cache: object = jobs_cache_seconds
+        if isinstance(cache, bool) or not isinstance(cache, (int, float)) or not 0 <= cache < float("inf"):
+            raise InvalidJobError("jobs_cache_seconds", f"must be a finite number >= 0, got {jobs_cache_seconds!r}")
+        self.registry: Final = REGISTRY if registry is None else registry
+        self.per_job: Final = per_job
+        self._cache_ns = micros(cache) * 1_000  # monotonic_ns() compares with it
+        job = ("job",) if per_job else ()
+        reg = self.registry
+        self.runs_started = Counter(
+            "runs_started", "Runs whose claim committed (they started).", job, namespace=namespace, registry=reg
+        )
+        self.runs = Counter(
+            "runs",
+            "Runs that ended, by outcome: ok, error, lost (recorded by this instance).",
+            ("outcome", *job),
+            namespace=namespace,
+            registry=reg,
+        )
+        self.lateness = Histogram(
+            "run_lateness_seconds",
+            "Seconds from a run's slot (scheduled_for) to its start (started_at).",
+            job,
+            buckets=tuple(lateness_buckets),
+            namespace=namespace,
+            registry=reg,
+        )
+        self.duration = Histogram(
+            "run_duration_seconds",
+            "Seconds from a run's start to its end, by outcome (ok, error).",
+            ("outcome", *job),
+            buckets=tuple(duration_buckets),
+            namespace=namespace,
+            registry=reg,
+        )
+        self.missed_slots = Counter(
+            "missed_slots",
+            "Slots recorded as missed (not run); ranges too long to count add 0.",
+            job,
+            namespace=namespace,
+            registry=reg,
+        )
+        self.missed_records = Counter(
+            "missed_records",
+            'History records of outcome "missed" (each stands for a range of slots).',
+            job,
+            namespace=namespace,
+            registry=reg,
+        )
+        self.claim_conflicts = Counter(
+            "claim_conflicts",
+            "Claims that lost: another instance, or an older queue entry of this one, moved the job first.",
+            job,
+            namespace=namespace,
+            registry=reg,
+        )
+        self.store_retries = Counter(
+            "store_retries",
+            "Store transactions retried after a transient failure, by operation.",
+            ("operation",),
+            namespace=namespace,
+            registry=reg,
+        )
+        self.store_errors = Counter(
+            "store_errors",
+            "Store transactions that failed for good (StoreError), by operation.",
+            ("operation",),
+            namespace=namespace,
+            registry=reg,
+        )
+        self.lease_recoveries = Counter(
+            "lease_recoveries",
+            "Runs whose lease expired, recovered (recorded lost) by this instance.",
+            namespace=namespace,
+            registry=reg,
+        )
+        self._lock = threading.Lock()
+        self._scheduler: JobScheduler | None = None
+        self._jobs_cache: tuple[int, dict[str, int]] | None = None  # (monotonic ns, counts)
+        # Last: a registry that describes collectors (the default one) collects at once.
+        self._live = _LiveCollector(namespace, self)
+        self.registry.register(self._live)
+
+    # -- wiring -------------------------------------------------------------------
+
+    def attach(self, scheduler: JobScheduler) -> SchedulerMetrics:
+        """Feed these metrics from `scheduler` (its events and its observer hook); return self.
+
+        Raises:
+            InvalidJobError: Already attached to another scheduler.
+        """
+        with self._lock:
+            if self._scheduler is not None and self._scheduler is not scheduler:
+                raise InvalidJobError("scheduler", "these metrics already count another scheduler; make a new one")
+            self._scheduler = scheduler
+        scheduler.add_listener(self._on_event, _RUN_KINDS)
+        scheduler.set_observer(self)
+        return self
+
+    def detach(self) -> None:
+        """Stop counting; the series keep their values (scrapes still show them)."""
+        with self._lock:
+            scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            scheduler.remove_listener(self._on_event)
+            scheduler.set_observer(None)
+
+    # -- events (on the persched-events thread) -------------------------------------
+
+    def _on_event(self, event: Event) -> None:
+        run = event.run
+        job = (event.job_id,) if self.per_job else ()
+        if event.kind == "run_started":
+            (self.runs_started.labels(*job) if job else self.runs_started).inc()
+            if run is not None:
+                # Whole microseconds until here (`_instant`); seconds only for Prometheus.
+                late = from_datetime(run.started_at) - from_datetime(run.scheduled_for)
+                self._observe(self.lateness, job, seconds(max(late, 0)))
+        elif event.kind == "run_lost":
+            self.runs.labels("lost", *job).inc()
+            self.lease_recoveries.inc()
+        elif run is not None and run.finished_at is not None:
+            outcome = "ok" if event.kind == "run_finished" else "error"
+            self.runs.labels(outcome, *job).inc()
+            took = from_datetime(run.finished_at) - from_datetime(run.started_at)
+            self._observe(self.duration, (outcome, *job), seconds(max(took, 0)))
+
+    @staticmethod
+    def _observe(histogram: Histogram, labels: tuple[str, ...], value: float) -> None:
+        (histogram.labels(*labels) if labels else histogram).observe(value)
+
+    # -- the observer hook (on persched's threads) ------------------------------------
+
+    def claim_conflict(self, job_id: str) -> None:
+        (self.claim_conflicts.labels(job_id) if self.per_job else self.claim_conflicts).inc()
+
+    def store_retry(self, operation: str) -> None:
+        self.store_retries.labels(operation).inc()
+
+    def store_error(self, operation: str) -> None:
+        self.store_errors.labels(operation).inc()
+
+    def slots_missed(self, job_id: str, slots: int | None) -> None:
+        records = self.missed_records.labels(job_id) if self.per_job else self.missed_records
+        records.inc()
+        counted = self.missed_slots.labels(job_id) if self.per_job else self.missed_slots
+        counted.inc(slots or 0)
+
+    # -- read at scrape time ------------------------------------------------------------
+
+    def _job_counts(self) -> dict[str, int] | None:
+        scheduler = self._scheduler
+        if scheduler is None:
+            return None
+        now = time.monotonic_ns()
+        cached = self._jobs_cache
+        if cached is not None and now - cached[0] < self._cache_ns:
+            return cached[1]
+        try:
+            counts = _views.job_counts(scheduler._store)  # its store: the scheduler's database and engine
+        except StoreError as exc:
+            logger.warning("metrics: cannot count jobs by state (series left out of this scrape): %s", exc)
+            return None
+        self._jobs_cache = (now, counts)
+        return counts
+
+
+class _LiveCollector(Collector):
+    """The series read at scrape time: jobs by state, runs in flight, events dropped."""
+
+    def __init__(self, namespace: str, metrics: SchedulerMetrics) -> None:
+        self._namespace = namespace
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        scheduler = self._metrics._scheduler
+        if scheduler is None:
+            return
+        name = self._namespace
+        counts = self._metrics._job_counts()
+        if counts is not None:
+            by_state = GaugeMetricFamily(
+                f"{name}_jobs", "Jobs not descheduled, by state (from the database).", labels=("state",)
+            )
+            for state, count in sorted(counts.items()):
+                by_state.add_metric((state,), count)
+            yield by_state
+        yield GaugeMetricFamily(
+            f"{name}_runs_in_flight",
+            "Runs this scheduler claimed and has not recorded yet.",
+            scheduler.runs_in_flight(),
+        )
+        yield CounterMetricFamily(
+            f"{name}_events_dropped",
+            "Events dropped because listeners did not keep up (then run counts undercount).",
+            scheduler.events_dropped,
+        )
+
+
+def serve(scheduler: JobScheduler, host: str, port: int) -> tuple[WSGIServer, threading.Thread]:
+    """Attach fresh metrics on ``prometheus_client.REGISTRY`` and serve them at ``http://host:port/metrics``.
+
+    For ``persched run --metrics-port``; an application that has its own
+    endpoint attaches `SchedulerMetrics` to its registry instead. Stop the
+    server with ``shutdown()`` then ``server_close()``.
+
+    Raises:
+        PerschedError: The address cannot be bound.
+    """
+    SchedulerMetrics().attach(scheduler)
+    try:
+        return start_http_server(port, addr=host)
+    except OSError as exc:
+        raise PerschedError(f"--metrics-port: cannot listen on {host}:{port}: {exc.strerror or exc}") from exc

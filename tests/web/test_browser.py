@@ -1,0 +1,187 @@
+"""The dashboard in a real browser: Debian's Chromium driven by Selenium through Debian's chromedriver.
+
+One scheduler runs on the database (a FakeClock at an odd instant) while
+the browser loads each page, is refused actions without the token, signs
+in, clicks "Run now" and "Pause", and sees both take effect. A screenshot
+of each page goes to ``build/screenshots/`` (or ``$PERSCHED_SCREENSHOTS``);
+they are not committed.
+
+Locally the test is skipped when Chromium, chromedriver or selenium is
+missing; in CI (``CI`` set) that is a failure: ``.ci/run`` installs them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.support.helpers import TIMEOUT, wait_until
+from tests.web.conftest import START, TOKEN, fill, serve_app
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from persched.testing import FakeClock
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+SHOTS = Path(os.environ.get("PERSCHED_SCREENSHOTS") or Path(__file__).resolve().parents[2] / "build" / "screenshots")
+
+pytestmark = pytest.mark.slow
+
+
+def _missing(why: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{why}; .ci/run installs it (apt-get install chromium chromium-driver; pip install .[dev])")
+    pytest.skip(why)
+
+
+@pytest.fixture
+def browser(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A headless Chromium with a fresh profile; selenium-manager is kept offline."""
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.options import Options
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        _missing("selenium is not installed")
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if shutil.which(path) is None:
+            _missing(f"{path} is missing")
+    monkeypatch.setenv("SE_OFFLINE", "true")  # never let selenium-manager download a browser or driver
+    options = Options()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,1000",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(TIMEOUT)
+    driver.set_script_timeout(TIMEOUT)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _shot(driver: Any, name: str) -> None:  # noqa: ANN401 - a selenium WebDriver
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(SHOTS / f"{name}.png"))
+
+
+def _runs(db: str, job_id: str) -> list[tuple[str | None, int]]:
+    with closing(sqlite3.connect(db.removeprefix("sqlite:///"), timeout=TIMEOUT)) as conn:
+        return conn.execute(
+            "SELECT outcome, run_now FROM persched_runs WHERE job_id = ? ORDER BY run_id", (job_id,)
+        ).fetchall()
+
+
+def _after_click(driver: Any, element_id: str) -> Any:  # noqa: ANN401 - selenium objects
+    """Click the button `element_id` and wait for the page the form leads to (it has a #message)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    button = driver.find_element(By.ID, element_id)
+    button.click()
+    WebDriverWait(driver, TIMEOUT).until(expected_conditions.staleness_of(button))
+    return WebDriverWait(driver, TIMEOUT).until(expected_conditions.presence_of_element_located((By.ID, "message")))
+
+
+def _ids(driver: Any, selector: str) -> list[str]:  # noqa: ANN401 - a selenium WebDriver
+    from selenium.webdriver.common.by import By
+
+    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, selector)]
+
+
+def test_pages_pause_and_run_now_in_a_browser(browser: Any, tmp_path: Path) -> None:  # noqa: ANN401
+    from selenium.webdriver.common.by import By
+
+    from persched.testing import FakeClock
+
+    db = f"sqlite:///{tmp_path / 'browser.db'}"
+    clock: FakeClock = FakeClock(START)
+    sched = fill(db, clock)
+    try:
+        for dashboard in serve_app(db, TOKEN, clock.now_us):  # actions on the scheduler's clock
+            base = dashboard.url
+            # The jobs table.
+            browser.get(base + "/")
+            assert {"good", "bad", "skipper"} <= set(_ids(browser, "#jobs td:first-child a"))
+            _shot(browser, "jobs")
+            # A job page with its chart, reached by clicking.
+            browser.find_element(By.LINK_TEXT, "skipper").click()
+            wait_until(lambda: browser.find_elements(By.ID, "chart-lateness"), message="the job page")
+            assert browser.find_element(By.ID, "chart-lateness").is_displayed()
+            assert browser.find_elements(By.CSS_SELECTOR, "#chart-duration rect.missed-range")
+            _shot(browser, "job")
+            # The runs page, filtered by clicking "error".
+            browser.get(base + "/runs")
+            browser.find_element(By.ID, "filter-error").click()
+            wait_until(lambda: "Runs: error" in browser.title, message="the filtered runs page")
+            assert set(_ids(browser, "#runs td.error")) == {"error"}
+            assert not browser.find_elements(By.CSS_SELECTOR, "#runs td.ok")
+            _shot(browser, "runs-error")
+
+            # Without signing in: no buttons, and a posted action is refused.
+            browser.get(base + "/job?id=good")
+            assert not browser.find_elements(By.ID, "btn-pause")
+            browser.execute_script(
+                "const f = document.createElement('form'); f.method = 'post'; f.action = '/action';"
+                "for (const [k, v] of [['id', 'good'], ['action', 'pause'], ['csrf', 'forged']]) {"
+                "  const i = document.createElement('input'); i.name = k; i.value = v; f.appendChild(i); }"
+                "document.body.appendChild(f); f.submit();"
+            )
+            wait_until(lambda: "Refused" in browser.page_source, message="the refusal page")
+            _shot(browser, "refused")
+            assert not sched.get_job("good").paused  # type: ignore[union-attr]  # scheduled above
+
+            # Sign in with the token.
+            browser.get(base + "/login")
+            browser.find_element(By.ID, "token").send_keys(TOKEN)
+            browser.find_element(By.ID, "btn-login").click()
+            wait_until(lambda: browser.find_elements(By.ID, "jobs"), message="back on the jobs page")
+
+            # Run now: the running scheduler picks the request up and runs it, off the grid.
+            browser.get(base + "/job?id=good")
+            assert "run-now requested" in _after_click(browser, "btn-run-now").text
+            _shot(browser, "run-now")
+
+            def ran_now() -> bool:
+                clock.advance(1)  # the pick-up of changes by other processes polls once a (fake) second
+                sched.wait_idle(TIMEOUT)
+                return ("ok", 1) in _runs(db, "good")
+
+            wait_until(ran_now, message="the run-now run of 'good'")
+            browser.refresh()
+            assert "ok, run-now" in _ids(browser, "#runs td.ok")
+
+            # Pause: the page says so, and no slot of the job runs any more.
+            assert "paused" in _after_click(browser, "btn-pause").text
+            assert browser.find_element(By.ID, "job-state").text == "paused"
+            assert browser.find_elements(By.ID, "btn-resume")
+            _shot(browser, "paused")
+            wait_until(lambda: sched.get_job("good").paused, message="the scheduler sees the pause")  # type: ignore[union-attr]
+            before = len(_runs(db, "good"))
+            for _ in range(3):
+                clock.advance(10)
+                assert sched.wait_idle(TIMEOUT)
+            assert len(_runs(db, "good")) == before
+    finally:
+        sched.shutdown(wait=True, timeout=TIMEOUT)
