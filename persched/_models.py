@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import math
@@ -55,7 +56,7 @@ class Job(BaseModel):
     target: str
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
-    interval_seconds: float | None  # None for a cron job
+    interval_seconds: float | None  # None for a cron or one-shot job
     next_run_at: datetime
     generation: int
     state: JobState
@@ -82,6 +83,7 @@ class Job(BaseModel):
     paused: bool = False
     run_now_requested: bool = False
     schedule: str = ""  # the schedule in words: "every 5 min", "cron 0 3 * * * Europe/Paris"
+    run_at: datetime | None = None  # the one instant of a one-shot job (schedule(run_at=...))
 
 
 class Run(BaseModel):
@@ -125,6 +127,11 @@ class Policies:
     start_at: Instant | None = None
     end_at: Instant | None = None
     max_runtime: Micros | None = None
+
+    @property
+    def one_shot(self) -> bool:
+        """A job with one slot, at `end_at` (``schedule(run_at=...)``): neither an interval nor cron."""
+        return self.interval is None and self.cron is None
 
     def columns(self) -> dict[str, Any]:
         """The policy columns of persched_jobs (seconds as floats, instants as datetimes)."""
@@ -256,10 +263,30 @@ def validate_policies(
     start_at: object = None,
     end_at: object = None,
     max_runtime_seconds: object = None,
+    run_at: object = None,
 ) -> Policies:
     """Check the schedule and policy arguments of `schedule()` (SPEC-policies)."""
+    if run_at is not None:
+        return _one_shot(
+            interval_seconds,
+            cron=cron,
+            recurrence=recurrence,
+            start_at=start_at,
+            end_at=end_at,
+            run_at=run_at,
+            policies=validate_policies(
+                1.0,  # a stand-in, to check the other options exactly as for a grid
+                timezone=timezone,
+                misfire=misfire,
+                max_catch_up=max_catch_up,
+                grace_seconds=grace_seconds,
+                overlap=overlap,
+                jitter_seconds=jitter_seconds,
+                max_runtime_seconds=max_runtime_seconds,
+            ),
+        )
     if (interval_seconds is None) == (cron is None):
-        raise InvalidJobError("interval_seconds", "give exactly one of interval_seconds and cron")
+        raise InvalidJobError("interval_seconds", "give exactly one of interval_seconds, cron and run_at")
     interval = None
     if interval_seconds is not None:
         if _seconds("interval_seconds", interval_seconds, allow_zero=False) < MIN_INTERVAL_SECONDS:
@@ -305,6 +332,29 @@ def validate_policies(
     )
 
 
+def _one_shot(
+    interval_seconds: object,
+    *,
+    cron: object,
+    recurrence: object,
+    start_at: object,
+    end_at: object,
+    run_at: object,
+    policies: Policies,
+) -> Policies:
+    """A one-shot job: one slot at `run_at`, kept as a window of one instant (start_at = end_at = run_at)."""
+    for argument, value in (("interval_seconds", interval_seconds), ("cron", cron)):
+        if value is not None:
+            raise InvalidJobError(argument, "give exactly one of interval_seconds, cron and run_at")
+    for argument, value in (("start_at", start_at), ("end_at", end_at)):
+        if value is not None:
+            raise InvalidJobError(argument, "a one-shot job (run_at) has no window; its one run is at run_at")
+    if recurrence != "fixed_rate":
+        raise InvalidJobError("recurrence", f"a one-shot job (run_at) does not recur, got {recurrence!r}")
+    at = _instant("run_at", run_at)
+    return dataclasses.replace(policies, interval=None, start_at=at, end_at=at)
+
+
 def validate_definition(
     job_id: object,
     target: str,
@@ -326,6 +376,8 @@ def validate_definition(
     start = None if start_in is None else _micros("start_in", start_in, allow_zero=True)
     if start is not None and policies.cron is not None:
         raise InvalidJobError("start_in", "a cron job starts on its expression; use start_at to delay it")
+    if start is not None and policies.interval is None and policies.cron is None:
+        raise InvalidJobError("start_in", "a one-shot job runs at its run_at; give run_at alone")
     if start is not None and policies.start_at is not None:
         raise InvalidJobError("start_in", "give start_in or start_at, not both")
     return JobDefinition(job_id, target, args_json, kwargs_json, policies, start)

@@ -367,8 +367,9 @@ class JobScheduler:
         start_at: datetime | None = None,
         end_at: datetime | None = None,
         max_runtime_seconds: float | None = None,
+        run_at: datetime | None = None,
     ) -> Job:
-        """Run `fn` every `interval_seconds` (or on a `cron` expression) under `job_id`, durably.
+        """Run `fn` every `interval_seconds` (or on a `cron` expression, or once at `run_at`) under `job_id`, durably.
 
         Scheduling an existing id with an identical definition changes
         nothing (same generation, same next run); with a different one it
@@ -400,6 +401,9 @@ class JobScheduler:
                 grid is anchored here.
             end_at: No slot after this; then the job is finished.
             max_runtime_seconds: Report a run still going after this long.
+            run_at: Run once at this instant (aware datetime), instead of
+                `interval_seconds` or `cron`; the job is finished after it.
+                An instant that passed runs at once (misfire "coalesce").
 
         Returns:
             The job as stored.
@@ -425,6 +429,7 @@ class JobScheduler:
             start_at=start_at,
             end_at=end_at,
             max_runtime_seconds=max_runtime_seconds,
+            run_at=run_at,
         )
         definition = validate_definition(job_id, target, policies, args, kwargs, start_in)
         self._ensure_schema()

@@ -1358,7 +1358,10 @@ def _plan_of(job_id: str, generation: int, anchor: Instant, stored: Policies) ->
     # something else (a hand-made UPDATE) fails here, not deep inside a decision.
     # (start_at / end_at are instants already: the column type guarantees them.)
     columns = stored.columns()
-    del columns["start_at"], columns["end_at"]
+    end_at = columns.pop("end_at")
+    del columns["start_at"]
+    if stored.one_shot:  # a one-shot job keeps its instant as its window's end
+        columns["run_at"] = end_at
     validate_policies(columns.pop("interval_seconds"), **columns)
     return JobPlan.of(job_id, generation, anchor, stored)
 
@@ -1478,6 +1481,7 @@ def _job(row: Row[Any]) -> Job:
         paused=bool(row.paused),
         run_now_requested=row.run_now_at is not None,
         schedule=_describe(row),
+        run_at=row.end_at if row.interval_seconds is None and row.cron is None else None,
     )
 
 
