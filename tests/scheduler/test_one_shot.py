@@ -212,8 +212,9 @@ def test_a_one_shot_job_refuses_what_does_not_apply(
 def test_a_one_shot_job_has_no_window(window: str, make_scheduler: Any) -> None:  # noqa: ANN401 - conftest factory
     sched: JobScheduler = make_scheduler()
     when = to_datetime(sched._timebase.now()) + timedelta(seconds=1)
+    window_arg: dict[str, Any] = {window: when}
     with pytest.raises(InvalidJobError, match="no window") as info:
-        sched.schedule("bad", TARGET, run_at=when, **{window: when})
+        sched.schedule("bad", TARGET, run_at=when, **window_arg)
     assert info.value.argument == window
 
 
