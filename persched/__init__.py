@@ -11,10 +11,21 @@ Example::
 
 from __future__ import annotations
 
+from ._async import AsyncJobScheduler
 from ._events import Event, EventKind
 from ._models import Job, JobState, Run
 from ._scheduler import JobScheduler, current_run
 
-__all__ = ["Event", "EventKind", "Job", "JobScheduler", "JobState", "Run", "__version__", "current_run"]
+__all__ = [
+    "AsyncJobScheduler",
+    "Event",
+    "EventKind",
+    "Job",
+    "JobScheduler",
+    "JobState",
+    "Run",
+    "__version__",
+    "current_run",
+]
 
 __version__ = "0.1.0"

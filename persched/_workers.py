@@ -14,7 +14,10 @@ A coroutine function is run to completion on an event loop the worker owns
 (one per worker thread, made on its first async run and closed when the
 worker stops): a run is awaited before the worker takes the next one, so an
 async job has the same guarantees as a plain one, and the loop never runs
-anything but persched's runs.
+anything but persched's runs. With an `AwaitableRunner` (set by
+`AsyncJobScheduler` to run coroutines on the application's loop) the worker
+hands the awaitable to it and blocks until it is done: the run still holds
+its worker, so the pool bounds the runs in flight, async ones included.
 
 A worker never dies from user code: everything, `SystemExit` and
 `KeyboardInterrupt` included, is caught, logged with its traceback through the
@@ -38,7 +41,7 @@ from ._store import Claim
 from ._targets import TargetNotFound, resolve
 from ._tracebacks import describe
 
-__all__ = ["CompleteCallback", "WorkerPool", "current_run_claim"]
+__all__ = ["AwaitableRunner", "CompleteCallback", "WorkerPool", "current_run_claim"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +49,8 @@ _current: contextvars.ContextVar[Claim | None] = contextvars.ContextVar("persche
 
 # (claim, outcome "ok" | "error", error text or None); called on the worker thread.
 CompleteCallback = Callable[[Claim, str, "str | None"], None]
+# Runs an async job's awaitable to completion elsewhere (raises what it raised); called on the worker thread.
+AwaitableRunner = Callable[[Any], None]
 
 
 def current_run_claim() -> Claim | None:
@@ -59,6 +64,7 @@ class WorkerPool:
     def __init__(self, size: int, complete: CompleteCallback, allowed_modules: tuple[str, ...] | None = None) -> None:
         self._complete = complete
         self._allowed_modules = allowed_modules
+        self.awaitable_runner: AwaitableRunner | None = None  # None: each worker's own event loop
         self._queue: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._loop, name=f"persched-worker-{i}", daemon=True) for i in range(size)
@@ -103,7 +109,7 @@ class WorkerPool:
 
     def _run_claims(self, loop: list[asyncio.AbstractEventLoop]) -> None:
         while (claim := self._queue.get()) is not None:
-            outcome, error = _execute(claim, self._allowed_modules, loop)
+            outcome, error = _execute(claim, self._allowed_modules, loop, self.awaitable_runner)
             try:
                 self._complete(claim, outcome, error)
             except BaseException as exc:  # noqa: BLE001 - a worker must survive a failed completion
@@ -116,7 +122,10 @@ class WorkerPool:
 
 
 def _execute(
-    claim: Claim, allowed_modules: tuple[str, ...] | None, loop: list[asyncio.AbstractEventLoop]
+    claim: Claim,
+    allowed_modules: tuple[str, ...] | None,
+    loop: list[asyncio.AbstractEventLoop],
+    awaitable_runner: AwaitableRunner | None = None,
 ) -> tuple[str, str | None]:
     token = _current.set(claim)
     fn: Callable[..., Any] | None = None
@@ -125,7 +134,9 @@ def _execute(
         args = json.loads(claim.args_json)
         kwargs = json.loads(claim.kwargs_json)
         result = fn(*args, **kwargs)
-        if inspect.isawaitable(result):
+        if inspect.isawaitable(result) and awaitable_runner is not None:
+            awaitable_runner(result)
+        elif inspect.isawaitable(result):
             if not loop:
                 loop.append(asyncio.new_event_loop())
             loop[0].run_until_complete(_awaited(result))
