@@ -12,6 +12,7 @@ Example::
 from __future__ import annotations
 
 from ._async import AsyncJobScheduler
+from ._declare import JobSpec
 from ._events import Event, EventKind
 from ._models import Job, JobState, Run
 from ._scheduler import JobScheduler, current_run
@@ -22,6 +23,7 @@ __all__ = [
     "EventKind",
     "Job",
     "JobScheduler",
+    "JobSpec",
     "JobState",
     "Run",
     "__version__",

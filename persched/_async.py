@@ -38,6 +38,7 @@ import concurrent.futures
 import inspect
 from typing import TYPE_CHECKING, Any, Final
 
+from ._models import DEFAULT_NAMESPACE
 from ._scheduler import DEFAULT_URL, JobScheduler
 from ._workers import current_run_claim
 from .errors import InvalidJobError
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from datetime import datetime
     from types import TracebackType
 
+    from ._declare import JobSpec
     from ._events import EventKind, Listener
     from ._models import Job, Misfire, Overlap, Recurrence, Run
     from .clock import Clock, SecondsClock
@@ -103,7 +105,7 @@ class AsyncJobScheduler:
             event loop of its own, as `JobScheduler` does.
         instance_id, lease_seconds, heartbeat_seconds, busy_timeout_seconds,
         synchronous, keep_runs, keep_runs_for_seconds, allowed_modules,
-        pickup_seconds: As for `JobScheduler`.
+        pickup_seconds, namespace: As for `JobScheduler`.
 
     Raises:
         InvalidJobError: An argument is out of range.
@@ -126,6 +128,7 @@ class AsyncJobScheduler:
         keep_runs_for_seconds: float | None = None,
         allowed_modules: Iterable[str] | None = None,
         pickup_seconds: float = 1.0,
+        namespace: str = DEFAULT_NAMESPACE,
     ) -> None:
         if not isinstance(jobs_on_loop, bool):
             raise InvalidJobError("jobs_on_loop", f"must be True or False, got {jobs_on_loop!r}")
@@ -143,8 +146,10 @@ class AsyncJobScheduler:
             keep_runs_for_seconds=keep_runs_for_seconds,
             allowed_modules=allowed_modules,
             pickup_seconds=pickup_seconds,
+            namespace=namespace,
         )
         self.instance_id: Final = self._sched.instance_id
+        self.namespace: Final = self._sched.namespace
 
     @property
     def scheduler(self) -> JobScheduler:
@@ -246,6 +251,11 @@ class AsyncJobScheduler:
             max_runtime_seconds=max_runtime_seconds,
             run_at=run_at,
         )
+
+    async def declare(self, specs: Iterable[JobSpec], *, prune: bool = False) -> list[Job]:
+        """Reconcile this namespace's declared jobs with `specs` (see `JobScheduler.declare`)."""
+        specs = list(specs)  # a generator is read here, on the loop, not on a thread
+        return await asyncio.to_thread(self._sched.declare, specs, prune=prune)
 
     async def deschedule(self, job_id: str, wait: bool = False, timeout: float | None = None) -> bool:
         """Remove a job (see `JobScheduler.deschedule`); `wait` awaits its in-flight run without blocking the loop."""

@@ -16,9 +16,11 @@ from . import _triggers
 from ._instant import Instant, Micros, from_datetime, micros, seconds, to_datetime
 from .errors import InvalidJobError
 
-__all__ = ["Job", "JobDefinition", "JobState", "Outcome", "Policies", "Run", "validate_definition"]
+__all__ = ["DEFAULT_NAMESPACE", "Job", "JobDefinition", "JobState", "Outcome", "Policies", "Run", "validate_definition"]
 
 MAX_JOB_ID_LENGTH = 200
+DEFAULT_NAMESPACE: Final = "default"  # every job made before namespaces (revision 0004) is here
+MAX_NAMESPACE_LENGTH: Final = 100
 MAX_INTERVAL_SECONDS = 10 * 366 * 24 * 3600.0  # "at most 10 years"
 MIN_INTERVAL_SECONDS = 1e-6  # the store keeps microseconds: a shorter interval has no distinct slots
 
@@ -84,6 +86,8 @@ class Job(BaseModel):
     run_now_requested: bool = False
     schedule: str = ""  # the schedule in words: "every 5 min", "cron 0 3 * * * Europe/Paris"
     run_at: datetime | None = None  # the one instant of a one-shot job (schedule(run_at=...))
+    namespace: str = DEFAULT_NAMESPACE  # the application the job belongs to
+    declared: bool = False  # written by declare(): a later declare(prune=True) may deschedule it
 
 
 class Run(BaseModel):
@@ -189,6 +193,17 @@ def validate_job_id(job_id: object) -> str:
     if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in job_id):
         raise InvalidJobError("job_id", f"must not contain control characters: {job_id!r}")
     return job_id
+
+
+def validate_namespace(namespace: object, argument: str = "namespace") -> str:
+    """Return `namespace` if it is acceptable (like a job id, at most 100 characters), else raise."""
+    if not isinstance(namespace, str) or not namespace.strip():
+        raise InvalidJobError(argument, f"must be a non-empty str such as 'billing', got {namespace!r}")
+    if len(namespace) > MAX_NAMESPACE_LENGTH:
+        raise InvalidJobError(argument, f"must be at most {MAX_NAMESPACE_LENGTH} characters, got {len(namespace)}")
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in namespace):
+        raise InvalidJobError(argument, f"must not contain control characters: {namespace!r}")
+    return namespace
 
 
 def _seconds(argument: str, value: object, *, allow_zero: bool) -> float:

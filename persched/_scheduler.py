@@ -35,11 +35,21 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _db, _migrate, _triggers
+from ._declare import JobSpec, check_specs
 from ._dispatcher import Dispatcher
 from ._events import Event, EventBus
 from ._heartbeat import Heartbeat
 from ._instant import Instant, Micros, micros, seconds, to_datetime
-from ._models import Job, JobState, Run, validate_definition, validate_job_id, validate_policies
+from ._models import (
+    DEFAULT_NAMESPACE,
+    Job,
+    JobState,
+    Run,
+    validate_definition,
+    validate_job_id,
+    validate_namespace,
+    validate_policies,
+)
 from ._overrun import OverrunWatch
 from ._store import Claim, ClaimMiss, Completion, Store, bound_error_text
 from ._targets import normalize_allowed, reference_of
@@ -55,7 +65,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from ._events import EventKind, Listener
-    from ._models import Misfire, Overlap, Recurrence
+    from ._models import JobDefinition, Misfire, Overlap, Recurrence
     from ._store import ClaimEntry, OpenRun
 
 __all__ = ["JobScheduler", "current_run"]
@@ -142,6 +152,10 @@ class JobScheduler:
             this wherever the database is shared with less trusted writers.
         pickup_seconds: How often to look for jobs scheduled, replaced or
             descheduled by other instances or the CLI (one cheap read).
+        namespace: The application this scheduler belongs to: it sees, runs
+            and changes only the jobs of its namespace, so several
+            applications can share one database. Default "default" (every
+            job made before namespaces existed is there).
 
     Raises:
         InvalidJobError: An argument is out of range.
@@ -163,7 +177,9 @@ class JobScheduler:
         keep_runs_for_seconds: float | None = None,
         allowed_modules: Iterable[str] | None = None,
         pickup_seconds: float = 1.0,
+        namespace: str = DEFAULT_NAMESPACE,
     ) -> None:
+        self.namespace: Final = validate_namespace(namespace)
         self._workers = int(_positive("workers", workers, integer=True))
         if self._workers > MAX_WORKERS:
             raise InvalidJobError("workers", f"must be at most {MAX_WORKERS} (one thread each), got {workers!r}")
@@ -198,7 +214,7 @@ class JobScheduler:
         if isinstance(url, os.PathLike):
             url = os.fspath(url)  # a plain file path, as a pathlib.Path
         engine = _db.make_engine(url, busy_timeout_seconds=busy_timeout_seconds, synchronous=synchronous)
-        self._store = Store(engine, _db.mask(engine.url))
+        self._store = Store(engine, _db.mask(engine.url), namespace=self.namespace)
         self._schema_lock = threading.Lock()
         self._schema_ready = False
         self._state_lock = threading.Lock()
@@ -414,6 +430,52 @@ class JobScheduler:
             StoreError: The database cannot be written.
         """
         self._check_open()
+        definition = self._definition(
+            job_id,
+            fn,
+            interval_seconds,
+            args=args,
+            kwargs=kwargs,
+            start_in=start_in,
+            cron=cron,
+            timezone=timezone,
+            recurrence=recurrence,
+            misfire=misfire,
+            max_catch_up=max_catch_up,
+            grace_seconds=grace_seconds,
+            overlap=overlap,
+            jitter_seconds=jitter_seconds,
+            start_at=start_at,
+            end_at=end_at,
+            max_runtime_seconds=max_runtime_seconds,
+            run_at=run_at,
+        )
+        self._ensure_schema()
+        return self._upserted(*self._store.upsert_job(definition, self._timebase.now()))
+
+    def _definition(
+        self,
+        job_id: object,
+        fn: Callable[..., Any] | str,
+        interval_seconds: object,
+        *,
+        args: object = (),
+        kwargs: object = None,
+        start_in: object = None,
+        cron: object = None,
+        timezone: object = "UTC",
+        recurrence: object = "fixed_rate",
+        misfire: object = "coalesce",
+        max_catch_up: object = None,
+        grace_seconds: object = 1.0,
+        overlap: object = "forbid",
+        jitter_seconds: object = 0.0,
+        start_at: object = None,
+        end_at: object = None,
+        max_runtime_seconds: object = None,
+        run_at: object = None,
+    ) -> JobDefinition:
+        """Check schedule()'s arguments (raises InvalidJobError; writes nothing)."""
         validate_job_id(job_id)
         target = reference_of(fn, self._allowed_modules)
         policies = validate_policies(
@@ -431,9 +493,10 @@ class JobScheduler:
             max_runtime_seconds=max_runtime_seconds,
             run_at=run_at,
         )
-        definition = validate_definition(job_id, target, policies, args, kwargs, start_in)
-        self._ensure_schema()
-        job, change, due = self._store.upsert_job(definition, self._timebase.now())
+        return validate_definition(job_id, target, policies, args, kwargs, start_in)
+
+    def _upserted(self, job: Job, change: str, due: Instant | None) -> Job:
+        """After an upsert: log, queue the job's next slot, emit the event."""
         if change != "unchanged":
             logger.info("job %s generation %d %s: %s %s", job.job_id, job.generation, change, job.target, job.schedule)
             if due is not None and self._state == "running":
@@ -441,6 +504,50 @@ class JobScheduler:
             kind: EventKind = "job_replaced" if change == "replaced" else "job_scheduled"
             self._emit(kind, job.job_id, job.generation, job=job)
         return job
+
+    def declare(self, specs: Iterable[JobSpec], *, prune: bool = False) -> list[Job]:
+        """Reconcile this namespace's declared jobs with `specs` (an application's whole set of jobs).
+
+        Every spec is checked first: one bad spec raises and nothing is
+        written. Then each job is scheduled as by `schedule()`: new ones are
+        created, changed ones replaced, identical ones left untouched (same
+        generation, same grid). With `prune`, jobs that an earlier
+        ``declare()`` of this namespace wrote and that `specs` no longer
+        names are descheduled; jobs made by ``schedule()`` and other
+        namespaces' jobs are never touched.
+
+        Args:
+            specs: `JobSpec` values, one per job id.
+            prune: Deschedule the declared jobs that `specs` leaves out.
+
+        Returns:
+            The declared jobs as stored, in the order of `specs`.
+
+        Raises:
+            InvalidJobError: A spec is not acceptable, or two name one job id (nothing written).
+            SchedulerStateError: The scheduler was shut down.
+            StoreError: The database cannot be written.
+        """
+        self._check_open()
+        if not isinstance(prune, bool):
+            raise InvalidJobError("prune", f"must be True or False, got {prune!r}")
+        definitions = [self._spec_definition(spec) for spec in check_specs(specs)]
+        self._ensure_schema()
+        declared = [
+            self._upserted(*self._store.upsert_job(definition, self._timebase.now(), declared=True))
+            for definition in definitions
+        ]
+        if prune:
+            for job_id, generation in self._store.prune_declared({d.job_id for d in definitions}, self._timebase.now()):
+                logger.info("job %s generation %d descheduled: no longer declared", job_id, generation)
+                self._emit("job_descheduled", job_id, generation)
+        return declared
+
+    def _spec_definition(self, spec: JobSpec) -> JobDefinition:
+        try:
+            return self._definition(spec.job_id, spec.fn, spec.interval_seconds, **spec.options)
+        except InvalidJobError as exc:  # name the spec as well as its argument
+            raise InvalidJobError(f"specs[{spec.job_id!r}].{exc.argument}", exc.reason) from None
 
     def deschedule(self, job_id: str, wait: bool = False, timeout: float | None = None) -> bool:
         """Remove a job: its current generation never starts again, in any process.

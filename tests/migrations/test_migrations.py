@@ -72,7 +72,7 @@ def _tables(engine: Engine) -> set[str]:
 def test_one_head_and_head_constant() -> None:
     script = ScriptDirectory(_migrate.script_location())
     assert script.get_heads() == [_migrate.HEAD]
-    assert _migrate.HEAD == "0003"
+    assert _migrate.HEAD == "0004"
 
 
 def test_revisions_do_not_import_persched() -> None:
