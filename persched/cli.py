@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Final, NoReturn
 
 from . import _db, _migrate
 from ._instant import Instant, micros
-from ._models import Job, JobState, validate_job_id
+from ._models import DEFAULT_NAMESPACE, Job, JobState, validate_job_id, validate_namespace
 from ._scheduler import JobScheduler
 from ._store import Store
 from ._triggers import describe_duration
@@ -76,6 +76,7 @@ EXIT_INTERRUPTED: Final = 130  # Ctrl-C during a read command (128 + SIGINT)
 
 DEFAULT_DB: Final = "persched.db"
 ENV_DB: Final = "PERSCHED_DB"
+ENV_NAMESPACE: Final = "PERSCHED_NAMESPACE"
 SETUP_HOOK: Final = "persched_setup"  # `run --import`: called with the started scheduler
 SHOW_RUNS: Final = 10  # runs listed by `show` unless --limit says otherwise
 ERROR_COLUMN: Final = 60  # characters of error text in a runs table
@@ -291,7 +292,7 @@ def _say(text: str = "") -> None:
 # -- database access --------------------------------------------------------------
 
 
-def open_existing(db: str) -> Store:
+def open_existing(db: str, namespace: str = DEFAULT_NAMESPACE) -> Store:
     """Open a store that must already exist at the head schema; never creates or migrates.
 
     Raises:
@@ -304,7 +305,7 @@ def open_existing(db: str) -> Store:
     except BaseException:
         engine.dispose()
         raise
-    return Store(engine, _db.mask(engine.url))
+    return Store(engine, _db.mask(engine.url), namespace=namespace)
 
 
 def _now() -> Instant:
@@ -312,7 +313,7 @@ def _now() -> Instant:
 
 
 def _with_store(args: argparse.Namespace, body: Callable[[Store], int]) -> int:
-    store = open_existing(args.db)
+    store = open_existing(args.db, args.namespace)
     try:
         return body(store)
     finally:
@@ -544,7 +545,7 @@ def _import_module(name: str) -> ModuleType:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     module = _import_module(args.module)
-    scheduler = JobScheduler(args.db, workers=args.workers)
+    scheduler = JobScheduler(args.db, workers=args.workers, namespace=args.namespace)
     stop = threading.Event()
     received: list[int] = []
 
@@ -563,7 +564,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             setup = getattr(module, SETUP_HOOK, None)
             if callable(setup):
                 try:
-                    setup(scheduler)
+                    specs = setup(scheduler)
+                    if specs is not None:  # issue 16: the module's declared set, reconciled
+                        scheduler.declare(specs, prune=True)
                 except PerschedError:
                     raise
                 except Exception as exc:
@@ -608,6 +611,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         metavar="URL",
         help=f"SQLAlchemy URL or SQLite file path (default: ${ENV_DB} or {DEFAULT_DB})",
+    )
+    common.add_argument(
+        "--namespace",
+        default=argparse.SUPPRESS,
+        metavar="NAME",
+        help=f"the application whose jobs to see and run (default: ${ENV_NAMESPACE} or {DEFAULT_NAMESPACE})",
     )
     common.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks and DEBUG logging"
@@ -715,7 +724,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = command(
         "run",
         f"import MODULE, start a scheduler and run until SIGINT/SIGTERM; if MODULE defines "
-        f"{SETUP_HOOK}(scheduler) it is called with the started scheduler",
+        f"{SETUP_HOOK}(scheduler) it is called with the started scheduler; if that returns JobSpec "
+        "values, they are declared with prune (see README, declarative schedules)",
         "persched --db jobs.db run --import myapp.schedules --workers 4",
         _cmd_run,
     )
@@ -764,6 +774,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             setattr(args, name, default)
     if not hasattr(args, "db"):
         args.db = os.environ.get(ENV_DB) or DEFAULT_DB
+    if not hasattr(args, "namespace"):
+        args.namespace = os.environ.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE
+    try:
+        validate_namespace(args.namespace)
+    except PerschedError as exc:
+        sys.stderr.write(f"persched: error: bad --namespace: {_one_line(exc)}\n")
+        return EXIT_ERROR
     _configure_logging(args)
     try:
         result: int = args.func(args)
