@@ -14,11 +14,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ._async import AsyncJobScheduler
+    from ._declare import JobSpec
     from ._events import Event, EventKind
     from ._models import Job, JobState, Run
     from ._scheduler import JobScheduler, current_run
 
-__all__ = ["Event", "EventKind", "Job", "JobScheduler", "JobState", "Run", "__version__", "current_run"]
+__all__ = [
+    "AsyncJobScheduler",
+    "Event",
+    "EventKind",
+    "Job",
+    "JobScheduler",
+    "JobSpec",
+    "JobState",
+    "Run",
+    "__version__",
+    "current_run",
+]
 
 __version__ = "0.1.0"
 
@@ -26,6 +39,8 @@ __version__ = "0.1.0"
 # that `persched jobs` does not pay for the scheduler and Alembic when it
 # only reads rows (`import persched.cli` imports this package first).
 _LAZY = {
+    "AsyncJobScheduler": "_async",
+    "JobSpec": "_declare",
     "Event": "_events",
     "EventKind": "_events",
     "Job": "_models",

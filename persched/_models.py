@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import math
@@ -15,9 +16,11 @@ from . import _triggers
 from ._instant import Instant, Micros, from_datetime, micros, seconds, to_datetime
 from .errors import InvalidJobError
 
-__all__ = ["Job", "JobDefinition", "JobState", "Outcome", "Policies", "Run", "validate_definition"]
+__all__ = ["DEFAULT_NAMESPACE", "Job", "JobDefinition", "JobState", "Outcome", "Policies", "Run", "validate_definition"]
 
 MAX_JOB_ID_LENGTH = 200
+DEFAULT_NAMESPACE: Final = "default"  # every job made before namespaces (revision 0004) is here
+MAX_NAMESPACE_LENGTH: Final = 100
 MAX_INTERVAL_SECONDS = 10 * 366 * 24 * 3600.0  # "at most 10 years"
 MIN_INTERVAL_SECONDS = 1e-6  # the store keeps microseconds: a shorter interval has no distinct slots
 MAX_CRON_LENGTH = 200  # characters: persched_jobs.cron is String(200)
@@ -63,7 +66,7 @@ class Job(BaseModel):
     target: str
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
-    interval_seconds: float | None  # None for a cron job
+    interval_seconds: float | None  # None for a cron or one-shot job
     next_run_at: datetime
     generation: int
     state: JobState
@@ -93,6 +96,9 @@ class Job(BaseModel):
     # Why the stored row cannot be read (a hand edit), or None; the fields it names
     # show placeholders. schedule() with a valid definition replaces such a row.
     unreadable: str | None = None
+    run_at: datetime | None = None  # the one instant of a one-shot job (schedule(run_at=...))
+    namespace: str = DEFAULT_NAMESPACE  # the application the job belongs to
+    declared: bool = False  # written by declare(): a later declare(prune=True) may deschedule it
 
 
 class Run(BaseModel):
@@ -137,6 +143,11 @@ class Policies:
     start_at: Instant | None = None
     end_at: Instant | None = None
     max_runtime: Micros | None = None
+
+    @property
+    def one_shot(self) -> bool:
+        """A job with one slot, at `end_at` (``schedule(run_at=...)``): neither an interval nor cron."""
+        return self.interval is None and self.cron is None
 
     def columns(self) -> dict[str, Any]:
         """The policy columns of persched_jobs (seconds as floats, instants as datetimes)."""
@@ -218,6 +229,17 @@ def validate_job_id(job_id: object) -> str:
         raise InvalidJobError("job_id", f"must not contain control characters: {job_id!r}")
     check_encodable("job_id", job_id)
     return job_id
+
+
+def validate_namespace(namespace: object, argument: str = "namespace") -> str:
+    """Return `namespace` if it is acceptable (like a job id, at most 100 characters), else raise."""
+    if not isinstance(namespace, str) or not namespace.strip():
+        raise InvalidJobError(argument, f"must be a non-empty str such as 'billing', got {namespace!r}")
+    if len(namespace) > MAX_NAMESPACE_LENGTH:
+        raise InvalidJobError(argument, f"must be at most {MAX_NAMESPACE_LENGTH} characters, got {len(namespace)}")
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in namespace):
+        raise InvalidJobError(argument, f"must not contain control characters: {namespace!r}")
+    return namespace
 
 
 def _seconds(argument: str, value: object, *, allow_zero: bool) -> float:
@@ -328,10 +350,30 @@ def validate_policies(
     start_at: object = None,
     end_at: object = None,
     max_runtime_seconds: object = None,
+    run_at: object = None,
 ) -> Policies:
     """Check the schedule and policy arguments of `schedule()` (SPEC-policies)."""
+    if run_at is not None:
+        return _one_shot(
+            interval_seconds,
+            cron=cron,
+            recurrence=recurrence,
+            start_at=start_at,
+            end_at=end_at,
+            run_at=run_at,
+            policies=validate_policies(
+                1.0,  # a stand-in, to check the other options exactly as for a grid
+                timezone=timezone,
+                misfire=misfire,
+                max_catch_up=max_catch_up,
+                grace_seconds=grace_seconds,
+                overlap=overlap,
+                jitter_seconds=jitter_seconds,
+                max_runtime_seconds=max_runtime_seconds,
+            ),
+        )
     if (interval_seconds is None) == (cron is None):
-        raise InvalidJobError("interval_seconds", "give exactly one of interval_seconds and cron")
+        raise InvalidJobError("interval_seconds", "give exactly one of interval_seconds, cron and run_at")
     interval = None
     if interval_seconds is not None:
         if _seconds("interval_seconds", interval_seconds, allow_zero=False) < MIN_INTERVAL_SECONDS:
@@ -383,6 +425,29 @@ def validate_policies(
     )
 
 
+def _one_shot(
+    interval_seconds: object,
+    *,
+    cron: object,
+    recurrence: object,
+    start_at: object,
+    end_at: object,
+    run_at: object,
+    policies: Policies,
+) -> Policies:
+    """A one-shot job: one slot at `run_at`, kept as a window of one instant (start_at = end_at = run_at)."""
+    for argument, value in (("interval_seconds", interval_seconds), ("cron", cron)):
+        if value is not None:
+            raise InvalidJobError(argument, "give exactly one of interval_seconds, cron and run_at")
+    for argument, value in (("start_at", start_at), ("end_at", end_at)):
+        if value is not None:
+            raise InvalidJobError(argument, "a one-shot job (run_at) has no window; its one run is at run_at")
+    if recurrence != "fixed_rate":
+        raise InvalidJobError("recurrence", f"a one-shot job (run_at) does not recur, got {recurrence!r}")
+    at = _instant("run_at", run_at)
+    return dataclasses.replace(policies, interval=None, start_at=at, end_at=at)
+
+
 def validate_definition(
     job_id: object,
     target: str,
@@ -406,6 +471,8 @@ def validate_definition(
     start = None if start_in is None else _micros("start_in", start_in, allow_zero=True)
     if start is not None and policies.cron is not None:
         raise InvalidJobError("start_in", "a cron job starts on its expression; use start_at to delay it")
+    if start is not None and policies.interval is None and policies.cron is None:
+        raise InvalidJobError("start_in", "a one-shot job runs at its run_at; give run_at alone")
     if start is not None and policies.start_at is not None:
         raise InvalidJobError("start_in", "give start_in or start_at, not both")
     return JobDefinition(job_id, target, args_json, kwargs_json, policies, start)

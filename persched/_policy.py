@@ -35,6 +35,11 @@ def place_grid(policies: Policies, now: Instant, start_in: Micros | None) -> tup
     interval grid (SPEC §2 default: one interval from now; `start_at` if
     given) and its first slot not before `now`."""
     start_at, interval = policies.start_at, policies.interval
+    if policies.one_shot:
+        # Its one slot, also when that passed already: it then runs at once, by its misfire
+        # policy (a re-declaration of an unchanged one-shot job never gets here: it keeps its row).
+        assert policies.end_at is not None
+        return policies.end_at, policies.end_at
     if interval is not None:
         if start_at is None:
             anchor = Instant(now + (interval if start_in is None else start_in))
@@ -92,6 +97,9 @@ class JobPlan:
         trigger: _triggers.Trigger | None
         if policies.cron is not None:
             trigger = _triggers.cron_trigger(policies.cron, policies.timezone)
+        elif policies.one_shot:
+            assert policies.end_at is not None
+            trigger = _triggers.once_trigger(policies.end_at)
         elif policies.recurrence == "fixed_delay":
             trigger = None
         else:

@@ -33,6 +33,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _db, _migrate, _triggers
+from ._declare import JobSpec, check_specs
 from ._dispatcher import Dispatcher
 from ._events import Event, EventBus
 from ._heartbeat import Heartbeat
@@ -40,6 +41,7 @@ from ._instant import Instant, Micros, micros, seconds, to_datetime
 from ._liveness import default_instance_id
 from ._models import (
     DEFAULT_MAX_ARGS_BYTES,
+    DEFAULT_NAMESPACE,
     MAX_INTERVAL_SECONDS,
     MAX_STORED_INT,
     Job,
@@ -49,6 +51,7 @@ from ._models import (
     shown,
     validate_definition,
     validate_job_id,
+    validate_namespace,
     validate_policies,
 )
 from ._observe import Observer, notify
@@ -67,7 +70,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from ._events import EventKind, Listener
-    from ._models import Misfire, Overlap, Recurrence
+    from ._models import JobDefinition, Misfire, Overlap, Recurrence
     from ._store import ClaimEntry, OpenRun
 
 __all__ = ["JobScheduler", "current_run"]
@@ -224,6 +227,10 @@ class JobScheduler:
         max_args_bytes: The largest `args`, and the largest `kwargs`, that
             schedule() accepts, in bytes of their stored JSON (default
             64 KiB): every claim reads them, so large ones slow every job.
+        namespace: The application this scheduler belongs to: it sees, runs
+            and changes only the jobs of its namespace, so several
+            applications can share one database. Default "default" (every
+            job made before namespaces existed is there).
 
     Raises:
         InvalidJobError: An argument is out of range.
@@ -246,7 +253,9 @@ class JobScheduler:
         allowed_modules: Iterable[str] | None = None,
         pickup_seconds: float = 1.0,
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
+        namespace: str = DEFAULT_NAMESPACE,
     ) -> None:
+        self.namespace: Final = validate_namespace(namespace)
         # One thread each, made up front.
         self._workers = int(_positive("workers", workers, integer=True, maximum=MAX_WORKERS))
         self._allowed_modules = normalize_allowed(allowed_modules)
@@ -285,7 +294,7 @@ class JobScheduler:
         if isinstance(url, os.PathLike):
             url = os.fspath(url)  # a plain file path, as a pathlib.Path
         engine = _db.make_engine(url, busy_timeout_seconds=busy_timeout_seconds, synchronous=synchronous)
-        self._store = Store(engine, _db.mask(engine.url))
+        self._store = Store(engine, _db.mask(engine.url), namespace=self.namespace)
         self._schema_lock = threading.Lock()
         self._schema_ready = False
         self._state_lock = threading.Lock()
@@ -470,8 +479,9 @@ class JobScheduler:
         start_at: datetime | None = None,
         end_at: datetime | None = None,
         max_runtime_seconds: float | None = None,
+        run_at: datetime | None = None,
     ) -> Job:
-        """Run `fn` every `interval_seconds` (or on a `cron` expression) under `job_id`, durably.
+        """Run `fn` every `interval_seconds` (or on a `cron` expression, or once at `run_at`) under `job_id`, durably.
 
         Scheduling an existing id with an identical definition changes
         nothing (same generation, same next run); with a different one it
@@ -503,6 +513,9 @@ class JobScheduler:
                 grid is anchored here.
             end_at: No slot after this; then the job is finished.
             max_runtime_seconds: Report a run still going after this long.
+            run_at: Run once at this instant (aware datetime), instead of
+                `interval_seconds` or `cron`; the job is finished after it.
+                An instant that passed runs at once (misfire "coalesce").
 
         Returns:
             The job as stored.
@@ -513,6 +526,52 @@ class JobScheduler:
             StoreError: The database cannot be written.
         """
         self._check_open()
+        definition = self._definition(
+            job_id,
+            fn,
+            interval_seconds,
+            args=args,
+            kwargs=kwargs,
+            start_in=start_in,
+            cron=cron,
+            timezone=timezone,
+            recurrence=recurrence,
+            misfire=misfire,
+            max_catch_up=max_catch_up,
+            grace_seconds=grace_seconds,
+            overlap=overlap,
+            jitter_seconds=jitter_seconds,
+            start_at=start_at,
+            end_at=end_at,
+            max_runtime_seconds=max_runtime_seconds,
+            run_at=run_at,
+        )
+        self._ensure_schema()
+        return self._upserted(*self._store.upsert_job(definition, self._timebase.now()))
+
+    def _definition(
+        self,
+        job_id: object,
+        fn: Callable[..., Any] | str,
+        interval_seconds: object,
+        *,
+        args: object = (),
+        kwargs: object = None,
+        start_in: object = None,
+        cron: object = None,
+        timezone: object = "UTC",
+        recurrence: object = "fixed_rate",
+        misfire: object = "coalesce",
+        max_catch_up: object = None,
+        grace_seconds: object = 1.0,
+        overlap: object = "forbid",
+        jitter_seconds: object = 0.0,
+        start_at: object = None,
+        end_at: object = None,
+        max_runtime_seconds: object = None,
+        run_at: object = None,
+    ) -> JobDefinition:
+        """Check schedule()'s arguments (raises InvalidJobError; writes nothing)."""
         validate_job_id(job_id)
         target = reference_of(fn, self._allowed_modules)
         policies = validate_policies(
@@ -528,12 +587,14 @@ class JobScheduler:
             start_at=start_at,
             end_at=end_at,
             max_runtime_seconds=max_runtime_seconds,
+            run_at=run_at,
         )
-        definition = validate_definition(
+        return validate_definition(
             job_id, target, policies, args, kwargs, start_in, max_args_bytes=self._max_args_bytes
         )
-        self._ensure_schema()
-        job, change, due = self._store.upsert_job(definition, self._timebase.now())
+
+    def _upserted(self, job: Job, change: str, due: Instant | None) -> Job:
+        """After an upsert: log, queue the job's next slot, emit the event."""
         if change != "unchanged":
             logger.info("job %s generation %d %s: %s %s", job.job_id, job.generation, change, job.target, job.schedule)
             if job.state == JobState.FINISHED:
@@ -551,6 +612,50 @@ class JobScheduler:
             kind: EventKind = "job_replaced" if change == "replaced" else "job_scheduled"
             self._emit(kind, job.job_id, job.generation, job=job)
         return job
+
+    def declare(self, specs: Iterable[JobSpec], *, prune: bool = False) -> list[Job]:
+        """Reconcile this namespace's declared jobs with `specs` (an application's whole set of jobs).
+
+        Every spec is checked first: one bad spec raises and nothing is
+        written. Then each job is scheduled as by `schedule()`: new ones are
+        created, changed ones replaced, identical ones left untouched (same
+        generation, same grid). With `prune`, jobs that an earlier
+        ``declare()`` of this namespace wrote and that `specs` no longer
+        names are descheduled; jobs made by ``schedule()`` and other
+        namespaces' jobs are never touched.
+
+        Args:
+            specs: `JobSpec` values, one per job id.
+            prune: Deschedule the declared jobs that `specs` leaves out.
+
+        Returns:
+            The declared jobs as stored, in the order of `specs`.
+
+        Raises:
+            InvalidJobError: A spec is not acceptable, or two name one job id (nothing written).
+            SchedulerStateError: The scheduler was shut down.
+            StoreError: The database cannot be written.
+        """
+        self._check_open()
+        if not isinstance(prune, bool):
+            raise InvalidJobError("prune", f"must be True or False, got {prune!r}")
+        definitions = [self._spec_definition(spec) for spec in check_specs(specs)]
+        self._ensure_schema()
+        declared = [
+            self._upserted(*self._store.upsert_job(definition, self._timebase.now(), declared=True))
+            for definition in definitions
+        ]
+        if prune:
+            for job_id, generation in self._store.prune_declared({d.job_id for d in definitions}, self._timebase.now()):
+                logger.info("job %s generation %d descheduled: no longer declared", job_id, generation)
+                self._emit("job_descheduled", job_id, generation)
+        return declared
+
+    def _spec_definition(self, spec: JobSpec) -> JobDefinition:
+        try:
+            return self._definition(spec.job_id, spec.fn, spec.interval_seconds, **spec.options)
+        except InvalidJobError as exc:  # name the spec as well as its argument
+            raise InvalidJobError(f"specs[{spec.job_id!r}].{exc.argument}", exc.reason) from None
 
     def deschedule(self, job_id: str, wait: bool = False, timeout: float | None = None) -> bool:
         """Remove a job: its current generation never starts again, in any process.

@@ -87,7 +87,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlch
 
 from . import _triggers
 from ._instant import Instant, Micros, from_datetime, from_naive_utc, to_datetime
-from ._models import Job, JobDefinition, JobState, Policies, Run, validate_policies
+from ._models import DEFAULT_NAMESPACE, Job, JobDefinition, JobState, Policies, Run, validate_policies
 from ._observe import Observer, notify
 from ._policy import ClaimPlan, JobPlan, Missed, place_grid
 from ._rows import StoredRow, raw_columns, read_row, readable
@@ -97,7 +97,7 @@ from .errors import InvalidJobError, StoreError
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
-    from sqlalchemy import Column
+    from sqlalchemy import Column, Select
 
 __all__ = ["Claim", "ClaimMiss", "Completion", "Correction", "OpenRun", "Store"]
 
@@ -113,6 +113,12 @@ MAX_ERROR_TEXT: Final = 8_000  # characters of error text kept per run
 LOW_SPACE_EXIT_BYTES: Final = 64 << 20  # free bytes that end low-space mode (see Store._reclaim_wal)
 
 _SCHEDULED: Final = JobState.SCHEDULED.value
+# start() reads every job of its namespace with raw driver values (see load_scheduled), in the driver's parameter style.
+_LOAD_SCHEDULED: Final = (
+    "SELECT next_run_at, job_id, generation, jitter_seconds, run_now_at, paused, interval_seconds,"
+    " cron, timezone, updated_at, first_run_at FROM persched_jobs WHERE state = 'scheduled' AND namespace = ?"
+)
+_LOAD_SCHEDULED_PG: Final = _LOAD_SCHEDULED.replace("?", "%s")
 _RUNNING: Final = JobState.RUNNING.value
 _FINISHED: Final = JobState.FINISHED.value
 _DESCHEDULED: Final = JobState.DESCHEDULED.value
@@ -287,9 +293,14 @@ class Store:
         retry_attempts: How often a transient failure is tried in all.
     """
 
-    def __init__(self, engine: Engine, url: str, *, retry_attempts: int = RETRY_ATTEMPTS) -> None:
+    def __init__(
+        self, engine: Engine, url: str, *, retry_attempts: int = RETRY_ATTEMPTS, namespace: str = DEFAULT_NAMESPACE
+    ) -> None:
         self.engine = engine
         self.url = url
+        # Issue 16: every read of jobs is limited to this namespace; writes by job_id check it.
+        self.namespace = namespace
+        self._mine = jobs.c.namespace == namespace
         self._retry_attempts = retry_attempts
         self._postgres = engine.dialect.name == "postgresql"
         # History rows: a slot the one-run-per-slot index holds already is skipped, not an
@@ -313,6 +324,10 @@ class Store:
         self._own_lock = threading.Lock()
         # Told of retries, errors and missed slots (`_observe`); the default does nothing.
         self.observer = Observer()
+
+    def _job_ids(self) -> Select[tuple[str]]:
+        """The ids of this namespace's jobs (any state), for the queries on persched_runs."""
+        return select(jobs.c.job_id).where(self._mine)
 
     def _writer(self, readonly: bool) -> contextlib.AbstractContextManager[object]:
         if readonly or self._sqlite_writer is None:
@@ -508,25 +523,36 @@ class Store:
 
     # -- jobs ---------------------------------------------------------------
 
-    def upsert_job(self, definition: JobDefinition, now: Instant) -> tuple[Job, str, Instant | None]:
-        """Insert, replace or keep a job.
+    def upsert_job(
+        self, definition: JobDefinition, now: Instant, *, declared: bool = False
+    ) -> tuple[Job, str, Instant | None]:
+        """Insert, replace or keep a job (of this store's namespace).
 
         Returns the job, 'created', 'replaced' or 'unchanged', and when the
-        heap should try it (None: paused or finished).
+        heap should try it (None: paused or finished). `declared` marks it as
+        written by declare(); an unchanged job declared now is marked too.
+
+        Raises:
+            InvalidJobError: The id belongs to an active job of another namespace.
         """
 
-        def body(conn: Connection) -> tuple[Job, str, Instant | None]:
+        def body(conn: Connection) -> tuple[Job | str, str, Instant | None]:
             query = select(*_RAW_JOBS).where(jobs.c.job_id == definition.job_id)
             if self._postgres:
                 query = query.with_for_update()
             found = conn.execute(query).first()
             row = None if found is None else read_row(_JOB_COLUMNS, found._mapping)
+            if row is not None and row.state != _DESCHEDULED and row.namespace != self.namespace:
+                return row.namespace, "foreign", None  # raised after the (group) commit: see _write_grouped
             if (
                 row is not None
                 and row.state != _DESCHEDULED
                 and not row.problems  # a row edited into something unreadable is replaced: the way out
                 and _definition_key(row) == definition.key()
             ):
+                if declared and not row.declared:
+                    marked = update(jobs).where(jobs.c.job_id == definition.job_id).values(declared=True)
+                    row = read_row(_JOB_COLUMNS, conn.execute(marked.returning(*_RAW_JOBS)).one()._mapping)
                 return _job(row), "unchanged", None  # FIELD-REPORTS #1: keep generation and grid
             policies = definition.policies
             # A generation is never reused, also after deschedule (no ABA); the row
@@ -556,6 +582,8 @@ class Store:
                 "last_outcome": None,
                 "updated_at": to_datetime(now),
                 "change_seq": _bump_change_seq(conn),
+                "namespace": self.namespace,
+                "declared": declared,
             }
             write: Insert | Update
             if row is None:
@@ -572,22 +600,56 @@ class Store:
 
         for _ in range(3):
             try:
-                return self._write_grouped(body, "schedule")
-            except IntegrityError:  # noqa: PERF203 - a rare race, not a hot loop
+                job, change, due = self._write_grouped(body, "schedule")
+            except IntegrityError:
                 # Two first schedules of one id raced (PostgreSQL): the loser
                 # now finds the winner's row and decides again.
                 continue
+            if isinstance(job, str):
+                raise InvalidJobError(
+                    "job_id",
+                    f"{definition.job_id!r} is a job of namespace {job!r} (job ids are unique in a database); "
+                    f"choose another id, e.g. {self.namespace + '.' + definition.job_id!r}",
+                )
+            return job, change, due
         raise StoreError(self.url, f"schedule of {definition.job_id!r} kept conflicting")
 
     def deschedule_job(self, job_id: str, now: Instant) -> bool:
         """Mark the job descheduled; True if an active job was changed."""
         return self.deschedule_job_generation(job_id, now) is not None
 
+    def prune_declared(self, keep: Collection[str], now: Instant) -> list[tuple[str, int]]:
+        """Deschedule this namespace's declared jobs whose id is not in `keep`; return (job_id, generation) of each."""
+
+        def body(conn: Connection) -> list[tuple[str, int]]:
+            gone = [jobs.c.state != _DESCHEDULED, jobs.c.declared.is_(True), self._mine]
+            if keep:
+                gone.append(jobs.c.job_id.not_in(list(keep)))
+            if conn.execute(select(jobs.c.job_id).where(*gone).limit(1)).first() is None:
+                return []  # nothing to prune: no change to announce
+            rows = conn.execute(
+                update(jobs)
+                .where(*gone)
+                .values(
+                    state=_DESCHEDULED,
+                    owner=None,
+                    lease_until=None,
+                    updated_at=to_datetime(now),
+                    change_seq=_bump_change_seq(conn),
+                )
+                .returning(jobs.c.job_id, jobs.c.generation)
+            ).all()
+            return [(row.job_id, int(row.generation)) for row in rows]
+
+        return self._write(body, "prune declared jobs")
+
     def get_job(self, job_id: str) -> Job | None:
         """Return the active job `job_id`, or None."""
 
         def body(conn: Connection) -> Job | None:
-            row = conn.execute(select(*_RAW_JOBS).where(jobs.c.job_id == job_id, jobs.c.state != _DESCHEDULED)).first()
+            row = conn.execute(
+                select(*_RAW_JOBS).where(jobs.c.job_id == job_id, jobs.c.state != _DESCHEDULED, self._mine)
+            ).first()
             return None if row is None else _job(read_row(_JOB_COLUMNS, row._mapping))
 
         return self._read(body, "get_job")
@@ -597,7 +659,9 @@ class Store:
 
         def body(conn: Connection) -> list[Job]:
             rows = conn.execute(
-                select(*_RAW_JOBS).where(jobs.c.state != _DESCHEDULED).order_by(jobs.c.next_run_at, jobs.c.job_id)
+                select(*_RAW_JOBS)
+                .where(jobs.c.state != _DESCHEDULED, self._mine)
+                .order_by(jobs.c.next_run_at, jobs.c.job_id)
             )
             return [_job(read_row(_JOB_COLUMNS, row._mapping)) for row in rows]
 
@@ -616,7 +680,7 @@ class Store:
             rows = _stored(
                 conn.execute(
                     select(*_RAW_JOBS).where(
-                        jobs.c.change_seq > seq, jobs.c.state == _SCHEDULED, jobs.c.paused.is_(False)
+                        jobs.c.change_seq > seq, jobs.c.state == _SCHEDULED, jobs.c.paused.is_(False), self._mine
                     )
                 )
             )
@@ -662,10 +726,7 @@ class Store:
         def body(conn: Connection) -> tuple[list[tuple[Instant, str, int]], list[tuple[str, int, Instant]]]:
             # start() reads every job: raw driver values skip SQLAlchemy's
             # per-value result processing (a million rows in seconds, FR #17).
-            rows = conn.exec_driver_sql(
-                "SELECT next_run_at, job_id, generation, jitter_seconds, run_now_at, paused, interval_seconds,"
-                " cron, timezone, updated_at, first_run_at FROM persched_jobs WHERE state = 'scheduled'"
-            )
+            rows = conn.exec_driver_sql(_LOAD_SCHEDULED_PG if self._postgres else _LOAD_SCHEDULED, (self.namespace,))
             entries = []
             ahead = []
             next_fire: dict[tuple[str, str], Instant | None] = {}  # a cron's next fire after now, per expression
@@ -758,7 +819,8 @@ class Store:
         """Return the newest `limit` runs (of `job_id`, or of every job), newest first."""
 
         def body(conn: Connection) -> list[Run]:
-            query = select(*_RAW_RUNS).order_by(runs.c.run_id.desc()).limit(limit)
+            query = select(*_RAW_RUNS).where(runs.c.job_id.in_(self._job_ids())).order_by(runs.c.run_id.desc())
+            query = query.limit(limit)
             if job_id is not None:
                 query = query.where(runs.c.job_id == job_id)
             return [_run(read_row(_RUN_COLUMNS, row._mapping)) for row in conn.execute(query)]
@@ -1152,7 +1214,7 @@ class Store:
                     runs.c.generation,
                     runs.c.instance_id,
                     runs.c.lease_until,
-                ).where(runs.c.outcome.is_(None))
+                ).where(runs.c.outcome.is_(None), runs.c.job_id.in_(self._job_ids()))
             )
             return [OpenRun(*row) for row in rows]
 
@@ -1239,7 +1301,7 @@ class Store:
         def body(conn: Connection) -> int | None:
             row = conn.execute(
                 update(jobs)
-                .where(jobs.c.job_id == job_id, jobs.c.state != _DESCHEDULED)
+                .where(jobs.c.job_id == job_id, jobs.c.state != _DESCHEDULED, self._mine)
                 .values(
                     state=_DESCHEDULED,
                     owner=None,
@@ -1261,7 +1323,12 @@ class Store:
         def body(conn: Connection) -> int | None:
             row = conn.execute(
                 update(jobs)
-                .where(jobs.c.job_id == job_id, jobs.c.state.in_((_SCHEDULED, _RUNNING)), jobs.c.paused.is_(False))
+                .where(
+                    jobs.c.job_id == job_id,
+                    jobs.c.state.in_((_SCHEDULED, _RUNNING)),
+                    jobs.c.paused.is_(False),
+                    self._mine,
+                )
                 .values(paused=True, run_now_at=None, updated_at=to_datetime(now), change_seq=_bump_change_seq(conn))
                 .returning(*raw_columns([jobs.c.generation]))
             ).first()
@@ -1279,7 +1346,7 @@ class Store:
 
         def body(conn: Connection) -> tuple[int, Instant | None] | None:
             query = select(*_RAW_JOBS).where(
-                jobs.c.job_id == job_id, jobs.c.paused.is_(True), jobs.c.state != _DESCHEDULED
+                jobs.c.job_id == job_id, jobs.c.paused.is_(True), jobs.c.state != _DESCHEDULED, self._mine
             )
             found = conn.execute(query.with_for_update() if self._postgres else query).first()
             if found is None:
@@ -1314,7 +1381,7 @@ class Store:
         """
 
         def body(conn: Connection) -> tuple[str, int | None]:
-            query = select(*_RAW_JOBS).where(jobs.c.job_id == job_id, jobs.c.state != _DESCHEDULED)
+            query = select(*_RAW_JOBS).where(jobs.c.job_id == job_id, jobs.c.state != _DESCHEDULED, self._mine)
             found = conn.execute(query.with_for_update() if self._postgres else query).first()
             if found is None:
                 return "unknown", None
@@ -1364,9 +1431,10 @@ class Store:
         """True if `job_id` has a row (active or descheduled) or any recorded run."""
 
         def body(conn: Connection) -> bool:
-            if conn.execute(select(jobs.c.job_id).where(jobs.c.job_id == job_id)).first() is not None:
+            if conn.execute(select(jobs.c.job_id).where(jobs.c.job_id == job_id, self._mine)).first() is not None:
                 return True
-            return conn.execute(select(runs.c.run_id).where(runs.c.job_id == job_id).limit(1)).first() is not None
+            known = select(runs.c.run_id).where(runs.c.job_id == job_id, runs.c.job_id.in_(self._job_ids()))
+            return conn.execute(known.limit(1)).first() is not None
 
         return self._read(body, "job lookup")
 
@@ -1429,7 +1497,7 @@ class Store:
             def by_age(conn: Connection) -> int:
                 oldest = (
                     select(runs.c.run_id)
-                    .where(runs.c.outcome.is_not(None), runs.c.finished_at < cutoff)
+                    .where(runs.c.outcome.is_not(None), runs.c.finished_at < cutoff, runs.c.job_id.in_(self._job_ids()))
                     .order_by(runs.c.run_id)
                     .limit(batch)
                 )
@@ -1446,7 +1514,12 @@ class Store:
         """Return the ids of the jobs that have more than `keep_runs` runs recorded."""
 
         def body(conn: Connection) -> set[str]:
-            query = select(runs.c.job_id).group_by(runs.c.job_id).having(func.count() > keep_runs)
+            query = (
+                select(runs.c.job_id)
+                .where(runs.c.job_id.in_(self._job_ids()))
+                .group_by(runs.c.job_id)
+                .having(func.count() > keep_runs)
+            )
             return {job_id for (job_id,) in conn.execute(query)}
 
         return self._read(body, "find runs to prune")
@@ -1660,7 +1733,10 @@ def _plan_of(job_id: str, generation: int, anchor: Instant, stored: Policies) ->
     # something else (a hand-made UPDATE) fails here, not deep inside a decision.
     # (start_at / end_at are instants already: the column type guarantees them.)
     columns = stored.columns()
-    del columns["start_at"], columns["end_at"]
+    end_at = columns.pop("end_at")
+    del columns["start_at"]
+    if stored.one_shot:  # a one-shot job keeps its instant as its window's end
+        columns["run_at"] = end_at
     validate_policies(columns.pop("interval_seconds"), **columns)
     return JobPlan.of(job_id, generation, anchor, stored)
 
@@ -1815,6 +1891,9 @@ def _job(row: StoredRow) -> Job:
         run_now_requested=row.run_now_at is not None,
         schedule=schedule,
         unreadable="; ".join(f"{column}: {reason}" for column, reason in problems.items()) or None,
+        run_at=row.end_at if row.interval_seconds is None and row.cron is None else None,
+        namespace=row.namespace,
+        declared=bool(row.declared),
     )
 
 

@@ -33,7 +33,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from ._instant import US_PER_SECOND, Instant, Micros
+from ._instant import US_PER_SECOND, Instant, Micros, to_datetime
 from .errors import InvalidJobError
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ __all__ = [
     "describe_duration",
     "interval_trigger",
     "jitter_offset",
+    "once_trigger",
     "validate_cron",
     "validate_timezone",
 ]
@@ -215,6 +216,38 @@ class CronTrigger:
 
     def describe(self) -> str:
         return f"cron {self.expression}" + ("" if self.timezone == "UTC" else f" {self.timezone}")
+
+
+@dataclass(frozen=True)
+class OneShotTrigger:
+    """One slot, `at` (APScheduler's date trigger, Quartz's simple trigger without repeat).
+
+    After it, `next_after` answers the instant just past it rather than `NEVER`: the store
+    keeps that as the finished job's next_run_at (a datetime cannot hold `NEVER`), and it
+    lies past the job's window (its end_at is `at`), so the job is finished.
+    """
+
+    at: Instant
+
+    def next_after(self, t: Instant) -> Instant:
+        return self.at if t < self.at else Instant(max(t, self.at) + 1)
+
+    def latest_at_or_before(self, t: Instant) -> Instant | None:
+        return self.at if self.at <= t else None
+
+    def recent_slots(self, floor: Instant, t: Instant, n: int) -> list[Instant]:
+        return [self.at] if n > 0 and floor <= self.at <= t else []
+
+    def count_between(self, a: Instant, b: Instant) -> int | None:
+        return 1 if a <= self.at <= b else 0
+
+    def describe(self) -> str:
+        return "once at " + to_datetime(self.at).isoformat().replace("+00:00", "Z")
+
+
+def once_trigger(at: Instant) -> Trigger:
+    """Return the trigger of a one-shot job: its one slot is `at`."""
+    return OneShotTrigger(at)
 
 
 def interval_trigger(anchor: Instant, interval: Micros) -> Trigger:

@@ -14,7 +14,10 @@ A coroutine function is run to completion on an event loop the worker owns
 (one per worker thread, made on its first async run and closed when the
 worker stops): a run is awaited before the worker takes the next one, so an
 async job has the same guarantees as a plain one, and the loop never runs
-anything but persched's runs.
+anything but persched's runs. With an `AwaitableRunner` (set by
+`AsyncJobScheduler` to run coroutines on the application's loop) the worker
+hands the awaitable to it and blocks until it is done: the run still holds
+its worker, so the pool bounds the runs in flight, async ones included.
 
 A worker never dies from user code: everything, `SystemExit` and
 `KeyboardInterrupt` included, is caught, logged with its traceback through the
@@ -48,7 +51,7 @@ from ._store import Claim
 from ._targets import TargetNotFound, resolve
 from ._tracebacks import describe
 
-__all__ = ["CompleteCallback", "WorkerPool", "current_run_claim"]
+__all__ = ["AwaitableRunner", "CompleteCallback", "WorkerPool", "current_run_claim"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +59,8 @@ _current: contextvars.ContextVar[Claim | None] = contextvars.ContextVar("persche
 
 # (claim, outcome "ok" | "error", error text or None); called on the worker thread.
 CompleteCallback = Callable[[Claim, str, "str | None"], None]
+# Runs an async job's awaitable to completion elsewhere (raises what it raised); called on the worker thread.
+AwaitableRunner = Callable[[Any], None]
 
 
 def current_run_claim() -> Claim | None:
@@ -70,6 +75,7 @@ class WorkerPool:
         self._complete = complete
         self._allowed_modules = allowed_modules
         self._pid = os.getpid()  # a worker running in another process is in a job's forked child
+        self.awaitable_runner: AwaitableRunner | None = None  # None: each worker's own event loop
         self._queue: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._loop, name=f"persched-worker-{i}", daemon=True) for i in range(size)
@@ -122,7 +128,7 @@ class WorkerPool:
                 claim.generation,
                 " (run-now)" if claim.run_now else "",
             )
-            outcome, error = _execute(claim, self._allowed_modules, loop, self._pid)
+            outcome, error = _execute(claim, self._allowed_modules, loop, self._pid, self.awaitable_runner)
             logger.debug("run %d of %s generation %d ended: %s", claim.run_id, claim.job_id, claim.generation, outcome)
             try:
                 self._complete(claim, outcome, error)
@@ -136,7 +142,11 @@ class WorkerPool:
 
 
 def _execute(
-    claim: Claim, allowed_modules: tuple[str, ...] | None, loop: list[asyncio.AbstractEventLoop], pid: int
+    claim: Claim,
+    allowed_modules: tuple[str, ...] | None,
+    loop: list[asyncio.AbstractEventLoop],
+    pid: int,
+    awaitable_runner: AwaitableRunner | None = None,
 ) -> tuple[str, str | None]:
     token = _current.set(claim)
     fn: Callable[..., Any] | None = None
@@ -151,7 +161,9 @@ def _execute(
         if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
             raise TypeError(f"the stored kwargs are not a JSON object: {claim.kwargs_json[:80]!r}")
         result = fn(*args, **kwargs)
-        if inspect.isawaitable(result):
+        if inspect.isawaitable(result) and awaitable_runner is not None:
+            awaitable_runner(result)
+        elif inspect.isawaitable(result):
             if not loop:
                 loop.append(asyncio.new_event_loop())
             loop[0].run_until_complete(_awaited(result))

@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Final, NoReturn
 from . import _db, _revision
 from ._instant import Instant, micros
 from ._liveness import display_id
-from ._models import Job, JobState, validate_job_id
+from ._models import DEFAULT_NAMESPACE, Job, JobState, validate_job_id, validate_namespace
 from ._store import Store
 from ._triggers import describe_duration
 from .clock import SystemClock
@@ -89,6 +89,7 @@ EXIT_PIPE: Final = 141  # the reader of stdout went away (128 + SIGPIPE), as `ca
 
 DEFAULT_DB: Final = "persched.db"
 ENV_DB: Final = "PERSCHED_DB"
+ENV_NAMESPACE: Final = "PERSCHED_NAMESPACE"
 SETUP_HOOK: Final = "persched_setup"  # `run --import`: called with the started scheduler
 MAX_CLI_INT: Final = 2**31 - 1  # --limit, --workers: what a SQL LIMIT takes everywhere
 SHOW_RUNS: Final = 10  # runs listed by `show` unless --limit says otherwise
@@ -412,7 +413,7 @@ def _say(text: str = "") -> None:
 # -- database access --------------------------------------------------------------
 
 
-def open_existing(db: str, *, read_only: bool = False) -> Store:
+def open_existing(db: str, namespace: str = DEFAULT_NAMESPACE, *, read_only: bool = False) -> Store:
     """Open a store that must already exist at the head schema; never creates or migrates.
 
     With `read_only` (the listing commands), a database that cannot be
@@ -435,7 +436,7 @@ def open_existing(db: str, *, read_only: bool = False) -> Store:
     except BaseException:
         engine.dispose()
         raise
-    return Store(engine, _db.mask(engine.url))
+    return Store(engine, _db.mask(engine.url), namespace=namespace)
 
 
 def _now() -> Instant:
@@ -443,7 +444,7 @@ def _now() -> Instant:
 
 
 def _with_store(args: argparse.Namespace, body: Callable[[Store], int], *, read_only: bool = False) -> int:
-    store = open_existing(args.db, read_only=read_only)
+    store = open_existing(args.db, args.namespace, read_only=read_only)
     try:
         return body(store)
     finally:
@@ -742,7 +743,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from ._scheduler import JobScheduler  # not needed by the read commands
 
     module = _import_module(args.module)
-    scheduler = JobScheduler(args.db, workers=args.workers, allowed_modules=run_allowed_modules(args))
+    scheduler = JobScheduler(
+        args.db, workers=args.workers, allowed_modules=run_allowed_modules(args), namespace=args.namespace
+    )
     stop = threading.Event()
     received: list[int] = []
 
@@ -764,7 +767,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             setup = getattr(module, SETUP_HOOK, None)
             if callable(setup):
                 try:
-                    setup(scheduler)
+                    specs = setup(scheduler)
+                    if specs is not None:  # issue 16: the module's declared set, reconciled
+                        scheduler.declare(specs, prune=True)
                 except PerschedError:
                     raise
                 except Exception as exc:
@@ -829,6 +834,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         metavar="URL",
         help=f"SQLAlchemy URL or SQLite file path (default: ${ENV_DB} or {DEFAULT_DB})",
+    )
+    common.add_argument(
+        "--namespace",
+        default=argparse.SUPPRESS,
+        metavar="NAME",
+        help=f"the application whose jobs to see and run (default: ${ENV_NAMESPACE} or {DEFAULT_NAMESPACE})",
     )
     common.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks and DEBUG logging"
@@ -945,7 +956,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = command(
         "run",
         f"import MODULE, start a scheduler and run until SIGINT/SIGTERM; if MODULE defines "
-        f"{SETUP_HOOK}(scheduler) it is called with the started scheduler",
+        f"{SETUP_HOOK}(scheduler) it is called with the started scheduler; if that returns JobSpec "
+        "values, they are declared with prune (see README, declarative schedules)",
         "persched --db jobs.db run --import myapp.schedules --workers 4",
         _cmd_run,
     )
@@ -1058,6 +1070,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.db_given = "--db" if hasattr(args, "db") else ENV_DB if os.environ.get(ENV_DB) else None
     if not hasattr(args, "db"):
         args.db = os.environ.get(ENV_DB) or DEFAULT_DB
+    if not hasattr(args, "namespace"):
+        args.namespace = os.environ.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE
+    try:
+        validate_namespace(args.namespace)
+    except PerschedError as exc:
+        sys.stderr.write(f"persched: error: bad --namespace: {_one_line(exc)}\n")
+        return EXIT_ERROR
     _configure_logging(args)
     try:
         result: int = args.func(args)

@@ -1,0 +1,307 @@
+"""`AsyncJobScheduler`: the asyncio front end (FastAPI, Starlette, aiohttp), over `JobScheduler`.
+
+Threads and the event loop
+--------------------------
+Every method that touches the database awaits ``asyncio.to_thread``: the
+blocking work (SQL, migrations, joining threads at shutdown) runs on the
+loop's default executor, never on the event loop, and the threaded
+scheduler underneath keeps every guarantee of SPEC §2 (the claim, the
+history, leases, shutdown's linearization point).
+
+Async job callables run, by default (``jobs_on_loop=True``), **on the
+application's own event loop** (the one running at `start()`), so they can
+share its connection pools, clients and locks. A worker thread still claims
+the run and records its outcome: it hands the coroutine to the loop
+(``run_coroutine_threadsafe``) and waits for it, so the number of runs in
+flight is bounded by `workers`, async ones included, and a coroutine that
+raises is recorded as "error" while the loop goes on. Sync callables run on
+the worker threads as always. The waiting worker looks once a second
+whether the loop still runs: a loop that stopped or closed under a run
+(an application that ended without `shutdown()`) fails that run, recorded
+as "error", instead of hanging the worker.
+
+Consequences users must know (README, "asyncio"):
+
+- An async job that blocks (``time.sleep``, a sync driver) blocks the
+  application's loop: its requests and the other async jobs wait; persched's
+  threads and sync jobs do not. Make such a job sync, or pass
+  ``jobs_on_loop=False`` (each worker then runs coroutines on a loop of its own).
+- Cancelling a task that awaits a method does not undo the call: the thread
+  it runs on cannot be stopped, so the call completes (or fails) in the
+  background, exactly as if it had not been cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+from typing import TYPE_CHECKING, Any, Final
+
+from ._models import DEFAULT_NAMESPACE
+from ._scheduler import DEFAULT_URL, JobScheduler
+from ._workers import current_run_claim
+from .errors import InvalidJobError
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Callable, Iterable
+    from datetime import datetime
+    from types import TracebackType
+
+    from ._declare import JobSpec
+    from ._events import EventKind, Listener
+    from ._models import Job, Misfire, Overlap, Recurrence, Run
+    from ._observe import Observer
+    from .clock import Clock, SecondsClock
+
+__all__ = ["AsyncJobScheduler"]
+
+LOOP_CHECK_SECONDS: Final = 1.0  # how often a worker awaiting a run looks whether the loop still runs
+
+
+async def _awaited(awaitable: Any) -> None:  # noqa: ANN401 - whatever an async job returns
+    await awaitable
+
+
+class _LoopRunner:
+    """Runs async jobs' awaitables on one event loop; called on worker threads."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def __call__(self, awaitable: Any) -> None:  # noqa: ANN401 - whatever an async job returned
+        if self._loop.is_closed() or not self._loop.is_running():
+            if inspect.iscoroutine(awaitable):
+                awaitable.close()  # never started: no "never awaited" warning
+            raise RuntimeError("the application's event loop is not running; the async job was not started")
+        # The task copies this thread's context, so current_run() works inside the coroutine.
+        future = asyncio.run_coroutine_threadsafe(_awaited(awaitable), self._loop)
+        while True:
+            # wait(), not result(timeout): a job that raises TimeoutError must not read as "still going".
+            done, _ = concurrent.futures.wait([future], timeout=LOOP_CHECK_SECONDS)
+            if done:
+                future.result()  # raises what the coroutine raised (CancelledError if it was cancelled)
+                return
+            if self._loop.is_closed() or not self._loop.is_running():
+                future.cancel()
+                raise RuntimeError("the application's event loop stopped before the async job finished")
+
+
+class AsyncJobScheduler:
+    """`JobScheduler` for asyncio applications: awaitable methods, async jobs on the application's loop.
+
+    ``async with AsyncJobScheduler(url) as sched:`` starts it (in the running
+    loop) and shuts it down on exit. Every `JobScheduler` method is here with
+    the same arguments and meaning; those that touch the database are
+    coroutines (the blocking work runs on a thread, never on the loop).
+
+    Args:
+        url: As for `JobScheduler`.
+        workers: How many runs may execute at once, async runs included (each
+            holds a worker thread while the loop awaits it).
+        clock: As for `JobScheduler`.
+        jobs_on_loop: Run coroutine-function jobs on the event loop that
+            called `start()` (default). False: each worker runs them on an
+            event loop of its own, as `JobScheduler` does.
+        instance_id, lease_seconds, heartbeat_seconds, busy_timeout_seconds,
+        synchronous, keep_runs, keep_runs_for_seconds, allowed_modules,
+        pickup_seconds, namespace: As for `JobScheduler`.
+
+    Raises:
+        InvalidJobError: An argument is out of range.
+        StoreError: The database cannot be opened.
+    """
+
+    def __init__(
+        self,
+        url: str | os.PathLike[str] = DEFAULT_URL,
+        workers: int = 8,
+        clock: Clock | SecondsClock | None = None,
+        *,
+        jobs_on_loop: bool = True,
+        instance_id: str | None = None,
+        lease_seconds: float = 30.0,
+        heartbeat_seconds: float | None = None,
+        busy_timeout_seconds: float = 5.0,
+        synchronous: str = "FULL",
+        keep_runs: int | None = 1000,
+        keep_runs_for_seconds: float | None = None,
+        allowed_modules: Iterable[str] | None = None,
+        pickup_seconds: float = 1.0,
+        namespace: str = DEFAULT_NAMESPACE,
+    ) -> None:
+        if not isinstance(jobs_on_loop, bool):
+            raise InvalidJobError("jobs_on_loop", f"must be True or False, got {jobs_on_loop!r}")
+        self._jobs_on_loop = jobs_on_loop
+        self._sched = JobScheduler(
+            url,
+            workers,
+            clock,
+            instance_id=instance_id,
+            lease_seconds=lease_seconds,
+            heartbeat_seconds=heartbeat_seconds,
+            busy_timeout_seconds=busy_timeout_seconds,
+            synchronous=synchronous,
+            keep_runs=keep_runs,
+            keep_runs_for_seconds=keep_runs_for_seconds,
+            allowed_modules=allowed_modules,
+            pickup_seconds=pickup_seconds,
+            namespace=namespace,
+        )
+        self.instance_id: Final = self._sched.instance_id
+        self.namespace: Final = self._sched.namespace
+
+    @property
+    def scheduler(self) -> JobScheduler:
+        """The threaded scheduler underneath (for code that is not async, e.g. a sync endpoint)."""
+        return self._sched
+
+    # -- lifecycle ------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Migrate the schema, load the jobs and start dispatching; async jobs then run on this loop.
+
+        Raises:
+            SchedulerStateError: Already started, or shut down.
+            SchemaVersionError: The database's schema is newer than this code.
+            StoreError: The database cannot be used.
+        """
+        if self._jobs_on_loop:
+            # Set before the workers start; a second start() is refused by the scheduler below.
+            self._sched._pool.awaitable_runner = _LoopRunner(asyncio.get_running_loop())
+        await asyncio.to_thread(self._sched.start)
+
+    async def shutdown(self, wait: bool = True, timeout: float | None = None) -> None:
+        """Stop dispatching; let in-flight runs (async ones too, on this loop) finish; release the database.
+
+        Called from inside a running job, it does not wait for that job (as `JobScheduler.shutdown`).
+
+        Args:
+            wait: Wait until in-flight runs finished (up to `timeout`); the loop keeps running them meanwhile.
+            timeout: Seconds to wait for in-flight runs; None waits for ever.
+        """
+        if current_run_claim() is not None and wait is True:
+            wait = False  # from inside a job: the thread below would wait for this very coroutine
+        await asyncio.to_thread(self._sched.shutdown, wait, timeout)
+
+    async def __aenter__(self) -> AsyncJobScheduler:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.shutdown(wait=True)
+
+    # -- public operations (the same arguments as JobScheduler's; a parity test keeps them so) ----------
+
+    async def schedule(
+        self,
+        job_id: str,
+        fn: Callable[..., Any] | str,
+        interval_seconds: float | None = None,
+        *,
+        args: tuple[Any, ...] | list[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        start_in: float | None = None,
+        cron: str | None = None,
+        timezone: str = "UTC",
+        recurrence: Recurrence = "fixed_rate",
+        misfire: Misfire = "coalesce",
+        max_catch_up: int | None = None,
+        grace_seconds: float = 1.0,
+        overlap: Overlap = "forbid",
+        jitter_seconds: float = 0.0,
+        start_at: datetime | None = None,
+        end_at: datetime | None = None,
+        max_runtime_seconds: float | None = None,
+        run_at: datetime | None = None,
+    ) -> Job:
+        """Schedule `fn` durably; see `JobScheduler.schedule` for every argument.
+
+        Returns:
+            The job as stored.
+
+        Raises:
+            InvalidJobError: An argument is not acceptable (nothing written).
+            SchedulerStateError: The scheduler was shut down.
+            StoreError: The database cannot be written.
+        """
+        return await asyncio.to_thread(
+            self._sched.schedule,
+            job_id,
+            fn,
+            interval_seconds,
+            args=args,
+            kwargs=kwargs,
+            start_in=start_in,
+            cron=cron,
+            timezone=timezone,
+            recurrence=recurrence,
+            misfire=misfire,
+            max_catch_up=max_catch_up,
+            grace_seconds=grace_seconds,
+            overlap=overlap,
+            jitter_seconds=jitter_seconds,
+            start_at=start_at,
+            end_at=end_at,
+            max_runtime_seconds=max_runtime_seconds,
+            run_at=run_at,
+        )
+
+    async def declare(self, specs: Iterable[JobSpec], *, prune: bool = False) -> list[Job]:
+        """Reconcile this namespace's declared jobs with `specs` (see `JobScheduler.declare`)."""
+        specs = list(specs)  # a generator is read here, on the loop, not on a thread
+        return await asyncio.to_thread(self._sched.declare, specs, prune=prune)
+
+    async def deschedule(self, job_id: str, wait: bool = False, timeout: float | None = None) -> bool:
+        """Remove a job (see `JobScheduler.deschedule`); `wait` awaits its in-flight run without blocking the loop."""
+        return await asyncio.to_thread(self._sched.deschedule, job_id, wait, timeout)
+
+    async def pause(self, job_id: str) -> bool:
+        """Pause a job (see `JobScheduler.pause`)."""
+        return await asyncio.to_thread(self._sched.pause, job_id)
+
+    async def resume(self, job_id: str) -> bool:
+        """Resume a paused job on its grid from now (see `JobScheduler.resume`)."""
+        return await asyncio.to_thread(self._sched.resume, job_id)
+
+    async def run_now(self, job_id: str) -> bool:
+        """Ask for one extra run as soon as a worker is free (see `JobScheduler.run_now`)."""
+        return await asyncio.to_thread(self._sched.run_now, job_id)
+
+    async def get_job(self, job_id: str) -> Job | None:
+        """Return the job `job_id`, or None (see `JobScheduler.get_job`)."""
+        return await asyncio.to_thread(self._sched.get_job, job_id)
+
+    async def jobs(self) -> list[Job]:
+        """Return every job not descheduled, soonest first."""
+        return await asyncio.to_thread(self._sched.jobs)
+
+    async def runs(self, job_id: str | None = None, limit: int = 100) -> list[Run]:
+        """Return the latest runs of `job_id` (or of all jobs), newest first."""
+        return await asyncio.to_thread(self._sched.runs, job_id, limit)
+
+    async def wait_idle(self, timeout: float | None = 10.0) -> bool:
+        """Wait until every due run has run and been recorded (see `JobScheduler.wait_idle`); the loop runs on."""
+        return await asyncio.to_thread(self._sched.wait_idle, timeout)
+
+    def add_listener(self, callback: Listener, kinds: Iterable[EventKind] | None = None) -> None:
+        """Call `callback(event)` for each event (on persched's event thread; see `JobScheduler.add_listener`)."""
+        self._sched.add_listener(callback, kinds)
+
+    def remove_listener(self, callback: Listener) -> bool:
+        """Stop calling `callback`; True if it was registered."""
+        return self._sched.remove_listener(callback)
+
+    def set_observer(self, observer: Observer | None) -> None:
+        """Count what the events do not carry (see `JobScheduler.set_observer`; `persched.metrics`)."""
+        self._sched.set_observer(observer)
+
+    def runs_in_flight(self) -> int:
+        """How many runs this scheduler has claimed and not yet recorded (for a gauge)."""
+        return self._sched.runs_in_flight()
