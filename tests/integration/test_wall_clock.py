@@ -67,10 +67,19 @@ class Child:
 
     def stop(self) -> str:
         self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(3 * TIMEOUT)
-        self._file.close()
+        try:
+            self.proc.wait(3 * TIMEOUT)
+        finally:
+            self.kill()
         assert self.proc.returncode == 0, self.out.read_text()
         return self.out.read_text()
+
+    def kill(self) -> None:
+        """End the child whatever happened (a failed test must leave no process behind)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(TIMEOUT)
+        self._file.close()
 
 
 @pytest.fixture
@@ -109,28 +118,39 @@ def test_wall_clock_jumps_and_a_restart_after_a_correction(
     tmp_path: Path, faketime_env: tuple[dict[str, str], Path]
 ) -> None:
     env, offset = faketime_env
-    a = Child(tmp_path, "a", env)
-    phases = [("+3600", "+1 h"), ("-3600", "-2 h"), ("+0", "+1 h")]
-    time.sleep(1.0)  # real time passing: the scheduler runs meanwhile (no interleaving is hoped for)
-    for value, _ in phases:
-        offset.write_text(f"{value}\n")
-        time.sleep(1.0)
-    a.stop()
-    _check_steady(_ticks(tmp_path, a.started), "across jumps of +1 h, -2 h, +1 h")
+    children: list[Child] = []
 
-    offset.write_text("+3600\n")  # a process started while the clock is an hour ahead writes its rows
-    b = Child(tmp_path, "b", env)
-    wait_until(lambda: len(_ticks(tmp_path, b.started)) >= 3, timeout=3 * TIMEOUT, message="b ran")
-    b.stop()
+    def child(name: str) -> Child:
+        children.append(Child(tmp_path, name, env))
+        return children[-1]
 
-    offset.write_text("+0\n")  # the clock is corrected and the service restarted
-    c = Child(tmp_path, "c", env)
-    wait_until(lambda: len(_ticks(tmp_path, c.started)) >= 4, timeout=3 * TIMEOUT, message="c ran")
-    out = c.stop()
-    first = _ticks(tmp_path, c.started)[0]
-    assert first - c.started <= INTERVAL + MARGIN, f"first run {first - c.started:.3f} s after the restart"
-    assert "job tick:" in out, out
-    assert "further ahead than its schedule allows" in out, out
+    try:
+        a = child("a")
+        phases = [("+3600", "+1 h"), ("-3600", "-2 h"), ("+0", "+1 h")]
+        time.sleep(1.0)  # real time passing: the scheduler runs meanwhile (no interleaving is hoped for)
+        for value, _ in phases:
+            offset.write_text(f"{value}\n")
+            time.sleep(1.0)
+        a.stop()
+        _check_steady(_ticks(tmp_path, a.started), "across jumps of +1 h, -2 h, +1 h")
+
+        offset.write_text("+3600\n")  # a process started while the clock is an hour ahead writes its rows
+        b = child("b")
+        wait_until(lambda: len(_ticks(tmp_path, b.started)) >= 3, timeout=3 * TIMEOUT, message="b ran")
+        b.stop()
+
+        offset.write_text("+0\n")  # the clock is corrected and the service restarted
+        c = child("c")
+        wait_until(lambda: len(_ticks(tmp_path, c.started)) >= 4, timeout=3 * TIMEOUT, message="c ran")
+        out = c.stop()
+        first = _ticks(tmp_path, c.started)[0]
+        assert first - c.started <= INTERVAL + MARGIN, f"first run {first - c.started:.3f} s after the restart"
+        assert "job tick:" in out, out
+        assert "further ahead than its schedule allows" in out, out
+
+    finally:
+        for each in children:  # a failed step must leave no process behind
+            each.kill()
 
     with closing(sqlite3.connect(tmp_path / "jobs.db")) as conn:
         slots = conn.execute("SELECT generation, scheduled_for FROM persched_runs WHERE NOT run_now").fetchall()
