@@ -110,6 +110,7 @@ class SchedulerFactory:
         heartbeat_seconds: float | None = None,
         busy_timeout_seconds: float = 5.0,
         instance_id: str | None = None,
+        pickup_seconds: float = 1.0,
     ) -> JobScheduler:
         """Return a new scheduler (FakeClock-driven unless `real_clock`), started if asked."""
         sched = JobScheduler(
@@ -120,6 +121,7 @@ class SchedulerFactory:
             heartbeat_seconds=heartbeat_seconds,
             busy_timeout_seconds=busy_timeout_seconds,
             instance_id=instance_id,
+            pickup_seconds=pickup_seconds,
         )
         self.created.append(sched)
         if start:

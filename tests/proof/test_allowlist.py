@@ -257,7 +257,9 @@ def test_cli_run_passes_the_allow_list_to_its_scheduler(monkeypatch: pytest.Monk
         def shutdown(self, wait: bool = True) -> None:
             pass
 
-    monkeypatch.setattr(cli, "JobScheduler", Recorder)
+    from persched import _scheduler
+
+    monkeypatch.setattr(_scheduler, "JobScheduler", Recorder)  # `run` imports it from there when it starts
     db = str(tmp_path / "run.db")
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
