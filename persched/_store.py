@@ -1271,6 +1271,28 @@ class Store:
             next_at = plan.after_loss(from_datetime(row.next_run_at), from_datetime(lost.scheduled_for), recovered_at)
             run_now_at = _ts(row.run_now_at)
             over = plan.is_over(next_at, run_now_at)
+            values: dict[str, Any] = {}
+            # A run claimed by a process whose clock was ahead (and that died) left the grid ahead:
+            # corrected as at start-up (see load_scheduled), into a new generation, which the
+            # change pick-up then queues (hence no due time returned).
+            corrected = None if over else _readable_plan(row, with_start=True)
+            corrected_at = None if corrected is None else corrected.corrected(next_at, recovered_at)
+            if corrected_at is not None and next_at - corrected_at > CLOCK_STEP_FLOOR:
+                logger.warning(
+                    "job %s: the lost run's next slot (%s) lay %s further ahead than its schedule allows, written "
+                    "while a wall clock was ahead; it runs again at %s, as generation %d",
+                    row.job_id,
+                    to_datetime(next_at).isoformat(),
+                    _triggers.describe_duration(next_at - corrected_at),
+                    to_datetime(corrected_at).isoformat(),
+                    row.generation + 1,
+                )
+                values = {
+                    "generation": row.generation + 1,
+                    "first_run_at": row.first_run_at if plan.interval is None else to_datetime(corrected_at),
+                    "change_seq": _bump_change_seq(conn),
+                }
+                next_at = corrected_at
             freed = conn.execute(
                 # The read above took no lock (PostgreSQL): a deschedule or
                 # replacement committed since must win, so ask again.
@@ -1285,9 +1307,10 @@ class Store:
                     run_count=jobs.c.run_count + 1,
                     last_outcome="lost",
                     updated_at=to_datetime(recovered_at),
+                    **values,
                 )
             )
-            if freed.rowcount != 1 or over or row.paused:
+            if freed.rowcount != 1 or over or row.paused or values:
                 return None
             return plan.due_at(next_at, run_now_at)
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from persched import JobScheduler, JobState
-from persched._instant import from_datetime, micros, to_datetime
+from persched._instant import Micros, from_datetime, micros, to_datetime
+from persched._store import ClaimMiss
 from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.helpers import TIMEOUT, sql
@@ -324,3 +325,37 @@ def wait_for(predicate: Callable[[], bool]) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+def test_a_run_left_in_flight_by_a_clock_that_was_ahead_is_recovered_onto_a_corrected_grid(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Review D4: a process a day ahead claimed a run and died; the row was 'running', so start-up left
+    it alone, and recovery put the job back on the ahead grid: silent for a day."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    real = 1_700_000_000.555555
+    ahead = FakeClock(real + 86_400)
+    dead = JobScheduler(url, clock=ahead)
+    try:
+        job = dead.schedule("j", jobs.record, 60, args=("j",))
+        ahead.advance(60)
+        slot = from_datetime(job.next_run_at)
+        claim = dead._store.claim_run("j", job.generation, slot, slot, "dead", Micros(1_000_000))
+        assert not isinstance(claim, ClaimMiss), claim  # in flight, and never finished
+    finally:
+        dead.shutdown()
+    clock = FakeClock(real + 30)  # the corrected clock: the restart
+    with (
+        caplog.at_level(logging.WARNING, logger="persched"),
+        JobScheduler(url, clock=clock, lease_seconds=1.0, heartbeat_seconds=0.2, pickup_seconds=0.2) as sched,
+    ):
+
+        def recovered() -> bool:
+            clock.advance(0.2)  # leases expire by observation on this scheduler's (fake) clock
+            return any(r.outcome == "lost" for r in sched.runs("j"))
+
+        assert wait_for(recovered)
+        assert any("job j: the lost run's next slot" in r.getMessage() for r in caplog.records)
+        clock.advance(60)  # within one interval of now
+        assert wait_for(lambda: len(jobs.calls("j")) == 1)
+        assert [(r.generation, r.outcome) for r in sched.runs("j")] == [(2, "ok"), (1, "lost")]
