@@ -788,8 +788,6 @@ class Store:
                 corrected = None if plan is None else plan.corrected(was, now)
                 if plan is None or corrected is None:
                     continue
-                # An interval grid is anchored anew at the corrected slot (its phase is kept).
-                anchor = row.first_run_at if plan.interval is None else to_datetime(corrected)
                 moved = conn.execute(
                     update(jobs)
                     .where(
@@ -799,11 +797,9 @@ class Store:
                         jobs.c.next_run_at == was_dt,  # PostgreSQL read no lock: anything since wins
                     )
                     .values(
-                        generation=generation + 1,
-                        first_run_at=anchor,
                         next_run_at=to_datetime(corrected),
                         updated_at=to_datetime(now),
-                        change_seq=_bump_change_seq(conn),
+                        **_regrid(conn, row, plan, corrected),
                     )
                 )
                 if moved.rowcount != 1:
@@ -1287,11 +1283,7 @@ class Store:
                     to_datetime(corrected_at).isoformat(),
                     row.generation + 1,
                 )
-                values = {
-                    "generation": row.generation + 1,
-                    "first_run_at": row.first_run_at if plan.interval is None else to_datetime(corrected_at),
-                    "change_seq": _bump_change_seq(conn),
-                }
+                values = _regrid(conn, row, plan, corrected_at)
                 next_at = corrected_at
             freed = conn.execute(
                 # The read above took no lock (PostgreSQL): a deschedule or
@@ -1762,6 +1754,16 @@ def _plan_of(job_id: str, generation: int, anchor: Instant, stored: Policies) ->
         columns["run_at"] = end_at
     validate_policies(columns.pop("interval_seconds"), **columns)
     return JobPlan.of(job_id, generation, anchor, stored)
+
+
+def _regrid(conn: Connection, row: StoredRow, plan: JobPlan, corrected: Instant) -> dict[str, Any]:
+    """Columns that move a row written by a clock that was ahead into a new generation at `corrected`
+    (see load_scheduled): an interval grid is anchored anew there, its phase kept; the change is announced."""
+    return {
+        "generation": row.generation + 1,
+        "first_run_at": row.first_run_at if plan.interval is None else to_datetime(corrected),
+        "change_seq": _bump_change_seq(conn),
+    }
 
 
 def _next_fire(cron: str, zone: str, now: Instant) -> Instant | None:
