@@ -35,10 +35,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import inspect
 from typing import TYPE_CHECKING, Any, Final
 
-from ._models import DEFAULT_NAMESPACE
+from ._models import DEFAULT_NAMESPACE, given_options
 from ._scheduler import DEFAULT_URL, JobScheduler
 from ._workers import current_run_claim
 from .errors import InvalidJobError
@@ -231,7 +232,7 @@ class AsyncJobScheduler:
             SchedulerStateError: The scheduler was shut down.
             StoreError: The database cannot be written.
         """
-        return await asyncio.to_thread(
+        schedule = functools.partial(
             self._sched.schedule,
             job_id,
             fn,
@@ -239,19 +240,9 @@ class AsyncJobScheduler:
             args=args,
             kwargs=kwargs,
             start_in=start_in,
-            cron=cron,
-            timezone=timezone,
-            recurrence=recurrence,
-            misfire=misfire,
-            max_catch_up=max_catch_up,
-            grace_seconds=grace_seconds,
-            overlap=overlap,
-            jitter_seconds=jitter_seconds,
-            start_at=start_at,
-            end_at=end_at,
-            max_runtime_seconds=max_runtime_seconds,
-            run_at=run_at,
+            **given_options(locals()),  # every keyword option, as given (declared in _models.OPTIONS)
         )
+        return await asyncio.to_thread(schedule)
 
     async def declare(self, specs: Iterable[JobSpec], *, prune: bool = False) -> list[Job]:
         """Reconcile this namespace's declared jobs with `specs` (see `JobScheduler.declare`)."""

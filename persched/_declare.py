@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from ._models import validate_job_id
+from ._models import KEYWORD_OPTIONS, validate_job_id
 from .errors import InvalidJobError
 
 if TYPE_CHECKING:
@@ -13,25 +13,7 @@ if TYPE_CHECKING:
 __all__ = ["SCHEDULE_OPTIONS", "JobSpec", "check_specs"]
 
 # The keyword-only arguments of schedule(); a test keeps this list in step with it.
-SCHEDULE_OPTIONS: Final = frozenset(
-    {
-        "args",
-        "kwargs",
-        "start_in",
-        "cron",
-        "timezone",
-        "recurrence",
-        "misfire",
-        "max_catch_up",
-        "grace_seconds",
-        "overlap",
-        "jitter_seconds",
-        "start_at",
-        "end_at",
-        "max_runtime_seconds",
-        "run_at",
-    }
-)
+SCHEDULE_OPTIONS: Final = frozenset({"args", "kwargs", "start_in", *(option.name for option in KEYWORD_OPTIONS)})
 
 
 class JobSpec:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import json
 import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -16,7 +15,29 @@ from . import _triggers
 from ._instant import Instant, Micros, from_datetime, micros, seconds, to_datetime
 from .errors import InvalidJobError
 
-__all__ = ["DEFAULT_NAMESPACE", "Job", "JobDefinition", "JobState", "Outcome", "Policies", "Run", "validate_definition"]
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import TypeAlias
+
+    # An option's check: (its name, its value as given, the options checked before it, by Policies
+    # field, every option as given) -> its Policies value; raises InvalidJobError naming the argument.
+    Check: TypeAlias = Callable[[str, object, Mapping[str, Any], Mapping[str, object]], object]
+
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "KEYWORD_OPTIONS",
+    "OPTIONS",
+    "Job",
+    "JobDefinition",
+    "JobState",
+    "Option",
+    "Outcome",
+    "Policies",
+    "Run",
+    "given_options",
+    "validate_definition",
+    "validate_policies",
+]
 
 MAX_JOB_ID_LENGTH = 200
 DEFAULT_NAMESPACE: Final = "default"  # every job made before namespaces (revision 0004) is here
@@ -77,6 +98,7 @@ class Job(BaseModel):
     last_outcome: str | None = None
     owner: str | None = None
     lease_until: datetime | None = None
+    # The options of schedule(), as stored (seconds, aware datetimes): declared in OPTIONS (a test keeps these in step).
     cron: str | None = None
     timezone: str = "UTC"
     # Plain str (not the Literal types of schedule()'s arguments): a job is read
@@ -127,6 +149,7 @@ class Policies:
     """The SPEC-policies options of a job, validated (all part of its definition).
 
     Durations and instants are whole microseconds (`_instant`), rounded once, at `schedule()`.
+    Each field is the `Option.attr` of one of `OPTIONS`, which maps it to and from its column.
     """
 
     interval: Micros | None = None
@@ -147,30 +170,29 @@ class Policies:
     @property
     def one_shot(self) -> bool:
         """A job with one slot, at `end_at` (``schedule(run_at=...)``): neither an interval nor cron."""
-        return self.interval is None and self.cron is None
+        return _triggers.kind_of(self) is _triggers.OneShotTrigger
 
     def columns(self) -> dict[str, Any]:
         """The policy columns of persched_jobs (seconds as floats, instants as datetimes)."""
+        return {name: to_column(getattr(self, attr)) for name, attr, to_column, _ in _COLUMNS}
 
-        def secs(us: int | None) -> float | None:
-            return None if us is None else seconds(us)
+    @classmethod
+    def from_columns(cls, column: Callable[[str], Any], *, with_start: bool = True) -> Policies:
+        """The policies of a persched_jobs row whose value of a column `column(name)` gives (not checked:
+        see `check_stored`); without `start_at` unless `with_start` (only a grid's placement needs it)."""
+        fields = {attr: from_column(column(name)) for name, attr, _, from_column in _COLUMNS}
+        if not with_start:
+            fields["start_at"] = None
+        return cls(**fields)
 
-        def when(us: int | None) -> datetime | None:
-            return None if us is None else to_datetime(us)
-
+    def arguments(self) -> dict[str, Any]:
+        """The schedule() arguments (public units) that give these policies, but the window's instants
+        (`check_stored`): the kind's own argument, and every option stored as a number or text."""
+        kind = _triggers.kind_of(self).ARGUMENT
         return {
-            "interval_seconds": secs(self.interval),
-            "cron": self.cron,
-            "timezone": self.timezone,
-            "recurrence": self.recurrence,
-            "misfire": self.misfire,
-            "max_catch_up": self.max_catch_up,
-            "grace_seconds": secs(self.grace),
-            "overlap": self.overlap,
-            "jitter_seconds": secs(self.jitter),
-            "start_at": when(self.start_at),
-            "end_at": when(self.end_at),
-            "max_runtime_seconds": secs(self.max_runtime),
+            option.name: option.to_column(option.read(self))
+            for option in OPTIONS
+            if option.name == kind or (option.unit != "instant" and option.attr is not None)
         }
 
 
@@ -336,116 +358,343 @@ def _instant(argument: str, value: object) -> Instant | None:
     return from_datetime(value)  # exact: a datetime holds whole microseconds
 
 
-def validate_policies(
-    interval_seconds: object,
-    *,
-    cron: object = None,
-    timezone: object = "UTC",
-    recurrence: object = "fixed_rate",
-    misfire: object = "coalesce",
-    max_catch_up: object = None,
-    grace_seconds: object = 1.0,
-    overlap: object = "forbid",
-    jitter_seconds: object = 0.0,
-    start_at: object = None,
-    end_at: object = None,
-    max_runtime_seconds: object = None,
-    run_at: object = None,
-) -> Policies:
-    """Check the schedule and policy arguments of `schedule()` (SPEC-policies)."""
-    if run_at is not None:
-        return _one_shot(
-            interval_seconds,
-            cron=cron,
-            recurrence=recurrence,
-            start_at=start_at,
-            end_at=end_at,
-            run_at=run_at,
-            policies=validate_policies(
-                1.0,  # a stand-in, to check the other options exactly as for a grid
-                timezone=timezone,
-                misfire=misfire,
-                max_catch_up=max_catch_up,
-                grace_seconds=grace_seconds,
-                overlap=overlap,
-                jitter_seconds=jitter_seconds,
-                max_runtime_seconds=max_runtime_seconds,
-            ),
+# -- the options of schedule(), declared once ----------------------------------------------------
+
+Unit = Literal["seconds", "instant", "plain"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One argument of ``schedule()`` that is part of a job's definition (SPEC-policies).
+
+    Its keyword, its `Job` field and its persched_jobs column are all `name`; `attr` is its
+    `Policies` field (None: kept in other fields, see `read`). `unit` says how a value maps
+    between the two: float seconds <-> whole µs, aware datetime <-> instant, or as it is.
+    Adding an option is one entry here, its column (`_schema`, a revision), its fields in
+    `Job` and `Policies`, its keyword on `schedule()` and `AsyncJobScheduler.schedule()`
+    (explicit, for users and mypy: tests/unit/test_options.py checks them all against this),
+    and the decision it stands for (`_policy`).
+    """
+
+    name: str
+    attr: str | None
+    unit: Unit
+    default: object  # schedule()'s default (public units), also the Job field's
+    type: object  # the Job field's type
+    doc: str  # what it does: schedule()'s "Args:" entry starts with these words
+    check: Check
+    shown: tuple[str, str] | None = None  # `persched show`: (label, words; {} is the value) when not the default
+    read_by_claims: bool = True  # False: claims and completions never read it (`_store` leaves it out)
+
+    def to_column(self, value: Any) -> Any:  # noqa: ANN401 - the Policies value of any option
+        """A Policies value -> its column's (and its Job field's) value."""
+        return _TO_COLUMN[self.unit](value)
+
+    def from_column(self, value: Any) -> Any:  # noqa: ANN401 - the column value of any option
+        """A column's value -> its Policies value."""
+        return _FROM_COLUMN[self.unit](value)
+
+    def read(self, policies: Policies) -> Any:  # noqa: ANN401 - the Policies value of any option
+        """This option's Policies value; one kept in other fields is a kind's argument (run_at), which
+        that kind reads back (None for a job of another kind)."""
+        if self.attr is not None:
+            return getattr(policies, self.attr)
+        kind = _triggers.kind_of(policies)
+        return kind.argument_of(policies) if self.name == kind.ARGUMENT else None
+
+
+def _plain(value: Any) -> Any:  # noqa: ANN401 - a column's value as it is
+    return value
+
+
+def _seconds_column(us: int | None) -> float | None:
+    return None if us is None else seconds(us)
+
+
+def _micros_of_column(value: float | None) -> Micros | None:
+    # Exact for what persched wrote (``us / 1e6``): that float is within half an ulp of the true
+    # quotient, far under half a microsecond.
+    return None if value is None else Micros(round(value * 1_000_000))
+
+
+def _datetime_column(us: int | None) -> datetime | None:
+    return None if us is None else to_datetime(us)
+
+
+def _instant_of_column(value: datetime | None) -> Instant | None:
+    return None if value is None else from_datetime(value)
+
+
+_TO_COLUMN: Final[dict[Unit, Callable[[Any], Any]]] = {
+    "seconds": _seconds_column,
+    "instant": _datetime_column,
+    "plain": _plain,
+}
+_FROM_COLUMN: Final[dict[Unit, Callable[[Any], Any]]] = {
+    "seconds": _micros_of_column,
+    "instant": _instant_of_column,
+    "plain": _plain,
+}
+
+
+def _check_interval(
+    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
+) -> Micros | None:
+    if value is None:
+        return None
+    if _seconds("interval_seconds", value, allow_zero=False) < MIN_INTERVAL_SECONDS:
+        raise InvalidJobError(
+            "interval_seconds", f"must be at least one microsecond (the store's resolution), got {value!r}"
         )
-    if (interval_seconds is None) == (cron is None):
-        raise InvalidJobError("interval_seconds", "give exactly one of interval_seconds, cron and run_at")
-    interval = None
-    if interval_seconds is not None:
-        if _seconds("interval_seconds", interval_seconds, allow_zero=False) < MIN_INTERVAL_SECONDS:
-            raise InvalidJobError(
-                "interval_seconds",
-                f"must be at least one microsecond (the store's resolution), got {interval_seconds!r}",
-            )
-        interval = _micros("interval_seconds", interval_seconds, allow_zero=False)
-    expression = None if cron is None else _triggers.validate_cron(cron)
-    if expression is not None and len(expression) > MAX_CRON_LENGTH:  # as stored: whitespace collapsed
+    return _micros("interval_seconds", value, allow_zero=False)
+
+
+def _check_cron(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> str | None:
+    if value is None:
+        return None
+    expression = _triggers.validate_cron(value)
+    if len(expression) > MAX_CRON_LENGTH:  # as stored: whitespace collapsed
         raise InvalidJobError("cron", f"must be at most {MAX_CRON_LENGTH} characters, got {len(expression)}")
-    if isinstance(timezone, str) and len(timezone) > MAX_TIMEZONE_LENGTH:
-        raise InvalidJobError("timezone", f"must be at most {MAX_TIMEZONE_LENGTH} characters, got {len(timezone)}")
-    zone = _triggers.validate_timezone(timezone)
-    rec = _choice("recurrence", recurrence)
-    if rec == "fixed_delay" and expression is not None:
-        raise InvalidJobError("recurrence", "fixed_delay needs interval_seconds; a cron job runs on its expression")
-    mis = _choice("misfire", misfire)
-    if mis == "catch_up":
-        if isinstance(max_catch_up, bool) or not isinstance(max_catch_up, int) or max_catch_up < 1:
-            raise InvalidJobError(
-                "max_catch_up", f"must be a whole number >= 1 with misfire='catch_up', got {shown(max_catch_up)}"
-            )
-        if max_catch_up > MAX_STORED_INT:
-            raise InvalidJobError("max_catch_up", f"must be at most {MAX_STORED_INT}, got {shown(max_catch_up)}")
-        if rec == "fixed_delay":
-            raise InvalidJobError("misfire", "catch_up needs slots to catch up; fixed_delay has no grid")
-    elif max_catch_up is not None:
-        raise InvalidJobError("max_catch_up", f"only applies with misfire='catch_up' (misfire is {mis!r})")
-    start, end = _instant("start_at", start_at), _instant("end_at", end_at)
+    return expression
+
+
+def _check_timezone(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> str:
+    if isinstance(value, str) and len(value) > MAX_TIMEZONE_LENGTH:
+        raise InvalidJobError("timezone", f"must be at most {MAX_TIMEZONE_LENGTH} characters, got {len(value)}")
+    return _triggers.validate_timezone(value)
+
+
+def _check_max_catch_up(
+    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
+) -> int | None:
+    misfire = checked["misfire"]
+    if misfire != "catch_up":
+        if value is not None:
+            raise InvalidJobError("max_catch_up", f"only applies with misfire='catch_up' (misfire is {misfire!r})")
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidJobError(
+            "max_catch_up", f"must be a whole number >= 1 with misfire='catch_up', got {shown(value)}"
+        )
+    if value > MAX_STORED_INT:
+        raise InvalidJobError("max_catch_up", f"must be at most {MAX_STORED_INT}, got {shown(value)}")
+    if checked["recurrence"] == "fixed_delay":
+        raise InvalidJobError("misfire", "catch_up needs slots to catch up; fixed_delay has no grid")
+    return value
+
+
+def _check_end_at(
+    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
+) -> Instant | None:
+    end, start = _instant("end_at", value), checked["start_at"]
     if start is not None and end is not None and end < start:
-        raise InvalidJobError("end_at", f"must not be before start_at ({start_at} > {end_at})")
-    runtime = None
-    if max_runtime_seconds is not None:
-        runtime = _micros("max_runtime_seconds", max_runtime_seconds, allow_zero=False)
-    return Policies(
-        interval=interval,
-        cron=expression,
-        timezone=zone,
-        recurrence=rec,
-        misfire=mis,
-        max_catch_up=max_catch_up if mis == "catch_up" else None,
-        grace=_micros("grace_seconds", grace_seconds, allow_zero=True),
-        overlap=_choice("overlap", overlap),
-        jitter=_micros("jitter_seconds", jitter_seconds, allow_zero=True),
-        start_at=start,
-        end_at=end,
-        max_runtime=runtime,
-    )
+        raise InvalidJobError("end_at", f"must not be before start_at ({given['start_at']} > {value})")
+    return end
 
 
-def _one_shot(
-    interval_seconds: object,
-    *,
-    cron: object,
-    recurrence: object,
-    start_at: object,
-    end_at: object,
-    run_at: object,
-    policies: Policies,
-) -> Policies:
-    """A one-shot job: one slot at `run_at`, kept as a window of one instant (start_at = end_at = run_at)."""
-    for argument, value in (("interval_seconds", interval_seconds), ("cron", cron)):
-        if value is not None:
-            raise InvalidJobError(argument, "give exactly one of interval_seconds, cron and run_at")
-    for argument, value in (("start_at", start_at), ("end_at", end_at)):
-        if value is not None:
-            raise InvalidJobError(argument, "a one-shot job (run_at) has no window; its one run is at run_at")
-    if recurrence != "fixed_rate":
-        raise InvalidJobError("recurrence", f"a one-shot job (run_at) does not recur, got {recurrence!r}")
-    at = _instant("run_at", run_at)
-    return dataclasses.replace(policies, interval=None, start_at=at, end_at=at)
+def _check_choice(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> str:
+    return _choice(argument, value)  # type: ignore[no-any-return]  # one of its _CHOICES, a str
+
+
+def _duration(*, allow_zero: bool, optional: bool = False) -> Check:
+    def check(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> Micros | None:
+        return None if optional and value is None else _micros(argument, value, allow_zero=allow_zero)
+
+    return check
+
+
+def _check_instant(
+    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
+) -> Instant | None:
+    return _instant(argument, value)
+
+
+# In the order of Job's fields and `persched show`'s lines; checked in this order too (an option's
+# check sees the ones before it). The arguments of the kinds of trigger (`_triggers.TRIGGERS`) are
+# options like the others: interval_seconds (positional on schedule()), cron, run_at.
+OPTIONS: Final[tuple[Option, ...]] = (
+    Option(
+        name="interval_seconds",
+        attr="interval",
+        unit="seconds",
+        default=None,
+        type=float | None,
+        doc="Seconds between slots; > 0, at most 10 years.",
+        check=_check_interval,
+    ),
+    Option(
+        name="cron",
+        attr="cron",
+        unit="plain",
+        default=None,
+        type=str | None,
+        doc="A 5-field cron expression (or 6 with seconds), instead of `interval_seconds`.",
+        check=_check_cron,
+    ),
+    Option(
+        name="timezone",
+        attr="timezone",
+        unit="plain",
+        default="UTC",
+        type=str,
+        doc="The IANA zone `cron` is read in; default UTC.",
+        check=_check_timezone,
+    ),
+    Option(
+        name="recurrence",
+        attr="recurrence",
+        unit="plain",
+        default="fixed_rate",
+        type=str,
+        doc='"fixed_rate" (a grid) or "fixed_delay" (one interval after the previous run ended).',
+        check=_check_choice,
+        shown=("recurrence", "{} (one interval after the previous run ends; no grid)"),
+    ),
+    Option(
+        name="misfire",
+        attr="misfire",
+        unit="plain",
+        default="coalesce",
+        type=str,
+        doc='What late slots become: "coalesce" (one run stands for them), "skip" (dropped, recorded as missed) '
+        'or "catch_up" (the `max_catch_up` most recent run, oldest first).',
+        check=_check_choice,
+    ),
+    Option(
+        name="max_catch_up",
+        attr="max_catch_up",
+        unit="plain",
+        default=None,
+        type=int | None,
+        doc='How many missed slots "catch_up" runs.',
+        check=_check_max_catch_up,
+    ),
+    Option(
+        name="grace_seconds",
+        attr="grace",
+        unit="seconds",
+        default=1.0,
+        type=float,
+        doc="How late a run may start and still be on time.",
+        check=_duration(allow_zero=True),
+        shown=("grace", "{} (a slot not started by then is missed)"),
+    ),
+    Option(
+        name="overlap",
+        attr="overlap",
+        unit="plain",
+        default="forbid",
+        type=str,
+        doc='Slots passing during a run: "forbid" (they wait for it and follow `misfire`) or "skip" '
+        "(dropped, recorded as missed).",
+        check=_check_choice,
+        shown=("overlap", "{} (slots passing while a run is in flight are dropped as missed)"),
+    ),
+    Option(
+        name="jitter_seconds",
+        attr="jitter",
+        unit="seconds",
+        default=0.0,
+        type=float,
+        doc="Each run starts up to this much after its slot.",
+        check=_duration(allow_zero=True),
+        shown=("jitter", "each run starts up to {} after its slot"),
+    ),
+    Option(
+        name="start_at",
+        attr="start_at",
+        unit="instant",
+        default=None,
+        type=datetime | None,
+        doc="No slot before this (aware datetime); an interval grid is anchored here.",
+        check=_check_instant,
+        read_by_claims=False,  # it placed the grid's anchor once; only a correction reads it again
+    ),
+    Option(
+        name="end_at",
+        attr="end_at",
+        unit="instant",
+        default=None,
+        type=datetime | None,
+        doc="No slot after this; then the job is finished.",
+        check=_check_end_at,
+    ),
+    Option(
+        name="max_runtime_seconds",
+        attr="max_runtime",
+        unit="seconds",
+        default=None,
+        type=float | None,
+        doc="Report a run still going after this long.",
+        check=_duration(allow_zero=False, optional=True),
+        shown=("max runtime", "{} (a longer run is reported as overran)"),
+    ),
+    Option(
+        name="run_at",
+        attr=None,  # kept as a window of one instant: start_at = end_at = run_at (OneShotTrigger)
+        unit="instant",
+        default=None,
+        type=datetime | None,
+        doc="Run once at this instant (aware datetime), instead of `interval_seconds` or `cron`; the job is "
+        "finished after it.",
+        check=_check_instant,
+    ),
+)
+# Each option kept in a Policies field of its own is a persched_jobs column: (name, attr, to, from).
+_COLUMNS: Final = tuple(
+    (option.name, option.attr, _TO_COLUMN[option.unit], _FROM_COLUMN[option.unit])
+    for option in OPTIONS
+    if option.attr is not None
+)
+KEYWORD_OPTIONS: Final = tuple(option for option in OPTIONS if option.name != "interval_seconds")  # keyword-only
+
+
+def given_options(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword options among `arguments` (a front end's ``locals()``), to pass on as they were given."""
+    return {option.name: arguments[option.name] for option in KEYWORD_OPTIONS}
+
+
+def validate_policies(interval_seconds: object = None, **options: object) -> Policies:
+    """Check the schedule and policy arguments of `schedule()` (SPEC-policies; `OPTIONS` are the keywords).
+
+    First the kind of trigger: exactly one kind's argument, and nothing that does not apply to that
+    kind; then each option, in the order of `OPTIONS`.
+    """
+    given: dict[str, object] = {"interval_seconds": interval_seconds}
+    for name, value in options.items():
+        if name not in _BY_NAME or name == "interval_seconds":
+            raise InvalidJobError(name, f"is not an option of schedule(); use one of {sorted(_BY_NAME)}")
+        given[name] = value
+    for option in OPTIONS:
+        given.setdefault(option.name, option.default)
+    kind = _triggers.chosen_kind(lambda argument: given[argument] is not None)
+    for option in OPTIONS:
+        value = given[option.name]
+        if value is not option.default and value != option.default:
+            reason = kind.refusal(option.name, value)
+            if reason is not None:
+                raise InvalidJobError(option.name, reason)
+    checked: dict[str, Any] = {}
+    for option in OPTIONS:
+        checked[option.attr or option.name] = option.check(option.name, given[option.name], checked, given)
+    at = checked.pop("run_at")
+    if at is not None:  # a one-shot job: its one slot is kept as a window of one instant
+        checked["start_at"] = checked["end_at"] = at
+    return Policies(**checked)
+
+
+_BY_NAME: Final = {option.name: option for option in OPTIONS}
+
+
+def check_stored(policies: Policies) -> None:
+    """Check policies read from a row as schedule() checks its arguments, so that a row written by
+    something else (a hand-made UPDATE) fails here, not deep inside a decision. The window's
+    instants are not checked: the column type guarantees them.
+
+    Raises:
+        InvalidJobError: The policies are not ones schedule() would write.
+    """
+    validate_policies(**policies.arguments())
 
 
 def validate_definition(
@@ -469,10 +718,9 @@ def validate_definition(
         raise InvalidJobError("kwargs", f"must be a dict with str keys, got {shown(kwargs)}")
     kwargs_json = _to_json("kwargs", kwargs, max_args_bytes)
     start = None if start_in is None else _micros("start_in", start_in, allow_zero=True)
-    if start is not None and policies.cron is not None:
-        raise InvalidJobError("start_in", "a cron job starts on its expression; use start_at to delay it")
-    if start is not None and policies.interval is None and policies.cron is None:
-        raise InvalidJobError("start_in", "a one-shot job runs at its run_at; give run_at alone")
+    reason = None if start is None else _triggers.kind_of(policies).refusal("start_in", start_in)
+    if reason is not None:
+        raise InvalidJobError("start_in", reason)
     if start is not None and policies.start_at is not None:
         raise InvalidJobError("start_in", "give start_in or start_at, not both")
     return JobDefinition(job_id, target, args_json, kwargs_json, policies, start)

@@ -31,29 +31,9 @@ __all__ = ["ClaimPlan", "JobPlan", "Missed", "place_grid"]
 
 
 def place_grid(policies: Policies, now: Instant, start_in: Micros | None) -> tuple[Instant, Instant]:
-    """Return ``(anchor, next_run_at)`` of a new job's grid: the anchor of an
-    interval grid (SPEC §2 default: one interval from now; `start_at` if
-    given) and its first slot not before `now`."""
-    start_at, interval = policies.start_at, policies.interval
-    if policies.one_shot:
-        # Its one slot, also when that passed already: it then runs at once, by its misfire
-        # policy (a re-declaration of an unchanged one-shot job never gets here: it keeps its row).
-        assert policies.end_at is not None
-        return policies.end_at, policies.end_at
-    if interval is not None:
-        if start_at is None:
-            anchor = Instant(now + (interval if start_in is None else start_in))
-            return anchor, anchor
-        if start_at >= now:
-            return start_at, start_at
-        if policies.recurrence == "fixed_delay":  # from a past start: at once
-            return start_at, now
-        # An interval grid anchored at a past start_at: its first slot from now on.
-        return start_at, _triggers.interval_trigger(start_at, interval).next_after(Instant(now - 1))
-    assert policies.cron is not None
-    floor = now if start_at is None else max(now, start_at)
-    first = _triggers.cron_trigger(policies.cron, policies.timezone).next_after(Instant(floor - 1))
-    return first, first  # a slot exactly at `floor` counts
+    """Return ``(anchor, next_run_at)`` of a new job's grid: its anchor and its first slot not
+    before `now`, as its kind of trigger places them (`_triggers.Trigger.place`)."""
+    return _triggers.kind_of(policies).place(policies, now, start_in)
 
 
 @dataclass(frozen=True)
@@ -94,17 +74,7 @@ class JobPlan:
     @classmethod
     def of(cls, job_id: str, generation: int, anchor: Instant, policies: Policies) -> JobPlan:
         """Build the plan of a job whose grid is anchored at `anchor` (its first slot)."""
-        trigger: _triggers.Trigger | None
-        if policies.cron is not None:
-            trigger = _triggers.cron_trigger(policies.cron, policies.timezone)
-        elif policies.one_shot:
-            assert policies.end_at is not None
-            trigger = _triggers.once_trigger(policies.end_at)
-        elif policies.recurrence == "fixed_delay":
-            trigger = None
-        else:
-            assert policies.interval is not None
-            trigger = _triggers.interval_trigger(anchor, policies.interval)
+        trigger = _triggers.kind_of(policies).of(policies, anchor)
         return cls(
             job_id,
             generation,
@@ -118,6 +88,12 @@ class JobPlan:
             policies.end_at,
             policies.start_at,
         )
+
+    def describe(self) -> str:
+        """The schedule in words: "every 5 min", "cron 0 3 * * * Europe/Paris", "once at ..."."""
+        if self.trigger is not None:
+            return self.trigger.describe()
+        return f"every {_triggers.describe_duration(self.interval or 0)} after each run ends"
 
     # -- placing slots -----------------------------------------------------------
 

@@ -48,6 +48,7 @@ from ._models import (
     JobState,
     Run,
     check_encodable,
+    given_options,
     shown,
     validate_definition,
     validate_job_id,
@@ -525,26 +526,10 @@ class JobScheduler:
             SchedulerStateError: The scheduler was shut down.
             StoreError: The database cannot be written.
         """
+        options = given_options(locals())  # every keyword option, as given (declared in _models.OPTIONS)
         self._check_open()
         definition = self._definition(
-            job_id,
-            fn,
-            interval_seconds,
-            args=args,
-            kwargs=kwargs,
-            start_in=start_in,
-            cron=cron,
-            timezone=timezone,
-            recurrence=recurrence,
-            misfire=misfire,
-            max_catch_up=max_catch_up,
-            grace_seconds=grace_seconds,
-            overlap=overlap,
-            jitter_seconds=jitter_seconds,
-            start_at=start_at,
-            end_at=end_at,
-            max_runtime_seconds=max_runtime_seconds,
-            run_at=run_at,
+            job_id, fn, interval_seconds, args=args, kwargs=kwargs, start_in=start_in, **options
         )
         self._ensure_schema()
         return self._upserted(*self._store.upsert_job(definition, self._timebase.now()))
@@ -558,37 +543,12 @@ class JobScheduler:
         args: object = (),
         kwargs: object = None,
         start_in: object = None,
-        cron: object = None,
-        timezone: object = "UTC",
-        recurrence: object = "fixed_rate",
-        misfire: object = "coalesce",
-        max_catch_up: object = None,
-        grace_seconds: object = 1.0,
-        overlap: object = "forbid",
-        jitter_seconds: object = 0.0,
-        start_at: object = None,
-        end_at: object = None,
-        max_runtime_seconds: object = None,
-        run_at: object = None,
+        **options: object,
     ) -> JobDefinition:
-        """Check schedule()'s arguments (raises InvalidJobError; writes nothing)."""
+        """Check schedule()'s arguments (raises InvalidJobError; writes nothing); `options` are its keyword options."""
         validate_job_id(job_id)
         target = reference_of(fn, self._allowed_modules)
-        policies = validate_policies(
-            interval_seconds,
-            cron=cron,
-            timezone=timezone,
-            recurrence=recurrence,
-            misfire=misfire,
-            max_catch_up=max_catch_up,
-            grace_seconds=grace_seconds,
-            overlap=overlap,
-            jitter_seconds=jitter_seconds,
-            start_at=start_at,
-            end_at=end_at,
-            max_runtime_seconds=max_runtime_seconds,
-            run_at=run_at,
-        )
+        policies = validate_policies(interval_seconds, **options)
         return validate_definition(
             job_id, target, policies, args, kwargs, start_in, max_args_bytes=self._max_args_bytes
         )

@@ -1,4 +1,11 @@
-"""When a job's slots fall: fixed-rate grids and cron expressions (SPEC-policies "Cron", "Jitter"), pure.
+"""When a job's slots fall: fixed-rate grids, cron expressions and one-shot instants (SPEC-policies), pure.
+
+The kinds of trigger are a registry (`TRIGGERS`): one class each (`IntervalTrigger`, `CronTrigger`,
+`OneShotTrigger`) behind one protocol (`Trigger`). Its instance side gives the slots of one job; its
+class side says which argument of ``schedule()`` chooses the kind, what does not apply to it, how a
+job's first slot is placed and how its slots are built from the job's policies. Nothing else asks
+"interval or cron?": a new kind of trigger is one more class in `TRIGGERS` (and its argument one more
+option in `_models.OPTIONS`).
 
 Instants and durations are whole microseconds (`_instant`), so an interval grid is exact integer
 arithmetic and a slot is the same number in memory, in the store and in every process. Cron slots fall on
@@ -28,7 +35,7 @@ import functools
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, ClassVar, Final, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -37,14 +44,18 @@ from ._instant import US_PER_SECOND, Instant, Micros, to_datetime
 from .errors import InvalidJobError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 __all__ = [
+    "TRIGGERS",
     "Trigger",
+    "TriggerSpec",
+    "chosen_kind",
     "cron_trigger",
     "describe_duration",
     "interval_trigger",
     "jitter_offset",
+    "kind_of",
     "once_trigger",
     "validate_cron",
     "validate_timezone",
@@ -66,8 +77,55 @@ _ONE_SECOND: Final = timedelta(seconds=1)
 NEVER: Final = Instant(2**62)  # "no further slot": past any datetime (year 9999 is ~2.5e17 µs)
 
 
+class TriggerSpec(Protocol):
+    """What a kind of trigger reads of a job's validated policies (`_models.Policies`)."""
+
+    @property
+    def interval(self) -> Micros | None: ...
+    @property
+    def cron(self) -> str | None: ...
+    @property
+    def timezone(self) -> str: ...
+    @property
+    def recurrence(self) -> str: ...
+    @property
+    def start_at(self) -> Instant | None: ...
+    @property
+    def end_at(self) -> Instant | None: ...
+
+
 class Trigger(Protocol):
-    """The slots of one job, as instants (whole microseconds, UTC)."""
+    """The slots of one job, as instants (whole microseconds, UTC); its class is one kind of trigger."""
+
+    # -- the kind (class side): how schedule() chooses it and a job's policies build it -------------
+
+    KIND: ClassVar[str]  # "interval", "cron", "once"
+    ARGUMENT: ClassVar[str]  # the schedule() argument that chooses this kind (also its Job field)
+
+    @classmethod
+    def holds(cls, spec: TriggerSpec) -> bool:
+        """True if validated policies `spec` are of this kind."""
+
+    @classmethod
+    def refusal(cls, argument: str, value: object) -> str | None:
+        """Why ``argument=value`` of schedule() does not apply to this kind (None: it does).
+
+        Only the arguments a kind refuses are asked about with a value that is not their default.
+        """
+
+    @classmethod
+    def argument_of(cls, spec: TriggerSpec) -> object:
+        """Return the value of this kind's argument that gave `spec` (in `spec`'s units)."""
+
+    @classmethod
+    def place(cls, spec: TriggerSpec, now: Instant, start_in: Micros | None) -> tuple[Instant, Instant]:
+        """Return ``(anchor, next_run_at)`` of a new job of this kind placed at `now`."""
+
+    @classmethod
+    def of(cls, spec: TriggerSpec, anchor: Instant) -> Trigger | None:
+        """Return the slots of a job of this kind anchored at `anchor` (None: fixed delay, no grid)."""
+
+    # -- the slots (instance side) ----------------------------------------------------------------
 
     def next_after(self, t: Instant) -> Instant:
         """Return the first slot strictly after `t` (`NEVER` if there is none)."""
@@ -91,6 +149,41 @@ class IntervalTrigger:
 
     anchor: Instant
     interval: Micros
+
+    KIND: ClassVar[str] = "interval"
+    ARGUMENT: ClassVar[str] = "interval_seconds"
+
+    @classmethod
+    def holds(cls, spec: TriggerSpec) -> bool:
+        return spec.interval is not None
+
+    @classmethod
+    def refusal(cls, argument: str, value: object) -> str | None:
+        return None
+
+    @classmethod
+    def argument_of(cls, spec: TriggerSpec) -> object:
+        return spec.interval
+
+    @classmethod
+    def place(cls, spec: TriggerSpec, now: Instant, start_in: Micros | None) -> tuple[Instant, Instant]:
+        # SPEC §2 default: one interval from now; `start_at` if given.
+        interval, start_at = spec.interval, spec.start_at
+        assert interval is not None
+        if start_at is None:
+            anchor = Instant(now + (interval if start_in is None else start_in))
+            return anchor, anchor
+        if start_at >= now:
+            return start_at, start_at
+        if spec.recurrence == "fixed_delay":  # from a past start: at once
+            return start_at, now
+        # A grid anchored at a past start_at: its first slot from now on.
+        return start_at, interval_trigger(start_at, interval).next_after(Instant(now - 1))
+
+    @classmethod
+    def of(cls, spec: TriggerSpec, anchor: Instant) -> Trigger | None:
+        assert spec.interval is not None
+        return None if spec.recurrence == "fixed_delay" else interval_trigger(anchor, spec.interval)
 
     def _slot(self, k: int) -> Instant:
         return Instant(self.anchor + k * self.interval)
@@ -125,6 +218,40 @@ class CronTrigger:
 
     expression: str
     timezone: str
+
+    KIND: ClassVar[str] = "cron"
+    ARGUMENT: ClassVar[str] = "cron"
+
+    @classmethod
+    def holds(cls, spec: TriggerSpec) -> bool:
+        return spec.cron is not None
+
+    @classmethod
+    def refusal(cls, argument: str, value: object) -> str | None:
+        if argument == "recurrence" and value == "fixed_delay":
+            return "fixed_delay needs interval_seconds; a cron job runs on its expression"
+        if argument == "start_in":
+            return "a cron job starts on its expression; use start_at to delay it"
+        return None
+
+    @classmethod
+    def argument_of(cls, spec: TriggerSpec) -> object:
+        return spec.cron
+
+    @classmethod
+    def place(cls, spec: TriggerSpec, now: Instant, start_in: Micros | None) -> tuple[Instant, Instant]:
+        floor = now if spec.start_at is None else max(now, spec.start_at)
+        first = cls._of(spec).next_after(Instant(floor - 1))
+        return first, first  # a slot exactly at `floor` counts
+
+    @classmethod
+    def of(cls, spec: TriggerSpec, anchor: Instant) -> Trigger | None:
+        return cls._of(spec)
+
+    @staticmethod
+    def _of(spec: TriggerSpec) -> Trigger:
+        assert spec.cron is not None
+        return cron_trigger(spec.cron, spec.timezone)
 
     def _wall(self, instant: int) -> datetime:
         return datetime.fromtimestamp(instant, ZoneInfo(self.timezone)).replace(tzinfo=None)
@@ -229,6 +356,40 @@ class OneShotTrigger:
 
     at: Instant
 
+    # Stored as a window of one instant: start_at = end_at = run_at, neither interval nor cron.
+    KIND: ClassVar[str] = "once"
+    ARGUMENT: ClassVar[str] = "run_at"
+
+    @classmethod
+    def holds(cls, spec: TriggerSpec) -> bool:
+        return spec.interval is None and spec.cron is None
+
+    @classmethod
+    def refusal(cls, argument: str, value: object) -> str | None:
+        if argument in ("start_at", "end_at"):
+            return "a one-shot job (run_at) has no window; its one run is at run_at"
+        if argument == "recurrence":
+            return f"a one-shot job (run_at) does not recur, got {value!r}"
+        if argument == "start_in":
+            return "a one-shot job runs at its run_at; give run_at alone"
+        return None
+
+    @classmethod
+    def argument_of(cls, spec: TriggerSpec) -> object:
+        return spec.end_at
+
+    @classmethod
+    def place(cls, spec: TriggerSpec, now: Instant, start_in: Micros | None) -> tuple[Instant, Instant]:
+        # Its one slot, also when that passed already: it then runs at once, by its misfire
+        # policy (a re-declaration of an unchanged one-shot job never gets here: it keeps its row).
+        assert spec.end_at is not None
+        return spec.end_at, spec.end_at
+
+    @classmethod
+    def of(cls, spec: TriggerSpec, anchor: Instant) -> Trigger | None:
+        assert spec.end_at is not None
+        return once_trigger(spec.end_at)
+
     def next_after(self, t: Instant) -> Instant:
         return self.at if t < self.at else Instant(max(t, self.at) + 1)
 
@@ -243,6 +404,34 @@ class OneShotTrigger:
 
     def describe(self) -> str:
         return "once at " + to_datetime(self.at).isoformat().replace("+00:00", "Z")
+
+
+# The kinds of trigger, in the order schedule()'s "give exactly one of ..." names their arguments.
+TRIGGERS: Final[tuple[type[Trigger], ...]] = (IntervalTrigger, CronTrigger, OneShotTrigger)
+
+
+def kind_of(spec: TriggerSpec) -> type[Trigger]:
+    """Return the kind of trigger of validated policies `spec`."""
+    for kind in TRIGGERS:
+        if kind.holds(spec):
+            return kind
+    raise AssertionError(f"no kind of trigger holds {spec!r}")  # validated policies are of exactly one kind
+
+
+def chosen_kind(is_given: Callable[[str], bool]) -> type[Trigger]:
+    """Return the kind whose argument schedule() was given (`is_given(argument)`), exactly one.
+
+    Raises:
+        InvalidJobError: None or several of the kinds' arguments are given; it names the first of them.
+    """
+    given = [kind for kind in TRIGGERS if is_given(kind.ARGUMENT)]
+    if len(given) != 1:
+        arguments = [kind.ARGUMENT for kind in TRIGGERS]
+        raise InvalidJobError(
+            (given or TRIGGERS)[0].ARGUMENT,
+            f"give exactly one of {', '.join(arguments[:-1])} and {arguments[-1]}",
+        )
+    return given[0]
 
 
 def once_trigger(at: Instant) -> Trigger:

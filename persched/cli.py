@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Final, NoReturn
 from . import _db, _revision
 from ._instant import Instant, micros
 from ._liveness import display_id
-from ._models import DEFAULT_NAMESPACE, Job, JobState, validate_job_id, validate_namespace
+from ._models import DEFAULT_NAMESPACE, OPTIONS, Job, JobState, validate_job_id, validate_namespace
 from ._store import Store
 from ._triggers import describe_duration
 from .clock import SystemClock
@@ -287,48 +287,45 @@ def jobs_table(
     return _table(JOBS_COLUMNS, rows, width)
 
 
-_DEFAULTS: Final = {name: field.default for name, field in Job.model_fields.items()}
-
-
-def policies(job: Job) -> list[tuple[str, str]]:
-    """The `show` lines, as (name, value), of each policy that differs from its default (SPEC-policies)."""
-    lines: list[tuple[str, str]] = []
-    if job.recurrence != _DEFAULTS["recurrence"]:
-        lines.append(("recurrence", f"{job.recurrence} (one interval after the previous run ends; no grid)"))
+def _misfire_line(job: Job) -> tuple[str, str] | None:
     if job.misfire == "skip":
-        lines.append(("misfire", "skip (missed slots are dropped and recorded as missed)"))
-    elif job.misfire == "catch_up":
-        lines.append(
-            (
-                "misfire",
-                f"catch_up, at most {job.max_catch_up} (the most recent missed slots run, oldest first;"
-                " older ones are dropped and recorded as missed)",
-            )
+        return ("misfire", "skip (missed slots are dropped and recorded as missed)")
+    if job.misfire == "catch_up":
+        return (
+            "misfire",
+            f"catch_up, at most {job.max_catch_up} (the most recent missed slots run, oldest first;"
+            " older ones are dropped and recorded as missed)",
         )
-    if job.grace_seconds != _DEFAULTS["grace_seconds"]:
-        lines.append(
-            ("grace", f"{describe_duration(micros(job.grace_seconds))} (a slot not started by then is missed)")
-        )
-    if job.overlap != _DEFAULTS["overlap"]:
-        lines.append(("overlap", f"{job.overlap} (slots passing while a run is in flight are dropped as missed)"))
-    if job.jitter_seconds != _DEFAULTS["jitter_seconds"]:
-        lines.append(
-            ("jitter", f"each run starts up to {describe_duration(micros(job.jitter_seconds))} after its slot")
-        )
+    return None
+
+
+def _window_line(job: Job) -> tuple[str, str] | None:
     window = []
     if job.start_at is not None:
         window.append(f"from {iso(job.start_at)}")
     if job.end_at is not None:
         window.append(f"until {iso(job.end_at)}, then finished")
-    if window:
-        lines.append(("window", " ".join(window)))
-    if job.max_runtime_seconds is not None:
-        lines.append(
-            (
-                "max runtime",
-                f"{describe_duration(micros(job.max_runtime_seconds))} (a longer run is reported as overran)",
-            )
-        )
+    return ("window", " ".join(window)) if window else None
+
+
+# The `show` lines of the options whose words take more than their own value (the others: Option.shown).
+_SHOWN: Final = {"misfire": _misfire_line, "start_at": _window_line}
+
+
+def policies(job: Job) -> list[tuple[str, str]]:
+    """The `show` lines, as (name, value), of each policy that differs from its default (SPEC-policies)."""
+    lines: list[tuple[str, str]] = []
+    for option in OPTIONS:
+        line: tuple[str, str] | None = None
+        if option.name in _SHOWN:
+            line = _SHOWN[option.name](job)
+        elif option.shown is not None:
+            value = getattr(job, option.name)
+            if value != option.default:
+                label, words = option.shown
+                line = (label, words.format(describe_duration(micros(value)) if option.unit == "seconds" else value))
+        if line is not None:
+            lines.append(line)
     return lines
 
 
