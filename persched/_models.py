@@ -24,9 +24,11 @@ if TYPE_CHECKING:
     Check: TypeAlias = Callable[[str, object, Mapping[str, Any], Mapping[str, object]], object]
 
 __all__ = [
+    "CLAIM_POLICY_COLUMNS",
     "DEFAULT_NAMESPACE",
     "KEYWORD_OPTIONS",
     "OPTIONS",
+    "POLICY_COLUMNS",
     "Job",
     "JobDefinition",
     "JobState",
@@ -34,7 +36,9 @@ __all__ = [
     "Outcome",
     "Policies",
     "Run",
+    "check_stored",
     "given_options",
+    "job_policy_fields",
     "validate_definition",
     "validate_policies",
 ]
@@ -174,16 +178,14 @@ class Policies:
 
     def columns(self) -> dict[str, Any]:
         """The policy columns of persched_jobs (seconds as floats, instants as datetimes)."""
-        return {name: to_column(getattr(self, attr)) for name, attr, to_column, _ in _COLUMNS}
+        return {name: to_column(getattr(self, attr)) for name, attr, to_column, _, _ in _COLUMNS}
 
     @classmethod
-    def from_columns(cls, column: Callable[[str], Any], *, with_start: bool = True) -> Policies:
+    def from_columns(cls, column: Callable[[str], Any], *, for_claims: bool = False) -> Policies:
         """The policies of a persched_jobs row whose value of a column `column(name)` gives (not checked:
-        see `check_stored`); without `start_at` unless `with_start` (only a grid's placement needs it)."""
-        fields = {attr: from_column(column(name)) for name, attr, _, from_column in _COLUMNS}
-        if not with_start:
-            fields["start_at"] = None
-        return cls(**fields)
+        see `check_stored`); `for_claims`: only from `CLAIM_POLICY_COLUMNS`, the others left at their
+        defaults (start_at: only a grid's placement and a correction need it)."""
+        return cls(**{attr: read(column(name)) for name, attr, _, read, claims in _COLUMNS if claims or not for_claims})
 
     def arguments(self) -> dict[str, Any]:
         """The schedule() arguments (public units) that give these policies, but the window's instants
@@ -640,13 +642,31 @@ OPTIONS: Final[tuple[Option, ...]] = (
         check=_check_instant,
     ),
 )
-# Each option kept in a Policies field of its own is a persched_jobs column: (name, attr, to, from).
+# Each option kept in a Policies field of its own is a persched_jobs column:
+# (name, attr, to its column, from its column, read by claims).
 _COLUMNS: Final = tuple(
-    (option.name, option.attr, _TO_COLUMN[option.unit], _FROM_COLUMN[option.unit])
+    (option.name, option.attr, _TO_COLUMN[option.unit], _FROM_COLUMN[option.unit], option.read_by_claims)
     for option in OPTIONS
     if option.attr is not None
 )
 KEYWORD_OPTIONS: Final = tuple(option for option in OPTIONS if option.name != "interval_seconds")  # keyword-only
+POLICY_COLUMNS: Final = tuple(name for name, *_ in _COLUMNS)  # the persched_jobs columns of the options
+# The ones claims and completions read (the store's dispatch columns): not those only a placement needs.
+CLAIM_POLICY_COLUMNS: Final = tuple(
+    option.name for option in OPTIONS if option.attr is not None and option.read_by_claims
+)
+_DERIVED: Final = tuple(option for option in OPTIONS if option.attr is None)  # kept in other fields (run_at)
+
+
+def job_policy_fields(column: Callable[[str], Any]) -> dict[str, Any]:
+    """The `Job` fields of the options of a persched_jobs row whose value of a column `column(name)`
+    gives: each column as it is (a hand-edited value is shown as it stands); an option kept in other
+    fields (run_at) as its kind reads it back."""
+    fields = {name: column(name) for name in POLICY_COLUMNS}
+    if _DERIVED:
+        policies = Policies.from_columns(column)
+        fields.update((option.name, option.to_column(option.read(policies))) for option in _DERIVED)
+    return fields
 
 
 def given_options(arguments: Mapping[str, Any]) -> dict[str, Any]:

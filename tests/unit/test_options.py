@@ -13,7 +13,7 @@ import pytest
 
 from persched import AsyncJobScheduler, Job, JobScheduler
 from persched._instant import Instant, Micros, from_datetime
-from persched._models import KEYWORD_OPTIONS, OPTIONS, Policies, check_stored, validate_policies
+from persched._models import CLAIM_POLICY_COLUMNS, KEYWORD_OPTIONS, OPTIONS, Policies, check_stored, validate_policies
 from persched._policy import JobPlan, place_grid
 from persched._schema import jobs
 from persched._triggers import TRIGGERS, CronTrigger, IntervalTrigger, OneShotTrigger, chosen_kind, kind_of
@@ -102,7 +102,8 @@ def test_columns_map_back_to_the_same_policies(kind: str) -> None:
     policies = policies_of(KINDS[kind])
     columns = policies.columns()
     assert Policies.from_columns(columns.__getitem__) == policies
-    assert Policies.from_columns(columns.__getitem__, with_start=False) == dataclasses.replace(policies, start_at=None)
+    claimed = {name: columns[name] for name in CLAIM_POLICY_COLUMNS}
+    assert Policies.from_columns(claimed.__getitem__, for_claims=True) == dataclasses.replace(policies, start_at=None)
     check_stored(policies)  # what schedule() wrote passes the check of a row read back
 
 
