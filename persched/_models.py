@@ -171,11 +171,6 @@ class Policies:
     end_at: Instant | None = None
     max_runtime: Micros | None = None
 
-    @property
-    def one_shot(self) -> bool:
-        """A job with one slot, at `end_at` (``schedule(run_at=...)``): neither an interval nor cron."""
-        return _triggers.kind_of(self) is _triggers.OneShotTrigger
-
     def columns(self) -> dict[str, Any]:
         """The policy columns of persched_jobs (seconds as floats, instants as datetimes)."""
         return {name: to_column(getattr(self, attr)) for name, attr, to_column, _, _ in _COLUMNS}

@@ -17,7 +17,7 @@ from sqlalchemy import bindparam, select, update
 
 from .. import _triggers
 from .._instant import Instant, Micros, from_datetime, to_datetime
-from .._models import Job, JobState, Policies, Run, validate_policies
+from .._models import CLAIM_POLICY_COLUMNS, Job, JobState, Policies, Run, check_stored, job_policy_fields
 from .._policy import JobPlan, Missed
 from .._schema import jobs, runs
 from ..errors import InvalidJobError
@@ -64,17 +64,7 @@ DISPATCH_COLUMNS: Final = tuple(
         "running_for",
         "run_now_at",
         "paused",
-        "interval_seconds",
-        "cron",
-        "timezone",
-        "recurrence",
-        "misfire",
-        "max_catch_up",
-        "grace_seconds",
-        "overlap",
-        "jitter_seconds",
-        "end_at",
-        "max_runtime_seconds",
+        *CLAIM_POLICY_COLUMNS,  # the options' columns (_models.OPTIONS), but start_at
     )
 )
 
@@ -148,20 +138,8 @@ def instant_or_none(value: datetime | None) -> Instant | None:
 
 
 def policies_of(row: StoredRow, *, with_start: bool = True) -> Policies:
-    return Policies(
-        interval=nullable_micros(row.interval_seconds),
-        cron=row.cron,
-        timezone=row.timezone,
-        recurrence=row.recurrence,
-        misfire=row.misfire,
-        max_catch_up=row.max_catch_up,
-        grace=column_micros(row.grace_seconds),
-        overlap=row.overlap,
-        jitter=column_micros(row.jitter_seconds),
-        start_at=instant_or_none(row.start_at) if with_start else None,
-        end_at=instant_or_none(row.end_at),
-        max_runtime=nullable_micros(row.max_runtime_seconds),
-    )
+    """The policies of a row (`_models.OPTIONS` maps each column); without start_at unless `with_start`."""
+    return Policies.from_columns(functools.partial(getattr, row), for_claims=not with_start)
 
 
 def definition_key(row: StoredRow) -> tuple[Any, ...]:
@@ -184,13 +162,7 @@ def plan_at(row: StoredRow, generation: int, *, with_start: bool = False) -> Job
 def _cached_plan(job_id: str, generation: int, anchor: Instant, stored: Policies) -> JobPlan:
     # Checked like schedule()'s arguments, once per definition: a row written by
     # something else (a hand-made UPDATE) fails here, not deep inside a decision.
-    # (start_at / end_at are instants already: the column type guarantees them.)
-    columns = stored.columns()
-    end_at = columns.pop("end_at")
-    del columns["start_at"]
-    if stored.one_shot:  # a one-shot job keeps its instant as its window's end
-        columns["run_at"] = end_at
-    validate_policies(columns.pop("interval_seconds"), **columns)
+    check_stored(stored)
     return JobPlan.of(job_id, generation, anchor, stored)
 
 
@@ -244,12 +216,9 @@ def _state(row: StoredRow) -> JobState:
 
 def _describe(row: StoredRow) -> str:
     try:
-        plan = plan_of(row)
+        return plan_of(row).describe()
     except InvalidJobError as exc:
         return f"unreadable ({exc})"
-    if plan.trigger is not None:
-        return plan.trigger.describe()
-    return f"every {_triggers.describe_duration(plan.interval or 0)} after each run ends"
 
 
 def _json_value(row: StoredRow, column: str, kind: type, problems: dict[str, str]) -> Any:  # noqa: ANN401 - JSON
@@ -282,7 +251,6 @@ def to_job(row: StoredRow) -> Job:
         target=row.target,
         args=tuple(args),
         kwargs=kwargs,
-        interval_seconds=row.interval_seconds,
         next_run_at=row.next_run_at,
         generation=row.generation,
         state=state,
@@ -293,22 +261,11 @@ def to_job(row: StoredRow) -> Job:
         last_outcome=row.last_outcome,
         owner=row.owner,
         lease_until=row.lease_until,
-        cron=row.cron,
-        timezone=row.timezone,
-        recurrence=row.recurrence,
-        misfire=row.misfire,
-        max_catch_up=row.max_catch_up,
-        grace_seconds=row.grace_seconds,
-        overlap=row.overlap,
-        jitter_seconds=row.jitter_seconds,
-        start_at=row.start_at,
-        end_at=row.end_at,
-        max_runtime_seconds=row.max_runtime_seconds,
+        **job_policy_fields(functools.partial(getattr, row)),  # the options' fields (_models.OPTIONS)
         paused=bool(row.paused),
         run_now_requested=row.run_now_at is not None,
         schedule=schedule,
         unreadable="; ".join(f"{column}: {reason}" for column, reason in problems.items()) or None,
-        run_at=row.end_at if row.interval_seconds is None and row.cron is None else None,
         namespace=row.namespace,
         declared=bool(row.declared),
     )
