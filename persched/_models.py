@@ -59,6 +59,7 @@ LATEST_INSTANT = datetime(9000, 1, 1, tzinfo=timezone.utc)
 
 DEFAULT_GRACE: Final = Micros(1_000_000)  # grace_seconds=1.0
 NO_JITTER: Final = Micros(0)
+NO_MICROS: Final = 2**62  # µs (146,000 years): stands in for a stored duration beyond any (see _micros_of_column)
 
 Outcome = Literal["ok", "error", "lost", "missed"]
 Recurrence = Literal["fixed_rate", "fixed_delay"]
@@ -411,7 +412,12 @@ def _seconds_column(us: int | None) -> float | None:
 def _micros_of_column(value: float | None) -> Micros | None:
     # Exact for what persched wrote (``us / 1e6``): that float is within half an ulp of the true
     # quotient, far under half a microsecond.
-    return None if value is None else Micros(round(value * 1_000_000))
+    if value is None:
+        return None
+    us = value * 1_000_000
+    if not math.isfinite(us):  # a hand edit (1e305 s): no whole µs; a value check_stored refuses stands in
+        return Micros(int(math.copysign(NO_MICROS, us)))
+    return Micros(round(us))
 
 
 def _datetime_column(us: int | None) -> datetime | None:

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
         "timezone = 'Mars/Olympus_Mons', cron = '* * * * *', interval_seconds = NULL",
         "interval_seconds = NULL",
         "interval_seconds = -5",
+        "interval_seconds = 1e305",  # no whole number of microseconds (was an OverflowError)
+        "grace_seconds = -1e305",
         "misfire = 'whenever'",
         "misfire = 'catch_up'",  # without max_catch_up
     ],
