@@ -181,7 +181,11 @@ class Policies:
         """The policies of a persched_jobs row whose value of a column `column(name)` gives (not checked:
         see `check_stored`); `for_claims`: only from `CLAIM_POLICY_COLUMNS`, the others left at their
         defaults (start_at: only a grid's placement and a correction need it)."""
-        return cls(**{attr: read(column(name)) for name, attr, _, read, claims in _COLUMNS if claims or not for_claims})
+        fields = {}
+        for name, attr, read in _READ_CLAIMS if for_claims else _READ_ALL:  # the claims' hot path: kept lean
+            value = column(name)
+            fields[attr] = value if read is None or value is None else read(value)
+        return cls(**fields)
 
     def arguments(self) -> dict[str, Any]:
         """The schedule() arguments (public units) that give these policies, but the window's instants
@@ -651,6 +655,9 @@ _COLUMNS: Final = tuple(
     if option.attr is not None
 )
 KEYWORD_OPTIONS: Final = tuple(option for option in OPTIONS if option.name != "interval_seconds")  # keyword-only
+# (name, attr, from its column: None when kept as it is), for Policies.from_columns.
+_READ_ALL: Final = tuple((name, attr, None if read is _plain else read) for name, attr, _, read, _ in _COLUMNS)
+_READ_CLAIMS: Final = tuple(entry for entry, (*_, claims) in zip(_READ_ALL, _COLUMNS, strict=True) if claims)
 POLICY_COLUMNS: Final = tuple(name for name, *_ in _COLUMNS)  # the persched_jobs columns of the options
 # The ones claims and completions read (the store's dispatch columns): not those only a placement needs.
 CLAIM_POLICY_COLUMNS: Final = tuple(

@@ -52,6 +52,12 @@ class StoredRow:
         except KeyError:
             raise AttributeError(name) from None
 
+    @property
+    def value_of(self) -> Callable[[str], Any]:
+        """A column's value by name, for the mappers that go over `_models.OPTIONS` (a C-level lookup:
+        the claims read each won row's policies this way)."""
+        return self._values.__getitem__
+
     def describe(self) -> str:
         """The problems in one line: ``"next_run_at: 'x' is not ...; generation: ..."``."""
         return "; ".join(f"{column}: {reason}" for column, reason in self.problems.items())

@@ -139,7 +139,7 @@ def instant_or_none(value: datetime | None) -> Instant | None:
 
 def policies_of(row: StoredRow, *, with_start: bool = True) -> Policies:
     """The policies of a row (`_models.OPTIONS` maps each column); without start_at unless `with_start`."""
-    return Policies.from_columns(functools.partial(getattr, row), for_claims=not with_start)
+    return Policies.from_columns(row.value_of, for_claims=not with_start)
 
 
 def definition_key(row: StoredRow) -> tuple[Any, ...]:
@@ -261,7 +261,7 @@ def to_job(row: StoredRow) -> Job:
         last_outcome=row.last_outcome,
         owner=row.owner,
         lease_until=row.lease_until,
-        **job_policy_fields(functools.partial(getattr, row)),  # the options' fields (_models.OPTIONS)
+        **job_policy_fields(row.value_of),  # the options' fields (_models.OPTIONS)
         paused=bool(row.paused),
         run_now_requested=row.run_now_at is not None,
         schedule=schedule,
