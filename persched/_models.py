@@ -705,9 +705,10 @@ def validate_policies(interval_seconds: object = None, **options: object) -> Pol
     checked: dict[str, Any] = {}
     for option in OPTIONS:
         checked[option.attr or option.name] = option.check(option.name, given[option.name], checked, given)
-    at = checked.pop("run_at")
-    if at is not None:  # a one-shot job: its one slot is kept as a window of one instant
-        checked["start_at"] = checked["end_at"] = at
+    for option in _DERIVED:  # a kind's argument without a field of its own (run_at): its kind keeps it
+        value = checked.pop(option.name)
+        if value is not None:
+            checked.update(kind.fields_of(value))
     return Policies(**checked)
 
 

@@ -118,6 +118,10 @@ class Trigger(Protocol):
         """Return the value of this kind's argument that gave `spec` (in `spec`'s units)."""
 
     @classmethod
+    def fields_of(cls, value: object) -> dict[str, object]:
+        """Return the policy fields that keep this kind's checked argument `value` (`argument_of` reversed)."""
+
+    @classmethod
     def place(cls, spec: TriggerSpec, now: Instant, start_in: Micros | None) -> tuple[Instant, Instant]:
         """Return ``(anchor, next_run_at)`` of a new job of this kind placed at `now`."""
 
@@ -164,6 +168,10 @@ class IntervalTrigger:
     @classmethod
     def argument_of(cls, spec: TriggerSpec) -> object:
         return spec.interval
+
+    @classmethod
+    def fields_of(cls, value: object) -> dict[str, object]:
+        return {"interval": value}
 
     @classmethod
     def place(cls, spec: TriggerSpec, now: Instant, start_in: Micros | None) -> tuple[Instant, Instant]:
@@ -237,6 +245,10 @@ class CronTrigger:
     @classmethod
     def argument_of(cls, spec: TriggerSpec) -> object:
         return spec.cron
+
+    @classmethod
+    def fields_of(cls, value: object) -> dict[str, object]:
+        return {"cron": value}
 
     @classmethod
     def place(cls, spec: TriggerSpec, now: Instant, start_in: Micros | None) -> tuple[Instant, Instant]:
@@ -377,6 +389,10 @@ class OneShotTrigger:
     @classmethod
     def argument_of(cls, spec: TriggerSpec) -> object:
         return spec.end_at
+
+    @classmethod
+    def fields_of(cls, value: object) -> dict[str, object]:
+        return {"start_at": value, "end_at": value}  # a window of one instant
 
     @classmethod
     def place(cls, spec: TriggerSpec, now: Instant, start_in: Micros | None) -> tuple[Instant, Instant]:

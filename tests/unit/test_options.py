@@ -116,6 +116,8 @@ def test_each_kind_of_trigger_is_chosen_by_its_argument(kind: str, trigger: type
     assert kind == trigger.KIND
     assert trigger in TRIGGERS
     assert trigger.ARGUMENT in {o.name for o in OPTIONS}
+    kept: dict[str, Any] = trigger.fields_of(trigger.argument_of(policies))
+    assert dataclasses.replace(policies, **kept) == policies
     anchor, first = place_grid(policies, Instant(from_datetime(WHEN) - 10**9), None)
     built = JobPlan.of("job", 1, anchor, policies).trigger
     assert isinstance(built, trigger)
