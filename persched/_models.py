@@ -215,6 +215,9 @@ class JobDefinition:
         return (self.target, self.args_json, self.kwargs_json, self.policies)
 
 
+_WHOLE: Final = 2**31  # a `shown` limit that never cuts: repr() as it is, but safe for huge ints
+
+
 def shown(value: object, limit: int = 80) -> str:
     """`repr(value)` for a message: cut to `limit` characters, and safe for huge ints."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
@@ -336,7 +339,9 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 
 def _choice(argument: str, value: object) -> Any:  # noqa: ANN401 - one of the Literal types above
     if value not in _CHOICES[argument]:
-        raise InvalidJobError(argument, f"must be one of {', '.join(map(repr, _CHOICES[argument]))}, got {value!r}")
+        raise InvalidJobError(
+            argument, f"must be one of {', '.join(map(repr, _CHOICES[argument]))}, got {shown(value, _WHOLE)}"
+        )
     return value
 
 
@@ -352,7 +357,7 @@ def _instant(argument: str, value: object) -> Instant | None:
     if value is None:
         return None
     if not isinstance(value, datetime):
-        raise InvalidJobError(argument, f"must be a timezone-aware datetime, got {value!r}")
+        raise InvalidJobError(argument, f"must be a timezone-aware datetime, got {shown(value, _WHOLE)}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidJobError(argument, f"must be timezone-aware (naive datetimes are ambiguous), got {value!r}")
     if value > LATEST_INSTANT:

@@ -524,7 +524,13 @@ def validate_timezone(name: object) -> str:
         InvalidJobError: ("timezone", reason).
     """
     if not isinstance(name, str) or not name:
-        raise InvalidJobError("timezone", f"must be an IANA time zone name such as 'Europe/Paris', got {name!r}")
+        # repr() of an int past 4,300 digits raises: name it by its size instead
+        got = (
+            f"an integer of {name.bit_length()} bits"
+            if isinstance(name, int) and name.bit_length() > 256
+            else repr(name)
+        )
+        raise InvalidJobError("timezone", f"must be an IANA time zone name such as 'Europe/Paris', got {got}")
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):

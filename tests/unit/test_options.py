@@ -144,3 +144,22 @@ def test_a_fixed_delay_job_has_no_grid() -> None:
     assert plan.trigger is None
     assert plan.describe() == "every 5 s after each run ends"
     assert plan.interval == Micros(5_000_000)
+
+
+@pytest.mark.parametrize(
+    ("argument", "extra"),
+    [
+        ("misfire", {"interval_seconds": 60.0}),
+        ("overlap", {"interval_seconds": 60.0}),
+        ("recurrence", {"interval_seconds": 60.0}),
+        ("timezone", {"cron": "* * * * *"}),
+        ("start_at", {"interval_seconds": 60.0}),
+        ("end_at", {"cron": "* * * * *"}),
+        ("run_at", {}),
+    ],
+)
+def test_an_int_too_long_to_print_is_refused_by_name(argument: str, extra: dict[str, Any]) -> None:
+    # repr() of an int past 4,300 digits raises ValueError: the message names its size (found by the fuzz test).
+    with pytest.raises(InvalidJobError, match="an integer of 16610 bits") as info:
+        policies_of({**extra, argument: 10**5000})
+    assert info.value.argument == argument
