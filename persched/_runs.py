@@ -61,7 +61,7 @@ from ._instant import Instant, Micros, seconds, to_datetime
 from ._models import JobState
 from ._observe import notify
 from ._overrun import OverrunWatch
-from ._store import Claim, ClaimMiss, Completion, bound_error_text
+from ._store.records import Claim, ClaimMiss, Completion, bound_error_text
 from ._tracebacks import describe
 from ._workers import WorkerPool, current_run_claim
 from .errors import StoreError
@@ -71,7 +71,8 @@ if TYPE_CHECKING:
 
     from ._events import EventKind
     from ._models import Run
-    from ._store import ClaimEntry, Store
+    from ._store import Store
+    from ._store.records import ClaimEntry
     from ._timebase import Timebase
 
 __all__ = ["RunBook"]
