@@ -100,7 +100,7 @@ def test_fastapi_under_uvicorn_runs_jobs_on_its_loop_and_sigterm_lets_the_run_in
             server.kill()
             server.wait(TIMEOUT)
     text = server_log.read_text()
-    # uvicorn re-raises the SIGTERM it handled once it has shut down (since 0.29), so it may end by it.
+    # Recent uvicorn re-raises the SIGTERM it handled once it has shut down, so it may end by that signal.
     assert code in (0, -signal.SIGTERM), text
     assert "Application shutdown complete" in text, text
     events = _log_events(log)
