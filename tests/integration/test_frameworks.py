@@ -68,8 +68,9 @@ def test_fastapi_under_uvicorn_runs_jobs_on_its_loop_and_sigterm_lets_the_run_in
     db = f"sqlite:///{tmp_path / 'fastapi.db'}"
     log, server_log = tmp_path / "runs.tsv", tmp_path / "server.log"
     env = child_env()
-    # Each run awaits 0.4 s on the loop and the interval is 0.2 s: a run is nearly always in flight.
-    env.update(PERSCHED_DB=db, EXAMPLE_INTERVAL=str(INTERVAL), EXAMPLE_JOB_SECONDS="0.4", EXAMPLE_LOG=str(log))
+    # Each run awaits 0.6 s on the loop and the interval is 0.2 s, so the next slot is due when a run
+    # ends: a run is in flight at almost every instant, and the one seen in flight stays so for 0.6 s.
+    env.update(PERSCHED_DB=db, EXAMPLE_INTERVAL=str(INTERVAL), EXAMPLE_JOB_SECONDS="0.6", EXAMPLE_LOG=str(log))
     command = [sys.executable, "-m", "uvicorn", "examples.fastapi_app:app", "--host", "127.0.0.1", "--port", "0"]
     with server_log.open("wb") as out:
         server = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
