@@ -39,7 +39,8 @@ ClaimImpl = Callable[..., "Claim | ClaimMiss"]
 
 
 def broken(name: str, value: object, reason: str) -> Any:  # noqa: ANN401 - pytest's ParameterSet is private
-    return pytest.param(value, id=name, marks=pytest.mark.xfail(strict=True, reason=reason))
+    """A strict-xfail parameter that must fail on an assertion: a broken variant that crashes proves nothing."""
+    return pytest.param(value, id=name, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason))
 
 
 def claim_seam(seams: list[Seam], sched: JobScheduler, job_id: str, impl: ClaimImpl | None = None, **kw: bool) -> Seam:

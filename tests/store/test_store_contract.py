@@ -103,7 +103,8 @@ def real_claim(store: Store, *args: Any) -> Claim | ClaimMiss:  # noqa: ANN401 -
 
 
 def xfail_variant(name: str, impl: object, reason: str) -> Any:  # noqa: ANN401 - pytest's ParameterSet is private
-    return pytest.param(impl, id=name, marks=pytest.mark.xfail(strict=True, reason=reason))
+    """A strict-xfail parameter that must fail on an assertion: a broken variant that crashes proves nothing."""
+    return pytest.param(impl, id=name, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason))
 
 
 NO_GENERATION = functools.partial(race_jobs.claim_variant, check_generation=False)

@@ -11,8 +11,9 @@ waiting for the write lock", and so on. Every wait is bounded by `TIMEOUT`.
 Broken variants
 ---------------
 Each race test also runs against a copy of the code under test with one
-safeguard removed (marked ``xfail(strict=True)``), so the suite proves that
-the test can fail. The copies live here so that the store contract tests and
+safeguard removed (marked ``xfail(strict=True, raises=AssertionError)``: it
+must fail on the test's invariant, not crash), so the suite proves that the
+test can fail. The copies live here so that the store contract tests and
 the scheduler race tests share them.
 """
 
@@ -27,7 +28,7 @@ from sqlalchemy import Connection, or_, update
 
 from persched._instant import Instant, Micros, from_datetime, to_datetime
 from persched._schema import jobs, runs
-from persched._store import Claim, ClaimMiss, Completion, Store
+from persched._store import Claim, ClaimMiss, Completion, RunNowAnswer, RunNowVerdict, Store
 from persched._store._rows import read_row
 from persched._store.claims import _misses
 from persched._store.mappers import plan_of
@@ -369,13 +370,15 @@ def pause_keeping_run_now(store: Store, job_id: str, now: Instant) -> int | None
     return store._write(body, "pause (test variant)")
 
 
-def run_now_ignoring_pause(store: Store, job_id: str, now: Instant) -> tuple[str, int | None]:
+def run_now_ignoring_pause(store: Store, job_id: str, now: Instant) -> RunNowAnswer:
     """A broken `Store.request_run_now`: it records the request without looking at the pause."""
 
-    def body(conn: Connection) -> tuple[str, int | None]:
+    def body(conn: Connection) -> RunNowAnswer:
         row = conn.execute(
             update(jobs).where(jobs.c.job_id == job_id).values(run_now_at=to_datetime(now)).returning(jobs.c.generation)
         ).first()
-        return ("unknown", None) if row is None else ("requested", row.generation)
+        if row is None:
+            return RunNowAnswer(RunNowVerdict.UNKNOWN, None)
+        return RunNowAnswer(RunNowVerdict.REQUESTED, row.generation)
 
     return store._write(body, "run now (test variant)")
