@@ -96,8 +96,8 @@ def probe(sched: JobScheduler, clock: FakeClock, after: float) -> None:
     wait_until(lambda: len(finished_runs(sched, "probe")) >= 1, message="the probe ran")
 
 
-NO_GENERATION = functools.partial(race_jobs.claim_variant, check_generation=False)
-NO_STATE = functools.partial(race_jobs.claim_variant, check_state=False)
+NO_GENERATION = race_jobs.claim_without("generation")
+NO_STATE = race_jobs.claim_without("state")
 
 # --- deschedule vs claim ----------------------------------------------------------------
 
