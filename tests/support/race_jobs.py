@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from persched._heartbeat import Heartbeat
     from persched._store import ClaimEntry
     from persched._store._rows import StoredRow
+    from persched._store.dialects import Dialect
 
 __all__ = [
     "RECORD",
@@ -284,8 +285,8 @@ class _ClauseDropper:
     def _dropped(self) -> str | None:
         return getattr(self._local, "clause", None)
 
-    def _clauses(self, expected: Expected) -> dict[str, ColumnElement[bool]]:
-        clauses = _REAL_CLAUSES(expected)
+    def _clauses(self, expected: Expected, dialect: Dialect) -> dict[str, ColumnElement[bool]]:
+        clauses = _REAL_CLAUSES(expected, dialect)
         dropped = self._dropped()
         if dropped is not None:
             del clauses[dropped]  # a KeyError if the library renamed it: a failure, never an xfail
