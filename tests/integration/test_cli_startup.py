@@ -91,3 +91,17 @@ def test_sqlite_engine_and_schema_import_no_postgresql_dialect(at_head: Path, tm
 def test_jobs_at_head_imports_no_postgresql_dialect(at_head: Path, tmp_path: Path) -> None:
     modules = _imported(["-m", "persched", "--db", str(at_head), "jobs"], tmp_path)
     assert not _under(modules, POSTGRESQL_DIALECT)
+
+
+def test_migrate_imports_alembic_only_to_migrate(tmp_path: Path) -> None:
+    db = str(tmp_path / "new.db")
+    assert _under(_imported(["-m", "persched", "--db", db, "migrate"], tmp_path), "alembic")
+    assert not _under(_imported(["-m", "persched", "--db", db, "migrate"], tmp_path), "alembic")  # at head
+
+
+def test_scheduler_start_at_head_imports_no_alembic(at_head: Path, tmp_path: Path) -> None:
+    probe = (
+        "import sys; from persched import JobScheduler; "
+        "s = JobScheduler(sys.argv[1]); s.start(); assert s.jobs(); s.shutdown(wait=True)"
+    )
+    assert not _under(_imported(["-c", probe, str(at_head)], tmp_path), "alembic")
