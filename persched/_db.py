@@ -32,6 +32,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, S
 from sqlalchemy.pool import StaticPool
 
 from persched._config import EngineOptions
+from persched._schema import attach_index_predicates
 from persched.errors import InvalidJobError, StoreError
 
 if TYPE_CHECKING:
@@ -251,6 +252,9 @@ def open_engine(url_or_path: str, options: EngineOptions, *, create: bool = True
         engine = _sqlite_engine(url, busy_timeout_seconds, sync, create)
     else:
         engine = _postgres_engine(url)
+    # The partial indexes' WHERE for this engine's DDL (Alembic, create_all), now that its
+    # dialect is imported anyway; declared lazily so that no other dialect is (issue 15).
+    attach_index_predicates(engine.dialect.name)
     try:
         with store_errors(url), engine.connect() as conn:
             # Cheap check that reads the header: a garbage file, an unreadable
