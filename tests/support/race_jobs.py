@@ -30,7 +30,7 @@ from persched._rows import read_row
 from persched._schema import jobs, runs
 from persched._store import Claim, ClaimMiss, Completion, Store, _misses, _plan
 from tests.support.helpers import TIMEOUT
-from tests.support.postgres import pg_base_url, pg_schema
+from tests.support.postgres import pg_base_url
 
 if TYPE_CHECKING:
     from persched._heartbeat import Heartbeat
@@ -44,7 +44,6 @@ __all__ = [
     "finish_by_job_id_only",
     "noop",
     "pg_base_url",
-    "pg_schema",
     "wall_clock_beat",
     "work",
 ]
