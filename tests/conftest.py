@@ -3,7 +3,8 @@
 `TIMEOUT` bounds every blocking call; `fake_clock` starts at a round epoch so
 expected `scheduled_for` values are exact; `make_scheduler` builds schedulers
 (FakeClock-driven by default) and shuts every one of them down at teardown;
-an autouse check fails a test that leaves a ``persched-*`` thread alive.
+autouse checks fail a test that leaves a ``persched-*`` thread alive or a
+SQLAlchemy connection checked out.
 
 Engines: `make_scheduler` works on `db_url`, the empty database of
 ``engine_name``. That is SQLite unless the module (or class) is marked
@@ -32,6 +33,7 @@ from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.engines import ENGINES, MigratedDatabases, engine_named, engine_params, required_in_ci
 from tests.support.helpers import EPOCH, TIMEOUT, wait_until
+from tests.support.pools import CheckoutTracker
 from tests.support.postgres import pg_base_url
 
 if TYPE_CHECKING:
@@ -222,6 +224,24 @@ def _reset_jobs() -> Iterator[None]:
     jobs.reset()
     yield
     jobs.release_all()
+
+
+@pytest.fixture(autouse=True)
+def _no_checked_out_connections(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that leaves a SQLAlchemy connection checked out of any pool.
+
+    Checked after the test's own fixtures are torn down (they were set up after
+    this one) and after `_no_leaked_threads`, which sorts after it and so is
+    torn down before it: a thread that ends during its bounded join returns
+    its connection first.
+    """
+    tracker = CheckoutTracker()
+    tracker.start()
+    try:
+        yield
+    finally:
+        tracker.stop()
+    tracker.check(request.node.nodeid)
 
 
 @pytest.fixture(autouse=True)
