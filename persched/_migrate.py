@@ -12,7 +12,8 @@ process must never run it at once: ``_PROCESS_LOCK`` serialises `upgrade`
 (Prefect does the same). Across processes the database is the lock: on
 SQLite the whole check-and-upgrade runs in one ``BEGIN IMMEDIATE``
 transaction (the write lock, taken by ``persched._db``'s begin listener); on
-PostgreSQL in one transaction holding ``pg_advisory_xact_lock``. The revision
+PostgreSQL in one transaction holding ``pg_advisory_xact_lock`` (each engine's
+`Dialect.migration_lock`). The revision
 is read *after* the lock is taken, so the loser of a race sees head and does
 nothing. Both databases have transactional DDL, so a failed migration leaves
 the schema as it was.
@@ -29,10 +30,9 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from sqlalchemy import text
-
-from persched._db import READONLY, is_sqlite, mask, store_errors
+from persched._db import READONLY, mask, store_errors
 from persched._revision import VERSION_TABLE, quiet_alembic
+from persched._store.dialects import dialect_for
 from persched.errors import SchemaVersionError, StoreError
 
 with quiet_alembic():  # Alembic's plugins log "setup plugin ..." at INFO when first imported
@@ -54,9 +54,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-# pg_advisory_xact_lock key: b"persched" as a signed 64-bit integer.
-_PG_LOCK_KEY: Final = int.from_bytes(b"persched", "big")
 
 # Alembic's context is process-global (see module docstring).
 _PROCESS_LOCK: Final = threading.Lock()
@@ -187,9 +184,8 @@ def upgrade(engine: Engine) -> None:
         engine.connect() as conn,
         conn.begin(),
     ):
-        if not is_sqlite(conn):
-            # Held until this transaction ends; other upgraders queue here.
-            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
+        # Held until this transaction ends; other upgraders queue here.
+        dialect_for(engine).migration_lock(conn)
         # Read under the lock: a concurrent upgrader may just have finished.
         found = _revision(conn)
         _check_known(found)
