@@ -375,11 +375,18 @@ class JobScheduler:
             logger.info("scheduler %s shut down", self.instance_id)
         else:
             logger.warning(
-                "scheduler %s shut down with runs still in flight after %s s; their leases will lapse "
-                "and they will be recorded as lost",
+                "scheduler %s shut down with runs still in flight after %s s; each is recorded when it ends, "
+                "or as lost once its lease lapses if the process exits first",
                 self.instance_id,
                 timeout,
             )
+            threading.Thread(target=self._close_after_late_runs, name="persched-late-close", daemon=True).start()
+
+    def _close_after_late_runs(self) -> None:
+        """After shutdown gave up on runs in flight: once they ended (and wrote their outcomes), close the pool."""
+        self._pool.join(lambda: None)
+        self._runs.retry_unwritten()
+        self._store.engine.dispose()
 
     def __enter__(self) -> JobScheduler:
         self.start()

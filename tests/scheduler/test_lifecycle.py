@@ -166,10 +166,6 @@ def test_shutdown_no_wait_returns_at_once(make_scheduler: SchedulerFactory, fake
     assert_no_running_rows(db_url)
 
 
-@pytest.mark.sqlite_only(
-    "the run outlives shutdown and its connections are never closed (see the xfail test below); on PostgreSQL"
-    " psycopg then reports them (ResourceWarning) in whichever later test the garbage collector runs"
-)
 def test_shutdown_timeout_is_bounded(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
     """shutdown(wait=True, timeout=t) returns after about t real seconds even if a run hangs."""
     sched = make_scheduler(start=True)
@@ -184,11 +180,6 @@ def test_shutdown_timeout_is_bounded(make_scheduler: SchedulerFactory, fake_cloc
     g.release.set()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: after shutdown(timeout=...) gave up on a run in flight, nobody disposes the engine,"
-    " so the connections the late run used stay open (until garbage collection; psycopg warns then)",
-)
 def test_a_run_that_outlives_shutdown_leaves_no_connection_open(
     make_scheduler: SchedulerFactory, fake_clock: FakeClock
 ) -> None:
