@@ -7,6 +7,7 @@ empty database from ``empty_db_url``.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import textwrap
@@ -29,9 +30,10 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.schema import CreateIndex
 
 from persched import _db, _migrate, _revision
-from persched._schema import metadata
+from persched._schema import PARTIAL_INDEX_DIALECTS, metadata, partial_index_predicates, runs
 from persched.errors import SchemaVersionError, StoreError
 
 if TYPE_CHECKING:
@@ -111,6 +113,37 @@ def test_empty_to_head_matches_schema_metadata(engine: Engine) -> None:
         assert uniques == expected, tbl.name
         assert insp.get_pk_constraint(tbl.name)["name"] in (None, f"pk_{tbl.name}")
     _migrate.check_at_head(engine)
+
+
+def _loose(where: object) -> str | None:
+    # PostgreSQL gives back "((outcome)::text <> 'ok'::text)" for "outcome != 'ok'".
+    if where is None:
+        return None
+    sql = re.sub(r"::\w+", "", str(where)).replace("(", "").replace(")", "").replace("!=", "<>")
+    return " ".join(sql.lower().split())
+
+
+def _metadata_where(index: object, engine: Engine) -> str | None:
+    ddl = str(CreateIndex(index).compile(dialect=engine.dialect))  # type: ignore[arg-type]  # an Index
+    return ddl.partition(" WHERE ")[2] or None
+
+
+def test_partial_indexes_match_their_revisions(engine: Engine) -> None:
+    # Alembic's comparison above ignores an index's WHERE; this compares it. The metadata's
+    # predicates are attached by _db.make_engine (see _schema), so this also checks that.
+    _migrate.upgrade(engine)
+    assert engine.dialect.name in PARTIAL_INDEX_DIALECTS
+    key = f"{engine.dialect.name}_where"
+    reflected = {i["name"]: i["dialect_options"].get(key) for i in inspect(engine).get_indexes(runs.name)}
+    declared = {index.name: _metadata_where(index, engine) for index in runs.indexes}
+    assert {name: _loose(w) for name, w in reflected.items()} == {name: _loose(w) for name, w in declared.items()}
+    assert {name for name, where in declared.items() if where is not None} == set(partial_index_predicates())
+    # The check can fail: an index without its predicate compiles without WHERE.
+    bare = MetaData()
+    runs.to_metadata(bare)
+    copy = next(i for i in bare.tables[runs.name].indexes if i.name == "uq_persched_runs_slot")
+    copy.dialect_options[engine.dialect.name]["where"] = None
+    assert _metadata_where(copy, engine) is None
 
 
 def test_comparison_can_fail(engine: Engine) -> None:

@@ -1,10 +1,12 @@
-"""Fixtures of the multi-instance tests: one fresh database per test, SQLite or PostgreSQL.
+"""Fixtures of the multi-instance tests: one fresh database per test, on every engine.
 
-``db_url`` is parametrized over both engines. The PostgreSQL variant gets a
-dedicated schema per test (``search_path`` in the URL; created here, dropped
-at teardown), so these tests neither see nor disturb other suites running on
-the same server at the same time. Without ``PERSCHED_TEST_PG_URL`` the
-PostgreSQL variants skip with a visible reason; with ``CI`` set they fail.
+``db_url`` here is `empty_db_url` (tests/conftest.py): a database nobody has
+migrated, because these tests start processes that migrate it themselves, at
+the same time. The PostgreSQL variant is a dedicated schema per test
+(``search_path`` in the URL; created, then dropped at teardown), so these
+tests neither see nor disturb other suites running on the same server at the
+same time. Without ``PERSCHED_TEST_PG_URL`` the PostgreSQL variants are left
+out with a visible reason; with ``CI`` set they fail.
 """
 
 from __future__ import annotations
@@ -13,25 +15,28 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.multi._cluster import pg_schema_url
+from tests.support.engines import engine_params
+from tests.support.postgres import pg_schema
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A URL of an empty database: a SQLite file, or a fresh PostgreSQL schema."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'jobs.db'}"
-    else:
-        with pg_schema_url("t") as url:
-            yield url
+@pytest.fixture(params=engine_params())
+def engine_name(request: pytest.FixtureRequest) -> str:
+    """Each engine of tests/support/engines.py in turn."""
+    name: str = request.param
+    return name
+
+
+@pytest.fixture
+def db_url(empty_db_url: str) -> str:
+    """A URL of an empty database nobody has migrated: a SQLite file, or a fresh PostgreSQL schema."""
+    return empty_db_url
 
 
 @pytest.fixture
 def pg_only_url() -> Iterator[str]:
     """A URL of a fresh PostgreSQL schema (skipped without PERSCHED_TEST_PG_URL)."""
-    with pg_schema_url("p") as url:
+    with pg_schema("p") as url:
         yield url
