@@ -358,9 +358,10 @@ def _check_effects(runs: Sequence[RunRow], effects: Sequence[Effect], intervals:
 def wait_past(url: str, job_ids: Sequence[str], when: datetime, timeout: float = 3 * TIMEOUT) -> None:
     """Poll the run history until every job in `job_ids` has a finished run of a slot at or after `when`."""
     reader = RunReader(url)
+    latest: dict[str, datetime] = {}
 
     def done() -> bool:
-        latest: dict[str, datetime] = {}
+        latest.clear()
         for r in reader.runs():
             if r.outcome is not None:
                 latest[r.job_id] = max(latest.get(r.job_id, r.scheduled_for), r.scheduled_for)
@@ -368,6 +369,9 @@ def wait_past(url: str, job_ids: Sequence[str], when: datetime, timeout: float =
 
     try:
         wait_until(throttled(done), timeout=timeout, message=f"runs of {list(job_ids)} for slots at or after {when}")
+    except AssertionError as exc:
+        behind = {j: latest.get(j) for j in job_ids if j not in latest or latest[j] < when}
+        raise AssertionError(f"{exc}; behind (latest finished slot): {behind}") from None
     finally:
         reader.close()
 
