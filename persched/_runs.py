@@ -84,9 +84,9 @@ CLAIM_RETRY: Final = Micros(1_000_000)  # back-off before a claim that hit a sto
 
 
 class EmitCallback(Protocol):
-    """Emits an event about a run (`JobScheduler._emit`)."""
+    """Emits an event about a run (`JobScheduler._emit`); `run` builds its payload, called only if someone listens."""
 
-    def __call__(self, kind: EventKind, job_id: str, generation: int, *, run: Run | None = None) -> None: ...
+    def __call__(self, kind: EventKind, job_id: str, generation: int, *, run: Callable[[], Run]) -> None: ...
 
 
 class RunBook:
@@ -190,7 +190,7 @@ class RunBook:
         for (job_id, generation, _, _), result in itertools.zip_longest(due, results):
             if isinstance(result, Claim):
                 handed_over += 1
-                self._emit("run_started", job_id, generation, run=result.run())
+                self._emit("run_started", job_id, generation, run=result.run)
             else:
                 if result is not None:
                     self._requeue_missed(job_id, generation, result)
@@ -248,17 +248,21 @@ class RunBook:
             if due_at is not None:
                 self.dispatcher.push(due_at, claim.job_id, claim.generation)
             self._recorded(claim.job_id)
-            run = claim.run().model_copy(
-                update={
-                    "finished_at": to_datetime(completion.finished_at),
-                    "outcome": completion.outcome,
-                    "error": completion.error,
-                    "instance_id": self._instance_id,
-                    "overran": self._overran_runs.pop(claim.run_id, False),
-                }
-            )
+            overran = self._overran_runs.pop(claim.run_id, False)
+
+            def finished(completion: Completion = completion, overran: bool = overran) -> Run:
+                return completion.claim.run().model_copy(
+                    update={
+                        "finished_at": to_datetime(completion.finished_at),
+                        "outcome": completion.outcome,
+                        "error": completion.error,
+                        "instance_id": self._instance_id,
+                        "overran": overran,
+                    }
+                )
+
             kind: EventKind = "run_finished" if completion.outcome == "ok" else "run_failed"
-            self._emit(kind, claim.job_id, claim.generation, run=run)
+            self._emit(kind, claim.job_id, claim.generation, run=finished)
             self.job_done(claim.job_id, claim.run_id)
 
     def retry_unwritten(self) -> None:
@@ -282,8 +286,12 @@ class RunBook:
             to_datetime(claim.scheduled_for).isoformat(),
             seconds(claim.max_runtime or 0),
         )
-        run = claim.run().model_copy(update={"overran": True, "instance_id": self._instance_id})
-        self._emit("run_overran", claim.job_id, claim.generation, run=run)
+        self._emit(
+            "run_overran",
+            claim.job_id,
+            claim.generation,
+            run=lambda: claim.run().model_copy(update={"overran": True, "instance_id": self._instance_id}),
+        )
 
     # -- the account of what is in flight -------------------------------------------
 

@@ -779,12 +779,20 @@ class JobScheduler:
         return self._events.dropped
 
     def _emit(
-        self, kind: EventKind, job_id: str, generation: int, *, job: Job | None = None, run: Run | None = None
+        self,
+        kind: EventKind,
+        job_id: str,
+        generation: int,
+        *,
+        job: Job | None = None,
+        run: Run | Callable[[], Run | None] | None = None,
     ) -> None:
-        self._events.emit(Event(kind, job_id, generation, to_datetime(self._timebase.now()), job=job, run=run))
+        # A run's payload is built only when a listener wants the event (issue 14: 20 µs a run otherwise).
+        if not self._events.wants(kind):
+            return
+        payload = run() if callable(run) else run
+        self._events.emit(Event(kind, job_id, generation, to_datetime(self._timebase.now()), job=job, run=payload))
 
     def _on_lost(self, lost: OpenRun) -> None:
         """Heartbeat callback: a run was recorded as lost."""
-        if self._events.wants("run_lost"):
-            run = self._store.get_run(lost.run_id)
-            self._emit("run_lost", lost.job_id, lost.generation, run=run)
+        self._emit("run_lost", lost.job_id, lost.generation, run=lambda: self._store.get_run(lost.run_id))
