@@ -21,6 +21,7 @@ from persched.errors import SchedulerStateError
 from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.helpers import EPOCH, TIMEOUT, wait_until
+from tests.support.mariadb import MARIADB_URL_ENV, mariadb_base_url, mariadb_required
 from tests.support.postgres import PG_URL_ENV, pg_base_url, pg_required
 
 if TYPE_CHECKING:
@@ -33,36 +34,42 @@ THREAD_PREFIX = "persched-"
 
 
 _PG_NOT_RUN = pytest.StashKey[int]()
+_MARIADB_NOT_RUN = pytest.StashKey[int]()
+# marker -> (name in messages, URL variable, required?, stash key of the count left out)
+_SERVER_ENGINES = (
+    ("postgres", "PostgreSQL", PG_URL_ENV, pg_required, _PG_NOT_RUN),
+    ("mariadb", "MariaDB", MARIADB_URL_ENV, mariadb_required, _MARIADB_NOT_RUN),
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Without PERSCHED_TEST_PG_URL, leave the PostgreSQL tests out and say so once (not 69 SKIPPED lines).
+    """Without a server's URL, leave its tests out and say so once (not 69 SKIPPED lines).
 
-    Where PostgreSQL is required (CI), a missing URL stops the run at once
+    Where the server is required (CI), a missing URL stops the run at once
     with one clear error instead of failing each test: they never skip there.
     """
-    if os.environ.get(PG_URL_ENV):
-        return
-    postgres = [item for item in items if item.get_closest_marker("postgres") is not None]
-    if not postgres:
-        return
-    if pg_required():
-        raise pytest.UsageError(
-            f"{len(postgres)} PostgreSQL tests need {PG_URL_ENV}, and CI is set, so they may not skip:"
-            f" set {PG_URL_ENV} (see README, Development), or unset CI to leave them out"
-        )
-    config.hook.pytest_deselected(items=postgres)
-    items[:] = [item for item in items if item.get_closest_marker("postgres") is None]
-    config.stash[_PG_NOT_RUN] = len(postgres)
+    for marker, name, env, required, key in _SERVER_ENGINES:
+        if os.environ.get(env):
+            continue
+        marked = [item for item in items if item.get_closest_marker(marker) is not None]
+        if not marked:
+            continue
+        if required():
+            raise pytest.UsageError(
+                f"{len(marked)} {name} tests need {env}, and CI is set, so they may not skip:"
+                f" set {env} (see README, Development), or unset CI to leave them out"
+            )
+        config.hook.pytest_deselected(items=marked)
+        items[:] = [item for item in items if item.get_closest_marker(marker) is None]
+        config.stash[key] = len(marked)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
-    """The one line about the PostgreSQL tests left out."""
-    left_out = config.stash.get(_PG_NOT_RUN, 0)
-    if left_out:
-        terminalreporter.write_line(
-            f"{left_out} PostgreSQL tests not run (deselected): {PG_URL_ENV} is not set; CI runs them"
-        )
+    """One line per server whose tests were left out."""
+    for _, name, env, _, key in _SERVER_ENGINES:
+        left_out = config.stash.get(key, 0)
+        if left_out:
+            terminalreporter.write_line(f"{left_out} {name} tests not run (deselected): {env} is not set; CI runs them")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -70,6 +77,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: subprocess/wheel")
     config.addinivalue_line("markers", "stress: many threads, bounded budget")
     config.addinivalue_line("markers", "postgres: needs PERSCHED_TEST_PG_URL")
+    config.addinivalue_line("markers", "mariadb: needs PERSCHED_TEST_MARIADB_URL")
 
 
 @pytest.fixture
@@ -88,6 +96,12 @@ def fake_clock() -> FakeClock:
 def pg_url() -> str:
     """PERSCHED_TEST_PG_URL; skipped locally without it, a failure in CI."""
     return pg_base_url()
+
+
+@pytest.fixture
+def mariadb_url() -> str:
+    """PERSCHED_TEST_MARIADB_URL; skipped locally without it, a failure in CI."""
+    return mariadb_base_url()
 
 
 class SchedulerFactory:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.support.mariadb import mariadb_database
 from tests.support.postgres import pg_schema
 
 if TYPE_CHECKING:
@@ -25,10 +26,23 @@ def pg_schema_url() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture
+def mariadb_database_url() -> Iterator[str]:
+    """A MariaDB URL on a fresh, empty database."""
+    with mariadb_database("migr") as url:
+        yield url
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ]
+)
 def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """An empty database: a new SQLite file, or a fresh PostgreSQL schema."""
+    """An empty database: a new SQLite file, a fresh PostgreSQL schema, or a fresh MariaDB database."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'mig.db'}"
-    url: str = request.getfixturevalue("pg_schema_url")
+    url: str = request.getfixturevalue("pg_schema_url" if request.param == "postgres" else "mariadb_database_url")
     return url
