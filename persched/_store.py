@@ -85,6 +85,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
+from . import _mysql_proto as _my
 from . import _triggers
 from ._instant import Instant, Micros, from_datetime, from_naive_utc, to_datetime
 from ._models import DEFAULT_NAMESPACE, Job, JobDefinition, JobState, Policies, Run, validate_policies
@@ -303,9 +304,14 @@ class Store:
         self._mine = jobs.c.namespace == namespace
         self._retry_attempts = retry_attempts
         self._postgres = engine.dialect.name == "postgresql"
+        self._mysql = engine.dialect.name in ("mysql", "mariadb")
         # History rows: a slot the one-run-per-slot index holds already is skipped, not an
         # error for the whole transaction (see claim_runs).
-        self._insert_runs = (postgresql.insert if self._postgres else sqlite.insert)(runs).on_conflict_do_nothing()
+        self._insert_runs = (
+            _my.insert_ignoring_conflicts(runs)
+            if self._mysql
+            else (postgresql.insert if self._postgres else sqlite.insert)(runs).on_conflict_do_nothing()
+        )
         # Group commit of schedule/deschedule: see _write_grouped.
         self._group_cond = threading.Condition()
         self._group_queue: list[_Pending] = []
@@ -371,7 +377,8 @@ class Store:
                     reclaimed = True
                     if self._reclaim_wal(what):
                         continue  # the WAL's space is free again: try once more at once
-                if not _is_transient(exc, self._postgres) or attempt == self._retry_attempts:
+                transient = _my.is_transient(exc) if self._mysql else _is_transient(exc, self._postgres)
+                if not transient or attempt == self._retry_attempts:
                     notify(lambda: self.observer.store_error(what), "store error")
                     raise StoreError(self.url, f"{what} failed: {exc.orig}") from exc
                 notify(lambda: self.observer.store_retry(what), "store retry")
@@ -538,7 +545,7 @@ class Store:
 
         def body(conn: Connection) -> tuple[Job | str, str, Instant | None]:
             query = select(*_RAW_JOBS).where(jobs.c.job_id == definition.job_id)
-            if self._postgres:
+            if self._postgres or self._mysql:
                 query = query.with_for_update()
             found = conn.execute(query).first()
             row = None if found is None else read_row(_JOB_COLUMNS, found._mapping)
@@ -552,7 +559,7 @@ class Store:
             ):
                 if declared and not row.declared:
                     marked = update(jobs).where(jobs.c.job_id == definition.job_id).values(declared=True)
-                    row = read_row(_JOB_COLUMNS, conn.execute(marked.returning(*_RAW_JOBS)).one()._mapping)
+                    row = read_row(_JOB_COLUMNS, _returning(conn, marked, *_RAW_JOBS)[0]._mapping)
                 return _job(row), "unchanged", None  # FIELD-REPORTS #1: keep generation and grid
             policies = definition.policies
             # A generation is never reused, also after deschedule (no ABA); the row
@@ -594,7 +601,14 @@ class Store:
                 if "created_at" in row.problems:  # the replacement is the fix the listing asked for
                     values["created_at"] = to_datetime(now)
                 write = update(jobs).where(jobs.c.job_id == definition.job_id).values(**values)
-            stored = read_row(_JOB_COLUMNS, conn.execute(write.returning(*_RAW_JOBS)).one()._mapping)
+            if isinstance(write, Update):
+                stored_row = _returning(conn, write, *_RAW_JOBS)[0]
+            elif conn.dialect.name in ("mysql", "mariadb"):
+                conn.execute(write)
+                stored_row = conn.execute(select(*_RAW_JOBS).where(jobs.c.job_id == definition.job_id)).one()
+            else:
+                stored_row = conn.execute(write.returning(*_RAW_JOBS)).one()
+            stored = read_row(_JOB_COLUMNS, stored_row._mapping)
             due = None if stored.state != _SCHEDULED or paused else plan.due_at(first, None)
             return _job(stored), change, due
 
@@ -627,7 +641,8 @@ class Store:
                 gone.append(jobs.c.job_id.not_in(list(keep)))
             if conn.execute(select(jobs.c.job_id).where(*gone).limit(1)).first() is None:
                 return []  # nothing to prune: no change to announce
-            rows = conn.execute(
+            rows = _returning(
+                conn,
                 update(jobs)
                 .where(*gone)
                 .values(
@@ -636,9 +651,10 @@ class Store:
                     lease_until=None,
                     updated_at=to_datetime(now),
                     change_seq=_bump_change_seq(conn),
-                )
-                .returning(jobs.c.job_id, jobs.c.generation)
-            ).all()
+                ),
+                jobs.c.job_id,
+                jobs.c.generation,
+            )
             return [(row.job_id, int(row.generation)) for row in rows]
 
         return self._write(body, "prune declared jobs")
@@ -726,7 +742,9 @@ class Store:
         def body(conn: Connection) -> tuple[list[tuple[Instant, str, int]], list[tuple[str, int, Instant]]]:
             # start() reads every job: raw driver values skip SQLAlchemy's
             # per-value result processing (a million rows in seconds, FR #17).
-            rows = conn.exec_driver_sql(_LOAD_SCHEDULED_PG if self._postgres else _LOAD_SCHEDULED, (self.namespace,))
+            rows = conn.exec_driver_sql(
+                _LOAD_SCHEDULED_PG if self._postgres or self._mysql else _LOAD_SCHEDULED, (self.namespace,)
+            )
             entries = []
             ahead = []
             next_fire: dict[tuple[str, str], Instant | None] = {}  # a cron's next fire after now, per expression
@@ -894,7 +912,7 @@ class Store:
             claimed_at = _read_time(now)
             lease_until = to_datetime(claimed_at + lease)
             won = _stored(
-                conn.execute(self._claim_statement(expected, instance_id, lease_until, claimed_at)),
+                self._claim_rows(conn, expected, instance_id, lease_until, claimed_at),
                 _DISPATCH_COLUMNS,
             )
             # Per won row: its claim, plan and decision, and its run_now_at and next_run_at as read.
@@ -996,6 +1014,36 @@ class Store:
             # The schema refused a write that the claim should never make: claim nothing, retry later.
             raise StoreError(self.url, f"claim failed: {exc.orig}") from exc
 
+    def _claim_rows(
+        self,
+        conn: Connection,
+        expected: dict[tuple[str, int], tuple[Instant, Instant]],
+        instance_id: str,
+        lease_until: datetime,
+        claimed_at: Instant,
+    ) -> Any:  # noqa: ANN401 - rows
+        if not self._mysql:
+            return conn.execute(self._claim_statement(expected, instance_id, lease_until, claimed_at))
+        bound = case(
+            {job_id: literal(to_datetime(at), UTCDateTime) for (job_id, _), (at, _) in expected.items()},
+            value=jobs.c.job_id,
+        )
+        predicate = and_(
+            jobs.c.job_id.in_({job_id for job_id, _ in expected}),
+            jobs.c.state == _SCHEDULED,
+            jobs.c.paused.is_(False),
+            tuple_(jobs.c.job_id, jobs.c.generation).in_(list(expected)),
+            or_(jobs.c.next_run_at <= bound, jobs.c.run_now_at <= bound),
+        )
+        values = {
+            "state": _RUNNING,
+            "owner": instance_id,
+            "lease_until": lease_until,
+            "updated_at": to_datetime(claimed_at),
+            "running_for": jobs.c.next_run_at,
+        }
+        return _my.claim(conn, jobs, predicate, values, list(_RAW_DISPATCH))
+
     def _claim_statement(
         self,
         expected: dict[tuple[str, int], tuple[Instant, Instant]],
@@ -1040,6 +1088,25 @@ class Store:
         """
         if not claims:
             return {}
+        if self._mysql:
+            ids = _my.insert_rows_returning_ids(
+                conn,
+                runs,
+                [
+                    {
+                        "job_id": c.job_id,
+                        "generation": c.generation,
+                        "scheduled_for": to_datetime(c.scheduled_for),
+                        "started_at": to_datetime(c.started_at),
+                        "instance_id": instance_id,
+                        "lease_until": lease_until,
+                        "run_now": c.run_now,
+                    }
+                    for c in claims
+                ],
+                (),
+            )
+            return {c.job_id: i for c, i in zip(claims, ids, strict=True) if i is not None}
         inserted = conn.execute(
             self._insert_runs.returning(runs.c.job_id, runs.c.run_id),
             [
@@ -1230,7 +1297,8 @@ class Store:
             lease_match = (
                 runs.c.lease_until.is_(None) if run.lease_until is None else runs.c.lease_until == run.lease_until
             )
-            lost = conn.execute(
+            lost_rows = _returning(
+                conn,
                 update(runs)
                 .where(runs.c.run_id == run.run_id, runs.c.outcome.is_(None), lease_match)
                 .values(
@@ -1238,9 +1306,10 @@ class Store:
                     finished_at=to_datetime(recovered_at),
                     lease_until=None,
                     error=f"instance {run.instance_id} stopped renewing its lease",
-                )
-                .returning(runs.c.scheduled_for)
-            ).first()
+                ),
+                runs.c.scheduled_for,
+            )
+            lost = lost_rows[0] if lost_rows else None
             if lost is None:
                 return False  # renewed, finished or recovered meanwhile
             mine = and_(
@@ -1314,7 +1383,8 @@ class Store:
         """Like `deschedule_job`; return the generation descheduled, None if no active job."""
 
         def body(conn: Connection) -> int | None:
-            row = conn.execute(
+            found = _returning(
+                conn,
                 update(jobs)
                 .where(jobs.c.job_id == job_id, jobs.c.state != _DESCHEDULED, self._mine)
                 .values(
@@ -1323,9 +1393,10 @@ class Store:
                     lease_until=None,
                     updated_at=to_datetime(now),
                     change_seq=_bump_change_seq(conn),
-                )
-                .returning(*raw_columns([jobs.c.generation]))
-            ).first()
+                ),
+                *raw_columns([jobs.c.generation]),
+            )
+            row = found[0] if found else None
             return None if row is None else _generation_of(row.generation)
 
         return self._write_grouped(body, "deschedule")
@@ -1336,7 +1407,8 @@ class Store:
         (unknown, descheduled, finished, or paused already)."""
 
         def body(conn: Connection) -> int | None:
-            row = conn.execute(
+            found = _returning(
+                conn,
                 update(jobs)
                 .where(
                     jobs.c.job_id == job_id,
@@ -1344,9 +1416,10 @@ class Store:
                     jobs.c.paused.is_(False),
                     self._mine,
                 )
-                .values(paused=True, run_now_at=None, updated_at=to_datetime(now), change_seq=_bump_change_seq(conn))
-                .returning(*raw_columns([jobs.c.generation]))
-            ).first()
+                .values(paused=True, run_now_at=None, updated_at=to_datetime(now), change_seq=_bump_change_seq(conn)),
+                *raw_columns([jobs.c.generation]),
+            )
+            row = found[0] if found else None
             return None if row is None else _generation_of(row.generation)
 
         return self._write_grouped(body, "pause")
@@ -1363,7 +1436,7 @@ class Store:
             query = select(*_RAW_JOBS).where(
                 jobs.c.job_id == job_id, jobs.c.paused.is_(True), jobs.c.state != _DESCHEDULED, self._mine
             )
-            found = conn.execute(query.with_for_update() if self._postgres else query).first()
+            found = conn.execute(query.with_for_update() if self._postgres or self._mysql else query).first()
             if found is None:
                 return None
             row = _readable_or_refuse(read_row(_JOB_COLUMNS, found._mapping))
@@ -1397,7 +1470,7 @@ class Store:
 
         def body(conn: Connection) -> tuple[str, int | None]:
             query = select(*_RAW_JOBS).where(jobs.c.job_id == job_id, jobs.c.state != _DESCHEDULED, self._mine)
-            found = conn.execute(query.with_for_update() if self._postgres else query).first()
+            found = conn.execute(query.with_for_update() if self._postgres or self._mysql else query).first()
             if found is None:
                 return "unknown", None
             row = _readable_or_refuse(read_row(_JOB_COLUMNS, found._mapping))
@@ -1686,10 +1759,16 @@ def _readable_or_refuse(row: StoredRow) -> StoredRow:
     return row
 
 
+def _returning(conn: Connection, stmt: Update, *columns: Any) -> list[Any]:
+    if conn.dialect.name in ("mysql", "mariadb"):
+        return _my.update_returning(conn, stmt, *columns)
+    return list(conn.execute(stmt.returning(*columns)).all())
+
+
 def _bump_change_seq(conn: Connection) -> int:
     """Increment the change counter; its row lock orders concurrent writers by commit."""
-    bump = update(changes).where(changes.c.id == 1).values(seq=changes.c.seq + 1).returning(changes.c.seq)
-    seq = int(conn.execute(bump).scalar_one())
+    bump = update(changes).where(changes.c.id == 1).values(seq=changes.c.seq + 1)
+    seq = int(_returning(conn, bump, changes.c.seq)[0][0])
     conn.info.setdefault(_CHANGES_KEY, []).append(seq)  # the store notes it once committed
     return seq
 
