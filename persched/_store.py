@@ -1759,7 +1759,7 @@ def _readable_or_refuse(row: StoredRow) -> StoredRow:
     return row
 
 
-def _returning(conn: Connection, stmt: Update, *columns: Any) -> list[Any]:
+def _returning(conn: Connection, stmt: Update, *columns: Any) -> list[Any]:  # noqa: ANN401 - prototype
     if conn.dialect.name in ("mysql", "mariadb"):
         return _my.update_returning(conn, stmt, *columns)
     return list(conn.execute(stmt.returning(*columns)).all())
