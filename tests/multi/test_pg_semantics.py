@@ -1,9 +1,10 @@
 """SPEC §2 single-process semantics on both engines (tests/scheduler/test_semantics.py style).
 
-A handful of the FakeClock-driven semantics tests, parametrized over SQLite and
-PostgreSQL: the grid, coalescing, identical re-declaration, replacement while the
-old run is in flight, deschedule (also mid-run) and no ABA. PostgreSQL uses one
-schema for this module (migrated once, emptied before each test).
+A handful of the FakeClock-driven semantics tests, parametrized over SQLite,
+PostgreSQL and MariaDB: the grid, coalescing, identical re-declaration,
+replacement while the old run is in flight, deschedule (also mid-run) and no
+ABA. PostgreSQL uses one schema for this module, MariaDB one database (migrated
+once, emptied before each test).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tests.conftest import SchedulerFactory
 from tests.multi._cluster import pg_schema_url
 from tests.support import jobs
 from tests.support.helpers import TIMEOUT, at, finished_runs, wait_finished, wait_until
+from tests.support.mariadb import mariadb_database
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -40,11 +42,38 @@ def pg_semantics_url() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(scope="module")
+def mariadb_semantics_url() -> Iterator[str]:
+    """A MariaDB database for this module, migrated to head."""
+    with mariadb_database("sem") as url:
+        engine = _db.make_engine(url)
+        try:
+            _migrate.upgrade(engine)
+        finally:
+            engine.dispose()
+        yield url
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ]
+)
 def sched_factory(request: pytest.FixtureRequest, tmp_path: Path, fake_clock: FakeClock) -> Iterator[SchedulerFactory]:
-    """`make_scheduler` on a fresh SQLite file or on the emptied PostgreSQL schema."""
+    """`make_scheduler` on a fresh SQLite file or on the emptied PostgreSQL schema or MariaDB database."""
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    elif request.param == "mariadb":
+        url = request.getfixturevalue("mariadb_semantics_url")
+        engine = _db.make_engine(url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(text("DELETE FROM persched_runs"))
+                conn.execute(text("DELETE FROM persched_jobs"))
+        finally:
+            engine.dispose()
     else:
         url = request.getfixturevalue("pg_semantics_url")
         engine = _db.make_engine(url)
