@@ -72,7 +72,7 @@ from ._instant import US_PER_SECOND, Instant
 from ._tracebacks import describe
 
 if TYPE_CHECKING:
-    from ._store import ClaimEntry
+    from ._store.records import ClaimEntry
     from ._timebase import Timebase
 
 __all__ = ["Dispatcher", "Entry"]

@@ -165,7 +165,7 @@ class Heartbeat:
 
     def _recover(self, run: OpenRun, why: str = "lost its lease") -> None:
         result = self._store.recover_run(run, self._timebase.now)  # read under the write lock
-        if result is False:
+        if not result.lost:
             return
         logger.warning(
             "run %d of %s generation %d on instance %s %s; recorded as lost",
@@ -175,8 +175,8 @@ class Heartbeat:
             run.instance_id,
             why,
         )
-        if not isinstance(result, bool) and result is not None:
-            self._queue(result, run.job_id, run.generation)
+        if result.due is not None:
+            self._queue(result.due, run.job_id, run.generation)
         if self._lost is not None:
             self._lost(run)
 

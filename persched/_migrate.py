@@ -12,16 +12,11 @@ process must never run it at once: ``_PROCESS_LOCK`` serialises `upgrade`
 (Prefect does the same). Across processes the database is the lock: on
 SQLite the whole check-and-upgrade runs in one ``BEGIN IMMEDIATE``
 transaction (the write lock, taken by ``persched._db``'s begin listener); on
-PostgreSQL in one transaction holding ``pg_advisory_xact_lock``; on MySQL and
-MariaDB, which have no transaction-scoped lock, under ``GET_LOCK`` (a session
-lock named after the database, released with ``RELEASE_LOCK`` once the
-transaction has ended, and by the server if the session dies). The revision
+PostgreSQL in one transaction holding ``pg_advisory_xact_lock`` (each engine's
+`Dialect.migration_lock`). The revision
 is read *after* the lock is taken, so the loser of a race sees head and does
-nothing. SQLite and PostgreSQL have transactional DDL, so a failed migration
-leaves the schema as it was; MySQL commits each DDL statement on its own, so
-there a migration that fails half-way (the server gone) leaves the revisions
-before it applied and that one partly applied, as with any MySQL migration
-tool.
+nothing. Both databases have transactional DDL, so a failed migration leaves
+the schema as it was.
 
 Nothing here configures logging: ``env.py`` calls ``fileConfig`` only on the
 developer command-line path, never when a connection is passed in.
@@ -29,17 +24,15 @@ developer command-line path, never when a connection is passed in.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.resources
 import logging
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from sqlalchemy import text
-
-from persched._db import READONLY, is_mysql, is_sqlite, mask, store_errors
+from persched._db import READONLY, mask, store_errors
 from persched._revision import VERSION_TABLE, quiet_alembic
+from persched._store.dialects import dialect_for
 from persched.errors import SchemaVersionError, StoreError
 
 with quiet_alembic():  # Alembic's plugins log "setup plugin ..." at INFO when first imported
@@ -49,8 +42,6 @@ with quiet_alembic():  # Alembic's plugins log "setup plugin ..." at INFO when f
     from alembic.script import ScriptDirectory
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from sqlalchemy.engine import Connection, Engine
 
 __all__ = [
@@ -63,13 +54,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-# pg_advisory_xact_lock key: b"persched" as a signed 64-bit integer.
-_PG_LOCK_KEY: Final = int.from_bytes(b"persched", "big")
-
-# MySQL/MariaDB GET_LOCK: names are server-wide, so the database is part of the name (<= 64 chars).
-_MYSQL_LOCK_NAME: Final = "CONCAT('persched:', MD5(DATABASE()))"
-_MYSQL_LOCK_WAIT: Final = 600  # seconds an upgrader waits for another one to finish
 
 # Alembic's context is process-global (see module docstring).
 _PROCESS_LOCK: Final = threading.Lock()
@@ -198,12 +182,10 @@ def upgrade(engine: Engine) -> None:
         _PROCESS_LOCK,
         store_errors(engine.url),
         engine.connect() as conn,
-        _mysql_lock(conn),
         conn.begin(),
     ):
-        if not is_sqlite(conn) and not is_mysql(conn):
-            # Held until this transaction ends; other upgraders queue here.
-            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
+        # Held until this transaction ends; other upgraders queue here.
+        dialect_for(engine).migration_lock(conn)
         # Read under the lock: a concurrent upgrader may just have finished.
         found = _revision(conn)
         _check_known(found)
@@ -212,20 +194,3 @@ def upgrade(engine: Engine) -> None:
         with quiet_alembic():
             command.upgrade(_config(conn), "head")  # "Running upgrade ..." lines stay
         logger.info("migrated %s from revision %s to %s", mask(engine.url), found, HEAD)
-
-
-@contextlib.contextmanager
-def _mysql_lock(conn: Connection) -> Iterator[None]:
-    """On MySQL/MariaDB, hold ``GET_LOCK`` around the upgrade transaction; elsewhere nothing."""
-    if not is_mysql(conn):
-        yield
-        return
-    got = conn.exec_driver_sql(f"SELECT GET_LOCK({_MYSQL_LOCK_NAME}, {_MYSQL_LOCK_WAIT})").scalar()
-    conn.commit()  # GET_LOCK is not transactional; end the implicit transaction before conn.begin()
-    if got != 1:
-        raise StoreError(mask(conn.engine.url), f"another process held the migration lock for {_MYSQL_LOCK_WAIT} s")
-    try:
-        yield
-    finally:
-        conn.exec_driver_sql(f"SELECT RELEASE_LOCK({_MYSQL_LOCK_NAME})")
-        conn.commit()

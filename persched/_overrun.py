@@ -20,7 +20,7 @@ from ._tracebacks import describe
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ._store import Claim
+    from ._store.records import Claim
     from ._timebase import Timebase
 
 __all__ = ["OverrunWatch"]

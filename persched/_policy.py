@@ -89,7 +89,7 @@ class JobPlan:
     overlap: str
     jitter: Micros
     end_at: Instant | None
-    start_at: Instant | None = None  # only where a decision needs it (see _store._plan): corrections
+    start_at: Instant | None = None  # only where a decision needs it (see _store.mappers.plan_of): corrections
 
     @classmethod
     def of(cls, job_id: str, generation: int, anchor: Instant, policies: Policies) -> JobPlan:

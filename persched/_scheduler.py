@@ -56,7 +56,7 @@ from ._models import (
 )
 from ._observe import Observer, notify
 from ._overrun import OverrunWatch
-from ._store import Claim, ClaimMiss, Completion, Store, bound_error_text
+from ._store import Claim, ClaimMiss, Completion, RunNowVerdict, Store, bound_error_text
 from ._targets import normalize_allowed, reference_of
 from ._timebase import Timebase
 from ._tracebacks import describe
@@ -675,7 +675,7 @@ class JobScheduler:
         validate_job_id(job_id)
         timeout = _wait_arguments(wait, timeout)
         self._ensure_schema()
-        generation = self._store.deschedule_job_generation(job_id, self._timebase.now())
+        generation = self._store.deschedule_job(job_id, self._timebase.now())
         removed = generation is not None
         if generation is not None:
             logger.info("job %s generation %d descheduled", job_id, generation)
@@ -742,14 +742,14 @@ class JobScheduler:
         self._ensure_schema()
         now = self._timebase.now()
         verdict, generation = self._store.request_run_now(job_id, now)
-        if verdict in ("paused", "finished"):
-            raise SchedulerStateError(f"run_now({job_id!r}): the job is {verdict}; resume or schedule it first")
-        if verdict == "requested":
+        if verdict in (RunNowVerdict.PAUSED, RunNowVerdict.FINISHED):
+            raise SchedulerStateError(f"run_now({job_id!r}): the job is {verdict.value}; resume or schedule it first")
+        if verdict is RunNowVerdict.REQUESTED:
             assert generation is not None
             logger.info("job %s generation %d: run now requested", job_id, generation)
             if self._state == "running":
                 self._dispatcher.push(now, job_id, generation)  # a run in flight: its completion queues it too
-        return verdict in ("requested", "pending")
+        return verdict.will_run
 
     def get_job(self, job_id: str) -> Job | None:
         """Return the job `job_id` (scheduled, running, paused or finished), or None (also once descheduled)."""

@@ -13,6 +13,7 @@ import types
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
+from ._models import shown
 from .errors import InvalidJobError
 
 if TYPE_CHECKING:
@@ -130,7 +131,7 @@ def reference_of(fn: object, allowed: tuple[str, ...] | None = None) -> str:
             raise InvalidJobError("fn", f"{exc}") from exc
         return fn
     if not callable(fn):
-        raise InvalidJobError("fn", f"{fn!r} is not callable; {_HOW}")
+        raise InvalidJobError("fn", f"{shown(fn)} is not callable; {_HOW}")
     fn = cast("Any", fn)  # mypy narrows callable objects too far for the checks below
     if isinstance(fn, types.MethodType) and not inspect.isclass(getattr(fn, "__self__", None)):
         raise InvalidJobError(

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy import func, select
 
 from ._models import JobState
-from ._rows import read_row
 from ._schema import jobs, runs
-from ._store import _JOB_COLUMNS, _RAW_JOBS, _RAW_RUNS, _RUN_COLUMNS, _job, _run
+from ._store._rows import read_row
+from ._store.mappers import JOB_COLUMNS, RAW_JOBS, RAW_RUNS, RUN_COLUMNS, to_job, to_run
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Select
@@ -69,7 +69,7 @@ def jobs_page(store: Store, after: str | None, limit: int) -> list[Job]:
 
     def body(conn: Connection) -> list[Job]:
         # Raw values, read one by one: a hand-edited row shows as unreadable, not as a failed page.
-        return [_job(read_row(_JOB_COLUMNS, row._mapping)) for row in conn.execute(jobs_query(after, limit))]
+        return [to_job(read_row(JOB_COLUMNS, row._mapping)) for row in conn.execute(jobs_query(after, limit))]
 
     return store._read(body, "jobs page")
 
@@ -85,14 +85,14 @@ def runs_page(
     query = runs_query(job_id=job_id, outcome=outcome, before=before, limit=limit)
 
     def body(conn: Connection) -> list[Run]:
-        return [_run(read_row(_RUN_COLUMNS, row._mapping)) for row in conn.execute(query)]
+        return [to_run(read_row(RUN_COLUMNS, row._mapping)) for row in conn.execute(query)]
 
     return store._read(body, "runs page")
 
 
 def jobs_query(after: str | None, limit: int) -> Select[Any]:
     """The SELECT of `jobs_page` (exposed so that a test can check its query plan)."""
-    query = select(*_RAW_JOBS).where(jobs.c.state != _DESCHEDULED).order_by(jobs.c.job_id).limit(limit)
+    query = select(*RAW_JOBS).where(jobs.c.state != _DESCHEDULED).order_by(jobs.c.job_id).limit(limit)
     return query if after is None else query.where(jobs.c.job_id > after)
 
 
@@ -108,11 +108,11 @@ def runs_query(*, job_id: str | None, outcome: str | None, before: int | None, l
         # Open runs are few: find them by their partial index and sort them. `run_id + 0` keeps
         # the planners from walking the whole history back by primary key to find one.
         key = runs.c.run_id + 0
-        query = select(*_RAW_RUNS).where(runs.c.outcome.is_(None)).order_by(key.desc()).limit(limit)
+        query = select(*RAW_RUNS).where(runs.c.outcome.is_(None)).order_by(key.desc()).limit(limit)
         if job_id is not None:
             query = query.where(runs.c.job_id == job_id)
         return query if before is None else query.where(key < before)
-    query = select(*_RAW_RUNS).order_by(runs.c.run_id.desc()).limit(limit)
+    query = select(*RAW_RUNS).order_by(runs.c.run_id.desc()).limit(limit)
     if job_id is not None:
         query = query.where(runs.c.job_id == job_id)
     if outcome == "ok":

@@ -50,6 +50,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from . import _views
 from ._instant import Instant, from_datetime, seconds, to_datetime
+from ._store.records import RunNowVerdict
 from .cli import human_duration, iso, job_state, open_existing, relative, run_outcome
 from .clock import SystemClock
 from .errors import PerschedError, StoreError
@@ -280,13 +281,14 @@ class WebApp:
         if action == "run-now":
             verdict, generation = store.request_run_now(job_id, now)
             return {
-                "requested": f"run-now requested (generation {generation})",
-                "pending": "a run-now is already pending",
-                "dropped": "run-now dropped: the job is running and its overlap policy is 'skip'",
-                "paused": "run-now refused: the job is paused",
-                "finished": "run-now refused: the job is finished",
-            }.get(verdict, "no such job")
-        generation = store.deschedule_job_generation(job_id, now)
+                RunNowVerdict.REQUESTED: f"run-now requested (generation {generation})",
+                RunNowVerdict.PENDING: "a run-now is already pending",
+                RunNowVerdict.DROPPED: "run-now dropped: the job is running and its overlap policy is 'skip'",
+                RunNowVerdict.PAUSED: "run-now refused: the job is paused",
+                RunNowVerdict.FINISHED: "run-now refused: the job is finished",
+                RunNowVerdict.UNKNOWN: "no such job",
+            }[verdict]
+        generation = store.deschedule_job(job_id, now)
         return f"descheduled {job_id!r} (generation {generation})" if generation is not None else "no such job"
 
     def _where(self, job_id: str) -> str:

@@ -47,7 +47,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from ._store import Claim
+from ._store.records import Claim
 from ._targets import TargetNotFound, resolve
 from ._tracebacks import describe
 

@@ -64,7 +64,7 @@ from . import _db, _revision
 from ._instant import Instant, micros
 from ._liveness import display_id
 from ._models import DEFAULT_NAMESPACE, Job, JobState, validate_job_id, validate_namespace
-from ._store import Store
+from ._store import RunNowVerdict, Store
 from ._triggers import describe_duration
 from .clock import SystemClock
 from .errors import PerschedError
@@ -618,7 +618,7 @@ def _cmd_deschedule(args: argparse.Namespace) -> int:
     job_id = _require_job_id(args.job_id)
 
     def body(store: Store) -> int:
-        generation = store.deschedule_job_generation(job_id, _now())
+        generation = store.deschedule_job(job_id, _now())
         if generation is None:
             if store.job_known(job_id):
                 # Already in the state asked for: a no-op, exit 0 (the same rule as pause and resume).
@@ -687,18 +687,18 @@ def _cmd_run_now(args: argparse.Namespace) -> int:
 
     def body(store: Store) -> int:
         verdict, generation = store.request_run_now(job_id, _now())
-        if verdict == "unknown":
+        if verdict is RunNowVerdict.UNKNOWN:
             raise _missing_job(store, job_id)
-        if verdict == "paused":
+        if verdict is RunNowVerdict.PAUSED:
             raise CliError(f"job {job_id!r} is paused: no run starts; `persched resume {job_id}` first")
-        if verdict == "finished":
+        if verdict is RunNowVerdict.FINISHED:
             raise CliError(f"job {job_id!r} is finished (its window ended): no run starts again")
-        if verdict == "dropped":
+        if verdict is RunNowVerdict.DROPPED:
             raise CliError(
                 f"job {job_id!r} is running and its overlap policy is 'skip': the extra run was dropped;"
                 " ask again once the run ended"
             )
-        if verdict == "pending":
+        if verdict is RunNowVerdict.PENDING:
             _say(f"a run-now of {job_id!r} is already pending; nothing added")
         else:
             _say(

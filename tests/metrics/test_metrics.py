@@ -29,6 +29,7 @@ from persched.errors import StoreError
 from persched.metrics import SchedulerMetrics
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT
+from tests.support.store_calls import claim_one
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -157,7 +158,7 @@ def test_claim_conflict_is_counted(
     other = Store(_db.make_engine(sqlite_url), sqlite_url)
     try:
         due = from_datetime(job.next_run_at)
-        won = other.claim_run("contended", job.generation, due, due, "other-instance", Micros(micros(30)))
+        won = claim_one(other, "contended", job.generation, due, due, "other-instance", Micros(micros(30)))
         assert won.__class__.__name__ == "Claim"
     finally:
         other.engine.dispose()

@@ -45,6 +45,7 @@ from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.helpers import EPOCH, TIMEOUT, sql, sqlite_path, wait_until
 from tests.support.history import check, runs_from_db
+from tests.support.store_calls import claim_one
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -61,7 +62,7 @@ FAULTS_INJECTED: list[str] = []  # every fault that fired, for the report
 # The store methods behind each transaction (either name, as the store evolves).
 METHODS: Final = {
     "upsert": ("upsert_job",),
-    "deschedule": ("deschedule_job_generation", "deschedule_job"),
+    "deschedule": ("deschedule_job", "deschedule_job"),
     "claim": ("claim_run", "claim_runs"),
     "finish": ("finish_run", "finish_runs"),
     "renew": ("renew_leases",),
@@ -270,7 +271,7 @@ def _recover_scenario(b: Bench, inj: Injector) -> None:
     assert job is not None
     b.clock.advance(job.next_run_at.timestamp() - b.clock.now() - 0.25)
     due = from_datetime(job.next_run_at)
-    claim = b.sched._store.claim_run("b", job.generation, due, due, "dead", Micros(micros(LEASE)))
+    claim = claim_one(b.sched._store, "b", job.generation, due, due, "dead", Micros(micros(LEASE)))
     assert not hasattr(claim, "state"), claim
     b.drive_until(inj.settled, "the recovery fault fired")
     b.drive_until(

@@ -25,6 +25,7 @@ from persched._store import Claim, ClaimMiss, Store
 from tests.support import jobs, race_jobs
 from tests.support.helpers import TIMEOUT, at, at_us, finished_runs, sql, wait_until
 from tests.support.race_jobs import Seam, batch_claims, batch_finishes, for_job, real_claim_run, real_finish_run
+from tests.support.store_calls import claim_one
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -353,8 +354,8 @@ def claim_ignoring_stop(sched: JobScheduler, due: list[ClaimEntry], completions:
     for job_id, generation, due_at, _ in due:
         with sched._inflight_cond:
             sched._inflight_jobs[job_id] += 1
-        result = sched._store.claim_run(
-            job_id, generation, due_at, sched._timebase.now(), sched.instance_id, sched._lease
+        result = claim_one(
+            sched._store, job_id, generation, due_at, sched._timebase.now(), sched.instance_id, sched._lease
         )
         if isinstance(result, Claim):
             with sched._inflight_cond:
@@ -478,7 +479,7 @@ def test_a_dead_instances_run_is_recovered_after_a_lease_of_observation(
     with patch.object(sched._heartbeat, "beat", side_effect=beat) if wall_clock_expiry else _nothing():
         sched.schedule("a", jobs.record, 10.0, args=("a",))
         # A dead instance claimed the slot at T+10 and will never renew.
-        assert isinstance(sched._store.claim_run("a", 1, at_us(10), at_us(10), DEAD, Micros(30_000_000)), Claim)
+        assert isinstance(claim_one(sched._store, "a", 1, at_us(10), at_us(10), DEAD, Micros(30_000_000)), Claim)
         sched._heartbeat.beat()  # first observation, at T+0 on this instance's monotonic clock
         fake_clock.advance(10.0)
         sched._heartbeat.beat()
@@ -538,7 +539,7 @@ def test_store_seams_forward_everything_else(make_scheduler: SchedulerFactory, s
     seam = claim_seam(seams, sched, "other", before=True)
     with patch.object(sched._store, "claim_runs", side_effect=batch_claims(seam)):
         sched.schedule("a", jobs.record, 10.0, args=("a",), start_in=0)
-        result = sched._store.claim_run("a", 1, at_us(1e9), at_us(1e9), "x", Micros(30_000_000))
+        result = claim_one(sched._store, "a", 1, at_us(1e9), at_us(1e9), "x", Micros(30_000_000))
     assert isinstance(result, Claim)
     assert (seam.calls, seam.results) == (1, [])
     assert isinstance(sched._store, Store)

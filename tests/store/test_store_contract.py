@@ -3,7 +3,7 @@
 Every method gets `now` explicitly, so no clock and no scheduler is involved;
 threads appear only where a `threading.Barrier` lines two transactions up
 against each other. The linearization points under test are the commits of
-`upsert_job`, `deschedule_job`, `claim_run`, `finish_run` and `recover_run`.
+`upsert_job`, `deschedule_job`, `claim_runs`, `finish_runs` and `recover_run`.
 
 Tests marked ``broken-*`` run the same scenario against a copy of the store
 code with one safeguard removed (`tests.support.race_jobs`); they are
@@ -23,13 +23,14 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from persched import JobState, _db, _store
+from persched import JobState, _db
 from persched._instant import Instant, Micros, from_datetime, micros, to_datetime
 from persched._models import JobDefinition, validate_definition, validate_policies
 from persched._schema import jobs, runs
-from persched._store import Claim, ClaimMiss, OpenRun, Store
+from persched._store import Claim, ClaimMiss, OpenRun, Recovery, Store, mappers
 from tests.support import race_jobs
 from tests.support.helpers import EPOCH, TIMEOUT
+from tests.support.store_calls import claim_one, finish_one
 
 if TYPE_CHECKING:
     from persched import Job
@@ -74,7 +75,7 @@ def claim(
     store: Store, job: Job, now: Instant, *, expected_at: Instant | None = None, who: str = ME
 ) -> Claim | ClaimMiss:
     due = from_datetime(job.next_run_at) if expected_at is None else expected_at
-    return store.claim_run(job.job_id, job.generation, due, now, who, LEASE)
+    return claim_one(store, job.job_id, job.generation, due, now, who, LEASE)
 
 
 def won(result: Claim | ClaimMiss) -> Claim:
@@ -84,7 +85,7 @@ def won(result: Claim | ClaimMiss) -> Claim:
 
 def finish(store: Store, c: Claim, now: Instant, *, who: str = ME) -> bool:
     """Complete `c`; True if the job is to be queued again (its row was its own, or is scheduled)."""
-    return store.finish_run(c, who, now, "ok", None) is not None
+    return finish_one(store, c, who, now, "ok", None) is not None
 
 
 def open_run(store: Store, run_id: int) -> OpenRun:
@@ -98,7 +99,7 @@ ClaimImpl = Callable[..., Claim | ClaimMiss]
 
 
 def real_claim(store: Store, *args: Any) -> Claim | ClaimMiss:  # noqa: ANN401 - claim_run's arguments
-    return store.claim_run(*args)
+    return claim_one(store, *args)
 
 
 def xfail_variant(name: str, impl: object, reason: str) -> Any:  # noqa: ANN401 - pytest's ParameterSet is private
@@ -176,10 +177,10 @@ def test_replace_of_a_running_job_frees_the_row_for_the_new_generation(store: St
 
 def test_deschedule_then_schedule_gives_a_higher_generation(store: Store) -> None:
     schedule(store)
-    assert store.deschedule_job("a", at(1)) is True
+    assert store.deschedule_job("a", at(1)) is not None
     assert store.get_job("a") is None
     assert store.list_jobs() == []
-    assert store.deschedule_job("a", at(2)) is False  # already gone
+    assert store.deschedule_job("a", at(2)) is None  # already gone
     job, change, _ = store.upsert_job(definition(), at(3))  # the very same definition
     assert change == "created"
     assert job.generation == 2  # never reused (no ABA)
@@ -189,7 +190,7 @@ def test_deschedule_then_schedule_gives_a_higher_generation(store: Store) -> Non
 
 
 def test_deschedule_unknown_job(store: Store) -> None:
-    assert store.deschedule_job("nope", T) is False
+    assert store.deschedule_job("nope", T) is None
 
 
 def test_load_scheduled_lists_only_scheduled_rows(store: Store) -> None:
@@ -352,7 +353,7 @@ def test_claim_while_a_run_outlasts_its_next_slot_looks_again_a_slot_later(store
 
 
 def test_claim_of_an_unknown_job_misses(store: Store) -> None:
-    assert store.claim_run("nope", 1, T, T, ME, LEASE) == ClaimMiss(None)
+    assert claim_one(store, "nope", 1, T, T, ME, LEASE) == ClaimMiss(None)
 
 
 def test_a_late_claim_coalesces_to_the_latest_slot(store: Store) -> None:
@@ -435,7 +436,7 @@ def test_unique_job_generation_scheduled_for(store: Store) -> None:
 def test_finish_moves_the_job_on(store: Store) -> None:
     job = schedule(store)
     c = won(claim(store, job, at(10)))
-    assert store.finish_run(c, ME, at(12), "error", "boom") == at(20)  # due again at the next slot
+    assert finish_one(store, c, ME, at(12), "error", "boom") == at(20)  # due again at the next slot
     row = job_row(store)
     assert (row.state, row.next_run_at, row.owner, row.lease_until) == (
         JobState.SCHEDULED,
@@ -449,7 +450,7 @@ def test_finish_moves_the_job_on(store: Store) -> None:
 
 
 FINISH_VARIANTS = [
-    pytest.param(Store.finish_run, id="real"),
+    pytest.param(finish_one, id="real"),
     xfail_variant(
         "broken-finish-by-job-id", race_jobs.finish_by_job_id_only, "a stale completion moves the new definition"
     ),
@@ -522,13 +523,13 @@ def test_renew_leases_leaves_runs_not_in_flight_to_lapse(store: Store) -> None:
     assert open_run(store, in_flight.run_id).lease_until == to_datetime(at(100))
     assert open_run(store, orphan.run_id).lease_until == to_datetime(at(10) + LEASE)
     assert job_row(store, "b").lease_until == to_datetime(at(10) + LEASE)
-    assert store.recover_run(open_run(store, orphan.run_id), at(200)) == at(20)
+    assert store.recover_run(open_run(store, orphan.run_id), at(200)) == Recovery(lost=True, due=at(20))
 
 
 def test_recover_marks_the_run_lost_and_skips_its_slot(store: Store) -> None:
     job = schedule(store)
     c = won(claim(store, job, at(10), who=OTHER))
-    assert store.recover_run(open_run(store, c.run_id), at(50)) == at(20)
+    assert store.recover_run(open_run(store, c.run_id), at(50)) == Recovery(lost=True, due=at(20))
     row = job_row(store)
     assert (row.state, row.next_run_at, row.owner, row.last_outcome) == (
         JobState.SCHEDULED,
@@ -551,7 +552,7 @@ def test_finish_after_recover_is_rejected(store: Store) -> None:
     store.recover_run(open_run(store, c.run_id), at(50))
     before = job_row(store)
     # Not its row any more: nothing is written, the job is only queued where it stands.
-    assert store.finish_run(c, ME, at(51), "ok", None) == at(20)
+    assert finish_one(store, c, ME, at(51), "ok", None) == at(20)
     assert job_row(store) == before
     (run,) = store.list_runs("a")
     assert run.outcome == "lost"  # the late completion does not overwrite it
@@ -562,7 +563,7 @@ def test_recover_with_a_renewed_lease_changes_nothing(store: Store) -> None:
     c = won(claim(store, job, at(10)))
     observed = open_run(store, c.run_id)
     store.renew_leases(ME, at(70), [c.run_id])  # the owner is alive
-    assert store.recover_run(observed, at(50)) is False
+    assert store.recover_run(observed, at(50)) == Recovery(lost=False)
     assert job_row(store).state is JobState.RUNNING
     assert open_run(store, c.run_id).lease_until == to_datetime(at(70))
     assert finish(store, c, at(80)) is True
@@ -573,7 +574,7 @@ def test_recover_after_finish_changes_nothing(store: Store) -> None:
     c = won(claim(store, job, at(10)))
     observed = open_run(store, c.run_id)
     assert finish(store, c, at(11))
-    assert store.recover_run(observed, at(50)) is False
+    assert store.recover_run(observed, at(50)) == Recovery(lost=False)
     (run,) = store.list_runs("a")
     assert run.outcome == "ok"
 
@@ -582,7 +583,7 @@ def test_recover_of_a_replaced_job_only_closes_the_run(store: Store) -> None:
     job = schedule(store)
     c = won(claim(store, job, at(10)))
     new, _, _ = store.upsert_job(definition(args=("b",)), at(11))
-    assert store.recover_run(open_run(store, c.run_id), at(50)) is None
+    assert store.recover_run(open_run(store, c.run_id), at(50)) == Recovery(lost=True)
     assert job_row(store) == new
     assert store.list_runs("a")[0].outcome == "lost"
 
@@ -618,9 +619,9 @@ def test_recover_races_finish_exactly_one_wins(store: Store) -> None:
         assert row.run_count == 1  # counted once, by whichever won
         assert out["finish"]  # either way the job is queued at its next slot
         if run.outcome == "ok":
-            assert out["recover"] is False
+            assert out["recover"] == Recovery(lost=False)
         else:
-            assert (out["recover"], run.outcome) == (at(20), "lost")
+            assert (out["recover"], run.outcome) == (Recovery(lost=True, due=at(20)), "lost")
 
 
 def test_a_deschedule_committed_during_a_recovery_wins(store: Store) -> None:
@@ -632,8 +633,8 @@ def test_a_deschedule_committed_during_a_recovery_wins(store: Store) -> None:
     job = schedule(store)
     c = won(claim(store, job, at(10), who=OTHER))
     other = Store(_db.make_engine(store.engine.url.render_as_string(hide_password=False)), store.url)
-    descheduled: list[bool] = []
-    real_plan = _store._plan
+    descheduled: list[int | None] = []
+    real_plan = mappers.plan_of
 
     def deschedule_meanwhile(*args: Any) -> Any:  # noqa: ANN401 - _plan's row and plan
         # Called inside recover_run's transaction, between its read and its write.
@@ -643,12 +644,12 @@ def test_a_deschedule_committed_during_a_recovery_wins(store: Store) -> None:
         return real_plan(*args)
 
     try:
-        with patch.object(_store, "_plan", side_effect=deschedule_meanwhile):
+        with patch.object(mappers, "plan_of", side_effect=deschedule_meanwhile):
             result = store.recover_run(open_run(store, c.run_id), at(50))
     finally:
         other.engine.dispose()
-    assert descheduled == [True]
-    assert result is None  # nothing to queue: the job is gone
+    assert descheduled == [c.generation]
+    assert result == Recovery(lost=True)  # nothing to queue: the job is gone
     assert store.get_job("a") is None
     assert [e for e in store.load_scheduled(at(50))[0] if e[1] == "a"] == []
     (run,) = store.list_runs("a")
@@ -661,4 +662,4 @@ def test_a_claim_at_exactly_the_slot_of_a_grid_made_at_an_odd_instant_wins(store
     now = at(0.123457)
     job = schedule(store, now, start_in=0)
     assert from_datetime(job.next_run_at) == now
-    assert isinstance(store.claim_run("a", job.generation, now, now, ME, LEASE), Claim)
+    assert isinstance(claim_one(store, "a", job.generation, now, now, ME, LEASE), Claim)

@@ -43,8 +43,9 @@ from sqlalchemy import event
 
 from persched import JobScheduler, current_run
 from persched._instant import Instant, Micros, from_datetime, micros
-from persched._store import Claim, Store
+from persched._store import Claim, Recovery, Store
 from tests.support import proof_jobs
+from tests.support.store_calls import claim_one
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -144,7 +145,7 @@ def _install(crash: _Crash) -> None:
     real_claim_runs = Store.claim_runs
     real_finish_runs = Store.finish_runs
     real_upsert = Store.upsert_job
-    real_deschedule = Store.deschedule_job_generation
+    real_deschedule = Store.deschedule_job
     real_recover = Store.recover_run
     real_complete = JobScheduler._complete
     real_target = proof_jobs.file_tracked
@@ -197,21 +198,21 @@ def _install(crash: _Crash) -> None:
         crash.fire("upsert-after-commit", generation=job.generation, change=change)
         return job, change, due
 
-    def deschedule_job_generation(self: Store, *args: Any, **kwargs: Any) -> int | None:  # noqa: ANN401
+    def deschedule_job(self: Store, *args: Any, **kwargs: Any) -> int | None:  # noqa: ANN401
         crash.tx()["deschedule"] = True
         generation = real_deschedule(self, *args, **kwargs)
         crash.fire("deschedule-after-commit", generation=generation)
         return generation
 
-    def recover_run(self: Store, run: OpenRun, now: Any) -> float | bool | None:  # noqa: ANN401
+    def recover_run(self: Store, run: OpenRun, now: Any) -> Recovery:  # noqa: ANN401
         crash.tx()["recover"] = run.run_id
         crash.active().append("recover")
         try:
             result = real_recover(self, run, now)
         finally:
             crash.active().remove("recover")
-        if result is not False:
-            crash.fire("recover-after-commit", run_id=run.run_id, freed=result is not None)
+        if result.lost:
+            crash.fire("recover-after-commit", run_id=run.run_id, freed=result.due is not None)
         return result
 
     def complete(self: JobScheduler, claim: Claim, outcome: str, error: str | None) -> None:
@@ -228,7 +229,7 @@ def _install(crash: _Crash) -> None:
         (Store, "claim_runs", claim_runs),
         (Store, "finish_runs", finish_runs),
         (Store, "upsert_job", upsert_job),
-        (Store, "deschedule_job_generation", deschedule_job_generation),
+        (Store, "deschedule_job", deschedule_job),
         (Store, "recover_run", recover_run),
         (JobScheduler, "_complete", complete),
         (proof_jobs, "file_tracked", target),
@@ -355,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         assert job is not None
         due = from_datetime(job.next_run_at)
         lease = Micros(micros(args.lease))
-        claim = sched._store.claim_run(RECOVER_JOB, generation, due, sched._timebase.now(), "dead", lease)
+        claim = claim_one(sched._store, RECOVER_JOB, generation, due, sched._timebase.now(), "dead", lease)
         assert isinstance(claim, Claim), claim
     sched.start()
 

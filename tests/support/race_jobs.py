@@ -26,9 +26,11 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy import Connection, or_, update
 
 from persched._instant import Instant, Micros, from_datetime, to_datetime
-from persched._rows import read_row
 from persched._schema import jobs, runs
-from persched._store import Claim, ClaimMiss, Completion, Store, _misses, _plan
+from persched._store import Claim, ClaimMiss, Completion, Store
+from persched._store._rows import read_row
+from persched._store.claims import _misses
+from persched._store.mappers import plan_of
 from tests.support.helpers import TIMEOUT
 from tests.support.postgres import pg_base_url, pg_schema
 
@@ -241,7 +243,7 @@ def claim_variant(
         ).first()
         if won is None:
             return _misses(conn, {job_id: expected_at}).get(job_id, ClaimMiss(None))
-        plan = _plan(read_row(jobs.c, won._mapping))
+        plan = plan_of(read_row(jobs.c, won._mapping))
         next_at = from_datetime(won.next_run_at)
         run_now_at = None if won.run_now_at is None else from_datetime(won.run_now_at)
         run_now = False

@@ -1,0 +1,349 @@
+"""Transactions: retries, joined writes, the SQLite writer queue and group commit.
+
+This is the only module of the store with threads in mind; the others write
+one transaction body each and hand it to `Transactions._write`, `_read` or
+`_write_grouped`.
+
+Who calls. A `Store` is shared by every thread of a scheduler: the
+dispatcher (claims and completions, one transaction per cycle), the
+heartbeat (leases, recovery, change pick-up), the callers of schedule(),
+deschedule(), pause()… and the CLI. Each transaction runs on its caller's
+thread, on a pooled connection of its own; SQLAlchemy's pool is thread-safe,
+and no connection is ever shared between threads.
+
+Joined writes. `dispatch` writes completions and claims in one transaction:
+the write open on a thread (``_joined``, a thread-local) is joined by any
+write the same thread starts inside it, so the nested body commits with the
+outer one, or neither does.
+
+The SQLite writer queue. SQLite has one writer at a time. Threads of this
+process queue for it on ``_sqlite_writer`` (a plain Lock, FIFO enough),
+promptly, instead of in SQLite's busy handler, which sleeps up to 100 ms
+between tries and let a stream of schedule() calls starve the dispatcher's
+claims. Other processes still meet busy_timeout; that is transient and
+retried here.
+
+Group commit. schedule/deschedule/pause/resume/run-now calls that arrive
+while one is committing wait on ``_group_cond`` and are committed together
+by the first of them (one fsync for all); see `_write_grouped`.
+
+Lock order: ``_group_cond`` is never held while a transaction runs (the
+leader releases it first); ``_sqlite_writer`` is taken before a connection
+is checked out and released after it is returned; ``_own_lock`` guards only
+the set of own change values and is held for no I/O. No lock of the store
+is held while user code or a caller's callback runs.
+
+Retries. Transient failures (the `Dialect` says which) are retried with
+capped backoff, on no lock; anything else, or a transient failure that
+outlasts the retries, becomes `StoreError` with the masked URL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+
+from .._models import DEFAULT_NAMESPACE
+from .._observe import Observer, notify
+from .._schema import changes, jobs, runs
+from ..errors import StoreError
+from .dialects import dialect_for
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Sequence
+
+    from sqlalchemy import Connection, Engine, Select
+
+    from .._instant import Instant
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RETRY_ATTEMPTS: Final = 6
+RETRY_FIRST_DELAY: Final = 0.02  # seconds, doubled per attempt
+RETRY_MAX_DELAY: Final = 1.0  # seconds
+LOW_SPACE_EXIT_BYTES: Final = 64 << 20  # free bytes that end low-space mode (see Store._reclaim_wal)
+_CHANGES_KEY: Final = "persched_change_seqs"  # Connection.info: change-counter values of this transaction
+_OWN_CHANGES_KEPT: Final = 10_000  # own change values remembered for the heartbeat's log
+
+
+def read_time(now: Instant | Callable[[], Instant]) -> Instant:
+    return now() if callable(now) else now
+
+
+def _free_bytes(path: str) -> int | None:
+    """Bytes free for us on the volume of `path` (None: unknown)."""
+    try:
+        st = os.statvfs(os.path.dirname(os.path.abspath(path)) if path else ".")
+    except (OSError, AttributeError):  # no statvfs on Windows
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _is_sqlite_full(exc: DBAPIError) -> bool:
+    # SQLITE_FULL (13): the disk, or max_page_count, is full.
+    return getattr(exc.orig, "sqlite_errorcode", None) == 13 or "database or disk is full" in str(exc.orig)
+
+
+class _Pending:
+    """One caller's write waiting to be committed with others (see `Store._write_grouped`)."""
+
+    __slots__ = ("body", "done", "error", "result")
+
+    def __init__(self, body: Callable[[Connection], Any]) -> None:
+        self.body = body
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class Transactions:
+    """The transaction machinery of a `Store` (module docstring).
+
+    Args:
+        engine: From `persched._db.make_engine`; SQLite engines start write
+            transactions with BEGIN IMMEDIATE and read ones (execution option
+            ``persched_readonly``) with a deferred BEGIN.
+        url: The masked URL, for error messages.
+        retry_attempts: How often a transient failure is tried in all.
+        namespace: The namespace whose jobs this store reads and writes.
+    """
+
+    def __init__(
+        self, engine: Engine, url: str, *, retry_attempts: int = RETRY_ATTEMPTS, namespace: str = DEFAULT_NAMESPACE
+    ) -> None:
+        self.engine = engine
+        self.url = url
+        # Issue 16: every read of jobs is limited to this namespace; writes by job_id check it.
+        self.namespace = namespace
+        self._mine = jobs.c.namespace == namespace
+        self._retry_attempts = retry_attempts
+        self.dialect = dialect_for(engine)
+        # History rows: a slot the one-run-per-slot index holds already is skipped, not an
+        # error for the whole transaction (see claim_runs).
+        self._insert_runs = self.dialect.insert_ignoring_conflicts(runs)
+        # Group commit of schedule/deschedule: see _write_grouped.
+        self._group_cond = threading.Condition()
+        self._group_queue: list[_Pending] = []
+        self._group_leader = False
+        # The write transaction open on this thread, which nested writes join (see dispatch).
+        self._joined = threading.local()
+        # This process's queue for SQLite's one writer (module docstring).
+        self._sqlite_writer = threading.Lock() if self.dialect.serialise_local_writers else None
+        self._low_space = False  # after SQLITE_FULL: checkpoint after every write (see _reclaim_wal)
+        # Change-counter values this store committed, so that the heartbeat's
+        # log names only the changes made elsewhere (see changes_made_elsewhere).
+        self._own_changes: set[int] = set()
+        self._own_lock = threading.Lock()
+        # Told of retries, errors and missed slots (`_observe`); the default does nothing.
+        self.observer = Observer()
+
+    def _job_ids(self) -> Select[tuple[str]]:
+        """The ids of this namespace's jobs (any state), for the queries on persched_runs."""
+        return select(jobs.c.job_id).where(self._mine)
+
+    def _writer(self, readonly: bool) -> contextlib.AbstractContextManager[object]:
+        if readonly or self._sqlite_writer is None:
+            return contextlib.nullcontext()
+        return self._sqlite_writer
+
+    def _transaction(self, body: Callable[[Connection], T], *, readonly: bool, what: str) -> T:
+        enclosing: Connection | None = getattr(self._joined, "conn", None)
+        if enclosing is not None and not readonly:
+            return body(enclosing)  # part of the enclosing write: see `dispatch`
+        delay = RETRY_FIRST_DELAY
+        reclaimed = False  # SQLite "disk full": the WAL was checkpointed and truncated once
+        for attempt in range(1, self._retry_attempts + 1):
+            committed: list[Callable[[], None]] = []
+            try:
+                with self._writer(readonly), self.engine.connect() as conn:
+                    if readonly:
+                        conn.execution_options(persched_readonly=True)
+                    with conn.begin():
+                        if readonly:
+                            return body(conn)
+                        self._joined.conn, self._joined.committed = conn, committed
+                        conn.info.pop(_CHANGES_KEY, None)  # info outlives a checkout: start empty
+                        try:
+                            result = body(conn)
+                        finally:
+                            self._joined.conn = None
+                    self._note_own_changes(conn.info.pop(_CHANGES_KEY, ()))  # committed
+                for observe in committed:  # only now: a retried body must not count twice
+                    observe()
+                if self._low_space:
+                    self._reclaim_wal(what)  # see _reclaim_wal: keep the WAL from eating the volume again
+                return result
+            except IntegrityError:
+                raise  # callers decide; never retried blindly
+            except DBAPIError as exc:
+                sqlite_write = not readonly and self._sqlite_writer is not None
+                if sqlite_write and not reclaimed and attempt < self._retry_attempts and _is_sqlite_full(exc):
+                    reclaimed = True
+                    if self._reclaim_wal(what):
+                        continue  # the WAL's space is free again: try once more at once
+                if not self.dialect.is_transient(exc) or attempt == self._retry_attempts:
+                    notify(lambda: self.observer.store_error(what), "store error")
+                    raise StoreError(self.url, f"{what} failed: {exc.orig}") from exc
+                notify(lambda: self.observer.store_retry(what), "store retry")
+                logger.warning(
+                    "%s failed (attempt %d of %d), retrying: %s",
+                    what,
+                    attempt,
+                    self._retry_attempts,
+                    exc.orig,
+                )
+            except SQLAlchemyError as exc:
+                notify(lambda: self.observer.store_error(what), "store error")
+                raise StoreError(self.url, f"{what} failed: {exc}") from exc
+            # Backoff between attempts of a failed transaction, on no lock.
+            time.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_DELAY)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _reclaim_wal(self, what: str) -> bool:
+        """Checkpoint the WAL into the database and truncate it; True if that freed space.
+
+        Why a full volume did not recover (issue 12): SQLite checkpoints only
+        from the commit of a write that left 1000 pages (4 MB) in the WAL,
+        and a checkpoint never shrinks the WAL file. Each small transaction
+        appends whole pages, so on a volume with less free space than that
+        the WAL takes all of it (about 700 KB of WAL for a 4 KB database on a
+        1 MiB volume) and is never checkpointed; once a write fails with
+        SQLITE_FULL, the database file cannot grow to take the WAL's pages
+        either, and space freed later is eaten by the WAL again.
+
+        So after SQLITE_FULL the store is in low-space mode: it tries
+        ``wal_checkpoint(TRUNCATE)`` at once, and again after every write
+        that commits (the first one after space was freed included), so the
+        WAL holds little more than one transaction; it leaves the mode once
+        the volume has `LOW_SPACE_EXIT_BYTES` free.
+        """
+        try:
+            with self._writer(False), self.engine.connect() as conn:
+                raw = conn.connection.dbapi_connection
+                assert raw is not None
+                # The raw connection: no BEGIN (a checkpoint cannot run in a transaction).
+                path = next((row[2] for row in raw.execute("PRAGMA database_list") if row[1] == "main"), "")
+                wal = f"{path}-wal" if path else ""
+                before = os.path.getsize(wal) if wal and os.path.exists(wal) else 0
+                busy = raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                after = os.path.getsize(wal) if wal and os.path.exists(wal) else 0
+                free = _free_bytes(path)
+        except (SQLAlchemyError, sqlite3.Error, OSError) as exc:
+            if not self._low_space:
+                logger.warning(
+                    "%s: the database or disk is full; checkpointing the WAL failed too, "
+                    "tried again after each write that fits: %s",
+                    what,
+                    exc,
+                )
+            self._low_space = True
+            return False
+        if not self._low_space:
+            logger.warning(
+                "%s: the database or disk is full; checkpointed the WAL and truncated it from %d to %d bytes%s; "
+                "checkpointing after every write until %d bytes are free",
+                what,
+                before,
+                after,
+                " (other connections kept it from finishing)" if busy else "",
+                LOW_SPACE_EXIT_BYTES,
+            )
+        self._low_space = free is None or free < LOW_SPACE_EXIT_BYTES
+        if not self._low_space:
+            logger.warning("%s: %d bytes free again; the WAL is checkpointed as usual", what, free)
+        return after < before
+
+    def _note_own_changes(self, seqs: Collection[int]) -> None:
+        if not seqs:
+            return
+        with self._own_lock:
+            self._own_changes.update(seqs)
+            if len(self._own_changes) > _OWN_CHANGES_KEPT:  # nobody reads them (no heartbeat): forget the oldest
+                self._own_changes = set(sorted(self._own_changes)[-_OWN_CHANGES_KEPT // 2 :])
+
+    def _after_commit(self, missed: Sequence[dict[str, Any]]) -> None:
+        """Tell the observer about the "missed" records of the write open on this thread, once it commits."""
+        for record in missed:
+            if record["outcome"] == "missed":
+                job_id, slots = record["job_id"], record["missed_count"]
+                self._joined.committed.append(
+                    lambda job_id=job_id, slots=slots: notify(
+                        lambda: self.observer.slots_missed(job_id, slots), "missed slots"
+                    )
+                )
+
+    def _write(self, body: Callable[[Connection], T], what: str) -> T:
+        return self._transaction(body, readonly=False, what=what)
+
+    def _read(self, body: Callable[[Connection], T], what: str) -> T:
+        return self._transaction(body, readonly=True, what=what)
+
+    def _write_grouped(self, body: Callable[[Connection], T], what: str) -> T:
+        """Run `body` in a write transaction shared with the callers that arrive meanwhile.
+
+        Group commit: the first caller leads and commits every body queued
+        while it waited, in arrival order, in one transaction (one fsync);
+        each caller returns only after the commit that holds its own write,
+        so each still linearizes at that commit. If any body fails, whatever
+        it raised, the group is rolled back and each body runs alone, so only
+        the failing one fails (SPEC §1: one caller's bad input never fails
+        another caller's valid call).
+        """
+        mine = _Pending(body)
+        with self._group_cond:
+            self._group_queue.append(mine)
+            while self._group_leader and not mine.done:
+                self._group_cond.wait()
+            if not mine.done:
+                self._group_leader = True
+                group, self._group_queue = self._group_queue, []
+        if not mine.done:
+            try:
+                self._commit_group(group, what)
+            finally:
+                with self._group_cond:
+                    for pending in group:
+                        if not pending.done:  # the leader was interrupted
+                            pending.error, pending.done = StoreError(self.url, f"{what} was interrupted"), True
+                    self._group_leader = False
+                    self._group_cond.notify_all()
+        if mine.error is not None:
+            raise mine.error
+        return mine.result  # type: ignore[no-any-return]  # body returns T
+
+    def _commit_group(self, group: list[_Pending], what: str) -> None:
+        if len(group) > 1:
+            try:
+                results = self._write(lambda conn: [pending.body(conn) for pending in group], what)
+            except Exception:  # noqa: BLE001 - whatever one body raised, the others must not fail with it
+                # One of them failed (a conflict, a value the driver refused, a
+                # bug), or the store did: each alone below, so only that one fails.
+                pass
+            else:
+                for pending, result in zip(group, results, strict=True):
+                    pending.result, pending.done = result, True
+                return
+        for pending in group:
+            try:
+                pending.result = self._write(pending.body, what)
+            except BaseException as exc:  # noqa: BLE001 - handed to its own caller
+                pending.error = exc
+            pending.done = True
+
+    def _bump_change_seq(self, conn: Connection) -> int:
+        """Increment the change counter; its row lock orders concurrent writers by commit."""
+        bump = update(changes).where(changes.c.id == 1).values(seq=changes.c.seq + 1)
+        seq = int(self.dialect.update_returning(conn, bump, changes.c.seq)[0].seq)
+        conn.info.setdefault(_CHANGES_KEY, []).append(seq)  # noted as our own once committed
+        return seq

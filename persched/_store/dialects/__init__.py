@@ -1,0 +1,107 @@
+"""Every difference between the database engines persched runs on, behind one object.
+
+The store's statements are written once, in SQLAlchemy Core; a `Dialect`
+holds what cannot be: how a claim locks the rows it decides, what a
+transient failure looks like, whether this process must queue its own
+writers, how a write transaction begins, the raw form of a timestamp and
+the lock that serialises migrations. One module per engine; `dialect_for`
+imports only the one in use (a SQLite user never loads the PostgreSQL
+dialect of SQLAlchemy).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sqlalchemy import Row, select
+
+if TYPE_CHECKING:
+    from sqlalchemy import ColumnElement, Connection, Engine, Insert, Select, Table, Update
+    from sqlalchemy.exc import DBAPIError
+
+    from ..._instant import Instant
+
+__all__ = ["Dialect", "dialect_for"]
+
+# engine name (SQLAlchemy's dialect.name) -> module of this package
+_MODULES: dict[str, str] = {"sqlite": "sqlite", "postgresql": "postgresql", "mysql": "mysql", "mariadb": "mysql"}
+
+
+class Dialect:
+    """What one engine does differently; every method has the engine-neutral meaning in its docstring."""
+
+    name: ClassVar[str]
+    #: This process's writers queue for the database's single write lock in
+    #: the store (SQLite), rather than in the engine's busy handler.
+    serialise_local_writers: ClassVar[bool] = False
+
+    def is_transient(self, exc: DBAPIError) -> bool:
+        """True if retrying the whole transaction may succeed (busy, dropped connection, deadlock)."""
+        raise NotImplementedError
+
+    def lock_rows(self, query: Select[Any]) -> Select[Any]:
+        """`query`, locking the rows it reads until the transaction ends (where reads do not already)."""
+        return query.with_for_update()
+
+    def update_returning(self, conn: Connection, stmt: Update, *columns: ColumnElement[Any]) -> list[Row[Any]]:
+        """Run `stmt` and return `columns` of the rows it changed."""
+        return list(conn.execute(stmt.returning(*columns)))
+
+    def update_returning_one(self, conn: Connection, stmt: Update, *columns: ColumnElement[Any]) -> Row[Any] | None:
+        """`update_returning` of a statement that changes at most one row: that row, or None."""
+        rows = self.update_returning(conn, stmt, *columns)
+        return rows[0] if rows else None
+
+    def insert_returning(
+        self, conn: Connection, stmt: Insert, *columns: ColumnElement[Any], rows: list[dict[str, Any]] | None = None
+    ) -> list[Row[Any]]:
+        """Run `stmt` (over `rows`, if given) and return `columns` of the rows it inserted (none for a skipped one)."""
+        returning = stmt.returning(*columns)
+        return list(conn.execute(returning) if rows is None else conn.execute(returning, rows))
+
+    def claim(
+        self,
+        conn: Connection,
+        table: Table,
+        predicate: ColumnElement[bool],
+        values: dict[str, Any],
+        columns: list[ColumnElement[Any]],
+    ) -> list[Row[Any]]:
+        """The conditional claim: set `values` on the rows of `table` matching `predicate`, return their `columns`.
+
+        This UPDATE is the linearization point of a run's start (SPEC §2):
+        each row is claimed at most once, by whoever's UPDATE matches it first.
+        """
+        return self.update_returning(conn, table.update().where(predicate).values(**values), *columns)
+
+    def insert_ignoring_conflicts(self, table: Table) -> Insert:
+        """An INSERT into `table` that skips a row a unique index already holds (one run per slot)."""
+        raise NotImplementedError
+
+    def driver_sql(self, sql: str) -> str:
+        """`sql` written with ``?`` placeholders, in the driver's parameter style (for `exec_driver_sql`)."""
+        return sql
+
+    def raw_instant(self, value: object) -> Instant:
+        """A timestamp as the driver returns it raw -> instant (ValueError/TypeError if it is not one)."""
+        raise NotImplementedError
+
+    def migration_lock(self, conn: Connection) -> None:
+        """Serialise migrations across processes until `conn`'s transaction ends."""
+        raise NotImplementedError
+
+
+def dialect_for(engine: Engine) -> Dialect:
+    """The `Dialect` of `engine`."""
+    try:
+        module = _MODULES[engine.dialect.name]
+    except KeyError:
+        raise ValueError(f"persched does not support the {engine.dialect.name} engine") from None
+    dialect: Dialect = importlib.import_module(f"{__name__}.{module}").DIALECT
+    return dialect
+
+
+def select_keys(table: Table, predicate: ColumnElement[bool]) -> Select[Any]:
+    """The primary keys of the rows of `table` that match `predicate`."""
+    return select(*table.primary_key.columns).where(predicate)

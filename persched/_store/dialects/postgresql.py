@@ -1,0 +1,71 @@
+"""PostgreSQL: row locks, so instances never queue behind each other's claims.
+
+A claim's UPDATE takes its rows from a ``FOR UPDATE SKIP LOCKED``
+subquery: a row another instance is claiming right now is passed by, not
+waited for (SPEC-multi), and the UPDATE re-checks the predicate on the rows
+it locked. Reads that decide a write (`lock_rows`) lock with ``FOR UPDATE``.
+Timestamps are ``timestamptz``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+from sqlalchemy import text
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import OperationalError
+
+from ..._instant import Instant, from_datetime
+from . import Dialect, select_keys
+
+if TYPE_CHECKING:
+    from sqlalchemy import ColumnElement, Connection, Insert, Row, Table
+    from sqlalchemy.exc import DBAPIError
+
+# pg_advisory_xact_lock key of migrations: b"persched" as a 64-bit integer (its top bit is 0).
+_MIGRATION_LOCK_KEY: Final = int.from_bytes(b"persched", "big")
+
+
+class PostgreSQLDialect(Dialect):
+    name: ClassVar[str] = "postgresql"
+
+    def is_transient(self, exc: DBAPIError) -> bool:
+        if exc.connection_invalidated:
+            return True
+        sqlstate = getattr(exc.orig, "sqlstate", None)
+        # No SQLSTATE: the connection could not be made or was cut (server
+        # restarting, network). Else: connection lost, serialization failure,
+        # deadlock, admin shutdown.
+        if sqlstate is None:
+            return isinstance(exc, OperationalError)
+        return isinstance(sqlstate, str) and (sqlstate.startswith("08") or sqlstate in ("40001", "40P01", "57P01"))
+
+    def claim(
+        self,
+        conn: Connection,
+        table: Table,
+        predicate: ColumnElement[bool],
+        values: dict[str, Any],
+        columns: list[ColumnElement[Any]],
+    ) -> list[Row[Any]]:
+        free = select_keys(table, predicate).with_for_update(skip_locked=True).scalar_subquery()
+        (key,) = table.primary_key.columns
+        return self.update_returning(conn, table.update().where(predicate, key.in_(free)).values(**values), *columns)
+
+    def insert_ignoring_conflicts(self, table: Table) -> Insert:
+        return insert(table).on_conflict_do_nothing()
+
+    def driver_sql(self, sql: str) -> str:
+        return sql.replace("?", "%s")
+
+    def raw_instant(self, value: object) -> Instant:
+        if not isinstance(value, datetime):
+            raise TypeError(f"{value!r} is not a timestamp")
+        return from_datetime(value)
+
+    def migration_lock(self, conn: Connection) -> None:
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
+
+
+DIALECT: Final = PostgreSQLDialect()

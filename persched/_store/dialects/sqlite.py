@@ -1,0 +1,55 @@
+"""SQLite: one writer at a time, so every write starts with BEGIN IMMEDIATE (`persched._db`).
+
+A write transaction holds the database's write lock from its first
+statement, so a plain conditional ``UPDATE … RETURNING`` decides a claim: no
+other writer can change a row between the predicate and the write, and
+select-then-update races cannot happen (FIELD-REPORTS #4). Timestamps are
+stored as naive UTC text, which sorts like the instants it names.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+from sqlalchemy.dialects.sqlite import insert
+
+from ..._instant import Instant, from_datetime, from_naive_utc
+from . import Dialect
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection, Insert, Select, Table
+    from sqlalchemy.exc import DBAPIError
+
+
+class SQLiteDialect(Dialect):
+    name: ClassVar[str] = "sqlite"
+    serialise_local_writers: ClassVar[bool] = True
+
+    def is_transient(self, exc: DBAPIError) -> bool:
+        if exc.connection_invalidated:
+            return True
+        text = str(exc.orig).lower()
+        return "locked" in text or "busy" in text  # busy past busy_timeout (FIELD-REPORTS #7)
+
+    def lock_rows(self, query: Select[Any]) -> Select[Any]:
+        return query  # BEGIN IMMEDIATE holds the write lock already (SQLite ignores FOR UPDATE)
+
+    def insert_ignoring_conflicts(self, table: Table) -> Insert:
+        return insert(table).on_conflict_do_nothing()
+
+    def raw_instant(self, value: object) -> Instant:
+        if isinstance(value, datetime):
+            return from_datetime(value)
+        if not isinstance(value, str):
+            raise TypeError(f"{value!r} is not a timestamp")
+        parsed = datetime.fromisoformat(value)
+        if parsed.tzinfo is not None:  # SQL compares these as text: an offset sorts at the wrong instant
+            raise ValueError(f"{value!r} has a UTC offset; write naive UTC 'YYYY-MM-DD HH:MM:SS.ffffff'")
+        return from_naive_utc(parsed)
+
+    def migration_lock(self, conn: Connection) -> None:
+        pass  # the migration's transaction began with BEGIN IMMEDIATE: it holds the write lock
+
+
+DIALECT: Final = SQLiteDialect()

@@ -1,0 +1,165 @@
+"""The run history: listings, overrun flags and retention.
+
+History rows are written by the claims (one per run, or per "missed"
+record) and completed by the completions; here they are read and pruned.
+Retention deletes in short transactions, so a claim waits for at most one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypeVar
+
+from sqlalchemy import func, select, update
+
+from .._instant import to_datetime
+from .._schema import runs
+from ._rows import read_row
+from ._tx import Transactions
+from .mappers import RAW_RUNS, RUN_COLUMNS, to_run
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+    from sqlalchemy import Connection
+
+    from .._instant import Instant, Micros
+    from .._models import Run
+
+T = TypeVar("T")
+
+
+def iter_chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    """Yield `items` in slices of at most `size`."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class HistoryStore(Transactions):
+    """Reading and pruning persched_runs (module docstring)."""
+
+    def list_runs(self, job_id: str | None = None, limit: int = 100) -> list[Run]:
+        """Return the newest `limit` runs (of `job_id`, or of every job), newest first."""
+
+        def body(conn: Connection) -> list[Run]:
+            query = select(*RAW_RUNS).where(runs.c.job_id.in_(self._job_ids())).order_by(runs.c.run_id.desc())
+            query = query.limit(limit)
+            if job_id is not None:
+                query = query.where(runs.c.job_id == job_id)
+            return [to_run(read_row(RUN_COLUMNS, row._mapping)) for row in conn.execute(query)]
+
+        return self._read(body, "runs")
+
+    def runs_in_flight(self) -> list[Run]:
+        """Return every run that has no outcome yet (of any instance), oldest first."""
+
+        def body(conn: Connection) -> list[Run]:
+            query = select(*RAW_RUNS).where(runs.c.outcome.is_(None)).order_by(runs.c.run_id)
+            return [to_run(read_row(RUN_COLUMNS, row._mapping)) for row in conn.execute(query)]
+
+        return self._read(body, "runs in flight")
+
+    def get_run(self, run_id: int) -> Run | None:
+        """Return the run `run_id`, or None (never recorded, or pruned)."""
+
+        def body(conn: Connection) -> Run | None:
+            row = conn.execute(select(*RAW_RUNS).where(runs.c.run_id == run_id)).first()
+            return None if row is None else to_run(read_row(RUN_COLUMNS, row._mapping))
+
+        return self._read(body, "get run")
+
+    def mark_overran(self, run_id: int) -> bool:
+        """Flag a run still in flight as having overrun its max_runtime_seconds."""
+
+        def body(conn: Connection) -> bool:
+            done = conn.execute(
+                update(runs).where(runs.c.run_id == run_id, runs.c.outcome.is_(None)).values(overran=True)
+            )
+            return done.rowcount == 1
+
+        return self._write(body, "mark overrun")
+
+    def prune_runs(
+        self,
+        now: Instant,
+        *,
+        keep_runs: int | None,
+        keep_seconds: Micros | None,
+        job_ids: set[str] | frozenset[str] = frozenset(),
+        batch: int = 500,
+        max_batches: int = 10,
+    ) -> int:
+        """Delete finished runs beyond the retention; return how many were deleted.
+
+        Runs without an outcome (in flight) are never deleted. Each
+        transaction is short (at most `batch` jobs, or `batch` rows by age),
+        so a claim waits for at most one of them; at most `max_batches`
+        transactions by age run per call (the rest waits for the next call).
+
+        Args:
+            now: The current instant.
+            keep_runs: Keep the newest this many runs per job (None: no limit).
+            keep_seconds: Delete runs that finished more than this long
+                (microseconds) before `now` (None: no limit).
+            job_ids: The jobs to prune by count (those that recorded runs
+                since the last call; see `jobs_over_run_limit`).
+            batch: Jobs, or rows by age, per transaction.
+            max_batches: Transactions by age per call.
+        """
+        deleted = 0
+        if keep_runs is not None:
+            for chunk in iter_chunks(sorted(job_ids), batch):
+
+                def by_count(conn: Connection, chunk: Sequence[str] = chunk) -> int:
+                    count = 0
+                    for job_id in chunk:
+                        newest_dropped = (
+                            select(runs.c.run_id)
+                            .where(runs.c.job_id == job_id)
+                            .order_by(runs.c.run_id.desc())
+                            .limit(1)
+                            .offset(keep_runs)
+                            .scalar_subquery()
+                        )
+                        result = conn.execute(
+                            runs.delete().where(
+                                runs.c.job_id == job_id,
+                                runs.c.outcome.is_not(None),
+                                runs.c.run_id <= newest_dropped,
+                            )
+                        )
+                        count += max(result.rowcount, 0)
+                    return count
+
+                deleted += self._write(by_count, "prune runs")
+        if keep_seconds is not None:
+            cutoff = to_datetime(now - keep_seconds)
+
+            def by_age(conn: Connection) -> int:
+                oldest = (
+                    select(runs.c.run_id)
+                    .where(runs.c.outcome.is_not(None), runs.c.finished_at < cutoff, runs.c.job_id.in_(self._job_ids()))
+                    .order_by(runs.c.run_id)
+                    .limit(batch)
+                )
+                return max(conn.execute(runs.delete().where(runs.c.run_id.in_(oldest))).rowcount, 0)
+
+            for _ in range(max_batches):
+                count = self._write(by_age, "prune runs")
+                deleted += count
+                if count < batch:
+                    break
+        return deleted
+
+    def jobs_over_run_limit(self, keep_runs: int) -> set[str]:
+        """Return the ids of the jobs that have more than `keep_runs` runs recorded."""
+
+        def body(conn: Connection) -> set[str]:
+            query = (
+                select(runs.c.job_id)
+                .where(runs.c.job_id.in_(self._job_ids()))
+                .group_by(runs.c.job_id)
+                .having(func.count() > keep_runs)
+            )
+            return {job_id for (job_id,) in conn.execute(query)}
+
+        return self._read(body, "find runs to prune")

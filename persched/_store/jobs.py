@@ -1,0 +1,512 @@
+"""Job definitions: schedule (upsert), deschedule, pause, resume, run-now, the change counter, start-up.
+
+Each public method is one transaction (`_tx`); schedule, deschedule, pause,
+resume and run-now go through the group commit, so calls that arrive
+together share one commit and each still linearizes at it (SPEC §2):
+
+- `upsert_job`: schedule(): insert, replace (generation + 1) or no change.
+- `deschedule_job`: ``state := 'descheduled'``; the row stays so that the
+  generation counter is never reused (no ABA).
+- `pause_job`: no run starts after its commit (the claim's predicate reads
+  ``paused``); `resume_job` places the job on its grid from now.
+- `request_run_now`: one extra run as soon as possible, off the grid.
+
+Every change bumps the change counter (`persched_changes`), which other
+instances poll to pick changes up (SPEC-multi).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from sqlalchemy import Insert, Update, select, update
+from sqlalchemy.exc import IntegrityError
+
+from .. import _triggers
+from .._instant import Instant, from_datetime, to_datetime
+from .._policy import JobPlan, place_grid
+from .._schema import changes, jobs, runs
+from ..errors import InvalidJobError, StoreError
+from ._rows import raw_columns, read_row
+from ._tx import Transactions
+from .mappers import (
+    CLOCK_STEP_FLOOR,
+    DESCHEDULED,
+    FINISHED,
+    JOB_COLUMNS,
+    RAW_JOBS,
+    RUNNING,
+    SCHEDULED,
+    change_words,
+    column_micros,
+    definition_key,
+    due_of,
+    generation_of,
+    instant_or_none,
+    next_fire,
+    plan_at,
+    plan_of,
+    readable_or_refuse,
+    readable_plan,
+    regrid,
+    rows_of,
+    stored,
+    to_job,
+)
+from .records import ChangeNote, Correction, RunNowAnswer, RunNowVerdict, Upserted
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Sequence
+
+    from sqlalchemy import Connection
+
+    from .._models import Job, JobDefinition
+    from ._rows import StoredRow
+
+
+logger = logging.getLogger(__name__)
+
+# start() reads every job of its namespace with raw driver values (see load_scheduled), in the driver's parameter style.
+_LOAD_SCHEDULED: Final = (
+    "SELECT next_run_at, job_id, generation, jitter_seconds, run_now_at, paused, interval_seconds,"
+    " cron, timezone, updated_at, first_run_at FROM persched_jobs WHERE state = 'scheduled' AND namespace = ?"
+)
+
+
+def _next_generation(conn: Connection, row: StoredRow) -> int:
+    """The generation a replacement of `row` gets: never one used before (no ABA)."""
+    if "generation" not in row.problems:
+        return int(row.generation) + 1
+    # The counter itself was edited away: go on after every generation its runs recorded.
+    recorded = conn.execute(select(*raw_columns([runs.c.generation])).where(runs.c.job_id == row.job_id)).scalars()
+    generation = 1 + max((generation_of(g) for g in recorded), default=0)
+    logger.warning(
+        "job %s: its stored generation cannot be read (%s); the replacement is generation %d",
+        row.job_id,
+        row.problems["generation"],
+        generation,
+    )
+    return generation
+
+
+class JobsStore(Transactions):
+    """The job rows of one namespace (module docstring)."""
+
+    def upsert_job(self, definition: JobDefinition, now: Instant, *, declared: bool = False) -> Upserted:
+        """Insert, replace or keep a job (of this store's namespace).
+
+        `declared` marks it as
+        written by declare(); an unchanged job declared now is marked too.
+
+        Raises:
+            InvalidJobError: The id belongs to an active job of another namespace.
+        """
+
+        def body(conn: Connection) -> Upserted | str:  # str: the namespace that holds the id
+            query = select(*RAW_JOBS).where(jobs.c.job_id == definition.job_id)
+            found = conn.execute(self.dialect.lock_rows(query)).first()
+            row = None if found is None else read_row(JOB_COLUMNS, found._mapping)
+            if row is not None and row.state != DESCHEDULED and row.namespace != self.namespace:
+                return str(row.namespace)  # raised after the (group) commit: see _write_grouped
+            if (
+                row is not None
+                and row.state != DESCHEDULED
+                and not row.problems  # a row edited into something unreadable is replaced: the way out
+                and definition_key(row) == definition.key()
+            ):
+                if declared and not row.declared:
+                    marked = update(jobs).where(jobs.c.job_id == definition.job_id).values(declared=True)
+                    row = read_row(JOB_COLUMNS, self.dialect.update_returning(conn, marked, *RAW_JOBS)[0]._mapping)
+                return Upserted(to_job(row), "unchanged", None)  # FIELD-REPORTS #1: keep generation and grid
+            policies = definition.policies
+            # A generation is never reused, also after deschedule (no ABA); the row
+            # is held (write lock, or FOR UPDATE), so the next one is known here.
+            generation = 1 if row is None else _next_generation(conn, row)
+            anchor, first = place_grid(policies, now, definition.start_in)
+            plan = JobPlan.of(definition.job_id, generation, anchor, policies)
+            columns = policies.columns()
+            # A replacement keeps an operator's pause: a re-deploy must not resume a paused job.
+            paused = row is not None and row.state != DESCHEDULED and bool(row.paused)
+            values: dict[str, Any] = {
+                "target": definition.target,
+                "args": definition.args_json,
+                "kwargs": definition.kwargs_json,
+                **columns,
+                "first_run_at": to_datetime(anchor),
+                "next_run_at": to_datetime(first),
+                "generation": generation,
+                "state": FINISHED if plan.is_over(first) else SCHEDULED,
+                "paused": paused,
+                "run_now_at": None,
+                "running_for": None,
+                "owner": None,
+                "lease_until": None,
+                "run_count": 0,
+                "error_count": 0,
+                "last_outcome": None,
+                "updated_at": to_datetime(now),
+                "change_seq": self._bump_change_seq(conn),
+                "namespace": self.namespace,
+                "declared": declared,
+            }
+            write: Insert | Update
+            change: Literal["created", "replaced"]
+            if row is None:
+                change = "created"
+                write = jobs.insert().values(job_id=definition.job_id, created_at=to_datetime(now), **values)
+            else:
+                change = "replaced" if row.state != DESCHEDULED else "created"
+                if "created_at" in row.problems:  # the replacement is the fix the listing asked for
+                    values["created_at"] = to_datetime(now)
+                write = update(jobs).where(jobs.c.job_id == definition.job_id).values(**values)
+            written = (
+                self.dialect.insert_returning(conn, write, *RAW_JOBS)
+                if isinstance(write, Insert)
+                else self.dialect.update_returning(conn, write, *RAW_JOBS)
+            )[0]
+            stored = read_row(JOB_COLUMNS, written._mapping)
+            due = None if stored.state != SCHEDULED or paused else plan.due_at(first, None)
+            return Upserted(to_job(stored), change, due)
+
+        for _ in range(3):
+            try:
+                done = self._write_grouped(body, "schedule")
+            except IntegrityError:
+                # Two first schedules of one id raced (PostgreSQL): the loser
+                # now finds the winner's row and decides again.
+                continue
+            if isinstance(done, str):
+                raise InvalidJobError(
+                    "job_id",
+                    f"{definition.job_id!r} is a job of namespace {done!r} (job ids are unique in a database); "
+                    f"choose another id, e.g. {self.namespace + '.' + definition.job_id!r}",
+                )
+            return done
+        raise StoreError(self.url, f"schedule of {definition.job_id!r} kept conflicting")
+
+    def deschedule_job(self, job_id: str, now: Instant) -> int | None:
+        """Mark the job descheduled; return the generation descheduled, None if there was no active job."""
+
+        def body(conn: Connection) -> int | None:
+            row = self.dialect.update_returning_one(
+                conn,
+                update(jobs)
+                .where(jobs.c.job_id == job_id, jobs.c.state != DESCHEDULED, self._mine)
+                .values(
+                    state=DESCHEDULED,
+                    owner=None,
+                    lease_until=None,
+                    updated_at=to_datetime(now),
+                    change_seq=self._bump_change_seq(conn),
+                ),
+                *raw_columns([jobs.c.generation]),
+            )
+            return None if row is None else generation_of(row.generation)
+
+        return self._write_grouped(body, "deschedule")
+
+    def prune_declared(self, keep: Collection[str], now: Instant) -> list[tuple[str, int]]:
+        """Deschedule this namespace's declared jobs whose id is not in `keep`; return (job_id, generation) of each."""
+
+        def body(conn: Connection) -> list[tuple[str, int]]:
+            gone = [jobs.c.state != DESCHEDULED, jobs.c.declared.is_(True), self._mine]
+            if keep:
+                gone.append(jobs.c.job_id.not_in(list(keep)))
+            if conn.execute(select(jobs.c.job_id).where(*gone).limit(1)).first() is None:
+                return []  # nothing to prune: no change to announce
+            rows = self.dialect.update_returning(
+                conn,
+                update(jobs)
+                .where(*gone)
+                .values(
+                    state=DESCHEDULED,
+                    owner=None,
+                    lease_until=None,
+                    updated_at=to_datetime(now),
+                    change_seq=self._bump_change_seq(conn),
+                ),
+                jobs.c.job_id,
+                jobs.c.generation,
+            )
+            return [(row.job_id, int(row.generation)) for row in rows]
+
+        return self._write(body, "prune declared jobs")
+
+    def get_job(self, job_id: str) -> Job | None:
+        """Return the active job `job_id`, or None."""
+
+        def body(conn: Connection) -> Job | None:
+            row = conn.execute(
+                select(*RAW_JOBS).where(jobs.c.job_id == job_id, jobs.c.state != DESCHEDULED, self._mine)
+            ).first()
+            return None if row is None else to_job(read_row(JOB_COLUMNS, row._mapping))
+
+        return self._read(body, "get_job")
+
+    def list_jobs(self) -> list[Job]:
+        """Return every active job, ordered by next run."""
+
+        def body(conn: Connection) -> list[Job]:
+            rows = conn.execute(
+                select(*RAW_JOBS)
+                .where(jobs.c.state != DESCHEDULED, self._mine)
+                .order_by(jobs.c.next_run_at, jobs.c.job_id)
+            )
+            return [to_job(read_row(JOB_COLUMNS, row._mapping)) for row in rows]
+
+        return self._read(body, "jobs")
+
+    def pause_job(self, job_id: str, now: Instant) -> int | None:
+        """Pause the job: no run of it starts after this commits. Return its
+        generation, or None if there is no scheduled or running job to pause
+        (unknown, descheduled, finished, or paused already)."""
+
+        def body(conn: Connection) -> int | None:
+            row = self.dialect.update_returning_one(
+                conn,
+                update(jobs)
+                .where(
+                    jobs.c.job_id == job_id,
+                    jobs.c.state.in_((SCHEDULED, RUNNING)),
+                    jobs.c.paused.is_(False),
+                    self._mine,
+                )
+                .values(
+                    paused=True,
+                    run_now_at=None,
+                    updated_at=to_datetime(now),
+                    change_seq=self._bump_change_seq(conn),
+                ),
+                *raw_columns([jobs.c.generation]),
+            )
+            return None if row is None else generation_of(row.generation)
+
+        return self._write_grouped(body, "pause")
+
+    def resume_job(self, job_id: str, now: Instant) -> tuple[int, Instant | None] | None:
+        """Resume a paused job on its grid from `now` (slots passed while paused do not run,
+        nor, on a clock behind the one that ran it, a slot that ran already).
+
+        Returns its generation and when it is due (None: running, or its
+        window ended), or None if the job is not paused.
+        """
+
+        def body(conn: Connection) -> tuple[int, Instant | None] | None:
+            query = select(*RAW_JOBS).where(
+                jobs.c.job_id == job_id, jobs.c.paused.is_(True), jobs.c.state != DESCHEDULED, self._mine
+            )
+            found = conn.execute(self.dialect.lock_rows(query)).first()
+            if found is None:
+                return None
+            row = readable_or_refuse(read_row(JOB_COLUMNS, found._mapping))
+            plan = plan_of(row)
+            next_at = plan.resumed(now, from_datetime(row.next_run_at))
+            state = row.state
+            if state == SCHEDULED and plan.is_over(next_at):  # pause() cleared any run-now
+                state = FINISHED
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.job_id == job_id, jobs.c.generation == row.generation)
+                .values(
+                    paused=False,
+                    state=state,
+                    next_run_at=to_datetime(next_at),
+                    updated_at=to_datetime(now),
+                    change_seq=self._bump_change_seq(conn),
+                )
+            )
+            return row.generation, plan.due_at(next_at, None) if state == SCHEDULED else None
+
+        return self._write_grouped(body, "resume")
+
+    def request_run_now(self, job_id: str, now: Instant) -> RunNowAnswer:
+        """Ask for one extra run of the job as soon as possible (off the grid); `RunNowVerdict` says what came of it."""
+
+        def body(conn: Connection) -> RunNowAnswer:
+            query = select(*RAW_JOBS).where(jobs.c.job_id == job_id, jobs.c.state != DESCHEDULED, self._mine)
+            found = conn.execute(self.dialect.lock_rows(query)).first()
+            if found is None:
+                return RunNowAnswer(RunNowVerdict.UNKNOWN, None)
+            row = readable_or_refuse(read_row(JOB_COLUMNS, found._mapping))
+            verdict = (
+                RunNowVerdict.PAUSED
+                if row.paused
+                else RunNowVerdict.FINISHED
+                if row.state == FINISHED
+                else RunNowVerdict.PENDING
+                if row.run_now_at is not None
+                else RunNowVerdict.DROPPED
+                if row.state == RUNNING and row.overlap == "skip"
+                else RunNowVerdict.REQUESTED
+            )
+            if verdict is RunNowVerdict.REQUESTED:
+                conn.execute(
+                    update(jobs)
+                    .where(jobs.c.job_id == job_id, jobs.c.generation == row.generation)
+                    .values(
+                        run_now_at=to_datetime(now), updated_at=to_datetime(now), change_seq=self._bump_change_seq(conn)
+                    )
+                )
+            return RunNowAnswer(verdict, row.generation)
+
+        return self._write_grouped(body, "run now")
+
+    def job_known(self, job_id: str) -> bool:
+        """True if `job_id` has a row (active or descheduled) or any recorded run."""
+
+        def body(conn: Connection) -> bool:
+            if conn.execute(select(jobs.c.job_id).where(jobs.c.job_id == job_id, self._mine)).first() is not None:
+                return True
+            known = select(runs.c.run_id).where(runs.c.job_id == job_id, runs.c.job_id.in_(self._job_ids()))
+            return conn.execute(known.limit(1)).first() is not None
+
+        return self._read(body, "job lookup")
+
+    def change_seq(self) -> int:
+        """The change counter: it moves whenever any job is scheduled, replaced or descheduled."""
+        return self._read(lambda conn: int(conn.execute(select(changes.c.seq)).scalar_one()), "read change counter")
+
+    def changes_since(self, seq: int) -> tuple[int, list[tuple[Instant, str, int]]]:
+        """Return the counter now and ``(due_at, job_id, generation)`` of every
+        scheduled (not paused) job changed after `seq`."""
+
+        def body(conn: Connection) -> tuple[int, list[tuple[Instant, str, int]]]:
+            now_seq = int(conn.execute(select(changes.c.seq)).scalar_one())
+            rows = stored(
+                conn.execute(
+                    select(*RAW_JOBS).where(
+                        jobs.c.change_seq > seq, jobs.c.state == SCHEDULED, jobs.c.paused.is_(False), self._mine
+                    )
+                )
+            )
+            due = [(due_of(row), row.job_id, row.generation) for row in rows]
+            return now_seq, [(at, job_id, generation) for at, job_id, generation in due if at is not None]
+
+        return self._read(body, "read changes")
+
+    def changes_made_elsewhere(self, after: int, upto: int) -> list[ChangeNote]:
+        """Describe the jobs changed in ``(after, upto]`` of the change counter
+        by another store (another process, the command line), for the log."""
+        with self._own_lock:
+            own = {seq for seq in self._own_changes if seq <= upto}
+            self._own_changes -= own
+
+        def body(conn: Connection) -> list[ChangeNote]:
+            query = select(*RAW_JOBS).where(jobs.c.change_seq > after, jobs.c.change_seq <= upto)
+            rows = stored(conn.execute(query.order_by(jobs.c.change_seq)))
+            return [
+                ChangeNote(row.job_id, row.generation, change_words(row)) for row in rows if row.change_seq not in own
+            ]
+
+        return self._read(body, "read changes")
+
+    def load_scheduled(self, now: Instant) -> tuple[list[tuple[Instant, str, int]], list[Correction]]:
+        """Return ``(due_at, job_id, generation)`` of every scheduled, not paused job,
+        and the rows it corrected.
+
+        A row whose next slot lies further ahead of `now` than its schedule allows,
+        by more than `CLOCK_STEP_FLOOR`, was written while a wall clock was ahead
+        (then corrected: SPEC §2 "Clock corrections across a restart") if its grid
+        has moved past its first slot, or, still at its first slot, if it was last
+        written at an instant ahead of `now` by more than the floor too: a first
+        slot placed far ahead on purpose (start_in, start_at) is not a clock error,
+        and skew between live instances (seconds) is left alone, so that no
+        instant runs twice. Its grid slots up to there may have run
+        already, so it moves on into a new generation (never a (generation,
+        scheduled_for) twice) at its next slot from `now` (cron: the next fire
+        after now), keeping its definition, pause and history. Paused rows are
+        corrected too, so that a later resume() is not silenced.
+        """
+
+        def body(conn: Connection) -> tuple[list[tuple[Instant, str, int]], list[tuple[str, int, Instant]]]:
+            # start() reads every job: raw driver values skip SQLAlchemy's
+            # per-value result processing (a million rows in seconds, FR #17).
+            rows = conn.exec_driver_sql(self.dialect.driver_sql(_LOAD_SCHEDULED), (self.namespace,))
+            entries = []
+            ahead = []
+            fires: dict[tuple[str, str], Instant | None] = {}  # a cron's next fire after now, per expression
+
+            def beyond_schedule(due: Instant, interval: float | None, cron: str | None, zone: str) -> bool:
+                if interval is not None:  # more than one interval away
+                    return due - now > column_micros(interval) + CLOCK_STEP_FLOOR
+                if cron is None:
+                    return False
+                if (cron, zone) not in fires:
+                    fires[cron, zone] = next_fire(cron, zone, now)
+                fire = fires[cron, zone]  # past the expression's next fire after now
+                return fire is not None and due > fire + CLOCK_STEP_FLOOR
+
+            for at, job_id, generation, jitter, run_now_at, paused, interval, cron, zone, updated, first in rows:
+                try:
+                    if isinstance(generation, bool) or not isinstance(generation, int):
+                        raise TypeError(f"generation {generation!r} is not a whole number")
+                    due = self.dialect.raw_instant(at)
+                    # Cheap tests (the correction re-reads the row): further ahead than the schedule
+                    # allows, and written by a clock ahead of this one (docstring).
+                    written_ahead = at != first or self.dialect.raw_instant(updated) - now > CLOCK_STEP_FLOOR
+                    if written_ahead and beyond_schedule(due, interval, cron, zone):
+                        ahead.append((job_id, generation, due))
+                    if paused:
+                        continue
+                    if jitter:
+                        due = Instant(due + _triggers.jitter_offset(job_id, generation, due, column_micros(jitter)))
+                    if run_now_at is not None:
+                        due = min(due, self.dialect.raw_instant(run_now_at))
+                except Exception as exc:  # noqa: BLE001 - SPEC §2: one unreadable row never stops start()
+                    # Not queued; jobs() and `persched jobs` show why (Job.unreadable).
+                    logger.error("job %s is not scheduled: its stored row cannot be read: %s", job_id, exc)
+                    continue
+                entries.append((due, job_id, generation))
+            return entries, ahead
+
+        entries, ahead = self._read(body, "load jobs")
+        if not ahead:
+            return entries, []
+        corrections = self._correct_ahead(ahead, now)
+        moved = {c.job_id for c in corrections}
+        entries = [e for e in entries if e[1] not in moved]
+        entries += [(c.due, c.job_id, c.generation) for c in corrections if c.due is not None]
+        return entries, corrections
+
+    def _correct_ahead(self, candidates: Sequence[tuple[str, int, Instant]], now: Instant) -> list[Correction]:
+        """Move rows that lie further ahead than their schedule allows into a new generation (see load_scheduled)."""
+
+        def body(conn: Connection) -> list[Correction]:
+            corrections: list[Correction] = []
+            held = rows_of(conn, {job_id for job_id, _, _ in candidates})
+            for job_id, generation, was in candidates:
+                was_dt = to_datetime(was)
+                row = held.get(job_id)
+                if row is None or row.generation != generation or row.state != SCHEDULED or row.next_run_at != was_dt:
+                    continue  # changed since it was read: whoever changed it placed it anew
+                plan = readable_plan(row, with_start=True)  # a correction never moves a job before start_at
+                corrected = None if plan is None else plan.corrected(was, now)
+                if plan is None or corrected is None:
+                    continue
+                moved = conn.execute(
+                    update(jobs)
+                    .where(
+                        jobs.c.job_id == job_id,
+                        jobs.c.generation == generation,
+                        jobs.c.state == SCHEDULED,
+                        jobs.c.next_run_at == was_dt,  # PostgreSQL read no lock: anything since wins
+                    )
+                    .values(
+                        next_run_at=to_datetime(corrected),
+                        updated_at=to_datetime(now),
+                        **regrid(row, plan, corrected, self._bump_change_seq(conn)),
+                    )
+                )
+                if moved.rowcount != 1:
+                    continue
+                # The plan of the new generation: jitter hashes the generation.
+                due = (
+                    None
+                    if row.paused
+                    else plan_at(row, generation + 1).due_at(corrected, instant_or_none(row.run_now_at))
+                )
+                corrections.append(Correction(job_id, generation + 1, was, corrected, due))
+            return corrections
+
+        return self._write(body, "correct rows ahead of the clock")

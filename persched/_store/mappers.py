@@ -1,0 +1,378 @@
+"""Stored rows <-> the records and plans of persched: no transactions, no threads.
+
+A row is read defensively first (`_rows`: a hand-edited value becomes a
+placeholder named in `StoredRow.problems`); here it becomes a `Job`, a `Run`,
+its `Policies` or its `JobPlan`, and a row that cannot be read is quarantined
+for its job alone (SPEC §2).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from typing import TYPE_CHECKING, Any, Final
+
+from sqlalchemy import bindparam, select, update
+
+from .. import _triggers
+from .._instant import Instant, Micros, from_datetime, to_datetime
+from .._models import Job, JobState, Policies, Run, validate_policies
+from .._policy import JobPlan, Missed
+from .._schema import jobs, runs
+from ..errors import InvalidJobError
+from ._rows import StoredRow, raw_columns, read_row, readable
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable, Sequence
+    from datetime import datetime
+
+    from sqlalchemy import Column, Connection, Row
+
+logger = logging.getLogger(__name__)
+
+CLOCK_STEP_FLOOR: Final = Micros(60_000_000)  # corrections smaller than this are skew, left alone (see load_scheduled)
+SCHEDULED: Final = JobState.SCHEDULED.value
+RUNNING: Final = JobState.RUNNING.value
+FINISHED: Final = JobState.FINISHED.value
+DESCHEDULED: Final = JobState.DESCHEDULED.value
+
+
+def column_micros(value: float) -> Micros:
+    """A seconds column (float) -> microseconds. Exact for what persched wrote (``us / 1e6``):
+    that float is within half an ulp of the true quotient, far under half a microsecond."""
+    return Micros(round(value * 1_000_000))
+
+
+def nullable_micros(value: float | None) -> Micros | None:
+    """`column_micros` of a nullable column."""
+    return None if value is None else column_micros(value)
+
+
+# What claims and completions read of a job: its plan's columns (see `plan_of`)
+# and where it stands; not the bookkeeping (each datetime costs a conversion per row).
+DISPATCH_COLUMNS: Final = tuple(
+    jobs.c[name]
+    for name in (
+        "job_id",
+        "generation",
+        "target",
+        "args",
+        "kwargs",
+        "first_run_at",
+        "next_run_at",
+        "running_for",
+        "run_now_at",
+        "paused",
+        "interval_seconds",
+        "cron",
+        "timezone",
+        "recurrence",
+        "misfire",
+        "max_catch_up",
+        "grace_seconds",
+        "overlap",
+        "jitter_seconds",
+        "end_at",
+        "max_runtime_seconds",
+    )
+)
+
+
+# The same, selected raw and read row by row (`_rows`), so one hand-edited row is settled alone.
+RAW_DISPATCH: Final = raw_columns(DISPATCH_COLUMNS)
+JOB_COLUMNS, RAW_JOBS = readable(jobs)
+RUN_COLUMNS, RAW_RUNS = readable(runs)
+
+
+# Pause a job whose stored row cannot be read (see `plan_or_quarantine`).
+QUARANTINE: Final = (
+    update(jobs)
+    .where(jobs.c.job_id == bindparam("b_job_id"), jobs.c.generation == bindparam("b_generation"))
+    .values(state=SCHEDULED, paused=True, run_now_at=None, owner=None, lease_until=None, running_for=None)
+)
+
+
+def stored(result: Iterable[Row[Any]], columns: Sequence[Column[Any]] = JOB_COLUMNS) -> list[StoredRow]:
+    """Rows selected with `raw_columns`, read one by one (`_rows.read_row`)."""
+    return [read_row(columns, row._mapping) for row in result]
+
+
+def generation_of(value: object) -> int:
+    """A generation read raw; 0 for one edited into something else (only logged and reported)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def plan_or_quarantine(
+    row: StoredRow, at: Instant, instance_id: str, quarantined: list[dict[str, Any]], records: list[dict[str, Any]]
+) -> JobPlan | None:
+    """`plan_of(row)`; or None, with the job's pause and an "error" record queued, if its
+    stored row or schedule cannot be read (SPEC §2: settled for that job alone)."""
+    if row.problems:
+        what, reason = "stored row", row.describe()
+    else:
+        try:
+            return plan_of(row)
+        except (ValueError, TypeError, OverflowError) as exc:  # InvalidJobError is a ValueError
+            what, reason = "stored schedule", str(exc)
+    logger.error("job %s generation %d paused: its %s cannot be read: %s", row.job_id, row.generation, what, reason)
+    quarantined.append({"b_job_id": row.job_id, "b_generation": row.generation})
+    records.append(_unreadable_record(row, what, reason, at, instance_id))
+    return None
+
+
+def readable_or_refuse(row: StoredRow) -> StoredRow:
+    """`row`, or InvalidJobError naming what cannot be read (resume, run-now: the caller must fix it)."""
+    if row.problems:
+        raise InvalidJobError(
+            "job_id",
+            f"the stored row of {row.job_id!r} cannot be read ({row.describe()}); "
+            "schedule it again with a valid definition",
+        )
+    return row
+
+
+def change_words(row: StoredRow) -> str:
+    """What a changed row now says, for the log: "descheduled", "paused", "run-now requested", "scheduled"."""
+    if row.state == DESCHEDULED:
+        return "descheduled"
+    if row.paused:
+        return "paused"
+    if row.run_now_at is not None:
+        return "run-now requested"
+    return "finished" if row.state == FINISHED else "scheduled (new, replaced or resumed)"
+
+
+def instant_or_none(value: datetime | None) -> Instant | None:
+    return None if value is None else from_datetime(value)
+
+
+def policies_of(row: StoredRow, *, with_start: bool = True) -> Policies:
+    return Policies(
+        interval=nullable_micros(row.interval_seconds),
+        cron=row.cron,
+        timezone=row.timezone,
+        recurrence=row.recurrence,
+        misfire=row.misfire,
+        max_catch_up=row.max_catch_up,
+        grace=column_micros(row.grace_seconds),
+        overlap=row.overlap,
+        jitter=column_micros(row.jitter_seconds),
+        start_at=instant_or_none(row.start_at) if with_start else None,
+        end_at=instant_or_none(row.end_at),
+        max_runtime=nullable_micros(row.max_runtime_seconds),
+    )
+
+
+def definition_key(row: StoredRow) -> tuple[Any, ...]:
+    """The stored counterpart of `JobDefinition.key()`."""
+    return (row.target, row.args, row.kwargs, policies_of(row))
+
+
+def plan_of(row: StoredRow) -> JobPlan:
+    """The policies of a persched_jobs row, as a plan (raises InvalidJobError if they cannot be read)."""
+    return plan_at(row, row.generation)
+
+
+def plan_at(row: StoredRow, generation: int, *, with_start: bool = False) -> JobPlan:
+    # start_at placed the grid's anchor once; only a correction reads it again (so claims need not).
+    policies = policies_of(row, with_start=with_start)
+    return _cached_plan(row.job_id, generation, from_datetime(row.first_run_at), policies)
+
+
+@functools.lru_cache(maxsize=65_536)
+def _cached_plan(job_id: str, generation: int, anchor: Instant, stored: Policies) -> JobPlan:
+    # Checked like schedule()'s arguments, once per definition: a row written by
+    # something else (a hand-made UPDATE) fails here, not deep inside a decision.
+    # (start_at / end_at are instants already: the column type guarantees them.)
+    columns = stored.columns()
+    end_at = columns.pop("end_at")
+    del columns["start_at"]
+    if stored.one_shot:  # a one-shot job keeps its instant as its window's end
+        columns["run_at"] = end_at
+    validate_policies(columns.pop("interval_seconds"), **columns)
+    return JobPlan.of(job_id, generation, anchor, stored)
+
+
+def regrid(row: StoredRow, plan: JobPlan, corrected: Instant, change_seq: int) -> dict[str, Any]:
+    """Columns that move a row written by a clock that was ahead into a new generation at `corrected`
+    (see load_scheduled): an interval grid is anchored anew there, its phase kept; the change is announced."""
+    return {
+        "generation": row.generation + 1,
+        "first_run_at": row.first_run_at if plan.interval is None else to_datetime(corrected),
+        "change_seq": change_seq,
+    }
+
+
+def next_fire(cron: str, zone: str, now: Instant) -> Instant | None:
+    """The first fire of a stored cron expression after `now` (None if it cannot be read)."""
+    try:
+        return _triggers.cron_trigger(cron, zone).next_after(now)
+    except InvalidJobError:
+        return None  # reported on the job itself when it is claimed or listed
+
+
+def readable_plan(row: StoredRow, *, with_start: bool = False) -> JobPlan | None:
+    """`plan_of`, or None (logged) if the stored schedule cannot be read."""
+    try:
+        return plan_at(row, row.generation, with_start=with_start)
+    except InvalidJobError as exc:
+        logger.error("job %s generation %d: its stored schedule cannot be read: %s", row.job_id, row.generation, exc)
+        return None
+
+
+def due_of(row: StoredRow) -> Instant | None:
+    """When a scheduled, not paused job is due (None for any other)."""
+    if row.problems:
+        logger.error("job %s is not scheduled: its stored row cannot be read: %s", row.job_id, row.describe())
+        return None
+    plan = None if row.paused or row.state != SCHEDULED else readable_plan(row)
+    return None if plan is None else plan.due_at(from_datetime(row.next_run_at), instant_or_none(row.run_now_at))
+
+
+def rows_of(conn: Connection, job_ids: Collection[str]) -> dict[str, StoredRow]:
+    if not job_ids:
+        return {}
+    return {row.job_id: row for row in stored(conn.execute(select(*RAW_JOBS).where(jobs.c.job_id.in_(job_ids))))}
+
+
+def _state(row: StoredRow) -> JobState:
+    if row.paused and row.state == SCHEDULED:
+        return JobState.PAUSED
+    return JobState(row.state)
+
+
+def _describe(row: StoredRow) -> str:
+    try:
+        plan = plan_of(row)
+    except InvalidJobError as exc:
+        return f"unreadable ({exc})"
+    if plan.trigger is not None:
+        return plan.trigger.describe()
+    return f"every {_triggers.describe_duration(plan.interval or 0)} after each run ends"
+
+
+def _json_value(row: StoredRow, column: str, kind: type, problems: dict[str, str]) -> Any:  # noqa: ANN401 - JSON
+    if column in row.problems:
+        return kind()
+    try:
+        value = json.loads(getattr(row, column))
+    except (ValueError, RecursionError) as exc:
+        problems[column] = f"is not JSON: {exc}"
+        return kind()
+    if not isinstance(value, kind) or (isinstance(value, dict) and not all(isinstance(k, str) for k in value)):
+        problems[column] = f"is not a JSON {'array' if kind is list else 'object'}"
+        return kind()
+    return value
+
+
+def to_job(row: StoredRow) -> Job:
+    """The `Job` of a row; a row that cannot be read is still listed, with `unreadable` saying why (SPEC §2)."""
+    problems = dict(row.problems)
+    args = _json_value(row, "args", list, problems)
+    kwargs = _json_value(row, "kwargs", dict, problems)
+    try:
+        state = _state(row)
+    except ValueError:
+        problems["state"] = f"{row.state!r} is not a job state"
+        state = JobState.PAUSED  # a state the claims do not know: the job does not run
+    schedule = "unreadable" if problems else _describe(row)
+    return Job(
+        job_id=row.job_id,
+        target=row.target,
+        args=tuple(args),
+        kwargs=kwargs,
+        interval_seconds=row.interval_seconds,
+        next_run_at=row.next_run_at,
+        generation=row.generation,
+        state=state,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        run_count=row.run_count,
+        error_count=row.error_count,
+        last_outcome=row.last_outcome,
+        owner=row.owner,
+        lease_until=row.lease_until,
+        cron=row.cron,
+        timezone=row.timezone,
+        recurrence=row.recurrence,
+        misfire=row.misfire,
+        max_catch_up=row.max_catch_up,
+        grace_seconds=row.grace_seconds,
+        overlap=row.overlap,
+        jitter_seconds=row.jitter_seconds,
+        start_at=row.start_at,
+        end_at=row.end_at,
+        max_runtime_seconds=row.max_runtime_seconds,
+        paused=bool(row.paused),
+        run_now_requested=row.run_now_at is not None,
+        schedule=schedule,
+        unreadable="; ".join(f"{column}: {reason}" for column, reason in problems.items()) or None,
+        run_at=row.end_at if row.interval_seconds is None and row.cron is None else None,
+        namespace=row.namespace,
+        declared=bool(row.declared),
+    )
+
+
+_OUTCOMES: Final = frozenset(("ok", "error", "lost", "missed"))
+
+
+def to_run(row: StoredRow) -> Run:
+    """The `Run` of a row; one that cannot be read is still listed, with `unreadable` saying why."""
+    problems = dict(row.problems)
+    outcome = row.outcome
+    if outcome is not None and outcome not in _OUTCOMES:
+        problems["outcome"] = f"{outcome!r} is not an outcome"
+        outcome = "error"
+    return Run(
+        job_id=row.job_id,
+        generation=row.generation,
+        scheduled_for=row.scheduled_for,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        outcome=outcome,
+        error=row.error,
+        instance_id=row.instance_id,
+        run_id=row.run_id,
+        missed_until=row.missed_until,
+        missed_count=row.missed_count,
+        overran=bool(row.overran),
+        run_now=bool(row.run_now),
+        unreadable="; ".join(f"{column}: {reason}" for column, reason in problems.items()) or None,
+    )
+
+
+def _unreadable_record(row: StoredRow, what: str, reason: str, at: Instant, instance_id: str) -> dict[str, Any]:
+    """A persched_runs row (outcome "error") saying why a job with an unreadable schedule or row was paused."""
+    return {
+        "job_id": row.job_id,
+        "generation": row.generation,
+        "scheduled_for": to_datetime(at) if "next_run_at" in row.problems else row.next_run_at,
+        "started_at": to_datetime(at),
+        "finished_at": to_datetime(at),
+        "outcome": "error",
+        "error": (
+            f"the job's {what} cannot be read ({reason}); it was paused: "
+            "schedule it again with a valid definition, then resume it"
+        ),
+        "instance_id": instance_id,
+        "lease_until": None,
+        "run_now": True,  # off the grid (not under the one-run-per-slot index): a resume may repeat it
+    }
+
+
+def missed_record(job_id: str, generation: int, missed: Missed, at: Instant, instance_id: str) -> dict[str, Any]:
+    """A persched_runs row (outcome "missed") standing for the slots `missed` names."""
+    return {
+        "job_id": job_id,
+        "generation": generation,
+        "scheduled_for": to_datetime(missed.first),
+        "missed_until": to_datetime(missed.last),
+        "missed_count": missed.count,
+        "started_at": to_datetime(at),
+        "finished_at": to_datetime(at),
+        "outcome": "missed",
+        "instance_id": instance_id,
+        "lease_until": None,
+        "run_now": False,
+    }
