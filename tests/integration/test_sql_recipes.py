@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 from sqlalchemy import text
@@ -85,7 +85,7 @@ def written_db(request: pytest.FixtureRequest, tmp_path: Path, fake_clock: FakeC
             context.__exit__(None, None, None)
 
 
-def _run(url: str, query: str) -> list[tuple[object, ...]]:
+def _run(url: str, query: str) -> list[tuple[Any, ...]]:
     engine = _db.make_engine(url)
     try:
         with engine.connect() as conn:
