@@ -17,13 +17,14 @@ import uuid
 from typing import TYPE_CHECKING
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import MetaData, create_engine, insert, select, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
-__all__ = ["MARIADB_URL_ENV", "mariadb_base_url", "mariadb_database", "mariadb_required"]
+__all__ = ["MARIADB_URL_ENV", "mariadb_base_url", "mariadb_baseline", "mariadb_database", "mariadb_required"]
 
 MARIADB_URL_ENV = "PERSCHED_TEST_MARIADB_URL"
 
@@ -57,3 +58,44 @@ def mariadb_database(tag: str = "test") -> Iterator[str]:
         with admin.begin() as conn:
             conn.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
         admin.dispose()
+
+
+_VERSION_TABLE = "persched_alembic_version"
+
+
+def mariadb_baseline(url: str) -> Callable[[], None]:
+    """Record what the migrated database behind `url` holds; return a function that brings it back to that.
+
+    Bringing it back is ``TRUNCATE`` of every table but the migration version
+    (which restarts AUTO_INCREMENT too), then the rows the migrations seeded
+    (the change counter) inserted again, generated columns left out (the
+    server computes them). Tables are read from the catalogue, so a table or
+    seed row that a new migration adds is covered too.
+    """
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        meta = MetaData()
+        with engine.connect() as conn:
+            meta.reflect(conn)
+            tables = [t for t in meta.sorted_tables if t.name != _VERSION_TABLE]
+            seeds = []
+            for table in tables:
+                written = [c for c in table.columns if c.computed is None]
+                seeds.append((table, [dict(row._mapping) for row in conn.execute(select(*written))]))
+    finally:
+        engine.dispose()
+
+    def reset() -> None:
+        engine = create_engine(url, poolclass=NullPool)
+        try:
+            with engine.connect() as conn:
+                for table in tables:
+                    conn.execute(text(f"TRUNCATE TABLE `{table.name}`"))  # DDL: commits by itself
+                with conn.begin():
+                    for table, rows in seeds:
+                        if rows:
+                            conn.execute(insert(table), rows)
+        finally:
+            engine.dispose()
+
+    return reset
