@@ -91,10 +91,10 @@ def mariadb_baseline(url: str) -> Callable[[], None]:
             with engine.connect() as conn:
                 for table in tables:
                     conn.execute(text(f"TRUNCATE TABLE `{table.name}`"))  # DDL: commits by itself
-                with conn.begin():
-                    for table, rows in seeds:
-                        if rows:
-                            conn.execute(insert(table), rows)
+                for table, rows in seeds:
+                    if rows:
+                        conn.execute(insert(table), rows)
+                conn.commit()
         finally:
             engine.dispose()
 
