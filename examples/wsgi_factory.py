@@ -5,12 +5,16 @@ after (no preload, Flask's dev server): either way the scheduler is made
 lazily, by the first request a process serves, for that process. A
 scheduler made before a fork would be unusable in the children (persched
 raises SchedulerStateError in a forked child, SPEC §2 "Forks"), so nothing
-here starts one at import or in the factory. With Flask::
+here starts one at import or in the factory. With Flask (the tested version
+is examples/flask_app.py)::
 
-    def make_flask_app():
+    def create_app():
         app = Flask(__name__)
         holder = SchedulerHolder()
-        app.before_request(holder.get)   # made in the serving process
+
+        @app.before_request
+        def start_scheduler():  # made in the serving process
+            holder.get()  # returns None: a before_request that returns a value replaces the response
         return app
 
 Serve it with ``gunicorn 'examples.wsgi_factory:create_app()'`` (with or
@@ -30,7 +34,7 @@ from typing import TYPE_CHECKING, Final
 from persched import JobScheduler, JobSpec
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
 
 NAMESPACE: Final = os.environ.get("EXAMPLE_NAMESPACE", "wsgi-example")
 
@@ -45,7 +49,9 @@ JOBS: Final = [JobSpec("cleanup", cleanup, 3600.0)]
 class SchedulerHolder:
     """One started scheduler per process, made on first use in that process (never inherited over a fork)."""
 
-    def __init__(self) -> None:
+    def __init__(self, jobs: Sequence[JobSpec] = JOBS, namespace: str = NAMESPACE) -> None:
+        self.jobs: Final = list(jobs)
+        self.namespace: Final = namespace
         self._lock = threading.Lock()
         self._pid: int | None = None
         self._scheduler: JobScheduler | None = None
@@ -55,9 +61,11 @@ class SchedulerHolder:
         with self._lock:
             if self._scheduler is None or self._pid != os.getpid():
                 # A scheduler inherited over a fork belongs to the parent: leave it, make our own.
-                sched = JobScheduler(os.environ.get("PERSCHED_DB", "sqlite:///example-jobs.db"), namespace=NAMESPACE)
+                sched = JobScheduler(
+                    os.environ.get("PERSCHED_DB", "sqlite:///example-jobs.db"), namespace=self.namespace
+                )
                 sched.start()  # persched shuts it down gracefully at interpreter exit
-                sched.declare(JOBS, prune=True)
+                sched.declare(self.jobs, prune=True)
                 self._scheduler, self._pid = sched, os.getpid()
             return self._scheduler
 

@@ -45,6 +45,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
+from persched._schema import attach_index_predicates
 from persched.errors import InvalidJobError, StoreError
 
 if TYPE_CHECKING:
@@ -307,6 +308,9 @@ def make_engine(
         engine = _mysql_engine(url)
     else:
         engine = _postgres_engine(url)
+    # The partial indexes' WHERE for this engine's DDL (Alembic, create_all), now that its
+    # dialect is imported anyway; declared lazily so that no other dialect is (issue 15).
+    attach_index_predicates(engine.dialect.name)
     try:
         with store_errors(url), engine.connect() as conn:
             # Cheap check that reads the header: a garbage file, an unreadable

@@ -24,12 +24,20 @@ commits each DDL statement on its own, so there a migration that fails
 half-way (the server gone) leaves the revisions before it applied and that
 one partly applied, as with any MySQL migration tool.
 
+Alembic is imported only when something is to be migrated (or a revision
+this code does not know is to be named): the recorded revision is read by a
+table check and one SELECT (`persched._revision.stored_revisions`), so
+`upgrade` of a schema at head, `check_at_head` and `current_revision` never
+import it (start-up time, issue 15). `HEAD` is `persched._revision.HEAD_REVISION`; before
+migrating, Alembic's own head is checked against it.
+
 Nothing here configures logging: ``env.py`` calls ``fileConfig`` only on the
 developer command-line path, never when a connection is passed in.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import logging
 import threading
@@ -37,17 +45,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from persched._db import READONLY, mask, store_errors
-from persched._revision import VERSION_TABLE, quiet_alembic
+from persched._revision import HEAD_REVISION, VERSION_TABLE, quiet_alembic, stored_revisions
 from persched._store.dialects import dialect_for
 from persched.errors import SchemaVersionError, StoreError
 
-with quiet_alembic():  # Alembic's plugins log "setup plugin ..." at INFO when first imported
-    from alembic import command
-    from alembic.config import Config
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
-
 if TYPE_CHECKING:
+    from alembic.config import Config
     from sqlalchemy.engine import Connection, Engine
 
 __all__ = [
@@ -82,6 +85,9 @@ def script_location() -> str:
 
 
 def _config(connection: Connection | None = None) -> Config:
+    with quiet_alembic():  # Alembic's plugins log "setup plugin ..." at INFO when first imported
+        from alembic.config import Config
+
     cfg = Config()
     # ConfigParser interpolation: a "%" in the install path must be doubled.
     cfg.set_main_option("script_location", script_location().replace("%", "%%"))
@@ -91,25 +97,33 @@ def _config(connection: Connection | None = None) -> Config:
     return cfg
 
 
-def _read_script() -> tuple[str, frozenset[str]]:
-    script = ScriptDirectory.from_config(_config())
-    heads = script.get_heads()
-    if len(heads) != 1:
-        raise RuntimeError(f"persched migrations must have exactly one head, found {heads}")
-    known = frozenset(rev.revision for rev in script.walk_revisions())
-    return heads[0], known
+#: The newest schema revision this code knows.
+HEAD: Final = HEAD_REVISION
 
 
-_SCRIPT: Final = _read_script()
-#: The newest schema revision this code knows (read from the script directory).
-HEAD: Final = _SCRIPT[0]
-_KNOWN: Final = _SCRIPT[1]
+_SCRIPT_LOCK: Final = threading.Lock()  # one reader of the script directory; taken after _PROCESS_LOCK, never before
+
+
+def _known() -> frozenset[str]:
+    """Every revision in the script directory, after checking that its one head is `HEAD`."""
+    with _SCRIPT_LOCK:
+        return _read_script()
+
+
+@functools.cache
+def _read_script() -> frozenset[str]:
+    with quiet_alembic():
+        from alembic.script import ScriptDirectory
+
+        script = ScriptDirectory.from_config(_config())
+        heads = script.get_heads()
+        if heads != [HEAD]:
+            raise RuntimeError(f"persched migrations must have exactly one head, {HEAD!r}; found {heads}")
+        return frozenset(rev.revision for rev in script.walk_revisions())
 
 
 def _revision(conn: Connection) -> str | None:
-    with quiet_alembic():
-        ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
-    heads = ctx.get_current_heads()
+    heads = stored_revisions(conn)
     if len(heads) > 1:
         # persched's history has one branch: several rows mean a foreign or
         # future writer touched the version table; refuse, change nothing.
@@ -136,7 +150,7 @@ def current_revision(engine: Engine) -> str | None:
 
 
 def _check_known(found: str | None) -> None:
-    if found is not None and found not in _KNOWN:
+    if found is not None and found != HEAD and found not in _known():
         raise SchemaVersionError(found, HEAD)
 
 
@@ -192,10 +206,13 @@ def upgrade(engine: Engine) -> None:
                 dialect.migration_lock(conn)
                 # Read under the lock: a concurrent upgrader may just have finished.
                 found = _revision(conn)
-                _check_known(found)
                 if found == HEAD:
-                    return
+                    return  # the usual case, without Alembic
+                _check_known(found)
+                _known()  # Alembic's one head must be HEAD before it upgrades to "head"
                 with quiet_alembic():
+                    from alembic import command
+
                     command.upgrade(_config(conn), "head")  # "Running upgrade ..." lines stay
                 logger.info("migrated %s from revision %s to %s", mask(engine.url), found, HEAD)
         finally:

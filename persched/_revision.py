@@ -1,11 +1,12 @@
 """The schema revision a database is at, read without Alembic.
 
 `persched jobs` and the other read commands only need to know that the
-database is at the head revision; importing Alembic to find out costs more
-than the rest of the command (issue 15). `HEAD_REVISION` is the newest
-revision in ``migrations/versions`` (a migration test checks that it is
-Alembic's head), so the usual case is one indexed read; anything else goes
-to `persched._migrate.check_at_head` for the precise error.
+database is at the head revision, and a scheduler starting on a migrated
+database only that there is nothing to migrate; importing Alembic to find
+out costs more than the rest of the command (issue 15). `HEAD_REVISION` is
+the newest revision in ``migrations/versions`` (a migration test checks that
+it is Alembic's head), so the usual case is one indexed read; anything else
+goes to `persched._migrate` for the precise error, or the upgrade.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Final
 
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from persched._db import READONLY
@@ -23,9 +24,9 @@ from persched._db import READONLY
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from sqlalchemy.engine import Engine
+    from sqlalchemy.engine import Connection, Engine
 
-__all__ = ["HEAD_REVISION", "VERSION_TABLE", "at_head", "quiet_alembic"]
+__all__ = ["HEAD_REVISION", "VERSION_TABLE", "at_head", "quiet_alembic", "stored_revisions"]
 
 #: persched's own Alembic version table, apart from an application's.
 VERSION_TABLE: Final = "persched_alembic_version"
@@ -48,6 +49,17 @@ def at_head(engine: Engine) -> bool:
     except SQLAlchemyError:
         return False
     return found == [HEAD_REVISION]
+
+
+def stored_revisions(conn: Connection) -> list[str]:
+    """The revisions in the version table, read on `conn` as Alembic reads them; [] without the table.
+
+    The existence check comes first so that a missing table is not an error,
+    which on PostgreSQL would abort the caller's transaction.
+    """
+    if not inspect(conn).has_table(VERSION_TABLE):
+        return []
+    return [str(rev) for rev in conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars()]  # noqa: S608 - a constant
 
 
 # Alembic logs at INFO "setup plugin ..." (7 lines) when it is first imported,

@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from .._instant import Micros
     from .._policy import ClaimPlan, JobPlan
     from ._rows import StoredRow
+    from .dialects import Dialect
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +158,9 @@ def _misses(conn: Connection, bounds: dict[str, Instant]) -> dict[str, ClaimMiss
     }
 
 
-def claim_clauses(expected: dict[tuple[str, int], tuple[Instant, Instant]]) -> dict[str, ColumnElement[bool]]:
+def claim_clauses(
+    expected: dict[tuple[str, int], tuple[Instant, Instant]], dialect: Dialect
+) -> dict[str, ColumnElement[bool]]:
     """The claim's predicate (module docstring), clause by clause, for entries ``{(job_id, generation): (bound, _)}``.
 
     Named so that a test can drop one and watch its invariant break.
@@ -169,7 +172,8 @@ def claim_clauses(expected: dict[tuple[str, int], tuple[Instant, Instant]]) -> d
     )
     return {
         "ids": jobs.c.job_id.in_({job_id for job_id, _ in expected}),  # lets SQLite use the primary key
-        "state": jobs.c.state == SCHEDULED,
+        # Not by the (state, next_run_at) index: the primary key finds the batch's rows at any table size.
+        "state": dialect.unindexed(jobs.c.state) == SCHEDULED,
         "paused": jobs.c.paused.is_(False),  # pause() linearizes against this predicate
         "generation": tuple_(jobs.c.job_id, jobs.c.generation).in_(list(expected)),
         "slot": or_(jobs.c.next_run_at <= bound, jobs.c.run_now_at <= bound),
@@ -415,7 +419,7 @@ class ClaimsStore(Transactions):
         claimed_at: Instant,
     ) -> list[Row[Any]]:
         """The one conditional UPDATE that decides every entry (module docstring); the won rows."""
-        predicate = and_(*claim_clauses(expected).values())
+        predicate = and_(*claim_clauses(expected, self.dialect).values())
         values = {
             "state": RUNNING,
             "owner": instance_id,

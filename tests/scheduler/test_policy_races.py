@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from persched.testing import FakeClock
     from tests.conftest import SchedulerFactory
 
-NO_PAUSED = functools.partial(race_jobs.claim_variant, check_paused=False)
+NO_PAUSED = race_jobs.claim_without("paused")
 
 
 def store_seam(

@@ -39,7 +39,8 @@ ClaimImpl = Callable[..., "Claim | ClaimMiss"]
 
 
 def broken(name: str, value: object, reason: str) -> Any:  # noqa: ANN401 - pytest's ParameterSet is private
-    return pytest.param(value, id=name, marks=pytest.mark.xfail(strict=True, reason=reason))
+    """A strict-xfail parameter that must fail on an assertion: a broken variant that crashes proves nothing."""
+    return pytest.param(value, id=name, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason))
 
 
 def claim_seam(seams: list[Seam], sched: JobScheduler, job_id: str, impl: ClaimImpl | None = None, **kw: bool) -> Seam:
@@ -95,8 +96,8 @@ def probe(sched: JobScheduler, clock: FakeClock, after: float) -> None:
     wait_until(lambda: len(finished_runs(sched, "probe")) >= 1, message="the probe ran")
 
 
-NO_GENERATION = functools.partial(race_jobs.claim_variant, check_generation=False)
-NO_STATE = functools.partial(race_jobs.claim_variant, check_state=False)
+NO_GENERATION = race_jobs.claim_without("generation")
+NO_STATE = race_jobs.claim_without("state")
 
 # --- deschedule vs claim ----------------------------------------------------------------
 

@@ -10,39 +10,56 @@ waiting for the write lock", and so on. Every wait is bounded by `TIMEOUT`.
 
 Broken variants
 ---------------
-Each race test also runs against a copy of the code under test with one
-safeguard removed (marked ``xfail(strict=True)``), so the suite proves that
-the test can fail. The copies live here so that the store contract tests and
-the scheduler race tests share them.
+Each race test also runs against the code under test with one safeguard
+removed (marked ``xfail(strict=True, raises=AssertionError)``: it must fail
+on the test's invariant, not crash), so the suite proves that the test can
+fail. They live here so that the store contract tests and the scheduler race
+tests share them.
+
+A broken claim is the real claim less one named clause of its predicate
+(`claim_without`). The other store variants are hand copies with the
+safeguard written out of them, because it is not one clause that a seam
+could drop: a completion's ownership is decided twice (the row read under
+the write lock and matched on generation and slot in Python, then the
+UPDATE's own predicate), so dropping one clause of either changes nothing,
+and the classic bug lacks both (`finish_by_job_id_only`); pause, resume and
+run-now decide in Python from a row read under lock (`persched._store.jobs`
+has no clause-level seam).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
+from unittest.mock import patch
 
-from sqlalchemy import Connection, or_, update
+from sqlalchemy import Connection, update
 
 from persched._instant import Instant, Micros, from_datetime, to_datetime
 from persched._schema import jobs, runs
-from persched._store import Claim, ClaimMiss, Completion, Store
-from persched._store._rows import read_row
-from persched._store.claims import _misses
-from persched._store.mappers import plan_of
+from persched._store import Claim, ClaimMiss, Completion, RunNowAnswer, RunNowVerdict, Store, claims
+from persched._store.mappers import instant_or_none
 from tests.support.helpers import TIMEOUT
 from tests.support.postgres import pg_base_url, pg_schema
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+    from sqlalchemy import ColumnElement
+
     from persched._heartbeat import Heartbeat
+    from persched._store import ClaimEntry
+    from persched._store._rows import StoredRow
+    from persched._store.dialects import Dialect
 
 __all__ = [
     "RECORD",
     "ClaimFn",
-    "FinishFn",
     "Seam",
-    "claim_variant",
+    "claim_without",
     "finish_by_job_id_only",
     "noop",
     "pg_base_url",
@@ -54,7 +71,6 @@ __all__ = [
 RECORD: Final = "tests.support.jobs:record"  # a plain, fast target reference
 
 ClaimFn = Callable[..., "Claim | ClaimMiss"]
-FinishFn = Callable[..., bool]
 
 
 # --- targets ---------------------------------------------------------------------
@@ -200,86 +216,124 @@ def real_finish_run(store: Store) -> Callable[..., Instant | None]:
     return finish_run
 
 
-# --- broken variants of the store ------------------------------------------------
+# --- broken variants of the claim: the real one, less one clause ---------------------
 
 
-def claim_variant(
-    store: Store,
-    job_id: str,
-    generation: int,
-    expected_at: Instant,
-    now: Instant,
-    instance_id: str,
-    lease: Micros,
-    *,
-    check_generation: bool = True,
-    check_state: bool = True,
-    check_slot: bool = True,
-    check_paused: bool = True,
-) -> Claim | ClaimMiss:
-    """A copy of `Store.claim_run` whose predicates can be dropped one by one.
+Expected = dict[tuple[str, int], tuple[Instant, Instant]]  # the claim's entries: (job_id, generation) -> bounds
 
-    With every check on it behaves as the real one; a test that passes with
-    the real claim and fails with a check dropped proves that check matters.
+
+class _EntryByJobId(claims._ClaimBatch):
+    """The batch of a claim without its "generation" clause: such a claim may win a row of
+    another generation than its entry's, which the real batch (keyed on both) cannot
+    place; find the entry by job id alone, as a claim keyed on the id would."""
+
+    def __init__(self, expected: Expected, claimed_at: Instant, instance_id: str) -> None:
+        super().__init__(dict(expected), claimed_at, instance_id)  # re-keyed below: not the caller's dict
+        self.won_in: dict[str, int] = {}  # job id -> the generation of the row won for its entry
+
+    def decide(self, row: StoredRow) -> None:
+        for job_id, generation in [key for key in self.expected if key[0] == row.job_id]:
+            if generation != row.generation:
+                self.expected[(job_id, row.generation)] = self.expected.pop((job_id, generation))
+                self.won_in[job_id] = row.generation
+        super().decide(row)
+
+    def results(self, entries: Sequence[ClaimEntry], misses: dict[str, ClaimMiss]) -> list[Claim | ClaimMiss]:
+        return super().results([(j, self.won_in.get(j, g), e, t) for j, g, e, t in entries], misses)
+
+
+class _UpToItsSlot(claims._ClaimBatch):
+    """The batch of a claim without its "slot" clause: such a claim may win a row whose slot
+    is not due by its entry's bound (and no run-now request is), which the policy refuses
+    to decide (it never runs a slot early); let the entry's bound reach the row's slot."""
+
+    def __init__(self, expected: Expected, claimed_at: Instant, instance_id: str) -> None:
+        super().__init__(dict(expected), claimed_at, instance_id)
+
+    def decide(self, row: StoredRow) -> None:
+        key = (row.job_id, row.generation)
+        bound, taken_at = self.expected[key]
+        next_at, run_now_at = from_datetime(row.next_run_at), instant_or_none(row.run_now_at)
+        if next_at > bound and (run_now_at is None or run_now_at > bound):
+            self.expected[key] = (next_at, taken_at)  # the row the slot clause kept out
+        super().decide(row)
+
+
+_REAL_CLAUSES: Final = claims.claim_clauses
+_REAL_BATCH: Final = claims._ClaimBatch
+# How a claim's per-row decision must bend to take the rows a dropped clause lets in (the others need nothing).
+_BATCHES: Final[dict[str, type[claims._ClaimBatch]]] = {"generation": _EntryByJobId, "slot": _UpToItsSlot}
+
+
+class _ClauseDropper:
+    """Makes the claims of one thread go without one named clause of the real predicate.
+
+    `persched._store.claims` looks `claim_clauses` (and `_ClaimBatch`) up at
+    each claim, so wrappers patched in there reach the real
+    `Store.claim_runs`. The patch stays in while any thread needs it and asks
+    a thread-local which clause to drop: two broken claims racing each other
+    (a `Barrier`), or a real claim on another thread, each see their own
+    predicate, and patches nested across threads never restore the wrong one.
     """
-    lease_until = to_datetime(now + lease)
-    where = [jobs.c.job_id == job_id]
-    if check_generation:
-        where.append(jobs.c.generation == generation)
-    if check_state:
-        where.append(jobs.c.state == "scheduled")
-    if check_slot:  # the grid's slot is due, or a run-now request is (as in the real claim)
-        bound = to_datetime(expected_at)
-        where.append(or_(jobs.c.next_run_at <= bound, jobs.c.run_now_at <= bound))
-    if check_paused:
-        where.append(jobs.c.paused.is_(False))
 
-    def body(conn: Connection) -> Claim | ClaimMiss:
-        won = conn.execute(
-            update(jobs)
-            .where(*where)
-            .values(state="running", owner=instance_id, lease_until=lease_until, updated_at=to_datetime(now))
-            .returning(*jobs.c)
-        ).first()
-        if won is None:
-            return _misses(conn, {job_id: expected_at}).get(job_id, ClaimMiss(None))
-        plan = plan_of(read_row(jobs.c, won._mapping))
-        next_at = from_datetime(won.next_run_at)
-        run_now_at = None if won.run_now_at is None else from_datetime(won.run_now_at)
-        run_now = False
-        if next_at > expected_at and run_now_at is not None and run_now_at <= expected_at:
-            slot, following, run_now = run_now_at, next_at, True  # a run-now request, off the grid
-        elif next_at > now:  # a variant without the slot check: runs a slot early
-            slot, following = next_at, plan.slot_after(next_at)
-        else:
-            decision = plan.claim(next_at, None, next_at, now, now)
-            assert decision.run_for is not None
-            slot, following = decision.run_for, decision.next_run_at
-        conn.execute(
-            update(jobs)
-            .where(jobs.c.job_id == job_id)
-            .values(
-                next_run_at=to_datetime(following),
-                running_for=to_datetime(slot),
-                run_now_at=None if run_now else won.run_now_at,
-            )
-        )
-        result = conn.execute(
-            runs.insert().values(
-                job_id=job_id,
-                generation=won.generation,
-                scheduled_for=to_datetime(slot),
-                started_at=to_datetime(now),
-                instance_id=instance_id,
-                lease_until=lease_until,
-                run_now=run_now,
-            )
-        )
-        (run_id,) = result.inserted_primary_key or (None,)
-        assert isinstance(run_id, int)
-        return Claim(job_id, won.generation, won.target, won.args, won.kwargs, slot, now, run_id, run_now)
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._patch = patch.multiple(claims, claim_clauses=self._clauses, _ClaimBatch=self._batch)
+        self._local = threading.local()
 
-    return store._write(body, "claim (test variant)")
+    def _dropped(self) -> str | None:
+        return getattr(self._local, "clause", None)
+
+    def _clauses(self, expected: Expected, dialect: Dialect) -> dict[str, ColumnElement[bool]]:
+        clauses = _REAL_CLAUSES(expected, dialect)
+        dropped = self._dropped()
+        if dropped is not None:
+            del clauses[dropped]  # a KeyError if the library renamed it: a failure, never an xfail
+        return clauses
+
+    def _batch(self, expected: Expected, claimed_at: Instant, instance_id: str) -> claims._ClaimBatch:
+        return _BATCHES.get(self._dropped() or "", _REAL_BATCH)(expected, claimed_at, instance_id)
+
+    @contextlib.contextmanager
+    def dropping(self, clause: str) -> Iterator[None]:
+        with self._lock:
+            if self._users == 0:
+                self._patch.start()
+            self._users += 1
+        self._local.clause = clause
+        try:
+            yield
+        finally:
+            self._local.clause = None
+            with self._lock:
+                self._users -= 1
+                if self._users == 0:
+                    self._patch.stop()
+
+
+_DROPPER: Final = _ClauseDropper()
+
+
+def claim_without(clause: str) -> ClaimFn:
+    """The real claim of one entry (``claim_run``'s arguments, the store first) less one
+    clause of its predicate (`persched._store.claims.claim_clauses`: "state", "paused",
+    "generation", "slot", "ids"), for that one call and on its thread only.
+
+    A test that passes with the real claim and fails with a clause dropped
+    proves that clause matters.
+    """
+
+    def claim(
+        store: Store, job_id: str, generation: int, expected_at: Instant, now: Instant, instance_id: str, lease: Micros
+    ) -> Claim | ClaimMiss:
+        with _DROPPER.dropping(clause):
+            return real_claim_run(store)(job_id, generation, expected_at, now, instance_id, lease)
+
+    return claim
+
+
+# --- broken variants of the store, by hand (module docstring) --------------------
 
 
 def finish_by_job_id_only(
@@ -369,13 +423,15 @@ def pause_keeping_run_now(store: Store, job_id: str, now: Instant) -> int | None
     return store._write(body, "pause (test variant)")
 
 
-def run_now_ignoring_pause(store: Store, job_id: str, now: Instant) -> tuple[str, int | None]:
+def run_now_ignoring_pause(store: Store, job_id: str, now: Instant) -> RunNowAnswer:
     """A broken `Store.request_run_now`: it records the request without looking at the pause."""
 
-    def body(conn: Connection) -> tuple[str, int | None]:
+    def body(conn: Connection) -> RunNowAnswer:
         row = conn.execute(
             update(jobs).where(jobs.c.job_id == job_id).values(run_now_at=to_datetime(now)).returning(jobs.c.generation)
         ).first()
-        return ("unknown", None) if row is None else ("requested", row.generation)
+        if row is None:
+            return RunNowAnswer(RunNowVerdict.UNKNOWN, None)
+        return RunNowAnswer(RunNowVerdict.REQUESTED, row.generation)
 
     return store._write(body, "run now (test variant)")

@@ -44,6 +44,10 @@ class Dialect:
         """`query`, locking the rows it reads until the transaction ends (where reads do not already)."""
         return query.with_for_update()
 
+    def unindexed(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
+        """`column` as a term that the planner cannot look up by an index (so it uses another one)."""
+        return column
+
     def update_returning(self, conn: Connection, stmt: Update, *columns: ColumnElement[Any]) -> list[Row[Any]]:
         """Run `stmt` and return `columns` of the rows it changed."""
         return list(conn.execute(stmt.returning(*columns)))

@@ -13,12 +13,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from sqlalchemy.dialects.sqlite import insert
+from sqlalchemy.sql.elements import UnaryExpression
+from sqlalchemy.sql.operators import custom_op
 
 from ..._instant import Instant, from_datetime, from_naive_utc
 from . import Dialect
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection, Insert, Select, Table
+    from sqlalchemy import ColumnElement, Connection, Insert, Select, Table
     from sqlalchemy.exc import DBAPIError
 
 
@@ -34,6 +36,11 @@ class SQLiteDialect(Dialect):
 
     def lock_rows(self, query: Select[Any]) -> Select[Any]:
         return query  # BEGIN IMMEDIATE holds the write lock already (SQLite ignores FOR UPDATE)
+
+    def unindexed(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
+        # SQLite's unary + keeps a term from using an index; without it the claim picks the
+        # (state, next_run_at) index over the primary key and scans every scheduled row.
+        return UnaryExpression(column, operator=custom_op("+"), type_=column.type)
 
     def insert_ignoring_conflicts(self, table: Table) -> Insert:
         return insert(table).on_conflict_do_nothing()
