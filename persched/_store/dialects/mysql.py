@@ -24,8 +24,9 @@ subquery selects from the table it updates: error 1093.)
 
 Every other ``UPDATE … RETURNING`` is the same three steps with a plain
 ``FOR UPDATE`` (`update_returning`), ``INSERT … RETURNING`` an INSERT and a
-read by primary key (`insert_returning`; MariaDB has ``INSERT … RETURNING``
-but MySQL 8 has not, and one path serves both). History rows skip a slot the
+read by primary key (`insert_returning`); history rows in one multi-row
+``INSERT … RETURNING`` on MariaDB (10.5+), one INSERT each on MySQL 8, which
+has no ``RETURNING`` at all. History rows skip a slot the
 unique index holds with ``ON DUPLICATE KEY UPDATE run_id = run_id``, a no-op,
 rather than ``INSERT IGNORE``, which would also turn data errors into
 warnings. The index is over a generated column that is NULL for run-now rows
@@ -52,6 +53,8 @@ from ...errors import StoreError
 from . import Dialect, select_keys
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from sqlalchemy import ColumnElement, Connection, Insert, Row, Table, Update
 
 # Server and client error numbers after which the whole transaction may succeed when tried
@@ -113,25 +116,23 @@ class MySQLDialect(Dialect):
         if rows is None:
             (inserted,) = conn.execute(stmt).inserted_primary_key or (None,)
             return list(conn.execute(select(*columns).where(key == inserted)))
-        # One row at a time: the id of each comes from its own INSERT (lastrowid). A row that
-        # `insert_ignoring_conflicts` skipped has no new id (MariaDB reports 0); and a row is
-        # taken as inserted only if it reads back with the values written, whatever a server
-        # reports for a skipped row.
-        written: dict[Any, dict[str, Any]] = {}
-        for row in rows:
-            new_id = conn.execute(stmt, row).lastrowid
-            if new_id:
-                written[new_id] = row
-        if not written:
-            return []
+        # A row counts as inserted only if it reads back with the values written: a slot the
+        # unique index held already is skipped by `insert_ignoring_conflicts`, and what a server
+        # reports for a skipped row differs (MariaDB's RETURNING gives the existing row).
         names = sorted({name for row in rows for name in row})
         check = [table.c[name].label(f"_written_{name}") for name in names]
-        found = conn.execute(select(key.label("_key"), *columns, *check).where(key.in_(list(written))))
-        return [
-            row
-            for row in found
-            if all(row._mapping[f"_written_{name}"] == written[row._mapping["_key"]].get(name) for name in names)
-        ]
+        written = {tuple(row.get(name) for name in names) for row in rows}
+
+        def ours(found: Iterable[Row[Any]]) -> list[Row[Any]]:
+            return [r for r in found if tuple(r._mapping[f"_written_{name}"] for name in names) in written]
+
+        if conn.dialect.insert_returning:  # MariaDB >= 10.5: one multi-row INSERT ... RETURNING
+            return ours(conn.execute(stmt.returning(*columns, *check), rows))
+        # MySQL 8: one INSERT per row, its id from lastrowid (0 when skipped), then one read.
+        ids = [new_id for row in rows if (new_id := conn.execute(stmt, row).lastrowid)]
+        if not ids:
+            return []
+        return ours(conn.execute(select(*columns, *check).where(key.in_(ids))))
 
     def claim(
         self,
