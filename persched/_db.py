@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import random
 import re
@@ -45,6 +44,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
+from persched._config import EngineOptions
 from persched._schema import attach_index_predicates
 from persched.errors import InvalidJobError, StoreError
 
@@ -63,6 +63,7 @@ __all__ = [
     "make_engine",
     "make_read_only_engine",
     "mask",
+    "open_engine",
     "store_errors",
     "to_url",
 ]
@@ -73,7 +74,6 @@ logger = logging.getLogger(__name__)
 #: the next transaction on a SQLite connection a deferred ``BEGIN``.
 READONLY: Final = "persched_readonly"
 
-_SYNCHRONOUS: Final = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 _FILE_MODE: Final = 0o600  # SPEC §3: owner only
 BUSY_SLICE_MS: Final = 5  # SQLite's own busy wait per statement (its first tries: 1, 2 ms)
 BEGIN_FIRST_DELAY: Final = 0.0005  # seconds between BEGIN IMMEDIATE tries, doubled up to
@@ -289,18 +289,12 @@ def make_engine(
         InvalidJobError: `busy_timeout_seconds` or `synchronous` is invalid.
         StoreError: The database cannot be opened or is not a database.
     """
-    if not math.isfinite(busy_timeout_seconds) or busy_timeout_seconds < 0:
-        raise InvalidJobError(
-            "busy_timeout_seconds",
-            f"must be a finite number >= 0, got {busy_timeout_seconds!r}",
-        )
-    given: object = synchronous  # callers may pass anything: refuse it cleanly
-    sync = given.upper() if isinstance(given, str) else None
-    if sync not in _SYNCHRONOUS:
-        raise InvalidJobError(
-            "synchronous",
-            f"must be one of OFF, NORMAL, FULL, EXTRA; got {synchronous!r}",
-        )
+    return open_engine(url_or_path, EngineOptions.checked(busy_timeout_seconds, synchronous), create=create)
+
+
+def open_engine(url_or_path: str, options: EngineOptions, *, create: bool = True) -> Engine:
+    """`make_engine` with options checked already (a `JobScheduler`'s config): nothing is checked twice."""
+    busy_timeout_seconds, sync = options.busy_timeout_seconds, options.synchronous
     url = to_url(url_or_path)
     if url.get_backend_name() == "sqlite":
         engine = _sqlite_engine(url, busy_timeout_seconds, sync, create)
@@ -376,8 +370,9 @@ def make_read_only_engine(url_or_path: str, *, busy_timeout_seconds: float = 5.0
         StoreError: The database cannot be opened even read-only; the error
             of the normal open.
     """
+    options = EngineOptions.checked(busy_timeout_seconds, "FULL")
     try:
-        return make_engine(url_or_path, busy_timeout_seconds=busy_timeout_seconds, create=False), None
+        return open_engine(url_or_path, options, create=False), None
     except StoreError as exc:
         url = to_url(url_or_path)
         path = _sqlite_file(url) if url.get_backend_name() == "sqlite" else None
@@ -391,7 +386,7 @@ def make_read_only_engine(url_or_path: str, *, busy_timeout_seconds: float = 5.0
         ({"immutable": "1"}, "opened read-only and immutable (without locks; changes in a -wal file are not seen)"),
     ):
         uri = URL.create("sqlite", database=f"file:{urllib.parse.quote(where)}", query={**query, "uri": "true"})
-        engine = _sqlite_engine(uri, busy_timeout_seconds, "FULL", create=False, read_only=True)
+        engine = _sqlite_engine(uri, options.busy_timeout_seconds, options.synchronous, create=False, read_only=True)
         try:
             with store_errors(uri), engine.connect() as conn:
                 conn.exec_driver_sql("PRAGMA schema_version").scalar()

@@ -1,96 +1,88 @@
 """`JobScheduler`: the public facade that wires store, dispatcher, workers and heartbeat.
 
+Responsibilities
+----------------
+This module keeps the lifecycle (start, shutdown, the fork and atexit hooks),
+the public methods and the wiring; the rest lives next to it. The
+constructor's options are checked once, into a frozen `SchedulerConfig`
+(`_config`). A run's way from its claim to its recorded outcome, and the
+account of what is in flight, is `RunBook`'s (`_runs`), which owns the
+dispatcher, the worker pool and the overrun watch. Run-history retention is
+`Retention`'s (`_retention`), called by the heartbeat.
+
 Threads and locks
 -----------------
 Public methods run on the caller's thread and go straight to the store; a
-schedule() that changed the job pushes a heap entry afterwards. Three locks,
-never nested except as noted:
+schedule() that changed the job pushes a heap entry afterwards. The threads
+(``persched-dispatcher``, ``-worker-{i}``, ``-heartbeat``, ``-overrun``,
+``-events``, ``-shutdown``) call back into `RunBook`, `Retention` and the
+few callbacks here (``_emit``, ``_on_lost``, ``_maintenance``). This module
+holds two locks, never nested with each other except as noted:
 
 - ``_state_lock`` guards the lifecycle state ("new", "running", "stopped").
-- ``_claim_gate`` is held by the dispatcher around each claim transaction and
-  the hand-over to a worker, and by shutdown() while it sets ``_stopping``.
-  That makes shutdown's linearization point exact: a claim either committed
-  (and its run was queued) before ``_stopping`` was set, or it never commits
-  (SPEC §2 "no claim commits after shutdown() begins").
-- ``_inflight_cond`` guards the count of runs in flight per job (for
-  deschedule(wait=True)) and the set of run ids in flight (for the
-  heartbeat). A claim registers its job *before* its transaction, so a
-  deschedule(wait=True) racing the claim waits for it either way.
+- ``_schema_lock`` makes the first use migrate the schema once; `start()`
+  takes it under ``_state_lock`` (order: ``_state_lock`` → ``_schema_lock``),
+  and holds both across the migration.
 
-No user code runs under any of them; user code runs only in `_workers`.
+Shutdown's linearization point is `RunBook.stop_claiming()`, which sets the
+stop flag under the claim gate (see `_runs` for the gate, the in-flight
+condition and their order; `_retention` for its lock, which nests with
+none). Neither lock here is held while calling into `RunBook`, so the two
+modules' locks never nest. No user code runs under any of them; user code
+runs only in `_workers`.
 """
 
 from __future__ import annotations
 
 import atexit
-import itertools
 import logging
 import os
 import threading
 import time
 import weakref
-from collections import Counter
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _db, _migrate, _triggers
+from ._config import MAX_COUNT, SchedulerConfig, check_wait, positive
 from ._declare import JobSpec, check_specs
-from ._dispatcher import Dispatcher
 from ._events import Event, EventBus
 from ._heartbeat import Heartbeat
-from ._instant import Instant, Micros, micros, seconds, to_datetime
-from ._liveness import default_instance_id
+from ._instant import Instant, to_datetime
 from ._models import (
     DEFAULT_MAX_ARGS_BYTES,
     DEFAULT_NAMESPACE,
-    MAX_INTERVAL_SECONDS,
-    MAX_STORED_INT,
     Job,
     JobState,
     Run,
-    check_encodable,
-    shown,
     validate_definition,
     validate_job_id,
-    validate_namespace,
     validate_policies,
 )
-from ._observe import Observer, notify
-from ._overrun import OverrunWatch
-from ._store import Claim, ClaimMiss, Completion, RunNowVerdict, Store, bound_error_text
-from ._targets import normalize_allowed, reference_of
+from ._observe import Observer
+from ._retention import Retention
+from ._runs import RunBook
+from ._store import RunNowVerdict, Store
+from ._targets import reference_of
 from ._timebase import Timebase
-from ._tracebacks import describe
-from ._workers import WorkerPool, current_run_claim
-from .clock import Clock, SecondsClock, SystemClock, exact_clock
-from .errors import InvalidJobError, SchedulerStateError, StoreError
+from ._workers import current_run_claim
+from .errors import InvalidJobError, SchedulerStateError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable
     from datetime import datetime
     from types import TracebackType
 
     from ._events import EventKind, Listener
     from ._models import JobDefinition, Misfire, Overlap, Recurrence
-    from ._store import ClaimEntry, OpenRun
+    from ._store import OpenRun
+    from .clock import Clock, SecondsClock
 
 __all__ = ["JobScheduler", "current_run"]
 
 logger = logging.getLogger("persched")
 
 DEFAULT_URL: Final = "sqlite:///persched.db"
-_SCHEDULED: Final = JobState.SCHEDULED.value
-_RUNNING: Final = JobState.RUNNING.value
-MAX_WORKERS: Final = 4096  # threads are made up front; beyond this, a typo would exhaust memory
-CLAIM_RETRY: Final = Micros(1_000_000)  # back-off before a claim that hit a store error is tried again
 ATEXIT_TIMEOUT_SECONDS: Final = 10.0  # how long interpreter exit waits for in-flight runs
-# Upper bounds of the options (README, "Input limits"): beyond them a value is a
-# typo, and it would overflow a datetime, a SQL integer or a C timeout later.
-MAX_DURATION_SECONDS: Final = MAX_INTERVAL_SECONDS  # lease, heartbeat, pickup, retention: 10 years
-MAX_BUSY_TIMEOUT_SECONDS: Final = 86_400.0  # SQLite takes milliseconds as a C int: one day is plenty
-MAX_TIMEOUT_SECONDS: Final = float(threading.TIMEOUT_MAX)  # shutdown / deschedule waits
-MAX_COUNT: Final = MAX_STORED_INT  # keep_runs, runs(limit): SQL LIMIT / OFFSET values
-MAX_ARGS_BYTES_LIMIT: Final = 64 * 1024 * 1024  # max_args_bytes itself: the store is not a blob store
-MAX_INSTANCE_ID_LENGTH: Final = 255  # characters: owner and instance_id are String(255)
 
 _live: weakref.WeakSet[JobScheduler] = weakref.WeakSet()
 _made: weakref.WeakSet[JobScheduler] = weakref.WeakSet()  # every scheduler of this process, for the fork hook
@@ -144,50 +136,6 @@ def current_run() -> Run | None:
     """
     claim = current_run_claim()
     return None if claim is None else claim.run()
-
-
-def _positive(argument: str, value: object, *, integer: bool = False, maximum: float) -> float:
-    """Check a number > 0 and at most `maximum` (also ints beyond any float: no OverflowError)."""
-    kinds: tuple[type, ...] = (int,) if integer else (int, float)
-    kind = "a whole number" if integer else "a finite number of seconds"
-    if isinstance(value, bool) or not isinstance(value, kinds):
-        raise InvalidJobError(argument, f"must be {kind} > 0, got {shown(value)}")
-    number: int | float = value  # type: ignore[assignment]  # checked int or float above
-    # Compared before float(): an int and a float compare exactly, at any size.
-    if not number > 0:
-        raise InvalidJobError(argument, f"must be {kind} > 0, got {shown(value)}")
-    if not number <= maximum:
-        if not number < float("inf"):
-            raise InvalidJobError(argument, f"must be finite, got {shown(value)}")
-        raise InvalidJobError(argument, f"must be at most {maximum:g}, got {shown(value)}")
-    return float(number)
-
-
-def _wait_arguments(wait: object, timeout: object) -> float | None:
-    """Check the `wait` / `timeout` pair of deschedule() and shutdown()."""
-    if not isinstance(wait, bool):
-        raise InvalidJobError("wait", f"must be True or False, got {wait!r}")
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout <= MAX_TIMEOUT_SECONDS:
-        raise InvalidJobError(
-            "timeout", f"must be None or a number of seconds from 0 to {MAX_TIMEOUT_SECONDS:g}, got {shown(timeout)}"
-        )
-    return float(timeout)
-
-
-def _validate_instance_id(instance_id: object) -> str:
-    """Check a given `instance_id`: what the owner / instance_id columns can store (String(255))."""
-    if not isinstance(instance_id, str) or not instance_id.strip():
-        raise InvalidJobError("instance_id", f"must be a non-empty str, got {shown(instance_id)}")
-    if len(instance_id) > MAX_INSTANCE_ID_LENGTH:
-        raise InvalidJobError(
-            "instance_id", f"must be at most {MAX_INSTANCE_ID_LENGTH} characters, got {len(instance_id)}"
-        )
-    check_encodable("instance_id", instance_id)
-    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in instance_id):
-        raise InvalidJobError("instance_id", f"must not contain control characters: {shown(instance_id)}")
-    return instance_id
 
 
 class JobScheduler:
@@ -255,69 +203,59 @@ class JobScheduler:
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         namespace: str = DEFAULT_NAMESPACE,
     ) -> None:
-        self.namespace: Final = validate_namespace(namespace)
-        # One thread each, made up front.
-        self._workers = int(_positive("workers", workers, integer=True, maximum=MAX_WORKERS))
-        self._allowed_modules = normalize_allowed(allowed_modules)
-        self._max_args_bytes = int(
-            _positive("max_args_bytes", max_args_bytes, integer=True, maximum=MAX_ARGS_BYTES_LIMIT)
+        config = SchedulerConfig.checked(
+            url,
+            workers,
+            clock,
+            instance_id=instance_id,
+            lease_seconds=lease_seconds,
+            heartbeat_seconds=heartbeat_seconds,
+            busy_timeout_seconds=busy_timeout_seconds,
+            synchronous=synchronous,
+            keep_runs=keep_runs,
+            keep_runs_for_seconds=keep_runs_for_seconds,
+            allowed_modules=allowed_modules,
+            pickup_seconds=pickup_seconds,
+            max_args_bytes=max_args_bytes,
+            namespace=namespace,
         )
-        self._keep_runs = (
-            None if keep_runs is None else int(_positive("keep_runs", keep_runs, integer=True, maximum=MAX_COUNT))
-        )
-        self._keep_for = (
-            None
-            if keep_runs_for_seconds is None
-            else Micros(micros(_positive("keep_runs_for_seconds", keep_runs_for_seconds, maximum=MAX_DURATION_SECONDS)))
-        )
-        # Runs recorded per job since its history was last pruned; None: a full pass first.
-        self._prune_lock = threading.Lock()
-        self._runs_since_prune: Counter[str] | None = None
-        self._events = EventBus()
-        lease = _positive("lease_seconds", lease_seconds, maximum=MAX_DURATION_SECONDS)
-        self._lease = Micros(micros(lease))
-        heartbeat = lease / 3 if heartbeat_seconds is None else heartbeat_seconds
-        if _positive("heartbeat_seconds", heartbeat, maximum=MAX_DURATION_SECONDS) >= lease:
-            raise InvalidJobError(
-                "heartbeat_seconds",
-                f"must be shorter than lease_seconds ({lease_seconds})",
-            )
-        _positive("busy_timeout_seconds", busy_timeout_seconds, maximum=MAX_BUSY_TIMEOUT_SECONDS)
-        _positive("pickup_seconds", pickup_seconds, maximum=MAX_DURATION_SECONDS)
+        self._config: Final = config
+        self.namespace: Final = config.namespace
+        self.instance_id: Final = config.instance_id
+        self._allowed_modules = config.allowed_modules  # this and the next: read by _definition
+        self._max_args_bytes = config.max_args_bytes
         self._pid = os.getpid()  # SPEC §2 "Forks": the process this scheduler belongs to
-        # host:pid:random~proof: a restart on this host can tell that it is gone (see _liveness).
-        self.instance_id: Final = default_instance_id() if instance_id is None else _validate_instance_id(instance_id)
-        try:  # callers may pass anything: refuse it cleanly
-            self._timebase = Timebase(exact_clock(clock if clock is not None else SystemClock()))
-        except TypeError as exc:
-            raise InvalidJobError("clock", str(exc).removeprefix("clock: ")) from None
-        if isinstance(url, os.PathLike):
-            url = os.fspath(url)  # a plain file path, as a pathlib.Path
-        engine = _db.make_engine(url, busy_timeout_seconds=busy_timeout_seconds, synchronous=synchronous)
+        self._timebase = Timebase(config.clock)
+        engine = _db.open_engine(config.url, config.engine)  # the options were checked above, once
         self._store = Store(engine, _db.mask(engine.url), namespace=self.namespace)
         self._schema_lock = threading.Lock()
         self._schema_ready = False
         self._state_lock = threading.Lock()
         self._state = "new"
-        self._claim_gate = threading.Lock()
-        self._stopping = False
-        self._inflight_cond = threading.Condition()
-        self._inflight_jobs: Counter[str] = Counter()
-        self._inflight_runs: set[int] = set()
-        self._dispatcher = Dispatcher(self._timebase, self._workers, self._cycle)
-        self._unwritten: list[Completion] = []  # completions a failed write left behind
-        self._pool = WorkerPool(self._workers, self._complete, self._allowed_modules)
-        self._overrun = OverrunWatch(self._timebase, self._on_overrun)
-        self._overran_runs: dict[int, bool] = {}  # run_id -> True once it overran (dict ops are atomic)
+        self._events = EventBus()
+        self._retention = Retention(self._store, self._timebase, config.keep_runs, config.keep_for)
+        self._runs = RunBook(
+            self._store,
+            self._timebase,
+            self.instance_id,
+            config.lease,
+            config.workers,
+            config.allowed_modules,
+            self._emit,
+            self._retention.recorded,
+        )
+        self._dispatcher = self._runs.dispatcher
+        self._pool = self._runs.pool
+        self._overrun = self._runs.overrun
         self._heartbeat = Heartbeat(
             self._store,
             self._timebase,
             self.instance_id,
-            self._lease,
-            Micros(micros(heartbeat)),
-            self._runs_in_flight,
+            config.lease,
+            config.heartbeat,
+            self._runs.in_flight,
             self._dispatcher.push,
-            pickup=Micros(micros(pickup_seconds)),
+            pickup=config.pickup,
             lost=self._on_lost,
             maintenance=self._maintenance,
         )
@@ -383,13 +321,12 @@ class JobScheduler:
             timeout: Seconds to wait for in-flight runs; None waits for ever.
         """
         self._check_process()
-        timeout = _wait_arguments(wait, timeout)
+        timeout = check_wait(wait, timeout)
         with self._state_lock:
             previous, self._state = self._state, "stopped"
         if previous == "stopped":
             return
-        with self._claim_gate:
-            self._stopping = True
+        self._runs.stop_claiming()
         if previous == "new":
             self._events.stop(timeout)
             self._store.engine.dispose()
@@ -412,8 +349,7 @@ class JobScheduler:
         def left() -> float | None:
             return None if deadline is None else max(0.0, deadline - time.monotonic())
 
-        with self._inflight_cond:
-            busy = sorted(job_id for job_id, count in self._inflight_jobs.items() for _ in range(count))
+        busy = self._runs.busy_jobs()
         if busy:
             # Name what the operator is waiting for (issue 15).
             logger.info(
@@ -428,7 +364,7 @@ class JobScheduler:
         drained = self._pool.join(left)
         self._dispatcher.stop()  # after the workers: it writes their last completions
         self._dispatcher.join(left())
-        self._retry_unwritten()
+        self._runs.retry_unwritten()
         self._heartbeat.stop()
         self._heartbeat.join(left())
         self._overrun.stop()
@@ -439,11 +375,18 @@ class JobScheduler:
             logger.info("scheduler %s shut down", self.instance_id)
         else:
             logger.warning(
-                "scheduler %s shut down with runs still in flight after %s s; their leases will lapse "
-                "and they will be recorded as lost",
+                "scheduler %s shut down with runs still in flight after %s s; each is recorded when it ends, "
+                "or as lost once its lease lapses if the process exits first",
                 self.instance_id,
                 timeout,
             )
+            threading.Thread(target=self._close_after_late_runs, name="persched-late-close", daemon=True).start()
+
+    def _close_after_late_runs(self) -> None:
+        """After shutdown gave up on runs in flight: once they ended (and wrote their outcomes), close the pool."""
+        self._pool.join(lambda: None)
+        self._runs.retry_unwritten()
+        self._store.engine.dispose()
 
     def __enter__(self) -> JobScheduler:
         self.start()
@@ -673,7 +616,7 @@ class JobScheduler:
         """
         self._check_open()
         validate_job_id(job_id)
-        timeout = _wait_arguments(wait, timeout)
+        timeout = check_wait(wait, timeout)
         self._ensure_schema()
         generation = self._store.deschedule_job(job_id, self._timebase.now())
         removed = generation is not None
@@ -681,7 +624,7 @@ class JobScheduler:
             logger.info("job %s generation %d descheduled", job_id, generation)
             self._emit("job_descheduled", job_id, generation)
         if wait:
-            self._wait_idle(job_id, timeout)
+            self._runs.wait_for_job(job_id, timeout)
         return removed
 
     def pause(self, job_id: str) -> bool:
@@ -769,7 +712,7 @@ class JobScheduler:
         self._check_open()
         if job_id is not None:
             validate_job_id(job_id)
-        limit = int(_positive("limit", limit, integer=True, maximum=MAX_COUNT))
+        limit = int(positive("limit", limit, integer=True, maximum=MAX_COUNT))
         self._ensure_schema()
         return self._store.list_runs(job_id, limit)
 
@@ -790,7 +733,7 @@ class JobScheduler:
             True when idle; False if `timeout` passed first.
         """
         self._check_process()
-        timeout = _wait_arguments(True, timeout)
+        timeout = check_wait(True, timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self._dispatcher.wait_idle(timeout):
             return False
@@ -821,166 +764,12 @@ class JobScheduler:
                 _migrate.upgrade(self._store.engine)
                 self._schema_ready = True
 
-    def _wait_idle(self, job_id: str, timeout: float | None) -> None:
-        own = current_run_claim()
-        allowed = 1 if own is not None and own.job_id == job_id else 0  # never wait for ourselves
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._inflight_cond:
-            while self._inflight_jobs[job_id] > allowed:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return
-                self._inflight_cond.wait(left)
-
-    def _runs_in_flight(self) -> set[int]:
-        with self._inflight_cond:
-            return set(self._inflight_runs)
-
-    def _cycle(self, completions: list[Completion], due: list[ClaimEntry]) -> int:
-        """Dispatcher callback: write finished runs and claim due entries; return how many were handed over."""
-        if due:
-            return self._claim_due(due, completions)
-        self._write_completions(completions)
-        return 0
-
-    def _claim_due(self, due: list[ClaimEntry], completions: Sequence[Completion] = ()) -> int:
-        """Write `completions` and claim `due` in one transaction; hand each won run to a reserved worker."""
-        with self._inflight_cond:
-            for job_id, _, _, _ in due:
-                self._inflight_jobs[job_id] += 1  # before the claim: see _wait_idle
-        results: list[Claim | ClaimMiss] = []
-        next_due: list[Instant | None] | None = None
-        with self._claim_gate:
-            try:
-                if self._stopping:  # no claim commits after shutdown() began
-                    next_due = self._store.finish_runs(completions, self.instance_id)
-                else:
-                    next_due, results = self._store.dispatch(
-                        completions,
-                        due,
-                        self._timebase.now,  # read under the write lock
-                        self.instance_id,
-                        self._lease,
-                    )
-            except Exception as exc:  # noqa: BLE001 - whatever failed, the entries and outcomes must not be dropped
-                logger.warning(
-                    "claiming %d runs (and recording %d outcomes) failed, retrying in %s s: %s",
-                    len(due),
-                    len(completions),
-                    seconds(CLAIM_RETRY),
-                    exc if isinstance(exc, StoreError) else describe(exc),  # a bug: show where
-                )
-                retry_at = Instant(self._timebase.now() + CLAIM_RETRY)
-                for job_id, generation, _, _ in due:
-                    self._dispatcher.push(retry_at, job_id, generation)
-            for result in results:
-                if isinstance(result, Claim):
-                    with self._inflight_cond:
-                        self._inflight_runs.add(result.run_id)
-                    if result.max_runtime is not None:
-                        self._overrun.watch(result)
-                    self._pool.submit(result)  # under the gate: see the module docstring
-        if next_due is not None:
-            self._completions_written(completions, next_due)
-        else:
-            self._keep_unwritten(completions)
-        handed_over = 0
-        for (job_id, generation, _, _), result in itertools.zip_longest(due, results):
-            if isinstance(result, Claim):
-                handed_over += 1
-                self._emit("run_started", job_id, generation, run=result.run())
-            else:
-                if result is not None:
-                    self._requeue_missed(job_id, generation, result)
-                self._job_done(job_id, None)
-        return handed_over
-
-    def _requeue_missed(self, job_id: str, generation: int, miss: ClaimMiss) -> None:
-        """A lost claim: queue the job again where the store says it stands (see _dispatcher)."""
-        if miss.generation != generation or miss.due_at is None:
-            return  # descheduled, replaced, paused or finished: the entry was stale
-        if miss.state == _RUNNING and miss.owner == self.instance_id:
-            return  # our own run: its completion queues the next slot
-        observer = self._store.observer
-        notify(lambda: observer.claim_conflict(job_id), "claim conflict")
-        self._dispatcher.push(miss.due_at, job_id, generation)
-        logger.debug("claim of %s generation %d lost (state %s)", job_id, generation, miss.state)
-
-    def _complete(self, claim: Claim, outcome: str, error: str | None) -> None:
-        """Worker callback: hand the outcome to the dispatcher, which writes it with the next cycle."""
-        if claim.max_runtime is not None:
-            self._overrun.done(claim.run_id)
-        if error is not None:
-            error = bound_error_text(error)  # keep the last line: the exception's type and message
-        completion = Completion(claim, outcome, error, self._timebase.now())
-        if not self._dispatcher.complete(completion):
-            self._write_completions([completion])  # the dispatcher is gone (shutdown timed out)
-
-    def _write_completions(self, completions: Sequence[Completion]) -> None:
-        """Record outcomes in one transaction; queue each job's next slot."""
-        if not completions:
-            return
-        try:
-            due = self._store.finish_runs(completions, self.instance_id)
-        except Exception as exc:  # noqa: BLE001 - an outcome is never dropped: the heartbeat retries it
-            logger.warning(
-                "recording %d outcomes failed, will retry: %s",
-                len(completions),
-                exc if isinstance(exc, StoreError) else describe(exc),
-            )
-            self._keep_unwritten(completions)
-            return
-        self._completions_written(completions, due)
-
-    def _keep_unwritten(self, completions: Sequence[Completion]) -> None:
-        # The runs stay in flight (their leases renewed) and the heartbeat
-        # tries again, so a passing outage costs no run its outcome.
-        with self._inflight_cond:
-            self._unwritten.extend(completions)
-
-    def _completions_written(self, completions: Sequence[Completion], due: Sequence[Instant | None]) -> None:
-        for completion, due_at in zip(completions, due, strict=True):
-            claim = completion.claim
-            if due_at is not None:
-                self._dispatcher.push(due_at, claim.job_id, claim.generation)
-            with self._prune_lock:
-                if self._runs_since_prune is not None:
-                    self._runs_since_prune[claim.job_id] += 1
-            run = claim.run().model_copy(
-                update={
-                    "finished_at": to_datetime(completion.finished_at),
-                    "outcome": completion.outcome,
-                    "error": completion.error,
-                    "instance_id": self.instance_id,
-                    "overran": self._overran_runs.pop(claim.run_id, False),
-                }
-            )
-            kind: EventKind = "run_finished" if completion.outcome == "ok" else "run_failed"
-            self._emit(kind, claim.job_id, claim.generation, run=run)
-            self._job_done(claim.job_id, claim.run_id)
-
     def _maintenance(self) -> None:
         """Heartbeat callback: retry unwritten completions, then prune run history."""
-        self._retry_unwritten()
-        self._prune_runs()
+        self._runs.retry_unwritten()
+        self._retention.prune()
 
-    def _retry_unwritten(self) -> None:
-        """Heartbeat callback (and last step of shutdown): write completions a failed write left behind."""
-        with self._inflight_cond:
-            unwritten, self._unwritten = self._unwritten, []
-        if unwritten:
-            self._write_completions(unwritten)
-
-    def _job_done(self, job_id: str, run_id: int | None) -> None:
-        with self._inflight_cond:
-            self._inflight_jobs[job_id] -= 1
-            if self._inflight_jobs[job_id] <= 0:
-                del self._inflight_jobs[job_id]
-            if run_id is not None:
-                self._inflight_runs.discard(run_id)
-            self._inflight_cond.notify_all()
-
-    # -- events and run-history retention (issue 3) ---------------------------------
+    # -- events and observation (issue 3) ------------------------------------------
 
     def add_listener(self, callback: Listener, kinds: Iterable[EventKind] | None = None) -> None:
         """Call `callback(event)` for each event of `kinds` (default: every kind).
@@ -1022,8 +811,7 @@ class JobScheduler:
 
     def runs_in_flight(self) -> int:
         """How many runs this scheduler has claimed and not yet recorded (for a gauge)."""
-        with self._inflight_cond:
-            return len(self._inflight_runs)
+        return self._runs.count()
 
     @property
     def events_dropped(self) -> int:
@@ -1040,48 +828,3 @@ class JobScheduler:
         if self._events.wants("run_lost"):
             run = self._store.get_run(lost.run_id)
             self._emit("run_lost", lost.job_id, lost.generation, run=run)
-
-    def _on_overrun(self, claim: Claim) -> None:
-        """Overrun-watch callback: a run is still going after its job's max_runtime_seconds."""
-        self._overran_runs[claim.run_id] = True  # before the record: see _completions_written
-        if not self._store.mark_overran(claim.run_id):
-            self._overran_runs.pop(claim.run_id, None)  # it finished in the meantime: no overrun
-            return
-        logger.warning(
-            "job %s generation %d: the run for %s is still going after %s s (max_runtime_seconds); "
-            "it cannot be stopped and goes on",
-            claim.job_id,
-            claim.generation,
-            to_datetime(claim.scheduled_for).isoformat(),
-            seconds(claim.max_runtime or 0),
-        )
-        run = claim.run().model_copy(update={"overran": True, "instance_id": self.instance_id})
-        self._emit("run_overran", claim.job_id, claim.generation, run=run)
-
-    def _prune_runs(self) -> None:
-        """Heartbeat callback: delete run history beyond the retention."""
-        if self._keep_runs is None and self._keep_for is None:
-            return
-        # A job is pruned by count once it recorded a tenth of keep_runs more
-        # runs: one DELETE per job per many runs, not per heartbeat.
-        due = max(1, (self._keep_runs or 0) // 10)
-        with self._prune_lock:
-            if self._runs_since_prune is None:
-                self._runs_since_prune, dirty = Counter(), None
-            else:
-                dirty = {job_id for job_id, n in self._runs_since_prune.items() if n >= due}
-                for job_id in dirty:
-                    del self._runs_since_prune[job_id]
-        if dirty is None and self._keep_runs is not None:
-            dirty = self._store.jobs_over_run_limit(self._keep_runs)  # first pass: every job over the limit
-        try:
-            deleted = self._store.prune_runs(
-                self._timebase.now(), keep_runs=self._keep_runs, keep_seconds=self._keep_for, job_ids=dirty or set()
-            )
-        except BaseException:
-            with self._prune_lock:  # try these jobs again next time
-                assert self._runs_since_prune is not None
-                self._runs_since_prune.update(dict.fromkeys(dirty or (), due))
-            raise
-        if deleted:
-            logger.debug("pruned %d runs beyond the retention", deleted)

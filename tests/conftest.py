@@ -3,7 +3,18 @@
 `TIMEOUT` bounds every blocking call; `fake_clock` starts at a round epoch so
 expected `scheduled_for` values are exact; `make_scheduler` builds schedulers
 (FakeClock-driven by default) and shuts every one of them down at teardown;
-an autouse check fails a test that leaves a ``persched-*`` thread alive.
+autouse checks fail a test that leaves a ``persched-*`` thread alive or a
+SQLAlchemy connection checked out.
+
+Engines: `make_scheduler` works on `db_url`, the empty database of
+``engine_name``. That is SQLite unless the module (or class) is marked
+``every_engine``; then each test that uses it runs once per engine of
+tests/support/engines.py (``[sqlite]``, ``[postgres]``; the one place to add
+an engine). A test there that also asks for `sqlite_url` is about the SQLite
+file itself (permissions, WAL, a corrupt file, raw ``sqlite3``) and runs on
+SQLite only, as does one marked ``sqlite_only(reason)``. On PostgreSQL `db_url` is one schema per session, migrated once
+and brought back to that state before each test (``TRUNCATE ... RESTART
+IDENTITY``, then the seeded change counter).
 """
 
 from __future__ import annotations
@@ -12,7 +23,7 @@ import contextlib
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import pytest
 
@@ -20,9 +31,11 @@ from persched import JobScheduler
 from persched.errors import SchedulerStateError
 from persched.testing import FakeClock
 from tests.support import jobs
+from tests.support.engines import ENGINES, MigratedDatabases, engine_named, engine_params, required_in_ci
 from tests.support.helpers import EPOCH, TIMEOUT, wait_until
-from tests.support.mariadb import MARIADB_URL_ENV, mariadb_base_url, mariadb_required
-from tests.support.postgres import PG_URL_ENV, pg_base_url, pg_required
+from tests.support.mariadb import mariadb_base_url
+from tests.support.pools import CheckoutTracker
+from tests.support.postgres import pg_base_url
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -33,51 +46,104 @@ __all__ = ["EPOCH", "TIMEOUT", "SchedulerFactory", "wait_until"]
 THREAD_PREFIX = "persched-"
 
 
-_PG_NOT_RUN = pytest.StashKey[int]()
-_MARIADB_NOT_RUN = pytest.StashKey[int]()
-# marker -> (name in messages, URL variable, required?, stash key of the count left out)
-_SERVER_ENGINES = (
-    ("postgres", "PostgreSQL", PG_URL_ENV, pg_required, _PG_NOT_RUN),
-    ("mariadb", "MariaDB", MARIADB_URL_ENV, mariadb_required, _MARIADB_NOT_RUN),
-)
+_NOT_RUN = pytest.StashKey[dict[str, int]]()
+SERVER_ENGINES: Final = tuple(engine for engine in ENGINES if engine.url_env is not None)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Without a server's URL, leave its tests out and say so once (not 69 SKIPPED lines).
+    """Without a server engine's URL, leave its tests out and say so once (not 69 SKIPPED lines).
 
-    Where the server is required (CI), a missing URL stops the run at once
-    with one clear error instead of failing each test: they never skip there.
+    Where server engines are required (CI), a missing URL stops the run at
+    once with one clear error instead of failing each test: they never skip there.
     """
-    for marker, name, env, required, key in _SERVER_ENGINES:
-        if os.environ.get(env):
+    for engine in SERVER_ENGINES:
+        assert engine.url_env is not None
+        if os.environ.get(engine.url_env):
             continue
-        marked = [item for item in items if item.get_closest_marker(marker) is not None]
-        if not marked:
+        left_out = [item for item in items if item.get_closest_marker(engine.name) is not None]
+        if not left_out:
             continue
-        if required():
+        if required_in_ci():
             raise pytest.UsageError(
-                f"{len(marked)} {name} tests need {env}, and CI is set, so they may not skip:"
-                f" set {env} (see README, Development), or unset CI to leave them out"
+                f"{len(left_out)} {engine.label} tests need {engine.url_env}, and CI is set, so they may not skip:"
+                f" set {engine.url_env} (see README, Development), or unset CI to leave them out"
             )
-        config.hook.pytest_deselected(items=marked)
-        items[:] = [item for item in items if item.get_closest_marker(marker) is None]
-        config.stash[key] = len(marked)
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if item.get_closest_marker(engine.name) is None]
+        config.stash.setdefault(_NOT_RUN, {})[engine.name] = len(left_out)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
-    """One line per server whose tests were left out."""
-    for _, name, env, _, key in _SERVER_ENGINES:
-        left_out = config.stash.get(key, 0)
-        if left_out:
-            terminalreporter.write_line(f"{left_out} {name} tests not run (deselected): {env} is not set; CI runs them")
+    """One line per server engine whose tests were left out."""
+    for name, left_out in config.stash.get(_NOT_RUN, {}).items():
+        engine = engine_named(name)
+        terminalreporter.write_line(
+            f"{left_out} {engine.label} tests not run (deselected): {engine.url_env} is not set; CI runs them"
+        )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Register the markers these tests use (also declared in pyproject.toml)."""
     config.addinivalue_line("markers", "slow: subprocess/wheel")
     config.addinivalue_line("markers", "stress: many threads, bounded budget")
-    config.addinivalue_line("markers", "postgres: needs PERSCHED_TEST_PG_URL")
-    config.addinivalue_line("markers", "mariadb: needs PERSCHED_TEST_MARIADB_URL")
+    config.addinivalue_line("markers", "every_engine: run the tests that use engine_name on every engine")
+    config.addinivalue_line("markers", "sqlite_only(reason): in an every_engine module, stay on SQLite (say why)")
+    for engine in SERVER_ENGINES:
+        config.addinivalue_line("markers", f"{engine.name}: needs {engine.url_env}")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """In a module or class marked ``every_engine``, run each test that uses `engine_name` on every engine.
+
+    Not a test that asks for `sqlite_url` (it is about the SQLite file) or is
+    marked ``sqlite_only(reason)``: those stay on SQLite, the default of
+    `engine_name`.
+    """
+    if (
+        "engine_name" in metafunc.fixturenames
+        and "sqlite_url" not in metafunc.fixturenames
+        and metafunc.definition.get_closest_marker("every_engine") is not None
+        and metafunc.definition.get_closest_marker("sqlite_only") is None
+    ):
+        metafunc.parametrize("engine_name", engine_params(), indirect=True)
+
+
+@pytest.fixture
+def engine_name(request: pytest.FixtureRequest) -> str:
+    """The engine of `db_url`: "sqlite", or each engine in turn where ``every_engine`` applies."""
+    name: str = getattr(request, "param", "sqlite")
+    return name
+
+
+@pytest.fixture(scope="session")
+def migrated_databases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MigratedDatabases]:
+    """The session's server databases (migrated once, on first use); removed at the end."""
+    databases = MigratedDatabases(tmp_path_factory.mktemp("engines"))
+    yield databases
+    databases.close()
+
+
+@pytest.fixture
+def db_url(engine_name: str, tmp_path: Path, migrated_databases: MigratedDatabases) -> Iterator[str]:
+    """An empty database of `engine_name`: a new SQLite file, or the emptied session database of a server.
+
+    A SQLite file is not migrated yet (the first scheduler migrates it); a
+    server database already is. Tests that need a database nobody has
+    migrated ask for `empty_db_url`.
+    """
+    engine = engine_named(engine_name)
+    if engine.baseline is None:
+        with engine.fresh(tmp_path, "t") as url:
+            yield url
+    else:
+        yield migrated_databases.empty(engine)
+
+
+@pytest.fixture
+def empty_db_url(engine_name: str, tmp_path: Path) -> Iterator[str]:
+    """A brand-new database of `engine_name` that nobody has migrated (a fresh PostgreSQL schema)."""
+    with engine_named(engine_name).fresh(tmp_path, "t") as url:
+        yield url
 
 
 @pytest.fixture
@@ -93,15 +159,15 @@ def fake_clock() -> FakeClock:
 
 
 @pytest.fixture
-def pg_url() -> str:
-    """PERSCHED_TEST_PG_URL; skipped locally without it, a failure in CI."""
-    return pg_base_url()
+def mariadb_url() -> str:
+    """PERSCHED_TEST_MARIADB_URL; left out locally without it, a failure in CI."""
+    return mariadb_base_url()
 
 
 @pytest.fixture
-def mariadb_url() -> str:
-    """PERSCHED_TEST_MARIADB_URL; skipped locally without it, a failure in CI."""
-    return mariadb_base_url()
+def pg_url() -> str:
+    """PERSCHED_TEST_PG_URL; skipped locally without it, a failure in CI."""
+    return pg_base_url()
 
 
 class SchedulerFactory:
@@ -152,9 +218,9 @@ class SchedulerFactory:
 
 
 @pytest.fixture
-def make_scheduler(sqlite_url: str, fake_clock: FakeClock) -> Iterator[SchedulerFactory]:
-    """A factory of schedulers that are all shut down at teardown."""
-    factory = SchedulerFactory(sqlite_url, fake_clock)
+def make_scheduler(db_url: str, fake_clock: FakeClock) -> Iterator[SchedulerFactory]:
+    """A factory of schedulers on `db_url` that are all shut down at teardown."""
+    factory = SchedulerFactory(db_url, fake_clock)
     yield factory
     factory.close()
 
@@ -165,6 +231,24 @@ def _reset_jobs() -> Iterator[None]:
     jobs.reset()
     yield
     jobs.release_all()
+
+
+@pytest.fixture(autouse=True)
+def _no_checked_out_connections(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that leaves a SQLAlchemy connection checked out of any pool.
+
+    Checked after the test's own fixtures are torn down (they were set up after
+    this one) and after `_no_leaked_threads`, which sorts after it and so is
+    torn down before it: a thread that ends during its bounded join returns
+    its connection first.
+    """
+    tracker = CheckoutTracker()
+    tracker.start()
+    try:
+        yield
+    finally:
+        tracker.stop()
+    tracker.check(request.node.nodeid)
 
 
 @pytest.fixture(autouse=True)

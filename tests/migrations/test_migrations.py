@@ -43,6 +43,7 @@ from persched._schema import (
     runs,
 )
 from persched.errors import SchemaVersionError, StoreError
+from tests.support.engines import engine_named
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -137,14 +138,15 @@ def test_empty_to_head_matches_schema_metadata(engine: Engine) -> None:
 
 
 @pytest.mark.mariadb
-def test_mysql_slot_index(mariadb_database_url: str) -> None:
+def test_mysql_slot_index(tmp_path: Path) -> None:
     # MySQL/MariaDB: one run per grid slot through a generated column that is NULL for run-now
     # rows; run-now runs may share a slot's instant, grid runs may not.
-    engine = _db.make_engine(mariadb_database_url)
-    try:
-        _check_mysql_slot_index(engine)
-    finally:
-        engine.dispose()
+    with engine_named("mariadb").fresh(tmp_path, "slot") as url:
+        engine = _db.make_engine(url)
+        try:
+            _check_mysql_slot_index(engine)
+        finally:
+            engine.dispose()
 
 
 def _check_mysql_slot_index(engine: Engine) -> None:

@@ -1,9 +1,8 @@
-"""Helpers of the multi-instance tests: child processes, PostgreSQL schemas, once-only checks.
+"""Helpers of the multi-instance tests: child processes, once-only checks.
 
 - `Child` / `Cluster`: real scheduler processes (`tests.support.multi_child`)
   that signal readiness through a marker file; every child is killed at
   teardown whatever happened.
-- `pg_schema_url`: a PostgreSQL URL whose ``search_path`` is a fresh schema.
 - `fetch_runs` + `check_once`: the run history and the side-effect file
   agree, and no slot ran twice (SPEC-multi "exactly one claim per slot").
 """
@@ -27,7 +26,6 @@ from persched import JobScheduler, _db
 from persched._schema import runs as runs_table
 from tests.support.helpers import TIMEOUT, wait_until
 from tests.support.multi_child import EFFECT_TARGET, Effect, read_effects
-from tests.support.postgres import pg_base_url, pg_schema
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -42,17 +40,12 @@ __all__ = [
     "check_once",
     "deschedule_all",
     "fetch_runs",
-    "pg_base_url",
-    "pg_schema_url",
     "schedule_jobs",
 ]
 
 REPO: Final = Path(__file__).resolve().parents[2]
 START_TIMEOUT: Final = 30.0  # real seconds for a child to import, migrate and start (2 busy cores)
 EPS: Final = timedelta(milliseconds=2)
-
-
-pg_schema_url = pg_schema  # a schema named persched_<tag>_...
 
 
 def child_env() -> dict[str, str]:

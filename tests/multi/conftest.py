@@ -1,13 +1,12 @@
-"""Fixtures of the multi-instance tests: one fresh database per test, SQLite, PostgreSQL or MariaDB.
+"""Fixtures of the multi-instance tests: one fresh database per test, on every engine.
 
-``db_url`` is parametrized over the three engines; ``server_url`` over the two
-servers (the tests that cut network connections). The MariaDB variants get a
-throwaway DATABASE per test (``PERSCHED_TEST_MARIADB_URL``; skipped without
-it, failing in CI). The PostgreSQL variant gets a
-dedicated schema per test (``search_path`` in the URL; created here, dropped
-at teardown), so these tests neither see nor disturb other suites running on
-the same server at the same time. Without ``PERSCHED_TEST_PG_URL`` the
-PostgreSQL variants skip with a visible reason; with ``CI`` set they fail.
+``db_url`` here is `empty_db_url` (tests/conftest.py): a database nobody has
+migrated, because these tests start processes that migrate it themselves, at
+the same time. The PostgreSQL variant is a dedicated schema per test
+(``search_path`` in the URL; created, then dropped at teardown), so these
+tests neither see nor disturb other suites running on the same server at the
+same time. Without ``PERSCHED_TEST_PG_URL`` the PostgreSQL variants are left
+out with a visible reason; with ``CI`` set they fail.
 """
 
 from __future__ import annotations
@@ -16,44 +15,36 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.multi._cluster import pg_schema_url
-from tests.support.mariadb import mariadb_database
+from tests.support.engines import engine_named, engine_params
+from tests.support.postgres import pg_schema
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
 
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("mariadb", marks=pytest.mark.mariadb),
-    ]
-)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A URL of an empty database: a SQLite file, a fresh PostgreSQL schema or a fresh MariaDB database."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'jobs.db'}"
-    elif request.param == "mariadb":
-        with mariadb_database("t") as url:
-            yield url
-    else:
-        with pg_schema_url("t") as url:
-            yield url
+@pytest.fixture(params=engine_params())
+def engine_name(request: pytest.FixtureRequest) -> str:
+    """Each engine of tests/support/engines.py in turn."""
+    name: str = request.param
+    return name
 
 
-@pytest.fixture(
-    params=[pytest.param("postgres", marks=pytest.mark.postgres), pytest.param("mariadb", marks=pytest.mark.mariadb)]
-)
-def server_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A URL of an empty database on a server: a fresh PostgreSQL schema or MariaDB database."""
-    with mariadb_database("n") if request.param == "mariadb" else pg_schema_url("n") as url:
+@pytest.fixture
+def db_url(empty_db_url: str) -> str:
+    """A URL of an empty database nobody has migrated: a SQLite file, a fresh PostgreSQL schema or MariaDB database."""
+    return empty_db_url
+
+
+@pytest.fixture(params=[param for param in engine_params() if param.values[0] != "sqlite"])
+def server_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A URL of an empty database on each server engine in turn (the tests that cut network connections)."""
+    with engine_named(request.param).fresh(tmp_path, "n") as url:
         yield url
 
 
 @pytest.fixture
 def pg_only_url() -> Iterator[str]:
     """A URL of a fresh PostgreSQL schema (skipped without PERSCHED_TEST_PG_URL)."""
-    with pg_schema_url("p") as url:
+    with pg_schema("p") as url:
         yield url

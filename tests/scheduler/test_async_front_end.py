@@ -23,7 +23,6 @@ from persched.errors import InvalidJobError, SchedulerStateError
 from persched.testing import FakeClock
 from tests.support import async_jobs, jobs
 from tests.support.helpers import TIMEOUT, wait_until
-from tests.support.postgres import pg_schema
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
@@ -33,13 +32,7 @@ START: Final = 1_700_000_000.123457
 BOUND: Final = 3 * TIMEOUT  # a whole scenario, in real seconds
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'jobs.db'}"
-    else:
-        with pg_schema("async") as url:
-            yield url
+pytestmark = pytest.mark.every_engine  # db_url: tests/conftest.py
 
 
 @pytest.fixture(autouse=True)

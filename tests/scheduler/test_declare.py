@@ -16,23 +16,15 @@ from persched.errors import InvalidJobError
 from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.helpers import TIMEOUT
-from tests.support.postgres import pg_schema
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
 START: Final = 1_700_000_000.123457
 TARGET: Final = "tests.support.jobs:record"
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'jobs.db'}"
-    else:
-        with pg_schema("declare") as url:
-            yield url
+pytestmark = pytest.mark.every_engine  # db_url: tests/conftest.py
 
 
 @pytest.fixture

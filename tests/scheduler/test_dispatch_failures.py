@@ -44,7 +44,7 @@ def test_an_unexpected_claim_failure_retries_the_entries(
         # Settle: the claim was taken up and failed, its retry queued (a bare "nothing in flight"
         # was already true before the dispatcher took the entry up, so the clock could move first).
         assert sched.wait_idle(TIMEOUT)
-        assert not sched._inflight_jobs  # the failed claim released its bookkeeping
+        assert not sched._runs._inflight_jobs  # the failed claim released its bookkeeping
         assert jobs.calls("a") == []
         fake_clock.advance(1.0)  # the entry is tried again a second later
         assert sched.wait_idle(TIMEOUT)
@@ -60,10 +60,10 @@ def test_an_unexpected_completion_failure_keeps_the_outcome(
     with patch.object(store, "finish_runs", side_effect=_failing_once(store.finish_runs)):
         sched.schedule("a", jobs.record, 10.0, args=("a",))
         fake_clock.advance(10.0)
-        wait_until(lambda: len(sched._unwritten) == 1, message="the outcome waits to be written again")
-        assert sched._inflight_runs  # still in flight: its lease keeps being renewed
+        wait_until(lambda: len(sched._runs._unwritten) == 1, message="the outcome waits to be written again")
+        assert sched._runs._inflight_runs  # still in flight: its lease keeps being renewed
         fake_clock.advance(1.0)  # the heartbeat writes it
         wait_until(lambda: [r.outcome for r in sched.runs("a")] == ["ok"], message="the outcome was recorded")
-    assert not sched._inflight_runs
+    assert not sched._runs._inflight_runs
     fake_clock.advance(10.0)
     wait_until(lambda: len(jobs.calls("a")) == 2, message="the job went on")

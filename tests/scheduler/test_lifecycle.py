@@ -1,6 +1,6 @@
 """SPEC §1-§2 lifecycle: start, shutdown(wait=True/False), the context manager,
 use after shutdown, shutdown from inside a job, and what a clean shutdown
-leaves in the store (no row stuck in RUNNING)."""
+leaves in the store (no row stuck in RUNNING). On every engine (``every_engine``)."""
 
 from __future__ import annotations
 
@@ -9,22 +9,25 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
+from sqlalchemy.pool import QueuePool
 
 from persched import JobScheduler, JobState
 from persched.errors import PerschedError, SchedulerStateError
 from tests.support import jobs
-from tests.support.helpers import TIMEOUT, at, finished_runs, sql, wait_finished, wait_until
+from tests.support.helpers import TIMEOUT, at, db_sql, finished_runs, wait_finished, wait_until
 
 if TYPE_CHECKING:
     from persched.testing import FakeClock
     from tests.conftest import SchedulerFactory
 
+pytestmark = pytest.mark.every_engine
+
 
 def assert_no_running_rows(url: str) -> None:
     """A clean shutdown leaves no job in RUNNING and no run without an outcome."""
-    states = [s for (s,) in sql(url, "SELECT state FROM persched_jobs")]
+    states = [s for (s,) in db_sql(url, "SELECT state FROM persched_jobs")]
     assert all(str(s).lower() != "running" for s in states), states
-    open_runs = sql(url, "SELECT job_id, generation FROM persched_runs WHERE outcome IS NULL")
+    open_runs = db_sql(url, "SELECT job_id, generation FROM persched_runs WHERE outcome IS NULL")
     assert open_runs == []
 
 
@@ -62,8 +65,8 @@ def test_threads_are_named_daemons(make_scheduler: SchedulerFactory) -> None:
     assert all(t.daemon for t in mine)
 
 
-def test_context_manager(sqlite_url: str, fake_clock: FakeClock) -> None:
-    with JobScheduler(sqlite_url, clock=fake_clock) as sched:
+def test_context_manager(db_url: str, fake_clock: FakeClock) -> None:
+    with JobScheduler(db_url, clock=fake_clock) as sched:
         assert isinstance(sched, JobScheduler)
         sched.schedule("a", jobs.record, 10.0, args=("a",), start_in=0)
         wait_until(lambda: len(finished_runs(sched, "a")) == 1)
@@ -73,17 +76,17 @@ def test_context_manager(sqlite_url: str, fake_clock: FakeClock) -> None:
     with pytest.raises(SchedulerStateError):
         sched.start()
     assert not [t for t in threading.enumerate() if t.name.startswith("persched-") and t.is_alive()]
-    assert_no_running_rows(sqlite_url)
+    assert_no_running_rows(db_url)
 
 
-def test_context_manager_shuts_down_on_exception(sqlite_url: str, fake_clock: FakeClock) -> None:
+def test_context_manager_shuts_down_on_exception(db_url: str, fake_clock: FakeClock) -> None:
     class Boom(Exception):
         pass
 
     holder: list[JobScheduler] = []
 
     def body() -> None:
-        with JobScheduler(sqlite_url, clock=fake_clock) as sched:
+        with JobScheduler(db_url, clock=fake_clock) as sched:
             holder.append(sched)
             sched.schedule("a", jobs.record, 10.0, args=("a",))
             raise Boom
@@ -96,7 +99,7 @@ def test_context_manager_shuts_down_on_exception(sqlite_url: str, fake_clock: Fa
 
 
 def test_shutdown_wait_lets_in_flight_run_finish(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock, sqlite_url: str
+    make_scheduler: SchedulerFactory, fake_clock: FakeClock, db_url: str
 ) -> None:
     sched = make_scheduler(start=True)
     sched.schedule("a", jobs.block, 10.0, args=("a",))
@@ -121,8 +124,8 @@ def test_shutdown_wait_lets_in_flight_run_finish(
     assert g.finished.is_set()
     assert jobs.calls("b") == []
     assert not [t for t in threading.enumerate() if t.name.startswith("persched-") and t.is_alive()]
-    assert_no_running_rows(sqlite_url)
-    outcomes = sql(sqlite_url, "SELECT outcome FROM persched_runs WHERE job_id = 'a'")
+    assert_no_running_rows(db_url)
+    outcomes = db_sql(db_url, "SELECT outcome FROM persched_runs WHERE job_id = 'a'")
     assert outcomes == [("ok",)]
     # A new scheduler on the same file sees both jobs scheduled, none running.
     again = make_scheduler()
@@ -134,9 +137,7 @@ def test_shutdown_wait_lets_in_flight_run_finish(
     assert again.runs("b") == []
 
 
-def test_shutdown_no_wait_returns_at_once(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock, sqlite_url: str
-) -> None:
+def test_shutdown_no_wait_returns_at_once(make_scheduler: SchedulerFactory, fake_clock: FakeClock, db_url: str) -> None:
     sched = make_scheduler(start=True)
     sched.schedule("a", jobs.block, 10.0, args=("a",))
     g = jobs.gate("a")
@@ -155,14 +156,14 @@ def test_shutdown_no_wait_returns_at_once(
     # The in-flight run finishes in the background and is recorded.
     g.release.set()
     wait_until(
-        lambda: sql(sqlite_url, "SELECT outcome FROM persched_runs WHERE job_id = 'a'") == [("ok",)],
+        lambda: db_sql(db_url, "SELECT outcome FROM persched_runs WHERE job_id = 'a'") == [("ok",)],
         message="background run recorded",
     )
     wait_until(
         lambda: not [t for t in threading.enumerate() if t.name.startswith("persched-") and t.is_alive()],
         message="threads gone",
     )
-    assert_no_running_rows(sqlite_url)
+    assert_no_running_rows(db_url)
 
 
 def test_shutdown_timeout_is_bounded(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
@@ -179,7 +180,31 @@ def test_shutdown_timeout_is_bounded(make_scheduler: SchedulerFactory, fake_cloc
     g.release.set()
 
 
-def test_shutdown_from_inside_a_job(make_scheduler: SchedulerFactory, fake_clock: FakeClock, sqlite_url: str) -> None:
+def test_a_run_that_outlives_shutdown_leaves_no_connection_open(
+    make_scheduler: SchedulerFactory, fake_clock: FakeClock
+) -> None:
+    sched = make_scheduler(start=True)
+    sched.schedule("a", jobs.block, 10.0, args=("a",))
+    g = jobs.gate("a")
+    fake_clock.advance(10.0)
+    assert g.started.wait(TIMEOUT)
+    sched.shutdown(wait=True, timeout=0.2)
+    g.release.set()
+    assert g.finished.wait(TIMEOUT)
+    wait_until(
+        lambda: not [t for t in threading.enumerate() if t.name.startswith("persched-") and t.is_alive()],
+        message="the late run's worker gone",
+    )
+    engine = sched._store.engine  # the only view of the pool: nothing public says what is open
+    try:
+        assert isinstance(engine.pool, QueuePool)
+        assert engine.pool.checkedout() == 0
+        assert engine.pool.checkedin() == 0, f"{engine.pool.checkedin()} connection(s) left open in the pool"
+    finally:
+        engine.dispose()  # this test's own clean-up, after the check: the leak is not carried into later tests
+
+
+def test_shutdown_from_inside_a_job(make_scheduler: SchedulerFactory, fake_clock: FakeClock, db_url: str) -> None:
     """APScheduler #338: a job that shuts its scheduler down must not deadlock."""
     sched = make_scheduler(start=True)
     jobs.register_scheduler("self", sched)
@@ -192,8 +217,8 @@ def test_shutdown_from_inside_a_job(make_scheduler: SchedulerFactory, fake_clock
         lambda: not [t for t in threading.enumerate() if t.name.startswith("persched-") and t.is_alive()],
         message="threads gone",
     )
-    assert sql(sqlite_url, "SELECT outcome FROM persched_runs WHERE job_id = 'self'") == [("ok",)]
-    assert_no_running_rows(sqlite_url)
+    assert db_sql(db_url, "SELECT outcome FROM persched_runs WHERE job_id = 'self'") == [("ok",)]
+    assert_no_running_rows(db_url)
 
 
 def test_idle_scheduler_shuts_down_promptly(make_scheduler: SchedulerFactory) -> None:

@@ -17,24 +17,16 @@ from persched.errors import InvalidJobError, SchedulerStateError
 from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.helpers import TIMEOUT
-from tests.support.postgres import pg_schema
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from datetime import datetime
-    from pathlib import Path
 
 START: Final = 1_700_000_000.123457  # an odd instant: sub-second, not a round number
 TARGET: Final = "tests.support.jobs:record"
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'jobs.db'}"
-    else:
-        with pg_schema("once") as url:
-            yield url
+pytestmark = pytest.mark.every_engine  # db_url: tests/conftest.py
 
 
 @pytest.fixture

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from persched import JobScheduler
     from tests.conftest import SchedulerFactory
 
+pytestmark = pytest.mark.every_engine
+
 UTC: Final = timezone.utc
 TEN_YEARS: Final = 10 * 365 * 86400.0
 

@@ -148,7 +148,7 @@ def test_claim_commits_before_deschedule_so_the_run_starts_and_wait_waits(
 ) -> None:
     sched = make_scheduler()
     cond = SignallingCondition()
-    sched._inflight_cond = cond
+    sched._runs._inflight_cond = cond
     sched.start()
     seam = claim_seam(seams, sched, "a", after=True)
     gate = jobs.gate("a")
@@ -160,7 +160,7 @@ def test_claim_commits_before_deschedule_so_the_run_starts_and_wait_waits(
 
     with (
         patch.object(sched._store, "claim_runs", side_effect=batch_claims(seam)),
-        patch.object(sched, "_wait_idle", return_value=None) if broken_wait else _nothing(),
+        patch.object(sched._runs, "wait_for_job", return_value=None) if broken_wait else _nothing(),
     ):
         sched.schedule("a", jobs.block, 10.0, args=("a",))
         fake_clock.advance(10.0)
@@ -301,7 +301,7 @@ def shutdown_workers_first(sched: JobScheduler, wait: bool = True, timeout: floa
     dispatcher has handed over the claim it is making."""
     with sched._state_lock:
         sched._state = "stopped"
-    sched._stopping = True
+    sched._runs._stopping = True
     sched._dispatcher.stop()
     sched._pool.stop()
     sched._dispatcher.join(TIMEOUT)
@@ -349,22 +349,23 @@ def test_shutdown_waits_for_a_claim_inside_the_store(
 
 
 def claim_ignoring_stop(sched: JobScheduler, due: list[ClaimEntry], completions: Sequence[Completion] = ()) -> int:
-    """A broken `JobScheduler._claim_due`: it never looks at the stop flag."""
-    sched._write_completions(completions)
+    """A broken `RunBook.claim_due`: it never looks at the stop flag."""
+    runs = sched._runs
+    runs.write_completions(completions)
     handed = 0
     for job_id, generation, due_at, _ in due:
-        with sched._inflight_cond:
-            sched._inflight_jobs[job_id] += 1
+        with runs._inflight_cond:
+            runs._inflight_jobs[job_id] += 1
         result = claim_one(
-            sched._store, job_id, generation, due_at, sched._timebase.now(), sched.instance_id, sched._lease
+            sched._store, job_id, generation, due_at, sched._timebase.now(), sched.instance_id, sched._config.lease
         )
         if isinstance(result, Claim):
-            with sched._inflight_cond:
-                sched._inflight_runs.add(result.run_id)
+            with runs._inflight_cond:
+                runs._inflight_runs.add(result.run_id)
             sched._pool.submit(result)
             handed += 1
         else:
-            sched._job_done(job_id, None)
+            runs.job_done(job_id, None)
     return handed
 
 
@@ -377,12 +378,12 @@ def test_a_claim_attempted_after_shutdown_began_never_commits(
     make_scheduler: SchedulerFactory, seams: list[Seam], fake_clock: FakeClock, broken_claim: bool
 ) -> None:
     sched = make_scheduler(start=True)
-    callback = functools.partial(claim_ignoring_stop, sched) if broken_claim else sched._claim_due
+    callback = functools.partial(claim_ignoring_stop, sched) if broken_claim else sched._runs.claim_due
     seam = Seam(callback, before=True)  # holds the dispatcher before it takes the claim gate
     seams.append(seam)
     store = sched._store
     with (
-        patch.object(sched, "_claim_due", side_effect=seam),
+        patch.object(sched._runs, "claim_due", side_effect=seam),
         patch.object(store, "claim_runs", wraps=store.claim_runs) as spy,
     ):
         sched.schedule("a", jobs.record, 10.0, args=("a",))
@@ -390,7 +391,7 @@ def test_a_claim_attempted_after_shutdown_began_never_commits(
         assert seam.entered.wait(TIMEOUT)  # an entry is popped, a worker reserved
         t = threading.Thread(target=sched.shutdown, kwargs={"wait": True, "timeout": TIMEOUT}, name="test-shutdown")
         t.start()
-        wait_until(lambda: sched._stopping, message="shutdown set its flag")
+        wait_until(lambda: sched._runs._stopping, message="shutdown set its flag")
         seam.go()
         t.join(TIMEOUT)
         assert not t.is_alive()

@@ -1,7 +1,14 @@
-"""SPEC §2 Restart and §1 errors on open: a new scheduler on the same SQLite
-file resumes every job on its grid, keeps unchanged re-declarations, never
+"""SPEC §2 Restart and §1 errors on open: a new scheduler on the same database
+resumes every job on its grid, keeps unchanged re-declarations, never
 reuses a generation, keeps rows it cannot use, and refuses stores it cannot
-use (StoreError) or a schema from the future (SchemaVersionError)."""
+use (StoreError) or a schema from the future (SchemaVersionError).
+
+The restart tests run on every engine (``every_engine``). The stores that
+cannot be used are SQLite files (garbage, a missing directory, read-only, a
+lock held by plain ``sqlite3``) and stay on SQLite; so do the schema-version
+tests, which rewrite the migration version of their database (on PostgreSQL
+that is the session's shared schema: tests/conftest.py).
+"""
 
 from __future__ import annotations
 
@@ -19,11 +26,13 @@ import pytest
 from persched import JobScheduler
 from persched.errors import PerschedError, SchemaVersionError, StoreError
 from tests.support import jobs
-from tests.support.helpers import TIMEOUT, at, sql, sqlite_path, wait_finished, wait_until
+from tests.support.helpers import TIMEOUT, at, db_sql, sql, sqlite_path, wait_finished, wait_until
 
 if TYPE_CHECKING:
     from persched.testing import FakeClock
     from tests.conftest import SchedulerFactory
+
+pytestmark = pytest.mark.every_engine
 
 
 def test_jobs_resume_on_their_grid(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
@@ -124,7 +133,7 @@ def test_descheduled_job_stays_descheduled_after_restart(
 def test_unresolvable_target_after_restart_is_kept_and_marked(
     make_scheduler: SchedulerFactory,
     fake_clock: FakeClock,
-    sqlite_url: str,
+    db_url: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """FIELD-REPORTS #6: a row that cannot be used is marked and logged, never deleted."""
@@ -133,7 +142,7 @@ def test_unresolvable_target_after_restart_is_kept_and_marked(
     first.schedule("good", jobs.record, 10.0, args=("good",))
     first.schedule("bad", jobs.record, 10.0, args=("bad",))
     first.shutdown(wait=True, timeout=TIMEOUT)
-    sql(sqlite_url, "UPDATE persched_jobs SET target = 'no_such_mod_9c2e:f' WHERE job_id = 'bad'")
+    db_sql(db_url, "UPDATE persched_jobs SET target = 'no_such_mod_9c2e:f' WHERE job_id = 'bad'")
     second = make_scheduler(start=True)
     fake_clock.advance(10.0)
     wait_finished(second, "good", 1)
@@ -141,7 +150,7 @@ def test_unresolvable_target_after_restart_is_kept_and_marked(
     wait_finished(second, "good", 2)
     assert jobs.calls("bad") == []
     # Not deleted.
-    assert sql(sqlite_url, "SELECT target FROM persched_jobs WHERE job_id = 'bad'") == [("no_such_mod_9c2e:f",)]
+    assert db_sql(db_url, "SELECT target FROM persched_jobs WHERE job_id = 'bad'") == [("no_such_mod_9c2e:f",)]
     # Not silent: recorded as an error run, or at least logged by persched.
     bad_runs = [r for r in second.runs("bad") if r.outcome is not None]
     logged = any(
@@ -152,6 +161,9 @@ def test_unresolvable_target_after_restart_is_kept_and_marked(
     if bad_runs:
         assert all(r.outcome == "error" for r in bad_runs)
         assert any("no_such_mod_9c2e" in (r.error or "") for r in bad_runs)
+
+
+# --- SQLite only: a plain file path, files that cannot be used, the migration version ---
 
 
 def test_plain_file_path_url(tmp_path: Path, fake_clock: FakeClock) -> None:

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from persched.testing import FakeClock
     from tests.conftest import SchedulerFactory
 
+pytestmark = pytest.mark.every_engine
+
 
 def wait_next_run(sched: JobScheduler, job_id: str, expected: datetime) -> None:
     """Wait until the job's next_run_at is `expected` (its run has been completed)."""

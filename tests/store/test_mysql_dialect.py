@@ -11,12 +11,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 
 from persched import _db
 from persched._instant import to_datetime
 from persched._schema import runs
 from persched._store import Store
+from tests.support.engines import MigratedDatabases, engine_named
 from tests.support.helpers import at_us
 
 if TYPE_CHECKING:
@@ -26,11 +27,9 @@ pytestmark = pytest.mark.mariadb
 
 
 @pytest.fixture
-def store(mariadb_store_url: str) -> Iterator[Store]:
+def store(migrated_databases: MigratedDatabases) -> Iterator[Store]:
     """A `Store` on the emptied session MariaDB database (the contract suite's `store`, MariaDB only)."""
-    engine = _db.make_engine(mariadb_store_url)
-    with engine.begin() as conn:
-        conn.execute(text("DELETE FROM persched_runs"))
+    engine = _db.make_engine(migrated_databases.empty(engine_named("mariadb")))
     try:
         yield Store(engine, _db.mask(engine.url))
     finally:

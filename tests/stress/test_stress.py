@@ -49,12 +49,9 @@ from persched import _db
 from persched._instant import seconds
 from persched._schema import jobs as jobs_table
 from persched._schema import runs as runs_table
-from tests.support import race_jobs
 from tests.support.helpers import TIMEOUT, wait_until
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from persched import JobScheduler
     from tests.conftest import SchedulerFactory
 
@@ -242,19 +239,9 @@ def run_stress(make_scheduler: SchedulerFactory, url: str) -> None:
     check_invariants(ops, rows, states)
 
 
-def test_stress_schedule_replace_deschedule_sqlite(make_scheduler: SchedulerFactory) -> None:
+@pytest.mark.every_engine
+def test_stress_schedule_replace_deschedule(make_scheduler: SchedulerFactory) -> None:
     run_stress(make_scheduler, make_scheduler.url)
-
-
-@pytest.fixture
-def pg_stress_url() -> Iterator[str]:
-    with race_jobs.pg_schema() as url:
-        yield url
-
-
-@pytest.mark.postgres
-def test_stress_schedule_replace_deschedule_postgres(make_scheduler: SchedulerFactory, pg_stress_url: str) -> None:
-    run_stress(make_scheduler, pg_stress_url)
 
 
 def test_invariant_checker_rejects_a_run_after_its_generation_ended() -> None:

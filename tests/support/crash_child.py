@@ -43,6 +43,7 @@ from sqlalchemy import event
 
 from persched import JobScheduler, current_run
 from persched._instant import Instant, Micros, from_datetime, micros
+from persched._runs import RunBook
 from persched._store import Claim, Recovery, Store
 from tests.support import proof_jobs
 from tests.support.store_calls import claim_one
@@ -147,7 +148,7 @@ def _install(crash: _Crash) -> None:
     real_upsert = Store.upsert_job
     real_deschedule = Store.deschedule_job
     real_recover = Store.recover_run
-    real_complete = JobScheduler._complete
+    real_complete = RunBook.complete
     real_target = proof_jobs.file_tracked
 
     def dispatch(
@@ -215,7 +216,7 @@ def _install(crash: _Crash) -> None:
             crash.fire("recover-after-commit", run_id=run.run_id, freed=result.due is not None)
         return result
 
-    def complete(self: JobScheduler, claim: Claim, outcome: str, error: str | None) -> None:
+    def complete(self: RunBook, claim: Claim, outcome: str, error: str | None) -> None:
         crash.fire("callable-returned", run_id=claim.run_id, outcome=outcome)
         real_complete(self, claim, outcome, error)
 
@@ -231,7 +232,7 @@ def _install(crash: _Crash) -> None:
         (Store, "upsert_job", upsert_job),
         (Store, "deschedule_job", deschedule_job),
         (Store, "recover_run", recover_run),
-        (JobScheduler, "_complete", complete),
+        (RunBook, "complete", complete),
         (proof_jobs, "file_tracked", target),
     ):
         patch.object(owner, name, new).start()  # for the life of this process

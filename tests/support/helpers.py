@@ -2,7 +2,9 @@
 
 Every blocking call in the tests is bounded by `TIMEOUT` real seconds. Polling
 for an assertion (`wait_until`) is fine; sleeping in the hope of an
-interleaving is not.
+interleaving is not. `sql` reads and writes the SQLite file itself (plain
+``sqlite3``); `db_sql` does the same on any engine, for the tests that run on
+every engine.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ import sqlite3
 import time
 from contextlib import closing
 from typing import TYPE_CHECKING, Any, Final
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 
 from persched._instant import Instant, micros, to_datetime
 
@@ -25,6 +30,7 @@ __all__ = [
     "TIMEOUT",
     "at",
     "at_us",
+    "db_sql",
     "finished_runs",
     "sql",
     "sqlite_path",
@@ -80,3 +86,14 @@ def sql(url: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[An
         rows = conn.execute(statement, params).fetchall()
         conn.commit()
         return rows
+
+
+def db_sql(url: str, statement: str, **params: object) -> list[tuple[Any, ...]]:
+    """Run one statement (``:name`` parameters) on the database behind `url`, any engine; commit; return its rows."""
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            result = conn.execute(text(statement), params)
+            return [tuple(row) for row in result] if result.returns_rows else []
+    finally:
+        engine.dispose()

@@ -1,4 +1,4 @@
-"""PostgreSQL for the tests: the URL from the environment, and throwaway schemas.
+"""PostgreSQL for the tests: the URL from the environment, throwaway schemas, emptying one.
 
 Tests read ``PERSCHED_TEST_PG_URL``: without it they skip with a visible
 reason (tests/conftest.py leaves the ``postgres``-marked ones out with one
@@ -6,6 +6,10 @@ summary line), except when ``CI`` is set, where a missing URL is an error (so
 PostgreSQL tests can never skip silently in CI). Each user works in its own
 schema (``search_path`` set through the URL), so suites neither see nor
 disturb each other's tables, and the schema is dropped afterwards.
+
+`pg_schema` is the one place a test schema is made: the engine registry
+(tests/support/engines.py) builds every PostgreSQL fixture on it, and tests
+that need a schema of their own call it directly.
 """
 
 from __future__ import annotations
@@ -16,15 +20,17 @@ import uuid
 from typing import TYPE_CHECKING
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import MetaData, create_engine, insert, select, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
-__all__ = ["PG_URL_ENV", "pg_base_url", "pg_required", "pg_schema"]
+__all__ = ["PG_URL_ENV", "pg_base_url", "pg_baseline", "pg_required", "pg_schema"]
 
 PG_URL_ENV = "PERSCHED_TEST_PG_URL"
+_VERSION_TABLE = "persched_alembic_version"  # Alembic's, kept: the schema stays at head
 
 
 def pg_required() -> bool:
@@ -48,7 +54,7 @@ def pg_base_url() -> str:
 
 @contextlib.contextmanager
 def pg_schema(tag: str = "test") -> Iterator[str]:
-    """Yield a URL on a fresh schema ``persched_<tag>_<random>``; drop it afterwards."""
+    """Yield a URL on a fresh, empty schema ``persched_<tag>_<random>``; drop it afterwards."""
     base = make_url(pg_base_url()).set(drivername="postgresql+psycopg")
     schema = f"persched_{tag}_{uuid.uuid4().hex[:10]}"
     admin = create_engine(base)
@@ -60,3 +66,37 @@ def pg_schema(tag: str = "test") -> Iterator[str]:
         with admin.begin() as conn:
             conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
         admin.dispose()
+
+
+def pg_baseline(url: str) -> Callable[[], None]:
+    """Record what the migrated schema behind `url` holds; return a function that brings it back to that.
+
+    Bringing it back is ``TRUNCATE ... RESTART IDENTITY`` of every table but
+    the migration version, then the rows the migrations seeded (the change
+    counter) inserted again: per test much cheaper than a new schema migrated
+    again. The tables are read from the catalogue, so a table or seed row that
+    a new migration adds is covered too.
+    """
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        meta = MetaData()
+        with engine.connect() as conn:
+            meta.reflect(conn)
+            tables = [t for t in meta.sorted_tables if t.name != _VERSION_TABLE]
+            seeds = [(t, [dict(row._mapping) for row in conn.execute(select(t))]) for t in tables]
+    finally:
+        engine.dispose()
+    truncate = text("TRUNCATE " + ", ".join(f'"{t.name}"' for t in tables) + " RESTART IDENTITY")
+
+    def reset() -> None:
+        engine = create_engine(url, poolclass=NullPool)
+        try:
+            with engine.begin() as conn:
+                conn.execute(truncate)
+                for table, rows in seeds:
+                    if rows:
+                        conn.execute(insert(table), rows)
+        finally:
+            engine.dispose()
+
+    return reset

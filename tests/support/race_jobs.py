@@ -43,7 +43,7 @@ from persched._schema import jobs, runs
 from persched._store import Claim, ClaimMiss, Completion, RunNowAnswer, RunNowVerdict, Store, claims
 from persched._store.mappers import instant_or_none
 from tests.support.helpers import TIMEOUT
-from tests.support.postgres import pg_base_url, pg_schema
+from tests.support.postgres import pg_base_url
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -63,7 +63,6 @@ __all__ = [
     "finish_by_job_id_only",
     "noop",
     "pg_base_url",
-    "pg_schema",
     "wall_clock_beat",
     "work",
 ]

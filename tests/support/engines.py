@@ -1,0 +1,157 @@
+"""The database engines the tests run on: one `EngineSpec` each, listed in `ENGINES`.
+
+Adding an engine to the tests is one more entry in `ENGINES`, with its
+helpers in a module of its own beside tests/support/postgres.py (MariaDB,
+marker ``mariadb``, server from ``PERSCHED_TEST_MARIADB_URL``: its helpers
+are tests/support/mariadb.py). The rest follows from the entry:
+
+- tests/conftest.py registers its marker, leaves its tests out (one summary
+  line) when its variable is unset, and stops the run instead when ``CI`` is
+  set, so a server engine never skips silently in CI;
+- `engine_params()` parametrises over it: the ``engine_name`` of the
+  scheduler modules marked ``every_engine`` (and so `db_url` and
+  `make_scheduler`), the store contract suite, the migration tests and the
+  multi-instance tests.
+
+Two kinds of database are asked of an engine. `fresh` makes a brand-new,
+empty one (never migrated) and removes it afterwards. `baseline`, where set,
+records a database migrated once per session and returns what brings it back
+to that state before each test: per test much cheaper than a new database
+migrated again (see `MigratedDatabases`); where it is None (SQLite), a fresh
+database per test is already cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import pytest
+
+from persched import _db, _migrate
+from tests.support.mariadb import MARIADB_URL_ENV, mariadb_baseline, mariadb_database
+from tests.support.postgres import PG_URL_ENV, pg_baseline, pg_schema
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from contextlib import AbstractContextManager
+    from pathlib import Path
+
+    from _pytest.mark.structures import ParameterSet
+
+__all__ = ["ENGINES", "EngineSpec", "MigratedDatabases", "engine_named", "engine_params", "migrate", "required_in_ci"]
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """How the tests reach one database engine.
+
+    Attributes:
+        name: The test id (``[postgres]``) and, for a server engine, its pytest marker.
+        label: How messages name it.
+        url_env: The environment variable with the server's URL; None: no server (SQLite files).
+        fresh: ``fresh(tmp_path, tag)`` enters a brand-new empty database and yields its
+            URL; the database is removed on exit. `tag` names it (for leftovers).
+        baseline: ``baseline(url)`` records the state of a just-migrated database and
+            returns a function that brings it back to that state (empties it but
+            for what migrations seed); None: tests get a `fresh` database each instead.
+    """
+
+    name: str
+    label: str
+    url_env: str | None
+    fresh: Callable[[Path, str], AbstractContextManager[str]]
+    baseline: Callable[[str], Callable[[], None]] | None = None
+
+    @property
+    def marker(self) -> pytest.MarkDecorator | None:
+        """The pytest marker of a server engine (None for SQLite)."""
+        return None if self.url_env is None else getattr(pytest.mark, self.name)
+
+
+@contextlib.contextmanager
+def _sqlite_file(tmp_path: Path, tag: str) -> Iterator[str]:
+    # "jobs.db", whatever the tag: the file the `sqlite_url` fixture names, so a
+    # test that reads the file behind `db_url` can ask for `sqlite_url` too.
+    del tag
+    yield f"sqlite:///{tmp_path / 'jobs.db'}"
+
+
+def _pg_fresh(tmp_path: Path, tag: str) -> AbstractContextManager[str]:
+    del tmp_path
+    return pg_schema(tag)
+
+
+def _mariadb_fresh(tmp_path: Path, tag: str) -> AbstractContextManager[str]:
+    del tmp_path
+    return mariadb_database(tag)
+
+
+ENGINES: Final[tuple[EngineSpec, ...]] = (
+    EngineSpec("sqlite", "SQLite", None, _sqlite_file),
+    EngineSpec("postgres", "PostgreSQL", PG_URL_ENV, _pg_fresh, pg_baseline),
+    EngineSpec("mariadb", "MariaDB", MARIADB_URL_ENV, _mariadb_fresh, mariadb_baseline),
+)
+
+
+def engine_named(name: str) -> EngineSpec:
+    """The entry of `ENGINES` called `name`."""
+    for engine in ENGINES:
+        if engine.name == name:
+            return engine
+    raise LookupError(f"no test engine {name!r}; known: {[e.name for e in ENGINES]}")
+
+
+def engine_params() -> list[ParameterSet]:
+    """One ``pytest.param`` per engine, id its name, a server engine marked with its marker."""
+    return [
+        pytest.param(engine.name, id=engine.name, marks=() if engine.marker is None else engine.marker)
+        for engine in ENGINES
+    ]
+
+
+def required_in_ci() -> bool:
+    """True in CI (``CI`` set, as .ci/run does): server-engine tests fail there, never skip."""
+    return bool(os.environ.get("CI"))
+
+
+def migrate(url: str) -> None:
+    """Migrate the database behind `url` to head."""
+    engine = _db.make_engine(url)
+    try:
+        _migrate.upgrade(engine)
+    finally:
+        engine.dispose()
+
+
+class MigratedDatabases:
+    """One database per server engine for the whole session, migrated to head once, on first use.
+
+    `empty` hands it to a test as it was just after the migration
+    (`EngineSpec.baseline`): the per-test cost on PostgreSQL is one TRUNCATE
+    instead of a schema migrated again. Closing removes the databases.
+    """
+
+    def __init__(self, tmp_path: Path) -> None:
+        self._tmp_path = tmp_path
+        self._stack = contextlib.ExitStack()
+        self._made: dict[str, tuple[str, Callable[[], None]]] = {}  # name -> (url, reset)
+
+    def empty(self, engine: EngineSpec) -> str:
+        """The URL of `engine`'s session database, as a fresh migration leaves it."""
+        assert engine.baseline is not None, f"{engine.name}: no session database (tests get a fresh one each)"
+        made = self._made.get(engine.name)
+        if made is None:
+            url = self._stack.enter_context(engine.fresh(self._tmp_path, "session"))
+            migrate(url)
+            self._made[engine.name] = (url, engine.baseline(url))
+            return url
+        url, reset = made
+        reset()
+        return url
+
+    def close(self) -> None:
+        """Remove every session database."""
+        self._stack.close()
