@@ -560,7 +560,7 @@ def _mysql_engine(url: URL) -> Engine:
     timeouts["write_timeout"] = _MYSQL_IO_TIMEOUT
     connect_args.update({key: seconds for key, seconds in timeouts.items() if key not in url.query})
     if "charset" not in url.query:
-        url = url.update_query_dict({"charset": "utf8mb4"})  # 4-byte UTF-8: every str a job_id may hold
+        connect_args["charset"] = "utf8mb4"  # 4-byte UTF-8: every str a job_id may hold (not in the URL shown)
     try:
         return create_engine(
             url,
