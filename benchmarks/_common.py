@@ -165,6 +165,49 @@ def persched_create(path: str) -> None:
     scheduler.shutdown(wait=True, timeout=10)
 
 
+def persched_populate_url(url: str, rows: Iterable[tuple[str, str, float, float]]) -> int:
+    """`persched_populate` on any engine (``--db URL``: PostgreSQL, MySQL, MariaDB) through SQLAlchemy Core.
+
+    Empties persched's tables of that database first: point ``--db`` at a database of its own.
+    """
+    from datetime import datetime, timezone
+
+    from sqlalchemy import delete, insert
+
+    from persched._db import make_engine
+    from persched._schema import jobs, runs
+
+    def at(epoch: float) -> datetime:
+        return datetime.fromtimestamp(epoch, timezone.utc)
+
+    now = at(time.time())
+    values = [
+        {
+            "job_id": job_id,
+            "target": target,
+            "args": "[]",
+            "kwargs": "{}",
+            "interval_seconds": interval,
+            "first_run_at": at(first_at),
+            "next_run_at": at(first_at),
+            "generation": 1,
+            "state": "scheduled",
+            "created_at": now,
+            "updated_at": now,
+        }
+        for job_id, target, interval, first_at in rows
+    ]
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(delete(runs))
+            conn.execute(delete(jobs))
+            conn.execute(insert(jobs), values)
+    finally:
+        engine.dispose()
+    return len(values)
+
+
 def persched_populate(path: str, rows: Iterable[tuple[str, str, float, float]]) -> int:
     """Insert ``(job_id, target, interval_seconds, first_run_at epoch)`` rows as scheduled jobs.
 

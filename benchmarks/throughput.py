@@ -16,11 +16,19 @@ from benchmarks import _common as c
 from benchmarks import targets
 
 
+def scheduler_engine_name(url: str) -> str:
+    """The engine a ``--db`` URL names, for the record."""
+    from persched._db import to_url
+
+    return to_url(url).get_backend_name()
+
+
 def main() -> None:
     p = c.parser(__doc__ or "")
     p.add_argument("--jobs", type=int, default=1000)
     p.add_argument("--window", type=float, default=10.0, help="measured seconds")
     p.add_argument("--warmup", type=float, default=3.0, help="seconds after the first slots before measuring")
+    p.add_argument("--db", default=None, help="persched only: a server URL (PostgreSQL, MySQL, MariaDB); emptied first")
     args = p.parse_args()
     log = c.quiet_logging()
     path = c.db_path(args.dir)
@@ -32,11 +40,13 @@ def main() -> None:
     if args.system == "persched":
         from persched import JobScheduler
 
-        c.persched_create(path)
-        c.persched_populate(path, ((j, "benchmarks.targets:tick", iv, first) for j, iv, first in rows))
-        scheduler = JobScheduler(path, workers=args.workers)
+        where = path if args.db is None else args.db
+        c.persched_create(where)
+        populate = c.persched_populate if args.db is None else c.persched_populate_url
+        populate(where, ((j, "benchmarks.targets:tick", iv, first) for j, iv, first in rows))
+        scheduler = JobScheduler(where, workers=args.workers)
         scheduler.start()
-        record["synchronous"] = "FULL/wal"
+        record["synchronous"] = "FULL/wal" if args.db is None else scheduler_engine_name(where)
 
         def stop() -> None:
             scheduler.shutdown(wait=True, timeout=5)

@@ -12,6 +12,19 @@ both read and then write never deadlock upgrading their locks (Prefect; Huey's
 ``begin exclusive``). A connection with execution option
 ``persched_readonly=True`` gets a plain (deferred) ``BEGIN`` instead, so that
 readers never queue behind writers.
+
+MySQL and MariaDB notes (`_mysql_engine`). ``mysql://`` and ``mariadb://``
+go through PyMySQL (the ``mysql`` extra), always as ``mysql+pymysql`` so that
+the code sees one dialect name, ``"mysql"``, for both servers. Every session
+runs at READ COMMITTED, like PostgreSQL's default and for the same reason: the
+store is written for "each statement sees the latest commit", and REPEATABLE
+READ's snapshot (taken at a transaction's first read) would show a dispatch
+cycle rows as they were before other instances' commits, while its gap locks
+on the due-rows index range would make ``schedule()`` inserts wait behind a
+claim and deadlock with it. Locking reads and UPDATEs read the latest
+committed row at either level. The session is strict (``sql_mode``: a value
+that does not fit is an error, never silently truncated), on UTC, utf8mb4,
+and waits at most `MYSQL_LOCK_WAIT` seconds for a row lock.
 """
 
 from __future__ import annotations
@@ -43,7 +56,9 @@ if TYPE_CHECKING:
     from sqlalchemy.pool import ConnectionPoolEntry
 
 __all__ = [
+    "MYSQL_LOCK_WAIT",
     "READONLY",
+    "is_mysql",
     "is_sqlite",
     "make_engine",
     "make_read_only_engine",
@@ -69,6 +84,18 @@ BEGIN_MAX_DELAY: Final = 0.004  # seconds: well under one 0.1 s slot, and cheap 
 # auto-checkpoint cycle, so that cycle never truncates and regrows.
 JOURNAL_SIZE_LIMIT: Final = 8 << 20
 _PG_CONNECT_TIMEOUT: Final = 10  # seconds, unless the URL says otherwise
+_MYSQL_CONNECT_TIMEOUT: Final = 10  # seconds, unless the URL says otherwise
+# Seconds a socket read or write may block before PyMySQL gives up (a cut
+# connection that the kernel never reports: half-open TCP); well above any
+# statement persched sends and above MYSQL_LOCK_WAIT. The URL may override it.
+_MYSQL_IO_TIMEOUT: Final = 60
+MYSQL_LOCK_WAIT: Final = 10  # seconds: innodb_lock_wait_timeout of persched's sessions (server default 50)
+# Strict: an over-long value is an error, not truncated; no zero dates; and none of the
+# modes (ANSI_QUOTES, PIPES_AS_CONCAT, ...) a server may set that change how SQL parses.
+_MYSQL_SQL_MODE: Final = (
+    "STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
+)
+_MYSQL_BACKENDS: Final = ("mysql", "mariadb")
 _PASSWORD_RE: Final = re.compile(r"(://[^/:@]*:)[^@/]*(@)")
 
 
@@ -113,13 +140,20 @@ def to_url(url_or_path: str) -> URL:
             )
         # SPEC: PostgreSQL goes through psycopg 3 (the `postgres` extra).
         url = url.set(drivername="postgresql+psycopg")
+    elif backend in _MYSQL_BACKENDS:
+        if driver not in ("", "pymysql"):
+            raise StoreError(mask(url), f"unsupported MySQL/MariaDB driver {driver!r}; use mysql+pymysql://")
+        # One dialect name for both servers: the MySQL dialect finds out itself
+        # that the server is MariaDB (dialect.is_mariadb).
+        url = url.set(drivername="mysql+pymysql")
     elif backend == "sqlite":
         if driver not in ("", "pysqlite"):
             raise StoreError(mask(url), f"unsupported SQLite driver {driver!r}; use sqlite:///PATH")
     else:
         raise StoreError(
             mask(url),
-            f"unsupported database {backend!r}; persched supports sqlite:///PATH and postgresql+psycopg://USER@HOST/DB",
+            f"unsupported database {backend!r}; persched supports sqlite:///PATH, postgresql+psycopg://USER@HOST/DB"
+            " and mysql+pymysql://USER@HOST/DB (MySQL or MariaDB)",
         )
     try:
         url.get_dialect()
@@ -155,6 +189,11 @@ def _mask_text(text_url: str) -> str:
 def is_sqlite(engine: Engine | Connection) -> bool:
     """Return True if `engine` talks to SQLite."""
     return engine.dialect.name == "sqlite"
+
+
+def is_mysql(engine: Engine | Connection) -> bool:
+    """Return True if `engine` talks to MySQL or MariaDB."""
+    return engine.dialect.name in _MYSQL_BACKENDS
 
 
 def _reason(exc: BaseException, url: URL) -> str:
@@ -206,8 +245,15 @@ def _is_dbapi_error(exc: BaseException) -> bool:
     try:
         import psycopg
     except ImportError:
+        pass
+    else:
+        if isinstance(exc, psycopg.Error):
+            return True
+    try:
+        import pymysql
+    except ImportError:
         return False
-    return isinstance(exc, psycopg.Error)
+    return isinstance(exc, pymysql.Error)
 
 
 def make_engine(
@@ -224,7 +270,9 @@ def make_engine(
     busy timeout and ``foreign_keys=ON``. Write transactions begin with
     ``BEGIN IMMEDIATE``; pass execution option ``persched_readonly=True`` for a
     deferred ``BEGIN``. ``sqlite://`` (in memory) uses a single shared
-    connection. PostgreSQL URLs use psycopg 3 with ``pool_pre_ping``.
+    connection. PostgreSQL URLs use psycopg 3 with ``pool_pre_ping``;
+    MySQL/MariaDB URLs PyMySQL with ``pool_pre_ping`` at READ COMMITTED (see
+    the module docstring).
 
     Args:
         url_or_path: A SQLAlchemy URL or a plain SQLite file path.
@@ -250,6 +298,8 @@ def open_engine(url_or_path: str, options: EngineOptions, *, create: bool = True
     url = to_url(url_or_path)
     if url.get_backend_name() == "sqlite":
         engine = _sqlite_engine(url, busy_timeout_seconds, sync, create)
+    elif url.get_backend_name() in _MYSQL_BACKENDS:
+        engine = _mysql_engine(url)
     else:
         engine = _postgres_engine(url)
     # The partial indexes' WHERE for this engine's DDL (Alembic, create_all), now that its
@@ -495,4 +545,33 @@ def _postgres_engine(url: URL) -> Engine:
         raise StoreError(
             mask(url),
             "the PostgreSQL driver is not installed: pip install persched[postgres]",
+        ) from exc
+
+
+def _mysql_engine(url: URL) -> Engine:
+    connect_args: dict[str, Any] = {
+        # Runs on every new connection, before the dialect's own first queries.
+        "init_command": (
+            f"SET SESSION sql_mode = '{_MYSQL_SQL_MODE}', time_zone = '+00:00',"
+            f" innodb_lock_wait_timeout = {MYSQL_LOCK_WAIT}"
+        ),
+    }
+    timeouts = {"connect_timeout": _MYSQL_CONNECT_TIMEOUT, "read_timeout": _MYSQL_IO_TIMEOUT}
+    timeouts["write_timeout"] = _MYSQL_IO_TIMEOUT
+    connect_args.update({key: seconds for key, seconds in timeouts.items() if key not in url.query})
+    if "charset" not in url.query:
+        connect_args["charset"] = "utf8mb4"  # 4-byte UTF-8: every str a job_id may hold (not in the URL shown)
+    try:
+        return create_engine(
+            url,
+            pool_pre_ping=True,
+            # Below the server's wait_timeout (8 h by default), which closes idle connections.
+            pool_recycle=3600,
+            isolation_level="READ COMMITTED",
+            connect_args=connect_args,
+        )
+    except ImportError as exc:
+        raise StoreError(
+            mask(url),
+            "the MySQL/MariaDB driver is not installed: pip install persched[mysql]",
         ) from exc

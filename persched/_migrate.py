@@ -12,11 +12,17 @@ process must never run it at once: ``_PROCESS_LOCK`` serialises `upgrade`
 (Prefect does the same). Across processes the database is the lock: on
 SQLite the whole check-and-upgrade runs in one ``BEGIN IMMEDIATE``
 transaction (the write lock, taken by ``persched._db``'s begin listener); on
-PostgreSQL in one transaction holding ``pg_advisory_xact_lock`` (each engine's
-`Dialect.migration_lock`). The revision
-is read *after* the lock is taken, so the loser of a race sees head and does
-nothing. Both databases have transactional DDL, so a failed migration leaves
-the schema as it was.
+PostgreSQL in one transaction holding ``pg_advisory_xact_lock``; on MySQL and
+MariaDB under ``GET_LOCK``, a session lock (their DDL commits implicitly, so
+no lock that ends with a transaction would last through a migration),
+released by `Dialect.release_migration_lock` once the transaction has ended,
+and by the server if the session dies (each engine's
+`Dialect.migration_lock`). The revision is read *after* the lock is taken, so
+the loser of a race sees head and does nothing. SQLite and PostgreSQL have
+transactional DDL, so a failed migration leaves the schema as it was; MySQL
+commits each DDL statement on its own, so there a migration that fails
+half-way (the server gone) leaves the revisions before it applied and that
+one partly applied, as with any MySQL migration tool.
 
 Alembic is imported only when something is to be migrated (or a revision
 this code does not know is to be named): the recorded revision is read by a
@@ -192,22 +198,22 @@ def upgrade(engine: Engine) -> None:
         StoreError: The database cannot be written (read-only, locked past
             the busy timeout, unreachable).
     """
-    with (
-        _PROCESS_LOCK,
-        store_errors(engine.url),
-        engine.connect() as conn,
-        conn.begin(),
-    ):
-        # Held until this transaction ends; other upgraders queue here.
-        dialect_for(engine).migration_lock(conn)
-        # Read under the lock: a concurrent upgrader may just have finished.
-        found = _revision(conn)
-        if found == HEAD:
-            return  # the usual case, without Alembic
-        _check_known(found)
-        _known()  # Alembic's one head must be HEAD before it upgrades to "head"
-        with quiet_alembic():
-            from alembic import command
+    dialect = dialect_for(engine)
+    with _PROCESS_LOCK, store_errors(engine.url), engine.connect() as conn:
+        try:
+            with conn.begin():
+                # Held until this transaction ends (MySQL: until released below); other upgraders queue here.
+                dialect.migration_lock(conn)
+                # Read under the lock: a concurrent upgrader may just have finished.
+                found = _revision(conn)
+                if found == HEAD:
+                    return  # the usual case, without Alembic
+                _check_known(found)
+                _known()  # Alembic's one head must be HEAD before it upgrades to "head"
+                with quiet_alembic():
+                    from alembic import command
 
-            command.upgrade(_config(conn), "head")  # "Running upgrade ..." lines stay
-        logger.info("migrated %s from revision %s to %s", mask(engine.url), found, HEAD)
+                    command.upgrade(_config(conn), "head")  # "Running upgrade ..." lines stay
+                logger.info("migrated %s from revision %s to %s", mask(engine.url), found, HEAD)
+        finally:
+            dialect.release_migration_lock(conn)

@@ -5,6 +5,22 @@ schema in a database; this module mirrors the head revision for the queries in
 ``_store`` (a migration test checks that the two agree). The partial
 indexes' predicates reach SQLAlchemy only with an engine of their dialect
 (`attach_index_predicates`), so that importing this module imports no dialect.
+
+MySQL and MariaDB get their own column types where the generic ones would
+lose data (rendered by `_on_mysql`, without importing the MySQL dialect
+here): instants are ``DATETIME(6)`` (naive UTC, like SQLite's text; a plain
+``DATETIME`` keeps whole seconds), durations ``DOUBLE`` (MySQL's ``FLOAT`` is
+4 bytes), JSON and tracebacks ``MEDIUMTEXT`` (``TEXT`` stops at 64 KiB, below
+the default ``max_args_bytes``). The revisions make the tables InnoDB, utf8mb4
+with a binary NO PAD collation (``utf8mb4_nopad_bin`` on MariaDB,
+``utf8mb4_0900_bin`` on MySQL 8), so ``"Job"``, ``"job"`` and ``"job "`` are
+three job ids, as on SQLite and PostgreSQL. MySQL has no partial indexes: the
+two non-unique ones are plain indexes there, and the one-run-per-slot rule, a
+partial unique index ``WHERE NOT run_now`` elsewhere, is a unique index over
+`MYSQL_SLOT_COLUMN`, a stored generated column that is NULL for run-now rows
+(a unique index admits many NULLs). That column exists only on MySQL/MariaDB
+and is never read or written by persched; it is not in this metadata
+(tests/migrations checks it apart).
 """
 
 from __future__ import annotations
@@ -30,11 +46,14 @@ from sqlalchemy import (
     text,
     types,
 )
+from sqlalchemy.ext.compiler import compiles
 
 if TYPE_CHECKING:
     from sqlalchemy import ColumnElement, TextClause
 
 __all__ = [
+    "MYSQL_SLOT_COLUMN",
+    "MYSQL_SLOT_EXPRESSION",
     "PARTIAL_INDEX_DIALECTS",
     "UTCDateTime",
     "attach_index_predicates",
@@ -44,6 +63,48 @@ __all__ = [
     "partial_index_predicates",
     "runs",
 ]
+
+_MYSQL: Final = ("mysql", "mariadb")
+#: MySQL/MariaDB only: persched_runs' generated column behind uq_persched_runs_slot (revision 0003).
+MYSQL_SLOT_COLUMN: Final = "grid_slot"
+MYSQL_SLOT_EXPRESSION: Final = "CASE WHEN run_now THEN NULL ELSE scheduled_for END"
+
+
+class _Seconds(Float):  # type: ignore[type-arg]  # Float's generic parameter is its Python type
+    """Float seconds: an 8-byte float on every engine (``DOUBLE`` on MySQL, whose ``FLOAT`` is 4 bytes)."""
+
+    inherit_cache = True
+
+
+class _LongText(Text):
+    """JSON arguments and tracebacks: ``MEDIUMTEXT`` (16 MiB) on MySQL, whose ``TEXT`` holds 64 KiB."""
+
+    inherit_cache = True
+
+
+def _on_mysql(rendered: str) -> Any:  # noqa: ANN401 - a compiler hook
+    def render(element: object, compiler: object, **kw: object) -> str:
+        return rendered
+
+    return render
+
+
+for _name in _MYSQL:
+    compiles(_Seconds, _name)(_on_mysql("DOUBLE"))
+    compiles(_LongText, _name)(_on_mysql("MEDIUMTEXT"))
+
+
+def _not_mysql(
+    ddl: object,
+    target: object,
+    bind: object,
+    tables: object = None,
+    state: object = None,
+    **kw: Any,  # noqa: ANN401 - SQLAlchemy's DDLIfCallable passes dialect=, compiler=, checkfirst=
+) -> bool:
+    """DDL condition: not on MySQL/MariaDB (the slot index there is the revisions' own)."""
+    return kw["dialect"].name not in _MYSQL
+
 
 metadata = MetaData(
     naming_convention={
@@ -56,12 +117,21 @@ metadata = MetaData(
 
 
 class UTCDateTime(types.TypeDecorator[datetime]):
-    """An aware UTC datetime in every engine: `timestamptz` on PostgreSQL, and
-    on SQLite the fixed-width naive UTC text that SQLAlchemy writes (so that
-    `<=` compares instants). Naive datetimes are refused on the way in."""
+    """An aware UTC datetime in every engine: `timestamptz` on PostgreSQL, on
+    SQLite the fixed-width naive UTC text that SQLAlchemy writes (so that `<=`
+    compares instants), on MySQL/MariaDB a naive UTC ``DATETIME(6)``
+    (microseconds, no time zone conversion, unlike ``TIMESTAMP``). Naive
+    datetimes are refused on the way in."""
 
     impl = DateTime(timezone=True)
     cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> types.TypeEngine[Any]:
+        if dialect.name in _MYSQL:
+            from sqlalchemy.dialects.mysql import DATETIME  # loaded already: this is a MySQL engine
+
+            return dialect.type_descriptor(DATETIME(fsp=6))
+        return dialect.type_descriptor(self.impl)
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> datetime | None:  # noqa: ANN401 - SQLAlchemy hook
         if value is None:
@@ -69,7 +139,7 @@ class UTCDateTime(types.TypeDecorator[datetime]):
         if not isinstance(value, datetime) or value.tzinfo is None:
             raise ValueError(f"expected an aware datetime, got {value!r}")
         utc: datetime = value.astimezone(timezone.utc)
-        return utc.replace(tzinfo=None) if dialect.name == "sqlite" else utc
+        return utc.replace(tzinfo=None) if dialect.name == "sqlite" or dialect.name in _MYSQL else utc
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:  # noqa: ANN401 - SQLAlchemy hook
         if value is None:
@@ -88,20 +158,20 @@ jobs = Table(
     metadata,
     Column("job_id", String(200), primary_key=True),
     Column("target", String(1000), nullable=False),
-    Column("args", Text, nullable=False),  # JSON array
-    Column("kwargs", Text, nullable=False),  # JSON object
-    Column("interval_seconds", Float, nullable=True),  # None for a cron job
+    Column("args", _LongText, nullable=False),  # JSON array
+    Column("kwargs", _LongText, nullable=False),  # JSON object
+    Column("interval_seconds", _Seconds, nullable=True),  # None for a cron job
     Column("cron", String(200), nullable=True),
     Column("timezone", String(64), nullable=False, server_default="UTC"),
     Column("recurrence", String(16), nullable=False, server_default="fixed_rate"),
     Column("misfire", String(16), nullable=False, server_default="coalesce"),
     Column("max_catch_up", Integer, nullable=True),
-    Column("grace_seconds", Float, nullable=False, server_default="1"),
+    Column("grace_seconds", _Seconds, nullable=False, server_default="1"),
     Column("overlap", String(16), nullable=False, server_default="forbid"),
-    Column("jitter_seconds", Float, nullable=False, server_default="0"),
+    Column("jitter_seconds", _Seconds, nullable=False, server_default="0"),
     Column("start_at", UTCDateTime, nullable=True),
     Column("end_at", UTCDateTime, nullable=True),
-    Column("max_runtime_seconds", Float, nullable=True),
+    Column("max_runtime_seconds", _Seconds, nullable=True),
     Column("first_run_at", UTCDateTime, nullable=False),  # grid anchor
     # The next slot still to run; it moves on when a run of the grid is
     # claimed, and stays put for a run-now run (SPEC-policies).
@@ -150,7 +220,7 @@ runs = Table(
     Column("started_at", UTCDateTime, nullable=False),
     Column("finished_at", UTCDateTime, nullable=True),
     Column("outcome", String(16), nullable=True),
-    Column("error", Text, nullable=True),
+    Column("error", _LongText, nullable=True),
     Column("instance_id", String(255), nullable=False),
     Column("lease_until", UTCDateTime, nullable=True),
     # A "missed" record stands for the slots scheduled_for .. missed_until.
@@ -169,8 +239,11 @@ runs = Table(
 # queries never do. The migration tests compare them with the indexes the revisions create.
 _PARTIAL_INDEXES: Final[tuple[tuple[Index, ColumnElement[bool] | TextClause], ...]] = (
     # One run per grid slot; run-now runs are off the grid and may share an instant with a slot.
+    # (MySQL/MariaDB: over MYSQL_SLOT_COLUMN instead, see the module docstring; not created from here.)
     (
-        Index("uq_persched_runs_slot", runs.c.job_id, runs.c.generation, runs.c.scheduled_for, unique=True),
+        Index("uq_persched_runs_slot", runs.c.job_id, runs.c.generation, runs.c.scheduled_for, unique=True).ddl_if(
+            callable_=_not_mysql
+        ),
         text("NOT run_now"),
     ),
     # Open runs (outcome NULL) are few; a partial index finds them for lease

@@ -33,6 +33,7 @@ from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.engines import ENGINES, MigratedDatabases, engine_named, engine_params, required_in_ci
 from tests.support.helpers import EPOCH, TIMEOUT, wait_until
+from tests.support.mariadb import mariadb_base_url
 from tests.support.pools import CheckoutTracker
 from tests.support.postgres import pg_base_url
 
@@ -155,6 +156,12 @@ def sqlite_url(tmp_path: Path) -> str:
 def fake_clock() -> FakeClock:
     """A FakeClock at `EPOCH`."""
     return FakeClock(start=EPOCH)
+
+
+@pytest.fixture
+def mariadb_url() -> str:
+    """PERSCHED_TEST_MARIADB_URL; left out locally without it, a failure in CI."""
+    return mariadb_base_url()
 
 
 @pytest.fixture

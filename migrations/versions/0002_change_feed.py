@@ -17,6 +17,17 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+
+def _mysql_table():
+    # Table options, ignored by the other dialects (see 0001).
+    mariadb = getattr(op.get_context().dialect, "is_mariadb", False)
+    return {
+        "mysql_engine": "InnoDB",
+        "mysql_charset": "utf8mb4",
+        "mysql_collate": "utf8mb4_nopad_bin" if mariadb else "utf8mb4_0900_bin",
+    }
+
+
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
@@ -29,6 +40,7 @@ def upgrade() -> None:
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("seq", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_persched_changes"),
+        **_mysql_table(),
     )
     op.bulk_insert(changes, [{"id": 1, "seq": 0}])
     with op.batch_alter_table("persched_jobs") as batch:

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT = 60.0  # seconds for one process
 POSTGRESQL_DIALECT = "sqlalchemy.dialects.postgresql"
+MYSQL_DIALECT = "sqlalchemy.dialects.mysql"  # nor the MySQL one (persched._schema's MySQL types, issue 17)
 
 
 def _imported(args: Sequence[str], cwd: Path) -> set[str]:
@@ -80,12 +81,14 @@ def test_sqlite_engine_and_schema_import_no_postgresql_dialect(at_head: Path, tm
     modules = _imported(["-c", probe, str(at_head)], tmp_path)
     assert "sqlalchemy.dialects.sqlite" in modules
     assert not _under(modules, POSTGRESQL_DIALECT)
+    assert not _under(modules, MYSQL_DIALECT)
     assert not _under(modules, "alembic")
 
 
 def test_jobs_at_head_imports_no_postgresql_dialect(at_head: Path, tmp_path: Path) -> None:
     modules = _imported(["-m", "persched", "--db", str(at_head), "jobs"], tmp_path)
     assert not _under(modules, POSTGRESQL_DIALECT)
+    assert not _under(modules, MYSQL_DIALECT)
 
 
 def test_migrate_imports_alembic_only_to_migrate(tmp_path: Path) -> None:

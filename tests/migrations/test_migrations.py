@@ -30,11 +30,20 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.schema import CreateIndex
 
 from persched import _db, _migrate, _revision
-from persched._schema import PARTIAL_INDEX_DIALECTS, metadata, partial_index_predicates, runs
+from persched._schema import (
+    MYSQL_SLOT_COLUMN,
+    MYSQL_SLOT_EXPRESSION,
+    PARTIAL_INDEX_DIALECTS,
+    metadata,
+    partial_index_predicates,
+    runs,
+)
 from persched.errors import SchemaVersionError, StoreError
+from tests.support.engines import engine_named
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -59,9 +68,18 @@ def _include(obj: object, name: str | None, type_: str, *_: object) -> bool:
     return not (type_ == "table" and name == _migrate.VERSION_TABLE)
 
 
+def _include_mysql(obj: object, name: str | None, type_: str, *rest: object) -> bool:
+    # MySQL/MariaDB: the slot index is over a generated column that only they have
+    # (persched/_schema.py); test_mysql_slot_index checks both.
+    if (type_, name) in (("column", MYSQL_SLOT_COLUMN), ("index", "uq_persched_runs_slot")):
+        return False
+    return _include(obj, name, type_, *rest)
+
+
 def _diff(engine: Engine, target: MetaData) -> list[Any]:
+    include = _include_mysql if _db.is_mysql(engine) else _include
     with engine.connect() as conn:
-        ctx = MigrationContext.configure(conn, opts={"compare_type": True, "include_object": _include})
+        ctx = MigrationContext.configure(conn, opts={"compare_type": True, "include_object": include})
         diff: list[Any] = compare_metadata(ctx, target)
         conn.rollback()
     return diff
@@ -108,11 +126,51 @@ def test_empty_to_head_matches_schema_metadata(engine: Engine) -> None:
             if "duplicates_constraint" not in i  # PostgreSQL's index behind a UNIQUE
         }
         assert indexes == {i.name for i in tbl.indexes}, tbl.name
+        unique_indexes = {i["name"] for i in insp.get_indexes(tbl.name) if i["unique"]}
+        assert unique_indexes >= {i.name for i in tbl.indexes if i.unique}, tbl.name
         uniques = {u["name"] for u in insp.get_unique_constraints(tbl.name)}
+        if _db.is_mysql(engine):  # MySQL reports each unique index as a unique constraint too
+            uniques -= {i.name for i in tbl.indexes if i.unique}
         expected = {c.name for c in tbl.constraints if isinstance(c, UniqueConstraint)}
         assert uniques == expected, tbl.name
         assert insp.get_pk_constraint(tbl.name)["name"] in (None, f"pk_{tbl.name}")
     _migrate.check_at_head(engine)
+
+
+@pytest.mark.mariadb
+def test_mysql_slot_index(tmp_path: Path) -> None:
+    # MySQL/MariaDB: one run per grid slot through a generated column that is NULL for run-now
+    # rows; run-now runs may share a slot's instant, grid runs may not.
+    with engine_named("mariadb").fresh(tmp_path, "slot") as url:
+        engine = _db.make_engine(url)
+        try:
+            _check_mysql_slot_index(engine)
+        finally:
+            engine.dispose()
+
+
+def _check_mysql_slot_index(engine: Engine) -> None:
+    _migrate.upgrade(engine)
+    insp = inspect(engine)
+    (slot,) = [i for i in insp.get_indexes("persched_runs") if i["name"] == "uq_persched_runs_slot"]
+    assert slot["unique"]
+    assert slot["column_names"] == ["job_id", "generation", MYSQL_SLOT_COLUMN]
+    (column_info,) = [c for c in insp.get_columns("persched_runs") if c["name"] == MYSQL_SLOT_COLUMN]
+    computed = column_info.get("computed")
+    assert computed is not None
+    assert computed.get("persisted")
+    shown = " ".join(str(computed["sqltext"]).replace("`", "").split()).lower()
+    assert shown.strip("()") == MYSQL_SLOT_EXPRESSION.lower()
+    insert = text(
+        "INSERT INTO persched_runs (job_id, generation, scheduled_for, started_at, instance_id, run_now)"
+        " VALUES ('j', 1, '2024-01-01 00:00:00.000001', '2024-01-01 00:00:00', 'i', :run_now)"
+    )
+    with engine.begin() as conn:
+        conn.execute(insert, {"run_now": False})
+        conn.execute(insert, {"run_now": True})
+        conn.execute(insert, {"run_now": True})
+    with pytest.raises(IntegrityError), engine.begin() as conn:
+        conn.execute(insert, {"run_now": False})
 
 
 def _loose(where: object) -> str | None:
@@ -131,6 +189,8 @@ def _metadata_where(index: object, engine: Engine) -> str | None:
 def test_partial_indexes_match_their_revisions(engine: Engine) -> None:
     # Alembic's comparison above ignores an index's WHERE; this compares it. The metadata's
     # predicates are attached by _db.make_engine (see _schema), so this also checks that.
+    if _db.is_mysql(engine):
+        pytest.skip("MySQL has no partial indexes; test_mysql_slot_index checks what replaces the unique one")
     _migrate.upgrade(engine)
     assert engine.dialect.name in PARTIAL_INDEX_DIALECTS
     key = f"{engine.dialect.name}_where"

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.support.engines import engine_params
+from tests.support.engines import engine_named, engine_params
 from tests.support.postgres import pg_schema
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 
 @pytest.fixture(params=engine_params())
@@ -31,8 +32,15 @@ def engine_name(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def db_url(empty_db_url: str) -> str:
-    """A URL of an empty database nobody has migrated: a SQLite file, or a fresh PostgreSQL schema."""
+    """A URL of an empty database nobody has migrated: a SQLite file, a fresh PostgreSQL schema or MariaDB database."""
     return empty_db_url
+
+
+@pytest.fixture(params=[param for param in engine_params() if param.values[0] != "sqlite"])
+def server_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A URL of an empty database on each server engine in turn (the tests that cut network connections)."""
+    with engine_named(request.param).fresh(tmp_path, "n") as url:
+        yield url
 
 
 @pytest.fixture

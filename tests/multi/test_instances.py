@@ -85,7 +85,8 @@ def test_sigkill_of_an_instance_mid_run(db_url: str, tmp_path: Path) -> None:
         victim = c.spawn("victim", "--blocker", str(marker))
         victim.wait_ready()
         # The victim is alone, so the blocker's first run started on the victim.
-        wait_until(marker.exists, timeout=TIMEOUT, message="blocker started on the victim")
+        # The child creates the marker, then writes its name: wait for the name, not the file.
+        wait_until(lambda: marker.exists() and marker.read_text() != "", timeout=TIMEOUT, message="blocker started")
         assert marker.read_text() == "victim"
         c.start("s1", "s2")
         # Alive but slow: survivors watch the renewed lease for two leases and recover nothing.

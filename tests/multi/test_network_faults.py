@@ -1,5 +1,5 @@
 """SPEC-multi faults: a TCP proxy of our own (`tests.support.tcp_proxy`, loopback only)
-between one instance and PostgreSQL cuts every connection mid-run, transactions in
+between one instance and the server (PostgreSQL, MariaDB) cuts every connection mid-run, transactions in
 flight included, and once refuses new connections for half a second. The instance
 logs, backs off, reconnects and goes on: no slot runs twice, no run is lost, and the
 slots after the recovery all run."""
@@ -31,23 +31,24 @@ from tests.support.tcp_proxy import TcpProxy
 if TYPE_CHECKING:
     from pathlib import Path
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = [pytest.mark.slow]
 logger = logging.getLogger(__name__)
 
 INTERVALS: Final = (0.1, 0.15, 0.2, 0.25, 0.3)
 CUTS: Final = 3
 
 
-def test_connection_cuts_between_an_instance_and_postgres(pg_only_url: str, tmp_path: Path) -> None:
+def test_connection_cuts_between_an_instance_and_the_server(server_url: str, tmp_path: Path) -> None:
     jobs = {f"j{i}": INTERVALS[i % len(INTERVALS)] for i in range(10)}
-    direct = make_url(pg_only_url)
-    with TcpProxy(upstream_port=direct.port or 5432, upstream_host=direct.host or "127.0.0.1") as proxy:
+    direct = make_url(server_url)
+    port = direct.port or (3306 if direct.get_backend_name() == "mysql" else 5432)
+    with TcpProxy(upstream_port=port, upstream_host=direct.host or "127.0.0.1") as proxy:
         proxied = direct.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
-        with cluster(pg_only_url, tmp_path) as c:
+        with cluster(server_url, tmp_path) as c:
             c.start("proxied", url=proxied)
             c.start("direct")
-            first = schedule_jobs(pg_only_url, jobs, c.effects, start_in=0.5)
-            wait_past(pg_only_url, list(jobs), now_utc() + timedelta(seconds=1.0))
+            first = schedule_jobs(server_url, jobs, c.effects, start_in=0.5)
+            wait_past(server_url, list(jobs), now_utc() + timedelta(seconds=1.0))
             cut = 0
             for round_ in range(CUTS):
                 wait_until(lambda: proxy.open_connections() > 0, timeout=TIMEOUT, message="proxied connections")
@@ -55,9 +56,9 @@ def test_connection_cuts_between_an_instance_and_postgres(pg_only_url: str, tmp_
                     cut += proxy.refuse_for(0.5)  # a short outage: reconnects fail for a while
                 else:
                     cut += proxy.cut()
-                wait_past(pg_only_url, list(jobs), now_utc() + timedelta(seconds=0.7))
+                wait_past(server_url, list(jobs), now_utc() + timedelta(seconds=0.7))
             recovered_from = now_utc() + timedelta(seconds=0.5)
-            reader = RunReader(pg_only_url)
+            reader = RunReader(server_url)
             try:
                 wait_until(
                     throttled(
@@ -68,14 +69,14 @@ def test_connection_cuts_between_an_instance_and_postgres(pg_only_url: str, tmp_
                 )
             finally:
                 reader.close()
-            wait_past(pg_only_url, list(jobs), now_utc() + timedelta(seconds=1.5))
-            deschedule_all(pg_only_url, list(jobs))
+            wait_past(server_url, list(jobs), now_utc() + timedelta(seconds=1.5))
+            deschedule_all(server_url, list(jobs))
             c.stop_all()
             log = c.children_output("proxied")
     assert cut > 0, "the proxy cut nothing: the test proved nothing"
     assert "failed" in log, f"no warning about the cut:\n{log}"
     assert "retrying" in log or "will retry" in log, f"no retry announced:\n{log}"
-    runs = fetch_runs(pg_only_url)
+    runs = fetch_runs(server_url)
     report = check_once(runs, effects_of(c), jobs, first)
     logger.info("measured: %s cut=%d", report.summary(), cut)
     # A cut can leave the proxied instance unable to renew a lease in time, or

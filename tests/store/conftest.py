@@ -1,4 +1,4 @@
-"""The `store` fixture: one contract suite over every store engine (tests/support/engines.py).
+"""The `store` fixture: one contract suite over every store engine (tests/support/engines.py; MariaDB too).
 
 - ``sqlite``: a fresh file per test, migrated to head.
 - ``postgres``: the session's schema (``search_path`` in the URL, so the

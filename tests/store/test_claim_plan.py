@@ -40,6 +40,8 @@ def _claim_plan(store: Store) -> str:
     def grab(conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool) -> None:  # noqa: ANN401
         if statement.startswith("UPDATE persched_jobs") and "CASE" in statement and not many:  # the claim
             sent.append((statement, params))
+        elif "SKIP LOCKED" in statement and store.engine.dialect.name == "mysql":  # its first step there
+            sent.insert(0, (statement, params))
 
     event.listen(store.engine, "before_cursor_execute", grab)
     try:
@@ -49,14 +51,18 @@ def _claim_plan(store: Store) -> str:
         assert [type(result).__name__ for result in results] == ["Claim"] * len(entries)
     finally:
         event.remove(store.engine, "before_cursor_execute", grab)
-    (statement, params), *_ = sent
+    # MySQL: the locking SELECT and the UPDATE (dialects/mysql.py), each plan's lines in turn.
+    statements = sent[:2] if store.engine.dialect.name == "mysql" else sent[:1]
     raw = store.engine.raw_connection()
     try:
         cursor = raw.cursor()
-        cursor.execute(
-            ("EXPLAIN QUERY PLAN " if store.engine.dialect.name == "sqlite" else "EXPLAIN ") + statement, params
-        )
-        return "\n".join(" | ".join(str(part) for part in row) for row in cursor.fetchall())
+        lines = []
+        for statement, params in statements:
+            cursor.execute(
+                ("EXPLAIN QUERY PLAN " if store.engine.dialect.name == "sqlite" else "EXPLAIN ") + statement, params
+            )
+            lines += [" | ".join(str(part) for part in row) for row in cursor.fetchall()]
+        return "\n".join(lines)
     finally:
         raw.rollback()
         raw.close()
@@ -67,6 +73,12 @@ def test_the_claim_finds_its_rows_by_primary_key(store: Store) -> None:
     plan = _claim_plan(store)
     if store.engine.dialect.name == "sqlite":
         assert "sqlite_autoindex_persched_jobs_1" in plan, plan  # the primary key of persched_jobs
+    elif store.engine.dialect.name == "mysql":
+        # EXPLAIN's columns: id | select_type | table | type | possible_keys | key | ...
+        keys = [line.split(" | ")[5] for line in plan.splitlines()]
+        assert len(keys) == 2, plan
+        assert keys == ["PRIMARY", "PRIMARY"], plan  # (possible_keys may name the other index: not taken)
+        return
     else:
         assert "Index Scan on pk_persched_jobs" in plan, plan
     assert "state_next_run_at" not in plan, plan

@@ -1,9 +1,9 @@
 """The database engines the tests run on: one `EngineSpec` each, listed in `ENGINES`.
 
-Adding an engine to the tests (MariaDB, marker ``mariadb``, server from
-``PERSCHED_TEST_MARIADB_URL``, is next) is one more entry in `ENGINES`, with
-its helpers in a module of its own beside tests/support/postgres.py. The rest
-follows from the entry:
+Adding an engine to the tests is one more entry in `ENGINES`, with its
+helpers in a module of its own beside tests/support/postgres.py (MariaDB,
+marker ``mariadb``, server from ``PERSCHED_TEST_MARIADB_URL``: its helpers
+are tests/support/mariadb.py). The rest follows from the entry:
 
 - tests/conftest.py registers its marker, leaves its tests out (one summary
   line) when its variable is unset, and stops the run instead when ``CI`` is
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Final
 import pytest
 
 from persched import _db, _migrate
+from tests.support.mariadb import MARIADB_URL_ENV, mariadb_baseline, mariadb_database
 from tests.support.postgres import PG_URL_ENV, pg_baseline, pg_schema
 
 if TYPE_CHECKING:
@@ -83,9 +84,15 @@ def _pg_fresh(tmp_path: Path, tag: str) -> AbstractContextManager[str]:
     return pg_schema(tag)
 
 
+def _mariadb_fresh(tmp_path: Path, tag: str) -> AbstractContextManager[str]:
+    del tmp_path
+    return mariadb_database(tag)
+
+
 ENGINES: Final[tuple[EngineSpec, ...]] = (
     EngineSpec("sqlite", "SQLite", None, _sqlite_file),
     EngineSpec("postgres", "PostgreSQL", PG_URL_ENV, _pg_fresh, pg_baseline),
+    EngineSpec("mariadb", "MariaDB", MARIADB_URL_ENV, _mariadb_fresh, mariadb_baseline),
 )
 
 

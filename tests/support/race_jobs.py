@@ -355,7 +355,8 @@ def finish_by_job_id_only(
             .where(runs.c.run_id == claim.run_id, runs.c.outcome.is_(None))
             .values(finished_at=to_datetime(finished_at), outcome=outcome, error=error, lease_until=None)
         )
-        result = conn.execute(
+        result = store.dialect.update_returning_one(  # through the dialect: MySQL has no UPDATE ... RETURNING
+            conn,
             update(jobs)
             .where(jobs.c.job_id == claim.job_id)
             .values(
@@ -366,9 +367,9 @@ def finish_by_job_id_only(
                 run_count=jobs.c.run_count + 1,
                 last_outcome=outcome,
                 updated_at=to_datetime(finished_at),
-            )
-            .returning(jobs.c.next_run_at)
-        ).first()
+            ),
+            jobs.c.next_run_at,
+        )
         return None if result is None else from_datetime(result.next_run_at)
 
     return store._write(body, "finish run (test variant)")
@@ -396,12 +397,13 @@ def resume_by_job_id_only(store: Store, job_id: str, now: Instant) -> tuple[int,
     """A broken `Store.resume_job`: it unpauses whatever row holds the id, in any state."""
 
     def body(conn: Connection) -> tuple[int, Instant | None] | None:
-        row = conn.execute(
+        row = store.dialect.update_returning_one(
+            conn,
             update(jobs)
             .where(jobs.c.job_id == job_id)
-            .values(paused=False, state="scheduled", next_run_at=to_datetime(now))
-            .returning(jobs.c.generation)
-        ).first()
+            .values(paused=False, state="scheduled", next_run_at=to_datetime(now)),
+            jobs.c.generation,
+        )
         return None if row is None else (row.generation, now)
 
     return store._write(body, "resume (test variant)")
@@ -411,12 +413,13 @@ def pause_keeping_run_now(store: Store, job_id: str, now: Instant) -> int | None
     """A broken `Store.pause_job`: it leaves a pending run-now request in place."""
 
     def body(conn: Connection) -> int | None:
-        row = conn.execute(
+        row = store.dialect.update_returning_one(
+            conn,
             update(jobs)
             .where(jobs.c.job_id == job_id, jobs.c.state.in_(("scheduled", "running")), jobs.c.paused.is_(False))
-            .values(paused=True, updated_at=to_datetime(now))
-            .returning(jobs.c.generation)
-        ).first()
+            .values(paused=True, updated_at=to_datetime(now)),
+            jobs.c.generation,
+        )
         return None if row is None else int(row.generation)
 
     return store._write(body, "pause (test variant)")
@@ -426,9 +429,9 @@ def run_now_ignoring_pause(store: Store, job_id: str, now: Instant) -> RunNowAns
     """A broken `Store.request_run_now`: it records the request without looking at the pause."""
 
     def body(conn: Connection) -> RunNowAnswer:
-        row = conn.execute(
-            update(jobs).where(jobs.c.job_id == job_id).values(run_now_at=to_datetime(now)).returning(jobs.c.generation)
-        ).first()
+        row = store.dialect.update_returning_one(
+            conn, update(jobs).where(jobs.c.job_id == job_id).values(run_now_at=to_datetime(now)), jobs.c.generation
+        )
         if row is None:
             return RunNowAnswer(RunNowVerdict.UNKNOWN, None)
         return RunNowAnswer(RunNowVerdict.REQUESTED, row.generation)

@@ -76,12 +76,24 @@ def test_postgresql_maps_to_psycopg3(given: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "given", ["mysql://u@h/db", "mysql+pymysql://u@h/db", "mariadb://u@h/db", "mariadb+pymysql://u@h/db"]
+)
+def test_mysql_and_mariadb_map_to_pymysql(given: str) -> None:
+    # One dialect name for both servers (persched._db): the MySQL dialect tells MariaDB apart itself.
+    url = _db.to_url(given)
+    assert url.drivername == "mysql+pymysql"
+    assert (url.host, url.database) == ("h", "db")
+    assert _db.mask(_db.to_url("mariadb://u:s3cret@h/db")) == "mysql+pymysql://u:***@h/db"
+
+
+@pytest.mark.parametrize(
     "given",
     [
         "",
         "   ",
         "foo://x",
-        "mysql://u:pw@h/db",
+        "mysql+mysqldb://u:pw@h/db",
+        "mariadb+mariadbconnector://u:pw@h/db",
         "postgresql+psycopg2://u@h/db",
         "sqlite+foo:///x.db",
     ],
@@ -338,3 +350,31 @@ def test_missing_psycopg_says_how_to_install(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setitem(sys.modules, "psycopg", None)  # makes `import psycopg` fail
     with pytest.raises(StoreError, match=r"pip install persched\[postgres\]"):
         _db.make_engine("postgresql://u:pw@127.0.0.1:1/db")
+
+
+@pytest.mark.mariadb
+def test_mariadb_sessions_are_read_committed_strict_utc_utf8mb4(mariadb_url: str) -> None:
+    # persched._db: the isolation level the store is written for, no silent truncation, UTC.
+    engine = _db.make_engine(mariadb_url)
+    try:
+        with engine.connect() as conn:
+            # MariaDB < 11.1 names it tx_isolation, MySQL 8 transaction_isolation.
+            level = "tx_isolation" if getattr(engine.dialect, "is_mariadb", False) else "transaction_isolation"
+            isolation, mode, zone, charset, wait = conn.exec_driver_sql(
+                f"SELECT @@{level}, @@sql_mode, @@time_zone, @@character_set_connection, @@innodb_lock_wait_timeout"
+            ).one()
+            conn.rollback()
+    finally:
+        engine.dispose()
+    assert isolation == "READ-COMMITTED"
+    assert "STRICT_ALL_TABLES" in mode.split(",")
+    assert "ANSI_QUOTES" not in mode.split(",")
+    assert (zone, charset, wait) == ("+00:00", "utf8mb4", _db.MYSQL_LOCK_WAIT)
+
+
+@pytest.mark.mariadb
+def test_an_unreachable_mariadb_is_a_store_error_with_the_password_masked() -> None:
+    with pytest.raises(StoreError) as info:
+        _db.make_engine("mysql://u:s3cret@127.0.0.1:1/db?connect_timeout=2")
+    assert "s3cret" not in str(info.value)
+    assert "127.0.0.1:1" in str(info.value)

@@ -92,8 +92,18 @@ class Dialect:
         raise NotImplementedError
 
     def migration_lock(self, conn: Connection) -> None:
-        """Serialise migrations across processes until `conn`'s transaction ends."""
+        """Serialise migrations across processes until `conn`'s transaction ends
+        (or, where DDL ends transactions by itself, until `release_migration_lock`)."""
         raise NotImplementedError
+
+    def release_migration_lock(self, conn: Connection) -> None:
+        """Release what `migration_lock` holds beyond its transaction; called once that transaction ended.
+
+        Nothing for engines whose lock ends with the transaction (SQLite's
+        write lock, PostgreSQL's ``pg_advisory_xact_lock``). MySQL commits at
+        every DDL statement, so its lock is a session's (``GET_LOCK``), and
+        `_migrate.upgrade` releases it here, committed or not.
+        """
 
 
 def dialect_for(engine: Engine) -> Dialect:

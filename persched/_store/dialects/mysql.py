@@ -1,0 +1,176 @@
+"""MySQL 8 and MariaDB 10.6+: row locks like PostgreSQL, but no ``UPDATE … RETURNING``.
+
+Sessions run at READ COMMITTED (`persched._db`): every statement sees the
+latest commit, as on PostgreSQL, and locking reads take no gap locks.
+
+**The claim** is three statements in the claim's transaction instead of one:
+
+1. ``SELECT job_id FROM persched_jobs WHERE <predicate> FOR UPDATE SKIP LOCKED``
+   locks the due rows that no other instance holds (a locking read sees the
+   latest committed row version); rows another instance is claiming are
+   passed by, not waited for (SPEC-multi);
+2. ``UPDATE persched_jobs SET state = 'running', … WHERE <predicate> AND
+   job_id IN (<the locked keys>)`` re-checks the predicate on rows that
+   nobody else can change until this transaction ends;
+3. ``SELECT <columns> FROM persched_jobs WHERE job_id IN (<the locked keys>)``
+   reads the won rows back, which is what ``RETURNING`` gives elsewhere.
+
+A run still starts at the COMMIT of that transaction (SPEC §2): the row
+locks taken in step 1 are held to the commit, so the rows read in step 3
+are exactly what the UPDATE wrote, and a deschedule() or another
+instance's claim either committed before step 1 (the predicate fails) or
+waits for this commit. (MySQL refuses the PostgreSQL form, an UPDATE whose
+subquery selects from the table it updates: error 1093.)
+
+Every other ``UPDATE … RETURNING`` is the same three steps with a plain
+``FOR UPDATE`` (`update_returning`), ``INSERT … RETURNING`` an INSERT and a
+read by primary key (`insert_returning`); history rows in one multi-row
+``INSERT … RETURNING`` on MariaDB (10.5+), one INSERT each on MySQL 8, which
+has no ``RETURNING`` at all. History rows skip a slot the
+unique index holds with ``ON DUPLICATE KEY UPDATE run_id = run_id``, a no-op,
+rather than ``INSERT IGNORE``, which would also turn data errors into
+warnings. The index is over a generated column that is NULL for run-now rows
+(MySQL has no partial index: `persched._schema`).
+
+Migrations are serialised by ``GET_LOCK``: MySQL commits at every DDL
+statement, so no lock that ends with a transaction would hold through a
+migration; `release_migration_lock` gives it back afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+from sqlalchemy import select
+from sqlalchemy.dialects.mysql import insert
+from sqlalchemy.exc import DBAPIError
+
+from ..._db import mask
+from ..._instant import Instant, from_datetime
+from ...errors import StoreError
+from . import Dialect, select_keys
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from sqlalchemy import ColumnElement, Connection, Insert, Row, Table, Update
+
+# Server and client error numbers after which the whole transaction may succeed when tried
+# again: InnoDB rolled it back (deadlock), a row lock wait timed out, or the connection could
+# not be made or was lost.
+TRANSIENT_ERRORS: Final = frozenset(
+    {
+        1205,  # ER_LOCK_WAIT_TIMEOUT (innodb_lock_wait_timeout, persched._db.MYSQL_LOCK_WAIT)
+        1213,  # ER_LOCK_DEADLOCK: InnoDB chose this transaction as the victim and rolled it back
+        1040,  # ER_CON_COUNT_ERROR: too many connections
+        1053,  # ER_SERVER_SHUTDOWN: the server is shutting down
+        1927,  # ER_CONNECTION_KILLED (MariaDB)
+        4031,  # ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8.0.24+: idle session closed by the server)
+        2002,  # CR_CONNECTION_ERROR: can't connect through the socket
+        2003,  # CR_CONN_HOST_ERROR: can't connect to the server
+        2006,  # CR_SERVER_GONE_ERROR: MySQL server has gone away
+        2013,  # CR_SERVER_LOST: lost connection during a query
+        2055,  # CR_SERVER_LOST_EXTENDED
+    }
+)
+
+# GET_LOCK names are server-wide: the database is part of the name (64 characters at most).
+_MIGRATION_LOCK: Final = "CONCAT('persched:', MD5(DATABASE()))"
+_MIGRATION_LOCK_WAIT: Final = 600  # seconds an upgrader waits for another one to finish
+
+
+def _key(table: Table) -> ColumnElement[Any]:
+    (key,) = table.primary_key.columns  # persched's tables have one-column primary keys
+    return key
+
+
+class MySQLDialect(Dialect):
+    name: ClassVar[str] = "mysql"
+
+    def is_transient(self, exc: DBAPIError) -> bool:
+        if exc.connection_invalidated:  # SQLAlchemy saw a disconnect (PyMySQL's InterfaceError(0, "") too)
+            return True
+        args = getattr(exc.orig, "args", ())
+        code = args[0] if args else None
+        return isinstance(code, int) and code in TRANSIENT_ERRORS
+
+    def update_returning(self, conn: Connection, stmt: Update, *columns: ColumnElement[Any]) -> list[Row[Any]]:
+        # Lock the rows `stmt` would change, change exactly those, read them back (module docstring).
+        table: Table = stmt.table  # type: ignore[assignment]  # persched updates one table at a time
+        key = _key(table)
+        where = stmt.whereclause
+        locked = select(key) if where is None else select(key).where(where)
+        keys = list(conn.execute(locked.with_for_update()).scalars())
+        if not keys:
+            return []
+        conn.execute(stmt.where(key.in_(keys)))
+        return list(conn.execute(select(*columns).where(key.in_(keys))))
+
+    def insert_returning(
+        self, conn: Connection, stmt: Insert, *columns: ColumnElement[Any], rows: list[dict[str, Any]] | None = None
+    ) -> list[Row[Any]]:
+        table: Table = stmt.table  # type: ignore[assignment]  # an INSERT into one table
+        key = _key(table)
+        if rows is None:
+            (inserted,) = conn.execute(stmt).inserted_primary_key or (None,)
+            return list(conn.execute(select(*columns).where(key == inserted)))
+        # A row counts as inserted only if it reads back with the values written: a slot the
+        # unique index held already is skipped by `insert_ignoring_conflicts`, and what a server
+        # reports for a skipped row differs (MariaDB's RETURNING gives the existing row).
+        names = sorted({name for row in rows for name in row})
+        check = [table.c[name].label(f"_written_{name}") for name in names]
+        written = {tuple(row.get(name) for name in names) for row in rows}
+
+        def ours(found: Iterable[Row[Any]]) -> list[Row[Any]]:
+            return [r for r in found if tuple(r._mapping[f"_written_{name}"] for name in names) in written]
+
+        if conn.dialect.insert_returning:  # MariaDB >= 10.5: one multi-row INSERT ... RETURNING
+            return ours(conn.execute(stmt.returning(*columns, *check), rows))
+        # MySQL 8: one INSERT per row, its id from lastrowid (0 when skipped), then one read.
+        ids = [new_id for row in rows if (new_id := conn.execute(stmt, row).lastrowid)]
+        if not ids:
+            return []
+        return ours(conn.execute(select(*columns, *check).where(key.in_(ids))))
+
+    def claim(
+        self,
+        conn: Connection,
+        table: Table,
+        predicate: ColumnElement[bool],
+        values: dict[str, Any],
+        columns: list[ColumnElement[Any]],
+    ) -> list[Row[Any]]:
+        key = _key(table)
+        free = list(conn.execute(select_keys(table, predicate).with_for_update(skip_locked=True)).scalars())
+        if not free:
+            return []
+        conn.execute(table.update().where(predicate, key.in_(free)).values(**values))
+        return list(conn.execute(select(*columns).where(key.in_(free))))
+
+    def insert_ignoring_conflicts(self, table: Table) -> Insert:
+        key = _key(table)
+        return insert(table).on_duplicate_key_update({key.name: key})  # no-op on a duplicate slot
+
+    def driver_sql(self, sql: str) -> str:
+        return sql.replace("?", "%s")  # PyMySQL's "format" parameter style
+
+    def raw_instant(self, value: object) -> Instant:
+        if not isinstance(value, datetime):  # PyMySQL returns an invalid DATETIME as its text
+            raise TypeError(f"{value!r} is not a timestamp")
+        return from_datetime(value)  # DATETIME(6): naive UTC
+
+    def migration_lock(self, conn: Connection) -> None:
+        got = conn.exec_driver_sql(f"SELECT GET_LOCK({_MIGRATION_LOCK}, {_MIGRATION_LOCK_WAIT})").scalar()
+        if got != 1:  # 0: timed out; NULL: an error (the session was killed)
+            raise StoreError(mask(conn.engine.url), f"no migration lock within {_MIGRATION_LOCK_WAIT} s (GET_LOCK)")
+
+    def release_migration_lock(self, conn: Connection) -> None:
+        # A dead session's locks are gone with it: nothing to release then.
+        with contextlib.suppress(DBAPIError):
+            conn.exec_driver_sql(f"SELECT RELEASE_LOCK({_MIGRATION_LOCK})")
+            conn.commit()
+
+
+DIALECT: Final = MySQLDialect()
