@@ -384,9 +384,15 @@ class JobScheduler:
             threading.Thread(target=self._close_after_late_runs, name="persched-late-close", daemon=True).start()
 
     def _close_after_late_runs(self) -> None:
-        """After shutdown gave up on runs in flight: once they ended (and wrote their outcomes), close the pool."""
+        """After shutdown gave up on runs in flight: once they ended (and wrote their outcomes), close the pool.
+
+        The dispatcher and the heartbeat had no time left to be joined either: the pool is closed only
+        once no thread of this scheduler can check a connection out again.
+        """
         self._pool.join(lambda: None)
+        self._dispatcher.join(None)
         self._runs.retry_unwritten()
+        self._heartbeat.join(None)
         self._store.engine.dispose()
 
     def __enter__(self) -> JobScheduler:
