@@ -53,7 +53,9 @@ def _claim_plan(store: Store) -> str:
     raw = store.engine.raw_connection()
     try:
         cursor = raw.cursor()
-        cursor.execute(("EXPLAIN QUERY PLAN " if store.engine.dialect.name == "sqlite" else "EXPLAIN ") + statement, params)
+        cursor.execute(
+            ("EXPLAIN QUERY PLAN " if store.engine.dialect.name == "sqlite" else "EXPLAIN ") + statement, params
+        )
         return "\n".join(" | ".join(str(part) for part in row) for row in cursor.fetchall())
     finally:
         raw.rollback()
