@@ -81,7 +81,7 @@ def _advance_to(clock: FakeClock, sched: JobScheduler, seconds: float, step: flo
 def test_horizon_seconds_is_validated(url: str) -> None:
     for bad in (0, -1, 1.0, float("nan"), True, "5"):
         with pytest.raises(InvalidJobError, match="horizon_seconds"):
-            JobScheduler(url, horizon_seconds=bad)
+            JobScheduler(url, horizon_seconds=bad)  # type: ignore[arg-type]  # deliberately wrong
 
 
 @pytest.mark.parametrize("before_start", [True, False], ids=["scheduled-before-start", "scheduled-while-running"])
@@ -242,7 +242,7 @@ def test_a_row_ahead_of_the_clock_beyond_the_first_sweep_batch_is_corrected_in_t
         sched = _scheduler(schedulers, url, corrected)
         sched.start()
         wait_until(
-            lambda: all(job is not None and job.generation == 2 for job in sched.jobs()),
+            lambda: all(job.generation == 2 for job in sched.jobs()),
             message="the background sweep did not correct every row",
         )
     warned = [r.getMessage() for r in caplog.records if "further ahead than its schedule allows" in r.message]
