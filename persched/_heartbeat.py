@@ -25,6 +25,11 @@ Every `pickup_seconds` the same thread also reads the change counter
 command line, scheduled or replaced since it last looked (SPEC-multi). That
 is the only polling in persched: one indexed read per second by default.
 
+With the bounded heap (`persched._horizon`), the pick-up asks only for the
+changed jobs the heap's refills have passed (later ones are loaded by a
+refill), and the thread also runs the start-up sweep, one batch after
+another, between its periodic tasks.
+
 ``_cond`` guards only the stop flag; it is the condition the clock waits on.
 """
 
