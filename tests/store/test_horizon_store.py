@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from persched._instant import Micros
 from persched._triggers import jitter_offset
 from tests.store.test_store_contract import T, at, schedule
 
@@ -41,7 +42,7 @@ def test_load_due_adds_jitter_and_takes_a_pending_run_now(store: Store) -> None:
     schedule(store, job_id="r", start_in=30)
     store.request_run_now("r", at(1))
     entries, _ = store.load_due(None, at(6), 10)
-    offset = jitter_offset("j", jittered.generation, at(5), 4_000_000)
+    offset = jitter_offset("j", jittered.generation, at(5), Micros(4_000_000))
     assert entries == [(at(5) + offset, "j", 1)]  # the run-now of r is the sweep's, not the window's
     run_now, corrections, last = store.sweep(None, 10, at(1))
     assert (run_now, corrections, last) == ([(at(1), "r", 1)], [], None)
