@@ -50,7 +50,11 @@ counted from that push, `_asleep_since`); and one whose wake-up came more
 than `TAKE_UP_SLACK` after its due time (the process was stopped or starved:
 a stall, not dispatch latency). Entries of one job and generation that are
 due together take one worker between them (the rest are dropped: the claim
-would refuse them).
+would refuse them); of two generations of one job due together, the earlier
+entry is claimed and the other waits for the next cycle (the claim's slot
+bound is per job_id: with both in one batch, a stale generation's bound was
+applied to the live one's row and the whole batch failed on an assertion,
+retried every second with the same entries).
 
 The bounded heap
 ----------------
@@ -314,13 +318,23 @@ class Dispatcher:
             due: list[ClaimEntry] = []
             if self._claiming and self._heap and self._free_workers:
                 limit = min(self._free_workers, self._max_batch)
-                taken: set[tuple[str, int]] = set()
+                taken: dict[str, int] = {}  # job_id -> the generation taken
+                later: list[Entry] = []
                 while self._heap and self._heap[0][0] <= now and len(due) < limit:
-                    due_at, job_id, generation = heapq.heappop(self._heap)
-                    if (job_id, generation) in taken:
+                    entry = heapq.heappop(self._heap)
+                    due_at, job_id, generation = entry
+                    if taken.get(job_id) == generation:
                         continue  # a duplicate entry: one worker is reserved for the job already
-                    taken.add((job_id, generation))
+                    if job_id in taken:
+                        # Another generation of a job in this batch (a stale entry beside a
+                        # replacement's): the claim bounds each job_id's slot once, so one
+                        # generation per batch; the other is tried in the next cycle.
+                        later.append(entry)
+                        continue
+                    taken[job_id] = generation
                     due.append((job_id, generation, due_at, self._taken_at(due_at, now)))
+                for entry in later:
+                    heapq.heappush(self._heap, entry)
                 self._free_workers -= len(due)  # SPEC §2: reserve before the claim
             if due or self._completions:
                 completions, self._completions = self._completions, []

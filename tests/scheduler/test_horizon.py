@@ -293,3 +293,27 @@ def _instant(seconds: float) -> Instant:
     from persched._instant import micros
 
     return Instant(micros(seconds))
+
+
+def test_two_generations_of_one_job_due_in_one_cycle_do_not_fail_the_batch(
+    url: str, clock: FakeClock, schedulers: list[JobScheduler], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Seen (tests/scheduler/test_policy_races.py, 1 in 9 with the refill-first dispatcher): a stale
+    generation's entry and a late duplicate of the live one's in one batch; the claim bounds each
+    job_id's slot once, took the stale entry's bound for the live row, and the batch failed on an
+    assertion, retried every second with the same entries (the job never ran again)."""
+    sched = JobScheduler(url, clock=clock, horizon_seconds=60)  # every entry below is kept
+    schedulers.append(sched)
+    sched.start()
+    old = sched.schedule("p", jobs.record, 30, args=("p",))  # generation 1, due at 30 s
+    new = sched.schedule("p", jobs.record, 1, args=("p",), start_in=1)  # generation 2, due at 1 s
+    assert new.generation == old.generation + 1
+    _advance_to(clock, sched, 1)
+    assert len(jobs.calls("p")) == 1  # next slot: 2 s
+    sched._dispatcher.push(_at(1), "p", new.generation)  # a late duplicate (a change picked up late)
+    sched._dispatcher.push(_at(30), "p", old.generation)  # the stale entry
+    with caplog.at_level(logging.WARNING, logger="persched"):
+        clock.advance(30)  # due together: the duplicate (1 s), the live entry (2 s), the stale one (30 s)
+        assert sched.wait_idle(TIMEOUT)
+    assert [r.getMessage() for r in caplog.records if "failed" in r.getMessage()] == []
+    assert len(jobs.calls("p")) == 2  # the coalesced run of generation 2
