@@ -8,7 +8,8 @@ scheduler and waits for the probe's first run. Reported:
 - startup_s: parent's launch -> the probe's run started (interpreter, imports,
   schema check, loading the jobs, first claim);
 - start_call_s: the scheduler construction + start() alone;
-- rss_per_job_bytes: (RSS once dispatching, after gc - RSS after imports) / N.
+- rss_delta_mb, rss_per_job_bytes: RSS once dispatching, after gc, less RSS after
+  imports (rss_mb: the process's whole RSS then), and that growth / N.
   Libraries (SQLAlchemy, Alembic, APScheduler) are imported before the first
   reading, so the figure is the state the scheduler keeps (plus SQLite's page
   cache and allocator slack). APScheduler 3 keeps its jobs in the store, not in
@@ -73,6 +74,7 @@ def _child(system: str, path: str, workers: int, timeout: float) -> None:
             "start_call_s": round(t1 - t0, 4),
             "probe_at": targets.PROBE_AT[0] if targets.PROBE_AT else None,
             "rss_delta": rss1 - rss0,
+            "rss": rss1,
         }
     )
     stop()
@@ -132,6 +134,8 @@ def main() -> None:
             startup_s=round(child["probe_at"] - launched, 4),
             start_call_s=child["start_call_s"],
             rss_per_job_bytes=round(child["rss_delta"] / args.jobs, 1),
+            rss_delta_mb=round(child["rss_delta"] / 2**20, 1),
+            rss_mb=round(child["rss"] / 2**20, 1),
         )
     c.emit(record)
     c.finish()

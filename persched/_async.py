@@ -39,6 +39,7 @@ import functools
 import inspect
 from typing import TYPE_CHECKING, Any, Final
 
+from ._horizon import DEFAULT_HORIZON_SECONDS
 from ._models import DEFAULT_NAMESPACE, given_options
 from ._scheduler import DEFAULT_URL, JobScheduler
 from ._workers import current_run_claim
@@ -107,7 +108,7 @@ class AsyncJobScheduler:
             event loop of its own, as `JobScheduler` does.
         instance_id, lease_seconds, heartbeat_seconds, busy_timeout_seconds,
         synchronous, keep_runs, keep_runs_for_seconds, allowed_modules,
-        pickup_seconds, namespace: As for `JobScheduler`.
+        pickup_seconds, horizon_seconds, namespace: As for `JobScheduler`.
 
     Raises:
         InvalidJobError: An argument is out of range.
@@ -130,6 +131,7 @@ class AsyncJobScheduler:
         keep_runs_for_seconds: float | None = None,
         allowed_modules: Iterable[str] | None = None,
         pickup_seconds: float = 1.0,
+        horizon_seconds: float = DEFAULT_HORIZON_SECONDS,
         namespace: str = DEFAULT_NAMESPACE,
     ) -> None:
         if not isinstance(jobs_on_loop, bool):
@@ -148,6 +150,7 @@ class AsyncJobScheduler:
             keep_runs_for_seconds=keep_runs_for_seconds,
             allowed_modules=allowed_modules,
             pickup_seconds=pickup_seconds,
+            horizon_seconds=horizon_seconds,
             namespace=namespace,
         )
         self.instance_id: Final = self._sched.instance_id

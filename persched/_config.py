@@ -22,6 +22,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Final
 
+from ._horizon import MIN_HORIZON_SECONDS
 from ._instant import Micros, micros
 from ._liveness import default_instance_id
 from ._models import (
@@ -137,6 +138,7 @@ class SchedulerConfig:
     keep_for: Micros | None  # age beyond which finished runs are deleted; None: no limit by age
     allowed_modules: tuple[str, ...] | None
     pickup: Micros
+    horizon: Micros
     max_args_bytes: int
     namespace: str
 
@@ -156,6 +158,7 @@ class SchedulerConfig:
         keep_runs_for_seconds: object,
         allowed_modules: Iterable[str] | None,
         pickup_seconds: object,
+        horizon_seconds: object,
         max_args_bytes: object,
         namespace: object,
     ) -> SchedulerConfig:
@@ -184,6 +187,9 @@ class SchedulerConfig:
             )
         busy = _busy_timeout(busy_timeout_seconds)
         pickup = positive("pickup_seconds", pickup_seconds, maximum=MAX_DURATION_SECONDS)
+        horizon = positive("horizon_seconds", horizon_seconds, maximum=MAX_DURATION_SECONDS)
+        if horizon < MIN_HORIZON_SECONDS:
+            raise InvalidJobError("horizon_seconds", f"must be at least {MIN_HORIZON_SECONDS:g} s")
         # host:pid:random~proof: a restart on this host can tell that it is gone (see _liveness).
         instance = default_instance_id() if instance_id is None else _instance_id(instance_id)
         try:  # callers may pass anything: refuse it cleanly
@@ -203,6 +209,7 @@ class SchedulerConfig:
             keep_for=keep_for,
             allowed_modules=allowed,
             pickup=Micros(micros(pickup)),
+            horizon=Micros(micros(horizon)),
             max_args_bytes=args_bytes,
             namespace=namespace,
         )

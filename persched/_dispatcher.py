@@ -50,7 +50,27 @@ counted from that push, `_asleep_since`); and one whose wake-up came more
 than `TAKE_UP_SLACK` after its due time (the process was stopped or starved:
 a stall, not dispatch latency). Entries of one job and generation that are
 due together take one worker between them (the rest are dropped: the claim
-would refuse them).
+would refuse them); of two generations of one job due together, the earlier
+entry is claimed and the other waits for the next cycle (the claim's slot
+bound is per job_id: with both in one batch, a stale generation's bound was
+applied to the live one's row and the whole batch failed on an assertion,
+retried every second with the same entries).
+
+The bounded heap
+----------------
+With a refill (`start(refill=...)`, `persched._horizon`), the heap holds only
+what is due soon, never every job. `_cursor` is the key ``(next_run_at,
+job_id)`` of the last row the refills have read: every scheduled row at or
+before it is *covered* (loaded, or pushed by whoever changed it since); rows
+after it are loaded by a later refill. The dispatcher refills, with ``_cond``
+released (STYLE §2), from the cursor up to ``now + horizon`` when less than
+half the horizon is left before the cursor and the heap holds fewer than a
+refill's rows, and always once the cursor is reached. A pushed entry is
+dropped when it is certainly not covered (its due time less the largest
+jitter in use lies after the cursor: jitter only delays, so its next_run_at
+does too) and not due within the horizon; a refill loads it when the cursor
+gets there. While a refill reads, nothing is dropped: the refill may have
+read the row before the change that pushed the entry committed.
 
 Idle
 ----
@@ -68,18 +88,28 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from ._instant import US_PER_SECOND, Instant
+from ._instant import US_PER_SECOND, Instant, Micros
 from ._tracebacks import describe
+from ._triggers import jitter_reach
 
 if TYPE_CHECKING:
     from ._store.records import ClaimEntry
     from ._timebase import Timebase
 
-__all__ = ["Dispatcher", "Entry"]
+__all__ = ["Cursor", "Dispatcher", "Entry", "RefillCallback"]
 
 logger = logging.getLogger(__name__)
 
 Entry = tuple[Instant, str, int]  # (due_at, job_id, generation)
+
+# The key (next_run_at, job_id) of the last row the refills read: every row at or before it is covered.
+Cursor = tuple[Instant, str]
+# Called on the dispatcher thread, on no lock: ``refill(cursor, before)`` returns the entries of
+# the rows after `cursor` whose next_run_at lies before `before` (or the first of them) and the
+# cursor after them (see `persched._horizon.Horizon.refill`).
+RefillCallback = Callable[[Cursor | None, Instant], tuple[list[Entry], Cursor]]
+NO_HORIZON: Final = Micros(0)
+REFILL_RETRY: Final = Micros(US_PER_SECOND)  # after a refill that failed (the database is away)
 
 TAKE_UP_SLACK: Final = 1_000_000  # µs: a wake-up later than this after its due time is a stall
 
@@ -115,14 +145,97 @@ class Dispatcher:
         self._claiming = True  # False once shutdown began: completions only
         self._stopping = False
         self._exited = False
+        # The bounded heap (module docstring); no refill: every entry is kept.
+        self._refill: RefillCallback | None = None
+        self._cursor: Cursor | None = None
+        self._horizon = Micros(0)
+        self._refill_rows = 0
+        self._refilling: Instant | None = None  # the `before` of the refill reading now
+        self._refill_retry_at: Instant | None = None
+        self._just_refilled = False
         self._thread = threading.Thread(target=self._loop, name="persched-dispatcher", daemon=True)
 
-    def start(self, entries: list[Entry]) -> None:
-        """Fill the heap with ``(due_at, job_id, generation)`` and start the thread."""
+    def start(
+        self,
+        entries: list[Entry],
+        *,
+        refill: RefillCallback | None = None,
+        cursor: Cursor | None = None,
+        horizon: Micros = NO_HORIZON,
+        refill_rows: int = 0,
+    ) -> None:
+        """Fill the heap with ``(due_at, job_id, generation)`` and start the thread.
+
+        With `refill`, the heap is bounded (module docstring): `entries` are the
+        rows up to `cursor`, and refills load up to `horizon` ahead, `refill_rows`
+        being what one refill reads at most.
+        """
         with self._cond:
             self._heap.extend(entries)
             heapq.heapify(self._heap)
+            self._refill = refill
+            self._cursor = cursor
+            self._horizon = horizon
+            self._refill_rows = refill_rows
         self._thread.start()
+
+    def pickup_bound(self) -> Instant | None:
+        """The latest next_run_at a changed job can have and still need a push
+        (None: every one): later ones are loaded by a refill that has not begun."""
+        with self._cond:
+            if self._refill is None or self._cursor is None:
+                return None
+            at = self._cursor[0]
+            return at if self._refilling is None else max(at, self._refilling)
+
+    def _droppable(self, due_at: Instant) -> bool:
+        """Under ``_cond``: an entry certainly not covered and not due within the horizon (module docstring)."""
+        if self._refill is None or self._cursor is None or self._refilling is not None:
+            return False
+        return due_at - jitter_reach() > self._cursor[0] and due_at > self._timebase.now() + self._horizon
+
+    def _refill_due(self, now: Instant) -> bool:
+        """Under ``_cond``: whether to refill now (module docstring)."""
+        if self._refill is None or not self._claiming or self._refilling is not None:
+            return False
+        if self._refill_retry_at is not None and now < self._refill_retry_at:
+            return False
+        if self._cursor is None:
+            return True
+        return now >= self._refill_wake()
+
+    def _refill_wake(self) -> Instant:
+        """Under ``_cond``: when the next refill is due (given a cursor)."""
+        assert self._cursor is not None
+        at = self._cursor[0]
+        if self._refill_retry_at is not None:
+            return max(self._refill_retry_at, Instant(at - self._horizon // 2))
+        if len(self._heap) < self._refill_rows:
+            return Instant(at - self._horizon // 2)
+        return at
+
+    def _do_refill(self, before: Instant) -> None:
+        """On no lock: read the rows after the cursor up to `before` and queue them."""
+        assert self._refill is not None
+        with self._cond:
+            cursor = self._cursor
+        try:
+            entries, new_cursor = self._refill(cursor, before)
+        except BaseException as exc:  # noqa: BLE001 - the dispatcher must outlive any failure; retried
+            logger.warning("loading the jobs due before %s failed, will retry: %s", before, describe(exc))
+            with self._cond:
+                self._refilling = None
+                self._refill_retry_at = Instant(self._timebase.now() + REFILL_RETRY)
+                self._cond.notify_all()
+            return
+        with self._cond:
+            for entry in entries:
+                heapq.heappush(self._heap, entry)
+            self._cursor = new_cursor
+            self._refilling = None
+            self._refill_retry_at = None
+            self._just_refilled = True
+            self._cond.notify_all()
 
     def push(self, due_at: Instant, job_id: str, generation: int) -> None:
         """Queue a run of `job_id`'s `generation` for `due_at`; wake the thread if it is the new head."""
@@ -130,6 +243,8 @@ class Dispatcher:
             if self._asleep_since is not None and due_at < self._asleep_since:
                 # Late already: the sleep did not wait for it (module docstring).
                 self._asleep_since = max(self._asleep_since, self._timebase.now())
+            if self._droppable(due_at):
+                return  # a refill loads it when the cursor gets there (module docstring)
             entry = (due_at, job_id, generation)
             heapq.heappush(self._heap, entry)
             if self._heap[0] is entry:
@@ -180,25 +295,46 @@ class Dispatcher:
             return True
 
     def _idle(self) -> bool:
-        due = self._claiming and bool(self._heap) and self._heap[0][0] <= self._timebase.now()
+        now = self._timebase.now()
+        due = self._claiming and bool(self._heap) and self._heap[0][0] <= now
+        due = due or self._refilling is not None or self._refill_due(now)
         return not (due or self._completions or self._in_cycle) and self._free_workers == self._workers
 
-    def _next_cycle(self) -> tuple[list[Any], list[ClaimEntry]] | None:
-        """Under ``_cond``: wait for completions, or due entries and free workers; take them."""
+    def _next_cycle(self) -> tuple[list[Any], list[ClaimEntry]] | Instant | None:
+        """Under ``_cond``: wait for completions, or due entries and free workers, and take them;
+        or for a refill to be due, and return the instant to refill up to."""
         clock = self._timebase.clock
         self._asleep_since = None
         while True:
+            now = self._timebase.now()
+            # A refill first, unless it was the last thing done and entries are due: the
+            # entries loaded by a long catch-up of refills start while it goes on.
+            head_due = bool(self._heap) and self._heap[0][0] <= now and self._free_workers > 0
+            if self._refill_due(now) and not (self._just_refilled and head_due):
+                self._refilling = Instant(now + self._horizon)
+                self._just_refilled = False
+                return self._refilling
+            self._just_refilled = False
             due: list[ClaimEntry] = []
             if self._claiming and self._heap and self._free_workers:
-                now = self._timebase.now()
                 limit = min(self._free_workers, self._max_batch)
-                taken: set[tuple[str, int]] = set()
+                taken: dict[str, int] = {}  # job_id -> the generation taken
+                later: list[Entry] = []
                 while self._heap and self._heap[0][0] <= now and len(due) < limit:
-                    due_at, job_id, generation = heapq.heappop(self._heap)
-                    if (job_id, generation) in taken:
+                    entry = heapq.heappop(self._heap)
+                    due_at, job_id, generation = entry
+                    if taken.get(job_id) == generation:
                         continue  # a duplicate entry: one worker is reserved for the job already
-                    taken.add((job_id, generation))
+                    if job_id in taken:
+                        # Another generation of a job in this batch (a stale entry beside a
+                        # replacement's): the claim bounds each job_id's slot once, so one
+                        # generation per batch; the other is tried in the next cycle.
+                        later.append(entry)
+                        continue
+                    taken[job_id] = generation
                     due.append((job_id, generation, due_at, self._taken_at(due_at, now)))
+                for entry in later:
+                    heapq.heappush(self._heap, entry)
                 self._free_workers -= len(due)  # SPEC §2: reserve before the claim
             if due or self._completions:
                 completions, self._completions = self._completions, []
@@ -208,12 +344,16 @@ class Dispatcher:
                 self._exited = True
                 return None
             timeout = None
+            now = self._timebase.now()
             if self._claiming and self._heap and self._free_workers:
-                now = self._timebase.now()
                 self._asleep_since = now if self._asleep_since is None else self._asleep_since
                 timeout = (self._heap[0][0] - now) / US_PER_SECOND
             else:
                 self._asleep_since = None
+            if self._claiming and self._refill is not None and self._refilling is None and self._cursor is not None:
+                # Wake for the next refill too (the head may lie beyond the cursor, or nothing is queued).
+                until_refill = max(0, self._refill_wake() - now) / US_PER_SECOND
+                timeout = until_refill if timeout is None else min(timeout, until_refill)
             clock.wait(self._cond, timeout)
 
     def _taken_at(self, due_at: Instant, now: Instant) -> Instant:
@@ -229,6 +369,9 @@ class Dispatcher:
                 batch = self._next_cycle()
             if batch is None:
                 return
+            if isinstance(batch, int):
+                self._do_refill(batch)
+                continue
             completions, due = batch
             handed_over = 0
             try:

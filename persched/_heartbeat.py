@@ -25,6 +25,11 @@ Every `pickup_seconds` the same thread also reads the change counter
 command line, scheduled or replaced since it last looked (SPEC-multi). That
 is the only polling in persched: one indexed read per second by default.
 
+With the bounded heap (`persched._horizon`), the pick-up asks only for the
+changed jobs the heap's refills have passed (later ones are loaded by a
+refill), and the thread also runs the start-up sweep, one batch after
+another, between its periodic tasks.
+
 ``_cond`` guards only the stop flag; it is the condition the clock waits on.
 """
 
@@ -54,6 +59,7 @@ _CHANGES_LOGGED: Final = 10  # picked-up changes named one by one per round; mor
 QueueCallback = Callable[[Instant, str, int], None]
 
 DEFAULT_PICKUP: Final = Micros(US_PER_SECOND)
+_NEVER: Final = 2**63  # monotonic µs: a task that has nothing left to do
 
 
 class Heartbeat:
@@ -100,15 +106,30 @@ class Heartbeat:
         self._announced = False  # the first round says which runs of other instances wait for their lease
         self._lost = lost
         self._maintenance = maintenance
+        self._bound: Callable[[], Instant | None] | None = None
+        self._sweep: Callable[[], bool] | None = None
         self._cond = threading.Condition()
         self._stopping = False
         # run_id -> (lease value seen, monotonic microseconds when it was first seen)
         self._seen: dict[int, tuple[object, int]] = {}
         self._thread = threading.Thread(target=self._loop, name="persched-heartbeat", daemon=True)
 
-    def start(self, change_seq: int) -> None:
-        """Start the heartbeat thread; changes after `change_seq` will be picked up."""
+    def start(
+        self,
+        change_seq: int,
+        *,
+        bound: Callable[[], Instant | None] | None = None,
+        sweep: Callable[[], bool] | None = None,
+    ) -> None:
+        """Start the heartbeat thread; changes after `change_seq` will be picked up.
+
+        `bound` (the bounded heap's `Dispatcher.pickup_bound`) limits the changed
+        jobs queued to those due by then; `sweep` is one batch of the start-up
+        sweep (`persched._horizon`), run back to back until it returns False.
+        """
         self._change_seq = change_seq
+        self._bound = bound
+        self._sweep = sweep
         self._thread.start()
 
     def stop(self) -> None:
@@ -189,7 +210,9 @@ class Heartbeat:
         if self._store.change_seq() == self._change_seq:
             return
         before = self._change_seq
-        self._change_seq, changed = self._store.changes_since(self._change_seq)
+        # Read before the changes: a row due later is loaded by a refill not begun yet (persched._horizon).
+        upto = None if self._bound is None else self._bound()
+        self._change_seq, changed = self._store.changes_since(self._change_seq, upto)
         if logger.isEnabledFor(logging.INFO):
             self._log_changes(before, self._change_seq)  # before queueing: a claim would change the rows
         for due_at, job_id, generation in changed:
@@ -209,6 +232,9 @@ class Heartbeat:
     def _loop(self) -> None:
         clock = self._timebase.clock
         next_beat = next_pickup = clock.monotonic_us()
+        next_sweep = _NEVER
+        if self._sweep is not None:
+            next_sweep = next_beat
         while True:
             if clock.monotonic_us() >= next_pickup:
                 next_pickup = clock.monotonic_us() + self._pickup
@@ -218,11 +244,32 @@ class Heartbeat:
                 _guarded(self.beat, "heartbeat")
                 if self._maintenance is not None:
                     _guarded(self._maintenance, "run-history maintenance")
+            if self._sweep is not None and clock.monotonic_us() >= next_sweep:
+                next_sweep = self._sweep_once(next_beat)
             with self._cond:
-                while not self._stopping and (left := min(next_beat, next_pickup) - clock.monotonic_us()) > 0:
+                while (
+                    not self._stopping and (left := min(next_beat, next_pickup, next_sweep) - clock.monotonic_us()) > 0
+                ):
                     clock.wait(self._cond, left / US_PER_SECOND)
                 if self._stopping:
                     return
+
+    def _sweep_once(self, retry_at: int) -> int:
+        """One batch of the sweep; return when to run the next (monotonic µs): at once while rows
+        are left, at `retry_at` after a failure, never once it is done."""
+        assert self._sweep is not None
+        try:
+            more = self._sweep()
+        except StoreError as exc:
+            logger.warning("checking the stored jobs failed, will retry: %s", exc)
+            return retry_at
+        except BaseException as exc:  # noqa: BLE001 - a periodic task must never stop the others
+            logger.error("checking the stored jobs failed, will retry\n%s", describe(exc))
+            return retry_at
+        if more:
+            return self._timebase.clock.monotonic_us()
+        self._sweep = None
+        return _NEVER
 
 
 def _guarded(task: Callable[[], None], what: str) -> None:

@@ -42,12 +42,13 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any, Final
 
-from . import _db, _migrate, _triggers
+from . import _db, _migrate
 from ._config import MAX_COUNT, SchedulerConfig, check_wait, positive
 from ._declare import JobSpec, check_specs
 from ._events import Event, EventBus
 from ._heartbeat import Heartbeat
-from ._instant import Instant, to_datetime
+from ._horizon import DEFAULT_HORIZON_SECONDS, Horizon
+from ._instant import Instant, seconds, to_datetime
 from ._models import (
     DEFAULT_MAX_ARGS_BYTES,
     DEFAULT_NAMESPACE,
@@ -173,6 +174,10 @@ class JobScheduler:
             this wherever the database is shared with less trusted writers.
         pickup_seconds: How often to look for jobs scheduled, replaced or
             descheduled by other instances or the CLI (one cheap read).
+        horizon_seconds: How far ahead the dispatcher keeps jobs in memory
+            (at least 2 s): it loads the jobs due within this time, and loads
+            more as time moves on, so memory and start-up do not grow with the
+            number of jobs (docs/design.md "The bounded heap").
         max_args_bytes: The largest `args`, and the largest `kwargs`, that
             schedule() accepts, in bytes of their stored JSON (default
             64 KiB): every claim reads them, so large ones slow every job.
@@ -201,6 +206,7 @@ class JobScheduler:
         keep_runs_for_seconds: float | None = None,
         allowed_modules: Iterable[str] | None = None,
         pickup_seconds: float = 1.0,
+        horizon_seconds: float = DEFAULT_HORIZON_SECONDS,
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         namespace: str = DEFAULT_NAMESPACE,
     ) -> None:
@@ -217,6 +223,7 @@ class JobScheduler:
             keep_runs_for_seconds=keep_runs_for_seconds,
             allowed_modules=allowed_modules,
             pickup_seconds=pickup_seconds,
+            horizon_seconds=horizon_seconds,
             max_args_bytes=max_args_bytes,
             namespace=namespace,
         )
@@ -280,33 +287,39 @@ class JobScheduler:
             # "running" before loading: a schedule() committed after the load
             # sees it and pushes its own entry.
             self._state = "running"
+        horizon = Horizon(self._store, self._timebase)
+        swept: list[tuple[Instant, str, int]] = []
         try:
             # Read the change counter first: a change committed while loading
             # is then picked up again rather than missed.
             change_seq = self._store.change_seq()
-            entries, corrections = self._store.load_scheduled(self._timebase.now())
+            # The bounded heap (persched._horizon): the first sweep batch (rows ahead of the
+            # clock, pending run-now requests), then the jobs due within the horizon.
+            more = horizon.sweep(lambda *entry: swept.append(entry))
+            entries, cursor = horizon.refill(None, Instant(self._timebase.now() + self._config.horizon))
         except BaseException:
             self.shutdown(wait=False)
             raise
-        for c in corrections:
-            logger.warning(
-                "job %s: its next run (%s) lay %s further ahead than its schedule allows, written while a "
-                "wall clock was ahead; it runs again at %s, as generation %d",
-                c.job_id,
-                to_datetime(c.was).isoformat(),
-                _triggers.describe_duration(c.was - c.now),
-                to_datetime(c.now).isoformat(),
-                c.generation,
-            )
         _live.add(self)
         self._pool.start()
-        self._dispatcher.start(entries)
-        self._heartbeat.start(change_seq)
+        self._dispatcher.start(
+            entries + swept,
+            refill=horizon.refill,
+            cursor=cursor,
+            horizon=self._config.horizon,
+            refill_rows=horizon.rows,
+        )
+        self._heartbeat.start(
+            change_seq,
+            bound=self._dispatcher.pickup_bound,
+            sweep=(lambda: horizon.sweep(self._dispatcher.push)) if more else None,
+        )
         logger.info(
-            "scheduler %s started with %d scheduled job%s on %s",
+            "scheduler %s started with %d job%s due within %g s on %s",
             self.instance_id,
             len(entries),
             "" if len(entries) == 1 else "s",
+            seconds(self._config.horizon),
             self._store.url,
         )
 

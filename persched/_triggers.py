@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, ClassVar, Final, Protocol
@@ -55,6 +56,7 @@ __all__ = [
     "describe_duration",
     "interval_trigger",
     "jitter_offset",
+    "jitter_reach",
     "kind_of",
     "once_trigger",
     "validate_cron",
@@ -540,6 +542,23 @@ def validate_timezone(name: object) -> str:
     return name
 
 
+# The largest jitter any due time of this process was computed with (µs); it only grows.
+# The bounded heap (persched._horizon) subtracts it from a pushed due time to find a lower
+# bound on the job's next_run_at: every due time it is handed went through jitter_offset.
+_jitter_reach: list[int] = [0]
+_jitter_lock = threading.Lock()
+
+
+def jitter_reach() -> Micros:
+    """The largest jitter a due time of this process was computed with (0: none)."""
+    return Micros(_jitter_reach[0])
+
+
+def _widen_jitter_reach(jitter: Micros) -> None:
+    with _jitter_lock:  # read-modify-write: two threads must not shrink it
+        _jitter_reach[0] = max(_jitter_reach[0], jitter)
+
+
 def jitter_offset(job_id: str, generation: int, slot: Instant, jitter: Micros) -> Micros:
     """Return the run's offset after its slot, in ``[0, jitter)``, the same in every process.
 
@@ -548,6 +567,8 @@ def jitter_offset(job_id: str, generation: int, slot: Instant, jitter: Micros) -
     """
     if jitter <= 0:
         return Micros(0)
+    if jitter > _jitter_reach[0]:
+        _widen_jitter_reach(jitter)
     key = f"{job_id}\x00{generation}\x00{slot}".encode()
     fraction = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")  # uniform in [0, 2**64)
     return Micros((fraction * jitter) >> 64)

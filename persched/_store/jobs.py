@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from sqlalchemy import Insert, Update, select, update
+from sqlalchemy import Insert, Update, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from .. import _triggers
@@ -57,7 +57,7 @@ from .mappers import (
 from .records import ChangeNote, Correction, RunNowAnswer, RunNowVerdict, Upserted
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Sequence
+    from collections.abc import Collection, Iterable, Sequence
 
     from sqlalchemy import Connection
 
@@ -72,6 +72,23 @@ _LOAD_SCHEDULED: Final = (
     "SELECT next_run_at, job_id, generation, jitter_seconds, run_now_at, paused, interval_seconds,"
     " cron, timezone, updated_at, first_run_at FROM persched_jobs WHERE state = 'scheduled' AND namespace = ?"
 )
+# The columns `_inspect` reads, in that order (the sweep selects them with SQLAlchemy, raw).
+_SCANNED: Final = [
+    jobs.c.next_run_at,
+    jobs.c.job_id,
+    jobs.c.generation,
+    jobs.c.jitter_seconds,
+    jobs.c.run_now_at,
+    jobs.c.paused,
+    jobs.c.interval_seconds,
+    jobs.c.cron,
+    jobs.c.timezone,
+    jobs.c.updated_at,
+    jobs.c.first_run_at,
+]
+_Inspected = tuple[Instant, str, int, bool]  # (due_at, job_id, generation, run-now pending)
+# The columns a refill reads (load_due).
+_DUE_COLUMNS: Final = [jobs.c.next_run_at, jobs.c.job_id, jobs.c.generation, jobs.c.jitter_seconds, jobs.c.run_now_at]
 
 
 def _next_generation(conn: Connection, row: StoredRow) -> int:
@@ -367,19 +384,18 @@ class JobsStore(Transactions):
         """The change counter: it moves whenever any job is scheduled, replaced or descheduled."""
         return self._read(lambda conn: int(conn.execute(select(changes.c.seq)).scalar_one()), "read change counter")
 
-    def changes_since(self, seq: int) -> tuple[int, list[tuple[Instant, str, int]]]:
+    def changes_since(self, seq: int, upto: Instant | None = None) -> tuple[int, list[tuple[Instant, str, int]]]:
         """Return the counter now and ``(due_at, job_id, generation)`` of every
-        scheduled (not paused) job changed after `seq`."""
+        scheduled (not paused) job changed after `seq`; with `upto`, only of those
+        whose next_run_at is at most `upto` or that have a pending run-now request
+        (the bounded heap loads the others when its horizon gets there)."""
+        where = [jobs.c.change_seq > seq, jobs.c.state == SCHEDULED, jobs.c.paused.is_(False), self._mine]
+        if upto is not None:
+            where.append(or_(jobs.c.next_run_at <= to_datetime(upto), jobs.c.run_now_at.is_not(None)))
 
         def body(conn: Connection) -> tuple[int, list[tuple[Instant, str, int]]]:
             now_seq = int(conn.execute(select(changes.c.seq)).scalar_one())
-            rows = stored(
-                conn.execute(
-                    select(*RAW_JOBS).where(
-                        jobs.c.change_seq > seq, jobs.c.state == SCHEDULED, jobs.c.paused.is_(False), self._mine
-                    )
-                )
-            )
+            rows = stored(conn.execute(select(*RAW_JOBS).where(*where)))
             due = [(due_of(row), row.job_id, row.generation) for row in rows]
             return now_seq, [(at, job_id, generation) for at, job_id, generation in due if at is not None]
 
@@ -420,45 +436,10 @@ class JobsStore(Transactions):
         """
 
         def body(conn: Connection) -> tuple[list[tuple[Instant, str, int]], list[tuple[str, int, Instant]]]:
-            # start() reads every job: raw driver values skip SQLAlchemy's
-            # per-value result processing (a million rows in seconds, FR #17).
+            # Raw driver values skip SQLAlchemy's per-value result processing (a million rows in seconds, FR #17).
             rows = conn.exec_driver_sql(self.dialect.driver_sql(_LOAD_SCHEDULED), (self.namespace,))
-            entries = []
-            ahead = []
-            fires: dict[tuple[str, str], Instant | None] = {}  # a cron's next fire after now, per expression
-
-            def beyond_schedule(due: Instant, interval: float | None, cron: str | None, zone: str) -> bool:
-                if interval is not None:  # more than one interval away
-                    return due - now > column_micros(interval) + CLOCK_STEP_FLOOR
-                if cron is None:
-                    return False
-                if (cron, zone) not in fires:
-                    fires[cron, zone] = next_fire(cron, zone, now)
-                fire = fires[cron, zone]  # past the expression's next fire after now
-                return fire is not None and due > fire + CLOCK_STEP_FLOOR
-
-            for at, job_id, generation, jitter, run_now_at, paused, interval, cron, zone, updated, first in rows:
-                try:
-                    if isinstance(generation, bool) or not isinstance(generation, int):
-                        raise TypeError(f"generation {generation!r} is not a whole number")
-                    due = self.dialect.raw_instant(at)
-                    # Cheap tests (the correction re-reads the row): further ahead than the schedule
-                    # allows, and written by a clock ahead of this one (docstring).
-                    written_ahead = at != first or self.dialect.raw_instant(updated) - now > CLOCK_STEP_FLOOR
-                    if written_ahead and beyond_schedule(due, interval, cron, zone):
-                        ahead.append((job_id, generation, due))
-                    if paused:
-                        continue
-                    if jitter:
-                        due = Instant(due + _triggers.jitter_offset(job_id, generation, due, column_micros(jitter)))
-                    if run_now_at is not None:
-                        due = min(due, self.dialect.raw_instant(run_now_at))
-                except Exception as exc:  # noqa: BLE001 - SPEC §2: one unreadable row never stops start()
-                    # Not queued; jobs() and `persched jobs` show why (Job.unreadable).
-                    logger.error("job %s is not scheduled: its stored row cannot be read: %s", job_id, exc)
-                    continue
-                entries.append((due, job_id, generation))
-            return entries, ahead
+            entries, ahead = self._inspect(rows, now)
+            return [(due, job_id, generation) for due, job_id, generation, _ in entries], ahead
 
         entries, ahead = self._read(body, "load jobs")
         if not ahead:
@@ -468,6 +449,131 @@ class JobsStore(Transactions):
         entries = [e for e in entries if e[1] not in moved]
         entries += [(c.due, c.job_id, c.generation) for c in corrections if c.due is not None]
         return entries, corrections
+
+    def _inspect(
+        self, rows: Iterable[Sequence[Any]], now: Instant
+    ) -> tuple[list[_Inspected], list[tuple[str, int, Instant]]]:
+        """Check rows of `_SCANNED` columns: ``(due_at, job_id, generation, run_now)`` of each
+        scheduled, not paused one, and the rows that lie ahead of the clock (see load_scheduled)."""
+        entries = []
+        ahead = []
+        fires: dict[tuple[str, str], Instant | None] = {}  # a cron's next fire after now, per expression
+
+        def beyond_schedule(due: Instant, interval: float | None, cron: str | None, zone: str) -> bool:
+            if interval is not None:  # more than one interval away
+                return due - now > column_micros(interval) + CLOCK_STEP_FLOOR
+            if cron is None:
+                return False
+            if (cron, zone) not in fires:
+                fires[cron, zone] = next_fire(cron, zone, now)
+            fire = fires[cron, zone]  # past the expression's next fire after now
+            return fire is not None and due > fire + CLOCK_STEP_FLOOR
+
+        for at, job_id, generation, jitter, run_now_at, paused, interval, cron, zone, updated, first in rows:
+            try:
+                if isinstance(generation, bool) or not isinstance(generation, int):
+                    raise TypeError(f"generation {generation!r} is not a whole number")
+                due = self.dialect.raw_instant(at)
+                # Cheap tests (the correction re-reads the row): further ahead than the schedule
+                # allows, and written by a clock ahead of this one (load_scheduled).
+                written_ahead = at != first or self.dialect.raw_instant(updated) - now > CLOCK_STEP_FLOOR
+                if written_ahead and beyond_schedule(due, interval, cron, zone):
+                    ahead.append((job_id, generation, due))
+                if paused:
+                    continue
+                if jitter:
+                    due = Instant(due + _triggers.jitter_offset(job_id, generation, due, column_micros(jitter)))
+                if run_now_at is not None:
+                    due = min(due, self.dialect.raw_instant(run_now_at))
+            except Exception as exc:  # noqa: BLE001 - SPEC §2: one unreadable row never stops start()
+                # Not queued; jobs() and `persched jobs` show why (Job.unreadable).
+                logger.error("job %s is not scheduled: its stored row cannot be read: %s", job_id, exc)
+                continue
+            entries.append((due, job_id, generation, run_now_at is not None))
+        return entries, ahead
+
+    def load_due(
+        self, after: tuple[Instant, str] | None, before: Instant, limit: int
+    ) -> tuple[list[tuple[Instant, str, int]], tuple[Instant, str] | None]:
+        """The bounded heap's refill (`persched._horizon`): ``(due_at, job_id, generation)`` of the
+        scheduled, not paused jobs whose ``(next_run_at, job_id)`` lies after `after` (None: from
+        the start) and whose next_run_at lies before `before`, at most `limit` of them in that
+        order, through the ``(state, next_run_at)`` index; and the key of the last row read when
+        `limit` rows were read (None: the window was read to its end).
+
+        `due_at` adds the job's jitter (which only delays) or takes a pending run-now.
+        """
+        # SQLite: +namespace keeps the planner on (state, next_run_at), off (namespace, state),
+        # which would read and sort every scheduled row of the namespace (test_horizon's plan test).
+        where = [
+            jobs.c.state == SCHEDULED,
+            jobs.c.paused.is_(False),
+            self.dialect.unindexed(jobs.c.namespace) == self.namespace,
+            jobs.c.next_run_at < to_datetime(before),
+        ]
+        if after is not None:
+            at = to_datetime(after[0])
+            where += [jobs.c.next_run_at >= at, or_(jobs.c.next_run_at > at, jobs.c.job_id > after[1])]
+        query = select(*raw_columns(_DUE_COLUMNS)).where(*where).order_by(jobs.c.next_run_at, jobs.c.job_id)
+
+        def body(conn: Connection) -> tuple[list[tuple[Instant, str, int]], tuple[Instant, str] | None]:
+            rows = conn.execute(query.limit(limit)).all()
+            entries = []
+            last: tuple[Instant, str] | None = None
+            for at, job_id, generation, jitter, run_now_at in rows:
+                try:
+                    slot = self.dialect.raw_instant(at)
+                    last = (slot, job_id)
+                    if isinstance(generation, bool) or not isinstance(generation, int):
+                        raise TypeError(f"generation {generation!r} is not a whole number")
+                    due = slot
+                    if jitter:
+                        due = Instant(slot + _triggers.jitter_offset(job_id, generation, slot, column_micros(jitter)))
+                    if run_now_at is not None:
+                        due = min(due, self.dialect.raw_instant(run_now_at))
+                except Exception as exc:  # noqa: BLE001 - one unreadable row is skipped; start() logged it (sweep)
+                    logger.debug("job %s is not queued: its stored row cannot be read: %s", job_id, exc)
+                    continue
+                entries.append((due, job_id, generation))
+            return entries, (last if len(rows) == limit else None)
+
+        return self._read(body, "load due jobs")
+
+    def sweep(
+        self, after: str | None, limit: int, now: Instant
+    ) -> tuple[list[tuple[Instant, str, int]], list[Correction], str | None]:
+        """One batch of the start-up sweep (`persched._horizon`): the scheduled rows of this
+        namespace with a job_id after `after`, at most `limit`, in primary-key order.
+
+        Returns ``(due_at, job_id, generation)`` of those with a pending run-now request, the
+        rows it corrected because they lay ahead of the clock (see load_scheduled), and the last
+        job_id read (None: the sweep is done).
+        """
+        # SQLite: +state and +namespace keep the planner on the primary key (a keyset walk);
+        # either index would make each batch read and sort every scheduled row.
+        where = [
+            self.dialect.unindexed(jobs.c.state) == SCHEDULED,
+            self.dialect.unindexed(jobs.c.namespace) == self.namespace,
+        ]
+        if after is not None:
+            where.append(jobs.c.job_id > after)
+        query = select(*raw_columns(_SCANNED)).where(*where).order_by(jobs.c.job_id).limit(limit)
+
+        def body(
+            conn: Connection,
+        ) -> tuple[list[tuple[Instant, str, int, bool]], list[tuple[str, int, Instant]], str | None]:
+            rows = conn.execute(query).all()
+            entries, ahead = self._inspect(rows, now)
+            return entries, ahead, (str(rows[-1][1]) if len(rows) == limit else None)
+
+        entries, ahead, last = self._read(body, "sweep jobs")
+        run_now = [(due, job_id, generation) for due, job_id, generation, pending in entries if pending]
+        if not ahead:
+            return run_now, [], last
+        corrections = self._correct_ahead(ahead, now)
+        moved = {c.job_id for c in corrections}
+        run_now = [e for e in run_now if e[1] not in moved]
+        return run_now, corrections, last
 
     def _correct_ahead(self, candidates: Sequence[tuple[str, int, Instant]], now: Instant) -> list[Correction]:
         """Move rows that lie further ahead than their schedule allows into a new generation (see load_scheduled)."""

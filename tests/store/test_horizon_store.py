@@ -1,0 +1,75 @@
+"""The bounded heap's store calls (persched._horizon), on SQLite and PostgreSQL:
+`load_due` (the refill: a keyset window through the index, with jitter and run-now),
+`sweep` (every scheduled row in primary-key batches) and `changes_since(upto=)`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from persched._instant import Micros
+from persched._triggers import jitter_offset
+from tests.store.test_store_contract import T, at, schedule
+
+if TYPE_CHECKING:
+    from persched._store import Store
+
+
+def test_load_due_reads_a_keyset_window_in_slot_order(store: Store) -> None:
+    for n in range(5):
+        schedule(store, job_id=f"tie{n}", start_in=3)  # one instant, more rows than one batch
+    schedule(store, job_id="early", start_in=1)
+    schedule(store, job_id="late", start_in=50)  # beyond the window
+    schedule(store, job_id="paused", start_in=2)
+    store.pause_job("paused", T)
+    schedule(store, job_id="gone", start_in=2)
+    store.deschedule_job("gone", T)
+    seen: list[str] = []
+    cursor = None
+    while True:
+        entries, last = store.load_due(cursor, at(10), 2)
+        seen += [job_id for _, job_id, _ in entries]
+        assert all(due < at(10) for due, _, _ in entries)
+        if last is None:
+            break
+        assert entries  # a full batch always moves the cursor on
+        cursor = last
+    assert seen == ["early", "tie0", "tie1", "tie2", "tie3", "tie4"]
+    assert store.load_due((at(10), ""), at(60), 10) == ([(at(50), "late", 1)], None)
+
+
+def test_load_due_adds_jitter_and_takes_a_pending_run_now(store: Store) -> None:
+    jittered = schedule(store, job_id="j", start_in=5, jitter_seconds=4)
+    schedule(store, job_id="r", start_in=30)
+    store.request_run_now("r", at(1))
+    entries, _ = store.load_due(None, at(6), 10)
+    offset = jitter_offset("j", jittered.generation, at(5), Micros(4_000_000))
+    assert entries == [(at(5) + offset, "j", 1)]  # the run-now of r is the sweep's, not the window's
+    run_now, corrections, last = store.sweep(None, 10, at(1))
+    assert (run_now, corrections, last) == ([(at(1), "r", 1)], [], None)
+
+
+def test_sweep_walks_every_scheduled_row_in_batches(store: Store) -> None:
+    for n in range(7):
+        schedule(store, job_id=f"s{n}", start_in=n)
+        store.request_run_now(f"s{n}", T)
+    store.deschedule_job("s3", T)
+    found: list[str] = []
+    after = None
+    while True:
+        run_now, _, after = store.sweep(after, 2, T)
+        found += [job_id for _, job_id, _ in run_now]
+        if after is None:
+            break
+    assert found == ["s0", "s1", "s2", "s4", "s5", "s6"]
+
+
+def test_changes_since_upto_leaves_later_jobs_to_the_refill(store: Store) -> None:
+    seq = store.change_seq()
+    schedule(store, job_id="near", start_in=5)
+    schedule(store, job_id="far", start_in=500)
+    schedule(store, job_id="far-run-now", start_in=500)
+    store.request_run_now("far-run-now", T)
+    _, changed = store.changes_since(seq, at(60))
+    assert sorted(job_id for _, job_id, _ in changed) == ["far-run-now", "near"]
+    _, everything = store.changes_since(seq)
+    assert len(everything) == 3
