@@ -1,0 +1,199 @@
+"""The WSGI recipes under a real gunicorn (the ``examples`` extra), two sync workers, with and without ``--preload``.
+
+- Without ``--preload``: `examples/wsgi_app.py`, the app docs/multi.md recommends for
+  ``gunicorn -w 4`` (each worker imports it after the fork and starts its own scheduler).
+- With ``--preload``: Flask's app factory, `examples/flask_app.py` (the recipe documented as
+  safe there): the master imports the app and calls ``create_app()`` before forking, starts
+  nothing, and each worker makes its scheduler on its first request.
+- With ``--preload`` and `examples/wsgi_app.py` (the mistake): the scheduler started at import
+  in the master stays the master's. Each worker logs the fork WARNING and its requests fail with
+  SchedulerStateError (SPEC §2 "Forks"); the jobs run in the master, once per slot.
+
+Each: the 0.2 s job runs, no slot twice in the history, SIGTERM to the master ends everything
+with exit 0 and no run left open. In CI a missing gunicorn fails (tests/support/frameworks.py).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from importlib.metadata import version
+from typing import TYPE_CHECKING, Final
+
+import pytest
+
+from tests.multi._cluster import REPO, check_once, child_env, fetch_runs, throttled
+from tests.support.frameworks import require
+from tests.support.helpers import TIMEOUT, wait_until
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from tests.multi._cluster import RunRow
+
+pytestmark = pytest.mark.slow
+
+INTERVAL: Final = 0.2
+RUNS: Final = 5
+LISTENING: Final = re.compile(r"Listening at: http://127\.0\.0\.1:(\d+)")
+FORK_WARNING: Final = "was forked from process"
+
+
+class Gunicorn:
+    """A real gunicorn master (`python -m gunicorn`) on a free port, its output in a file."""
+
+    def __init__(self, tmp_path: Path, app: str, *options: str, env: dict[str, str]) -> None:
+        self.log = tmp_path / "gunicorn.log"
+        command = [sys.executable, "-m", "gunicorn", "--workers", "2", "--bind", "127.0.0.1:0"]
+        if tuple(int(part) for part in version("gunicorn").split(".")[:2]) >= (25, 1):
+            # gunicorn 25.1+ opens a control socket at ~/.gunicorn/gunicorn.ctl by default: one for every test.
+            command.append("--no-control-socket")
+        command += ["--graceful-timeout", "5", *options, app]
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        wait_until(
+            throttled(lambda: LISTENING.search(self.output()) is not None or self.proc.poll() is not None),
+            timeout=3 * TIMEOUT,
+            message="gunicorn listening",
+        )
+        assert self.proc.poll() is None, self.output()
+        match = LISTENING.search(self.output())
+        assert match is not None
+        self.url = f"http://127.0.0.1:{match.group(1)}"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=TIMEOUT) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as error:
+            with error:
+                return error.code, error.read()
+
+    def terminate(self) -> int:
+        """SIGTERM to the master (gunicorn's graceful stop); its exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(3 * TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(TIMEOUT)
+            raise
+
+
+def _env(db: str, **extra: str) -> dict[str, str]:
+    env = child_env()
+    env.update(PERSCHED_DB=db, EXAMPLE_INTERVAL=str(INTERVAL), **extra)
+    return env
+
+
+def _pid(run: RunRow) -> int:
+    return int(run.instance_id.split(":")[1])  # host:pid:... (the README's instance_id)
+
+
+def _finished(db: str) -> list[RunRow]:
+    return [r for r in fetch_runs(db) if r.outcome is not None]
+
+
+def _check_history(db: str, job_id: str) -> list[RunRow]:
+    runs = fetch_runs(db)
+    assert {r.job_id for r in runs} == {job_id}
+    check_once(runs, None, {job_id: INTERVAL}, {job_id: min(r.scheduled_for for r in runs)})  # none open
+    assert all(r.outcome == "ok" for r in runs), [(r.scheduled_for, r.outcome) for r in runs]
+    return runs
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[list[Gunicorn]]:
+    """Every gunicorn a test starts; one still running at the end (a failed test) is stopped."""
+    servers: list[Gunicorn] = []
+    yield servers
+    for server in servers:
+        if server.proc.poll() is None:
+            server.terminate()
+
+
+def test_without_preload_each_worker_starts_its_scheduler_at_import_and_every_slot_runs_once(
+    tmp_path: Path, served: list[Gunicorn]
+) -> None:
+    require("gunicorn")
+    db = f"sqlite:///{tmp_path / 'app.db'}"
+    server = Gunicorn(tmp_path, "examples.wsgi_app:application", env=_env(db))
+    served.append(server)
+    status, body = server.get("/")
+    assert status == 200, server.output()
+    assert b'"refresh-cache"' in body
+    wait_until(throttled(lambda: len(_finished(db)) >= RUNS), timeout=3 * TIMEOUT, message=f"{RUNS} runs")
+    assert server.terminate() == 0, server.output()
+    out = server.output()
+    workers = {int(pid) for pid in re.findall(r"Booting worker with pid: (\d+)", out)}
+    assert len(workers) == 2, out
+    # Both workers started a scheduler (at import, after the fork) and shut it down at exit.
+    started = {int(p) for p in re.findall(r"INFO \[(\d+)\] persched: scheduler \S+ started", out)}
+    stopped = {int(p) for p in re.findall(r"INFO \[(\d+)\] persched: scheduler \S+ shut down", out)}
+    assert started == stopped == workers, out
+    assert FORK_WARNING not in out
+    runs = _check_history(db, "refresh-cache")
+    assert {_pid(r) for r in runs} <= workers
+
+
+def test_preload_with_the_flask_factory_starts_nothing_in_the_master_and_every_slot_runs_once(
+    tmp_path: Path, served: list[Gunicorn]
+) -> None:
+    require("gunicorn", "flask")
+    db = f"sqlite:///{tmp_path / 'app.db'}"
+    server = Gunicorn(tmp_path, "examples.flask_app:create_app()", "--preload", env=_env(db))
+    served.append(server)
+    master = server.proc.pid
+    status, body = server.get("/jobs")  # the serving worker's first request makes its scheduler
+    assert status == 200, server.output()
+    assert b'"flask.sync"' in body
+    wait_until(throttled(lambda: len(_finished(db)) >= RUNS), timeout=3 * TIMEOUT, message=f"{RUNS} runs")
+    assert server.get("/nothing-here")[0] == 404  # the before_request hook does not replace responses
+    assert server.terminate() == 0, server.output()
+    out = server.output()
+    workers = {int(pid) for pid in re.findall(r"Booting worker with pid: (\d+)", out)}
+    assert len(workers) == 2, out
+    assert FORK_WARNING not in out, out  # no scheduler was running in the master when it forked
+    assert "Traceback" not in out, out
+    runs = _check_history(db, "flask.sync")
+    assert master not in {_pid(r) for r in runs}
+    assert {_pid(r) for r in runs} <= workers
+
+
+def test_preload_with_a_scheduler_started_at_import_is_refused_in_the_workers(
+    tmp_path: Path, served: list[Gunicorn]
+) -> None:
+    require("gunicorn")
+    db = f"sqlite:///{tmp_path / 'app.db'}"
+    server = Gunicorn(tmp_path, "examples.wsgi_app:application", "--preload", env=_env(db))
+    served.append(server)
+    master = server.proc.pid
+    status, _ = server.get("/")
+    assert status == 500  # the worker's request used the master's scheduler: SchedulerStateError
+    wait_until(throttled(lambda: len(_finished(db)) >= RUNS), timeout=3 * TIMEOUT, message=f"{RUNS} runs")
+    wait_until(
+        throttled(lambda: server.output().count(FORK_WARNING) == 2), timeout=TIMEOUT, message="two fork warnings"
+    )
+    assert server.terminate() == 0, server.output()
+    out = server.output()
+    workers = {int(pid) for pid in re.findall(r"Booting worker with pid: (\d+)", out)}
+    assert len(workers) == 2, out
+    warned = {int(p) for p in re.findall(rf"WARNING \[(\d+)\] persched: process \d+ {FORK_WARNING} {master}\b", out)}
+    assert warned == workers, out
+    assert "SchedulerStateError: this JobScheduler belongs to process" in out
+    assert "without --preload" in out  # the error says what to do
+    # The only scheduler is the master's: it ran every slot, once, and shut down at the master's exit.
+    started = re.findall(r"INFO \[(\d+)\] persched: scheduler \S+ started", out)
+    stopped = re.findall(r"INFO \[(\d+)\] persched: scheduler \S+ shut down", out)
+    assert started == stopped == [str(master)], out
+    runs = _check_history(db, "refresh-cache")
+    assert {_pid(r) for r in runs} == {master}
