@@ -67,11 +67,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# start() reads every job of its namespace with raw driver values (see load_scheduled), in the driver's parameter style.
-_LOAD_SCHEDULED: Final = (
-    "SELECT next_run_at, job_id, generation, jitter_seconds, run_now_at, paused, interval_seconds,"
-    " cron, timezone, updated_at, first_run_at FROM persched_jobs WHERE state = 'scheduled' AND namespace = ?"
-)
+
+def _whole_generation(value: object) -> int:
+    """A generation read raw (TypeError if a hand edit made it something else)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"generation {value!r} is not a whole number")
+    return value
+
+
 # The columns `_inspect` reads, in that order (the sweep selects them with SQLAlchemy, raw).
 _SCANNED: Final = [
     jobs.c.next_run_at,
@@ -417,9 +420,11 @@ class JobsStore(Transactions):
 
         return self._read(body, "read changes")
 
-    def load_scheduled(self, now: Instant) -> tuple[list[tuple[Instant, str, int]], list[Correction]]:
-        """Return ``(due_at, job_id, generation)`` of every scheduled, not paused job,
-        and the rows it corrected.
+    def _inspect(
+        self, rows: Iterable[Sequence[Any]], now: Instant
+    ) -> tuple[list[_Inspected], list[tuple[str, int, Instant]]]:
+        """Check rows of `_SCANNED` columns: ``(due_at, job_id, generation, run_now)`` of each
+        scheduled, not paused one, and the rows that lie ahead of the clock.
 
         A row whose next slot lies further ahead of `now` than its schedule allows,
         by more than `CLOCK_STEP_FLOOR`, was written while a wall clock was ahead
@@ -428,33 +433,12 @@ class JobsStore(Transactions):
         written at an instant ahead of `now` by more than the floor too: a first
         slot placed far ahead on purpose (start_in, start_at) is not a clock error,
         and skew between live instances (seconds) is left alone, so that no
-        instant runs twice. Its grid slots up to there may have run
-        already, so it moves on into a new generation (never a (generation,
+        instant runs twice. Its grid slots up to there may have run already, so
+        `_correct_ahead` moves it on into a new generation (never a (generation,
         scheduled_for) twice) at its next slot from `now` (cron: the next fire
         after now), keeping its definition, pause and history. Paused rows are
         corrected too, so that a later resume() is not silenced.
         """
-
-        def body(conn: Connection) -> tuple[list[tuple[Instant, str, int]], list[tuple[str, int, Instant]]]:
-            # Raw driver values skip SQLAlchemy's per-value result processing (a million rows in seconds, FR #17).
-            rows = conn.exec_driver_sql(self.dialect.driver_sql(_LOAD_SCHEDULED), (self.namespace,))
-            entries, ahead = self._inspect(rows, now)
-            return [(due, job_id, generation) for due, job_id, generation, _ in entries], ahead
-
-        entries, ahead = self._read(body, "load jobs")
-        if not ahead:
-            return entries, []
-        corrections = self._correct_ahead(ahead, now)
-        moved = {c.job_id for c in corrections}
-        entries = [e for e in entries if e[1] not in moved]
-        entries += [(c.due, c.job_id, c.generation) for c in corrections if c.due is not None]
-        return entries, corrections
-
-    def _inspect(
-        self, rows: Iterable[Sequence[Any]], now: Instant
-    ) -> tuple[list[_Inspected], list[tuple[str, int, Instant]]]:
-        """Check rows of `_SCANNED` columns: ``(due_at, job_id, generation, run_now)`` of each
-        scheduled, not paused one, and the rows that lie ahead of the clock (see load_scheduled)."""
         entries = []
         ahead = []
         fires: dict[tuple[str, str], Instant | None] = {}  # a cron's next fire after now, per expression
@@ -471,26 +455,29 @@ class JobsStore(Transactions):
 
         for at, job_id, generation, jitter, run_now_at, paused, interval, cron, zone, updated, first in rows:
             try:
-                if isinstance(generation, bool) or not isinstance(generation, int):
-                    raise TypeError(f"generation {generation!r} is not a whole number")
-                due = self.dialect.raw_instant(at)
+                generation = _whole_generation(generation)
+                slot = self.dialect.raw_instant(at)
                 # Cheap tests (the correction re-reads the row): further ahead than the schedule
-                # allows, and written by a clock ahead of this one (load_scheduled).
+                # allows, and written by a clock ahead of this one (docstring).
                 written_ahead = at != first or self.dialect.raw_instant(updated) - now > CLOCK_STEP_FLOOR
-                if written_ahead and beyond_schedule(due, interval, cron, zone):
-                    ahead.append((job_id, generation, due))
+                if written_ahead and beyond_schedule(slot, interval, cron, zone):
+                    ahead.append((job_id, generation, slot))
                 if paused:
                     continue
-                if jitter:
-                    due = Instant(due + _triggers.jitter_offset(job_id, generation, due, column_micros(jitter)))
-                if run_now_at is not None:
-                    due = min(due, self.dialect.raw_instant(run_now_at))
+                due = self._due_at(job_id, generation, slot, jitter, run_now_at)
             except Exception as exc:  # noqa: BLE001 - SPEC §2: one unreadable row never stops start()
                 # Not queued; jobs() and `persched jobs` show why (Job.unreadable).
                 logger.error("job %s is not scheduled: its stored row cannot be read: %s", job_id, exc)
                 continue
             entries.append((due, job_id, generation, run_now_at is not None))
         return entries, ahead
+
+    def _due_at(self, job_id: str, generation: int, slot: Instant, jitter: float, run_now_at: object) -> Instant:
+        """When a job read raw is due: its `slot`, later by its jitter (which only delays), or its pending run-now."""
+        due = slot
+        if jitter:
+            due = Instant(slot + _triggers.jitter_offset(job_id, generation, slot, column_micros(jitter)))
+        return due if run_now_at is None else min(due, self.dialect.raw_instant(run_now_at))
 
     def load_due(
         self, after: tuple[Instant, str] | None, before: Instant, limit: int
@@ -524,13 +511,8 @@ class JobsStore(Transactions):
                 try:
                     slot = self.dialect.raw_instant(at)
                     last = (slot, job_id)
-                    if isinstance(generation, bool) or not isinstance(generation, int):
-                        raise TypeError(f"generation {generation!r} is not a whole number")
-                    due = slot
-                    if jitter:
-                        due = Instant(slot + _triggers.jitter_offset(job_id, generation, slot, column_micros(jitter)))
-                    if run_now_at is not None:
-                        due = min(due, self.dialect.raw_instant(run_now_at))
+                    generation = _whole_generation(generation)
+                    due = self._due_at(job_id, generation, slot, jitter, run_now_at)
                 except Exception as exc:  # noqa: BLE001 - one unreadable row is skipped; start() logged it (sweep)
                     logger.debug("job %s is not queued: its stored row cannot be read: %s", job_id, exc)
                     continue
@@ -546,7 +528,7 @@ class JobsStore(Transactions):
         namespace with a job_id after `after`, at most `limit`, in primary-key order.
 
         Returns ``(due_at, job_id, generation)`` of those with a pending run-now request, the
-        rows it corrected because they lay ahead of the clock (see load_scheduled), and the last
+        rows it corrected because they lay ahead of the clock (see _inspect), and the last
         job_id read (None: the sweep is done).
         """
         # SQLite: +state and +namespace keep the planner on the primary key (a keyset walk);
@@ -576,7 +558,7 @@ class JobsStore(Transactions):
         return run_now, corrections, last
 
     def _correct_ahead(self, candidates: Sequence[tuple[str, int, Instant]], now: Instant) -> list[Correction]:
-        """Move rows that lie further ahead than their schedule allows into a new generation (see load_scheduled)."""
+        """Move rows that lie further ahead than their schedule allows into a new generation (see _inspect)."""
 
         def body(conn: Connection) -> list[Correction]:
             corrections: list[Correction] = []

@@ -141,7 +141,7 @@ class LeasesStore(Transactions):
             over = plan.is_over(next_at, run_now_at)
             values: dict[str, Any] = {}
             # A run claimed by a process whose clock was ahead (and that died) left the grid ahead:
-            # corrected as at start-up (see load_scheduled), into a new generation, which the
+            # corrected as at start-up (see JobsStore._inspect), into a new generation, which the
             # change pick-up then queues (hence no due time returned).
             corrected = None if over else readable_plan(row, with_start=True)
             corrected_at = None if corrected is None else corrected.corrected(next_at, recovered_at)

@@ -31,7 +31,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-CLOCK_STEP_FLOOR: Final = Micros(60_000_000)  # corrections smaller than this are skew, left alone (see load_scheduled)
+CLOCK_STEP_FLOOR: Final = Micros(
+    60_000_000
+)  # corrections smaller than this are skew, left alone (see JobsStore._inspect)
 SCHEDULED: Final = JobState.SCHEDULED.value
 RUNNING: Final = JobState.RUNNING.value
 FINISHED: Final = JobState.FINISHED.value
@@ -168,7 +170,7 @@ def _cached_plan(job_id: str, generation: int, anchor: Instant, stored: Policies
 
 def regrid(row: StoredRow, plan: JobPlan, corrected: Instant, change_seq: int) -> dict[str, Any]:
     """Columns that move a row written by a clock that was ahead into a new generation at `corrected`
-    (see load_scheduled): an interval grid is anchored anew there, its phase kept; the change is announced."""
+    (see JobsStore._inspect): an interval grid is anchored anew there, its phase kept; the change is announced."""
     return {
         "generation": row.generation + 1,
         "first_run_at": row.first_run_at if plan.interval is None else to_datetime(corrected),

@@ -96,7 +96,7 @@ class ClaimMiss:
 @dataclass(frozen=True)
 class Correction:
     """A row whose next slot lay further ahead than its schedule allows (written while a wall
-    clock was ahead), moved back by `load_scheduled` into a new generation (SPEC §2)."""
+    clock was ahead), moved back by the start-up sweep (`JobsStore.sweep`) into a new generation (SPEC §2)."""
 
     job_id: str
     generation: int  # the new one

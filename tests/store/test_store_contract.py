@@ -28,7 +28,7 @@ from persched import JobState, _db
 from persched._instant import Instant, Micros, from_datetime, micros, to_datetime
 from persched._models import JobDefinition, validate_definition, validate_policies
 from persched._schema import jobs, runs
-from persched._store import Claim, ClaimMiss, OpenRun, Recovery, Store, mappers
+from persched._store import Claim, ClaimMiss, Correction, OpenRun, Recovery, Store, mappers
 from tests.support import race_jobs
 from tests.support.helpers import EPOCH, TIMEOUT
 from tests.support.store_calls import claim_one, finish_one
@@ -195,13 +195,20 @@ def test_deschedule_unknown_job(store: Store) -> None:
     assert store.deschedule_job("nope", T) is None
 
 
-def test_load_scheduled_lists_only_scheduled_rows(store: Store) -> None:
+def loaded(store: Store, now: Instant) -> tuple[list[tuple[Instant, str, int]], list[Correction]]:
+    """What start-up reads (`persched._horizon`): every due entry (one unbounded refill), the sweep's corrections."""
+    entries, _ = store.load_due(None, Instant(now + micros(10 * 365 * 86_400)), 10_000)
+    _, corrections, _ = store.sweep(None, 10_000, now)
+    return entries, corrections
+
+
+def test_start_up_lists_only_scheduled_rows(store: Store) -> None:
     a = schedule(store, job_id="a")
     schedule(store, job_id="b")
     c = schedule(store, job_id="c", start_in=0)
     store.deschedule_job("b", T)
     won(claim(store, c, T))
-    assert store.load_scheduled(T) == ([(at(10), "a", a.generation)], [])
+    assert loaded(store, T) == ([(at(10), "a", a.generation)], [])
 
 
 # --- claim ---------------------------------------------------------------------------
@@ -497,7 +504,7 @@ def test_finish_after_deschedule_keeps_the_job_descheduled(store: Store) -> None
     store.deschedule_job("a", at(11))
     assert finish(store, c, at(12)) is False
     assert store.get_job("a") is None
-    assert store.load_scheduled(at(11)) == ([], [])
+    assert loaded(store, at(11)) == ([], [])
     (run,) = store.list_runs("a")
     assert run.outcome == "ok"
 
@@ -660,7 +667,7 @@ def test_a_deschedule_committed_during_a_recovery_wins(store: Store) -> None:
     assert descheduled == [c.generation]
     assert result == Recovery(lost=True)  # nothing to queue: the job is gone
     assert store.get_job("a") is None
-    assert [e for e in store.load_scheduled(at(50))[0] if e[1] == "a"] == []
+    assert [e for e in loaded(store, at(50))[0] if e[1] == "a"] == []
     (run,) = store.list_runs("a")
     assert run.outcome == "lost"
 
