@@ -501,9 +501,8 @@ class ClaimsStore(Transactions):
                 for row in mine
                 if not row.problems and row.running_for is not None
             }
-            moves: list[dict[str, Any]] = []
-            missed: list[dict[str, Any]] = []
-            quarantined: list[dict[str, Any]] = []
+            moves: list[dict[str, Any]] = []  # _FINISH_JOB
+            w = _Writes()  # quarantines and history records
             due: list[Instant | None] = []
             others = rows_of(
                 conn, {c.claim.job_id for c in completions} - {key[0] for key in owned} - {k[0] for k in unreadable}
@@ -512,7 +511,7 @@ class ClaimsStore(Transactions):
                 row = owned.get((c.claim.job_id, c.claim.generation, c.claim.scheduled_for))
                 broken = unreadable.pop((c.claim.job_id, c.claim.generation), None)
                 if broken is not None:
-                    plan_or_quarantine(broken, c.finished_at, instance_id, quarantined, missed)
+                    plan_or_quarantine(broken, c.finished_at, instance_id, w.quarantined, w.missed)
                     due.append(None)
                     continue
                 if row is None:
@@ -521,13 +520,13 @@ class ClaimsStore(Transactions):
                     other = others.get(c.claim.job_id)
                     due.append(due_of(other) if other is not None and other.generation == c.claim.generation else None)
                     continue
-                plan = plan_or_quarantine(row, c.finished_at, instance_id, quarantined, missed)
+                plan = plan_or_quarantine(row, c.finished_at, instance_id, w.quarantined, w.missed)
                 if plan is None:
                     due.append(None)
                     continue
                 next_at, dropped = plan.after_run(from_datetime(row.next_run_at), c.finished_at)
                 if dropped is not None:
-                    missed.append(missed_record(row.job_id, row.generation, dropped, c.finished_at, instance_id))
+                    w.missed.append(missed_record(row.job_id, row.generation, dropped, c.finished_at, instance_id))
                 run_now_at = instant_or_none(row.run_now_at)
                 over = plan.is_over(next_at, run_now_at)
                 moves.append(
@@ -546,11 +545,8 @@ class ClaimsStore(Transactions):
                 due.append(None if over or row.paused else plan.due_at(next_at, run_now_at))
             if moves:
                 conn.execute(_FINISH_JOB, moves)
-            if quarantined:
-                conn.execute(QUARANTINE, quarantined)
-            if missed:
-                conn.execute(self._insert_runs, missed)
-                self._after_commit(missed)
+            w.apply(conn, self._insert_runs)
+            self._after_commit(w.missed)
             return due
 
         return self._write(body, "finish runs")
