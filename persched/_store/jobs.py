@@ -213,18 +213,22 @@ class JobsStore(Transactions):
                 conn,
                 update(jobs)
                 .where(jobs.c.job_id == job_id, jobs.c.state != DESCHEDULED, self._mine)
-                .values(
-                    state=DESCHEDULED,
-                    owner=None,
-                    lease_until=None,
-                    updated_at=to_datetime(now),
-                    change_seq=self._bump_change_seq(conn),
-                ),
+                .values(**self._descheduled(conn, now)),
                 *raw_columns([jobs.c.generation]),
             )
             return None if row is None else generation_of(row.generation)
 
         return self._write_grouped(body, "deschedule")
+
+    def _descheduled(self, conn: Connection, now: Instant) -> dict[str, Any]:
+        """The columns a deschedule writes (the row stays: its generation is never reused)."""
+        return {
+            "state": DESCHEDULED,
+            "owner": None,
+            "lease_until": None,
+            "updated_at": to_datetime(now),
+            "change_seq": self._bump_change_seq(conn),
+        }
 
     def prune_declared(self, keep: Collection[str], now: Instant) -> list[tuple[str, int]]:
         """Deschedule this namespace's declared jobs whose id is not in `keep`; return (job_id, generation) of each."""
@@ -237,15 +241,7 @@ class JobsStore(Transactions):
                 return []  # nothing to prune: no change to announce
             rows = self.dialect.update_returning(
                 conn,
-                update(jobs)
-                .where(*gone)
-                .values(
-                    state=DESCHEDULED,
-                    owner=None,
-                    lease_until=None,
-                    updated_at=to_datetime(now),
-                    change_seq=self._bump_change_seq(conn),
-                ),
+                update(jobs).where(*gone).values(**self._descheduled(conn, now)),
                 jobs.c.job_id,
                 jobs.c.generation,
             )
