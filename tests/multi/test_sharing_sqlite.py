@@ -6,7 +6,7 @@ slots that one runs in the same window. Before the fix they ran 55-60%:
 SQLite's busy handler sleeps up to 100 ms between tries, so processes
 waiting for the write lock slept through the moments it was free. The
 bound is generous on purpose (the real figures are in the report and in
-``python -m benchmarks.multi_sqlite``); exactly-once is checked as in every
+``python -m benchmarks.multi_instance``); exactly-once is checked as in every
 multi test, from the run history and from the side effects.
 """
 

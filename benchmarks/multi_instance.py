@@ -1,0 +1,270 @@
+"""Several scheduler processes sharing one database (issue 19; SPEC-multi "Sharing costs no slots").
+
+N scheduler processes (``--instances 1 2 3 4``; each count measured on a
+fresh database) share one database and one load, scheduled after they
+started so that every process picks the jobs up. The callable is
+`benchmarks.targets.noop`; every process runs a default `JobScheduler`
+(``--workers`` changes its pool). After `--warmup` seconds of slots, the
+slots scheduled in the next `--window` seconds are measured; `--settle`
+seconds later every process gets SIGTERM (graceful shutdown).
+
+Two loads:
+
+- ``--db sqlite`` (the default): a fresh SQLite file per count (WAL),
+  `--jobs` 50 jobs at 0.1-0.3 s (issue 12 item 7);
+- ``--db postgresql+psycopg://...`` (or a MariaDB URL): the database is
+  emptied before each count (every table of its ``public`` schema is
+  dropped on PostgreSQL: give it a database of its own), and the load is
+  `--jobs` jobs (use 2000 for issue 19's load) at intervals drawn uniformly
+  from 0.1-1 s with a fixed seed (``--intervals random``).
+
+From ``persched_runs`` afterwards:
+
+- ``offered``: the grid slots of every job that lie in the window;
+- ``ran``: runs whose ``scheduled_for`` lies in the window (a slot coalesced
+  into a later run has no run of its own, so it counts as not run);
+- ``runs_per_s`` = ran / window, ``fraction_of_offered`` = ran / offered;
+- ``lateness_ms`` p50/p99/max: ``started_at - scheduled_for`` of those runs
+  (``started_at`` is the claim's commit, SPEC §2's start of a run);
+- ``twice``: slots run more than once, over the whole history (must be 0);
+- ``by_instance``: runs per process in the window.
+
+Prints one JSON line per measurement; with `--reps`, the counts are
+interleaved (1 2 3 4 1 2 3 4 ...) so that a noisy machine weighs on all of
+them alike, and a last line per count gives the medians and ``ratio``, the
+median runs/s over that of the smallest count.
+
+    python -m benchmarks.multi_instance                                   # SQLite, 1 and 3 processes
+    python -m benchmarks.multi_instance --instances 1 2 3 4 --reps 3
+    python -m benchmarks.multi_instance --db postgresql+psycopg://postgres@127.0.0.1:5432/bench \\
+        --jobs 2000 --intervals random --window 8 --instances 1 2 3 4 --reps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Final
+
+from benchmarks import _common as c
+
+REPO: Final = Path(__file__).resolve().parents[1]
+TARGET: Final = "benchmarks.targets:noop"
+CYCLE: Final = (0.1, 0.15, 0.2, 0.25, 0.3)  # the SQLite load's intervals
+RANDOM_RANGE: Final = (0.1, 1.0)  # the PostgreSQL load's (issue 19)
+START_TIMEOUT: Final = 60.0  # seconds for a process to start its scheduler
+STOP_TIMEOUT: Final = 30.0  # seconds for a graceful shutdown
+LEAD: Final = 2.0  # seconds from the last schedule() to the first slots
+
+
+def intervals(jobs: int, kind: str) -> dict[str, float]:
+    """The load: `jobs` jobs, intervals cycling through 0.1-0.3 s, or drawn from 0.1-1 s (seed 19)."""
+    if kind == "cycle":
+        return {f"j{i}": CYCLE[i % len(CYCLE)] for i in range(jobs)}
+    rng = random.Random(19)
+    return {f"j{i}": round(rng.uniform(*RANDOM_RANGE), 3) for i in range(jobs)}
+
+
+def child(url: str, instance: str, ready: str, workers: int | None) -> None:
+    """One instance: start a scheduler, say so, run until SIGTERM."""
+    from persched import JobScheduler
+
+    c.quiet_logging()
+    stopping = [False]
+
+    def on_term(signum: int, frame: object) -> None:
+        stopping[0] = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    sched = JobScheduler(url, instance_id=instance, **({} if workers is None else {"workers": workers}))
+    sched.start()
+    Path(ready).write_text(instance)
+    while not stopping[0]:
+        signal.pause()  # woken by SIGTERM; no polling
+    sched.shutdown(wait=True, timeout=STOP_TIMEOUT)
+    c.finish(0)
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        proc.wait(STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _fresh(db: str, instances: int, directory: str) -> str:
+    """A URL of an empty database for one measurement."""
+    if db == "sqlite":
+        path = Path(tempfile.mkdtemp(prefix=f"multi{instances}-", dir=directory)) / "jobs.db"
+        return f"sqlite:///{path}"
+    from sqlalchemy import MetaData
+
+    from persched._db import make_engine
+
+    engine = make_engine(db)
+    meta = MetaData()
+    meta.reflect(engine)
+    meta.drop_all(engine)
+    engine.dispose()
+    return db
+
+
+def _slots_in(first: float, interval: float, start: float, end: float) -> int:
+    """How many slots ``first + k * interval`` (k >= 0) lie in ``[start, end)``."""
+    lo = max(0, math.ceil((start - first) / interval - 1e-9))
+    hi = math.ceil((end - first) / interval - 1e-9)
+    return max(0, hi - lo)
+
+
+def measure(
+    instances: int,
+    *,
+    db: str,
+    load: dict[str, float],
+    window: float,
+    warmup: float,
+    settle: float,
+    workers: int | None,
+    directory: str,
+) -> dict[str, Any]:
+    """Run `instances` processes on a fresh database; the numbers of the module docstring."""
+    from sqlalchemy import select
+
+    from persched import JobScheduler
+    from persched._db import make_engine
+    from persched._schema import runs
+
+    url = _fresh(db, instances, directory)
+    children: list[subprocess.Popen[bytes]] = []
+    setup = JobScheduler(url)
+    setup.jobs()  # creates the schema before several processes race to
+    setup.shutdown()
+    marks = Path(tempfile.mkdtemp(prefix="ready-", dir=directory))
+    try:
+        # The processes start first (so start-up costs no slots), then the jobs
+        # get their first slots a little later: every process picks them up.
+        for i in range(instances):
+            cmd = [sys.executable, "-m", "benchmarks.multi_instance", "--child", url, f"i{i}", str(marks / f"i{i}")]
+            if workers is not None:
+                cmd += ["--workers", str(workers)]
+            children.append(subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}))
+        deadline = time.monotonic() + START_TIMEOUT
+        for i in range(instances):
+            while not (marks / f"i{i}").exists():
+                if time.monotonic() > deadline or children[i].poll() is not None:
+                    raise SystemExit(f"instance {i} did not start")
+                time.sleep(0.05)
+        sched = JobScheduler(url)
+        t0 = time.time() + LEAD + len(load) * 0.005  # room for the schedule() calls below
+        first = {}
+        for job_id, iv in load.items():
+            job = sched.schedule(job_id, TARGET, iv, start_in=max(0.0, t0 - time.time()))
+            first[job_id] = job.next_run_at.timestamp()
+        sched.shutdown()
+        start = max(first.values()) + warmup
+        end = start + window
+        time.sleep(max(0.0, end + settle - time.time()))
+    finally:
+        for proc in children:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in children:
+            _reap(proc)
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        q = select(runs.c.job_id, runs.c.scheduled_for, runs.c.started_at, runs.c.instance_id, runs.c.run_now)
+        rows = conn.execute(q.order_by(runs.c.run_id)).all()
+    engine.dispose()
+    parsed = [(r[0], r[1].timestamp(), r[2].timestamp(), r[3]) for r in rows if not r[4]]
+    every = Counter((job_id, slot) for job_id, slot, _, _ in parsed)
+    in_window = [r for r in parsed if start <= r[1] < end]
+    slots = {(job_id, slot) for job_id, slot, _, _ in in_window}
+    late = sorted((started - slot) * 1000 for _, slot, started, _ in in_window)
+    offered = sum(_slots_in(first[job_id], iv, start, end) for job_id, iv in load.items())
+    return {
+        "workload": "multi_instance",
+        "engine": url.split(":", 1)[0].split("+", 1)[0],
+        "instances": instances,
+        "jobs": len(load),
+        "window_s": window,
+        "offered": offered,
+        "offered_per_s": round(offered / window, 1),
+        "ran": len(slots),
+        "runs_per_s": round(len(slots) / window, 1),
+        "fraction_of_offered": round(len(slots) / offered, 4),
+        "lateness_ms": {
+            "p50": c.percentile(late, 50),
+            "p99": c.percentile(late, 99),
+            "max": late[-1] if late else None,
+        },
+        "twice": sum(1 for n in every.values() if n > 1),
+        "by_instance": dict(sorted(Counter(r[3] for r in in_window).items())),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--child", nargs=3, metavar=("URL", "INSTANCE", "READY"), help=argparse.SUPPRESS)
+    p.add_argument("--db", default="sqlite", help="'sqlite' (a fresh file per count) or a database URL")
+    p.add_argument("--instances", type=int, nargs="+", default=[1, 3])
+    p.add_argument("--jobs", type=int, default=50)
+    p.add_argument("--intervals", choices=("cycle", "random"), default=None, help="cycle 0.1-0.3 s, or random 0.1-1 s")
+    p.add_argument("--window", type=float, default=10.0)
+    p.add_argument("--warmup", type=float, default=2.0)
+    p.add_argument("--settle", type=float, default=2.0)
+    p.add_argument("--workers", type=int, default=None, help="worker threads per process (default: the library's)")
+    p.add_argument("--reps", type=int, default=1, help="repetitions, interleaved over the instance counts")
+    p.add_argument("--dir", default=None, help="where the SQLite files go (default: a temp dir)")
+    args = p.parse_args()
+    if args.child:
+        child(*args.child, workers=args.workers)
+        return
+    directory = args.dir or tempfile.mkdtemp(prefix="persched-multi-")
+    load = intervals(args.jobs, args.intervals or ("cycle" if args.db == "sqlite" else "random"))
+    records: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for _ in range(args.reps):
+        for n in args.instances:
+            record = measure(
+                n,
+                db=args.db,
+                load=load,
+                window=args.window,
+                warmup=args.warmup,
+                settle=args.settle,
+                workers=args.workers,
+                directory=directory,
+            )
+            records[n].append(record)
+            c.emit(record)
+    base = statistics.median(r["runs_per_s"] for r in records[min(records)])
+    for n, reps in records.items():
+        rate = statistics.median(r["runs_per_s"] for r in reps)
+        c.emit(
+            {
+                "workload": "multi_instance",
+                "summary": True,
+                "engine": reps[0]["engine"],
+                "instances": n,
+                "reps": len(reps),
+                "runs_per_s": rate,
+                "fraction_of_offered": statistics.median(r["fraction_of_offered"] for r in reps),
+                "p99_ms": statistics.median(r["lateness_ms"]["p99"] or 0.0 for r in reps),
+                "twice": sum(r["twice"] for r in reps),
+                "ratio": round(rate / base, 3) if base else None,
+            }
+        )
+
+
+if __name__ == "__main__":
+    main()
