@@ -43,6 +43,7 @@ median runs/s over that of the smallest count.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import random
@@ -54,9 +55,14 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from benchmarks import _common as c
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    Call = Callable[..., object]
 
 REPO: Final = Path(__file__).resolve().parents[1]
 TARGET: Final = "benchmarks.targets:noop"
@@ -75,11 +81,47 @@ def intervals(jobs: int, kind: str) -> dict[str, float]:
     return {f"j{i}": round(rng.uniform(*RANDOM_RANGE), 3) for i in range(jobs)}
 
 
-def child(url: str, instance: str, ready: str, workers: int | None) -> None:
+def count_claims(path: Path) -> None:
+    """In this child only: count each claim transaction's entries and winners, and its wall time,
+    and write them to `path` at exit (``--counts``: where an instance's time goes)."""
+    import atexit
+    import json
+
+    from persched._store import Store
+    from persched._store.records import Claim
+
+    counts: Counter[str] = Counter()
+    seconds: Counter[str] = Counter()
+    for name in ("claim_runs", "finish_runs", *(n for n in ("claim_overdue",) if hasattr(Store, n))):
+        original = getattr(Store, name)
+
+        def counted(self: Store, *args: object, _name: str = name, _original: Call = original) -> object:
+            t = time.perf_counter()
+            result = _original(self, *args)
+            seconds[_name] += time.perf_counter() - t
+            counts[f"{_name}_calls"] += 1
+            if _name == "claim_runs":
+                results = cast("list[object]", result)
+                counts["entries_tried"] += len(results)
+                counts["entries_won"] += sum(isinstance(r, Claim) for r in results)
+            return result
+
+        setattr(Store, name, counted)
+
+    def write() -> None:
+        times = {f"{name}_s": round(total, 3) for name, total in seconds.items()}
+        path.write_text(json.dumps({**counts, **times}))
+
+    atexit.register(write)
+
+
+def child(url: str, instance: str, ready: str, workers: int | None, counts: str | None) -> None:
     """One instance: start a scheduler, say so, run until SIGTERM."""
     from persched import JobScheduler
 
     c.quiet_logging()
+    if counts is not None:
+        count_claims(Path(counts))
     stopping = [False]
 
     def on_term(signum: int, frame: object) -> None:
@@ -92,7 +134,8 @@ def child(url: str, instance: str, ready: str, workers: int | None) -> None:
     while not stopping[0]:
         signal.pause()  # woken by SIGTERM; no polling
     sched.shutdown(wait=True, timeout=STOP_TIMEOUT)
-    c.finish(0)
+    if counts is None:
+        c.finish(0)
 
 
 def _reap(proc: subprocess.Popen[bytes]) -> None:
@@ -137,6 +180,7 @@ def measure(
     settle: float,
     workers: int | None,
     directory: str,
+    counts: bool = False,
 ) -> dict[str, Any]:
     """Run `instances` processes on a fresh database; the numbers of the module docstring."""
     from sqlalchemy import select
@@ -158,6 +202,8 @@ def measure(
             cmd = [sys.executable, "-m", "benchmarks.multi_instance", "--child", url, f"i{i}", str(marks / f"i{i}")]
             if workers is not None:
                 cmd += ["--workers", str(workers)]
+            if counts:
+                cmd += ["--counts", str(marks / f"i{i}.counts")]
             children.append(subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}))
         deadline = time.monotonic() + START_TIMEOUT
         for i in range(instances):
@@ -186,6 +232,7 @@ def measure(
         q = select(runs.c.job_id, runs.c.scheduled_for, runs.c.started_at, runs.c.instance_id, runs.c.run_now)
         rows = conn.execute(q.order_by(runs.c.run_id)).all()
     engine.dispose()
+    counted = {f"i{i}": json.loads((marks / f"i{i}.counts").read_text()) for i in range(instances) if counts}
     parsed = [(r[0], r[1].timestamp(), r[2].timestamp(), r[3]) for r in rows if not r[4]]
     every = Counter((job_id, slot) for job_id, slot, _, _ in parsed)
     in_window = [r for r in parsed if start <= r[1] < end]
@@ -210,6 +257,7 @@ def measure(
         },
         "twice": sum(1 for n in every.values() if n > 1),
         "by_instance": dict(sorted(Counter(r[3] for r in in_window).items())),
+        **({"claims_by_instance": counted} if counts else {}),
     }
 
 
@@ -226,9 +274,16 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=None, help="worker threads per process (default: the library's)")
     p.add_argument("--reps", type=int, default=1, help="repetitions, interleaved over the instance counts")
     p.add_argument("--dir", default=None, help="where the SQLite files go (default: a temp dir)")
+    p.add_argument(
+        "--counts",
+        nargs="?",
+        const="",
+        default=None,
+        help="count claims tried / won and the seconds spent in the store's claim and finish calls, per instance",
+    )
     args = p.parse_args()
     if args.child:
-        child(*args.child, workers=args.workers)
+        child(*args.child, workers=args.workers, counts=args.counts or None)
         return
     directory = args.dir or tempfile.mkdtemp(prefix="persched-multi-")
     load = intervals(args.jobs, args.intervals or ("cycle" if args.db == "sqlite" else "random"))
@@ -244,6 +299,7 @@ def main() -> None:
                 settle=args.settle,
                 workers=args.workers,
                 directory=directory,
+                counts=args.counts is not None,
             )
             records[n].append(record)
             c.emit(record)
