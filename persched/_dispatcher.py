@@ -29,6 +29,23 @@ claim, because the claim is conditional on generation, state and slot. The
 entry is then dropped, or pushed again at the row's real next slot
 (the claim's result tells which). Nothing is ever removed from the heap by search.
 
+Sharing the work (issue 19)
+---------------------------
+Several instances on one database do not race for every slot. An entry
+that lost to another instance's claim (`ClaimMiss.taken`: the row runs, or
+moved past the entry's slot, or is being claimed) is dropped, not pushed
+again: the job is the claimer's, whose completion queues its next slot, so
+each job ends up in the heap of the instance that ran it last and the others
+spend no claim on it. What nobody queues any more (its claimer stopped or
+died with the row waiting, or is saturated) the database hands out: every
+`search_every`, when workers are free and nothing in the heap is due, the
+dispatcher reserves its free workers and calls `search` (the claim by query,
+`Store.claim_overdue`), which claims the oldest rows due more than
+`search_every` ago, whichever heap holds them, SKIP LOCKED so that two
+instances searching at once take disjoint rows. A dead instance's running
+rows come back through lease recovery, which queues them on the recovering
+instance. An idle scheduler makes one indexed read per `search_every`.
+
 Waiting
 -------
 The dispatcher sleeps on ``_cond`` with a timeout until the head entry is due
@@ -86,7 +103,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from ._instant import US_PER_SECOND, Instant, Micros
 from ._tracebacks import describe
@@ -96,7 +113,7 @@ if TYPE_CHECKING:
     from ._store.records import ClaimEntry
     from ._timebase import Timebase
 
-__all__ = ["Cursor", "Dispatcher", "Entry", "RefillCallback"]
+__all__ = ["Cursor", "Dispatcher", "Entry", "RefillCallback", "SearchCallback"]
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +136,18 @@ TAKE_UP_SLACK: Final = 1_000_000  # µs: a wake-up later than this after its due
 # Writes both (one transaction each) and returns how many entries went to a
 # worker; the other reservations are given back.
 CycleCallback = Callable[[list[Any], list["ClaimEntry"]], int]
+# Called on the dispatcher thread, on no lock, as ``search(limit, before)``: claims up to `limit`
+# rows due before `before` that no claim took, whichever heap holds them (a worker reserved for
+# each); returns how many went to a worker (`persched._runs.RunBook.claim_overdue`).
+SearchCallback = Callable[[int, Instant], int]
+SEARCH_EVERY: Final = Micros(500_000)  # how often an instance with free workers searches, and how late a row must be
+
+
+class Search(NamedTuple):
+    """A claim by query the dispatcher is to make: `limit` workers reserved, rows due before `before`."""
+
+    limit: int
+    before: Instant
 
 
 class Dispatcher:
@@ -129,12 +158,26 @@ class Dispatcher:
         workers: How many runs may be in flight at once (reservations).
         cycle: Writes completions and claims due entries (see `CycleCallback`).
         max_batch: At most this many claims per cycle.
+        search: Claims the rows that no claim took (see `SearchCallback`); None: never searched for.
+        search_every: How often to search for rows no claim took (module docstring), when
+            workers are free and nothing in the heap is due; only rows this late are taken.
     """
 
-    def __init__(self, timebase: Timebase, workers: int, cycle: CycleCallback, max_batch: int = 256) -> None:
+    def __init__(
+        self,
+        timebase: Timebase,
+        workers: int,
+        cycle: CycleCallback,
+        max_batch: int = 256,
+        search: SearchCallback | None = None,
+        search_every: Micros = SEARCH_EVERY,
+    ) -> None:
         self._timebase = timebase
         self._cycle = cycle
         self._max_batch = max_batch
+        self._search = search
+        self._search_every = search_every
+        self._search_at: Instant | None = None  # when to search next
         self._cond = threading.Condition()
         self._heap: list[Entry] = []
         self._workers = workers
@@ -171,6 +214,7 @@ class Dispatcher:
         being what one refill reads at most.
         """
         with self._cond:
+            self._search_at = Instant(self._timebase.now() + self._search_every)
             self._heap.extend(entries)
             heapq.heapify(self._heap)
             self._refill = refill
@@ -297,12 +341,12 @@ class Dispatcher:
     def _idle(self) -> bool:
         now = self._timebase.now()
         due = self._claiming and bool(self._heap) and self._heap[0][0] <= now
-        due = due or self._refilling is not None or self._refill_due(now)
+        due = due or self._refilling is not None or self._refill_due(now) or self._search_due(now)
         return not (due or self._completions or self._in_cycle) and self._free_workers == self._workers
 
-    def _next_cycle(self) -> tuple[list[Any], list[ClaimEntry]] | Instant | None:
+    def _next_cycle(self) -> tuple[list[Any], list[ClaimEntry]] | Search | Instant | None:
         """Under ``_cond``: wait for completions, or due entries and free workers, and take them;
-        or for a refill to be due, and return the instant to refill up to."""
+        or for a refill to be due, and return the instant to refill up to; or for a search."""
         clock = self._timebase.clock
         self._asleep_since = None
         while True:
@@ -340,6 +384,14 @@ class Dispatcher:
                 completions, self._completions = self._completions, []
                 self._in_cycle = True
                 return completions, due
+            if self._search_due(now):
+                # Nothing of the heap's is due and workers are free: claim what nobody took.
+                assert self._search_at is not None
+                limit = min(self._free_workers, self._max_batch)
+                self._free_workers -= limit  # SPEC §2: reserve before the claim
+                self._search_at = Instant(now + self._search_every)
+                self._in_cycle = True
+                return Search(limit, Instant(now - self._search_every))
             if self._stopping:
                 self._exited = True
                 return None
@@ -350,11 +402,24 @@ class Dispatcher:
                 timeout = (self._heap[0][0] - now) / US_PER_SECOND
             else:
                 self._asleep_since = None
+            if self._search is not None and self._claiming and self._free_workers and self._search_at is not None:
+                until_search = max(0, self._search_at - now) / US_PER_SECOND
+                timeout = until_search if timeout is None else min(timeout, until_search)
             if self._claiming and self._refill is not None and self._refilling is None and self._cursor is not None:
                 # Wake for the next refill too (the head may lie beyond the cursor, or nothing is queued).
                 until_refill = max(0, self._refill_wake() - now) / US_PER_SECOND
                 timeout = until_refill if timeout is None else min(timeout, until_refill)
             clock.wait(self._cond, timeout)
+
+    def _search_due(self, now: Instant) -> bool:
+        """Under ``_cond``: whether to search for rows no claim took now (module docstring)."""
+        return (
+            self._search is not None
+            and self._claiming
+            and self._free_workers > 0
+            and self._search_at is not None
+            and now >= self._search_at
+        )
 
     def _taken_at(self, due_at: Instant, now: Instant) -> Instant:
         """Under ``_cond``: when an entry popped at `now` was taken up (module docstring)."""
@@ -372,13 +437,22 @@ class Dispatcher:
             if isinstance(batch, int):
                 self._do_refill(batch)
                 continue
-            completions, due = batch
             handed_over = 0
-            try:
-                handed_over = self._cycle(completions, due)
-            except BaseException as exc:  # noqa: BLE001 - the dispatcher must outlive any failure
-                logger.error("a dispatch cycle failed\n%s", describe(exc))
+            if isinstance(batch, Search):
+                reserved = batch.limit
+                assert self._search is not None
+                try:
+                    handed_over = self._search(batch.limit, batch.before)
+                except BaseException as exc:  # noqa: BLE001 - the dispatcher must outlive any failure
+                    logger.error("a search for overdue runs failed\n%s", describe(exc))
+            else:
+                completions, due = batch
+                reserved = len(due)
+                try:
+                    handed_over = self._cycle(completions, due)
+                except BaseException as exc:  # noqa: BLE001 - the dispatcher must outlive any failure
+                    logger.error("a dispatch cycle failed\n%s", describe(exc))
             with self._cond:
-                self._free_workers += len(due) - handed_over
+                self._free_workers += reserved - handed_over
                 self._in_cycle = False
                 self._cond.notify_all()

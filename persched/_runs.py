@@ -10,7 +10,8 @@ Threads
 -------
 - ``persched-dispatcher`` calls `cycle()`: it writes the outcomes handed back
   and claims the due entries, in one transaction (`claim_due`), and hands each
-  won run to a worker that it reserved before the claim (SPEC §2).
+  won run to a worker that it reserved before the claim (SPEC §2); and
+  `claim_overdue()`, the claim by query of rows that no heap's claim took.
 - ``persched-worker-{i}`` calls `complete()` after a run: the outcome goes
   back to the dispatcher, which writes it with its next cycle; if the
   dispatcher is gone (a shutdown that timed out), the worker writes it.
@@ -33,7 +34,10 @@ Locks
   deschedule(wait=True)), the set of run ids in flight (for the heartbeat)
   and the outcomes whose write failed; it is never held across a database
   call. A claim counts its job *before* its transaction, so a
-  deschedule(wait=True) racing the claim waits for it either way; a job is
+  deschedule(wait=True) racing the claim waits for it either way (a claim by
+  query, `claim_overdue`, learns its jobs only from the database: it counts
+  itself in ``_searches`` instead, and deschedule(wait=True) waits for every
+  search under way); a job is
   counted down when its claim was lost or its outcome written, so an outcome
   that waits to be written again keeps its run in flight and its lease
   renewed.
@@ -61,7 +65,7 @@ from ._instant import Instant, Micros, seconds, to_datetime
 from ._models import JobState
 from ._observe import notify
 from ._overrun import OverrunWatch
-from ._store.records import Claim, ClaimMiss, Completion, bound_error_text
+from ._store.records import Claim, ClaimMiss, Completion, Overdue, bound_error_text
 from ._tracebacks import describe
 from ._workers import WorkerPool, current_run_claim
 from .errors import StoreError
@@ -127,7 +131,9 @@ class RunBook:
         self._inflight_runs: set[int] = set()
         self._unwritten: list[Completion] = []  # completions a failed write left behind
         self._overran_runs: dict[int, bool] = {}  # run_id -> True once it overran (dict ops are atomic)
-        self.dispatcher = Dispatcher(timebase, workers, self.cycle)
+        self._searches = 0  # claims by query (claim_overdue) under way: their jobs are not counted yet
+        self._unreadable: set[str] = set()  # jobs whose rows claim_overdue could not read: passed by
+        self.dispatcher = Dispatcher(timebase, workers, self.cycle, search=self.claim_overdue)
         self.pool = WorkerPool(workers, self.complete, allowed_modules)
         self.overrun = OverrunWatch(timebase, self.on_overrun)
 
@@ -175,17 +181,57 @@ class RunBook:
                 retry_at = Instant(self._timebase.now() + CLAIM_RETRY)
                 for job_id, generation, _, _ in due:
                     self.dispatcher.push(retry_at, job_id, generation)
-            for result in results:
-                if isinstance(result, Claim):
-                    with self._inflight_cond:
-                        self._inflight_runs.add(result.run_id)
-                    if result.max_runtime is not None:
-                        self.overrun.watch(result)
-                    self.pool.submit(result)  # under the gate: see the module docstring
+            self._hand_over(results)
         if next_due is not None:
             self._completions_written(completions, next_due)
         else:
             self._keep_unwritten(completions)
+        return self._settle(due, results)
+
+    def claim_overdue(self, limit: int, before: Instant) -> int:
+        """Dispatcher callback: claim up to `limit` rows due before `before` that no claim took,
+        whichever heap holds them (`Store.claim_overdue`); return how many were handed over."""
+        with self._inflight_cond:
+            self._searches += 1  # the jobs it claims are not known yet: see the module docstring
+        found = Overdue([], [], [], [])
+        try:
+            with self._claim_gate:
+                if self._stopping:  # no claim commits after shutdown() began
+                    return 0
+                try:
+                    found = self._store.claim_overdue(
+                        limit, before, self._timebase.now, self._instance_id, self._lease, self._unreadable
+                    )
+                except Exception as exc:  # noqa: BLE001 - nothing is lost: the next search finds the rows
+                    logger.warning(
+                        "claiming overdue runs failed, will retry: %s",
+                        exc if isinstance(exc, StoreError) else describe(exc),
+                    )
+                with self._inflight_cond:
+                    for job_id, _, _, _ in found.entries:
+                        self._inflight_jobs[job_id] += 1
+                self._hand_over(found.results)
+        finally:
+            with self._inflight_cond:
+                self._searches -= 1
+                self._inflight_cond.notify_all()
+        self._unreadable.update(found.unreadable)
+        for due_at, job_id, generation in found.later:
+            self.dispatcher.push(due_at, job_id, generation)
+        return self._settle(found.entries, found.results)
+
+    def _hand_over(self, results: Sequence[Claim | ClaimMiss]) -> None:
+        """Under the claim gate: give each won run to a reserved worker (see the module docstring)."""
+        for result in results:
+            if isinstance(result, Claim):
+                with self._inflight_cond:
+                    self._inflight_runs.add(result.run_id)
+                if result.max_runtime is not None:
+                    self.overrun.watch(result)
+                self.pool.submit(result)
+
+    def _settle(self, due: Sequence[ClaimEntry], results: Sequence[Claim | ClaimMiss]) -> int:
+        """After a claim: announce the runs started, requeue or drop the entries that lost; how many started."""
         handed_over = 0
         for (job_id, generation, _, _), result in itertools.zip_longest(due, results):
             if isinstance(result, Claim):
@@ -198,15 +244,21 @@ class RunBook:
         return handed_over
 
     def _requeue_missed(self, job_id: str, generation: int, miss: ClaimMiss) -> None:
-        """A lost claim: queue the job again where the store says it stands (see _dispatcher)."""
+        """A lost claim: queue the job again where the store says it stands (see _dispatcher),
+        unless another instance's claim took the slot."""
         if miss.generation != generation or miss.due_at is None:
             return  # descheduled, replaced, paused or finished: the entry was stale
         if miss.state == _RUNNING and miss.owner == self._instance_id:
             return  # our own run: its completion queues the next slot
         observer = self._store.observer
         notify(lambda: observer.claim_conflict(job_id), "claim conflict")
-        self.dispatcher.push(miss.due_at, job_id, generation)
         logger.debug("claim of %s generation %d lost (state %s)", job_id, generation, miss.state)
+        if miss.taken:
+            # Issue 19: the job is the claimer's now (its completion, or the recovery of its run,
+            # queues it); trying each of its slots here would only lose again. Should nobody
+            # queue it (the claimer stopped), `claim_overdue` finds it.
+            return
+        self.dispatcher.push(miss.due_at, job_id, generation)
 
     # -- completions: the workers' side ---------------------------------------------
 
@@ -311,7 +363,7 @@ class RunBook:
         allowed = 1 if own is not None and own.job_id == job_id else 0  # never wait for ourselves
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._inflight_cond:
-            while self._inflight_jobs[job_id] > allowed:
+            while self._inflight_jobs[job_id] > allowed or self._searches:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return

@@ -57,10 +57,10 @@ from .mappers import (
     rows_of,
     stored,
 )
-from .records import MAX_ERROR_TEXT, Claim, ClaimEntry, ClaimMiss, Completion
+from .records import MAX_ERROR_TEXT, Claim, ClaimEntry, ClaimMiss, Completion, Overdue
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Collection, Sequence
     from datetime import datetime
 
     from sqlalchemy import ColumnElement, Connection, Row
@@ -151,9 +151,18 @@ def _retry_at(row: StoredRow, bound: Instant) -> Instant | None:
     return plan.due_at(plan.slot_after(next_at), None)
 
 
+def _taken(row: StoredRow) -> bool:
+    """Whether another claim has the slot of an entry that lost on `row` (`ClaimMiss.taken`): the row
+    runs, or waits, readable and not paused, with no run-now request (it moved past the entry's
+    slot, or SKIP LOCKED passed it by while another instance claimed it)."""
+    if row.problems:
+        return False
+    return row.state == RUNNING or (row.state == SCHEDULED and not row.paused and row.run_now_at is None)
+
+
 def _misses(conn: Connection, bounds: dict[str, Instant]) -> dict[str, ClaimMiss]:
     return {
-        job_id: ClaimMiss(row.state, row.generation, row.owner, _retry_at(row, bounds[job_id]))
+        job_id: ClaimMiss(row.state, row.generation, row.owner, _retry_at(row, bounds[job_id]), _taken(row))
         for job_id, row in rows_of(conn, bounds).items()
     }
 
@@ -409,6 +418,60 @@ class ClaimsStore(Transactions):
         except IntegrityError as exc:
             # The schema refused a write that the claim should never make: claim nothing, retry later.
             raise StoreError(self.url, f"claim failed: {exc.orig}") from exc
+
+    def claim_overdue(
+        self,
+        limit: int,
+        before: Instant,
+        now: Instant | Callable[[], Instant],
+        instance_id: str,
+        lease: Micros,
+        passed_by: Collection[str] = (),
+    ) -> Overdue:
+        """The claim by query (issue 19): claim up to `limit` of this namespace's waiting rows whose
+        next_run_at lies before `before`, oldest first, whichever instance's heap holds them.
+
+        Rows another transaction is claiming are passed by (``FOR UPDATE SKIP
+        LOCKED`` on PostgreSQL and MariaDB, `Dialect.lock_first`; SQLite's
+        write lock makes every search exclusive), so two instances searching at
+        once take disjoint rows. The rows found are claimed by `claim_runs` in
+        the same transaction, each with its own predicate (state, generation,
+        slot): the linearization point is the same conditional UPDATE. A row
+        whose jitter has not yet run out is not claimed but handed back for the
+        heap; an unreadable row (jobs() reports it) is neither, and is named so
+        that the caller passes it by next time (`passed_by`): it must not stay
+        the oldest forever. One read with no lock when nothing is overdue.
+        """
+        where = [
+            jobs.c.state == SCHEDULED,
+            jobs.c.paused.is_(False),
+            self.dialect.unindexed(jobs.c.namespace) == self.namespace,  # the (state, next_run_at) index
+            jobs.c.next_run_at < to_datetime(before),
+        ]
+        if passed_by:
+            where.append(jobs.c.job_id.not_in(list(passed_by)))
+        probe = select(jobs.c.job_id).where(*where).limit(1)
+        if self._read(lambda conn: conn.execute(probe).first(), "look for overdue jobs") is None:
+            return Overdue([], [], [], [])
+        query = select(*RAW_DISPATCH).where(*where).order_by(jobs.c.next_run_at, jobs.c.job_id)
+
+        def body(conn: Connection) -> Overdue:
+            claimed_at = read_time(now)
+            found = Overdue([], [], [], [])
+            for row in stored(self.dialect.lock_first(conn, query, limit), DISPATCH_COLUMNS):
+                plan = None if row.problems else readable_plan(row)
+                if plan is None:
+                    found.unreadable.append(row.job_id)
+                    continue
+                due = plan.due_at(from_datetime(row.next_run_at), None)
+                if due <= claimed_at:
+                    found.entries.append((row.job_id, row.generation, due, claimed_at))
+                else:
+                    found.later.append((due, row.job_id, row.generation))
+            found.results.extend(self.claim_runs(found.entries, claimed_at, instance_id, lease))
+            return found
+
+        return self._write(body, "claim overdue")
 
     def _claim(
         self,

@@ -7,7 +7,7 @@ how it is stored.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
@@ -26,6 +26,7 @@ __all__ = [
     "Completion",
     "Correction",
     "OpenRun",
+    "Overdue",
     "Recovery",
     "RunNowAnswer",
     "RunNowVerdict",
@@ -85,12 +86,27 @@ class ClaimMiss:
 
     `due_at` is when the job should be tried again (None: not by this
     entry: it is descheduled, replaced, paused, finished, or running here).
+    `taken`: another claim has the slot (the row runs, or moved past the
+    entry's slot, or is being claimed): the job is that claimer's to queue
+    next (issue 19). Not compared: it follows from the row.
     """
 
     state: str | None
     generation: int | None = None
     owner: str | None = None
     due_at: Instant | None = None
+    taken: bool = field(default=False, compare=False)
+
+
+class Overdue(NamedTuple):
+    """What `ClaimsStore.claim_overdue` (`persched._store.claims`) found: the entries it claimed and their results (as
+    `claim_runs`), the rows due later by their jitter ``(due_at, job_id, generation)``, and the
+    unreadable rows' job ids."""
+
+    entries: list[ClaimEntry]
+    results: list[Claim | ClaimMiss]
+    later: list[tuple[Instant, str, int]]
+    unreadable: list[str]
 
 
 @dataclass(frozen=True)

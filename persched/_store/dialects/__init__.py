@@ -44,6 +44,11 @@ class Dialect:
         """`query`, locking the rows it reads until the transaction ends (where reads do not already)."""
         return query.with_for_update()
 
+    def lock_first(self, conn: Connection, query: Select[Any], limit: int) -> list[Row[Any]]:
+        """The first `limit` rows of the ordered `query` that no other transaction holds, locked
+        until this one ends (SKIP LOCKED): concurrent callers get disjoint rows, and none waits."""
+        return list(conn.execute(query.limit(limit).with_for_update(skip_locked=True)))
+
     def unindexed(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
         """`column` as a term that the planner cannot look up by an index (so it uses another one)."""
         return column

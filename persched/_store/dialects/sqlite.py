@@ -20,7 +20,7 @@ from ..._instant import Instant, from_datetime, from_naive_utc
 from . import Dialect
 
 if TYPE_CHECKING:
-    from sqlalchemy import ColumnElement, Connection, Insert, Select, Table
+    from sqlalchemy import ColumnElement, Connection, Insert, Row, Select, Table
     from sqlalchemy.exc import DBAPIError
 
 
@@ -36,6 +36,9 @@ class SQLiteDialect(Dialect):
 
     def lock_rows(self, query: Select[Any]) -> Select[Any]:
         return query  # BEGIN IMMEDIATE holds the write lock already (SQLite ignores FOR UPDATE)
+
+    def lock_first(self, conn: Connection, query: Select[Any], limit: int) -> list[Row[Any]]:
+        return list(conn.execute(query.limit(limit)))  # one writer at a time: BEGIN IMMEDIATE holds the lock
 
     def unindexed(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
         # SQLite's unary + keeps a term from using an index; without it the claim picks the

@@ -1,0 +1,158 @@
+"""Instances share the work instead of racing for it (issue 19), on every engine.
+
+One in-process scheduler (`ME`, a FakeClock at an odd instant) and another
+instance played by hand through a second `Store` (`OTHER`): it claims and
+finishes slots exactly when the test says. Deterministic: every step waits
+for `wait_idle` or for an event, none for an interleaving.
+
+- A slot another instance took is not tried here again at that job's next
+  slots (before issue 19 the loser requeued at the next slot and lost every
+  slot again: one wasted claim per slot per extra instance).
+- A job whose claimer stopped queueing it (it stopped, or is saturated) is
+  still found here, by the claim by query, once it is overdue.
+- deschedule(wait=True) waits for a claim by query under way, whose jobs are
+  not known before its commit.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+from unittest.mock import patch
+
+import pytest
+
+from persched import _db
+from persched._dispatcher import SEARCH_EVERY
+from persched._instant import Instant, Micros, from_datetime, seconds
+from persched._observe import Observer
+from persched._store import Claim, Store
+from persched.testing import FakeClock
+from tests.support import jobs
+from tests.support.helpers import TIMEOUT, finished_runs
+from tests.support.race_jobs import RECORD
+from tests.support.store_calls import claim_one, finish_one
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from persched import JobScheduler
+    from tests.conftest import SchedulerFactory
+
+ME = "me:1:aaaaaa"
+OTHER = "other:2:bbbbbb"
+LEASE = Micros(30_000_000)
+INTERVAL = 10.0
+
+
+class Conflicts(Observer):
+    def __init__(self) -> None:
+        self.lost: list[str] = []
+
+    def claim_conflict(self, job_id: str) -> None:
+        self.lost.append(job_id)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(start=1_700_000_123.4567)
+
+
+@pytest.fixture
+def me(make_scheduler: SchedulerFactory, clock: FakeClock) -> JobScheduler:
+    # No pick-up after the first: it would queue this instance's own schedule() again.
+    return make_scheduler(clock=clock, instance_id=ME, start=True, pickup_seconds=3600.0)
+
+
+@pytest.fixture
+def other(me: JobScheduler, db_url: str) -> Iterator[Store]:
+    """The other instance's store (the database is migrated: `me` started)."""
+    engine = _db.make_engine(db_url)
+    try:
+        yield Store(engine, _db.mask(engine.url))
+    finally:
+        engine.dispose()
+
+
+def next_slot(sched: JobScheduler, job_id: str) -> Instant:
+    job = sched.get_job(job_id)
+    assert job is not None
+    return from_datetime(job.next_run_at)
+
+
+def run_elsewhere(other: Store, sched: JobScheduler, job_id: str) -> Instant:
+    """`OTHER` claims and finishes the job's next slot (at that slot); return the slot."""
+    slot = next_slot(sched, job_id)
+    job = sched.get_job(job_id)
+    assert job is not None
+    claim = claim_one(other, job_id, job.generation, slot, slot, OTHER, LEASE)
+    assert isinstance(claim, Claim)
+    assert finish_one(other, claim, OTHER, Instant(slot + 1_000), "ok", None) is not None
+    return slot
+
+
+def test_a_slot_taken_elsewhere_is_not_tried_here_at_the_next_slots(
+    me: JobScheduler, other: Store, clock: FakeClock
+) -> None:
+    lost = Conflicts()
+    me.set_observer(lost)
+    me.schedule("a", RECORD, INTERVAL, args=("a",))
+    run_elsewhere(other, me, "a")
+    clock.advance(INTERVAL)  # the slot `me` had queued comes due: lost
+    assert me.wait_idle(TIMEOUT)
+    for _ in range(3):
+        run_elsewhere(other, me, "a")
+        clock.advance(INTERVAL)
+        assert me.wait_idle(TIMEOUT)
+    assert lost.lost == ["a"]  # before issue 19: one more lost claim at every slot
+    assert jobs.calls("a") == []
+
+
+def test_a_job_nobody_queues_any_more_is_found_once_overdue(me: JobScheduler, other: Store, clock: FakeClock) -> None:
+    me.schedule("a", RECORD, INTERVAL, args=("a",))
+    run_elsewhere(other, me, "a")
+    clock.advance(INTERVAL)
+    assert me.wait_idle(TIMEOUT)  # lost to OTHER, not queued again: OTHER then stops
+    slot = next_slot(me, "a")
+    clock.advance(INTERVAL + seconds(SEARCH_EVERY) / 2)
+    assert me.wait_idle(TIMEOUT)
+    assert jobs.calls("a") == []  # due, but not overdue yet
+    clock.advance(seconds(SEARCH_EVERY))
+    assert me.wait_idle(TIMEOUT)
+    (run,) = [r for r in finished_runs(me, "a") if r.instance_id == ME]
+    assert (from_datetime(run.scheduled_for), run.outcome) == (slot, "ok")
+
+
+def test_deschedule_and_wait_waits_for_a_claim_by_query_under_way(
+    me: JobScheduler, other: Store, clock: FakeClock
+) -> None:
+    me.schedule("a", RECORD, INTERVAL, args=("a",))
+    run_elsewhere(other, me, "a")
+    clock.advance(INTERVAL)
+    assert me.wait_idle(TIMEOUT)
+    committed, go = threading.Event(), threading.Event()
+    store = me._store
+    real = store.claim_overdue
+
+    def paused(*args: Any) -> Any:  # noqa: ANN401 - claim_overdue's arguments and result
+        found = real(*args)
+        if found.entries:
+            committed.set()
+            assert go.wait(TIMEOUT)
+        return found
+
+    seen_at_return: list[int] = []
+
+    def deschedule() -> None:
+        me.deschedule("a", wait=True, timeout=TIMEOUT)
+        seen_at_return.append(len(jobs.calls("a")))
+
+    with patch.object(store, "claim_overdue", paused):
+        clock.advance(INTERVAL + seconds(SEARCH_EVERY) * 1.5)
+        assert committed.wait(TIMEOUT)  # the search committed its claim of "a", not handed over yet
+        waiter = threading.Thread(target=deschedule)
+        waiter.start()
+        waiter.join(0.5)  # without the count of searches under way it returns here, the run not started
+        go.set()
+        waiter.join(TIMEOUT)
+    assert seen_at_return == [1]  # it returned after the run it raced
