@@ -141,6 +141,7 @@ class SchedulerConfig:
     horizon: Micros
     max_args_bytes: int
     namespace: str
+    share_work: bool  # a slot another instance took leaves the job to it (issue 19)
 
     @classmethod
     def checked(
@@ -161,6 +162,7 @@ class SchedulerConfig:
         horizon_seconds: object,
         max_args_bytes: object,
         namespace: object,
+        share_work: object = False,
     ) -> SchedulerConfig:
         """Check `JobScheduler`'s arguments (see its docstring), in the order it always checked them.
 
@@ -168,6 +170,8 @@ class SchedulerConfig:
             InvalidJobError: An argument is out of range; nothing was opened.
         """
         namespace = validate_namespace(namespace)
+        if not isinstance(share_work, bool):
+            raise InvalidJobError("share_work", f"must be True or False, not {share_work!r}")
         count = int(positive("workers", workers, integer=True, maximum=MAX_WORKERS))  # one thread each
         allowed = normalize_allowed(allowed_modules)
         args_bytes = int(positive("max_args_bytes", max_args_bytes, integer=True, maximum=MAX_ARGS_BYTES_LIMIT))
@@ -212,4 +216,5 @@ class SchedulerConfig:
             horizon=Micros(micros(horizon)),
             max_args_bytes=args_bytes,
             namespace=namespace,
+            share_work=share_work,
         )
