@@ -4,7 +4,7 @@ N scheduler processes (``--instances 1 2 3 4``; each count measured on a
 fresh database) share one database and one load, scheduled after they
 started so that every process picks the jobs up. The callable is
 `benchmarks.targets.noop`; every process runs a default `JobScheduler`
-(``--workers`` changes its pool). After `--warmup` seconds of slots, the
+(``--workers`` changes its pool, ``--share-work`` sets ``share_work=True``). After `--warmup` seconds of slots, the
 slots scheduled in the next `--window` seconds are measured; `--settle`
 seconds later every process gets SIGTERM (graceful shutdown).
 
@@ -115,7 +115,7 @@ def count_claims(path: Path) -> None:
     atexit.register(write)
 
 
-def child(url: str, instance: str, ready: str, workers: int | None, counts: str | None) -> None:
+def child(url: str, instance: str, ready: str, workers: int | None, counts: str | None, share_work: bool) -> None:
     """One instance: start a scheduler, say so, run until SIGTERM."""
     from persched import JobScheduler
 
@@ -128,7 +128,10 @@ def child(url: str, instance: str, ready: str, workers: int | None, counts: str 
         stopping[0] = True
 
     signal.signal(signal.SIGTERM, on_term)
-    sched = JobScheduler(url, instance_id=instance, **({} if workers is None else {"workers": workers}))
+    options: dict[str, Any] = {} if workers is None else {"workers": workers}
+    if share_work:  # not passed otherwise: main before issue 19 has no such option
+        options["share_work"] = True
+    sched = JobScheduler(url, instance_id=instance, **options)
     sched.start()
     Path(ready).write_text(instance)
     while not stopping[0]:
@@ -181,6 +184,7 @@ def measure(
     workers: int | None,
     directory: str,
     counts: bool = False,
+    share_work: bool = False,
 ) -> dict[str, Any]:
     """Run `instances` processes on a fresh database; the numbers of the module docstring."""
     from sqlalchemy import select
@@ -204,6 +208,8 @@ def measure(
                 cmd += ["--workers", str(workers)]
             if counts:
                 cmd += ["--counts", str(marks / f"i{i}.counts")]
+            if share_work:
+                cmd.append("--share-work")
             children.append(subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}))
         deadline = time.monotonic() + START_TIMEOUT
         for i in range(instances):
@@ -242,6 +248,7 @@ def measure(
     return {
         "workload": "multi_instance",
         "engine": url.split(":", 1)[0].split("+", 1)[0],
+        "share_work": share_work,
         "instances": instances,
         "jobs": len(load),
         "window_s": window,
@@ -281,9 +288,10 @@ def main() -> None:
         default=None,
         help="count claims tried / won and the seconds spent in the store's claim and finish calls, per instance",
     )
+    p.add_argument("--share-work", action="store_true", help="JobScheduler(share_work=True) in every instance")
     args = p.parse_args()
     if args.child:
-        child(*args.child, workers=args.workers, counts=args.counts or None)
+        child(*args.child, workers=args.workers, counts=args.counts or None, share_work=args.share_work)
         return
     directory = args.dir or tempfile.mkdtemp(prefix="persched-multi-")
     load = intervals(args.jobs, args.intervals or ("cycle" if args.db == "sqlite" else "random"))
@@ -300,6 +308,7 @@ def main() -> None:
                 workers=args.workers,
                 directory=directory,
                 counts=args.counts is not None,
+                share_work=args.share_work,
             )
             records[n].append(record)
             c.emit(record)

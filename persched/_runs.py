@@ -105,6 +105,7 @@ class RunBook:
         allowed_modules: As for `WorkerPool`.
         emit: Emits run_started, run_finished, run_failed and run_overran.
         recorded: Called with the job of each outcome written (retention counts them).
+        share_work: Leave a job whose slot another instance took to that instance (`_requeue_missed`).
     """
 
     def __init__(
@@ -117,8 +118,11 @@ class RunBook:
         allowed_modules: tuple[str, ...] | None,
         emit: EmitCallback,
         recorded: Callable[[str], None],
+        *,
+        share_work: bool = False,
     ) -> None:
         self._store = store
+        self._share_work = share_work
         self._timebase = timebase
         self._instance_id = instance_id
         self._lease = lease
@@ -133,7 +137,7 @@ class RunBook:
         self._overran_runs: dict[int, bool] = {}  # run_id -> True once it overran (dict ops are atomic)
         self._searches = 0  # claims by query (claim_overdue) under way: their jobs are not counted yet
         self._unreadable: set[str] = set()  # jobs whose rows claim_overdue could not read: passed by
-        self.dispatcher = Dispatcher(timebase, workers, self.cycle, search=self.claim_overdue)
+        self.dispatcher = Dispatcher(timebase, workers, self.cycle, search=self.claim_overdue if share_work else None)
         self.pool = WorkerPool(workers, self.complete, allowed_modules)
         self.overrun = OverrunWatch(timebase, self.on_overrun)
 
@@ -245,7 +249,7 @@ class RunBook:
 
     def _requeue_missed(self, job_id: str, generation: int, miss: ClaimMiss) -> None:
         """A lost claim: queue the job again where the store says it stands (see _dispatcher),
-        unless another instance's claim took the slot."""
+        unless another instance's claim took the slot and work is shared."""
         if miss.generation != generation or miss.due_at is None:
             return  # descheduled, replaced, paused or finished: the entry was stale
         if miss.state == _RUNNING and miss.owner == self._instance_id:
@@ -253,7 +257,7 @@ class RunBook:
         observer = self._store.observer
         notify(lambda: observer.claim_conflict(job_id), "claim conflict")
         logger.debug("claim of %s generation %d lost (state %s)", job_id, generation, miss.state)
-        if miss.taken:
+        if miss.taken and self._share_work:
             # Issue 19: the job is the claimer's now (its completion, or the recovery of its run,
             # queues it); trying each of its slots here would only lose again. Should nobody
             # queue it (the claimer stopped), `claim_overdue` finds it.

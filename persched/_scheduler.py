@@ -185,6 +185,13 @@ class JobScheduler:
             and changes only the jobs of its namespace, so several
             applications can share one database. Default "default" (every
             job made before namespaces existed is there).
+        share_work: With several instances on one database: a job whose slot
+            another instance claimed is left to that instance (it queues the
+            job's next slot), instead of being tried here at every slot too;
+            a job nobody queues any more is handed out by the database to an
+            instance with free workers once 0.5 s overdue (docs/multi.md "How
+            instances share the work"). Default False: every instance tries
+            every slot.
 
     Raises:
         InvalidJobError: An argument is out of range.
@@ -209,6 +216,7 @@ class JobScheduler:
         horizon_seconds: float = DEFAULT_HORIZON_SECONDS,
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         namespace: str = DEFAULT_NAMESPACE,
+        share_work: bool = False,
     ) -> None:
         config = SchedulerConfig.checked(
             url,
@@ -226,6 +234,7 @@ class JobScheduler:
             horizon_seconds=horizon_seconds,
             max_args_bytes=max_args_bytes,
             namespace=namespace,
+            share_work=share_work,
         )
         self._config: Final = config
         self.namespace: Final = config.namespace
@@ -251,6 +260,7 @@ class JobScheduler:
             config.allowed_modules,
             self._emit,
             self._retention.recorded,
+            share_work=config.share_work,
         )
         self._dispatcher = self._runs.dispatcher
         self._pool = self._runs.pool

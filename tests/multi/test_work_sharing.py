@@ -1,6 +1,6 @@
 """Instances share the work instead of racing for it (issue 19), on every engine.
 
-One in-process scheduler (`ME`, a FakeClock at an odd instant) and another
+One in-process scheduler (`ME`, ``share_work=True``, a FakeClock at an odd instant) and another
 instance played by hand through a second `Store` (`OTHER`): it claims and
 finishes slots exactly when the test says. Deterministic: every step waits
 for `wait_idle` or for an event, none for an interleaving.
@@ -22,7 +22,7 @@ from unittest.mock import patch
 
 import pytest
 
-from persched import _db
+from persched import JobScheduler, _db
 from persched._dispatcher import SEARCH_EVERY
 from persched._instant import Instant, Micros, from_datetime, seconds
 from persched._observe import Observer
@@ -36,8 +36,6 @@ from tests.support.store_calls import claim_one, finish_one
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from persched import JobScheduler
-    from tests.conftest import SchedulerFactory
 
 ME = "me:1:aaaaaa"
 OTHER = "other:2:bbbbbb"
@@ -59,9 +57,15 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def me(make_scheduler: SchedulerFactory, clock: FakeClock) -> JobScheduler:
+def me(db_url: str, clock: FakeClock) -> Iterator[JobScheduler]:
     # No pick-up after the first: it would queue this instance's own schedule() again.
-    return make_scheduler(clock=clock, instance_id=ME, start=True, pickup_seconds=3600.0)
+    sched = JobScheduler(db_url, clock=clock, instance_id=ME, pickup_seconds=3600.0, share_work=True)
+    sched.start()
+    try:
+        yield sched
+    finally:
+        jobs.release_all()
+        sched.shutdown(wait=True, timeout=TIMEOUT)
 
 
 @pytest.fixture
