@@ -48,9 +48,9 @@ from sqlalchemy.dialects.mysql import insert
 from sqlalchemy.exc import DBAPIError
 
 from ..._db import mask
-from ..._instant import Instant, from_datetime
+from ..._instant import Instant, from_datetime, to_datetime
 from ...errors import StoreError
-from . import Dialect, select_keys
+from . import Dialect, Sql, marks
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -134,20 +134,17 @@ class MySQLDialect(Dialect):
             return []
         return ours(conn.execute(select(*columns, *check).where(key.in_(ids))))
 
-    def claim(
-        self,
-        conn: Connection,
-        table: Table,
-        predicate: ColumnElement[bool],
-        values: dict[str, Any],
-        columns: list[ColumnElement[Any]],
-    ) -> list[Row[Any]]:
-        key = _key(table)
-        free = list(conn.execute(select_keys(table, predicate).with_for_update(skip_locked=True)).scalars())
+    def claim(self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, columns: str) -> list[Row[Any]]:
+        key = _key(table).name
+        locking = f"SELECT {key} FROM {table.name} WHERE {predicate.text} FOR UPDATE SKIP LOCKED"  # noqa: S608 - ours
+        free = tuple(row[0] for row in self.execute(conn, Sql(locking, predicate.params)))
         if not free:
             return []
-        conn.execute(table.update().where(predicate, key.in_(free)).values(**values))
-        return list(conn.execute(select(*columns).where(key.in_(free))))
+        mine = Sql(f"{key} IN ({marks(len(free))})", free)
+        where = Sql.join((predicate, mine), " AND ")
+        change = f"UPDATE {table.name} SET {assignments.text} WHERE {where.text}"  # noqa: S608 - ours
+        self.execute(conn, Sql(change, assignments.params + where.params))
+        return list(self.execute(conn, Sql(f"SELECT {columns} FROM {table.name} WHERE {mine.text}", mine.params)))  # noqa: S608
 
     def insert_ignoring_conflicts(self, table: Table) -> Insert:
         key = _key(table)
@@ -160,6 +157,9 @@ class MySQLDialect(Dialect):
         if not isinstance(value, datetime):  # PyMySQL returns an invalid DATETIME as its text
             raise TypeError(f"{value!r} is not a timestamp")
         return from_datetime(value)  # DATETIME(6): naive UTC
+
+    def bind_instant(self, at: Instant) -> object:
+        return to_datetime(at).replace(tzinfo=None)  # DATETIME(6): naive UTC
 
     def migration_lock(self, conn: Connection) -> None:
         got = conn.exec_driver_sql(f"SELECT GET_LOCK({_MIGRATION_LOCK}, {_MIGRATION_LOCK_WAIT})").scalar()
