@@ -64,7 +64,6 @@ from .records import MAX_ERROR_TEXT, Claim, ClaimEntry, ClaimMiss, Completion
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from datetime import datetime
 
     from sqlalchemy import Connection, Row
 
@@ -86,6 +85,9 @@ _CLAIM_REVERT: Final = (
     "UPDATE persched_jobs SET state = ?, owner = NULL, lease_until = NULL, running_for = NULL, next_run_at = ?"
     " WHERE job_id = ?"
 )
+
+# The columns of a run's record as its claim inserts it.
+_START_COLUMNS: Final = ("job_id", "generation", "scheduled_for", "started_at", "instance_id", "lease_until", "run_now")
 
 # Completion statements (executemany over every completion of a cycle).
 _FINISH_RUN: Final = (
@@ -377,7 +379,7 @@ class ClaimsStore(Transactions):
 
         def body(conn: Connection) -> list[Claim | ClaimMiss]:
             claimed_at = read_time(now)
-            lease_until = to_datetime(claimed_at + lease)
+            lease_until = Instant(claimed_at + lease)
             batch = _ClaimBatch(expected, claimed_at, instance_id)
             for row in stored(self._claim(conn, expected, instance_id, lease_until, claimed_at), DISPATCH_COLUMNS):
                 batch.decide(row)
@@ -398,7 +400,7 @@ class ClaimsStore(Transactions):
         conn: Connection,
         expected: dict[tuple[str, int], tuple[Instant, Instant]],
         instance_id: str,
-        lease_until: datetime,
+        lease_until: Instant,
         claimed_at: Instant,
     ) -> list[Row[Any]]:
         """The one conditional UPDATE that decides every entry (module docstring); the won rows."""
@@ -407,12 +409,12 @@ class ClaimsStore(Transactions):
         assignments = Sql(
             # running_for: the usual case, the slot due runs (fixed in record_starts if not).
             "state = 'running', owner = ?, lease_until = ?, updated_at = ?, running_for = next_run_at",
-            (instance_id, at(from_datetime(lease_until)), at(claimed_at)),
+            (instance_id, at(lease_until), at(claimed_at)),
         )
         return self.dialect.claim(conn, jobs, assignments, predicate, _DISPATCH_SELECT)
 
     def _record_starts(
-        self, claims: Sequence[Claim], lease_until: datetime, instance_id: str, conn: Connection
+        self, claims: Sequence[Claim], lease_until: Instant, instance_id: str, conn: Connection
     ) -> dict[str, int]:
         """Insert the history rows of won claims; return the run id of each job whose slot had no run yet.
 
@@ -421,24 +423,13 @@ class ClaimsStore(Transactions):
         """
         if not claims:
             return {}
-        inserted = self.dialect.insert_returning(
-            conn,
-            self._insert_runs,
-            runs.c.job_id,
-            runs.c.run_id,
-            rows=[
-                {
-                    "job_id": c.job_id,
-                    "generation": c.generation,
-                    "scheduled_for": to_datetime(c.scheduled_for),
-                    "started_at": to_datetime(c.started_at),
-                    "instance_id": instance_id,
-                    "lease_until": lease_until,
-                    "run_now": c.run_now,
-                }
-                for c in claims
-            ],
-        )
+        at = self.dialect.bind_instant
+        lease = at(lease_until)
+        rows = [
+            (c.job_id, c.generation, at(c.scheduled_for), at(c.started_at), instance_id, lease, c.run_now)
+            for c in claims
+        ]
+        inserted = self.dialect.insert_new(conn, runs, _START_COLUMNS, rows, "job_id, run_id")
         return {row.job_id: row.run_id for row in inserted}
 
     def finish_runs(self, completions: Sequence[Completion], instance_id: str) -> list[Instant | None]:

@@ -16,7 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     from sqlalchemy import ColumnElement, Connection, Engine, Insert, Row, Select, Table, Update
     from sqlalchemy.exc import DBAPIError
@@ -90,12 +90,20 @@ class Dialect:
         rows = self.update_returning(conn, stmt, *columns)
         return rows[0] if rows else None
 
-    def insert_returning(
-        self, conn: Connection, stmt: Insert, *columns: ColumnElement[Any], rows: list[dict[str, Any]] | None = None
+    def insert_returning(self, conn: Connection, stmt: Insert, *columns: ColumnElement[Any]) -> list[Row[Any]]:
+        """Run `stmt` (one row) and return `columns` of the row it inserted."""
+        return list(conn.execute(stmt.returning(*columns)))
+
+    def insert_new(
+        self, conn: Connection, table: Table, names: Sequence[str], rows: list[tuple[Any, ...]], returning: str
     ) -> list[Row[Any]]:
-        """Run `stmt` (over `rows`, if given) and return `columns` of the rows it inserted (none for a skipped one)."""
-        returning = stmt.returning(*columns)
-        return list(conn.execute(returning) if rows is None else conn.execute(returning, rows))
+        """Insert `rows` (driver values of the columns `names`, in driver SQL) in one statement,
+        skipping a row a unique index holds already (one run per slot); the `returning`
+        columns (a select list) of the rows inserted."""
+        values = ", ".join([f"({marks(len(names))})"] * len(rows))
+        into = f"INSERT INTO {table.name} ({', '.join(names)}) VALUES {values}"  # noqa: S608 - ours
+        sql = f"{into} ON CONFLICT DO NOTHING RETURNING {returning}"
+        return list(self.execute(conn, Sql(sql, tuple(value for row in rows for value in row))))
 
     def claim(self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, columns: str) -> list[Row[Any]]:
         """The conditional claim, in driver SQL: ``UPDATE table SET assignments WHERE predicate``;
