@@ -36,7 +36,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from sqlalchemy import Insert, select
 from sqlalchemy.exc import IntegrityError
 
 from .._instant import Instant, from_datetime, to_datetime
@@ -48,7 +47,6 @@ from .mappers import (
     DISPATCH_COLUMNS,
     FINISHED,
     QUARANTINE,
-    RAW_DISPATCH,
     RUNNING,
     SCHEDULED,
     due_of,
@@ -65,7 +63,7 @@ from .records import MAX_ERROR_TEXT, Claim, ClaimEntry, ClaimMiss, Completion
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from sqlalchemy import Connection, Row
+    from sqlalchemy import Connection, Insert, Row
 
     from .._instant import Micros
     from .._policy import ClaimPlan, JobPlan
@@ -453,14 +451,10 @@ class ClaimsStore(Transactions):
             # Which completions still own their job row: read under the write
             # lock (SQLite) and written with the same predicate again, so a
             # row recovered, descheduled or replaced meanwhile is never moved.
+            job_ids = tuple({c.claim.job_id for c in completions})
+            ours = f"SELECT {_DISPATCH_SELECT} FROM persched_jobs WHERE job_id IN ({marks(len(job_ids))})"  # noqa: S608
             mine = stored(
-                conn.execute(
-                    select(*RAW_DISPATCH).where(
-                        jobs.c.job_id.in_({c.claim.job_id for c in completions}),
-                        jobs.c.state == RUNNING,
-                        jobs.c.owner == instance_id,
-                    )
-                ),
+                self.dialect.execute(conn, Sql(f"{ours} AND state = 'running' AND owner = ?", (*job_ids, instance_id))),
                 DISPATCH_COLUMNS,
             )
             # A row of ours edited by hand while its run was in flight: settled alone below.
