@@ -46,7 +46,7 @@ class HistoryStore(Transactions):
         """`list_runs`, each row made by `make` (`mappers.to_run`; `plain_run` for the read commands)."""
 
         def body(conn: Connection) -> list[T]:
-            query = select(*RAW_RUNS).where(runs.c.job_id.in_(self._job_ids())).order_by(runs.c.run_id.desc())
+            query = select(*RAW_RUNS).where(self._in_namespace(runs.c.job_id)).order_by(runs.c.run_id.desc())
             query = query.limit(limit)
             if job_id is not None:
                 query = query.where(runs.c.job_id == job_id)
@@ -146,7 +146,7 @@ class HistoryStore(Transactions):
             def by_age(conn: Connection) -> int:
                 oldest = (
                     select(runs.c.run_id)
-                    .where(runs.c.outcome.is_not(None), runs.c.finished_at < cutoff, runs.c.job_id.in_(self._job_ids()))
+                    .where(runs.c.outcome.is_not(None), runs.c.finished_at < cutoff, self._in_namespace(runs.c.job_id))
                     .order_by(runs.c.run_id)
                     .limit(batch)
                 )
@@ -165,7 +165,7 @@ class HistoryStore(Transactions):
         def body(conn: Connection) -> set[str]:
             query = (
                 select(runs.c.job_id)
-                .where(runs.c.job_id.in_(self._job_ids()))
+                .where(self._in_namespace(runs.c.job_id))
                 .group_by(runs.c.job_id)
                 .having(func.count() > keep_runs)
             )

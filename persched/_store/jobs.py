@@ -384,7 +384,7 @@ class JobsStore(Transactions):
         def body(conn: Connection) -> bool:
             if conn.execute(select(jobs.c.job_id).where(jobs.c.job_id == job_id, self._mine)).first() is not None:
                 return True
-            known = select(runs.c.run_id).where(runs.c.job_id == job_id, runs.c.job_id.in_(self._job_ids()))
+            known = select(runs.c.run_id).where(runs.c.job_id == job_id, self._in_namespace(runs.c.job_id))
             return conn.execute(known.limit(1)).first() is not None
 
         return self._read(body, "job lookup")
