@@ -13,6 +13,7 @@ row itself is never changed here (FIELD-REPORTS #6).
 
 from __future__ import annotations
 
+import functools
 import math
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final
@@ -72,20 +73,26 @@ def read_row(columns: Iterable[Column[Any]], raw: Mapping[Any, Any]) -> StoredRo
     """Convert the raw values of `columns` (a row selected with `raw_columns`)."""
     values: dict[str, Any] = {}
     problems: dict[str, str] = {}
-    for column in columns:
-        value = raw[column.name]
+    for column, name, reader in _readers(tuple(columns)):
+        value = raw[name]
         if value is None:
-            values[column.name] = None
+            values[name] = None
             if not column.nullable:
-                problems[column.name] = "is NULL"
-                values[column.name] = _placeholder(column)
+                problems[name] = "is NULL"
+                values[name] = _placeholder(column)
             continue
         try:
-            values[column.name] = _reader(column)(value)
+            values[name] = reader(value)
         except _Unreadable as exc:
-            problems[column.name] = str(exc)
-            values[column.name] = _placeholder(column)
+            problems[name] = str(exc)
+            values[name] = _placeholder(column)
     return StoredRow(values, problems)
+
+
+@functools.cache
+def _readers(columns: tuple[Column[Any], ...]) -> tuple[tuple[Column[Any], str, Callable[[object], Any]], ...]:
+    """Each column with its name and reader, found once per column list (the claims read rows by the hundred)."""
+    return tuple((column, column.name, _reader(column)) for column in columns)
 
 
 def _shown(value: object) -> str:

@@ -72,7 +72,7 @@ RETRY_ATTEMPTS: Final = 6
 RETRY_FIRST_DELAY: Final = 0.02  # seconds, doubled per attempt
 RETRY_MAX_DELAY: Final = 1.0  # seconds
 LOW_SPACE_EXIT_BYTES: Final = 64 << 20  # free bytes that end low-space mode (see Store._reclaim_wal)
-_CHANGES_KEY: Final = "persched_change_seqs"  # Connection.info: change-counter values of this transaction
+_CHANGES_KEY: Final = "persched_change_seqs"  # Connection.info: [the change-counter value of this transaction]
 _OWN_CHANGES_KEPT: Final = 10_000  # own change values remembered for the heartbeat's log
 
 
@@ -347,8 +347,16 @@ class Transactions:
             pending.done = True
 
     def _bump_change_seq(self, conn: Connection) -> int:
-        """Increment the change counter; its row lock orders concurrent writers by commit."""
+        """The change counter's value of this transaction: incremented by its first write that asks.
+
+        Its row lock orders concurrent writers by commit. Every change of one
+        transaction (a group commit's bodies) commits at once, so they share one
+        value: readers take ranges of the counter, never one value per change.
+        """
+        mine: list[int] | None = conn.info.get(_CHANGES_KEY)
+        if mine:
+            return mine[0]
         bump = update(changes).where(changes.c.id == 1).values(seq=changes.c.seq + 1)
         seq = int(self.dialect.update_returning(conn, bump, changes.c.seq)[0].seq)
-        conn.info.setdefault(_CHANGES_KEY, []).append(seq)  # noted as our own once committed
+        conn.info[_CHANGES_KEY] = [seq]  # noted as our own once committed
         return seq

@@ -36,13 +36,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from sqlalchemy import Insert, Integer, and_, bindparam, case, literal, or_, select, tuple_, update
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from .._instant import Instant, from_datetime, to_datetime
-from .._schema import UTCDateTime, jobs, runs
+from .._schema import jobs, runs
 from ..errors import StoreError
 from ._tx import Transactions, read_time
+from .dialects import Sql, marks
 from .mappers import (
     DISPATCH_COLUMNS,
     FINISHED,
@@ -63,9 +64,8 @@ from .records import MAX_ERROR_TEXT, Claim, ClaimEntry, ClaimMiss, Completion, O
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
-    from datetime import datetime
 
-    from sqlalchemy import ColumnElement, Connection, Row
+    from sqlalchemy import Connection, Insert, Row
 
     from .._instant import Micros
     from .._policy import ClaimPlan, JobPlan
@@ -74,59 +74,30 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Claim statements, built once (executemany over the claims of a cycle).
-_CLAIM_MOVE: Final = (
-    update(jobs)
-    .where(jobs.c.job_id == bindparam("b_job_id"))
-    .values(
-        next_run_at=bindparam("b_next"),
-        running_for=bindparam("b_running_for"),
-        run_now_at=bindparam("b_run_now_at"),
-    )
-)
+# The dispatch path's statements, in driver SQL (`dialects.Sql`): per run, SQLAlchemy's
+# construction, cache key and bind processing of these cost more than the database's work.
+_DISPATCH_SELECT: Final = ", ".join(column.name for column in DISPATCH_COLUMNS)
 
-
-_CLAIM_NEXT: Final = update(jobs).where(jobs.c.job_id == bindparam("b_job_id")).values(next_run_at=bindparam("b_next"))
+# Claim statements (executemany over the claims of a cycle).
+_CLAIM_MOVE: Final = "UPDATE persched_jobs SET next_run_at = ?, running_for = ?, run_now_at = ? WHERE job_id = ?"
+_CLAIM_NEXT: Final = "UPDATE persched_jobs SET next_run_at = ? WHERE job_id = ?"
 _CLAIM_REVERT: Final = (
-    update(jobs)
-    .where(jobs.c.job_id == bindparam("b_job_id"))
-    .values(state=bindparam("b_state"), owner=None, lease_until=None, running_for=None, next_run_at=bindparam("b_next"))
+    "UPDATE persched_jobs SET state = ?, owner = NULL, lease_until = NULL, running_for = NULL, next_run_at = ?"
+    " WHERE job_id = ?"
 )
 
+# The columns of a run's record as its claim inserts it.
+_START_COLUMNS: Final = ("job_id", "generation", "scheduled_for", "started_at", "instance_id", "lease_until", "run_now")
 
-# Completion statements, built once (executemany over every completion of a cycle).
+# Completion statements (executemany over every completion of a cycle).
 _FINISH_RUN: Final = (
-    update(runs)
-    .where(runs.c.run_id == bindparam("b_run_id"), runs.c.outcome.is_(None))
-    .values(
-        finished_at=bindparam("b_finished"),
-        outcome=bindparam("b_outcome"),
-        error=bindparam("b_error"),
-        lease_until=None,
-    )
+    "UPDATE persched_runs SET finished_at = ?, outcome = ?, error = ?, lease_until = NULL"
+    " WHERE run_id = ? AND outcome IS NULL"
 )
-
-
 _FINISH_JOB: Final = (
-    update(jobs)
-    .where(
-        jobs.c.job_id == bindparam("b_job_id"),
-        jobs.c.generation == bindparam("b_generation"),
-        jobs.c.state == RUNNING,
-        jobs.c.owner == bindparam("b_owner"),
-        jobs.c.running_for == bindparam("b_slot"),
-    )
-    .values(
-        state=bindparam("b_state"),
-        owner=None,
-        lease_until=None,
-        running_for=None,
-        next_run_at=bindparam("b_next"),
-        run_count=jobs.c.run_count + 1,
-        error_count=jobs.c.error_count + bindparam("b_errors", type_=Integer),
-        last_outcome=bindparam("b_outcome"),
-        updated_at=bindparam("b_finished"),
-    )
+    "UPDATE persched_jobs SET state = ?, owner = NULL, lease_until = NULL, running_for = NULL, next_run_at = ?,"
+    " run_count = run_count + 1, error_count = error_count + ?, last_outcome = ?, updated_at = ?"
+    " WHERE job_id = ? AND generation = ? AND state = 'running' AND owner = ? AND running_for = ?"
 )
 
 
@@ -172,21 +143,17 @@ def _misses(conn: Connection, bounds: dict[tuple[str, int], Instant]) -> dict[tu
     }
 
 
-def _bound_of(entries: list[tuple[int, Instant]]) -> ColumnElement[Any]:
+def _bound_of(entries: list[tuple[int, Instant]], dialect: Dialect) -> Sql:
     """The slot bound of one job's row, for its batch's entries ``[(generation, bound)]``."""
     *others, (_, last) = entries
     if not others:
-        return literal(to_datetime(last), UTCDateTime)
-    return case(
-        {generation: literal(to_datetime(at), UTCDateTime) for generation, at in others},
-        value=jobs.c.generation,
-        else_=literal(to_datetime(last), UTCDateTime),
-    )
+        return Sql("?", (dialect.bind_instant(last),))
+    whens = " ".join("WHEN ? THEN ?" for _ in others)
+    params = tuple(p for generation, at in others for p in (generation, dialect.bind_instant(at)))
+    return Sql(f"CASE generation {whens} ELSE ? END", (*params, dialect.bind_instant(last)))
 
 
-def claim_clauses(
-    expected: dict[tuple[str, int], tuple[Instant, Instant]], dialect: Dialect
-) -> dict[str, ColumnElement[bool]]:
+def claim_clauses(expected: dict[tuple[str, int], tuple[Instant, Instant]], dialect: Dialect) -> dict[str, Sql]:
     """The claim's predicate (module docstring), clause by clause, for entries ``{(job_id, generation): (bound, _)}``.
 
     Named so that a test can drop one and watch its invariant break.
@@ -198,14 +165,18 @@ def claim_clauses(
     by_job: dict[str, list[tuple[int, Instant]]] = {}
     for (job_id, generation), (at, _) in expected.items():
         by_job.setdefault(job_id, []).append((generation, at))
-    bound = case({job_id: _bound_of(entries) for job_id, entries in by_job.items()}, value=jobs.c.job_id)
+    bounds = [(job_id, _bound_of(entries, dialect)) for job_id, entries in by_job.items()]
+    whens = " ".join(f"WHEN ? THEN {bound.text}" for _, bound in bounds)
+    bound = Sql(f"CASE job_id {whens} END", tuple(p for job_id, b in bounds for p in (job_id, *b.params)))
     return {
-        "ids": jobs.c.job_id.in_({job_id for job_id, _ in expected}),  # lets SQLite use the primary key
+        "ids": Sql(f"job_id IN ({marks(len(by_job))})", tuple(by_job)),  # lets SQLite use the primary key
         # Not by the (state, next_run_at) index: the primary key finds the batch's rows at any table size.
-        "state": dialect.unindexed(jobs.c.state) == SCHEDULED,
-        "paused": jobs.c.paused.is_(False),  # pause() linearizes against this predicate
-        "generation": tuple_(jobs.c.job_id, jobs.c.generation).in_(list(expected)),
-        "slot": or_(jobs.c.next_run_at <= bound, jobs.c.run_now_at <= bound),
+        "state": Sql(dialect.unindexed_sql("state") + " = 'scheduled'"),
+        "paused": Sql("paused = ?", (False,)),  # pause() linearizes against this predicate
+        "generation": Sql(
+            f"(job_id, generation) IN {dialect.row_values(len(expected), 2)}", tuple(p for key in expected for p in key)
+        ),
+        "slot": Sql(f"(next_run_at <= {bound.text} OR run_now_at <= {bound.text})", bound.params * 2),
     }
 
 
@@ -213,31 +184,31 @@ def claim_clauses(
 class _Writes:
     """The statements a claim or completion batch queues as it decides, executed at once (executemany)."""
 
-    moves: list[dict[str, Any]] = field(default_factory=list)  # _CLAIM_MOVE
-    nexts: list[dict[str, Any]] = field(default_factory=list)  # _CLAIM_NEXT
-    reverts: list[dict[str, Any]] = field(default_factory=list)  # _CLAIM_REVERT
+    moves: list[tuple[Instant, Instant, Instant | None, str]] = field(default_factory=list)  # _CLAIM_MOVE
+    nexts: list[tuple[Instant, str]] = field(default_factory=list)  # _CLAIM_NEXT
+    reverts: list[tuple[str, Instant, str]] = field(default_factory=list)  # _CLAIM_REVERT
     quarantined: list[dict[str, Any]] = field(default_factory=list)  # QUARANTINE
     missed: list[dict[str, Any]] = field(default_factory=list)  # history rows: "missed" and "error" records
 
-    def apply(self, conn: Connection, insert_runs: Insert) -> None:
-        for statement, params in (
-            (_CLAIM_MOVE, self.moves),
-            (_CLAIM_NEXT, self.nexts),
-            (_CLAIM_REVERT, self.reverts),
-            (QUARANTINE, self.quarantined),
-            (insert_runs, self.missed),
+    def apply(self, conn: Connection, dialect: Dialect, insert_runs: Insert) -> None:
+        at = dialect.bind_instant
+        for sql, params in (
+            (_CLAIM_MOVE, [(at(n), at(r), None if a is None else at(a), j) for n, r, a, j in self.moves]),
+            (_CLAIM_NEXT, [(at(n), j) for n, j in self.nexts]),
+            (_CLAIM_REVERT, [(state, at(n), j) for state, n, j in self.reverts]),
         ):
             if params:
-                conn.execute(statement, params)
+                dialect.execute_many(conn, sql, params)
+        for statement, rows in ((QUARANTINE, self.quarantined), (insert_runs, self.missed)):  # rare: Core
+            if rows:
+                conn.execute(statement, rows)
 
     def revert(
         self, plan: JobPlan, job_id: str, generation: int, next_at: Instant, run_now_at: Instant | None
     ) -> ClaimMiss:
         """A won row that runs nothing now: queue its return to waiting at `next_at`; the result for its entry."""
         over = plan.is_over(next_at, run_now_at)
-        self.reverts.append(
-            {"b_job_id": job_id, "b_next": to_datetime(next_at), "b_state": FINISHED if over else SCHEDULED}
-        )
+        self.reverts.append((FINISHED if over else SCHEDULED, next_at, job_id))
         return ClaimMiss(
             FINISHED if over else SCHEDULED, generation, None, None if over else plan.due_at(next_at, run_now_at)
         )
@@ -324,18 +295,10 @@ class _ClaimBatch:
                 continue
             self.claims[key] = won._replace(claim=dataclasses.replace(claim, run_id=run_id))
             if decision.run_now or decision.run_for != won.next_at:  # the UPDATE set running_for to next_at
-                w.moves.append(
-                    {
-                        "b_job_id": claim.job_id,
-                        "b_next": to_datetime(decision.next_run_at),
-                        "b_running_for": to_datetime(claim.scheduled_for),
-                        "b_run_now_at": (
-                            None if decision.run_now or won.run_now_at is None else to_datetime(won.run_now_at)
-                        ),
-                    }
-                )
+                run_now_at = None if decision.run_now else won.run_now_at
+                w.moves.append((decision.next_run_at, claim.scheduled_for, run_now_at, claim.job_id))
             elif decision.next_run_at != won.next_at:  # one parameter per row, not three
-                w.nexts.append({"b_job_id": claim.job_id, "b_next": to_datetime(decision.next_run_at)})
+                w.nexts.append((decision.next_run_at, claim.job_id))
 
     def undecided(self) -> dict[tuple[str, int], Instant]:
         """The entries' rows the UPDATE did not win (another instance, a change), with their bounds."""
@@ -425,12 +388,12 @@ class ClaimsStore(Transactions):
 
         def body(conn: Connection) -> list[Claim | ClaimMiss]:
             claimed_at = read_time(now)
-            lease_until = to_datetime(claimed_at + lease)
+            lease_until = Instant(claimed_at + lease)
             batch = _ClaimBatch(expected, claimed_at, instance_id)
             for row in stored(self._claim(conn, expected, instance_id, lease_until, claimed_at), DISPATCH_COLUMNS):
                 batch.decide(row)
             batch.record_starts(self._record_starts(batch.won(), lease_until, instance_id, conn))
-            batch.writes.apply(conn, self._insert_runs)
+            batch.writes.apply(conn, self.dialect, self._insert_runs)
             self._after_commit(batch.writes.missed)
             lost = batch.undecided()
             return batch.results(entries, _misses(conn, lost) if lost else {})
@@ -500,22 +463,21 @@ class ClaimsStore(Transactions):
         conn: Connection,
         expected: dict[tuple[str, int], tuple[Instant, Instant]],
         instance_id: str,
-        lease_until: datetime,
+        lease_until: Instant,
         claimed_at: Instant,
     ) -> list[Row[Any]]:
         """The one conditional UPDATE that decides every entry (module docstring); the won rows."""
-        predicate = and_(*claim_clauses(expected, self.dialect).values())
-        values = {
-            "state": RUNNING,
-            "owner": instance_id,
-            "lease_until": lease_until,
-            "updated_at": to_datetime(claimed_at),
-            "running_for": jobs.c.next_run_at,  # the usual case: the slot due runs (fixed below if not)
-        }
-        return self.dialect.claim(conn, jobs, predicate, values, RAW_DISPATCH)
+        at = self.dialect.bind_instant
+        predicate = Sql.join(claim_clauses(expected, self.dialect).values(), " AND ")
+        assignments = Sql(
+            # running_for: the usual case, the slot due runs (fixed in record_starts if not).
+            "state = 'running', owner = ?, lease_until = ?, updated_at = ?, running_for = next_run_at",
+            (instance_id, at(lease_until), at(claimed_at)),
+        )
+        return self.dialect.claim(conn, jobs, assignments, predicate, _DISPATCH_SELECT)
 
     def _record_starts(
-        self, claims: Sequence[Claim], lease_until: datetime, instance_id: str, conn: Connection
+        self, claims: Sequence[Claim], lease_until: Instant, instance_id: str, conn: Connection
     ) -> dict[str, int]:
         """Insert the history rows of won claims; return the run id of each job whose slot had no run yet.
 
@@ -524,24 +486,13 @@ class ClaimsStore(Transactions):
         """
         if not claims:
             return {}
-        inserted = self.dialect.insert_returning(
-            conn,
-            self._insert_runs,
-            runs.c.job_id,
-            runs.c.run_id,
-            rows=[
-                {
-                    "job_id": c.job_id,
-                    "generation": c.generation,
-                    "scheduled_for": to_datetime(c.scheduled_for),
-                    "started_at": to_datetime(c.started_at),
-                    "instance_id": instance_id,
-                    "lease_until": lease_until,
-                    "run_now": c.run_now,
-                }
-                for c in claims
-            ],
-        )
+        at = self.dialect.bind_instant
+        lease = at(lease_until)
+        rows = [
+            (c.job_id, c.generation, at(c.scheduled_for), at(c.started_at), instance_id, lease, c.run_now)
+            for c in claims
+        ]
+        inserted = self.dialect.insert_new(conn, runs, _START_COLUMNS, rows, "job_id, run_id")
         return {row.job_id: row.run_id for row in inserted}
 
     def finish_runs(self, completions: Sequence[Completion], instance_id: str) -> list[Instant | None]:
@@ -554,29 +505,21 @@ class ClaimsStore(Transactions):
         """
         if not completions:
             return []
+        at = self.dialect.bind_instant
         params = [
-            {
-                "b_run_id": c.claim.run_id,
-                "b_finished": to_datetime(c.finished_at),
-                "b_outcome": c.outcome,
-                "b_error": None if c.error is None else c.error[:MAX_ERROR_TEXT],
-            }
+            (at(c.finished_at), c.outcome, None if c.error is None else c.error[:MAX_ERROR_TEXT], c.claim.run_id)
             for c in completions
         ]
 
         def body(conn: Connection) -> list[Instant | None]:
-            conn.execute(_FINISH_RUN, params)
+            self.dialect.execute_many(conn, _FINISH_RUN, params)
             # Which completions still own their job row: read under the write
             # lock (SQLite) and written with the same predicate again, so a
             # row recovered, descheduled or replaced meanwhile is never moved.
+            job_ids = tuple({c.claim.job_id for c in completions})
+            ours = f"SELECT {_DISPATCH_SELECT} FROM persched_jobs WHERE job_id IN ({marks(len(job_ids))})"  # noqa: S608
             mine = stored(
-                conn.execute(
-                    select(*RAW_DISPATCH).where(
-                        jobs.c.job_id.in_({c.claim.job_id for c in completions}),
-                        jobs.c.state == RUNNING,
-                        jobs.c.owner == instance_id,
-                    )
-                ),
+                self.dialect.execute(conn, Sql(f"{ours} AND state = 'running' AND owner = ?", (*job_ids, instance_id))),
                 DISPATCH_COLUMNS,
             )
             # A row of ours edited by hand while its run was in flight: settled alone below.
@@ -586,7 +529,7 @@ class ClaimsStore(Transactions):
                 for row in mine
                 if not row.problems and row.running_for is not None
             }
-            moves: list[dict[str, Any]] = []  # _FINISH_JOB
+            moves: list[tuple[Any, ...]] = []  # _FINISH_JOB
             w = _Writes()  # quarantines and history records
             due: list[Instant | None] = []
             others = rows_of(
@@ -615,22 +558,22 @@ class ClaimsStore(Transactions):
                 run_now_at = instant_or_none(row.run_now_at)
                 over = plan.is_over(next_at, run_now_at)
                 moves.append(
-                    {
-                        "b_job_id": row.job_id,
-                        "b_generation": row.generation,
-                        "b_owner": instance_id,
-                        "b_slot": row.running_for,
-                        "b_state": FINISHED if over else SCHEDULED,
-                        "b_next": to_datetime(next_at),
-                        "b_finished": to_datetime(c.finished_at),
-                        "b_outcome": c.outcome,
-                        "b_errors": 1 if c.outcome == "error" else 0,
-                    }
+                    (
+                        FINISHED if over else SCHEDULED,
+                        at(next_at),
+                        1 if c.outcome == "error" else 0,
+                        c.outcome,
+                        at(c.finished_at),
+                        row.job_id,
+                        row.generation,
+                        instance_id,
+                        at(c.claim.scheduled_for),  # == the row's running_for (`owned`)
+                    )
                 )
                 due.append(None if over or row.paused else plan.due_at(next_at, run_now_at))
             if moves:
-                conn.execute(_FINISH_JOB, moves)
-            w.apply(conn, self._insert_runs)
+                self.dialect.execute_many(conn, _FINISH_JOB, moves)
+            w.apply(conn, self.dialect, self._insert_runs)
             self._after_commit(w.missed)
             return due
 

@@ -73,6 +73,7 @@ def test_writes_queued_behind_a_commit_share_the_next_one(store: Store) -> None:
         return lambda: store.upsert_job(definition, T)
 
     schedule = [upsert(i) for i in range(WAITING + 1)]
+    before = store.change_seq()
     with patch.object(store, "_write", side_effect=write):
         first, first_result = _in_threads(schedule[:1])
         first[0].start()
@@ -87,6 +88,14 @@ def test_writes_queued_behind_a_commit_share_the_next_one(store: Store) -> None:
     assert len(calls) == 2  # the leader's own transaction, then one for all that queued
     assert all(isinstance(r, tuple) and r[1] == "created" for r in [*first_result, *results])
     assert {j.job_id for j in store.list_jobs()} == {f"j{i}" for i in range(WAITING + 1)}
+    # One change-counter bump per commit, not per write: the group's changes share its value.
+    assert store.change_seq() == before + 2
+    seq, changed = store.changes_since(before)
+    assert (seq, sorted(job_id for _, job_id, _ in changed)) == (
+        before + 2,
+        sorted(f"j{i}" for i in range(WAITING + 1)),
+    )
+    assert len(store.changes_made_elsewhere(before + 1, before + 2)) == 0  # all our own
 
 
 def test_a_failing_write_in_a_group_fails_alone(store: Store) -> None:

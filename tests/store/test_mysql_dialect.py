@@ -14,7 +14,6 @@ import pytest
 from sqlalchemy import func, select
 
 from persched import _db
-from persched._instant import to_datetime
 from persched._schema import runs
 from persched._store import Store
 from tests.support.engines import MigratedDatabases, engine_named
@@ -36,16 +35,13 @@ def store(migrated_databases: MigratedDatabases) -> Iterator[Store]:
         engine.dispose()
 
 
-def _row(job_id: str, slot: float, started: float, *, run_now: bool = False) -> dict[str, object]:
-    return {
-        "job_id": job_id,
-        "generation": 1,
-        "scheduled_for": to_datetime(at_us(slot)),
-        "started_at": to_datetime(at_us(started)),
-        "instance_id": "me",
-        "lease_until": to_datetime(at_us(started + 30)),
-        "run_now": run_now,
-    }
+NAMES = ("job_id", "generation", "scheduled_for", "started_at", "instance_id", "lease_until", "run_now")
+
+
+def _row(store: Store, job_id: str, slot: float, started: float, *, run_now: bool = False) -> tuple[object, ...]:
+    """A run's record as the claims insert it (driver values, `Dialect.bind_instant`)."""
+    at = store.dialect.bind_instant
+    return (job_id, 1, at(at_us(slot)), at(at_us(started)), "me", at(at_us(started + 30)), run_now)
 
 
 @pytest.mark.parametrize("returning", [True, False], ids=["mariadb-returning", "mysql8-row-by-row"])
@@ -53,11 +49,10 @@ def test_history_inserts_skip_a_held_slot_and_name_only_new_rows(
     store: Store, returning: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(store.engine.dialect, "insert_returning", returning)
-    insert = store.dialect.insert_ignoring_conflicts(runs)
     with store.engine.begin() as conn:
-        (first,) = store.dialect.insert_returning(conn, insert, runs.c.job_id, runs.c.run_id, rows=[_row("a", 10, 10)])
-        rows = [_row("a", 10, 11), _row("b", 10, 11), _row("a", 10, 11, run_now=True)]
-        inserted = store.dialect.insert_returning(conn, insert, runs.c.job_id, runs.c.run_id, rows=rows)
+        (first,) = store.dialect.insert_new(conn, runs, NAMES, [_row(store, "a", 10, 10)], "job_id, run_id")
+        rows = [_row(store, "a", 10, 11), _row(store, "b", 10, 11), _row(store, "a", 10, 11, run_now=True)]
+        inserted = store.dialect.insert_new(conn, runs, NAMES, rows, "job_id, run_id")
         total = conn.execute(select(func.count()).select_from(runs)).scalar_one()
     # "a" at slot 10 was held: skipped; "b" and a run-now run of "a" at the same instant are new.
     assert sorted(r.job_id for r in inserted) == ["a", "b"]

@@ -48,12 +48,10 @@ from tests.support.postgres import pg_base_url
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from sqlalchemy import ColumnElement
-
     from persched._heartbeat import Heartbeat
     from persched._store import ClaimEntry
     from persched._store._rows import StoredRow
-    from persched._store.dialects import Dialect
+    from persched._store.dialects import Dialect, Sql
 
 __all__ = [
     "RECORD",
@@ -286,7 +284,7 @@ class _ClauseDropper:
     def _dropped(self) -> str | None:
         return getattr(self._local, "clause", None)
 
-    def _clauses(self, expected: Expected, dialect: Dialect) -> dict[str, ColumnElement[bool]]:
+    def _clauses(self, expected: Expected, dialect: Dialect) -> dict[str, Sql]:
         clauses = _REAL_CLAUSES(expected, dialect)
         dropped = self._dropped()
         if dropped is not None:

@@ -1,7 +1,8 @@
 """Every difference between the database engines persched runs on, behind one object.
 
-The store's statements are written once, in SQLAlchemy Core; a `Dialect`
-holds what cannot be: how a claim locks the rows it decides, what a
+The store's statements are written once, in SQLAlchemy Core (the dispatch
+path's in driver SQL: `Sql`, `driver_sql`, `raw_instant`, `bind_instant`);
+a `Dialect` holds what cannot be: how a claim locks the rows it decides, what a
 transient failure looks like, whether this process must queue its own
 writers, how a write transaction begins, the raw form of a timestamp and
 the lock that serialises migrations. One module per engine; `dialect_for`
@@ -12,17 +13,40 @@ dialect of SQLAlchemy).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, ClassVar
-
-from sqlalchemy import Row, select
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 if TYPE_CHECKING:
-    from sqlalchemy import ColumnElement, Connection, Engine, Insert, Select, Table, Update
+    from collections.abc import Iterable, Sequence
+
+    from sqlalchemy import ColumnElement, Connection, Engine, Insert, Row, Select, Table, Update
     from sqlalchemy.exc import DBAPIError
 
     from ..._instant import Instant
 
-__all__ = ["Dialect", "dialect_for"]
+__all__ = ["Dialect", "Sql", "dialect_for", "marks"]
+
+
+class Sql(NamedTuple):
+    """A piece of driver SQL, with ``?`` placeholders (`Dialect.driver_sql`), and its parameters in order.
+
+    The dispatch path's statements are written so (`persched._store.claims`):
+    per run, SQLAlchemy's statement construction, cache key and bind
+    processing cost more than the database's work.
+    """
+
+    text: str
+    params: tuple[Any, ...] = ()
+
+    @staticmethod
+    def join(parts: Iterable[Sql], separator: str) -> Sql:
+        parts = list(parts)
+        return Sql(separator.join(part.text for part in parts), tuple(p for part in parts for p in part.params))
+
+
+def marks(count: int) -> str:
+    """`count` placeholders, comma-separated."""
+    return ", ".join("?" * count)
+
 
 # engine name (SQLAlchemy's dialect.name) -> module of this package
 _MODULES: dict[str, str] = {"sqlite": "sqlite", "postgresql": "postgresql", "mysql": "mysql", "mariadb": "mysql"}
@@ -53,6 +77,15 @@ class Dialect:
         """`column` as a term that the planner cannot look up by an index (so it uses another one)."""
         return column
 
+    def unindexed_sql(self, column: str) -> str:
+        """`unindexed` in driver SQL."""
+        return column
+
+    def row_values(self, count: int, width: int) -> str:
+        """`count` row values of `width` placeholders each, as the right side of ``(a, b) IN``."""
+        row = f"({marks(width)})"
+        return f"({', '.join([row] * count)})"
+
     def update_returning(self, conn: Connection, stmt: Update, *columns: ColumnElement[Any]) -> list[Row[Any]]:
         """Run `stmt` and return `columns` of the rows it changed."""
         return list(conn.execute(stmt.returning(*columns)))
@@ -62,27 +95,38 @@ class Dialect:
         rows = self.update_returning(conn, stmt, *columns)
         return rows[0] if rows else None
 
-    def insert_returning(
-        self, conn: Connection, stmt: Insert, *columns: ColumnElement[Any], rows: list[dict[str, Any]] | None = None
-    ) -> list[Row[Any]]:
-        """Run `stmt` (over `rows`, if given) and return `columns` of the rows it inserted (none for a skipped one)."""
-        returning = stmt.returning(*columns)
-        return list(conn.execute(returning) if rows is None else conn.execute(returning, rows))
+    def insert_returning(self, conn: Connection, stmt: Insert, *columns: ColumnElement[Any]) -> list[Row[Any]]:
+        """Run `stmt` (one row) and return `columns` of the row it inserted."""
+        return list(conn.execute(stmt.returning(*columns)))
 
-    def claim(
-        self,
-        conn: Connection,
-        table: Table,
-        predicate: ColumnElement[bool],
-        values: dict[str, Any],
-        columns: list[ColumnElement[Any]],
+    def insert_new(
+        self, conn: Connection, table: Table, names: Sequence[str], rows: list[tuple[Any, ...]], returning: str
     ) -> list[Row[Any]]:
-        """The conditional claim: set `values` on the rows of `table` matching `predicate`, return their `columns`.
+        """Insert `rows` (driver values of the columns `names`, in driver SQL) in one statement,
+        skipping a row a unique index holds already (one run per slot); the `returning`
+        columns (a select list) of the rows inserted."""
+        values = ", ".join([f"({marks(len(names))})"] * len(rows))
+        into = f"INSERT INTO {table.name} ({', '.join(names)}) VALUES {values}"  # noqa: S608 - ours
+        sql = f"{into} ON CONFLICT DO NOTHING RETURNING {returning}"
+        return list(self.execute(conn, Sql(sql, tuple(value for row in rows for value in row))))
+
+    def claim(self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, columns: str) -> list[Row[Any]]:
+        """The conditional claim, in driver SQL: ``UPDATE table SET assignments WHERE predicate``;
+        the `columns` (a select list) of the rows it changed, read raw.
 
         This UPDATE is the linearization point of a run's start (SPEC §2):
         each row is claimed at most once, by whoever's UPDATE matches it first.
         """
-        return self.update_returning(conn, table.update().where(predicate).values(**values), *columns)
+        sql = f"UPDATE {table.name} SET {assignments.text} WHERE {predicate.text} RETURNING {columns}"  # noqa: S608 - our SQL
+        return list(self.execute(conn, Sql(sql, assignments.params + predicate.params)))
+
+    def execute(self, conn: Connection, statement: Sql) -> Any:  # noqa: ANN401 - the driver's cursor result
+        """Run one statement of driver SQL (its parameters raw: timestamps by `bind_instant`)."""
+        return conn.exec_driver_sql(self.driver_sql(statement.text), statement.params)
+
+    def execute_many(self, conn: Connection, sql: str, params: list[tuple[Any, ...]]) -> None:
+        """Run `sql` (driver SQL) once per parameter tuple, as one executemany."""
+        conn.exec_driver_sql(self.driver_sql(sql), params)
 
     def insert_ignoring_conflicts(self, table: Table) -> Insert:
         """An INSERT into `table` that skips a row a unique index already holds (one run per slot)."""
@@ -94,6 +138,10 @@ class Dialect:
 
     def raw_instant(self, value: object) -> Instant:
         """A timestamp as the driver returns it raw -> instant (ValueError/TypeError if it is not one)."""
+        raise NotImplementedError
+
+    def bind_instant(self, at: Instant) -> object:
+        """An instant as the driver takes it for a timestamp column in driver SQL: what `UTCDateTime` writes."""
         raise NotImplementedError
 
     def migration_lock(self, conn: Connection) -> None:
@@ -119,8 +167,3 @@ def dialect_for(engine: Engine) -> Dialect:
         raise ValueError(f"persched does not support the {engine.dialect.name} engine") from None
     dialect: Dialect = importlib.import_module(f"{__name__}.{module}").DIALECT
     return dialect
-
-
-def select_keys(table: Table, predicate: ColumnElement[bool]) -> Select[Any]:
-    """The primary keys of the rows of `table` that match `predicate`."""
-    return select(*table.primary_key.columns).where(predicate)

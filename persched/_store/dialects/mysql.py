@@ -26,7 +26,7 @@ Every other ``UPDATE … RETURNING`` is the same three steps with a plain
 ``FOR UPDATE`` (`update_returning`), ``INSERT … RETURNING`` an INSERT and a
 read by primary key (`insert_returning`); history rows in one multi-row
 ``INSERT … RETURNING`` on MariaDB (10.5+), one INSERT each on MySQL 8, which
-has no ``RETURNING`` at all. History rows skip a slot the
+has no ``RETURNING`` at all (`insert_new`). History rows skip a slot the
 unique index holds with ``ON DUPLICATE KEY UPDATE run_id = run_id``, a no-op,
 rather than ``INSERT IGNORE``, which would also turn data errors into
 warnings. The index is over a generated column that is NULL for run-now rows
@@ -48,12 +48,12 @@ from sqlalchemy.dialects.mysql import insert
 from sqlalchemy.exc import DBAPIError
 
 from ..._db import mask
-from ..._instant import Instant, from_datetime
+from ..._instant import Instant, from_datetime, to_datetime
 from ...errors import StoreError
-from . import Dialect, select_keys
+from . import Dialect, Sql, marks
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     from sqlalchemy import ColumnElement, Connection, Insert, Row, Table, Update
 
@@ -108,46 +108,48 @@ class MySQLDialect(Dialect):
         conn.execute(stmt.where(key.in_(keys)))
         return list(conn.execute(select(*columns).where(key.in_(keys))))
 
-    def insert_returning(
-        self, conn: Connection, stmt: Insert, *columns: ColumnElement[Any], rows: list[dict[str, Any]] | None = None
+    def insert_returning(self, conn: Connection, stmt: Insert, *columns: ColumnElement[Any]) -> list[Row[Any]]:
+        (inserted,) = conn.execute(stmt).inserted_primary_key or (None,)
+        return list(conn.execute(select(*columns).where(_key(stmt.table) == inserted)))  # type: ignore[arg-type]  # one table
+
+    def insert_new(
+        self, conn: Connection, table: Table, names: Sequence[str], rows: list[tuple[Any, ...]], returning: str
     ) -> list[Row[Any]]:
-        table: Table = stmt.table  # type: ignore[assignment]  # an INSERT into one table
-        key = _key(table)
-        if rows is None:
-            (inserted,) = conn.execute(stmt).inserted_primary_key or (None,)
-            return list(conn.execute(select(*columns).where(key == inserted)))
         # A row counts as inserted only if it reads back with the values written: a slot the
-        # unique index held already is skipped by `insert_ignoring_conflicts`, and what a server
+        # unique index held already is skipped (`insert_ignoring_conflicts`), and what a server
         # reports for a skipped row differs (MariaDB's RETURNING gives the existing row).
-        names = sorted({name for row in rows for name in row})
-        check = [table.c[name].label(f"_written_{name}") for name in names]
-        written = {tuple(row.get(name) for name in names) for row in rows}
+        key = _key(table).name
+        written = set(rows)
+        check = ", ".join(f"{name} AS _written_{name}" for name in names)
+        width = len(names)
 
         def ours(found: Iterable[Row[Any]]) -> list[Row[Any]]:
-            return [r for r in found if tuple(r._mapping[f"_written_{name}"] for name in names) in written]
+            return [row for row in found if tuple(row[-width:]) in written]
 
+        upsert = f"INSERT INTO {table.name} ({', '.join(names)}) VALUES {{}} ON DUPLICATE KEY UPDATE {key} = {key}"  # noqa: S608
         if conn.dialect.insert_returning:  # MariaDB >= 10.5: one multi-row INSERT ... RETURNING
-            return ours(conn.execute(stmt.returning(*columns, *check), rows))
+            values = ", ".join([f"({marks(width)})"] * len(rows))
+            flat = tuple(value for row in rows for value in row)
+            return ours(self.execute(conn, Sql(f"{upsert.format(values)} RETURNING {returning}, {check}", flat)))
         # MySQL 8: one INSERT per row, its id from lastrowid (0 when skipped), then one read.
-        ids = [new_id for row in rows if (new_id := conn.execute(stmt, row).lastrowid)]
+        one = upsert.format(f"({marks(width)})")
+        ids = tuple(new_id for row in rows if (new_id := self.execute(conn, Sql(one, row)).lastrowid))
         if not ids:
             return []
-        return ours(conn.execute(select(*columns, *check).where(key.in_(ids))))
+        read = f"SELECT {returning}, {check} FROM {table.name} WHERE {key} IN ({marks(len(ids))})"  # noqa: S608
+        return ours(self.execute(conn, Sql(read, ids)))
 
-    def claim(
-        self,
-        conn: Connection,
-        table: Table,
-        predicate: ColumnElement[bool],
-        values: dict[str, Any],
-        columns: list[ColumnElement[Any]],
-    ) -> list[Row[Any]]:
-        key = _key(table)
-        free = list(conn.execute(select_keys(table, predicate).with_for_update(skip_locked=True)).scalars())
+    def claim(self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, columns: str) -> list[Row[Any]]:
+        key = _key(table).name
+        locking = f"SELECT {key} FROM {table.name} WHERE {predicate.text} FOR UPDATE SKIP LOCKED"  # noqa: S608 - ours
+        free = tuple(row[0] for row in self.execute(conn, Sql(locking, predicate.params)))
         if not free:
             return []
-        conn.execute(table.update().where(predicate, key.in_(free)).values(**values))
-        return list(conn.execute(select(*columns).where(key.in_(free))))
+        mine = Sql(f"{key} IN ({marks(len(free))})", free)
+        where = Sql.join((predicate, mine), " AND ")
+        change = f"UPDATE {table.name} SET {assignments.text} WHERE {where.text}"  # noqa: S608 - ours
+        self.execute(conn, Sql(change, assignments.params + where.params))
+        return list(self.execute(conn, Sql(f"SELECT {columns} FROM {table.name} WHERE {mine.text}", mine.params)))  # noqa: S608
 
     def insert_ignoring_conflicts(self, table: Table) -> Insert:
         key = _key(table)
@@ -160,6 +162,9 @@ class MySQLDialect(Dialect):
         if not isinstance(value, datetime):  # PyMySQL returns an invalid DATETIME as its text
             raise TypeError(f"{value!r} is not a timestamp")
         return from_datetime(value)  # DATETIME(6): naive UTC
+
+    def bind_instant(self, at: Instant) -> object:
+        return to_datetime(at).replace(tzinfo=None)  # DATETIME(6): naive UTC
 
     def migration_lock(self, conn: Connection) -> None:
         got = conn.exec_driver_sql(f"SELECT GET_LOCK({_MIGRATION_LOCK}, {_MIGRATION_LOCK_WAIT})").scalar()

@@ -16,11 +16,11 @@ from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import OperationalError
 
-from ..._instant import Instant, from_datetime
-from . import Dialect, select_keys
+from ..._instant import Instant, from_datetime, to_datetime
+from . import Dialect, Sql
 
 if TYPE_CHECKING:
-    from sqlalchemy import ColumnElement, Connection, Insert, Row, Table
+    from sqlalchemy import Connection, Insert, Row, Table
     from sqlalchemy.exc import DBAPIError
 
 # pg_advisory_xact_lock key of migrations: b"persched" as a 64-bit integer (its top bit is 0).
@@ -41,17 +41,11 @@ class PostgreSQLDialect(Dialect):
             return isinstance(exc, OperationalError)
         return isinstance(sqlstate, str) and (sqlstate.startswith("08") or sqlstate in ("40001", "40P01", "57P01"))
 
-    def claim(
-        self,
-        conn: Connection,
-        table: Table,
-        predicate: ColumnElement[bool],
-        values: dict[str, Any],
-        columns: list[ColumnElement[Any]],
-    ) -> list[Row[Any]]:
-        free = select_keys(table, predicate).with_for_update(skip_locked=True).scalar_subquery()
+    def claim(self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, columns: str) -> list[Row[Any]]:
         (key,) = table.primary_key.columns
-        return self.update_returning(conn, table.update().where(predicate, key.in_(free)).values(**values), *columns)
+        free = f"SELECT {key.name} FROM {table.name} WHERE {predicate.text} FOR UPDATE SKIP LOCKED"  # noqa: S608 - ours
+        locked = Sql(f"{predicate.text} AND {key.name} IN ({free})", predicate.params * 2)
+        return super().claim(conn, table, assignments, locked, columns)
 
     def insert_ignoring_conflicts(self, table: Table) -> Insert:
         return insert(table).on_conflict_do_nothing()
@@ -63,6 +57,9 @@ class PostgreSQLDialect(Dialect):
         if not isinstance(value, datetime):
             raise TypeError(f"{value!r} is not a timestamp")
         return from_datetime(value)
+
+    def bind_instant(self, at: Instant) -> object:
+        return to_datetime(at)  # timestamptz
 
     def migration_lock(self, conn: Connection) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})

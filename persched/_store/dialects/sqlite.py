@@ -9,7 +9,7 @@ stored as naive UTC text, which sorts like the instants it names.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from sqlalchemy.dialects.sqlite import insert
@@ -22,6 +22,8 @@ from . import Dialect
 if TYPE_CHECKING:
     from sqlalchemy import ColumnElement, Connection, Insert, Row, Select, Table
     from sqlalchemy.exc import DBAPIError
+
+_NAIVE_EPOCH: Final = datetime(1970, 1, 1)
 
 
 class SQLiteDialect(Dialect):
@@ -45,6 +47,12 @@ class SQLiteDialect(Dialect):
         # (state, next_run_at) index over the primary key and scans every scheduled row.
         return UnaryExpression(column, operator=custom_op("+"), type_=column.type)
 
+    def unindexed_sql(self, column: str) -> str:
+        return f"+{column}"
+
+    def row_values(self, count: int, width: int) -> str:
+        return f"(VALUES {super().row_values(count, width)[1:-1]})"  # SQLite takes a list of rows only so
+
     def insert_ignoring_conflicts(self, table: Table) -> Insert:
         return insert(table).on_conflict_do_nothing()
 
@@ -57,6 +65,10 @@ class SQLiteDialect(Dialect):
         if parsed.tzinfo is not None:  # SQL compares these as text: an offset sorts at the wrong instant
             raise ValueError(f"{value!r} has a UTC offset; write naive UTC 'YYYY-MM-DD HH:MM:SS.ffffff'")
         return from_naive_utc(parsed)
+
+    def bind_instant(self, at: Instant) -> object:
+        # SQLAlchemy's fixed-width text, microseconds always written, so that text order is time order.
+        return (_NAIVE_EPOCH + timedelta(microseconds=at)).isoformat(" ", "microseconds")
 
     def migration_lock(self, conn: Connection) -> None:
         pass  # the migration's transaction began with BEGIN IMMEDIATE: it holds the write lock

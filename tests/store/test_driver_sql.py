@@ -1,0 +1,47 @@
+"""The dispatch path's driver SQL binds timestamps exactly as SQLAlchemy's `UTCDateTime` stores them.
+
+The claims compare ``next_run_at <= ?`` and the completions ``running_for = ?``
+with values bound raw (`Dialect.bind_instant`); on SQLite the comparison is of
+text, so a bound value written differently from the stored one (no
+microseconds when they are 0, an offset) would compare wrongly without any
+error. Each instant is written by Core and found again by driver SQL, on every engine.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+from sqlalchemy import select, update
+
+from persched._instant import Instant, micros, to_datetime
+from persched._models import validate_definition, validate_policies
+from persched._schema import jobs
+from persched._store.dialects import Sql
+from tests.support import race_jobs
+from tests.support.helpers import EPOCH
+
+if TYPE_CHECKING:
+    from persched._store import Store
+
+T = Instant(micros(EPOCH + 0.1234567))
+
+INSTANTS = [
+    pytest.param(T, id="odd"),
+    pytest.param(Instant(micros(EPOCH)), id="whole-second"),  # microseconds 0: still written
+    pytest.param(Instant(T + 999_999), id="last-microsecond"),
+    pytest.param(Instant(micros(946_684_799.999999)), id="before-2000"),
+]
+
+
+@pytest.mark.parametrize("instant", INSTANTS)
+def test_a_bound_instant_finds_the_value_core_stored(store: Store, instant: Instant) -> None:
+    store.upsert_job(validate_definition("a", race_jobs.RECORD, validate_policies(10.0), (), {}, None), T)
+    at = store.dialect.bind_instant
+    with store.engine.begin() as conn:
+        conn.execute(update(jobs).where(jobs.c.job_id == "a").values(next_run_at=to_datetime(instant)))
+        raw = conn.execute(select(jobs.c.next_run_at).where(jobs.c.job_id == "a")).scalar_one()
+        find = "SELECT job_id FROM persched_jobs WHERE next_run_at = ? AND next_run_at <= ? AND next_run_at > ?"
+        found = store.dialect.execute(conn, Sql(find, (at(instant), at(instant), at(Instant(instant - 1)))))
+        assert [row.job_id for row in found] == ["a"]
+    assert raw == to_datetime(instant)
