@@ -29,9 +29,11 @@ claim, because the claim is conditional on generation, state and slot. The
 entry is then dropped, or pushed again at the row's real next slot
 (the claim's result tells which). Nothing is ever removed from the heap by search.
 
-Sharing the work (issue 19)
----------------------------
-Several instances on one database do not race for every slot. An entry
+Sharing the work (issue 19, ``share_work=True``)
+------------------------------------------------
+With it, several instances on one database do not race for every slot
+(without it, `persched._runs.RunBook` passes no `search` and requeues every
+lost entry, as described above). An entry
 that lost to another instance's claim (`ClaimMiss.taken`: the row runs, or
 moved past the entry's slot, or is being claimed) is dropped, not pushed
 again: the job is the claimer's, whose completion queues its next slot, so
