@@ -172,8 +172,16 @@ class JobScheduler:
             is never imported: its runs are refused and recorded as errors.
             Whoever can write the database can change a row's target, so set
             this wherever the database is shared with less trusted writers.
-        pickup_seconds: How often to look for jobs scheduled, replaced or
-            descheduled by other instances or the CLI (one cheap read).
+        pickup_seconds: How often to read the change counter for jobs
+            scheduled, replaced or descheduled by other instances or the CLI
+            (one cheap read). The bound of the pick-up delay; changes are
+            usually picked up much sooner: on PostgreSQL within milliseconds
+            (LISTEN/NOTIFY), on SQLite within `pickup_check_seconds`.
+        pickup_check_seconds: The least time between two pick-ups that a
+            signal asked for (a stream of changes is read in batches); on
+            SQLite also how often to ask whether another connection
+            committed (``PRAGMA data_version``, which reads no file), the
+            only time the change counter is read before `pickup_seconds`.
         horizon_seconds: How far ahead the dispatcher keeps jobs in memory
             (at least 2 s): it loads the jobs due within this time, and loads
             more as time moves on, so memory and start-up do not grow with the
@@ -206,6 +214,7 @@ class JobScheduler:
         keep_runs_for_seconds: float | None = None,
         allowed_modules: Iterable[str] | None = None,
         pickup_seconds: float = 1.0,
+        pickup_check_seconds: float = 0.05,
         horizon_seconds: float = DEFAULT_HORIZON_SECONDS,
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         namespace: str = DEFAULT_NAMESPACE,
@@ -223,6 +232,7 @@ class JobScheduler:
             keep_runs_for_seconds=keep_runs_for_seconds,
             allowed_modules=allowed_modules,
             pickup_seconds=pickup_seconds,
+            pickup_check_seconds=pickup_check_seconds,
             horizon_seconds=horizon_seconds,
             max_args_bytes=max_args_bytes,
             namespace=namespace,
@@ -264,6 +274,7 @@ class JobScheduler:
             self._runs.in_flight,
             self._dispatcher.push,
             pickup=config.pickup,
+            pickup_check=config.pickup_check,
             lost=self._on_lost,
             maintenance=self._maintenance,
         )

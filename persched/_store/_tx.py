@@ -345,5 +345,8 @@ class Transactions:
         """Increment the change counter; its row lock orders concurrent writers by commit."""
         bump = update(changes).where(changes.c.id == 1).values(seq=changes.c.seq + 1)
         seq = int(self.dialect.update_returning(conn, bump, changes.c.seq)[0].seq)
-        conn.info.setdefault(_CHANGES_KEY, []).append(seq)  # noted as our own once committed
+        own = conn.info.setdefault(_CHANGES_KEY, [])
+        if not own:  # once per transaction: the listeners then read the counter (persched._heartbeat)
+            self.dialect.announce_change(conn)
+        own.append(seq)  # noted as our own once committed
         return seq
