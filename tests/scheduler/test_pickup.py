@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Final
 
 import pytest
 
+from persched._heartbeat import Heartbeat
 from persched._pickup import CommitWatch
 from persched._store.dialects.postgresql import PostgreSQLDialect
 from persched.testing import FakeClock
@@ -53,8 +54,11 @@ def _ran(key: str) -> bool:
 
 
 def _signals_lost(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(CommitWatch, "changed", lambda self: False)  # SQLite: no commit is ever seen
-    monkeypatch.setattr(PostgreSQLDialect, "announce_change", lambda self, conn: None)  # nothing is notified
+    """No signal reaches the heartbeat: SQLite's check never sees a commit, PostgreSQL notifies nothing,
+    and the listener's wake-up after it connected goes nowhere either."""
+    monkeypatch.setattr(CommitWatch, "changed", lambda self: False)
+    monkeypatch.setattr(PostgreSQLDialect, "announce_change", lambda self, conn: None)
+    monkeypatch.setattr(Heartbeat, "request_pickup", lambda self: None)
 
 
 @with_signal
