@@ -68,7 +68,7 @@ _CHANGES_LOGGED: Final = 10  # picked-up changes named one by one per round; mor
 QueueCallback = Callable[[Instant, str, int], None]
 
 DEFAULT_PICKUP: Final = Micros(US_PER_SECOND)
-DEFAULT_PICKUP_CHECK: Final = Micros(US_PER_SECOND // 20)  # SQLite's data_version check: 50 ms
+DEFAULT_PICKUP_CHECK: Final = Micros(US_PER_SECOND // 10)  # SQLite's data_version check: 100 ms
 _NEVER: Final = 2**63  # monotonic µs: a task that has nothing left to do
 
 
