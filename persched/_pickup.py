@@ -78,12 +78,19 @@ class CommitWatch:
         except StoreError as exc:
             if not self._failing:  # once, not at every check
                 logger.warning("checking for commits by other connections failed, will retry: %s", exc)
-            self._failing = True
-            self.close()
-            return True  # the counter's read says whether anything changed
+            return self._failed()
+        except BaseException as exc:  # noqa: BLE001 - runs on the heartbeat thread, which must go on
+            if not self._failing:
+                logger.error("checking for commits by other connections failed, will retry\n%s", describe(exc))
+            return self._failed()
         self._failing = False
         changed, self._version = version != self._version, version
         return changed
+
+    def _failed(self) -> bool:
+        self._failing = True
+        self.close()
+        return True  # the counter's read says whether anything changed
 
     def close(self) -> None:
         """Give the connection back (idempotent); the next look opens one again."""

@@ -9,6 +9,8 @@ store through an engine of its own, like another process or the command line.
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 from typing import TYPE_CHECKING, Final
 
 import pytest
@@ -16,6 +18,7 @@ import pytest
 from persched._heartbeat import Heartbeat
 from persched._pickup import CommitWatch
 from persched._store.dialects.postgresql import PostgreSQLDialect
+from persched._store.dialects.sqlite import SQLiteDialect
 from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.engines import engine_params
@@ -102,3 +105,23 @@ def test_a_replacement_made_elsewhere_is_picked_up_at_the_next_signal(
     clock.advance(10.0 - CHECK)
     assert _ran("x"), "the new definition did not run (the old one's claim fails)"
     assert jobs.calls("x")[0].generation == 2
+
+
+def test_a_failing_commit_check_reads_the_counter_instead_and_says_so_once(
+    make_scheduler: SchedulerFactory,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(self: SQLiteDialect, raw: object) -> int:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(SQLiteDialect, "data_version", broken)
+    with caplog.at_level(logging.WARNING, logger="persched"):
+        _, writer = _pair(make_scheduler, clock)
+        clock.advance(CHECK)
+        writer.schedule("x", jobs.block, 3600.0, args=("x",), start_in=0)
+        clock.advance(CHECK)
+        assert _ran("x"), "the change was not picked up at the next check"
+    failures = [r for r in caplog.records if "checking for commits by other connections failed" in r.message]
+    assert len(failures) == 1
