@@ -41,9 +41,14 @@ if TYPE_CHECKING:
 
     from .clock import Clock, SecondsClock
 
-__all__ = ["EngineOptions", "SchedulerConfig", "check_wait", "positive"]
+__all__ = ["DEFAULT_WORKERS", "EngineOptions", "SchedulerConfig", "check_wait", "positive"]
 
 MAX_WORKERS: Final = 4096  # threads are made up front; beyond this, a typo would exhaust memory
+# Measured (README, "Choosing workers"): a dispatch cycle claims at most as many runs as there are
+# free workers, in one transaction, so more workers mean fewer commits per run; at 1,000 jobs 32 ran
+# 26% more runs/s than 8 at a fifth less CPU per run and 61% less p99 lateness; 64 was no cheaper
+# per run than 32. Idle threads cost no CPU.
+DEFAULT_WORKERS: Final = 32
 # Upper bounds of the options (README, "Input limits"): beyond them a value is a
 # typo, and it would overflow a datetime, a SQL integer or a C timeout later.
 MAX_DURATION_SECONDS: Final = MAX_INTERVAL_SECONDS  # lease, heartbeat, pickup (check), retention: 10 years

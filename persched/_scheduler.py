@@ -43,7 +43,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _db, _migrate
-from ._config import MAX_COUNT, SchedulerConfig, check_wait, positive
+from ._config import DEFAULT_WORKERS, MAX_COUNT, SchedulerConfig, check_wait, positive
 from ._declare import JobSpec, check_specs
 from ._events import Event, EventBus
 from ._heartbeat import Heartbeat
@@ -145,7 +145,13 @@ class JobScheduler:
 
     Args:
         url: A SQLAlchemy URL or a plain SQLite file path (a `str` or a `pathlib.Path`).
-        workers: How many runs may execute at once (worker threads), at most 4096.
+        workers: How many runs may execute at once (worker threads), at most
+            4096; default 32. The threads are made at start() and cost no
+            CPU while idle. Each dispatch cycle claims at most as many due
+            runs as there are free workers, in one transaction, so more
+            workers also mean fewer commits per run (README, "Choosing
+            workers"). A worker is reserved before its claim, so a claimed
+            run never waits for a thread (SPEC §2).
         clock: Where time comes from; `persched.testing.FakeClock` in tests.
         instance_id: Names this scheduler on the runs it claims; default
             ``host:pid:random~proof``, where the proof (Linux: boot id, pid
@@ -204,7 +210,7 @@ class JobScheduler:
     def __init__(
         self,
         url: str | os.PathLike[str] = DEFAULT_URL,
-        workers: int = 8,
+        workers: int = DEFAULT_WORKERS,
         clock: Clock | SecondsClock | None = None,
         *,
         instance_id: str | None = None,
