@@ -7,6 +7,11 @@ median) per run; CPU time is the steadier number on a shared machine::
     python -m benchmarks.cli_startup --db jobs.db            # this checkout
     python -m benchmarks.cli_startup --db jobs.db /tmp/old   # next to an older tree
     python -m benchmarks.cli_startup --db jobs.db --command migrate   # another command
+    python -m benchmarks.cli_startup --db jobs.db --floor /tmp/old   # and what no tree can go below
+
+The floor is a bare script that does what every read command must: import
+SQLAlchemy with its SQLite dialect, open the file and SELECT the jobs; the
+difference to it is what persched itself costs (issue 15).
 
 A tree is a source checkout (``git worktree add`` or ``git archive``); the
 benchmark runs it through ``PYTHONPATH``, so a tree being edited meanwhile
@@ -37,14 +42,24 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+FLOOR = "SQLAlchemy floor"  # the name of the floor's line
+FLOOR_SCRIPT = (
+    "import sys, sqlalchemy as sa; e = sa.create_engine('sqlite:///' + sys.argv[1]); "
+    "c = e.connect(); c.execute(sa.text('SELECT * FROM persched_jobs')).all(); c.close(); e.dispose()"
+)
 
 
 def once(src: str, db: str, command: list[str], pycache: str | None) -> tuple[float, float]:
-    """Run `persched COMMAND` once from `src`; return (wall, cpu) seconds.
+    """Run `persched COMMAND` once from `src` (or the floor script, for `FLOOR`); return (wall, cpu) seconds.
 
     With `pycache`, byte code is written to and read from that directory (see the module docstring).
     """
-    env = dict(os.environ, PYTHONPATH=src)
+    env = dict(os.environ)
+    if src == FLOOR:
+        argv = ["-c", FLOOR_SCRIPT, db]
+    else:
+        env["PYTHONPATH"] = src
+        argv = ["-m", "persched", "--db", db, *command]
     if pycache is not None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = pycache
@@ -52,7 +67,7 @@ def once(src: str, db: str, command: list[str], pycache: str | None) -> tuple[fl
     started = time.perf_counter()
     # cwd outside every tree: `python -m` puts the cwd first on sys.path, before PYTHONPATH.
     subprocess.run(
-        [sys.executable, "-m", "persched", "--db", db, *command],
+        [sys.executable, *argv],
         env=env,
         cwd=tempfile.gettempdir(),
         capture_output=True,
@@ -70,6 +85,7 @@ def main() -> None:
     parser.add_argument("--db", required=True, help="a migrated database with a few jobs")
     parser.add_argument("-n", type=int, default=20, help="runs per tree (20)")
     parser.add_argument("--command", default="jobs", help="the persched command and its arguments (jobs)")
+    parser.add_argument("--floor", action="store_true", help="also time the SQLAlchemy floor (module docstring)")
     parser.add_argument(
         "--no-bytecode-cache",
         dest="bytecode_cache",
@@ -84,12 +100,13 @@ def main() -> None:
 def _run(args: argparse.Namespace, pycache: str | None) -> None:
     command = shlex.split(args.command)
     args.db = str(Path(args.db).resolve())
-    results: dict[str, list[tuple[float, float]]] = {tree: [] for tree in args.trees}
-    for tree in args.trees:
+    trees = [*args.trees, *([FLOOR] if args.floor else [])]
+    results: dict[str, list[tuple[float, float]]] = {tree: [] for tree in trees}
+    for tree in trees:
         for _ in range(3):
             once(tree, args.db, command, pycache)
     for _ in range(args.n):
-        for tree in args.trees:
+        for tree in trees:
             results[tree].append(once(tree, args.db, command, pycache))
     for tree, timings in results.items():
         walls = [wall for wall, _ in timings]

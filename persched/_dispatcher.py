@@ -318,23 +318,13 @@ class Dispatcher:
             due: list[ClaimEntry] = []
             if self._claiming and self._heap and self._free_workers:
                 limit = min(self._free_workers, self._max_batch)
-                taken: dict[str, int] = {}  # job_id -> the generation taken
-                later: list[Entry] = []
+                taken: set[tuple[str, int]] = set()  # (job_id, generation) of the entries taken
                 while self._heap and self._heap[0][0] <= now and len(due) < limit:
-                    entry = heapq.heappop(self._heap)
-                    due_at, job_id, generation = entry
-                    if taken.get(job_id) == generation:
+                    due_at, job_id, generation = heapq.heappop(self._heap)
+                    if (job_id, generation) in taken:
                         continue  # a duplicate entry: one worker is reserved for the job already
-                    if job_id in taken:
-                        # Another generation of a job in this batch (a stale entry beside a
-                        # replacement's): the claim bounds each job_id's slot once, so one
-                        # generation per batch; the other is tried in the next cycle.
-                        later.append(entry)
-                        continue
-                    taken[job_id] = generation
+                    taken.add((job_id, generation))
                     due.append((job_id, generation, due_at, self._taken_at(due_at, now)))
-                for entry in later:
-                    heapq.heappush(self._heap, entry)
                 self._free_workers -= len(due)  # SPEC §2: reserve before the claim
             if due or self._completions:
                 completions, self._completions = self._completions, []

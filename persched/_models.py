@@ -1,4 +1,9 @@
-"""Public models (`Job`, `Run`, `JobState`) and validation of `schedule()` input."""
+"""Public models (`Job`, `Run`, `JobState`) and validation of `schedule()` input.
+
+`Job` and `Run` are pydantic models, defined in `_public_models` and
+imported from here on first use (PEP 562), so that what a read command
+needs of this module (`JobState`, `OPTIONS`, the checks) costs no pydantic.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from . import _triggers
 from ._instant import Instant, Micros, from_datetime, micros, seconds, to_datetime
 from .errors import InvalidJobError
@@ -18,6 +21,8 @@ from .errors import InvalidJobError
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import TypeAlias
+
+    from ._public_models import Job, Run
 
     # An option's check: (its name, its value as given, the options checked before it, by Policies
     # field, every option as given) -> its Policies value; raises InvalidJobError naming the argument.
@@ -83,70 +88,14 @@ class JobState(str, enum.Enum):
     DESCHEDULED = "descheduled"
 
 
-class Job(BaseModel):
-    """A job as the store has it (immutable)."""
+def __getattr__(name: str) -> Any:  # noqa: ANN401 - PEP 562
+    if name not in ("Job", "Run"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import _public_models  # pydantic, on first use only (see the module docstring)
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    job_id: str
-    target: str
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    interval_seconds: float | None  # None for a cron or one-shot job
-    next_run_at: datetime
-    generation: int
-    state: JobState
-    created_at: datetime
-    updated_at: datetime
-    run_count: int = 0
-    error_count: int = 0
-    last_outcome: str | None = None
-    owner: str | None = None
-    lease_until: datetime | None = None
-    # The options of schedule(), as stored (seconds, aware datetimes): declared in OPTIONS (a test keeps these in step).
-    cron: str | None = None
-    timezone: str = "UTC"
-    # Plain str (not the Literal types of schedule()'s arguments): a job is read
-    # back whatever a hand-made UPDATE wrote, so that it can be shown and fixed.
-    recurrence: str = "fixed_rate"
-    misfire: str = "coalesce"
-    max_catch_up: int | None = None
-    grace_seconds: float = 1.0
-    overlap: str = "forbid"
-    jitter_seconds: float = 0.0
-    start_at: datetime | None = None
-    end_at: datetime | None = None
-    max_runtime_seconds: float | None = None
-    paused: bool = False
-    run_now_requested: bool = False
-    schedule: str = ""  # the schedule in words: "every 5 min", "cron 0 3 * * * Europe/Paris"
-    # Why the stored row cannot be read (a hand edit), or None; the fields it names
-    # show placeholders. schedule() with a valid definition replaces such a row.
-    unreadable: str | None = None
-    run_at: datetime | None = None  # the one instant of a one-shot job (schedule(run_at=...))
-    namespace: str = DEFAULT_NAMESPACE  # the application the job belongs to
-    declared: bool = False  # written by declare(): a later declare(prune=True) may deschedule it
-
-
-class Run(BaseModel):
-    """One run of a job (immutable); `outcome` is None while it runs."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    job_id: str
-    generation: int
-    scheduled_for: datetime
-    started_at: datetime
-    finished_at: datetime | None = None
-    outcome: Outcome | None = None
-    error: str | None = None
-    instance_id: str | None = None
-    run_id: int | None = None
-    missed_until: datetime | None = None  # a "missed" record stands for scheduled_for .. missed_until
-    missed_count: int | None = None  # how many slots it stands for (None: not counted, a long cron range)
-    overran: bool = False  # still running after the job's max_runtime_seconds
-    run_now: bool = False  # started by run_now(), off the grid
-    unreadable: str | None = None  # why the stored record cannot be read (fields it names are placeholders)
+    value = getattr(_public_models, name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
 
 
 @dataclass(frozen=True)

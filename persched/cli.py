@@ -56,16 +56,18 @@ import time
 import traceback
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
-# Only what the read commands need: Alembic (`_migrate`) and the scheduler
-# are imported by the commands that use them (start-up time, issue 15).
+# Only what the read commands need: Alembic (`_migrate`), pydantic (`--json`)
+# and the scheduler are imported by the commands that use them (start-up time,
+# issue 15); the commands read rows as plain dataclasses (`_plain_models`).
 from . import _db, _revision
 from ._config import DEFAULT_WORKERS
 from ._instant import Instant, micros
 from ._liveness import display_id
-from ._models import DEFAULT_NAMESPACE, OPTIONS, Job, JobState, validate_job_id, validate_namespace
+from ._models import DEFAULT_NAMESPACE, OPTIONS, JobState, validate_job_id, validate_namespace
 from ._store import RunNowVerdict, Store
+from ._store.mappers import plain_job, plain_run
 from ._triggers import describe_duration
 from .clock import SystemClock
 from .errors import PerschedError
@@ -73,10 +75,16 @@ from .errors import PerschedError
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from types import FrameType, ModuleType
+    from typing import TypeAlias
     from wsgiref.simple_server import WSGIServer
 
-    from ._models import Run
+    from ._models import Job, Run
+    from ._plain_models import PlainJob, PlainRun
     from ._scheduler import JobScheduler
+
+    # What the formatting shared with `persched web` takes: a plain row or a public model.
+    AnyJob: TypeAlias = Job | PlainJob
+    AnyRun: TypeAlias = Run | PlainRun
 
 __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_PIPE", "EXIT_USAGE", "main"]
 
@@ -220,7 +228,7 @@ def _clock_time(at: datetime) -> str:
     return at.strftime("%H:%M:%S") + (f".{at.microsecond // 1000:03d}" if at.microsecond else "")
 
 
-def job_state(job: Job) -> str:
+def job_state(job: AnyJob) -> str:
     """Say where a job stands: "scheduled", "paused", "running, paused", "finished", "..., run-now pending"."""
     if job.unreadable is not None:
         return "unreadable"  # SPEC §2: shown on its own line; `persched show` says why
@@ -232,11 +240,11 @@ def job_state(job: Job) -> str:
     return ", ".join(words)
 
 
-def _running(job: Job) -> bool:
+def _running(job: PlainJob) -> bool:
     return job.state == JobState.RUNNING
 
 
-def _waits(job: Job) -> bool:
+def _waits(job: PlainJob) -> bool:
     """False when `next_run_at` is not a run to come: paused (resume moves it) or finished."""
     return not job.paused and job.state != JobState.FINISHED and job.unreadable is None
 
@@ -255,7 +263,7 @@ JOBS_COLUMNS: Final = (
 
 
 def jobs_table(
-    jobs: Sequence[Job], now: datetime, width: int | None = None, in_flight: Mapping[str, Run] | None = None
+    jobs: Sequence[PlainJob], now: datetime, width: int | None = None, in_flight: Mapping[str, PlainRun] | None = None
 ) -> str:
     """The `persched jobs` table, fitted to `width` columns when given.
 
@@ -288,7 +296,7 @@ def jobs_table(
     return _table(JOBS_COLUMNS, rows, width)
 
 
-def _misfire_line(job: Job) -> tuple[str, str] | None:
+def _misfire_line(job: PlainJob) -> tuple[str, str] | None:
     if job.misfire == "skip":
         return ("misfire", "skip (missed slots are dropped and recorded as missed)")
     if job.misfire == "catch_up":
@@ -300,7 +308,7 @@ def _misfire_line(job: Job) -> tuple[str, str] | None:
     return None
 
 
-def _window_line(job: Job) -> tuple[str, str] | None:
+def _window_line(job: PlainJob) -> tuple[str, str] | None:
     window = []
     if job.start_at is not None:
         window.append(f"from {iso(job.start_at)}")
@@ -313,7 +321,7 @@ def _window_line(job: Job) -> tuple[str, str] | None:
 _SHOWN: Final = {"misfire": _misfire_line, "start_at": _window_line}
 
 
-def policies(job: Job) -> list[tuple[str, str]]:
+def policies(job: PlainJob) -> list[tuple[str, str]]:
     """The `show` lines, as (name, value), of each policy that differs from its default (SPEC-policies)."""
     lines: list[tuple[str, str]] = []
     for option in OPTIONS:
@@ -338,7 +346,7 @@ def _error_summary(error: str | None) -> str:
     return last if len(last) <= ERROR_COLUMN else last[: ERROR_COLUMN - 1] + ELLIPSIS
 
 
-def missed_slots(run: Run) -> str:
+def missed_slots(run: AnyRun) -> str:
     """Say what a "missed" record stands for: "missed 12 slots", then its first and last slot joined by RANGE."""
     count = run.missed_count
     slots = "every slot" if count is None else "1 slot" if count == 1 else f"{count} slots"
@@ -352,7 +360,7 @@ def missed_slots(run: Run) -> str:
     return f"missed {slots} {span}"
 
 
-def run_outcome(run: Run) -> str:
+def run_outcome(run: AnyRun) -> str:
     """The OUTCOME cell: "ok", "running", "error, overran", "ok, run-now", "missed 3 slots ..."."""
     words = [missed_slots(run) if run.outcome == "missed" else run.outcome or "running"]
     if run.overran:
@@ -375,7 +383,7 @@ RUNS_COLUMNS: Final = (
 )
 
 
-def runs_table(runs: Sequence[Run], *, with_job: bool = True, width: int | None = None) -> str:
+def runs_table(runs: Sequence[PlainRun], *, with_job: bool = True, width: int | None = None) -> str:
     """The `persched runs` table (newest first), fitted to `width` columns when given."""
     rows = []
     for run in runs:
@@ -402,6 +410,18 @@ def runs_table(runs: Sequence[Run], *, with_job: bool = True, width: int | None 
 
 def _json(value: object) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def _job_json(job: PlainJob) -> dict[str, Any]:
+    from ._models import Job  # pydantic: `--json` prints what the public model dumps, and only it needs it
+
+    return Job.model_validate(job, from_attributes=True).model_dump(mode="json")
+
+
+def _run_json(run: PlainRun) -> dict[str, Any]:
+    from ._models import Run  # as in `_job_json`
+
+    return Run.model_validate(run, from_attributes=True).model_dump(mode="json")
 
 
 def _say(text: str = "") -> None:
@@ -501,13 +521,14 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
 def _cmd_jobs(args: argparse.Namespace) -> int:
     def body(store: Store) -> int:
-        jobs = store.list_jobs()
+        jobs = store.list_jobs_as(plain_job)
         if args.json:
-            _say(_json([job.model_dump(mode="json") for job in jobs]))
+            _say(_json([_job_json(job) for job in jobs]))
         elif not jobs:
             _say(f"no active jobs in {store.url}")
         else:
-            in_flight = {run.job_id: run for run in store.runs_in_flight()} if any(_running(j) for j in jobs) else {}
+            running = any(_running(job) for job in jobs)
+            in_flight = {run.job_id: run for run in store.runs_in_flight_as(plain_run)} if running else {}
             _say(jobs_table(jobs, datetime.now(timezone.utc), _width(args), in_flight))
         return EXIT_OK
 
@@ -518,12 +539,12 @@ def _cmd_show(args: argparse.Namespace) -> int:
     job_id = _require_job_id(args.job_id)
 
     def body(store: Store) -> int:
-        job = store.get_job(job_id)
+        job = store.get_job_as(plain_job, job_id)
         if job is None:
             raise _missing_job(store, job_id)
-        runs = store.list_runs(job_id, args.limit)
+        runs = store.list_runs_as(plain_run, job_id, args.limit)
         if args.json:
-            _say(_json({**job.model_dump(mode="json"), "runs": [run.model_dump(mode="json") for run in runs]}))
+            _say(_json({**_job_json(job), "runs": [_run_json(run) for run in runs]}))
             return EXIT_OK
         now = datetime.now(timezone.utc)
         fields = [
@@ -539,11 +560,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
             ("schedule", _schedule_words(job)),
             *policies(job),
             ("next run", _next_run_words(job, now)),
-            (
-                "state",
-                job_state(job)
-                + (f" on {display_id(job.owner)}, lease until {iso(job.lease_until)}" if job.owner else ""),
-            ),
+            ("state", job_state(job) + _owner_words(job)),
             ("generation", str(job.generation)),
             (
                 "runs",
@@ -573,11 +590,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return _with_store(args, body, read_only=True)
 
 
-def _owner_words(job: Job) -> str:
+def _owner_words(job: PlainJob) -> str:
     return f" on {display_id(job.owner)}, lease until {iso(job.lease_until)}" if job.owner else ""
 
 
-def _schedule_words(job: Job) -> str:
+def _schedule_words(job: PlainJob) -> str:
     words = job.schedule
     if job.interval_seconds is not None and f"{job.interval_seconds:g} s" not in words:
         words += f" ({job.interval_seconds:g} s)"
@@ -586,7 +603,7 @@ def _schedule_words(job: Job) -> str:
     return words
 
 
-def _next_run_words(job: Job, now: datetime) -> str:
+def _next_run_words(job: PlainJob, now: datetime) -> str:
     if job.state == JobState.FINISHED:
         return "- (finished: its window ended; no run starts again)"
     if job.paused:
@@ -598,11 +615,11 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     job_id = None if args.job_id is None else _require_job_id(args.job_id)
 
     def body(store: Store) -> int:
-        runs = store.list_runs(job_id, args.limit)
+        runs = store.list_runs_as(plain_run, job_id, args.limit)
         if not runs and job_id is not None and not store.job_known(job_id):
             raise _missing_job(store, job_id)
         if args.json:
-            _say(_json([run.model_dump(mode="json") for run in runs]))
+            _say(_json([_run_json(run) for run in runs]))
         elif not runs:
             _say("no runs recorded" + ("" if job_id is None else f" for {job_id!r}"))
         else:
@@ -644,7 +661,7 @@ def _cmd_pause(args: argparse.Namespace) -> int:
                 f" `persched resume {job_id}` continues it"
             )
             return EXIT_OK
-        job = store.get_job(job_id)
+        job = store.get_job_as(plain_job, job_id)
         if job is None:
             raise _missing_job(store, job_id)
         if job.paused:
@@ -664,13 +681,13 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     def body(store: Store) -> int:
         resumed = store.resume_job(job_id, _now())
         if resumed is None:
-            job = store.get_job(job_id)
+            job = store.get_job_as(plain_job, job_id)
             if job is None:
                 raise _missing_job(store, job_id)
             _say(f"{job_id!r} is not paused (it is {job_state(job)}); nothing changed")
             return EXIT_OK
         generation, _ = resumed
-        job = store.get_job(job_id)
+        job = store.get_job_as(plain_job, job_id)
         if job is not None and job.state == JobState.FINISHED:
             _say(f"resumed {job_id!r} (generation {generation}); its window has ended, so it is finished")
         else:

@@ -15,8 +15,10 @@
   (SQLite: the write lock and RETURNING; PostgreSQL: FOR UPDATE SKIP LOCKED
   and RETURNING). The predicate on `generation` makes a stale heap entry
   harmless; the one on `next_run_at` keeps an entry from running a slot
-  early after another instance moved the row on; the one on `paused` makes
-  pause() linearize like deschedule(). Then each won row's policies
+  early after another instance moved the row on (for a job with entries of
+  two generations in the batch, ``CASE generation …`` picks the row's own
+  entry's bound); the one on `paused` makes pause() linearize like
+  deschedule(). Then each won row's policies
   (`_policy`) decide its slot and next slot (`_ClaimBatch.decide`), the
   history rows are inserted, and the decisions are written (`_Writes`), all
   in the same transaction.
@@ -151,11 +153,26 @@ def _retry_at(row: StoredRow, bound: Instant) -> Instant | None:
     return plan.due_at(plan.slot_after(next_at), None)
 
 
-def _misses(conn: Connection, bounds: dict[str, Instant]) -> dict[str, ClaimMiss]:
+def _misses(conn: Connection, bounds: dict[tuple[str, int], Instant]) -> dict[tuple[str, int], ClaimMiss]:
+    """What each lost entry ``(job_id, generation)`` found: the row as it is now, and when to look again."""
+    found = rows_of(conn, {job_id for job_id, _ in bounds})
     return {
-        job_id: ClaimMiss(row.state, row.generation, row.owner, _retry_at(row, bounds[job_id]))
-        for job_id, row in rows_of(conn, bounds).items()
+        key: ClaimMiss(row.state, row.generation, row.owner, _retry_at(row, bound))
+        for key, bound in bounds.items()
+        if (row := found.get(key[0])) is not None
     }
+
+
+def _bound_of(entries: list[tuple[int, Instant]]) -> ColumnElement[Any]:
+    """The slot bound of one job's row, for its batch's entries ``[(generation, bound)]``."""
+    *others, (_, last) = entries
+    if not others:
+        return literal(to_datetime(last), UTCDateTime)
+    return case(
+        {generation: literal(to_datetime(at), UTCDateTime) for generation, at in others},
+        value=jobs.c.generation,
+        else_=literal(to_datetime(last), UTCDateTime),
+    )
 
 
 def claim_clauses(
@@ -165,11 +182,14 @@ def claim_clauses(
 
     Named so that a test can drop one and watch its invariant break.
     """
-    # Each row's own bound: its entry's expected slot (CASE keeps it one statement).
-    bound = case(
-        {job_id: literal(to_datetime(at), UTCDateTime) for (job_id, _), (at, _) in expected.items()},
-        value=jobs.c.job_id,
-    )
+    # Each row's own bound: its entry's expected slot (CASE keeps it one statement). Two
+    # generations of one job may be in one batch (a stale entry beside the live one's): the
+    # row's generation picks its entry's bound then. (Which generation may be claimed at all
+    # is the "generation" clause's to decide, alone.)
+    by_job: dict[str, list[tuple[int, Instant]]] = {}
+    for (job_id, generation), (at, _) in expected.items():
+        by_job.setdefault(job_id, []).append((generation, at))
+    bound = case({job_id: _bound_of(entries) for job_id, entries in by_job.items()}, value=jobs.c.job_id)
     return {
         "ids": jobs.c.job_id.in_({job_id for job_id, _ in expected}),  # lets SQLite use the primary key
         # Not by the (state, next_run_at) index: the primary key finds the batch's rows at any table size.
@@ -316,7 +336,9 @@ class _ClaimBatch:
             if key not in self.claims and key not in self.skipped
         }
 
-    def results(self, entries: Sequence[ClaimEntry], misses: dict[str, ClaimMiss]) -> list[Claim | ClaimMiss]:
+    def results(
+        self, entries: Sequence[ClaimEntry], misses: dict[tuple[str, int], ClaimMiss]
+    ) -> list[Claim | ClaimMiss]:
         results: list[Claim | ClaimMiss] = []
         handed: set[tuple[str, int]] = set()
         for job_id, generation, _, _ in entries:
@@ -329,7 +351,7 @@ class _ClaimBatch:
             elif key in self.skipped:
                 results.append(self.skipped.pop(key))
             else:
-                results.append(misses.get(job_id, ClaimMiss(None)))
+                results.append(misses.get(key, ClaimMiss(None)))
         return results
 
 
@@ -401,7 +423,7 @@ class ClaimsStore(Transactions):
             batch.record_starts(self._record_starts(batch.won(), lease_until, instance_id, conn))
             batch.writes.apply(conn, self._insert_runs)
             self._after_commit(batch.writes.missed)
-            lost = {job_id: bound for (job_id, _), bound in batch.undecided().items()}
+            lost = batch.undecided()
             return batch.results(entries, _misses(conn, lost) if lost else {})
 
         try:

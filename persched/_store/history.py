@@ -18,12 +18,13 @@ from ._tx import Transactions
 from .mappers import RAW_RUNS, RUN_COLUMNS, to_run
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from sqlalchemy import Connection
 
     from .._instant import Instant, Micros
     from .._models import Run
+    from ._rows import StoredRow
 
 T = TypeVar("T")
 
@@ -39,22 +40,30 @@ class HistoryStore(Transactions):
 
     def list_runs(self, job_id: str | None = None, limit: int = 100) -> list[Run]:
         """Return the newest `limit` runs (of `job_id`, or of every job), newest first."""
+        return self.list_runs_as(to_run, job_id, limit)
 
-        def body(conn: Connection) -> list[Run]:
-            query = select(*RAW_RUNS).where(runs.c.job_id.in_(self._job_ids())).order_by(runs.c.run_id.desc())
+    def list_runs_as(self, make: Callable[[StoredRow], T], job_id: str | None = None, limit: int = 100) -> list[T]:
+        """`list_runs`, each row made by `make` (`mappers.to_run`; `plain_run` for the read commands)."""
+
+        def body(conn: Connection) -> list[T]:
+            query = select(*RAW_RUNS).where(self._in_namespace(runs.c.job_id)).order_by(runs.c.run_id.desc())
             query = query.limit(limit)
             if job_id is not None:
                 query = query.where(runs.c.job_id == job_id)
-            return [to_run(read_row(RUN_COLUMNS, row._mapping)) for row in conn.execute(query)]
+            return [make(read_row(RUN_COLUMNS, row._mapping)) for row in conn.execute(query)]
 
         return self._read(body, "runs")
 
     def runs_in_flight(self) -> list[Run]:
         """Return every run that has no outcome yet (of any instance), oldest first."""
+        return self.runs_in_flight_as(to_run)
 
-        def body(conn: Connection) -> list[Run]:
+    def runs_in_flight_as(self, make: Callable[[StoredRow], T]) -> list[T]:
+        """`runs_in_flight`, each row made by `make` (as in `list_runs_as`)."""
+
+        def body(conn: Connection) -> list[T]:
             query = select(*RAW_RUNS).where(runs.c.outcome.is_(None)).order_by(runs.c.run_id)
-            return [to_run(read_row(RUN_COLUMNS, row._mapping)) for row in conn.execute(query)]
+            return [make(read_row(RUN_COLUMNS, row._mapping)) for row in conn.execute(query)]
 
         return self._read(body, "runs in flight")
 
@@ -137,7 +146,7 @@ class HistoryStore(Transactions):
             def by_age(conn: Connection) -> int:
                 oldest = (
                     select(runs.c.run_id)
-                    .where(runs.c.outcome.is_not(None), runs.c.finished_at < cutoff, runs.c.job_id.in_(self._job_ids()))
+                    .where(runs.c.outcome.is_not(None), runs.c.finished_at < cutoff, self._in_namespace(runs.c.job_id))
                     .order_by(runs.c.run_id)
                     .limit(batch)
                 )
@@ -156,7 +165,7 @@ class HistoryStore(Transactions):
         def body(conn: Connection) -> set[str]:
             query = (
                 select(runs.c.job_id)
-                .where(runs.c.job_id.in_(self._job_ids()))
+                .where(self._in_namespace(runs.c.job_id))
                 .group_by(runs.c.job_id)
                 .having(func.count() > keep_runs)
             )

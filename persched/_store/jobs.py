@@ -18,7 +18,7 @@ instances poll to pick changes up (SPEC-multi).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from sqlalchemy import Insert, Update, or_, select, update
 from sqlalchemy.exc import IntegrityError
@@ -57,7 +57,7 @@ from .mappers import (
 from .records import ChangeNote, Correction, RunNowAnswer, RunNowVerdict, Upserted
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable, Sequence
+    from collections.abc import Callable, Collection, Iterable, Sequence
 
     from sqlalchemy import Connection
 
@@ -66,6 +66,8 @@ if TYPE_CHECKING:
 
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def _whole_generation(value: object) -> int:
@@ -251,25 +253,33 @@ class JobsStore(Transactions):
 
     def get_job(self, job_id: str) -> Job | None:
         """Return the active job `job_id`, or None."""
+        return self.get_job_as(to_job, job_id)
 
-        def body(conn: Connection) -> Job | None:
+    def get_job_as(self, make: Callable[[StoredRow], T], job_id: str) -> T | None:
+        """`get_job`, its row made by `make` (`mappers.to_job`; `plain_job` for the read commands)."""
+
+        def body(conn: Connection) -> T | None:
             row = conn.execute(
                 select(*RAW_JOBS).where(jobs.c.job_id == job_id, jobs.c.state != DESCHEDULED, self._mine)
             ).first()
-            return None if row is None else to_job(read_row(JOB_COLUMNS, row._mapping))
+            return None if row is None else make(read_row(JOB_COLUMNS, row._mapping))
 
         return self._read(body, "get_job")
 
     def list_jobs(self) -> list[Job]:
         """Return every active job, ordered by next run."""
+        return self.list_jobs_as(to_job)
 
-        def body(conn: Connection) -> list[Job]:
+    def list_jobs_as(self, make: Callable[[StoredRow], T]) -> list[T]:
+        """`list_jobs`, each row made by `make` (as in `get_job_as`)."""
+
+        def body(conn: Connection) -> list[T]:
             rows = conn.execute(
                 select(*RAW_JOBS)
                 .where(jobs.c.state != DESCHEDULED, self._mine)
                 .order_by(jobs.c.next_run_at, jobs.c.job_id)
             )
-            return [to_job(read_row(JOB_COLUMNS, row._mapping)) for row in rows]
+            return [make(read_row(JOB_COLUMNS, row._mapping)) for row in rows]
 
         return self._read(body, "jobs")
 
@@ -374,7 +384,7 @@ class JobsStore(Transactions):
         def body(conn: Connection) -> bool:
             if conn.execute(select(jobs.c.job_id).where(jobs.c.job_id == job_id, self._mine)).first() is not None:
                 return True
-            known = select(runs.c.run_id).where(runs.c.job_id == job_id, runs.c.job_id.in_(self._job_ids()))
+            known = select(runs.c.run_id).where(runs.c.job_id == job_id, self._in_namespace(runs.c.job_id))
             return conn.execute(known.limit(1)).first() is not None
 
         return self._read(body, "job lookup")

@@ -82,7 +82,7 @@ class LeasesStore(Transactions):
                     runs.c.generation,
                     runs.c.instance_id,
                     runs.c.lease_until,
-                ).where(runs.c.outcome.is_(None), runs.c.job_id.in_(self._job_ids()))
+                ).where(runs.c.outcome.is_(None), self._in_namespace(runs.c.job_id))
             )
             return [OpenRun(*row) for row in rows]
 

@@ -3,7 +3,9 @@
 A row is read defensively first (`_rows`: a hand-edited value becomes a
 placeholder named in `StoredRow.problems`); here it becomes a `Job`, a `Run`,
 its `Policies` or its `JobPlan`, and a row that cannot be read is quarantined
-for its job alone (SPEC §2).
+for its job alone (SPEC §2). A row's fields are mapped once (`job_fields`,
+`run_fields`), into the public pydantic models or, for the read commands,
+their plain twins (`_plain_models`), which need no pydantic.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from sqlalchemy import bindparam, select, update
 
 from .. import _triggers
 from .._instant import Instant, Micros, from_datetime, to_datetime
-from .._models import CLAIM_POLICY_COLUMNS, Job, JobState, Policies, Run, check_stored, job_policy_fields
+from .._models import CLAIM_POLICY_COLUMNS, JobState, Policies, check_stored, job_policy_fields
+from .._plain_models import PlainJob, PlainRun
 from .._policy import JobPlan, Missed
 from .._schema import jobs, runs
 from ..errors import InvalidJobError
@@ -28,6 +31,8 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from sqlalchemy import Column, Connection, Row
+
+    from .._public_models import Job, Run
 
 logger = logging.getLogger(__name__)
 
@@ -239,6 +244,18 @@ def _json_value(row: StoredRow, column: str, kind: type, problems: dict[str, str
 
 def to_job(row: StoredRow) -> Job:
     """The `Job` of a row; a row that cannot be read is still listed, with `unreadable` saying why (SPEC §2)."""
+    from .._public_models import Job  # pydantic, which the read commands do without (`plain_job`)
+
+    return Job(**job_fields(row))
+
+
+def plain_job(row: StoredRow) -> PlainJob:
+    """`to_job`, as a `PlainJob`."""
+    return PlainJob(**job_fields(row))
+
+
+def job_fields(row: StoredRow) -> dict[str, Any]:
+    """The fields of the `Job` of a row."""
     problems = dict(row.problems)
     args = _json_value(row, "args", list, problems)
     kwargs = _json_value(row, "kwargs", dict, problems)
@@ -248,29 +265,29 @@ def to_job(row: StoredRow) -> Job:
         problems["state"] = f"{row.state!r} is not a job state"
         state = JobState.PAUSED  # a state the claims do not know: the job does not run
     schedule = "unreadable" if problems else _describe(row)
-    return Job(
-        job_id=row.job_id,
-        target=row.target,
-        args=tuple(args),
-        kwargs=kwargs,
-        next_run_at=row.next_run_at,
-        generation=row.generation,
-        state=state,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        run_count=row.run_count,
-        error_count=row.error_count,
-        last_outcome=row.last_outcome,
-        owner=row.owner,
-        lease_until=row.lease_until,
+    return {
+        "job_id": row.job_id,
+        "target": row.target,
+        "args": tuple(args),
+        "kwargs": kwargs,
+        "next_run_at": row.next_run_at,
+        "generation": row.generation,
+        "state": state,
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
+        "run_count": row.run_count,
+        "error_count": row.error_count,
+        "last_outcome": row.last_outcome,
+        "owner": row.owner,
+        "lease_until": row.lease_until,
         **job_policy_fields(row.value_of),  # the options' fields (_models.OPTIONS)
-        paused=bool(row.paused),
-        run_now_requested=row.run_now_at is not None,
-        schedule=schedule,
-        unreadable="; ".join(f"{column}: {reason}" for column, reason in problems.items()) or None,
-        namespace=row.namespace,
-        declared=bool(row.declared),
-    )
+        "paused": bool(row.paused),
+        "run_now_requested": row.run_now_at is not None,
+        "schedule": schedule,
+        "unreadable": "; ".join(f"{column}: {reason}" for column, reason in problems.items()) or None,
+        "namespace": row.namespace,
+        "declared": bool(row.declared),
+    }
 
 
 _OUTCOMES: Final = frozenset(("ok", "error", "lost", "missed"))
@@ -278,27 +295,39 @@ _OUTCOMES: Final = frozenset(("ok", "error", "lost", "missed"))
 
 def to_run(row: StoredRow) -> Run:
     """The `Run` of a row; one that cannot be read is still listed, with `unreadable` saying why."""
+    from .._public_models import Run  # pydantic, which the read commands do without (`plain_run`)
+
+    return Run(**run_fields(row))
+
+
+def plain_run(row: StoredRow) -> PlainRun:
+    """`to_run`, as a `PlainRun`."""
+    return PlainRun(**run_fields(row))
+
+
+def run_fields(row: StoredRow) -> dict[str, Any]:
+    """The fields of the `Run` of a row."""
     problems = dict(row.problems)
     outcome = row.outcome
     if outcome is not None and outcome not in _OUTCOMES:
         problems["outcome"] = f"{outcome!r} is not an outcome"
         outcome = "error"
-    return Run(
-        job_id=row.job_id,
-        generation=row.generation,
-        scheduled_for=row.scheduled_for,
-        started_at=row.started_at,
-        finished_at=row.finished_at,
-        outcome=outcome,
-        error=row.error,
-        instance_id=row.instance_id,
-        run_id=row.run_id,
-        missed_until=row.missed_until,
-        missed_count=row.missed_count,
-        overran=bool(row.overran),
-        run_now=bool(row.run_now),
-        unreadable="; ".join(f"{column}: {reason}" for column, reason in problems.items()) or None,
-    )
+    return {
+        "job_id": row.job_id,
+        "generation": row.generation,
+        "scheduled_for": row.scheduled_for,
+        "started_at": row.started_at,
+        "finished_at": row.finished_at,
+        "outcome": outcome,
+        "error": row.error,
+        "instance_id": row.instance_id,
+        "run_id": row.run_id,
+        "missed_until": row.missed_until,
+        "missed_count": row.missed_count,
+        "overran": bool(row.overran),
+        "run_now": bool(row.run_now),
+        "unreadable": "; ".join(f"{column}: {reason}" for column, reason in problems.items()) or None,
+    }
 
 
 def _unreadable_record(row: StoredRow, what: str, reason: str, at: Instant, instance_id: str) -> dict[str, Any]:

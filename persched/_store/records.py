@@ -12,10 +12,11 @@ from enum import Enum
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
 from .._instant import Instant, Micros, to_datetime
-from .._models import Job, Run
 
 if TYPE_CHECKING:
     from datetime import datetime
+
+    from .._models import Job, Run
 
 __all__ = [
     "MAX_ERROR_TEXT",
@@ -51,6 +52,8 @@ class Claim:
 
     def run(self) -> Run:
         """The `Run` record as it stands while running."""
+        from .._models import Run  # pydantic: not for the read commands, which import this module too
+
         return Run(
             job_id=self.job_id,
             generation=self.generation,

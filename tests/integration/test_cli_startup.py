@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import pytest
 
@@ -55,6 +55,21 @@ def _under(modules: set[str], package: str) -> set[str]:
     return {m for m in modules if m == package or m.startswith(package + ".")}
 
 
+# What `persched jobs`, `show` and `runs` do without (issue 15): pydantic (plain rows), SQLAlchemy's ORM and
+# asyncio extension, and the scheduler's machinery.
+NOT_FOR_READING: Final = (
+    "pydantic",
+    "sqlalchemy.orm",
+    "sqlalchemy.ext.asyncio",
+    "persched._public_models",
+    "persched._scheduler",
+    "persched._dispatcher",
+    "persched._workers",
+    "persched._heartbeat",
+)
+READ_COMMANDS: Final = (["jobs"], ["show", "report"], ["runs"], ["runs", "report", "--limit", "5"])
+
+
 @pytest.fixture
 def at_head(tmp_path: Path) -> Path:
     """A SQLite file migrated to head, with one job."""
@@ -62,6 +77,18 @@ def at_head(tmp_path: Path) -> Path:
     with JobScheduler(str(path)) as sched:
         sched.schedule("report", "os.path:join", 3600.0, args=["a", "b"])
     return path
+
+
+@pytest.mark.parametrize("command", READ_COMMANDS, ids=" ".join)
+def test_read_commands_import_no_pydantic_orm_or_scheduler(at_head: Path, tmp_path: Path, command: list[str]) -> None:
+    modules = _imported(["-m", "persched", "--db", str(at_head), *command], tmp_path)
+    assert "persched._plain_models" in modules  # it did read rows
+    assert not {m for package in NOT_FOR_READING for m in _under(modules, package)}
+
+
+def test_json_dumps_the_public_models(at_head: Path, tmp_path: Path) -> None:
+    # The other side of the test above: `--json` prints what pydantic dumps, so it imports it.
+    assert _under(_imported(["-m", "persched", "--db", str(at_head), "jobs", "--json"], tmp_path), "pydantic")
 
 
 def test_jobs_at_head_imports_no_alembic(at_head: Path, tmp_path: Path) -> None:

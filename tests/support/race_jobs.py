@@ -237,7 +237,9 @@ class _EntryByJobId(claims._ClaimBatch):
                 self.won_in[job_id] = row.generation
         super().decide(row)
 
-    def results(self, entries: Sequence[ClaimEntry], misses: dict[str, ClaimMiss]) -> list[Claim | ClaimMiss]:
+    def results(
+        self, entries: Sequence[ClaimEntry], misses: dict[tuple[str, int], ClaimMiss]
+    ) -> list[Claim | ClaimMiss]:
         return super().results([(j, self.won_in.get(j, g), e, t) for j, g, e, t in entries], misses)
 
 
