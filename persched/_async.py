@@ -39,6 +39,7 @@ import functools
 import inspect
 from typing import TYPE_CHECKING, Any, Final
 
+from ._config import DEFAULT_WORKERS
 from ._horizon import DEFAULT_HORIZON_SECONDS
 from ._models import DEFAULT_NAMESPACE, given_options
 from ._scheduler import DEFAULT_URL, JobScheduler
@@ -118,7 +119,7 @@ class AsyncJobScheduler:
     def __init__(
         self,
         url: str | os.PathLike[str] = DEFAULT_URL,
-        workers: int = 8,
+        workers: int = DEFAULT_WORKERS,
         clock: Clock | SecondsClock | None = None,
         *,
         jobs_on_loop: bool = True,

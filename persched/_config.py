@@ -41,12 +41,17 @@ if TYPE_CHECKING:
 
     from .clock import Clock, SecondsClock
 
-__all__ = ["EngineOptions", "SchedulerConfig", "check_wait", "positive"]
+__all__ = ["DEFAULT_WORKERS", "EngineOptions", "SchedulerConfig", "check_wait", "positive"]
 
 MAX_WORKERS: Final = 4096  # threads are made up front; beyond this, a typo would exhaust memory
+# Measured (README, "Choosing workers"): a dispatch cycle claims at most as many runs as there are
+# free workers, in one transaction, so more workers mean fewer commits per run; at 1,000 jobs 32 ran
+# 26% more runs/s than 8 at a fifth less CPU per run and 61% less p99 lateness; 64 was no cheaper
+# per run than 32. Idle threads cost no CPU.
+DEFAULT_WORKERS: Final = 32
 # Upper bounds of the options (README, "Input limits"): beyond them a value is a
 # typo, and it would overflow a datetime, a SQL integer or a C timeout later.
-MAX_DURATION_SECONDS: Final = MAX_INTERVAL_SECONDS  # lease, heartbeat, pickup, retention: 10 years
+MAX_DURATION_SECONDS: Final = MAX_INTERVAL_SECONDS  # lease, heartbeat, pickup (check), retention: 10 years
 MAX_BUSY_TIMEOUT_SECONDS: Final = 86_400.0  # SQLite takes milliseconds as a C int: one day is plenty
 MAX_TIMEOUT_SECONDS: Final = float(threading.TIMEOUT_MAX)  # shutdown / deschedule waits
 MAX_COUNT: Final = MAX_STORED_INT  # keep_runs, runs(limit): SQL LIMIT / OFFSET values
@@ -138,6 +143,7 @@ class SchedulerConfig:
     keep_for: Micros | None  # age beyond which finished runs are deleted; None: no limit by age
     allowed_modules: tuple[str, ...] | None
     pickup: Micros
+    pickup_check: Micros  # SQLite's data_version check (persched._pickup)
     horizon: Micros
     max_args_bytes: int
     namespace: str
@@ -159,6 +165,7 @@ class SchedulerConfig:
         keep_runs_for_seconds: object,
         allowed_modules: Iterable[str] | None,
         pickup_seconds: object,
+        pickup_check_seconds: object,
         horizon_seconds: object,
         max_args_bytes: object,
         namespace: object,
@@ -191,6 +198,7 @@ class SchedulerConfig:
             )
         busy = _busy_timeout(busy_timeout_seconds)
         pickup = positive("pickup_seconds", pickup_seconds, maximum=MAX_DURATION_SECONDS)
+        pickup_check = positive("pickup_check_seconds", pickup_check_seconds, maximum=MAX_DURATION_SECONDS)
         horizon = positive("horizon_seconds", horizon_seconds, maximum=MAX_DURATION_SECONDS)
         if horizon < MIN_HORIZON_SECONDS:
             raise InvalidJobError("horizon_seconds", f"must be at least {MIN_HORIZON_SECONDS:g} s")
@@ -213,6 +221,7 @@ class SchedulerConfig:
             keep_for=keep_for,
             allowed_modules=allowed,
             pickup=Micros(micros(pickup)),
+            pickup_check=Micros(micros(pickup_check)),
             horizon=Micros(micros(horizon)),
             max_args_bytes=args_bytes,
             namespace=namespace,

@@ -64,6 +64,7 @@ __all__ = [
     "make_read_only_engine",
     "mask",
     "open_engine",
+    "shares_one_connection",
     "store_errors",
     "to_url",
 ]
@@ -189,6 +190,11 @@ def _mask_text(text_url: str) -> str:
 def is_sqlite(engine: Engine | Connection) -> bool:
     """Return True if `engine` talks to SQLite."""
     return engine.dialect.name == "sqlite"
+
+
+def shares_one_connection(engine: Engine) -> bool:
+    """Return True if every checkout of `engine` is the same connection (in-memory SQLite)."""
+    return isinstance(engine.pool, StaticPool)
 
 
 def is_mysql(engine: Engine | Connection) -> bool:

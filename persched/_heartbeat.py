@@ -22,15 +22,22 @@ it recovers what a dead instance left behind.
 
 Every `pickup_seconds` the same thread also reads the change counter
 (``persched_changes``) and queues the jobs that other instances, or the
-command line, scheduled or replaced since it last looked (SPEC-multi). That
-is the only polling in persched: one indexed read per second by default.
+command line, scheduled or replaced since it last looked (SPEC-multi): one
+indexed read per second by default. It reads it sooner when the engine says
+that another connection committed (`persched._pickup`): on SQLite a
+``PRAGMA data_version`` every `pickup_check_seconds` that reads no file, on
+PostgreSQL a listener thread woken by NOTIFY, which calls `request_pickup`;
+either way at most once per `pickup_check_seconds`, so that a stream of
+changes is read in batches. Those signals only hurry the pick-up; the poll
+stays its backstop.
 
 With the bounded heap (`persched._horizon`), the pick-up asks only for the
 changed jobs the heap's refills have passed (later ones are loaded by a
 refill), and the thread also runs the start-up sweep, one batch after
 another, between its periodic tasks.
 
-``_cond`` guards only the stop flag; it is the condition the clock waits on.
+``_cond`` guards only the stop flag and the pick-up request; it is the
+condition the clock waits on.
 """
 
 from __future__ import annotations
@@ -40,8 +47,10 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
+from ._db import shares_one_connection
 from ._instant import US_PER_SECOND, Instant, Micros
 from ._liveness import provably_dead
+from ._pickup import ChangeListener, CommitWatch
 from ._tracebacks import describe
 from .errors import StoreError
 
@@ -59,6 +68,7 @@ _CHANGES_LOGGED: Final = 10  # picked-up changes named one by one per round; mor
 QueueCallback = Callable[[Instant, str, int], None]
 
 DEFAULT_PICKUP: Final = Micros(US_PER_SECOND)
+DEFAULT_PICKUP_CHECK: Final = Micros(US_PER_SECOND // 10)  # SQLite's data_version check: 100 ms
 _NEVER: Final = 2**63  # monotonic µs: a task that has nothing left to do
 
 
@@ -74,7 +84,13 @@ class Heartbeat:
         in_flight: Returns the run ids in flight in this process.
         queue: Called with each job that recovery put back on its grid, and
             each job that another instance (or the CLI) scheduled or replaced.
-        pickup: How often to look for changes made elsewhere.
+        pickup: How often to read the change counter for changes made
+            elsewhere, whatever the signals below say; on PostgreSQL also how
+            long the listener waits after a failed connect.
+        pickup_check: How often to ask SQLite whether another connection
+            committed (``data_version``); also the least time between two
+            pick-ups that a signal asked for (a stream of changes is read in
+            batches).
         lost: Called with each run this heartbeat recorded as lost (events).
         maintenance: Called after each round (run-history retention); it
             runs here, off the dispatch path.
@@ -91,6 +107,7 @@ class Heartbeat:
         queue: QueueCallback,
         *,
         pickup: Micros = DEFAULT_PICKUP,
+        pickup_check: Micros = DEFAULT_PICKUP_CHECK,
         lost: Callable[[OpenRun], None] | None = None,
         maintenance: Callable[[], None] | None = None,
     ) -> None:
@@ -102,6 +119,10 @@ class Heartbeat:
         self._in_flight = in_flight
         self._queue = queue
         self._pickup = pickup
+        self._pickup_check = pickup_check
+        self._requested = False  # a signal asked for a pick-up (guarded by _cond)
+        self._watch: CommitWatch | None = None
+        self._listener: ChangeListener | None = None
         self._change_seq = 0
         self._announced = False  # the first round says which runs of other instances wait for their lease
         self._lost = lost
@@ -130,18 +151,35 @@ class Heartbeat:
         self._change_seq = change_seq
         self._bound = bound
         self._sweep = sweep
+        engine, signal = self._store.engine, self._store.dialect.change_signal
+        if signal == "data_version" and not shares_one_connection(engine):  # one connection: nobody else commits
+            self._watch = CommitWatch(engine, self._store.dialect)
+        elif signal == "notify":
+            clock = self._timebase.clock
+            self._listener = ChangeListener(engine, self._store.dialect, clock, self._pickup, self.request_pickup)
+            self._listener.start()
         self._thread.start()
+
+    def request_pickup(self) -> None:
+        """Read the change counter at once (another connection committed); from any thread."""
+        with self._cond:
+            self._requested = True
+            self._cond.notify_all()
 
     def stop(self) -> None:
         """Stop the thread at its next wake (idempotent)."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
+        if self._listener is not None:
+            self._listener.stop()
 
     def join(self, timeout: float | None) -> None:
-        """Wait for the thread to end."""
+        """Wait for the thread (and the listener's) to end."""
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
+        if self._listener is not None:
+            self._listener.join(timeout)
 
     def beat(self) -> None:
         """Renew leases, then recover what has expired (one round)."""
@@ -230,14 +268,31 @@ class Heartbeat:
             logger.info("picked up %d more changes made elsewhere", len(notes) - _CHANGES_LOGGED)
 
     def _loop(self) -> None:
+        try:
+            self._run()
+        finally:
+            if self._watch is not None:
+                self._watch.close()
+
+    def _run(self) -> None:
         clock = self._timebase.clock
-        next_beat = next_pickup = clock.monotonic_us()
+        next_beat = next_pickup = earliest = clock.monotonic_us()
+        next_check = next_beat if self._watch is not None else _NEVER
         next_sweep = _NEVER
         if self._sweep is not None:
             next_sweep = next_beat
+        owed = False  # a signal asked for a pick-up, which runs at `earliest`
         while True:
-            if clock.monotonic_us() >= next_pickup:
-                next_pickup = clock.monotonic_us() + self._pickup
+            with self._cond:
+                owed, self._requested = owed or self._requested, False
+            if self._watch is not None and clock.monotonic_us() >= next_check:
+                next_check = clock.monotonic_us() + self._pickup_check
+                owed = self._watch.changed() or owed
+            now = clock.monotonic_us()
+            if now >= next_pickup or (owed and now >= earliest):
+                owed = False
+                # At most one pick-up per pickup_check: under a stream of changes each reads many.
+                earliest, next_pickup = now + self._pickup_check, now + self._pickup
                 _guarded(self.pick_up_changes, "picking up changes")
             if clock.monotonic_us() >= next_beat:
                 next_beat = clock.monotonic_us() + self._period
@@ -246,9 +301,12 @@ class Heartbeat:
                     _guarded(self._maintenance, "run-history maintenance")
             if self._sweep is not None and clock.monotonic_us() >= next_sweep:
                 next_sweep = self._sweep_once(next_beat)
+            wake_at = min(next_beat, next_pickup, next_check, next_sweep, earliest if owed else _NEVER)
             with self._cond:
                 while (
-                    not self._stopping and (left := min(next_beat, next_pickup, next_sweep) - clock.monotonic_us()) > 0
+                    not self._stopping
+                    and not (self._requested and not owed)
+                    and (left := wake_at - clock.monotonic_us()) > 0
                 ):
                     clock.wait(self._cond, left / US_PER_SECOND)
                 if self._stopping:

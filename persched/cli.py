@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn
 # and the scheduler are imported by the commands that use them (start-up time,
 # issue 15); the commands read rows as plain dataclasses (`_plain_models`).
 from . import _db, _revision
+from ._config import DEFAULT_WORKERS
 from ._instant import Instant, micros
 from ._liveness import display_id
 from ._models import DEFAULT_NAMESPACE, OPTIONS, JobState, validate_job_id, validate_namespace
@@ -976,7 +977,8 @@ def build_parser() -> argparse.ArgumentParser:
         _cmd_run,
     )
     sub.add_argument("--import", dest="module", required=True, metavar="MODULE", help="dotted module name")
-    sub.add_argument("--workers", type=_positive_int, default=8, metavar="N", help="worker threads (8)")
+    workers_help = f"worker threads ({DEFAULT_WORKERS})"
+    sub.add_argument("--workers", type=_positive_int, default=DEFAULT_WORKERS, metavar="N", help=workers_help)
     allow = sub.add_mutually_exclusive_group()
     allow.add_argument(
         "--allow",

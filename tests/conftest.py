@@ -191,6 +191,7 @@ class SchedulerFactory:
         busy_timeout_seconds: float = 5.0,
         instance_id: str | None = None,
         pickup_seconds: float = 1.0,
+        pickup_check_seconds: float = 0.1,
     ) -> JobScheduler:
         """Return a new scheduler (FakeClock-driven unless `real_clock`), started if asked."""
         sched = JobScheduler(
@@ -202,6 +203,7 @@ class SchedulerFactory:
             busy_timeout_seconds=busy_timeout_seconds,
             instance_id=instance_id,
             pickup_seconds=pickup_seconds,
+            pickup_check_seconds=pickup_check_seconds,
         )
         self.created.append(sched)
         if start:

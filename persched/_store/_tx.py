@@ -358,5 +358,6 @@ class Transactions:
             return mine[0]
         bump = update(changes).where(changes.c.id == 1).values(seq=changes.c.seq + 1)
         seq = int(self.dialect.update_returning(conn, bump, changes.c.seq)[0].seq)
+        self.dialect.announce_change(conn)  # once per transaction: the listeners then read the counter
         conn.info[_CHANGES_KEY] = [seq]  # noted as our own once committed
         return seq

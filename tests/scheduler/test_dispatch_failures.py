@@ -36,7 +36,7 @@ def test_an_unexpected_claim_failure_retries_the_entries(
 ) -> None:
     # No change pick-up: it would queue the job's own schedule() once more, and that entry could
     # run the slot before the retry does (the flake seen in CI, besides the clock moving too early).
-    sched = make_scheduler(start=True, pickup_seconds=3600.0)
+    sched = make_scheduler(start=True, pickup_seconds=3600.0, pickup_check_seconds=3600.0)
     store = sched._store
     with patch.object(store, "claim_runs", side_effect=_failing_once(store.claim_runs)):
         sched.schedule("a", jobs.record, 10.0, args=("a",))

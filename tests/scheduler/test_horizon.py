@@ -195,8 +195,8 @@ def test_a_refill_racing_schedule_and_deschedule_never_runs_the_old_nor_loses_th
     if read_first == "broken":
         monkeypatch.setattr(Dispatcher, "_droppable", _droppable_beyond_the_cursor)
     # No pick-up of this process's own changes within the test: it would queue the new job a
-    # second later and hide a lost push.
-    sched = _scheduler(schedulers, url, clock, pickup_seconds=1000)
+    # second later (SQLite's data_version check: 50 ms later) and hide a lost push.
+    sched = _scheduler(schedulers, url, clock, pickup_seconds=1000, pickup_check_seconds=1000)
     sched.schedule("old", jobs.record, 1000, args=("old",), start_in=6)  # beyond the first horizon (5 s)
     refill = _BlockingRefill(sched, read_first in (True, "broken"))
     monkeypatch.setattr(sched._store, "load_due", refill)

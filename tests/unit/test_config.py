@@ -27,6 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "keep_runs_for_seconds": None,
     "allowed_modules": None,
     "pickup_seconds": 1.0,
+    "pickup_check_seconds": 0.1,
     "horizon_seconds": 60.0,
     "max_args_bytes": 64 * 1024,
     "namespace": "default",

@@ -4,8 +4,9 @@ The store's statements are written once, in SQLAlchemy Core (the dispatch
 path's in driver SQL: `Sql`, `driver_sql`, `raw_instant`, `bind_instant`);
 a `Dialect` holds what cannot be: how a claim locks the rows it decides, what a
 transient failure looks like, whether this process must queue its own
-writers, how a write transaction begins, the raw form of a timestamp and
-the lock that serialises migrations. One module per engine; `dialect_for`
+writers, how a write transaction begins, the raw form of a timestamp,
+the lock that serialises migrations, and how other instances learn that
+something changed (PostgreSQL's NOTIFY, SQLite's data_version). One module per engine; `dialect_for`
 imports only the one in use (a SQLite user never loads the PostgreSQL
 dialect of SQLAlchemy).
 """
@@ -13,17 +14,18 @@ dialect of SQLAlchemy).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
     from sqlalchemy import ColumnElement, Connection, Engine, Insert, Row, Select, Table, Update
+    from sqlalchemy.engine.interfaces import DBAPIConnection
     from sqlalchemy.exc import DBAPIError
 
     from ..._instant import Instant
 
-__all__ = ["Dialect", "Sql", "dialect_for", "marks"]
+__all__ = ["ChangeListener", "Dialect", "Sql", "dialect_for", "marks"]
 
 
 class Sql(NamedTuple):
@@ -59,6 +61,11 @@ class Dialect:
     #: This process's writers queue for the database's single write lock in
     #: the store (SQLite), rather than in the engine's busy handler.
     serialise_local_writers: ClassVar[bool] = False
+    #: How an instance learns cheaply that another one committed, so that it
+    #: reads the change counter soon (persched._pickup): "notify" (a listening
+    #: connection, `change_listener`), "data_version" (a cheap check,
+    #: `data_version`), or None: only the counter's poll.
+    change_signal: ClassVar[Literal["notify", "data_version"] | None] = None
 
     def is_transient(self, exc: DBAPIError) -> bool:
         """True if retrying the whole transaction may succeed (busy, dropped connection, deadlock)."""
@@ -157,6 +164,37 @@ class Dialect:
         every DDL statement, so its lock is a session's (``GET_LOCK``), and
         `_migrate.upgrade` releases it here, committed or not.
         """
+
+    def announce_change(self, conn: Connection) -> None:
+        """Wake the instances listening for changes (`change_listener`) when `conn`'s transaction commits.
+
+        Nothing where the engine has no notifications: they read the change
+        counter on their own (persched._heartbeat).
+        """
+
+    def change_listener(self, raw: DBAPIConnection) -> ChangeListener:
+        """Subscribe `raw`, a connection kept for this alone, to `announce_change` (`change_signal` "notify")."""
+        raise NotImplementedError
+
+    def data_version(self, raw: DBAPIConnection) -> int:
+        """A number that `raw` sees change whenever another connection commits (`change_signal` "data_version")."""
+        raise NotImplementedError
+
+
+class ChangeListener(Protocol):
+    """A connection subscribed to announced changes (`Dialect.change_listener`)."""
+
+    def fileno(self) -> int:
+        """The socket that becomes readable when something arrives."""
+        ...
+
+    def announced(self) -> bool:
+        """Read what arrived without blocking: True if a change of this store was announced.
+
+        Raises:
+            Exception: The driver's error when the connection is gone.
+        """
+        ...
 
 
 def dialect_for(engine: Engine) -> Dialect:

@@ -5,13 +5,21 @@ subquery: a row another instance is claiming right now is passed by, not
 waited for (SPEC-multi), and the UPDATE re-checks the predicate on the rows
 it locked. Reads that decide a write (`lock_rows`) lock with ``FOR UPDATE``.
 Timestamps are ``timestamptz``.
+
+A write that moves the change counter also sends ``pg_notify`` in its
+transaction, so it reaches the listening instances at its COMMIT, not
+before and only if it commits. Its payload is the schema, because
+notifications are per database and several stores may share one in
+different schemas; identical notifications of one transaction arrive once.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, cast
 
+import psycopg
+from psycopg.pq import ConnStatus
 from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import OperationalError
@@ -21,14 +29,17 @@ from . import Dialect, Sql
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Insert, Row, Table
+    from sqlalchemy.engine.interfaces import DBAPIConnection
     from sqlalchemy.exc import DBAPIError
 
 # pg_advisory_xact_lock key of migrations: b"persched" as a 64-bit integer (its top bit is 0).
 _MIGRATION_LOCK_KEY: Final = int.from_bytes(b"persched", "big")
+CHANGES_CHANNEL: Final = "persched_changes"  # LISTEN / NOTIFY channel of the change counter
 
 
 class PostgreSQLDialect(Dialect):
     name: ClassVar[str] = "postgresql"
+    change_signal: ClassVar[Literal["notify", "data_version"] | None] = "notify"
 
     def is_transient(self, exc: DBAPIError) -> bool:
         if exc.connection_invalidated:
@@ -63,6 +74,38 @@ class PostgreSQLDialect(Dialect):
 
     def migration_lock(self, conn: Connection) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
+
+    def announce_change(self, conn: Connection) -> None:
+        conn.execute(text("SELECT pg_notify(:channel, current_schema())"), {"channel": CHANGES_CHANNEL})
+
+    def change_listener(self, raw: DBAPIConnection) -> _Listener:
+        pg = cast("psycopg.Connection[Any]", raw)
+        pg.rollback()  # a pooled connection may be in a transaction (pool_pre_ping's SELECT 1)
+        pg.autocommit = True  # LISTEN takes effect at once, and nothing else is ever sent here
+        schema = pg.execute("SELECT current_schema()").fetchone()
+        pg.execute(f"LISTEN {CHANGES_CHANNEL}")
+        return _Listener(pg, None if schema is None else schema[0])
+
+
+class _Listener:
+    """A psycopg connection after LISTEN: its socket, and the notifications that arrived on it."""
+
+    def __init__(self, conn: psycopg.Connection[Any], schema: str | None) -> None:
+        self._conn = conn
+        self._schema = (schema or "").encode()
+
+    def fileno(self) -> int:
+        return self._conn.fileno()
+
+    def announced(self) -> bool:
+        pgconn = self._conn.pgconn
+        pgconn.consume_input()  # raises when the server closed the connection (pg_terminate_backend, restart)
+        if pgconn.status != ConnStatus.OK:
+            raise psycopg.OperationalError("the listening connection was closed")
+        found = False
+        while (note := pgconn.notifies()) is not None:
+            found = found or note.extra == self._schema  # another schema's store: not ours
+        return found
 
 
 DIALECT: Final = PostgreSQLDialect()

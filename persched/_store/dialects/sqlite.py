@@ -5,12 +5,17 @@ statement, so a plain conditional ``UPDATE … RETURNING`` decides a claim: no
 other writer can change a row between the predicate and the write, and
 select-then-update races cannot happen (FIELD-REPORTS #4). Timestamps are
 stored as naive UTC text, which sorts like the instants it names.
+
+``PRAGMA data_version`` tells a connection that another one committed, in
+this process or another: in WAL mode it compares the WAL index header in
+shared memory, no file is read, so other instances' changes can be looked
+for every few milliseconds (persched._heartbeat).
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
 from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.sql.elements import UnaryExpression
@@ -21,6 +26,7 @@ from . import Dialect
 
 if TYPE_CHECKING:
     from sqlalchemy import ColumnElement, Connection, Insert, Row, Select, Table
+    from sqlalchemy.engine.interfaces import DBAPIConnection
     from sqlalchemy.exc import DBAPIError
 
 _NAIVE_EPOCH: Final = datetime(1970, 1, 1)
@@ -28,6 +34,7 @@ _NAIVE_EPOCH: Final = datetime(1970, 1, 1)
 
 class SQLiteDialect(Dialect):
     name: ClassVar[str] = "sqlite"
+    change_signal: ClassVar[Literal["notify", "data_version"] | None] = "data_version"
     serialise_local_writers: ClassVar[bool] = True
 
     def is_transient(self, exc: DBAPIError) -> bool:
@@ -72,6 +79,15 @@ class SQLiteDialect(Dialect):
 
     def migration_lock(self, conn: Connection) -> None:
         pass  # the migration's transaction began with BEGIN IMMEDIATE: it holds the write lock
+
+    def data_version(self, raw: DBAPIConnection) -> int:
+        cursor = raw.cursor()
+        try:
+            cursor.execute("PRAGMA data_version")
+            row = cursor.fetchone()
+        finally:
+            cursor.close()
+        return int(row[0])  # type: ignore[index]  # a PRAGMA with a value always returns its row
 
 
 DIALECT: Final = SQLiteDialect()
