@@ -58,8 +58,11 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def me(db_url: str, clock: FakeClock) -> Iterator[JobScheduler]:
-    # No pick-up after the first: it would queue this instance's own schedule() again.
-    sched = JobScheduler(db_url, clock=clock, instance_id=ME, pickup_seconds=3600.0, share_work=True)
+    # No pick-up after the first (neither polled nor signalled): it would queue this instance's own
+    # schedule() again.
+    sched = JobScheduler(
+        db_url, clock=clock, instance_id=ME, pickup_seconds=3600.0, pickup_check_seconds=3600.0, share_work=True
+    )
     sched.start()
     try:
         yield sched
