@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ._config import DEFAULT_WORKERS
 from ._horizon import DEFAULT_HORIZON_SECONDS
-from ._models import DEFAULT_NAMESPACE, given_options
+from ._models import DEFAULT_MAX_ARGS_BYTES, DEFAULT_NAMESPACE, given_options
 from ._scheduler import DEFAULT_URL, JobScheduler
 from ._workers import current_run_claim
 from .errors import InvalidJobError
@@ -109,7 +109,8 @@ class AsyncJobScheduler:
             event loop of its own, as `JobScheduler` does.
         instance_id, lease_seconds, heartbeat_seconds, busy_timeout_seconds,
         synchronous, keep_runs, keep_runs_for_seconds, allowed_modules,
-        pickup_seconds, horizon_seconds, namespace: As for `JobScheduler`.
+        pickup_seconds, pickup_check_seconds, horizon_seconds, max_args_bytes,
+        namespace, share_work: As for `JobScheduler`.
 
     Raises:
         InvalidJobError: An argument is out of range.
@@ -132,8 +133,11 @@ class AsyncJobScheduler:
         keep_runs_for_seconds: float | None = None,
         allowed_modules: Iterable[str] | None = None,
         pickup_seconds: float = 1.0,
+        pickup_check_seconds: float = 0.1,
         horizon_seconds: float = DEFAULT_HORIZON_SECONDS,
+        max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         namespace: str = DEFAULT_NAMESPACE,
+        share_work: bool = False,
     ) -> None:
         if not isinstance(jobs_on_loop, bool):
             raise InvalidJobError("jobs_on_loop", f"must be True or False, got {jobs_on_loop!r}")
@@ -151,8 +155,11 @@ class AsyncJobScheduler:
             keep_runs_for_seconds=keep_runs_for_seconds,
             allowed_modules=allowed_modules,
             pickup_seconds=pickup_seconds,
+            pickup_check_seconds=pickup_check_seconds,
             horizon_seconds=horizon_seconds,
+            max_args_bytes=max_args_bytes,
             namespace=namespace,
+            share_work=share_work,
         )
         self.instance_id: Final = self._sched.instance_id
         self.namespace: Final = self._sched.namespace

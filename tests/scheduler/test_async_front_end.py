@@ -334,3 +334,13 @@ def test_the_async_front_end_has_every_public_method_of_the_threaded_one_with_th
             assert inspect.iscoroutinefunction(counterpart), f"{name} must be awaitable"
     extra = set(asynchronous) - expected - {"scheduler"}
     assert not extra, f"only in AsyncJobScheduler: {sorted(extra)}"
+
+
+def test_the_constructor_takes_every_option_of_jobscheduler_with_its_default() -> None:
+    # An option added to JobScheduler and forgotten here could not be set by asyncio applications.
+    threaded = inspect.signature(JobScheduler.__init__).parameters
+    front = inspect.signature(AsyncJobScheduler.__init__).parameters
+    missing = [name for name in threaded if name not in front]
+    assert not missing, f"AsyncJobScheduler lacks {missing}"
+    differing = [name for name, p in threaded.items() if front[name].default != p.default]
+    assert not differing, f"AsyncJobScheduler's defaults differ for {differing}"
