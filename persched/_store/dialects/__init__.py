@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from ..._instant import Instant
 
-__all__ = ["ChangeListener", "Dialect", "Sql", "dialect_for", "marks"]
+__all__ = ["ChangeListener", "Dialect", "Sql", "dialect_for", "marks", "value_rows"]
 
 
 class Sql(NamedTuple):
@@ -48,6 +48,11 @@ class Sql(NamedTuple):
 def marks(count: int) -> str:
     """`count` placeholders, comma-separated."""
     return ", ".join("?" * count)
+
+
+def value_rows(count: int, width: int) -> str:
+    """`count` rows of `width` placeholders each, comma-separated: ``(?, ?), (?, ?)``."""
+    return ", ".join([f"({marks(width)})"] * count)
 
 
 # engine name (SQLAlchemy's dialect.name) -> module of this package
@@ -90,8 +95,7 @@ class Dialect:
 
     def row_values(self, count: int, width: int) -> str:
         """`count` row values of `width` placeholders each, as the right side of ``(a, b) IN``."""
-        row = f"({marks(width)})"
-        return f"({', '.join([row] * count)})"
+        return f"({value_rows(count, width)})"
 
     def update_returning(self, conn: Connection, stmt: Update, *columns: ColumnElement[Any]) -> list[Row[Any]]:
         """Run `stmt` and return `columns` of the rows it changed."""
@@ -112,8 +116,7 @@ class Dialect:
         """Insert `rows` (driver values of the columns `names`, in driver SQL) in one statement,
         skipping a row a unique index holds already (one run per slot); the `returning`
         columns (a select list) of the rows inserted."""
-        values = ", ".join([f"({marks(len(names))})"] * len(rows))
-        into = f"INSERT INTO {table.name} ({', '.join(names)}) VALUES {values}"  # noqa: S608 - ours
+        into = f"INSERT INTO {table.name} ({', '.join(names)}) VALUES {value_rows(len(rows), len(names))}"  # noqa: S608 - ours
         sql = f"{into} ON CONFLICT DO NOTHING RETURNING {returning}"
         return list(self.execute(conn, Sql(sql, tuple(value for row in rows for value in row))))
 

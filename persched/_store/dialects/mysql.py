@@ -50,7 +50,7 @@ from sqlalchemy.exc import DBAPIError
 from ..._db import mask
 from ..._instant import Instant, from_datetime, to_datetime
 from ...errors import StoreError
-from . import Dialect, Sql, marks
+from . import Dialect, Sql, marks, value_rows
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -128,8 +128,8 @@ class MySQLDialect(Dialect):
 
         upsert = f"INSERT INTO {table.name} ({', '.join(names)}) VALUES {{}} ON DUPLICATE KEY UPDATE {key} = {key}"  # noqa: S608
         if conn.dialect.insert_returning:  # MariaDB >= 10.5: one multi-row INSERT ... RETURNING
-            values = ", ".join([f"({marks(width)})"] * len(rows))
             flat = tuple(value for row in rows for value in row)
+            values = value_rows(len(rows), width)
             return ours(self.execute(conn, Sql(f"{upsert.format(values)} RETURNING {returning}, {check}", flat)))
         # MySQL 8: one INSERT per row, its id from lastrowid (0 when skipped), then one read.
         one = upsert.format(f"({marks(width)})")

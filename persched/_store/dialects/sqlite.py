@@ -22,7 +22,7 @@ from sqlalchemy.sql.elements import UnaryExpression
 from sqlalchemy.sql.operators import custom_op
 
 from ..._instant import Instant, from_datetime, from_naive_utc
-from . import Dialect
+from . import Dialect, value_rows
 
 if TYPE_CHECKING:
     from sqlalchemy import ColumnElement, Connection, Insert, Row, Select, Table
@@ -58,7 +58,7 @@ class SQLiteDialect(Dialect):
         return f"+{column}"
 
     def row_values(self, count: int, width: int) -> str:
-        return f"(VALUES {super().row_values(count, width)[1:-1]})"  # SQLite takes a list of rows only so
+        return f"(VALUES {value_rows(count, width)})"  # SQLite takes a list of rows only so
 
     def insert_ignoring_conflicts(self, table: Table) -> Insert:
         return insert(table).on_conflict_do_nothing()
