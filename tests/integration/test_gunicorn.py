@@ -16,7 +16,6 @@ with exit 0 and no run left open. In CI a missing gunicorn fails (tests/support/
 from __future__ import annotations
 
 import re
-import signal
 import subprocess
 import sys
 import urllib.error
@@ -28,7 +27,7 @@ import pytest
 
 from tests.multi._cluster import REPO, check_once, child_env, fetch_runs, throttled
 from tests.support.frameworks import require
-from tests.support.helpers import TIMEOUT, wait_until
+from tests.support.helpers import TIMEOUT, stop_gracefully, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -79,14 +78,7 @@ class Gunicorn:
 
     def terminate(self) -> int:
         """SIGTERM to the master (gunicorn's graceful stop); its exit status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(3 * TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(TIMEOUT)
-            raise
+        return stop_gracefully(self.proc, "gunicorn", self.output)
 
 
 def _env(db: str, **extra: str) -> dict[str, str]:

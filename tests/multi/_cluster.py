@@ -24,7 +24,7 @@ from sqlalchemy import select
 
 from persched import JobScheduler, _db
 from persched._schema import runs as runs_table
-from tests.support.helpers import TIMEOUT, wait_until
+from tests.support.helpers import TIMEOUT, stop_gracefully, wait_until
 from tests.support.multi_child import EFFECT_TARGET, Effect, read_effects
 
 if TYPE_CHECKING:
@@ -79,14 +79,7 @@ class Child:
 
     def terminate(self) -> int:
         """SIGTERM (graceful shutdown) and wait for the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(3 * TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(TIMEOUT)
-            raise AssertionError(f"{self.instance} did not stop on SIGTERM:\n{self.output()}") from None
+        return stop_gracefully(self.proc, self.instance, self.output)
 
     def kill(self) -> None:
         """SIGKILL and reap."""

@@ -9,7 +9,9 @@ every engine.
 
 from __future__ import annotations
 
+import signal
 import sqlite3
+import subprocess
 import time
 from contextlib import closing
 from typing import TYPE_CHECKING, Any, Final
@@ -34,6 +36,7 @@ __all__ = [
     "finished_runs",
     "sql",
     "sqlite_path",
+    "stop_gracefully",
     "wait_finished",
     "wait_until",
 ]
@@ -51,6 +54,19 @@ def at_us(offset: float) -> Instant:
 def at(offset: float) -> datetime:
     """Return the aware UTC datetime `offset` seconds after `EPOCH` (exact)."""
     return to_datetime(at_us(offset))
+
+
+def stop_gracefully(proc: subprocess.Popen[bytes], what: str, output: Callable[[], str]) -> int:
+    """SIGTERM to `proc` (a graceful stop) and its exit status; if it has not stopped after
+    3 x TIMEOUT, it is killed and an AssertionError names `what`, with its `output`."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(3 * TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(TIMEOUT)
+        raise AssertionError(f"{what} did not stop on SIGTERM:\n{output()}") from None
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = TIMEOUT, message: str = "") -> None:
