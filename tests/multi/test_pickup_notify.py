@@ -24,7 +24,7 @@ from persched._store.dialects.postgresql import PostgreSQLDialect
 from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.engines import engine_params
-from tests.support.helpers import TIMEOUT, db_sql, wait_until
+from tests.support.helpers import TIMEOUT, db_sql, heartbeat_settled, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -69,6 +69,7 @@ def _running(made: list[JobScheduler], url: str, clock: FakeClock) -> JobSchedul
     sched = JobScheduler(url, clock=clock, pickup_seconds=POLL, pickup_check_seconds=CHECK)
     made.append(sched)
     sched.start()
+    heartbeat_settled(sched, clock)  # or its first round, not a signal, may find the other's change
     return sched
 
 

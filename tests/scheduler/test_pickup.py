@@ -22,7 +22,7 @@ from persched._store.dialects.sqlite import SQLiteDialect
 from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.engines import engine_params
-from tests.support.helpers import TIMEOUT, wait_until
+from tests.support.helpers import TIMEOUT, heartbeat_settled
 
 if TYPE_CHECKING:
     from persched import JobScheduler
@@ -46,9 +46,7 @@ def clock() -> FakeClock:
 def _pair(make_scheduler: SchedulerFactory, clock: FakeClock) -> tuple[JobScheduler, JobScheduler]:
     """A running scheduler and a second one, never started, on the same database."""
     running = make_scheduler(clock=clock, start=True, pickup_seconds=POLL, pickup_check_seconds=CHECK)
-    # Settle: the heartbeat's first round picks up at once whatever changed since start(); only once
-    # it waits on the clock may the writer write, or that first round (not a signal) finds the change.
-    wait_until(lambda: running._heartbeat._cond in clock._conds, message="the heartbeat waits on the clock")
+    heartbeat_settled(running, clock)  # or its first round, not a signal, may find the writer's change
     writer = make_scheduler(clock=clock, pickup_seconds=POLL, pickup_check_seconds=CHECK)
     return running, writer
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from persched import JobScheduler, Run
+    from persched.testing import FakeClock
 
 __all__ = [
     "EPOCH",
@@ -34,6 +35,7 @@ __all__ = [
     "at_us",
     "db_sql",
     "finished_runs",
+    "heartbeat_settled",
     "sql",
     "sqlite_path",
     "stop_gracefully",
@@ -67,6 +69,12 @@ def stop_gracefully(proc: subprocess.Popen[bytes], what: str, output: Callable[[
         proc.kill()
         proc.wait(TIMEOUT)
         raise AssertionError(f"{what} did not stop on SIGTERM:\n{output()}") from None
+
+
+def heartbeat_settled(sched: JobScheduler, clock: FakeClock) -> None:
+    """Wait until `sched`'s heartbeat waits on `clock`: its first round, which picks up at once
+    whatever changed since start(), is over, so a later change is found only by a signal or a poll."""
+    wait_until(lambda: sched._heartbeat._cond in clock._conds, message="the heartbeat waits on the clock")
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = TIMEOUT, message: str = "") -> None:
