@@ -378,7 +378,6 @@ class Dispatcher:
                 return completions, due
             if self._search_due(now):
                 # Nothing of the heap's is due and workers are free: claim what nobody took.
-                assert self._search_at is not None
                 limit = min(self._free_workers, self._max_batch)
                 self._free_workers -= limit  # SPEC §2: reserve before the claim
                 self._search_at = Instant(now + self._search_every)
@@ -394,8 +393,8 @@ class Dispatcher:
                 timeout = (self._heap[0][0] - now) / US_PER_SECOND
             else:
                 self._asleep_since = None
-            if self._search is not None and self._claiming and self._free_workers and self._search_at is not None:
-                until_search = max(0, self._search_at - now) / US_PER_SECOND
+            if (search_at := self._next_search()) is not None:
+                until_search = max(0, search_at - now) / US_PER_SECOND
                 timeout = until_search if timeout is None else min(timeout, until_search)
             if self._claiming and self._refill is not None and self._refilling is None and self._cursor is not None:
                 # Wake for the next refill too (the head may lie beyond the cursor, or nothing is queued).
@@ -403,15 +402,17 @@ class Dispatcher:
                 timeout = until_refill if timeout is None else min(timeout, until_refill)
             clock.wait(self._cond, timeout)
 
+    def _next_search(self) -> Instant | None:
+        """Under ``_cond``: when to search for rows no claim took (module docstring); None while
+        no search may run (none configured, not claiming, no free worker)."""
+        if self._search is None or not self._claiming or self._free_workers <= 0:
+            return None
+        return self._search_at
+
     def _search_due(self, now: Instant) -> bool:
-        """Under ``_cond``: whether to search for rows no claim took now (module docstring)."""
-        return (
-            self._search is not None
-            and self._claiming
-            and self._free_workers > 0
-            and self._search_at is not None
-            and now >= self._search_at
-        )
+        """Under ``_cond``: whether to search for rows no claim took now."""
+        search_at = self._next_search()
+        return search_at is not None and now >= search_at
 
     def _taken_at(self, due_at: Instant, now: Instant) -> Instant:
         """Under ``_cond``: when an entry popped at `now` was taken up (module docstring)."""
