@@ -8,21 +8,30 @@ MySQL 8's one INSERT per row (read back by ``lastrowid``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import threading
+from typing import TYPE_CHECKING, Final
 
 import pytest
 from sqlalchemy import func, select
 
 from persched import _db
+from persched._instant import Instant, Micros, from_datetime, micros
+from persched._models import validate_definition, validate_policies
 from persched._schema import runs
-from persched._store import Store
+from persched._store import Claim, ClaimMiss, Completion, Store
+from tests.support import race_jobs
 from tests.support.engines import MigratedDatabases, engine_named
-from tests.support.helpers import at_us
+from tests.support.helpers import EPOCH, TIMEOUT, at_us
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
 pytestmark = pytest.mark.mariadb
+
+T: Final = Instant(micros(EPOCH + 0.1234567))  # an odd instant
+ME: Final = "me:1:aaaaaa"
+LEASE: Final = Micros(30_000_000)
+SLOTS: Final = 100
 
 
 @pytest.fixture
@@ -58,3 +67,40 @@ def test_history_inserts_skip_a_held_slot_and_name_only_new_rows(
     assert sorted(r.job_id for r in inserted) == ["a", "b"]
     assert first.run_id not in {r.run_id for r in inserted}
     assert total == 3
+
+
+def test_claims_of_a_stale_entry_never_make_the_live_claim_pass_the_row_by(store: Store) -> None:
+    """Another instance's heap still holds the replaced generation's entry and claims it in a
+    loop (each claim misses). The live generation must win every one of its slots: a locking
+    read locks each row it looks at before it tests the predicate, so the stale claim used to
+    hold the row for a moment, and the live claim's SKIP LOCKED passed it by as if another
+    instance were claiming that very slot (and looked again only a slot later)."""
+    old, _, _ = store.upsert_job(validate_definition("a", race_jobs.RECORD, validate_policies(30.0), (), {}, None), T)
+    job, _, _ = store.upsert_job(validate_definition("a", race_jobs.RECORD, validate_policies(10.0), (), {}, None), T)
+    other = Store(_db.make_engine(store.engine.url.render_as_string(hide_password=False)), "other")
+    stop = threading.Event()
+
+    def claim_the_stale_entry() -> None:
+        far = Instant(T + micros(10_000_000.0))
+        while not stop.is_set():
+            (miss,) = other.claim_runs([("a", old.generation, far, far)], far, "other:1:bbbbbb", LEASE)
+            assert isinstance(miss, ClaimMiss)
+
+    stale = threading.Thread(target=claim_the_stale_entry)
+    stale.start()
+    lost = []
+    try:
+        slot = from_datetime(job.next_run_at)
+        for _ in range(SLOTS):
+            (result,) = store.claim_runs([("a", job.generation, slot, slot)], slot, ME, LEASE)
+            if not isinstance(result, Claim):
+                lost.append(result)
+                continue
+            (next_at,) = store.finish_runs([Completion(result, "ok", None, slot)], ME)
+            assert next_at is not None
+            slot = next_at
+    finally:
+        stop.set()
+        stale.join(TIMEOUT)
+        other.engine.dispose()
+    assert lost == []

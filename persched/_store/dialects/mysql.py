@@ -3,26 +3,32 @@
 Sessions run at READ COMMITTED (`persched._db`): every statement sees the
 latest commit, as on PostgreSQL, and locking reads take no gap locks.
 
-**The claim** is three statements in the claim's transaction instead of one:
+**The claim** is four statements in the claim's transaction instead of one:
 
-1. ``SELECT job_id FROM persched_jobs WHERE <predicate> FOR UPDATE SKIP LOCKED``
-   locks the due rows that no other instance holds (a locking read sees the
-   latest committed row version); rows another instance is claiming are
-   passed by, not waited for (SPEC-multi);
-2. ``UPDATE persched_jobs SET state = 'running', … WHERE <predicate> AND
+1. ``SELECT job_id FROM persched_jobs WHERE <predicate>``, a plain read,
+   names the rows that match on the latest commit. Only those are locked
+   next: InnoDB locks each row a locking read looks at *before* it tests the
+   predicate, so a claim of a stale entry (another instance's, of a job
+   replaced since) would hold for a moment a row it cannot win, and the
+   claim that can win it would pass it by as if taken, a slot lost;
+2. ``SELECT job_id … WHERE <predicate> AND job_id IN (<those>) FOR UPDATE
+   SKIP LOCKED`` locks the due rows that no other instance holds (a locking
+   read sees the latest committed row version); rows another instance is
+   claiming are passed by, not waited for (SPEC-multi);
+3. ``UPDATE persched_jobs SET state = 'running', … WHERE <predicate> AND
    job_id IN (<the locked keys>)`` re-checks the predicate on rows that
    nobody else can change until this transaction ends;
-3. ``SELECT <columns> FROM persched_jobs WHERE job_id IN (<the locked keys>)``
+4. ``SELECT <columns> FROM persched_jobs WHERE job_id IN (<the locked keys>)``
    reads the won rows back, which is what ``RETURNING`` gives elsewhere.
 
 A run still starts at the COMMIT of that transaction (SPEC §2): the row
-locks taken in step 1 are held to the commit, so the rows read in step 3
+locks taken in step 2 are held to the commit, so the rows read in step 4
 are exactly what the UPDATE wrote, and a deschedule() or another
-instance's claim either committed before step 1 (the predicate fails) or
+instance's claim either committed before step 2 (the predicate fails) or
 waits for this commit. (MySQL refuses the PostgreSQL form, an UPDATE whose
 subquery selects from the table it updates: error 1093.)
 
-Every other ``UPDATE … RETURNING`` is the same three steps with a plain
+Every other ``UPDATE … RETURNING`` is steps 2 to 4 with a plain
 ``FOR UPDATE`` (`update_returning`), ``INSERT … RETURNING`` an INSERT and a
 read by primary key (`insert_returning`); history rows in one multi-row
 ``INSERT … RETURNING`` on MariaDB (10.5+), one INSERT each on MySQL 8, which
@@ -141,8 +147,14 @@ class MySQLDialect(Dialect):
 
     def claim(self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, columns: str) -> list[Row[Any]]:
         key = _key(table).name
-        locking = f"SELECT {key} FROM {table.name} WHERE {predicate.text} FOR UPDATE SKIP LOCKED"  # noqa: S608 - ours
-        free = tuple(row[0] for row in self.execute(conn, Sql(locking, predicate.params)))
+        # Lock only the rows that match on the latest commit (module docstring, step 1).
+        reading = f"SELECT {key} FROM {table.name} WHERE {predicate.text}"  # noqa: S608 - ours
+        claimable = tuple(row[0] for row in self.execute(conn, Sql(reading, predicate.params)))
+        if not claimable:
+            return []
+        candidates = Sql.join((predicate, Sql(f"{key} IN ({marks(len(claimable))})", claimable)), " AND ")
+        locking = f"SELECT {key} FROM {table.name} WHERE {candidates.text} FOR UPDATE SKIP LOCKED"  # noqa: S608
+        free = tuple(row[0] for row in self.execute(conn, Sql(locking, candidates.params)))
         if not free:
             return []
         mine = Sql(f"{key} IN ({marks(len(free))})", free)
