@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from datetime import datetime, timezone
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -109,7 +109,12 @@ def parser(description: str) -> argparse.ArgumentParser:
     """An argument parser with the options every workload shares."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--system", choices=SYSTEMS, required=True)
-    p.add_argument("--workers", type=int, default=8, help="worker threads (both systems)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="worker threads (default: each system's own, as a user gets it: persched 32, APScheduler 10)",
+    )
     p.add_argument("--dir", default=None, help="directory for the SQLite file (default: a new temp dir)")
     p.add_argument(
         "--aps-grace",
@@ -117,6 +122,21 @@ def parser(description: str) -> argparse.ArgumentParser:
         help="APScheduler misfire_grace_time: 'default' (1 s), 'none', or seconds",
     )
     return p
+
+
+APS_DEFAULT_WORKERS: Final = 10  # APScheduler 3's ThreadPoolExecutor()
+
+
+def workers(args: argparse.Namespace) -> int:
+    """The worker threads of a run: ``--workers``, or what a user of the system gets without
+    choosing (issue 14 compares defaults with defaults)."""
+    if args.workers:
+        return int(args.workers)
+    if args.system == "persched":
+        from persched._config import DEFAULT_WORKERS
+
+        return DEFAULT_WORKERS
+    return APS_DEFAULT_WORKERS
 
 
 def db_path(directory: str | None, name: str = "bench.db") -> str:

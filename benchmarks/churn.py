@@ -33,7 +33,7 @@ def main() -> None:
         from persched import JobScheduler
 
         c.persched_create(path)
-        scheduler = JobScheduler(path, workers=args.workers)
+        scheduler = JobScheduler(path, workers=c.workers(args))
         scheduler.start()
         record["synchronous"] = "FULL/wal"
 
@@ -47,7 +47,7 @@ def main() -> None:
             scheduler.shutdown(wait=True, timeout=5)
     else:
         grace = c.aps_grace(args.aps_grace)
-        aps, engine = c.aps_scheduler(path, args.workers, grace)
+        aps, engine = c.aps_scheduler(path, c.workers(args), grace)
         aps.start()
         record["synchronous"] = c.aps_synchronous(engine)
 

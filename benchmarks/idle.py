@@ -30,7 +30,7 @@ def main() -> None:
 
         c.persched_create(path)
         c.persched_populate(path, ((j, "benchmarks.targets:noop", iv, f) for j, iv, f in rows))
-        scheduler = JobScheduler(path, workers=args.workers)
+        scheduler = JobScheduler(path, workers=c.workers(args))
         scheduler.start()
         record["synchronous"] = "FULL/wal"
 
@@ -39,7 +39,7 @@ def main() -> None:
     else:
         grace = c.aps_grace(args.aps_grace)
         c.aps_populate(path, ((j, "benchmarks.targets:noop", iv, f, ()) for j, iv, f in rows), grace)
-        aps, engine = c.aps_scheduler(path, args.workers, grace)
+        aps, engine = c.aps_scheduler(path, c.workers(args), grace)
         aps.start()
         record["synchronous"] = c.aps_synchronous(engine)
 

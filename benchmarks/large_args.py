@@ -29,7 +29,7 @@ def main() -> None:
 
     options: dict[str, Any] = {} if args.max_args_bytes is None else {"max_args_bytes": args.max_args_bytes}
     path = c.db_path(args.dir)
-    scheduler = JobScheduler(path, workers=args.workers, **options)
+    scheduler = JobScheduler(path, workers=c.workers(args), **options)
     record: dict[str, Any] = {"workload": "large_args", "big": args.big, "big_mb": args.big_mb, **options}
     blob = "x" * int(args.big_mb * 1_000_000)
     accepted = 0

@@ -53,7 +53,7 @@ def main() -> None:
 
         c.persched_create(path)
         c.persched_populate(path, ((j, "benchmarks.targets:late_persched", interval, f) for j, f in firsts.items()))
-        scheduler = JobScheduler(path, workers=args.workers)
+        scheduler = JobScheduler(path, workers=c.workers(args))
         offset = time.time() - time.monotonic()  # the scheduler's Timebase was read just now
         scheduler.start()
         record["synchronous"] = "FULL/wal"
@@ -66,7 +66,7 @@ def main() -> None:
 
         grace = c.aps_grace(args.aps_grace)
         c.aps_populate(path, ((j, "benchmarks.targets:late_aps", interval, f, (j,)) for j, f in firsts.items()), grace)
-        aps, engine = c.aps_scheduler(path, args.workers, grace)
+        aps, engine = c.aps_scheduler(path, c.workers(args), grace)
         events: list[tuple[str, float, int]] = []
 
         def listener(event: JobExecutionEvent) -> None:

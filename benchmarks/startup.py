@@ -101,7 +101,7 @@ def main() -> None:
     args = p.parse_args()
     c.quiet_logging()
     if args.child:
-        _child(args.system, args.child, args.workers, args.timeout)
+        _child(args.system, args.child, c.workers(args), args.timeout)
         return
 
     if args.cache:
@@ -121,7 +121,7 @@ def main() -> None:
     else:
         c.aps_probe_now(path, PROBE, PROBE_TARGET, when)
 
-    cmd = [sys.executable, "-m", "benchmarks.startup", "--system", args.system, "--workers", str(args.workers)]
+    cmd = [sys.executable, "-m", "benchmarks.startup", "--system", args.system, "--workers", str(c.workers(args))]
     cmd += ["--child", path, "--timeout", str(args.timeout)]
     launched = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout + 60, check=False)

@@ -44,7 +44,7 @@ def main() -> None:
         c.persched_create(where)
         populate = c.persched_populate if args.db is None else c.persched_populate_url
         populate(where, ((j, "benchmarks.targets:tick", iv, first) for j, iv, first in rows))
-        scheduler = JobScheduler(where, workers=args.workers)
+        scheduler = JobScheduler(where, workers=c.workers(args))
         scheduler.start()
         record["synchronous"] = "FULL/wal" if args.db is None else scheduler_engine_name(where)
 
@@ -53,7 +53,7 @@ def main() -> None:
     else:
         grace = c.aps_grace(args.aps_grace)
         c.aps_populate(path, ((j, "benchmarks.targets:tick", iv, first, ()) for j, iv, first in rows), grace)
-        aps, engine = c.aps_scheduler(path, args.workers, grace)
+        aps, engine = c.aps_scheduler(path, c.workers(args), grace)
         aps.start()
         record["synchronous"] = c.aps_synchronous(engine)
         record["misfire_grace_time"] = args.aps_grace
