@@ -136,7 +136,8 @@ class RunBook:
         self._unwritten: list[Completion] = []  # completions a failed write left behind
         self._overran_runs: dict[int, bool] = {}  # run_id -> True once it overran (dict ops are atomic)
         self._searches = 0  # claims by query (claim_overdue) under way: their jobs are not counted yet
-        self._unreadable: set[str] = set()  # jobs whose rows claim_overdue could not read: passed by
+        # (job_id, generation) of rows claim_overdue could not read: passed by (a fix is a new generation)
+        self._unreadable: set[tuple[str, int]] = set()
         self.dispatcher = Dispatcher(timebase, workers, self.cycle, search=self.claim_overdue if share_work else None)
         self.pool = WorkerPool(workers, self.complete, allowed_modules)
         self.overrun = OverrunWatch(timebase, self.on_overrun)

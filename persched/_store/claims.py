@@ -36,7 +36,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from sqlalchemy import select
+from sqlalchemy import select, tuple_
 from sqlalchemy.exc import IntegrityError
 
 from .._instant import Instant, from_datetime, to_datetime
@@ -411,7 +411,7 @@ class ClaimsStore(Transactions):
         now: Instant | Callable[[], Instant],
         instance_id: str,
         lease: Micros,
-        passed_by: Collection[str] = (),
+        passed_by: Collection[tuple[str, int]] = (),
     ) -> Overdue:
         """The claim by query (issue 19): claim up to `limit` of this namespace's waiting rows whose
         next_run_at lies before `before`, oldest first, whichever instance's heap holds them.
@@ -434,7 +434,8 @@ class ClaimsStore(Transactions):
             jobs.c.next_run_at < to_datetime(before),
         ]
         if passed_by:
-            where.append(jobs.c.job_id.not_in(list(passed_by)))
+            # By generation: the fix of an unreadable row (schedule() anew) makes a new one, found again.
+            where.append(tuple_(jobs.c.job_id, jobs.c.generation).not_in(list(passed_by)))
         probe = select(jobs.c.job_id).where(*where).limit(1)
         if self._read(lambda conn: conn.execute(probe).first(), "look for overdue jobs") is None:
             return Overdue([], [], [], [])
@@ -446,7 +447,7 @@ class ClaimsStore(Transactions):
             for row in stored(self.dialect.lock_first(conn, query, limit), DISPATCH_COLUMNS):
                 plan = None if row.problems else readable_plan(row)
                 if plan is None:
-                    found.unreadable.append(row.job_id)
+                    found.unreadable.append((row.job_id, row.generation))
                     continue
                 due = plan.due_at(from_datetime(row.next_run_at), None)
                 if due <= claimed_at:

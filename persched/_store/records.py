@@ -104,12 +104,12 @@ class ClaimMiss:
 class Overdue(NamedTuple):
     """What `ClaimsStore.claim_overdue` (`persched._store.claims`) found: the entries it claimed and their results (as
     `claim_runs`), the rows due later by their jitter ``(due_at, job_id, generation)``, and the
-    unreadable rows' job ids."""
+    unreadable rows' ``(job_id, generation)``."""
 
     entries: list[ClaimEntry]
     results: list[Claim | ClaimMiss]
     later: list[tuple[Instant, str, int]]
-    unreadable: list[str]
+    unreadable: list[tuple[str, int]]
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,12 @@ def schedule(store: Store, job_id: str, start_in: float, **policies: Any) -> Job
 
 
 def overdue(
-    store: Store, limit: int, before: Instant, now: Instant, who: str = ME, passed_by: list[str] | None = None
+    store: Store,
+    limit: int,
+    before: Instant,
+    now: Instant,
+    who: str = ME,
+    passed_by: list[tuple[str, int]] | None = None,
 ) -> list[str]:
     """The jobs `who` claimed by query, in the order claimed (every result a Claim)."""
     entries, results, later, unreadable = store.claim_overdue(limit, before, now, who, LEASE, passed_by or ())
@@ -152,11 +157,15 @@ def test_a_claim_lost_to_a_pause_or_a_run_now_request_is_not_taken(store: Store)
     assert not paused.taken
 
 
-def test_an_unreadable_row_is_named_and_then_passed_by(store: Store) -> None:
-    schedule(store, "bad", 1)
+def test_an_unreadable_row_is_named_and_then_passed_by_until_it_is_fixed(store: Store) -> None:
+    bad = schedule(store, "bad", 1)
     schedule(store, "good", 2)
     with store.engine.begin() as conn:  # a hand edit that no reader can parse
         conn.execute(update(jobs).where(jobs.c.job_id == "bad").values(interval_seconds=-1.0))
     found = store.claim_overdue(1, at(5), at(5), ME, LEASE)
-    assert (found.entries, found.unreadable) == ([], ["bad"])
-    assert overdue(store, 1, at(5), at(5), passed_by=["bad"]) == ["good"]
+    assert (found.entries, found.unreadable) == ([], [("bad", bad.generation)])
+    assert overdue(store, 1, at(5), at(5), passed_by=found.unreadable) == ["good"]
+    # The documented fix, schedule() with a valid definition, is a new generation: found again.
+    fixed = schedule(store, "bad", 0)  # its first slot due at once
+    assert fixed.generation == bad.generation + 1
+    assert overdue(store, 1, at(6), at(6), passed_by=found.unreadable) == ["bad"]
