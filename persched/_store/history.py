@@ -150,7 +150,11 @@ class HistoryStore(Transactions):
                     .order_by(runs.c.run_id)
                     .limit(batch)
                 )
-                return max(conn.execute(runs.delete().where(runs.c.run_id.in_(oldest))).rowcount, 0)
+                # The ids first: MySQL and MariaDB refuse LIMIT in an IN subquery (error 1235).
+                ids = list(conn.execute(oldest).scalars())
+                if not ids:
+                    return 0
+                return max(conn.execute(runs.delete().where(runs.c.run_id.in_(ids))).rowcount, 0)
 
             for _ in range(max_batches):
                 count = self._write(by_age, "prune runs")
