@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 from sqlalchemy import select, tuple_
 from sqlalchemy.exc import IntegrityError
 
-from .._instant import Instant, from_datetime, to_datetime
+from .._instant import Instant, Micros, from_datetime, to_datetime
 from .._schema import jobs, runs
 from ..errors import StoreError
 from ._tx import Transactions, read_time
@@ -67,7 +67,6 @@ if TYPE_CHECKING:
 
     from sqlalchemy import Connection, Insert, Row
 
-    from .._instant import Micros
     from .._policy import ClaimPlan, JobPlan
     from ._rows import StoredRow
     from .dialects import Dialect
@@ -86,6 +85,10 @@ _CLAIM_REVERT: Final = (
     " WHERE job_id = ?"
 )
 
+# How soon an entry looks again after SKIP LOCKED passed its due row by (`_retry_at`): a claim
+# transaction commits well within it; a row locked for longer costs 20 claims a second.
+PASSED_BY_RETRY: Final = Micros(50_000)
+
 # The columns of a run's record as its claim inserts it.
 _START_COLUMNS: Final = ("job_id", "generation", "scheduled_for", "started_at", "instance_id", "lease_until", "run_now")
 
@@ -101,8 +104,8 @@ _FINISH_JOB: Final = (
 )
 
 
-def _retry_at(row: StoredRow, bound: Instant) -> Instant | None:
-    """When an entry that lost its claim on `row` should look again (see `ClaimMiss`)."""
+def _retry_at(row: StoredRow, bound: Instant, now: Instant) -> Instant | None:
+    """When an entry that lost its claim on `row` at `now` should look again (see `ClaimMiss`)."""
     if row.problems:
         # Not by this entry: jobs() and `persched jobs` report the row until it is scheduled again.
         logger.error("job %s is not retried: its stored row cannot be read: %s", row.job_id, row.describe())
@@ -120,24 +123,29 @@ def _retry_at(row: StoredRow, bound: Instant) -> Instant | None:
         # ends: look again one slot later, or every loser retries at once, in
         # a loop, until that completion commits (issue 12, item 7).
         return plan.due_at(next_at if next_at > bound else plan.slot_after(max(next_at, bound)), None)
-    # Another instance is claiming this very slot (SKIP LOCKED passed it by).
-    return plan.due_at(plan.slot_after(next_at), None)
+    # Still waiting and due: SKIP LOCKED passed it by. The lock may be another instance's
+    # claim of this slot, or a write that changes nothing (an unchanged schedule(),
+    # declare() at start-up): look again in a moment, or that slot would be lost.
+    return Instant(max(now, bound) + PASSED_BY_RETRY)
 
 
-def _taken(row: StoredRow) -> bool:
-    """Whether another claim has the slot of an entry that lost on `row` (`ClaimMiss.taken`): the row
-    runs, or waits, readable and not paused, with no run-now request (it moved past the entry's
-    slot, or SKIP LOCKED passed it by while another instance claimed it)."""
+def _taken(row: StoredRow, bound: Instant) -> bool:
+    """Whether another claim has the slot of an entry bounded by `bound` that lost on `row`
+    (`ClaimMiss.taken`): the row runs, or waits, readable and not paused, with no run-now
+    request, past the entry's slot. (Passed by while due, it may be a lock of anything.)"""
     if row.problems:
         return False
-    return row.state == RUNNING or (row.state == SCHEDULED and not row.paused and row.run_now_at is None)
+    if row.state == RUNNING:
+        return True
+    waiting = row.state == SCHEDULED and not row.paused and row.run_now_at is None
+    return waiting and from_datetime(row.next_run_at) > bound
 
 
-def _misses(conn: Connection, bounds: dict[tuple[str, int], Instant]) -> dict[tuple[str, int], ClaimMiss]:
+def _misses(conn: Connection, bounds: dict[tuple[str, int], Instant], now: Instant) -> dict[tuple[str, int], ClaimMiss]:
     """What each lost entry ``(job_id, generation)`` found: the row as it is now, and when to look again."""
     found = rows_of(conn, {job_id for job_id, _ in bounds})
     return {
-        key: ClaimMiss(row.state, row.generation, row.owner, _retry_at(row, bound), _taken(row))
+        key: ClaimMiss(row.state, row.generation, row.owner, _retry_at(row, bound, now), _taken(row, bound))
         for key, bound in bounds.items()
         if (row := found.get(key[0])) is not None
     }
@@ -396,7 +404,7 @@ class ClaimsStore(Transactions):
             batch.writes.apply(conn, self.dialect, self._insert_runs)
             self._after_commit(batch.writes.missed)
             lost = batch.undecided()
-            return batch.results(entries, _misses(conn, lost) if lost else {})
+            return batch.results(entries, _misses(conn, lost, claimed_at) if lost else {})
 
         try:
             return self._write(body, "claim")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
+import pytest
 from sqlalchemy import select, update
 
 from persched._instant import Instant, Micros, micros
@@ -142,6 +143,25 @@ def test_a_claim_lost_to_another_instance_says_the_slot_is_taken(store: Store) -
     moved_on = claim_one(store, "a", job.generation, at(10), at(10.3), ME, LEASE)
     assert isinstance(moved_on, ClaimMiss)
     assert moved_on.taken
+
+
+def test_a_due_row_passed_by_is_looked_at_again_in_a_moment_not_a_slot_later(store: Store) -> None:
+    """A transaction that only locks the row (an unchanged schedule(), declare() at start-up:
+    ``SELECT … FOR UPDATE``, no write) makes the claim pass it by. Not taken, and looked at again
+    a moment later, when the slot still runs; it used to be a slot later: that slot was lost."""
+    if store.dialect.name == "sqlite":
+        pytest.skip("a claim waits for SQLite's write lock: nothing is passed by")
+    job = schedule(store, "a", 0)  # every 10 s, due at T
+    with store.engine.connect() as conn, conn.begin():
+        conn.execute(select(jobs.c.job_id).where(jobs.c.job_id == "a").with_for_update()).all()
+        miss = claim_one(store, "a", job.generation, T, at(0.001), ME, LEASE)
+    assert isinstance(miss, ClaimMiss), miss
+    assert not miss.taken
+    assert miss.due_at is not None
+    assert at(0.001) < miss.due_at <= at(0.1)
+    claim = claim_one(store, "a", job.generation, miss.due_at, miss.due_at, ME, LEASE)
+    assert isinstance(claim, Claim), claim
+    assert claim.scheduled_for == T
 
 
 def test_a_claim_lost_to_a_pause_or_a_run_now_request_is_not_taken(store: Store) -> None:
