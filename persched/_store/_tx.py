@@ -48,14 +48,14 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from sqlalchemy import exists, update
+from sqlalchemy import exists
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from .._models import DEFAULT_NAMESPACE
 from .._observe import Observer, notify
 from .._schema import changes, jobs, runs
 from ..errors import StoreError
-from .dialects import dialect_for
+from .dialects import Sql, dialect_for
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
@@ -74,6 +74,7 @@ RETRY_MAX_DELAY: Final = 1.0  # seconds
 LOW_SPACE_EXIT_BYTES: Final = 64 << 20  # free bytes that end low-space mode (see Store._reclaim_wal)
 _CHANGES_KEY: Final = "persched_change_seqs"  # Connection.info: [the change-counter value of this transaction]
 _OWN_CHANGES_KEPT: Final = 10_000  # own change values remembered for the heartbeat's log
+_BUMP: Final = Sql("seq = seq + 1")  # the change counter's row, id 1 (`_bump_change_seq`)
 
 
 def read_time(now: Instant | Callable[[], Instant]) -> Instant:
@@ -356,8 +357,10 @@ class Transactions:
         mine: list[int] | None = conn.info.get(_CHANGES_KEY)
         if mine:
             return mine[0]
-        bump = update(changes).where(changes.c.id == 1).values(seq=changes.c.seq + 1)
-        seq = int(self.dialect.update_returning(conn, bump, changes.c.seq)[0].seq)
+        row = self.dialect.update_key_sql(conn, changes, _BUMP, 1, "seq")  # driver SQL: see claims.py
+        if row is None:
+            raise StoreError(self.url, "the change counter's row (persched_changes.id = 1) is missing")
+        seq = int(row.seq)
         self.dialect.announce_change(conn)  # once per transaction: the listeners then read the counter
         conn.info[_CHANGES_KEY] = [seq]  # noted as our own once committed
         return seq

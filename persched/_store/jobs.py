@@ -17,19 +17,21 @@ instances poll to pick changes up (SPEC-multi).
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
-from sqlalchemy import Insert, Update, or_, select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from .. import _triggers
 from .._instant import Instant, from_datetime, to_datetime
 from .._policy import JobPlan, place_grid
-from .._schema import changes, jobs, runs
+from .._schema import UTCDateTime, changes, jobs, runs
 from ..errors import InvalidJobError, StoreError
 from ._rows import raw_columns, read_row
 from ._tx import Transactions
+from .dialects import Sql, marks
 from .mappers import (
     CLOCK_STEP_FLOOR,
     DESCHEDULED,
@@ -96,6 +98,33 @@ _Inspected = tuple[Instant, str, int, bool]  # (due_at, job_id, generation, run-
 _DUE_COLUMNS: Final = [jobs.c.next_run_at, jobs.c.job_id, jobs.c.generation, jobs.c.jitter_seconds, jobs.c.run_now_at]
 
 
+# schedule() and deschedule() in driver SQL, built once (issue 14, "Speed 2"): per call, SQLAlchemy's
+# statement construction, cache keys and bind processing cost more than the database's work (as on
+# the dispatch path, claims.py). Timestamps are bound raw (`Dialect.bind_instant`); rows are read raw
+# by `read_row`, as `RAW_JOBS` reads them.
+_JOB_SELECT: Final = ", ".join(column.name for column in JOB_COLUMNS)
+_FIND_JOB: Final = f"SELECT {_JOB_SELECT} FROM persched_jobs WHERE job_id = ?"  # noqa: S608 - ours
+_INSTANT_COLUMNS: Final = frozenset(column.name for column in jobs.c if isinstance(column.type, UTCDateTime))
+_MARK_DECLARED: Final = "UPDATE persched_jobs SET declared = ? WHERE job_id = ?"
+
+
+@functools.lru_cache(maxsize=16)
+def _insert_job(names: tuple[str, ...]) -> str:
+    """The INSERT of a new job's row, its columns `names` (each schedule() writes the same ones)."""
+    return f"INSERT INTO persched_jobs ({', '.join(names)}) VALUES ({marks(len(names))})"  # noqa: S608 - ours
+
+
+@functools.lru_cache(maxsize=16)
+def _replace_job(names: tuple[str, ...]) -> str:
+    """The UPDATE that replaces a job's row by its job_id, writing the columns `names`."""
+    return f"UPDATE persched_jobs SET {', '.join(f'{name} = ?' for name in names)} WHERE job_id = ?"  # noqa: S608
+
+
+_ACTIVE_JOB: Final = "job_id = ? AND state <> ? AND namespace = ?"  # (job_id, DESCHEDULED, namespace)
+# As `JobsStore._descheduled`: (DESCHEDULED, updated_at, change_seq).
+_DESCHEDULE: Final = "state = ?, owner = NULL, lease_until = NULL, updated_at = ?, change_seq = ?"
+
+
 def _next_generation(conn: Connection, row: StoredRow) -> int:
     """The generation a replacement of `row` gets: never one used before (no ABA)."""
     if "generation" not in row.problems:
@@ -125,10 +154,14 @@ class JobsStore(Transactions):
             InvalidJobError: The id belongs to an active job of another namespace.
         """
 
+        dialect = self.dialect
+        at = dialect.bind_instant
+        find = Sql(dialect.locking_sql(_FIND_JOB), (definition.job_id,))
+
         def body(conn: Connection) -> Upserted | str:  # str: the namespace that holds the id
-            query = select(*RAW_JOBS).where(jobs.c.job_id == definition.job_id)
-            found = conn.execute(self.dialect.lock_rows(query)).first()
-            row = None if found is None else read_row(JOB_COLUMNS, found._mapping)
+            found = next(iter(dialect.execute(conn, find)), None)
+            held: dict[str, Any] = {} if found is None else dict(found._mapping)  # raw, as `RAW_JOBS` reads it
+            row = None if found is None else read_row(JOB_COLUMNS, held)
             if row is not None and row.state != DESCHEDULED and row.namespace != self.namespace:
                 return str(row.namespace)  # raised after the (group) commit: see _write_grouped
             if (
@@ -138,8 +171,8 @@ class JobsStore(Transactions):
                 and definition_key(row) == definition.key()
             ):
                 if declared and not row.declared:
-                    marked = update(jobs).where(jobs.c.job_id == definition.job_id).values(declared=True)
-                    row = read_row(JOB_COLUMNS, self.dialect.update_returning(conn, marked, *RAW_JOBS)[0]._mapping)
+                    dialect.execute(conn, Sql(_MARK_DECLARED, (True, definition.job_id)))
+                    row = read_row(JOB_COLUMNS, {**held, "declared": True})
                 return Upserted(to_job(row), "unchanged", None)  # FIELD-REPORTS #1: keep generation and grid
             policies = definition.policies
             # A generation is never reused, also after deschedule (no ABA); the row
@@ -150,13 +183,17 @@ class JobsStore(Transactions):
             columns = policies.columns()
             # A replacement keeps an operator's pause: a re-deploy must not resume a paused job.
             paused = row is not None and row.state != DESCHEDULED and bool(row.paused)
+            # Driver values (timestamps by bind_instant, as UTCDateTime stores them: tests/store/test_driver_sql.py).
             values: dict[str, Any] = {
                 "target": definition.target,
                 "args": definition.args_json,
                 "kwargs": definition.kwargs_json,
-                **columns,
-                "first_run_at": to_datetime(anchor),
-                "next_run_at": to_datetime(first),
+                **{
+                    name: at(from_datetime(value)) if value is not None and name in _INSTANT_COLUMNS else value
+                    for name, value in columns.items()
+                },
+                "first_run_at": at(anchor),
+                "next_run_at": at(first),
                 "generation": generation,
                 "state": FINISHED if plan.is_over(first) else SCHEDULED,
                 "paused": paused,
@@ -167,27 +204,29 @@ class JobsStore(Transactions):
                 "run_count": 0,
                 "error_count": 0,
                 "last_outcome": None,
-                "updated_at": to_datetime(now),
+                "updated_at": at(now),
                 "change_seq": self._bump_change_seq(conn),
                 "namespace": self.namespace,
                 "declared": declared,
             }
-            write: Insert | Update
+            # Written without RETURNING: the row as stored is the one read above (held since)
+            # with these values over it, read by the same `read_row` (tests/store/test_churn_sql.py
+            # reads it back on every engine).
             change: Literal["created", "replaced"]
+            written: dict[str, Any]
             if row is None:
                 change = "created"
-                write = jobs.insert().values(job_id=definition.job_id, created_at=to_datetime(now), **values)
+                written = {"job_id": definition.job_id, "created_at": at(now), **values}
+                dialect.execute(conn, Sql(_insert_job(tuple(written)), tuple(written.values())))
             else:
                 change = "replaced" if row.state != DESCHEDULED else "created"
                 if "created_at" in row.problems:  # the replacement is the fix the listing asked for
-                    values["created_at"] = to_datetime(now)
-                write = update(jobs).where(jobs.c.job_id == definition.job_id).values(**values)
-            written = (
-                self.dialect.insert_returning(conn, write, *RAW_JOBS)
-                if isinstance(write, Insert)
-                else self.dialect.update_returning(conn, write, *RAW_JOBS)
-            )[0]
-            stored = read_row(JOB_COLUMNS, written._mapping)
+                    values["created_at"] = at(now)
+                done = dialect.execute(conn, Sql(_replace_job(tuple(values)), (*values.values(), definition.job_id)))
+                if done.rowcount != 1:  # cannot happen: the row is held (write lock, or FOR UPDATE)
+                    raise StoreError(self.url, f"schedule of {definition.job_id!r}: its row went away")
+                written = {**held, **values}
+            stored = read_row(JOB_COLUMNS, written)
             due = None if stored.state != SCHEDULED or paused else plan.due_at(first, None)
             return Upserted(to_job(stored), change, due)
 
@@ -210,15 +249,13 @@ class JobsStore(Transactions):
     def deschedule_job(self, job_id: str, now: Instant) -> int | None:
         """Mark the job descheduled; return the generation descheduled, None if there was no active job."""
 
+        active = Sql(_ACTIVE_JOB, (job_id, DESCHEDULED, self.namespace))
+
         def body(conn: Connection) -> int | None:
-            row = self.dialect.update_returning_one(
-                conn,
-                update(jobs)
-                .where(jobs.c.job_id == job_id, jobs.c.state != DESCHEDULED, self._mine)
-                .values(**self._descheduled(conn, now)),
-                *raw_columns([jobs.c.generation]),
-            )
-            return None if row is None else generation_of(row.generation)
+            # The counter first, as `_descheduled` (its value is written into the row).
+            assignments = Sql(_DESCHEDULE, (DESCHEDULED, self.dialect.bind_instant(now), self._bump_change_seq(conn)))
+            rows = self.dialect.update_sql(conn, jobs, assignments, active, "generation")
+            return generation_of(rows[0].generation) if rows else None
 
         return self._write_grouped(body, "deschedule")
 
