@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeVar
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
@@ -29,7 +29,7 @@ from .._instant import Instant, from_datetime, to_datetime
 from .._policy import JobPlan, place_grid
 from .._schema import UTCDateTime, changes, jobs, runs
 from ..errors import InvalidJobError, StoreError
-from ._rows import raw_columns, read_row
+from ._rows import StoredRow, raw_columns, read_row
 from ._tx import Transactions
 from .dialects import Sql, marks
 from .mappers import (
@@ -64,7 +64,6 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
     from .._models import Job, JobDefinition
-    from ._rows import StoredRow
 
 
 logger = logging.getLogger(__name__)
@@ -125,6 +124,14 @@ _ACTIVE_JOB: Final = "job_id = ? AND state <> ? AND namespace = ?"  # (job_id, D
 _DESCHEDULE: Final = "state = ?, owner = NULL, lease_until = NULL, updated_at = ?, change_seq = ?"
 
 
+class _Written(NamedTuple):
+    """What an upsert's body did: the row it kept (read), or the driver values it wrote over it."""
+
+    row: StoredRow | dict[str, Any]
+    change: Literal["created", "replaced", "unchanged"]
+    due: Instant | None
+
+
 def _next_generation(conn: Connection, row: StoredRow) -> int:
     """The generation a replacement of `row` gets: never one used before (no ABA)."""
     if "generation" not in row.problems:
@@ -158,7 +165,10 @@ class JobsStore(Transactions):
         at = dialect.bind_instant
         find = Sql(dialect.locking_sql(_FIND_JOB), (definition.job_id,))
 
-        def body(conn: Connection) -> Upserted | str:  # str: the namespace that holds the id
+        # The body returns the row (read, or the driver values written) and the Job is made from it
+        # after the commit, on the caller's thread: the group's transaction holds SQLite's write lock
+        # and the other callers of its group, and need not wait for pydantic (issue 14).
+        def body(conn: Connection) -> _Written | str:  # str: the namespace that holds the id
             found = next(iter(dialect.execute(conn, find)), None)
             held: dict[str, Any] = {} if found is None else dict(found._mapping)  # raw, as `RAW_JOBS` reads it
             row = None if found is None else read_row(JOB_COLUMNS, held)
@@ -173,7 +183,7 @@ class JobsStore(Transactions):
                 if declared and not row.declared:
                     dialect.execute(conn, Sql(_MARK_DECLARED, (True, definition.job_id)))
                     row = read_row(JOB_COLUMNS, {**held, "declared": True})
-                return Upserted(to_job(row), "unchanged", None)  # FIELD-REPORTS #1: keep generation and grid
+                return _Written(row, "unchanged", None)  # FIELD-REPORTS #1: keep generation and grid
             policies = definition.policies
             # A generation is never reused, also after deschedule (no ABA); the row
             # is held (write lock, or FOR UPDATE), so the next one is known here.
@@ -183,7 +193,7 @@ class JobsStore(Transactions):
             columns = policies.columns()
             # A replacement keeps an operator's pause: a re-deploy must not resume a paused job.
             paused = row is not None and row.state != DESCHEDULED and bool(row.paused)
-            # Driver values (timestamps by bind_instant, as UTCDateTime stores them: tests/store/test_driver_sql.py).
+            # Driver values (timestamps by bind_instant, as UTCDateTime stores them: tests/store/test_churn_sql.py).
             values: dict[str, Any] = {
                 "target": definition.target,
                 "args": definition.args_json,
@@ -226,9 +236,8 @@ class JobsStore(Transactions):
                 if done.rowcount != 1:  # cannot happen: the row is held (write lock, or FOR UPDATE)
                     raise StoreError(self.url, f"schedule of {definition.job_id!r}: its row went away")
                 written = {**held, **values}
-            stored = read_row(JOB_COLUMNS, written)
-            due = None if stored.state != SCHEDULED or paused else plan.due_at(first, None)
-            return Upserted(to_job(stored), change, due)
+            due = None if values["state"] != SCHEDULED or paused else plan.due_at(first, None)
+            return _Written(written, change, due)
 
         for _ in range(3):
             try:
@@ -243,7 +252,10 @@ class JobsStore(Transactions):
                     f"{definition.job_id!r} is a job of namespace {done!r} (job ids are unique in a database); "
                     f"choose another id, e.g. {self.namespace + '.' + definition.job_id!r}",
                 )
-            return done
+            found, change, due = done
+            return Upserted(
+                to_job(found if isinstance(found, StoredRow) else read_row(JOB_COLUMNS, found)), change, due
+            )
         raise StoreError(self.url, f"schedule of {definition.job_id!r} kept conflicting")
 
     def deschedule_job(self, job_id: str, now: Instant) -> int | None:
