@@ -23,6 +23,8 @@ def main() -> None:
     p = c.parser(__doc__ or "")
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--window", type=float, default=10.0)
+    p.add_argument("--profile", action="store_true", help="pyinstrument report of the churn threads on stderr")
+    p.add_argument("--show-all", action="store_true", help="with --profile: do not hide library frames")
     args = p.parse_args()
     log = c.quiet_logging()
     path = c.db_path(args.dir)
@@ -76,14 +78,25 @@ def main() -> None:
             if not first_error:
                 first_error.append(f"{type(exc).__name__}: {exc}"[:200])
 
+    sessions: list[Any] = []
+
     def churn(t: int) -> None:
+        profiler = None
+        if args.profile:
+            from pyinstrument import Profiler
+
+            profiler = Profiler(interval=0.001, async_mode="disabled")
         barrier.wait()
+        if profiler is not None:
+            profiler.start()
         i = 0
         while time.monotonic() < deadline[0]:
             job_id = f"c{t}-{i}"
             i += 1
             for call in (add, remove):
                 attempt(t, call, job_id)
+        if profiler is not None:
+            sessions.append(profiler.stop())
 
     threads = [threading.Thread(target=churn, args=(t,), daemon=True) for t in range(args.threads)]
     for thread in threads:
@@ -106,7 +119,27 @@ def main() -> None:
         **c.log_summary(log),
     )
     c.emit(record)
+    if sessions:
+        _report(sessions, args.show_all, f"churn, {args.system}, {args.threads} threads: {record['ops_per_s']} ops/s")
     c.finish()
+
+
+def _report(sessions: list[Any], show_all: bool, title: str) -> None:
+    """Print the combined pyinstrument report of the churn threads on stderr."""
+    import sys
+
+    from pyinstrument.renderers import ConsoleRenderer
+    from pyinstrument.session import Session
+
+    combined = sessions[0]
+    for session in sessions[1:]:
+        combined = Session.combine(combined, session)
+    flat = ConsoleRenderer(unicode=True, color=False, flat=True, flat_time="self", show_all=show_all)
+    tree = ConsoleRenderer(unicode=True, color=False, time="percent_of_total", show_all=show_all)
+    out = sys.stderr
+    out.write(f"# {title} (profiled); {len(sessions)} threads, wall time summed over threads\n")
+    out.write("## self time, flat\n" + flat.render(combined))
+    out.write("## call tree\n" + tree.render(combined))
 
 
 if __name__ == "__main__":

@@ -17,19 +17,21 @@ instances poll to pick changes up (SPEC-multi).
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeVar
 
-from sqlalchemy import Insert, Update, or_, select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from .. import _triggers
 from .._instant import Instant, from_datetime, to_datetime
 from .._policy import JobPlan, place_grid
-from .._schema import changes, jobs, runs
+from .._schema import UTCDateTime, changes, jobs, runs
 from ..errors import InvalidJobError, StoreError
-from ._rows import raw_columns, read_row
+from ._rows import StoredRow, raw_columns, read_row
 from ._tx import Transactions
+from .dialects import Sql, marks
 from .mappers import (
     CLOCK_STEP_FLOOR,
     DESCHEDULED,
@@ -62,7 +64,6 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
     from .._models import Job, JobDefinition
-    from ._rows import StoredRow
 
 
 logger = logging.getLogger(__name__)
@@ -96,6 +97,44 @@ _Inspected = tuple[Instant, str, int, bool]  # (due_at, job_id, generation, run-
 _DUE_COLUMNS: Final = [jobs.c.next_run_at, jobs.c.job_id, jobs.c.generation, jobs.c.jitter_seconds, jobs.c.run_now_at]
 
 
+# schedule() and deschedule() in driver SQL, built once (issue 14, "Speed 2"): per call, SQLAlchemy's
+# statement construction, cache keys and bind processing cost more than the database's work (as on
+# the dispatch path, claims.py). Timestamps are bound raw (`Dialect.bind_instant`); rows are read raw
+# by `read_row`, as `RAW_JOBS` reads them.
+_JOB_SELECT: Final = ", ".join(column.name for column in JOB_COLUMNS)
+_FIND_JOB: Final = f"SELECT {_JOB_SELECT} FROM persched_jobs WHERE job_id = ?"  # noqa: S608 - ours
+# Whether the id has a row, locking it (`locking_sql`): a result's columns cost SQLAlchemy about 1.5 µs
+# each to describe, also when no row comes back, so a new id is looked for with one (issue 14).
+_PROBE_JOB: Final = "SELECT state FROM persched_jobs WHERE job_id = ?"
+_INSTANT_COLUMNS: Final = frozenset(column.name for column in jobs.c if isinstance(column.type, UTCDateTime))
+_MARK_DECLARED: Final = "UPDATE persched_jobs SET declared = ? WHERE job_id = ?"
+
+
+@functools.lru_cache(maxsize=16)
+def _insert_job(names: tuple[str, ...]) -> str:
+    """The INSERT of a new job's row, its columns `names` (each schedule() writes the same ones)."""
+    return f"INSERT INTO persched_jobs ({', '.join(names)}) VALUES ({marks(len(names))})"  # noqa: S608 - ours
+
+
+@functools.lru_cache(maxsize=16)
+def _replace_job(names: tuple[str, ...]) -> str:
+    """The UPDATE that replaces a job's row by its job_id, writing the columns `names`."""
+    return f"UPDATE persched_jobs SET {', '.join(f'{name} = ?' for name in names)} WHERE job_id = ?"  # noqa: S608
+
+
+_ACTIVE_JOB: Final = "job_id = ? AND state <> ? AND namespace = ?"  # (job_id, DESCHEDULED, namespace)
+# As `JobsStore._descheduled`: (DESCHEDULED, updated_at, change_seq).
+_DESCHEDULE: Final = "state = ?, owner = NULL, lease_until = NULL, updated_at = ?, change_seq = ?"
+
+
+class _Written(NamedTuple):
+    """What an upsert's body did: the row it kept (read), or the driver values it wrote over it."""
+
+    row: StoredRow | dict[str, Any]
+    change: Literal["created", "replaced", "unchanged"]
+    due: Instant | None
+
+
 def _next_generation(conn: Connection, row: StoredRow) -> int:
     """The generation a replacement of `row` gets: never one used before (no ABA)."""
     if "generation" not in row.problems:
@@ -125,10 +164,20 @@ class JobsStore(Transactions):
             InvalidJobError: The id belongs to an active job of another namespace.
         """
 
-        def body(conn: Connection) -> Upserted | str:  # str: the namespace that holds the id
-            query = select(*RAW_JOBS).where(jobs.c.job_id == definition.job_id)
-            found = conn.execute(self.dialect.lock_rows(query)).first()
-            row = None if found is None else read_row(JOB_COLUMNS, found._mapping)
+        dialect = self.dialect
+        at = dialect.bind_instant
+        probe = Sql(dialect.locking_sql(_PROBE_JOB), (definition.job_id,))
+        find = Sql(_FIND_JOB, (definition.job_id,))
+
+        # The body returns the row (read, or the driver values written) and the Job is made from it
+        # after the commit, on the caller's thread: the group's transaction holds SQLite's write lock
+        # and the other callers of its group, and need not wait for pydantic (issue 14).
+        def body(conn: Connection) -> _Written | str:  # str: the namespace that holds the id
+            # A probe first, holding the row: a new id (the usual schedule()) reads one column, not all.
+            known = next(iter(dialect.execute(conn, probe)), None) is not None
+            found = next(iter(dialect.execute(conn, find)), None) if known else None
+            held: dict[str, Any] = {} if found is None else dict(found._mapping)  # raw, as `RAW_JOBS` reads it
+            row = None if found is None else read_row(JOB_COLUMNS, held)
             if row is not None and row.state != DESCHEDULED and row.namespace != self.namespace:
                 return str(row.namespace)  # raised after the (group) commit: see _write_grouped
             if (
@@ -138,9 +187,9 @@ class JobsStore(Transactions):
                 and definition_key(row) == definition.key()
             ):
                 if declared and not row.declared:
-                    marked = update(jobs).where(jobs.c.job_id == definition.job_id).values(declared=True)
-                    row = read_row(JOB_COLUMNS, self.dialect.update_returning(conn, marked, *RAW_JOBS)[0]._mapping)
-                return Upserted(to_job(row), "unchanged", None)  # FIELD-REPORTS #1: keep generation and grid
+                    dialect.execute(conn, Sql(_MARK_DECLARED, (True, definition.job_id)))
+                    row = read_row(JOB_COLUMNS, {**held, "declared": True})
+                return _Written(row, "unchanged", None)  # FIELD-REPORTS #1: keep generation and grid
             policies = definition.policies
             # A generation is never reused, also after deschedule (no ABA); the row
             # is held (write lock, or FOR UPDATE), so the next one is known here.
@@ -150,13 +199,17 @@ class JobsStore(Transactions):
             columns = policies.columns()
             # A replacement keeps an operator's pause: a re-deploy must not resume a paused job.
             paused = row is not None and row.state != DESCHEDULED and bool(row.paused)
+            # Driver values (timestamps by bind_instant, as UTCDateTime stores them: tests/store/test_churn_sql.py).
             values: dict[str, Any] = {
                 "target": definition.target,
                 "args": definition.args_json,
                 "kwargs": definition.kwargs_json,
-                **columns,
-                "first_run_at": to_datetime(anchor),
-                "next_run_at": to_datetime(first),
+                **{
+                    name: at(from_datetime(value)) if value is not None and name in _INSTANT_COLUMNS else value
+                    for name, value in columns.items()
+                },
+                "first_run_at": at(anchor),
+                "next_run_at": at(first),
                 "generation": generation,
                 "state": FINISHED if plan.is_over(first) else SCHEDULED,
                 "paused": paused,
@@ -167,29 +220,30 @@ class JobsStore(Transactions):
                 "run_count": 0,
                 "error_count": 0,
                 "last_outcome": None,
-                "updated_at": to_datetime(now),
+                "updated_at": at(now),
                 "change_seq": self._bump_change_seq(conn),
                 "namespace": self.namespace,
                 "declared": declared,
             }
-            write: Insert | Update
+            # Written without RETURNING: the row as stored is the one read above (held since)
+            # with these values over it, read by the same `read_row` (tests/store/test_churn_sql.py
+            # reads it back on every engine).
             change: Literal["created", "replaced"]
+            written: dict[str, Any]
             if row is None:
                 change = "created"
-                write = jobs.insert().values(job_id=definition.job_id, created_at=to_datetime(now), **values)
+                written = {"job_id": definition.job_id, "created_at": at(now), **values}
+                dialect.execute(conn, Sql(_insert_job(tuple(written)), tuple(written.values())))
             else:
                 change = "replaced" if row.state != DESCHEDULED else "created"
                 if "created_at" in row.problems:  # the replacement is the fix the listing asked for
-                    values["created_at"] = to_datetime(now)
-                write = update(jobs).where(jobs.c.job_id == definition.job_id).values(**values)
-            written = (
-                self.dialect.insert_returning(conn, write, *RAW_JOBS)
-                if isinstance(write, Insert)
-                else self.dialect.update_returning(conn, write, *RAW_JOBS)
-            )[0]
-            stored = read_row(JOB_COLUMNS, written._mapping)
-            due = None if stored.state != SCHEDULED or paused else plan.due_at(first, None)
-            return Upserted(to_job(stored), change, due)
+                    values["created_at"] = at(now)
+                done = dialect.execute(conn, Sql(_replace_job(tuple(values)), (*values.values(), definition.job_id)))
+                if done.rowcount != 1:  # cannot happen: the row is held (write lock, or FOR UPDATE)
+                    raise StoreError(self.url, f"schedule of {definition.job_id!r}: its row went away")
+                written = {**held, **values}
+            due = None if values["state"] != SCHEDULED or paused else plan.due_at(first, None)
+            return _Written(written, change, due)
 
         for _ in range(3):
             try:
@@ -204,21 +258,22 @@ class JobsStore(Transactions):
                     f"{definition.job_id!r} is a job of namespace {done!r} (job ids are unique in a database); "
                     f"choose another id, e.g. {self.namespace + '.' + definition.job_id!r}",
                 )
-            return done
+            found, change, due = done
+            return Upserted(
+                to_job(found if isinstance(found, StoredRow) else read_row(JOB_COLUMNS, found)), change, due
+            )
         raise StoreError(self.url, f"schedule of {definition.job_id!r} kept conflicting")
 
     def deschedule_job(self, job_id: str, now: Instant) -> int | None:
         """Mark the job descheduled; return the generation descheduled, None if there was no active job."""
 
+        active = Sql(_ACTIVE_JOB, (job_id, DESCHEDULED, self.namespace))
+
         def body(conn: Connection) -> int | None:
-            row = self.dialect.update_returning_one(
-                conn,
-                update(jobs)
-                .where(jobs.c.job_id == job_id, jobs.c.state != DESCHEDULED, self._mine)
-                .values(**self._descheduled(conn, now)),
-                *raw_columns([jobs.c.generation]),
-            )
-            return None if row is None else generation_of(row.generation)
+            # The counter first, as `_descheduled` (its value is written into the row).
+            assignments = Sql(_DESCHEDULE, (DESCHEDULED, self.dialect.bind_instant(now), self._bump_change_seq(conn)))
+            rows = self.dialect.update_sql(conn, jobs, assignments, active, "generation")
+            return generation_of(rows[0].generation) if rows else None
 
         return self._write_grouped(body, "deschedule")
 

@@ -169,8 +169,16 @@ def plan_at(row: StoredRow, generation: int, *, with_start: bool = False) -> Job
 def _cached_plan(job_id: str, generation: int, anchor: Instant, stored: Policies) -> JobPlan:
     # Checked like schedule()'s arguments, once per definition: a row written by
     # something else (a hand-made UPDATE) fails here, not deep inside a decision.
-    check_stored(stored)
+    _checked(stored)
     return JobPlan.of(job_id, generation, anchor, stored)
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked(stored: Policies) -> None:
+    # `check_stored` depends on the policies alone (a failure raises, and is not cached): a job
+    # scheduled anew (a new id, a new generation) shares its policies' check with the others
+    # (issue 14: half of `to_job` in schedule()/deschedule() churn).
+    check_stored(stored)
 
 
 def regrid(row: StoredRow, plan: JobPlan, corrected: Instant, change_seq: int) -> dict[str, Any]:

@@ -38,16 +38,26 @@ WAITING = 6  # writers queued behind the held leader
 
 
 def _hold_first_write(store: Store) -> tuple[threading.Event, list[int], Callable[..., Any]]:
-    """Wrap `store._write`: the first call waits until released; count the calls."""
+    """Wrap `store._write`: the first transaction, its group taken and its bodies run, waits
+    until released before it commits; count the calls (the first once it waits: a write
+    queued before the leader took its group joins that group)."""
     release = threading.Event()
     calls: list[int] = []
     real = store._write
+    first = threading.Lock()
 
     def write(body: Callable[[Connection], Any], what: str) -> Any:  # noqa: ANN401 - the body's result
-        calls.append(1)
-        if len(calls) == 1:
+        if not first.acquire(blocking=False):
+            calls.append(1)
+            return real(body, what)
+
+        def held(conn: Connection) -> Any:  # noqa: ANN401 - the body's result
+            result = body(conn)
+            calls.append(1)
             assert release.wait(TIMEOUT), "never released"
-        return real(body, what)
+            return result
+
+        return real(held, what)
 
     return release, calls, write
 

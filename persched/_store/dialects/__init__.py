@@ -120,6 +120,29 @@ class Dialect:
         sql = f"{into} ON CONFLICT DO NOTHING RETURNING {returning}"
         return list(self.execute(conn, Sql(sql, tuple(value for row in rows for value in row))))
 
+    def locking_sql(self, query: str) -> str:
+        """`lock_rows` in driver SQL: the SELECT `query`, locking the rows it reads until the transaction ends."""
+        return f"{query} FOR UPDATE"
+
+    def update_sql(
+        self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, columns: str
+    ) -> list[Row[Any]]:
+        """`update_returning` in driver SQL: ``UPDATE table SET assignments WHERE predicate``;
+        the `columns` (a select list) of the rows it changed, read raw."""
+        sql = f"UPDATE {table.name} SET {assignments.text} WHERE {predicate.text} RETURNING {columns}"  # noqa: S608 - ours
+        return list(self.execute(conn, Sql(sql, assignments.params + predicate.params)))
+
+    def update_key_sql(
+        self, conn: Connection, table: Table, assignments: Sql, key: object, columns: str
+    ) -> Row[Any] | None:
+        """`update_sql` of the one row whose primary key is `key`: that row as written, or None if there is none.
+
+        For a row this transaction holds already (read with `locking_sql`) or
+        one the UPDATE itself locks: by its key, no other row is looked at.
+        """
+        (name,) = (column.name for column in table.primary_key.columns)
+        return next(iter(self.update_sql(conn, table, assignments, Sql(f"{name} = ?", (key,)), columns)), None)
+
     def claim(self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, columns: str) -> list[Row[Any]]:
         """The conditional claim, in driver SQL: ``UPDATE table SET assignments WHERE predicate``;
         the `columns` (a select list) of the rows it changed, read raw.

@@ -29,7 +29,10 @@ waits for this commit. (MySQL refuses the PostgreSQL form, an UPDATE whose
 subquery selects from the table it updates: error 1093.)
 
 Every other ``UPDATE … RETURNING`` is steps 2 to 4 with a plain
-``FOR UPDATE`` (`update_returning`), ``INSERT … RETURNING`` an INSERT and a
+``FOR UPDATE`` (`update_returning`, `update_sql`), but an UPDATE of one
+row by its primary key that the transaction holds already, or that the
+UPDATE itself locks (the change counter), which is the UPDATE and a read by
+that key (`update_key_sql`); ``INSERT … RETURNING`` is an INSERT and a
 read by primary key (`insert_returning`); history rows in one multi-row
 ``INSERT … RETURNING`` on MariaDB (10.5+), one INSERT each on MySQL 8, which
 has no ``RETURNING`` at all (`insert_new`). History rows skip a slot the
@@ -117,6 +120,31 @@ class MySQLDialect(Dialect):
     def insert_returning(self, conn: Connection, stmt: Insert, *columns: ColumnElement[Any]) -> list[Row[Any]]:
         (inserted,) = conn.execute(stmt).inserted_primary_key or (None,)
         return list(conn.execute(select(*columns).where(_key(stmt.table) == inserted)))  # type: ignore[arg-type]  # one table
+
+    def update_sql(
+        self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, columns: str
+    ) -> list[Row[Any]]:
+        # As update_returning, in driver SQL: lock, change exactly those rows, read them back.
+        key = _key(table).name
+        locking = f"SELECT {key} FROM {table.name} WHERE {predicate.text} FOR UPDATE"  # noqa: S608 - ours
+        keys = tuple(row[0] for row in self.execute(conn, Sql(locking, predicate.params)))
+        if not keys:
+            return []
+        mine = Sql(f"{key} IN ({marks(len(keys))})", keys)
+        where = Sql.join((predicate, mine), " AND ")
+        change = f"UPDATE {table.name} SET {assignments.text} WHERE {where.text}"  # noqa: S608 - ours
+        self.execute(conn, Sql(change, assignments.params + where.params))
+        return list(self.execute(conn, Sql(f"SELECT {columns} FROM {table.name} WHERE {mine.text}", mine.params)))  # noqa: S608
+
+    def update_key_sql(
+        self, conn: Connection, table: Table, assignments: Sql, key: object, columns: str
+    ) -> Row[Any] | None:
+        # The row is held already, or the UPDATE locks it (by its key): no locking read first.
+        name = _key(table).name
+        change = f"UPDATE {table.name} SET {assignments.text} WHERE {name} = ?"  # noqa: S608 - ours
+        self.execute(conn, Sql(change, (*assignments.params, key)))
+        read = f"SELECT {columns} FROM {table.name} WHERE {name} = ?"  # noqa: S608 - ours
+        return next(iter(self.execute(conn, Sql(read, (key,)))), None)
 
     def insert_new(
         self, conn: Connection, table: Table, names: Sequence[str], rows: list[tuple[Any, ...]], returning: str

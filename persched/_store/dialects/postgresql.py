@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 # pg_advisory_xact_lock key of migrations: b"persched" as a 64-bit integer (its top bit is 0).
 _MIGRATION_LOCK_KEY: Final = int.from_bytes(b"persched", "big")
 CHANGES_CHANNEL: Final = "persched_changes"  # LISTEN / NOTIFY channel of the change counter
+_ANNOUNCE: Final = Sql("SELECT pg_notify(?, current_schema())", (CHANGES_CHANNEL,))
 
 
 class PostgreSQLDialect(Dialect):
@@ -76,7 +77,7 @@ class PostgreSQLDialect(Dialect):
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
 
     def announce_change(self, conn: Connection) -> None:
-        conn.execute(text("SELECT pg_notify(:channel, current_schema())"), {"channel": CHANGES_CHANNEL})
+        self.execute(conn, _ANNOUNCE)  # driver SQL: once per write transaction of schedule() and the like
 
     def change_listener(self, raw: DBAPIConnection) -> _Listener:
         pg = cast("psycopg.Connection[Any]", raw)

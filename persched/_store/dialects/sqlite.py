@@ -46,6 +46,9 @@ class SQLiteDialect(Dialect):
     def lock_rows(self, query: Select[Any]) -> Select[Any]:
         return query  # BEGIN IMMEDIATE holds the write lock already (SQLite ignores FOR UPDATE)
 
+    def locking_sql(self, query: str) -> str:
+        return query  # as lock_rows
+
     def lock_first(self, conn: Connection, query: Select[Any], limit: int) -> list[Row[Any]]:
         return list(conn.execute(query.limit(limit)))  # one writer at a time: BEGIN IMMEDIATE holds the lock
 
