@@ -254,6 +254,10 @@ def test_a_row_ahead_of_the_clock_beyond_the_first_sweep_batch_is_corrected_in_t
         for n in range(10):
             writer.schedule(f"job{n}", jobs.record, 0.5, args=(f"job{n}",))  # job9 sorts last: a later batch
     corrected = FakeClock(START + 20)  # the clock was put right; the process restarted
+
+    def warned() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "further ahead than its schedule allows" in r.message]
+
     with caplog.at_level(logging.WARNING, logger="persched"):
         sched = _scheduler(schedulers, url, corrected)
         sched.start()
@@ -261,8 +265,9 @@ def test_a_row_ahead_of_the_clock_beyond_the_first_sweep_batch_is_corrected_in_t
             lambda: all(job.generation == 2 for job in sched.jobs()),
             message="the background sweep did not correct every row",
         )
-    warned = [r.getMessage() for r in caplog.records if "further ahead than its schedule allows" in r.message]
-    assert len(warned) == 10
+        # Each warning is logged after the commit that corrects its row: wait for the last one too.
+        wait_until(lambda: len(warned()) >= 10, message="a corrected row was not reported")
+    assert len(warned()) == 10
     corrected.advance(0.5)
     assert sched.wait_idle(TIMEOUT)
     assert all(len(jobs.calls(f"job{n}")) == 1 for n in range(10))  # within one interval
