@@ -128,13 +128,7 @@ class MySQLDialect(Dialect):
         key = _key(table).name
         locking = f"SELECT {key} FROM {table.name} WHERE {predicate.text} FOR UPDATE"  # noqa: S608 - ours
         keys = tuple(row[0] for row in self.execute(conn, Sql(locking, predicate.params)))
-        if not keys:
-            return []
-        mine = Sql(f"{key} IN ({marks(len(keys))})", keys)
-        where = Sql.join((predicate, mine), " AND ")
-        change = f"UPDATE {table.name} SET {assignments.text} WHERE {where.text}"  # noqa: S608 - ours
-        self.execute(conn, Sql(change, assignments.params + where.params))
-        return list(self.execute(conn, Sql(f"SELECT {columns} FROM {table.name} WHERE {mine.text}", mine.params)))  # noqa: S608
+        return self._update_held(conn, table, assignments, predicate, keys, columns)
 
     def update_key_sql(
         self, conn: Connection, table: Table, assignments: Sql, key: object, columns: str
@@ -183,9 +177,17 @@ class MySQLDialect(Dialect):
         candidates = Sql.join((predicate, Sql(f"{key} IN ({marks(len(claimable))})", claimable)), " AND ")
         locking = f"SELECT {key} FROM {table.name} WHERE {candidates.text} FOR UPDATE SKIP LOCKED"  # noqa: S608
         free = tuple(row[0] for row in self.execute(conn, Sql(locking, candidates.params)))
-        if not free:
+        return self._update_held(conn, table, assignments, predicate, free, columns)
+
+    def _update_held(
+        self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, held: tuple[Any, ...], columns: str
+    ) -> list[Row[Any]]:
+        """The claim's steps 3 and 4 (module docstring): change the rows of the keys `held`, which
+        this transaction has locked, where `predicate` still holds; read them back."""
+        if not held:
             return []
-        mine = Sql(f"{key} IN ({marks(len(free))})", free)
+        key = _key(table).name
+        mine = Sql(f"{key} IN ({marks(len(held))})", held)
         where = Sql.join((predicate, mine), " AND ")
         change = f"UPDATE {table.name} SET {assignments.text} WHERE {where.text}"  # noqa: S608 - ours
         self.execute(conn, Sql(change, assignments.params + where.params))
