@@ -123,7 +123,8 @@ def _replace_job(names: tuple[str, ...]) -> str:
 
 
 _ACTIVE_JOB: Final = "job_id = ? AND state <> ? AND namespace = ?"  # (job_id, DESCHEDULED, namespace)
-# As `JobsStore._descheduled`: (DESCHEDULED, updated_at, change_seq).
+_DECLARED_JOBS: Final = "state <> ? AND declared = ? AND namespace = ?"  # (DESCHEDULED, True, namespace)
+# What a deschedule writes (`JobsStore._descheduled`): (DESCHEDULED, updated_at, change_seq).
 _DESCHEDULE: Final = "state = ?, owner = NULL, lease_until = NULL, updated_at = ?, change_seq = ?"
 
 
@@ -270,38 +271,27 @@ class JobsStore(Transactions):
         active = Sql(_ACTIVE_JOB, (job_id, DESCHEDULED, self.namespace))
 
         def body(conn: Connection) -> int | None:
-            # The counter first, as `_descheduled` (its value is written into the row).
-            assignments = Sql(_DESCHEDULE, (DESCHEDULED, self.dialect.bind_instant(now), self._bump_change_seq(conn)))
-            rows = self.dialect.update_sql(conn, jobs, assignments, active, "generation")
+            rows = self.dialect.update_sql(conn, jobs, self._descheduled(conn, now), active, "generation")
             return generation_of(rows[0].generation) if rows else None
 
         return self._write_grouped(body, "deschedule")
 
-    def _descheduled(self, conn: Connection, now: Instant) -> dict[str, Any]:
-        """The columns a deschedule writes (the row stays: its generation is never reused)."""
-        return {
-            "state": DESCHEDULED,
-            "owner": None,
-            "lease_until": None,
-            "updated_at": to_datetime(now),
-            "change_seq": self._bump_change_seq(conn),
-        }
+    def _descheduled(self, conn: Connection, now: Instant) -> Sql:
+        """What a deschedule writes (the row stays: its generation is never reused); the counter is
+        bumped here, first, as its value is written into the row."""
+        return Sql(_DESCHEDULE, (DESCHEDULED, self.dialect.bind_instant(now), self._bump_change_seq(conn)))
 
     def prune_declared(self, keep: Collection[str], now: Instant) -> list[tuple[str, int]]:
         """Deschedule this namespace's declared jobs whose id is not in `keep`; return (job_id, generation) of each."""
 
         def body(conn: Connection) -> list[tuple[str, int]]:
-            gone = [jobs.c.state != DESCHEDULED, jobs.c.declared.is_(True), self._mine]
+            gone = Sql(_DECLARED_JOBS, (DESCHEDULED, True, self.namespace))
             if keep:
-                gone.append(jobs.c.job_id.not_in(list(keep)))
-            if conn.execute(select(jobs.c.job_id).where(*gone).limit(1)).first() is None:
+                gone = Sql.join((gone, Sql(f"job_id NOT IN ({marks(len(keep))})", tuple(keep))), " AND ")
+            probe = Sql(f"SELECT job_id FROM persched_jobs WHERE {gone.text} LIMIT 1", gone.params)  # noqa: S608 - ours
+            if next(iter(self.dialect.execute(conn, probe)), None) is None:
                 return []  # nothing to prune: no change to announce
-            rows = self.dialect.update_returning(
-                conn,
-                update(jobs).where(*gone).values(**self._descheduled(conn, now)),
-                jobs.c.job_id,
-                jobs.c.generation,
-            )
+            rows = self.dialect.update_sql(conn, jobs, self._descheduled(conn, now), gone, "job_id, generation")
             return [(row.job_id, int(row.generation)) for row in rows]
 
         return self._write(body, "prune declared jobs")
