@@ -35,7 +35,7 @@ With it, several instances on one database do not race for every slot
 (without it, `persched._runs.RunBook` passes no `search` and requeues every
 lost entry, as described above). An entry
 that lost to another instance's claim (`ClaimMiss.taken`: the row runs, or
-moved past the entry's slot, or is being claimed) is dropped, not pushed
+moved past the entry's slot) is dropped, not pushed
 again: the job is the claimer's, whose completion queues its next slot, so
 each job ends up in the heap of the instance that ran it last and the others
 spend no claim on it. What nobody queues any more (its claimer stopped or

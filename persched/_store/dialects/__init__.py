@@ -150,8 +150,8 @@ class Dialect:
         This UPDATE is the linearization point of a run's start (SPEC §2):
         each row is claimed at most once, by whoever's UPDATE matches it first.
         """
-        sql = f"UPDATE {table.name} SET {assignments.text} WHERE {predicate.text} RETURNING {columns}"  # noqa: S608 - our SQL
-        return list(self.execute(conn, Sql(sql, assignments.params + predicate.params)))
+        # The bare conditional UPDATE ... RETURNING: a subclass's update_sql may lock first (and wait).
+        return Dialect.update_sql(self, conn, table, assignments, predicate, columns)
 
     def execute(self, conn: Connection, statement: Sql) -> Any:  # noqa: ANN401 - the driver's cursor result
         """Run one statement of driver SQL (its parameters raw: timestamps by `bind_instant`)."""
