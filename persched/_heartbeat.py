@@ -29,7 +29,12 @@ that another connection committed (`persched._pickup`): on SQLite a
 PostgreSQL a listener thread woken by NOTIFY, which calls `request_pickup`;
 either way at most once per `pickup_check_seconds`, so that a stream of
 changes is read in batches. Those signals only hurry the pick-up; the poll
-stays its backstop.
+stays its backstop. While no connection commits, the SQLite check backs off,
+each quiet check doubling the wait up to `QUIET_CHECK` (1 s, or
+`pickup_seconds` if that is shorter, and then in the poll's wake-up), and the
+first commit it sees brings it back to `pickup_check_seconds`: an idle
+scheduler wakes about once a second, not ten times, and a change after a
+quiet spell is picked up within a second.
 
 With the bounded heap (`persched._horizon`), the pick-up asks only for the
 changed jobs the heap's refills have passed (later ones are loaded by a
@@ -69,6 +74,7 @@ QueueCallback = Callable[[Instant, str, int], None]
 
 DEFAULT_PICKUP: Final = Micros(US_PER_SECOND)
 DEFAULT_PICKUP_CHECK: Final = Micros(US_PER_SECOND // 10)  # SQLite's data_version check: 100 ms
+QUIET_CHECK: Final = Micros(US_PER_SECOND)  # the longest wait between two checks while nothing commits
 _NEVER: Final = 2**63  # monotonic µs: a task that has nothing left to do
 
 
@@ -88,7 +94,8 @@ class Heartbeat:
             elsewhere, whatever the signals below say; on PostgreSQL also how
             long the listener waits after a failed connect.
         pickup_check: How often to ask SQLite whether another connection
-            committed (``data_version``); also the least time between two
+            committed (``data_version``) while commits come, backing off to
+            `QUIET_CHECK` while none do; also the least time between two
             pick-ups that a signal asked for (a stream of changes is read in
             batches).
         lost: Called with each run this heartbeat recorded as lost (events).
@@ -282,18 +289,25 @@ class Heartbeat:
         if self._sweep is not None:
             next_sweep = next_beat
         owed = False  # a signal asked for a pick-up, which runs at `earliest`
+        check_every: int = self._pickup_check  # microseconds; backs off while nothing commits
         while True:
             with self._cond:
                 owed, self._requested = owed or self._requested, False
+            checked = False
             if self._watch is not None and clock.monotonic_us() >= next_check:
-                next_check = clock.monotonic_us() + self._pickup_check
-                owed = self._watch.changed() or owed
+                checked = True
+                if self._watch.changed():
+                    owed, check_every = True, self._pickup_check
+                else:  # quiet: look half as often each time, down to the poll's rate
+                    check_every = max(self._pickup_check, min(2 * check_every, self._pickup, QUIET_CHECK))
             now = clock.monotonic_us()
             if now >= next_pickup or (owed and now >= earliest):
                 owed = False
                 # At most one pick-up per pickup_check: under a stream of changes each reads many.
                 earliest, next_pickup = now + self._pickup_check, now + self._pickup
                 _guarded(self.pick_up_changes, "picking up changes")
+            if checked:  # no later than the poll, so that a quiet scheduler wakes once for both
+                next_check = min(now + check_every, max(next_pickup, now + self._pickup_check))
             if clock.monotonic_us() >= next_beat:
                 next_beat = clock.monotonic_us() + self._period
                 _guarded(self.beat, "heartbeat")

@@ -182,14 +182,17 @@ class JobScheduler:
             scheduled, replaced or descheduled by other instances or the CLI
             (one cheap read). The bound of the pick-up delay; changes are
             usually picked up much sooner: on PostgreSQL within milliseconds
-            (LISTEN/NOTIFY), on SQLite within `pickup_check_seconds`.
+            (LISTEN/NOTIFY), on SQLite within `pickup_check_seconds` while
+            the database is busy.
         pickup_check_seconds: The least time between two pick-ups that a
             signal asked for (a stream of changes is read in batches); on
             SQLite also how often to ask whether another connection
             committed (``PRAGMA data_version``, which reads no file), the
             only time the change counter is read before `pickup_seconds`.
-            Each check wakes a thread: 0.1 s costs about 0.15% of a core
-            while idle, 0.05 s about 0.35% (benchmarks/idle.py, 100,000 jobs).
+            While no connection commits, the check backs off (each quiet
+            check doubles the wait, up to 1 s) and the first commit seen
+            restores it, so an idle scheduler wakes about once a second and
+            a change after a quiet spell is picked up within a second.
         horizon_seconds: How far ahead the dispatcher keeps jobs in memory
             (at least 2 s): it loads the jobs due within this time, and loads
             more as time moves on, so memory and start-up do not grow with the

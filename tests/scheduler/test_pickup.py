@@ -9,8 +9,10 @@ store through an engine of its own, like another process or the command line.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sqlite3
+import threading
 from typing import TYPE_CHECKING, Final
 
 import pytest
@@ -51,8 +53,8 @@ def _pair(make_scheduler: SchedulerFactory, clock: FakeClock) -> tuple[JobSchedu
     return running, writer
 
 
-def _ran(key: str) -> bool:
-    started = jobs.gate(key).started.wait(TIMEOUT)
+def _ran(key: str, timeout: float = TIMEOUT) -> bool:
+    started = jobs.gate(key).started.wait(timeout)
     jobs.gate(key).release.set()
     return started
 
@@ -81,7 +83,8 @@ def test_a_change_made_elsewhere_is_picked_up_at_the_next_signal_not_the_poll(
     _, writer = _pair(make_scheduler, clock)
     writer.schedule("x", jobs.block, 3600.0, args=("x",), start_in=0)
     clock.advance(CHECK)  # one check, far from the poll
-    assert _ran("x"), "the change was not picked up before the poll"
+    # Without signals it never runs: a short wait proves that (with them it runs within milliseconds).
+    assert _ran("x", TIMEOUT if signals == "kept" else 1.0), "the change was not picked up before the poll"
 
 
 @every_engine
@@ -126,3 +129,76 @@ def test_a_failing_commit_check_reads_the_counter_instead_and_says_so_once(
         assert _ran("x"), "the change was not picked up at the next check"
     failures = [r for r in caplog.records if "checking for commits by other connections failed" in r.message]
     assert len(failures) == 1
+
+
+class _Steps:
+    """Moves `clock` in fine steps and, after each, waits until `sched`'s heartbeat waits on the
+    clock again (it has acted on the step); records the fake monotonic instant of each commit check."""
+
+    STEP: Final = 0.1
+
+    def __init__(self, sched: JobScheduler, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.clock = clock
+        self.checks: list[int] = []
+        self._waits = 0
+        self._cond = sched._heartbeat._cond
+        counted = threading.Condition()
+        self._counted = counted
+        real_wait, real_version = FakeClock.wait, SQLiteDialect.data_version
+
+        def wait(clock_self: FakeClock, cond: threading.Condition, timeout: float | None) -> None:
+            if cond is self._cond:
+                with counted:
+                    self._waits += 1
+                    counted.notify_all()
+            real_wait(clock_self, cond, timeout)
+
+        def data_version(dialect: SQLiteDialect, raw: object) -> int:
+            self.checks.append(clock.monotonic_us())
+            return real_version(dialect, raw)  # type: ignore[arg-type]  # a sqlite3 connection
+
+        monkeypatch.setattr(FakeClock, "wait", wait)
+        monkeypatch.setattr(SQLiteDialect, "data_version", data_version)
+
+    def run(self, seconds: float) -> None:
+        for _ in range(round(seconds / self.STEP)):
+            self._step()
+
+    def _step(self) -> None:
+        with self._counted:
+            before = self._waits
+        self.clock.advance(self.STEP)
+        with self._counted:
+            assert self._counted.wait_for(lambda: self._waits > before, TIMEOUT), "the heartbeat did not wait again"
+
+    def gaps(self) -> list[float]:
+        """Fake seconds between successive checks."""
+        return [round((b - a) / 1e6, 6) for a, b in itertools.pairwise(self.checks)]
+
+
+def test_a_quiet_database_is_checked_less_and_less_often_down_to_once_a_second_then_at_once_after_a_commit(
+    make_scheduler: SchedulerFactory,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Idle CPU (issue 14): each check that finds no commit doubles the wait (0.1 s, 0.2, 0.4, 0.8,
+    then every 1 s); a change made elsewhere is picked up at the next of those checks, and the
+    check is back at `pickup_check_seconds` right after it."""
+    running = make_scheduler(clock=clock, start=True, pickup_seconds=POLL, pickup_check_seconds=0.1)
+    heartbeat_settled(running, clock)
+    steps = _Steps(running, clock, monkeypatch)
+    writer = make_scheduler(clock=clock, pickup_seconds=POLL, pickup_check_seconds=0.1)
+    writer.schedule("warm", jobs.record, 3600.0, args=("warm",))  # the writer's own first commits
+    steps.run(0.1)
+    steps.checks.clear()
+    steps.run(4.0)
+    assert steps.gaps() == [0.2, 0.4, 0.8, 1.0, 1.0]
+    steps.checks.clear()
+    with caplog.at_level(logging.INFO, logger="persched"):
+        writer.schedule("x", jobs.record, 3600.0, args=("x",))  # not due: no claim commits after it
+        steps.run(1.0)  # the next check comes within a second of a quiet spell
+    assert "picked up a change made elsewhere: x" in caplog.text, "the change was not picked up at the next check"
+    seen = steps.checks[0]
+    steps.run(0.5)
+    assert [round((b - seen) / 1e6, 6) for b in steps.checks[1:3]] == [0.1, 0.3], "not back at pickup_check_seconds"
