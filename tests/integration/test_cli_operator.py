@@ -80,14 +80,18 @@ def _job_row(url: str, job_id: str) -> list[tuple[object, ...]]:
 # -- demo ------------------------------------------------------------------------------
 
 
-def test_demo_works_on_a_database_of_its_own(seeded: str, tmp_path: Path) -> None:
+def test_demo_works_on_a_database_of_its_own_and_indents_tracebacks_under_their_line(
+    seeded: str, tmp_path: Path
+) -> None:
+    """One run of the demo (it takes about 10 s) for both: its own database, and its layout."""
     other = f"sqlite:///{tmp_path / 'other.db'}"
     assert persched("--db", other, "migrate").returncode == 0
     # A user's job with an id the demo uses, in both the --db and the PERSCHED_DB database.
     before = {url: _job_row(url, "report") for url in (seeded, other)}
-    demo_tmp = tmp_path / "tmp"
+    demo_tmp, cwd = tmp_path / "tmp", tmp_path / "cwd"
     demo_tmp.mkdir()
-    proc = persched("--db", seeded, "demo", env={"PERSCHED_DB": other, "TMPDIR": str(demo_tmp)})
+    cwd.mkdir()
+    proc = persched("--db", seeded, "demo", env={"PERSCHED_DB": other, "TMPDIR": str(demo_tmp)}, cwd=cwd)
     assert proc.returncode == 0, proc.stderr
     assert {url: _job_row(url, "report") for url in (seeded, other)} == before
     assert sql(seeded, "SELECT count(*) FROM persched_jobs WHERE job_id = 'greet'") == [(0,)]
@@ -96,16 +100,11 @@ def test_demo_works_on_a_database_of_its_own(seeded: str, tmp_path: Path) -> Non
     assert str(demo_db) in proc.stdout
     assert "is not touched" in proc.stdout
     assert sql(f"sqlite:///{demo_db}", "SELECT count(*) FROM persched_runs WHERE job_id = 'greet'")[0][0] > 0
-
-
-def test_demo_tracebacks_are_indented_under_their_line(tmp_path: Path) -> None:
-    proc = persched("demo", env={"TMPDIR": str(tmp_path)}, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    assert list(cwd.iterdir()) == []  # nor the default database
     assert "Traceback" in proc.stdout  # the flaky job's deliberate failure
     # The layout: step lines start with their number; everything else is indented or a header.
     for line in proc.stdout.splitlines():
         assert not line or line[0].isspace() or re.match(r"(\d\. |persched demo |\(|The demo )", line), line
-    assert not (tmp_path / "persched.db").exists()  # nor the default database
 
 
 # -- pipes -----------------------------------------------------------------------------

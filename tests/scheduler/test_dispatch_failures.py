@@ -8,11 +8,12 @@ deschedule(wait=True) and lease renewal rely on.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 from unittest.mock import patch
 
 from tests.support import jobs
-from tests.support.helpers import TIMEOUT, wait_until
+from tests.support.helpers import TIMEOUT, heartbeat_settled, wait_until
 
 if TYPE_CHECKING:
     from persched.testing import FakeClock
@@ -56,10 +57,26 @@ def test_an_unexpected_completion_failure_keeps_the_outcome(
     make_scheduler: SchedulerFactory, fake_clock: FakeClock
 ) -> None:
     sched = make_scheduler(start=True, lease_seconds=3.0, heartbeat_seconds=1.0)
-    store = sched._store
-    with patch.object(store, "finish_runs", side_effect=_failing_once(store.finish_runs)):
+    heartbeat_settled(sched, fake_clock)  # its first round is over: the next beat is the one at 9.5 s
+    store, heartbeat = sched._store, sched._heartbeat
+    beats = threading.Semaphore(0)
+    real_beat = heartbeat.beat
+
+    def beat() -> None:
+        real_beat()
+        beats.release()
+
+    with (
+        patch.object(store, "finish_runs", side_effect=_failing_once(store.finish_runs)),
+        patch.object(heartbeat, "beat", side_effect=beat),
+    ):
         sched.schedule("a", jobs.record, 10.0, args=("a",))
-        fake_clock.advance(10.0)
+        # Settle the heartbeat half a second before the run, so that it beats (and writes the
+        # kept outcome) only when the test says: a beat at the run's instant could write the
+        # outcome before the test saw it kept.
+        fake_clock.advance(9.5)
+        assert beats.acquire(timeout=TIMEOUT), "the heartbeat did not beat"
+        fake_clock.advance(0.5)
         wait_until(lambda: len(sched._runs._unwritten) == 1, message="the outcome waits to be written again")
         assert sched._runs._inflight_runs  # still in flight: its lease keeps being renewed
         fake_clock.advance(1.0)  # the heartbeat writes it
