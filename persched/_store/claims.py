@@ -51,13 +51,13 @@ from .mappers import (
     RAW_DISPATCH,
     RUNNING,
     SCHEDULED,
+    STANDING_COLUMNS,
     due_of,
     instant_or_none,
     missed_record,
     nullable_micros,
     plan_or_quarantine,
     readable_plan,
-    rows_of,
     stored,
 )
 from .records import MAX_ERROR_TEXT, Claim, ClaimEntry, ClaimMiss, Completion, Overdue
@@ -76,6 +76,7 @@ logger = logging.getLogger(__name__)
 # The dispatch path's statements, in driver SQL (`dialects.Sql`): per run, SQLAlchemy's
 # construction, cache key and bind processing of these cost more than the database's work.
 _DISPATCH_SELECT: Final = ", ".join(column.name for column in DISPATCH_COLUMNS)
+_STANDING_SELECT: Final = ", ".join(column.name for column in STANDING_COLUMNS)
 
 # Claim statements (executemany over the claims of a cycle).
 _CLAIM_MOVE: Final = "UPDATE persched_jobs SET next_run_at = ?, running_for = ?, run_now_at = ? WHERE job_id = ?"
@@ -141,9 +142,20 @@ def _taken(row: StoredRow, bound: Instant) -> bool:
     return waiting and from_datetime(row.next_run_at) > bound
 
 
-def _misses(conn: Connection, bounds: dict[tuple[str, int], Instant], now: Instant) -> dict[tuple[str, int], ClaimMiss]:
+def _standing(conn: Connection, dialect: Dialect, job_ids: Collection[str]) -> dict[str, StoredRow]:
+    """Where each of these jobs stands now (`STANDING_COLUMNS`), by job id; a job gone is absent."""
+    if not job_ids:
+        return {}
+    ids = tuple(job_ids)
+    query = f"SELECT {_STANDING_SELECT} FROM persched_jobs WHERE job_id IN ({marks(len(ids))})"  # noqa: S608
+    return {row.job_id: row for row in stored(dialect.execute(conn, Sql(query, ids)), STANDING_COLUMNS)}
+
+
+def _misses(
+    conn: Connection, dialect: Dialect, bounds: dict[tuple[str, int], Instant], now: Instant
+) -> dict[tuple[str, int], ClaimMiss]:
     """What each lost entry ``(job_id, generation)`` found: the row as it is now, and when to look again."""
-    found = rows_of(conn, {job_id for job_id, _ in bounds})
+    found = _standing(conn, dialect, {job_id for job_id, _ in bounds})
     return {
         key: ClaimMiss(row.state, row.generation, row.owner, _retry_at(row, bound, now), _taken(row, bound))
         for key, bound in bounds.items()
@@ -404,7 +416,7 @@ class ClaimsStore(Transactions):
             batch.writes.apply(conn, self.dialect, self._insert_runs)
             self._after_commit(batch.writes.missed)
             lost = batch.undecided()
-            return batch.results(entries, _misses(conn, lost, claimed_at) if lost else {})
+            return batch.results(entries, _misses(conn, self.dialect, lost, claimed_at) if lost else {})
 
         try:
             return self._write(body, "claim")
@@ -541,8 +553,10 @@ class ClaimsStore(Transactions):
             moves: list[tuple[Any, ...]] = []  # _FINISH_JOB
             w = _Writes()  # quarantines and history records
             due: list[Instant | None] = []
-            others = rows_of(
-                conn, {c.claim.job_id for c in completions} - {key[0] for key in owned} - {k[0] for k in unreadable}
+            others = _standing(
+                conn,
+                self.dialect,
+                {c.claim.job_id for c in completions} - {key[0] for key in owned} - {k[0] for k in unreadable},
             )
             for c in completions:
                 row = owned.get((c.claim.job_id, c.claim.generation, c.claim.scheduled_for))

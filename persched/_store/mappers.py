@@ -78,6 +78,23 @@ DISPATCH_COLUMNS: Final = tuple(
 
 # The same, selected raw and read row by row (`_rows`), so one hand-edited row is settled alone.
 RAW_DISPATCH: Final = raw_columns(DISPATCH_COLUMNS)
+
+# Where a job stands, for a claim that lost or a completion that no longer owns its row: enough
+# for `due_of` and a claim's retry (its plan, state and owner), not the call's target or arguments.
+STANDING_COLUMNS: Final = tuple(
+    jobs.c[name]
+    for name in (
+        "job_id",
+        "generation",
+        "state",
+        "owner",
+        "first_run_at",
+        "next_run_at",
+        "run_now_at",
+        "paused",
+        *CLAIM_POLICY_COLUMNS,
+    )
+)
 JOB_COLUMNS, RAW_JOBS = readable(jobs)
 RUN_COLUMNS, RAW_RUNS = readable(runs)
 
