@@ -298,7 +298,7 @@ class Heartbeat:
                 checked = True
                 if self._watch.changed():
                     owed, check_every = True, self._pickup_check
-                else:  # quiet: look half as often each time, down to the poll's rate
+                else:  # quiet: wait twice as long each time, up to QUIET_CHECK
                     check_every = max(self._pickup_check, min(2 * check_every, self._pickup, QUIET_CHECK))
             now = clock.monotonic_us()
             if now >= next_pickup or (owed and now >= earliest):

@@ -95,6 +95,7 @@ STANDING_COLUMNS: Final = tuple(
         *CLAIM_POLICY_COLUMNS,
     )
 )
+
 JOB_COLUMNS, RAW_JOBS = readable(jobs)
 RUN_COLUMNS, RAW_RUNS = readable(runs)
 
