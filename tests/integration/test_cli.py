@@ -425,12 +425,4 @@ def test_second_signal_forces_exit(tmp_path: Path) -> None:
     assert not (markers / "done").exists()
 
 
-# -- demo ----------------------------------------------------------------------------------
-
-
-def test_demo_runs_and_ends_by_itself(tmp_path: Path) -> None:
-    proc = persched("--db", str(tmp_path / "demo.db"), "demo", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    # The demo's flaky job logs its (expected) failures; the demo itself talks on stdout.
-    assert "greet" in proc.stdout
-    assert "persched: error" not in proc.stderr
+# -- demo: tests/integration/test_cli_operator.py runs it (once: it takes about 10 s) -------
