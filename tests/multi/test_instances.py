@@ -74,13 +74,15 @@ def test_three_instances_run_every_slot_once(db_url: str, tmp_path: Path) -> Non
     assert not late, f"runs started after the jobs were descheduled: {late[:5]}"
 
 
-def test_sigkill_of_an_instance_mid_run(db_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("share_work", [False, True], ids=["race", "share"])
+def test_sigkill_of_an_instance_mid_run(db_url: str, tmp_path: Path, share_work: bool) -> None:
     """(3) SIGKILL the instance running a long run: it becomes "lost" after one lease
     observed by a survivor (not while the victim is alive), the job goes on on the
-    survivors, and no slot runs twice."""
+    survivors, and no slot runs twice. With and without sharing the work (issue 19): with it,
+    the victim's waiting jobs are in no survivor's heap, and only the claim by query finds them."""
     jobs = workload(5)
     marker = tmp_path / "blocker.started"
-    with cluster(db_url, tmp_path, lease=KILL_LEASE, heartbeat=HEARTBEAT, pickup=PICKUP) as c:
+    with cluster(db_url, tmp_path, lease=KILL_LEASE, heartbeat=HEARTBEAT, pickup=PICKUP, share_work=share_work) as c:
         first = schedule_jobs(db_url, jobs, c.effects, start_in=1.0)
         victim = c.spawn("victim", "--blocker", str(marker))
         victim.wait_ready()

@@ -38,13 +38,14 @@ INTERVALS: Final = (0.1, 0.15, 0.2, 0.25, 0.3)
 CUTS: Final = 3
 
 
-def test_connection_cuts_between_an_instance_and_the_server(server_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("share_work", [False, True], ids=["race", "share"])
+def test_connection_cuts_between_an_instance_and_the_server(server_url: str, tmp_path: Path, share_work: bool) -> None:
     jobs = {f"j{i}": INTERVALS[i % len(INTERVALS)] for i in range(10)}
     direct = make_url(server_url)
     port = direct.port or (3306 if direct.get_backend_name() == "mysql" else 5432)
     with TcpProxy(upstream_port=port, upstream_host=direct.host or "127.0.0.1") as proxy:
         proxied = direct.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
-        with cluster(server_url, tmp_path) as c:
+        with cluster(server_url, tmp_path, share_work=share_work) as c:
             c.start("proxied", url=proxied)
             c.start("direct")
             first = schedule_jobs(server_url, jobs, c.effects, start_in=0.5)
