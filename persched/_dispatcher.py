@@ -156,14 +156,14 @@ CycleCallback = Callable[[list[Any], list["ClaimEntry"]], int]
 # for each), and with `ahead` (this instance owns no job) queues the rows due before it if none is
 # overdue; returns how many went to a worker (`persched._runs.RunBook.claim_overdue`).
 SearchCallback = Callable[[int, Instant, Instant | None], int]
-SEARCH_EVERY: Final = Micros(
-    500_000
-)  # how often an idle instance with free workers searches, and how late a row must be
+# How often an idle instance with free workers searches, and how late a row must be.
+SEARCH_EVERY: Final = Micros(500_000)
 # The same while the instance works (a run ended here within SEARCH_EVERY): a dead instance's
 # waiting jobs are found 0.2-0.3 s late, not 0.5-1 s, for ten indexed reads a second while it works.
 SEARCH_EVERY_BUSY: Final = Micros(100_000)
 SEARCH_LATE_BUSY: Final = Micros(200_000)
-JOIN_AHEAD: Final = Micros(2_000_000)  # an instance that owns no job queues the rows due this soon (module docstring)
+# An instance that owns no job queues the rows due this soon and races for them (module docstring).
+JOIN_AHEAD: Final = Micros(2_000_000)
 
 
 class Search(NamedTuple):
