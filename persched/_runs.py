@@ -193,9 +193,11 @@ class RunBook:
             self._keep_unwritten(completions)
         return self._settle(due, results)
 
-    def claim_overdue(self, limit: int, before: Instant) -> int:
+    def claim_overdue(self, limit: int, before: Instant, ahead: Instant | None = None) -> int:
         """Dispatcher callback: claim up to `limit` rows due before `before` that no claim took,
-        whichever heap holds them (`Store.claim_overdue`); return how many were handed over."""
+        whichever heap holds them (`Store.claim_overdue`); return how many were handed over.
+        With `ahead` (this instance owns no job), queue the rows due before it if none is overdue:
+        their claims race with their owners', and the winner keeps the job (the instance rejoins)."""
         with self._inflight_cond:
             self._searches += 1  # the jobs it claims are not known yet: see the module docstring
         found = Overdue([], [], [], [])
@@ -205,7 +207,7 @@ class RunBook:
                     return 0
                 try:
                     found = self._store.claim_overdue(
-                        limit, before, self._timebase.now, self._instance_id, self._lease, self._unreadable
+                        limit, before, self._timebase.now, self._instance_id, self._lease, self._unreadable, ahead
                     )
                 except Exception as exc:  # noqa: BLE001 - nothing is lost: the next search finds the rows
                     logger.warning(

@@ -97,6 +97,7 @@ class Cluster:
     lease: float = 1.0
     heartbeat: float = 0.2
     pickup: float = 0.2
+    share_work: bool = False  # every child with JobScheduler(share_work=True) (issue 19)
     children: list[Child] = field(default_factory=list)
 
     @property
@@ -126,6 +127,7 @@ class Cluster:
             str(self.heartbeat),
             "--pickup",
             str(self.pickup),
+            *(["--share-work"] if self.share_work else []),
             *extra,
         ]
         with log.open("wb") as out:
@@ -163,10 +165,16 @@ class Cluster:
 
 @contextlib.contextmanager
 def cluster(
-    url: str, tmp: Path, *, lease: float = 1.0, heartbeat: float = 0.2, pickup: float = 0.2
+    url: str,
+    tmp: Path,
+    *,
+    lease: float = 1.0,
+    heartbeat: float = 0.2,
+    pickup: float = 0.2,
+    share_work: bool = False,
 ) -> Iterator[Cluster]:
     """A `Cluster` whose children are all killed on exit."""
-    c = Cluster(url, tmp, lease=lease, heartbeat=heartbeat, pickup=pickup)
+    c = Cluster(url, tmp, lease=lease, heartbeat=heartbeat, pickup=pickup, share_work=share_work)
     try:
         yield c
     finally:

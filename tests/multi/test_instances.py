@@ -32,6 +32,7 @@ from tests.multi._cluster import (
     throttled,
     wait_past,
 )
+from tests.support.engines import engine_params
 from tests.support.helpers import TIMEOUT, wait_until
 from tests.support.multi_child import EFFECT_TARGET
 
@@ -48,6 +49,7 @@ HEARTBEAT: Final = 0.2
 PICKUP: Final = 0.2
 # The SIGKILL test's lease: long enough that a victim starved of CPU on a busy 2-core box still renews in time.
 KILL_LEASE: Final = 2.0
+ON_POSTGRES: Final = [p for p in engine_params() if p.values[0] == "postgres"]
 
 
 def workload(n: int, prefix: str = "j") -> dict[str, float]:
@@ -78,9 +80,20 @@ def test_sigkill_of_an_instance_mid_run(db_url: str, tmp_path: Path) -> None:
     """(3) SIGKILL the instance running a long run: it becomes "lost" after one lease
     observed by a survivor (not while the victim is alive), the job goes on on the
     survivors, and no slot runs twice."""
+    _sigkill_mid_run(db_url, tmp_path, share_work=False)
+
+
+@pytest.mark.parametrize("engine_name", ON_POSTGRES, indirect=True)
+def test_sigkill_of_an_instance_mid_run_sharing_the_work(db_url: str, tmp_path: Path) -> None:
+    """(3) with ``share_work=True`` (issue 19): the victim's waiting jobs are in no survivor's
+    heap, and only the claim by query finds them. On PostgreSQL only, to keep the suite short."""
+    _sigkill_mid_run(db_url, tmp_path, share_work=True)
+
+
+def _sigkill_mid_run(db_url: str, tmp_path: Path, *, share_work: bool) -> None:
     jobs = workload(5)
     marker = tmp_path / "blocker.started"
-    with cluster(db_url, tmp_path, lease=KILL_LEASE, heartbeat=HEARTBEAT, pickup=PICKUP) as c:
+    with cluster(db_url, tmp_path, lease=KILL_LEASE, heartbeat=HEARTBEAT, pickup=PICKUP, share_work=share_work) as c:
         first = schedule_jobs(db_url, jobs, c.effects, start_in=1.0)
         victim = c.spawn("victim", "--blocker", str(marker))
         victim.wait_ready()

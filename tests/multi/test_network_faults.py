@@ -25,6 +25,7 @@ from tests.multi._cluster import (
     throttled,
     wait_past,
 )
+from tests.support.engines import engine_params
 from tests.support.helpers import TIMEOUT, wait_until
 from tests.support.tcp_proxy import TcpProxy
 
@@ -39,12 +40,23 @@ CUTS: Final = 3
 
 
 def test_connection_cuts_between_an_instance_and_the_server(server_url: str, tmp_path: Path) -> None:
+    _connection_cuts(server_url, tmp_path, share_work=False)
+
+
+@pytest.mark.parametrize("server_url", [p for p in engine_params() if p.values[0] == "postgres"], indirect=True)
+def test_connection_cuts_between_an_instance_and_the_server_sharing_the_work(server_url: str, tmp_path: Path) -> None:
+    """With ``share_work=True`` (issue 19): while one instance is cut off, the other takes every
+    job; the cut one must claim again once it is back. On PostgreSQL only, to keep the suite short."""
+    _connection_cuts(server_url, tmp_path, share_work=True)
+
+
+def _connection_cuts(server_url: str, tmp_path: Path, *, share_work: bool) -> None:
     jobs = {f"j{i}": INTERVALS[i % len(INTERVALS)] for i in range(10)}
     direct = make_url(server_url)
     port = direct.port or (3306 if direct.get_backend_name() == "mysql" else 5432)
     with TcpProxy(upstream_port=port, upstream_host=direct.host or "127.0.0.1") as proxy:
         proxied = direct.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
-        with cluster(server_url, tmp_path) as c:
+        with cluster(server_url, tmp_path, share_work=share_work) as c:
             c.start("proxied", url=proxied)
             c.start("direct")
             first = schedule_jobs(server_url, jobs, c.effects, start_in=0.5)

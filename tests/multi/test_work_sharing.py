@@ -12,10 +12,16 @@ for `wait_idle` or for an event, none for an interleaving.
   still found here, by the claim by query, once it is overdue.
 - deschedule(wait=True) waits for a claim by query under way, whose jobs are
   not known before its commit.
+- An instance that owns no job (the others took them all, as after its
+  outage) queues the slots due soon and races for them: it rejoins.
+- A working instance searches every `SEARCH_EVERY_BUSY` for rows
+  `SEARCH_LATE_BUSY` overdue (a dead instance's waiting jobs resume within
+  0.3 s); an idle one keeps the `SEARCH_EVERY` cadence.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 from typing import TYPE_CHECKING, Any
 from unittest.mock import patch
@@ -23,7 +29,7 @@ from unittest.mock import patch
 import pytest
 
 from persched import JobScheduler, _db
-from persched._dispatcher import SEARCH_EVERY
+from persched._dispatcher import JOIN_AHEAD, SEARCH_EVERY, SEARCH_LATE_BUSY
 from persched._instant import Instant, Micros, from_datetime, seconds
 from persched._observe import Observer
 from persched._store import Claim, Store
@@ -87,6 +93,19 @@ def next_slot(sched: JobScheduler, job_id: str) -> Instant:
     return from_datetime(job.next_run_at)
 
 
+def own_another_job(sched: JobScheduler) -> None:
+    """Give `sched` a job of its own, due later than the test looks (within the heap's horizon):
+    it owns a job, so it does not rejoin."""
+    sched.schedule("mine", RECORD, 3600.0, args=("mine",), start_in=50.0)
+
+
+def lose_to_other(other: Store, sched: JobScheduler, clock: FakeClock, job_id: str) -> None:
+    """`OTHER` runs the job's next slot; the entry `sched` had for it then loses (taken) and is dropped."""
+    run_elsewhere(other, sched, job_id)
+    clock.advance(INTERVAL)
+    assert sched.wait_idle(TIMEOUT)
+
+
 def run_elsewhere(other: Store, sched: JobScheduler, job_id: str) -> Instant:
     """`OTHER` claims and finishes the job's next slot (at that slot); return the slot."""
     slot = next_slot(sched, job_id)
@@ -116,6 +135,7 @@ def test_a_slot_taken_elsewhere_is_not_tried_here_at_the_next_slots(
 
 
 def test_a_job_nobody_queues_any_more_is_found_once_overdue(me: JobScheduler, other: Store, clock: FakeClock) -> None:
+    own_another_job(me)
     me.schedule("a", RECORD, INTERVAL, args=("a",))
     run_elsewhere(other, me, "a")
     clock.advance(INTERVAL)
@@ -133,6 +153,7 @@ def test_a_job_nobody_queues_any_more_is_found_once_overdue(me: JobScheduler, ot
 def test_deschedule_and_wait_waits_for_a_claim_by_query_under_way(
     me: JobScheduler, other: Store, clock: FakeClock
 ) -> None:
+    own_another_job(me)
     me.schedule("a", RECORD, INTERVAL, args=("a",))
     run_elsewhere(other, me, "a")
     clock.advance(INTERVAL)
@@ -163,3 +184,53 @@ def test_deschedule_and_wait_waits_for_a_claim_by_query_under_way(
         go.set()
         waiter.join(TIMEOUT)
     assert seen_at_return == [1]  # it returned after the run it raced
+
+
+def test_an_instance_that_owns_no_job_races_for_the_slots_due_soon(
+    me: JobScheduler, other: Store, clock: FakeClock
+) -> None:
+    # OTHER took "a" (as the instance that stayed connected takes every job during an outage).
+    me.schedule("a", RECORD, INTERVAL, args=("a",))
+    lose_to_other(other, me, clock, "a")
+    slot = next_slot(me, "a")  # OTHER would run it on time: it is never overdue
+    clock.advance(seconds(Micros(slot - me._timebase.now() - JOIN_AHEAD // 2)))
+    assert me.wait_idle(TIMEOUT)  # a search: "a" is due within JOIN_AHEAD, so it is queued here
+    assert jobs.calls("a") == []
+    clock.advance(seconds(JOIN_AHEAD) / 2)  # the slot, not a microsecond later
+    assert me.wait_idle(TIMEOUT)
+    (run,) = [r for r in finished_runs(me, "a") if r.instance_id == ME]  # before: never, while OTHER ran it
+    assert (from_datetime(run.scheduled_for), from_datetime(run.started_at)) == (slot, slot)
+
+
+def test_a_working_instance_finds_a_job_nobody_queues_sooner(me: JobScheduler, other: Store, clock: FakeClock) -> None:
+    me.schedule("b", RECORD, INTERVAL, args=("b",))
+    lose_to_other(other, me, clock, "b")
+    orphan = next_slot(me, "b")  # OTHER stops: nobody queues it
+    # A job of ME's own ends 0.1 s before the orphaned slot: ME is working.
+    me.schedule("w", RECORD, INTERVAL, args=("w",), start_in=seconds(Micros(orphan - me._timebase.now())) - 0.1)
+    clock.advance(seconds(Micros(orphan - me._timebase.now())) - 0.1)
+    assert me.wait_idle(TIMEOUT)
+    assert len(jobs.calls("w")) == 1
+    clock.advance(0.1 + seconds(SEARCH_LATE_BUSY) + 0.05)  # 0.35 s after the run ended
+    assert me.wait_idle(TIMEOUT)
+    # Idle cadence (before): searched every 0.5 s for rows 0.5 s late, found at the earliest now + 0.25 s.
+    (run,) = [r for r in finished_runs(me, "b") if r.instance_id == ME]
+    assert from_datetime(run.scheduled_for) == orphan
+
+
+def test_an_idle_instance_searches_at_the_idle_cadence(me: JobScheduler, clock: FakeClock) -> None:
+    own_another_job(me)
+    searches: list[Instant] = []
+    store = me._store
+    real = store.claim_overdue
+
+    def counted(*args: Any) -> Any:  # noqa: ANN401 - claim_overdue's arguments and result
+        searches.append(me._timebase.now())
+        return real(*args)
+
+    with patch.object(store, "claim_overdue", counted):
+        for _ in range(20):  # 2 s, a wake-up every 0.1 s
+            clock.advance(0.1)
+            assert me.wait_idle(TIMEOUT)
+    assert 3 <= len(searches) <= 5  # every SEARCH_EVERY (0.5 s), not every 0.1 s
+    assert all(b - a >= SEARCH_EVERY for a, b in itertools.pairwise(searches))

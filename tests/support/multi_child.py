@@ -4,7 +4,7 @@ Usage::
 
     python -m tests.support.multi_child --url URL --instance ID --ready PATH --effects PATH
         [--lease 1.0] [--heartbeat 0.2] [--pickup 0.2] [--workers 8] [--deadline 120]
-        [--jobs N --interval S --start-in S --prefix j] [--blocker MARKER]
+        [--jobs N --interval S --start-in S --prefix j] [--blocker MARKER] [--share-work]
 
 Starts a `JobScheduler` on URL with a small lease, heartbeat and pick-up delay,
 optionally schedules jobs, writes its instance id to the readiness marker
@@ -118,6 +118,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--start-in", type=float, default=None)
     p.add_argument("--prefix", default="j")
     p.add_argument("--blocker", default=None, help="schedule job 'blocker' (block_first) with this marker, at once")
+    p.add_argument("--share-work", action="store_true", help="JobScheduler(share_work=True) (issue 19)")
     return p
 
 
@@ -143,6 +144,7 @@ def main(argv: list[str]) -> int:
         lease_seconds=args.lease,
         heartbeat_seconds=args.heartbeat,
         pickup_seconds=args.pickup,
+        share_work=args.share_work,
     )
     sched.start()
     for i in range(args.jobs):
