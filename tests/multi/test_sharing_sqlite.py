@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 INTERVALS: Final = (0.1, 0.15, 0.2, 0.25, 0.3)
 JOBS: Final = 30
 WARMUP: Final = 1.0  # seconds of slots before the window
-WINDOW: Final = 8.0  # seconds of slots measured
+WINDOW: Final = 5.0  # seconds of slots measured (about 860 slots at 30 jobs)
 BOUND: Final = 0.85  # three instances run at least this share of what one runs
 
 
