@@ -44,14 +44,14 @@ died with the row waiting, or is saturated) the database hands out: every
 dispatcher reserves its free workers and calls `search` (the claim by query,
 `Store.claim_overdue`), which claims the oldest rows due more than
 `search_every` ago, whichever heap holds them, SKIP LOCKED so that two
-instances searching at once take disjoint rows. While the instance works (a
-run ended here within `search_every`) it searches every `SEARCH_EVERY_BUSY`
-for rows `SEARCH_LATE_BUSY` late: a dead instance's waiting jobs then resume
-0.2-0.3 s late instead of 0.5-1 s, and the reads are made by an instance that
-is running jobs anyway (a run in flight alone does not count: it may last for
-hours). A dead instance's running rows come back through lease recovery,
-which queues them on the recovering instance. An idle scheduler makes one
-indexed read per `search_every`.
+instances searching at once take disjoint rows. A dead instance's running
+rows come back through lease recovery, which queues them on the recovering
+instance. An idle scheduler makes one indexed read per `search_every`. (A
+shorter search while the instance runs jobs, 0.1 s for rows 0.2 s late, was
+tried and taken back: `next_run_at` is the grid slot, so a row with more
+than 0.2 s of jitter looked late before it was due, and the search took
+other instances' jittered jobs, an instance's own, and the slots of
+``misfire="skip"`` jobs with a small grace.)
 
 An instance that owns no job (nothing in its heap, no run in flight: the
 others took every job, as the one that stayed connected does while this one's
@@ -156,12 +156,8 @@ CycleCallback = Callable[[list[Any], list["ClaimEntry"]], int]
 # for each), and with `ahead` (this instance owns no job) queues the rows due before it if none is
 # overdue; returns how many went to a worker (`persched._runs.RunBook.claim_overdue`).
 SearchCallback = Callable[[int, Instant, Instant | None], int]
-# How often an idle instance with free workers searches, and how late a row must be.
+# How often an instance with free workers searches, and how late a row must be.
 SEARCH_EVERY: Final = Micros(500_000)
-# The same while the instance works (a run ended here within SEARCH_EVERY): a dead instance's
-# waiting jobs are found 0.2-0.3 s late, not 0.5-1 s, for ten indexed reads a second while it works.
-SEARCH_EVERY_BUSY: Final = Micros(100_000)
-SEARCH_LATE_BUSY: Final = Micros(200_000)
 # An instance that owns no job queues the rows due this soon and races for them (module docstring).
 JOIN_AHEAD: Final = Micros(2_000_000)
 
@@ -184,9 +180,8 @@ class Dispatcher:
         cycle: Writes completions and claims due entries (see `CycleCallback`).
         max_batch: At most this many claims per cycle.
         search: Claims the rows that no claim took (see `SearchCallback`); None: never searched for.
-        search_every: How often an idle instance searches for rows no claim took (module
-            docstring), when workers are free and nothing in the heap is due; only rows this
-            late are taken. A working instance searches every `SEARCH_EVERY_BUSY`.
+        search_every: How often to search for rows no claim took (module docstring), when
+            workers are free and nothing in the heap is due; only rows this late are taken.
     """
 
     def __init__(
@@ -204,7 +199,6 @@ class Dispatcher:
         self._search = search
         self._search_every = search_every
         self._searched_at = Instant(0)  # when it last searched (start(): as if then)
-        self._worked_at: Instant | None = None  # when a run last ended here
         self._cond = threading.Condition()
         self._heap: list[Entry] = []
         self._workers = workers
@@ -332,7 +326,6 @@ class Dispatcher:
                 return False
             self._completions.append(completion)
             self._free_workers += 1
-            self._worked_at = self._timebase.now()
             self._cond.notify_all()
             return True
 
@@ -404,13 +397,13 @@ class Dispatcher:
                 return completions, due
             if self._search_due(now):
                 # Nothing of the heap's is due and workers are free: claim what nobody took.
-                late = SEARCH_LATE_BUSY if self._busy(now) else self._search_every
                 owns_nothing = not self._heap and self._free_workers == self._workers
                 limit = min(self._free_workers, self._max_batch)
                 self._free_workers -= limit  # SPEC §2: reserve before the claim
                 self._searched_at = now
                 self._in_cycle = True
-                return Search(limit, Instant(now - late), Instant(now + JOIN_AHEAD) if owns_nothing else None)
+                ahead = Instant(now + JOIN_AHEAD) if owns_nothing else None
+                return Search(limit, Instant(now - self._search_every), ahead)
             if self._stopping:
                 self._exited = True
                 return None
@@ -421,7 +414,7 @@ class Dispatcher:
                 timeout = (self._heap[0][0] - now) / US_PER_SECOND
             else:
                 self._asleep_since = None
-            if (search_at := self._next_search(now)) is not None:
+            if (search_at := self._next_search()) is not None:
                 until_search = max(0, search_at - now) / US_PER_SECOND
                 timeout = until_search if timeout is None else min(timeout, until_search)
             if self._claiming and self._refill is not None and self._refilling is None and self._cursor is not None:
@@ -430,22 +423,16 @@ class Dispatcher:
                 timeout = until_refill if timeout is None else min(timeout, until_refill)
             clock.wait(self._cond, timeout)
 
-    def _next_search(self, now: Instant) -> Instant | None:
+    def _next_search(self) -> Instant | None:
         """Under ``_cond``: when to search for rows no claim took (module docstring); None while
         no search may run (none configured, not claiming, no free worker)."""
         if self._search is None or not self._claiming or self._free_workers <= 0:
             return None
-        every = SEARCH_EVERY_BUSY if self._busy(now) else self._search_every
-        return Instant(self._searched_at + every)
-
-    def _busy(self, now: Instant) -> bool:
-        """Under ``_cond``: whether a run ended here within `search_every`: the instance then searches
-        more often (module docstring). A run in flight alone does not count: it may last for hours."""
-        return self._worked_at is not None and now - self._worked_at < self._search_every
+        return Instant(self._searched_at + self._search_every)
 
     def _search_due(self, now: Instant) -> bool:
         """Under ``_cond``: whether to search for rows no claim took now."""
-        search_at = self._next_search(now)
+        search_at = self._next_search()
         return search_at is not None and now >= search_at
 
     def _taken_at(self, due_at: Instant, now: Instant) -> Instant:

@@ -208,9 +208,8 @@ class JobScheduler:
             another instance claimed is left to that instance (it queues the
             job's next slot), instead of being tried here at every slot too;
             a job nobody queues any more is handed out by the database to an
-            instance with free workers once 0.5 s overdue (0.2 s if that
-            instance is running jobs), and an instance that owns no job races
-            for the slots due within 2 s (docs/multi.md "How instances share
+            instance with free workers once 0.5 s overdue, and an instance
+            that owns no job races for the slots due within 2 s (docs/multi.md "How instances share
             the work"). Default False: every instance tries every slot.
 
     Raises:

@@ -80,10 +80,7 @@ def _job_row(url: str, job_id: str) -> list[tuple[object, ...]]:
 # -- demo ------------------------------------------------------------------------------
 
 
-def test_demo_ends_by_itself_on_a_database_of_its_own_and_indents_tracebacks_under_their_line(
-    seeded: str, tmp_path: Path
-) -> None:
-    """One run of the demo (it takes about 10 s) for all three: it ends, its own database, its layout."""
+def test_demo_ends_by_itself_on_a_database_of_its_own(seeded: str, tmp_path: Path) -> None:
     other = f"sqlite:///{tmp_path / 'other.db'}"
     assert persched("--db", other, "migrate").returncode == 0
     # A user's job with an id the demo uses, in both the --db and the PERSCHED_DB database.
@@ -104,10 +101,16 @@ def test_demo_ends_by_itself_on_a_database_of_its_own_and_indents_tracebacks_und
     assert "is not touched" in proc.stdout
     assert sql(f"sqlite:///{demo_db}", "SELECT count(*) FROM persched_runs WHERE job_id = 'greet'")[0][0] > 0
     assert list(cwd.iterdir()) == []  # nor the default database
+
+
+def test_demo_without_a_database_named_indents_tracebacks_under_their_line(tmp_path: Path) -> None:
+    proc = persched("demo", env={"TMPDIR": str(tmp_path)}, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
     assert "Traceback" in proc.stdout  # the flaky job's deliberate failure
     # The layout: step lines start with their number; everything else is indented or a header.
     for line in proc.stdout.splitlines():
         assert not line or line[0].isspace() or re.match(r"(\d\. |persched demo |\(|The demo )", line), line
+    assert not (tmp_path / "persched.db").exists()  # nor the default database
 
 
 # -- pipes -----------------------------------------------------------------------------

@@ -14,9 +14,7 @@ for `wait_idle` or for an event, none for an interleaving.
   not known before its commit.
 - An instance that owns no job (the others took them all, as after its
   outage) queues the slots due soon and races for them: it rejoins.
-- A working instance searches every `SEARCH_EVERY_BUSY` for rows
-  `SEARCH_LATE_BUSY` overdue (a dead instance's waiting jobs resume within
-  0.3 s); an idle one keeps the `SEARCH_EVERY` cadence.
+- An instance searches every `SEARCH_EVERY`, not at every wake-up.
 """
 
 from __future__ import annotations
@@ -29,7 +27,7 @@ from unittest.mock import patch
 import pytest
 
 from persched import JobScheduler, _db
-from persched._dispatcher import JOIN_AHEAD, SEARCH_EVERY, SEARCH_LATE_BUSY
+from persched._dispatcher import JOIN_AHEAD, SEARCH_EVERY
 from persched._instant import Instant, Micros, from_datetime, seconds
 from persched._observe import Observer
 from persched._store import Claim, Store
@@ -202,23 +200,7 @@ def test_an_instance_that_owns_no_job_races_for_the_slots_due_soon(
     assert (from_datetime(run.scheduled_for), from_datetime(run.started_at)) == (slot, slot)
 
 
-def test_a_working_instance_finds_a_job_nobody_queues_sooner(me: JobScheduler, other: Store, clock: FakeClock) -> None:
-    me.schedule("b", RECORD, INTERVAL, args=("b",))
-    lose_to_other(other, me, clock, "b")
-    orphan = next_slot(me, "b")  # OTHER stops: nobody queues it
-    # A job of ME's own ends 0.1 s before the orphaned slot: ME is working.
-    me.schedule("w", RECORD, INTERVAL, args=("w",), start_in=seconds(Micros(orphan - me._timebase.now())) - 0.1)
-    clock.advance(seconds(Micros(orphan - me._timebase.now())) - 0.1)
-    assert me.wait_idle(TIMEOUT)
-    assert len(jobs.calls("w")) == 1
-    clock.advance(0.1 + seconds(SEARCH_LATE_BUSY) + 0.05)  # 0.35 s after the run ended
-    assert me.wait_idle(TIMEOUT)
-    # Idle cadence (before): searched every 0.5 s for rows 0.5 s late, found at the earliest now + 0.25 s.
-    (run,) = [r for r in finished_runs(me, "b") if r.instance_id == ME]
-    assert from_datetime(run.scheduled_for) == orphan
-
-
-def test_an_idle_instance_searches_at_the_idle_cadence(me: JobScheduler, clock: FakeClock) -> None:
+def test_an_instance_searches_every_search_every(me: JobScheduler, clock: FakeClock) -> None:
     own_another_job(me)
     searches: list[Instant] = []
     store = me._store

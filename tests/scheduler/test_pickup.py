@@ -133,24 +133,25 @@ def test_a_failing_commit_check_reads_the_counter_instead_and_says_so_once(
 
 class _Steps:
     """Moves `clock` in fine steps and, after each, waits until `sched`'s heartbeat waits on the
-    clock again (it has acted on the step); records the fake monotonic instant of each commit check."""
+    clock at the new instant (it has acted on the step: a wait that began before the step, after
+    FakeClock's real-time bound ran out, does not count); records the fake monotonic instant of
+    each commit check."""
 
     STEP: Final = 0.1
 
     def __init__(self, sched: JobScheduler, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
         self.clock = clock
         self.checks: list[int] = []
-        self._waits = 0
+        self._waited_at = 0  # fake monotonic µs of the heartbeat's latest wait
         self._cond = sched._heartbeat._cond
-        counted = threading.Condition()
-        self._counted = counted
+        self._seen = threading.Condition()
         real_wait, real_version = FakeClock.wait, SQLiteDialect.data_version
 
         def wait(clock_self: FakeClock, cond: threading.Condition, timeout: float | None) -> None:
             if cond is self._cond:
-                with counted:
-                    self._waits += 1
-                    counted.notify_all()
+                with self._seen:
+                    self._waited_at = clock_self.monotonic_us()
+                    self._seen.notify_all()
             real_wait(clock_self, cond, timeout)
 
         def data_version(dialect: SQLiteDialect, raw: object) -> int:
@@ -165,11 +166,10 @@ class _Steps:
             self._step()
 
     def _step(self) -> None:
-        with self._counted:
-            before = self._waits
         self.clock.advance(self.STEP)
-        with self._counted:
-            assert self._counted.wait_for(lambda: self._waits > before, TIMEOUT), "the heartbeat did not wait again"
+        now = self.clock.monotonic_us()
+        with self._seen:
+            assert self._seen.wait_for(lambda: self._waited_at >= now, TIMEOUT), "the heartbeat did not wait again"
 
     def gaps(self) -> list[float]:
         """Fake seconds between successive checks."""
