@@ -89,7 +89,11 @@ def _connection_cuts(server_url: str, tmp_path: Path, *, share_work: bool) -> No
     assert "failed" in log, f"no warning about the cut:\n{log}"
     assert "retrying" in log or "will retry" in log, f"no retry announced:\n{log}"
     runs = fetch_runs(server_url)
-    report = check_once(runs, effects_of(c), jobs, first)
+    # Sharing the work, a cut instance's waiting jobs are in no other heap: the other instance's
+    # search finds them 0.5-1 s late, so more slots may coalesce during the cuts (0.02-0.05 in most
+    # runs, 0.29 in one of ten, against 0.25 without sharing: docs/multi.md "Why it is not the
+    # default"). After the recovery, below, the bound is the same for both.
+    report = check_once(runs, effects_of(c), jobs, first, max_coalesced_fraction=0.35 if share_work else 0.25)
     logger.info("measured: %s cut=%d", report.summary(), cut)
     # A cut can leave the proxied instance unable to renew a lease in time, or
     # unsure whether a claim's commit landed (the reply was cut): such a run is
