@@ -49,7 +49,6 @@ HEARTBEAT: Final = 0.2
 PICKUP: Final = 0.2
 # The SIGKILL test's lease: long enough that a victim starved of CPU on a busy 2-core box still renews in time.
 KILL_LEASE: Final = 2.0
-ON_POSTGRES: Final = [p for p in engine_params() if p.values[0] == "postgres"]
 
 
 def workload(n: int, prefix: str = "j") -> dict[str, float]:
@@ -83,7 +82,7 @@ def test_sigkill_of_an_instance_mid_run(db_url: str, tmp_path: Path) -> None:
     _sigkill_mid_run(db_url, tmp_path, share_work=False)
 
 
-@pytest.mark.parametrize("engine_name", ON_POSTGRES, indirect=True)
+@pytest.mark.parametrize("engine_name", engine_params("postgres"), indirect=True)
 def test_sigkill_of_an_instance_mid_run_sharing_the_work(db_url: str, tmp_path: Path) -> None:
     """(3) with ``share_work=True`` (issue 19): the victim's waiting jobs are in no survivor's
     heap, and only the claim by query finds them. On PostgreSQL only, to keep the suite short."""

@@ -43,7 +43,7 @@ def test_connection_cuts_between_an_instance_and_the_server(server_url: str, tmp
     _connection_cuts(server_url, tmp_path, share_work=False)
 
 
-@pytest.mark.parametrize("server_url", [p for p in engine_params() if p.values[0] == "postgres"], indirect=True)
+@pytest.mark.parametrize("server_url", engine_params("postgres"), indirect=True)
 def test_connection_cuts_between_an_instance_and_the_server_sharing_the_work(server_url: str, tmp_path: Path) -> None:
     """With ``share_work=True`` (issue 19): while one instance is cut off, the other takes every
     job; the cut one must claim again once it is back. On PostgreSQL only, to keep the suite short."""

@@ -107,9 +107,7 @@ def _kill(url: str, pid: int) -> None:
     wait_until(lambda: pid not in _listeners(url), message="the listening backend ended")
 
 
-@pytest.mark.parametrize(
-    "engine_name", [p for p in engine_params() if p.values[0] in ("sqlite", "postgres")], indirect=True
-)
+@pytest.mark.parametrize("engine_name", engine_params("sqlite", "postgres"), indirect=True)
 def test_a_change_made_by_another_process_is_picked_up_at_the_next_signal(
     db_url: str, clock: FakeClock, made: list[JobScheduler]
 ) -> None:

@@ -34,9 +34,7 @@ POLL: Final = 600.0  # fake seconds: the counter's poll never comes unless a tes
 CHECK: Final = 0.25  # fake seconds: pickup_check_seconds
 ODD_INSTANT: Final = 1_700_000_123.4567
 
-with_signal = pytest.mark.parametrize(
-    "engine_name", [p for p in engine_params() if p.values[0] in ("sqlite", "postgres")], indirect=True
-)
+with_signal = pytest.mark.parametrize("engine_name", engine_params("sqlite", "postgres"), indirect=True)
 every_engine = pytest.mark.parametrize("engine_name", engine_params(), indirect=True)
 
 

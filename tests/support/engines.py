@@ -104,11 +104,13 @@ def engine_named(name: str) -> EngineSpec:
     raise LookupError(f"no test engine {name!r}; known: {[e.name for e in ENGINES]}")
 
 
-def engine_params() -> list[ParameterSet]:
-    """One ``pytest.param`` per engine, id its name, a server engine marked with its marker."""
+def engine_params(*names: str) -> list[ParameterSet]:
+    """One ``pytest.param`` per engine (of `names` only, if given), id its name, a server engine
+    marked with its marker."""
     return [
         pytest.param(engine.name, id=engine.name, marks=() if engine.marker is None else engine.marker)
         for engine in ENGINES
+        if not names or engine.name in names
     ]
 
 
