@@ -458,18 +458,18 @@ class ClaimsStore(Transactions):
         that the caller passes it by next time (`passed_by`): it must not stay
         the oldest forever. One read with no lock when nothing is overdue.
         """
-        where = [
+        waiting = [
             jobs.c.state == SCHEDULED,
             jobs.c.paused.is_(False),
             self.dialect.unindexed(jobs.c.namespace) == self.namespace,  # the (state, next_run_at) index
         ]
         if passed_by:
             # By generation: the fix of an unreadable row (schedule() anew) makes a new one, found again.
-            where.append(tuple_(jobs.c.job_id, jobs.c.generation).not_in(list(passed_by)))
-        where.append(jobs.c.next_run_at < to_datetime(before))  # last: the look ahead replaces it
+            waiting.append(tuple_(jobs.c.job_id, jobs.c.generation).not_in(list(passed_by)))
+        where = [*waiting, jobs.c.next_run_at < to_datetime(before)]
         if ahead is not None:
             # One read, as the probe: the first of the next rows says whether any is overdue.
-            soon = [*where[:-1], jobs.c.next_run_at < to_datetime(max(ahead, before))]
+            soon = [*waiting, jobs.c.next_run_at < to_datetime(max(ahead, before))]
             nexts = select(*RAW_DISPATCH).where(*soon).order_by(jobs.c.next_run_at, jobs.c.job_id).limit(limit)
             rows = stored(
                 self._read(lambda conn: conn.execute(nexts).all(), "look for jobs due soon"), DISPATCH_COLUMNS
