@@ -121,13 +121,9 @@ def test_a_slot_taken_elsewhere_is_not_tried_here_at_the_next_slots(
     lost = Conflicts()
     me.set_observer(lost)
     me.schedule("a", RECORD, INTERVAL, args=("a",))
-    run_elsewhere(other, me, "a")
-    clock.advance(INTERVAL)  # the slot `me` had queued comes due: lost
-    assert me.wait_idle(TIMEOUT)
+    lose_to_other(other, me, clock, "a")  # the slot `me` had queued comes due: lost
     for _ in range(3):
-        run_elsewhere(other, me, "a")
-        clock.advance(INTERVAL)
-        assert me.wait_idle(TIMEOUT)
+        lose_to_other(other, me, clock, "a")  # `me` no longer tries: nothing lost
     assert lost.lost == ["a"]  # before issue 19: one more lost claim at every slot
     assert jobs.calls("a") == []
 
@@ -135,9 +131,7 @@ def test_a_slot_taken_elsewhere_is_not_tried_here_at_the_next_slots(
 def test_a_job_nobody_queues_any_more_is_found_once_overdue(me: JobScheduler, other: Store, clock: FakeClock) -> None:
     own_another_job(me)
     me.schedule("a", RECORD, INTERVAL, args=("a",))
-    run_elsewhere(other, me, "a")
-    clock.advance(INTERVAL)
-    assert me.wait_idle(TIMEOUT)  # lost to OTHER, not queued again: OTHER then stops
+    lose_to_other(other, me, clock, "a")  # not queued again: OTHER then stops
     slot = next_slot(me, "a")
     clock.advance(INTERVAL + seconds(SEARCH_EVERY) / 2)
     assert me.wait_idle(TIMEOUT)
@@ -153,9 +147,7 @@ def test_deschedule_and_wait_waits_for_a_claim_by_query_under_way(
 ) -> None:
     own_another_job(me)
     me.schedule("a", RECORD, INTERVAL, args=("a",))
-    run_elsewhere(other, me, "a")
-    clock.advance(INTERVAL)
-    assert me.wait_idle(TIMEOUT)
+    lose_to_other(other, me, clock, "a")
     committed, go = threading.Event(), threading.Event()
     store = me._store
     real = store.claim_overdue
