@@ -1,9 +1,9 @@
 """PostgreSQL: row locks, so instances never queue behind each other's claims.
 
-A claim's UPDATE takes its rows from a ``FOR UPDATE SKIP LOCKED``
-subquery: a row another instance is claiming right now is passed by, not
-waited for (SPEC-multi), and the UPDATE re-checks the predicate on the rows
-it locked. Reads that decide a write (`lock_rows`) lock with ``FOR UPDATE``.
+A claim's UPDATE takes its rows from a ``FOR UPDATE SKIP LOCKED`` read
+(a materialized CTE): a row another instance is claiming right now is passed
+by, not waited for (SPEC-multi), and the UPDATE re-checks the predicate on
+the rows it locked. Reads that decide a write (`lock_rows`) lock with ``FOR UPDATE``.
 Timestamps are ``timestamptz``.
 
 A write that moves the change counter also sends ``pg_notify`` in its
@@ -28,7 +28,7 @@ from ..._instant import Instant, from_datetime, to_datetime
 from . import Dialect, Sql
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection, Insert, Row, Table
+    from sqlalchemy import ColumnElement, Connection, Insert, Row, Table
     from sqlalchemy.engine.interfaces import DBAPIConnection
     from sqlalchemy.exc import DBAPIError
 
@@ -54,10 +54,24 @@ class PostgreSQLDialect(Dialect):
         return isinstance(sqlstate, str) and (sqlstate.startswith("08") or sqlstate in ("40001", "40P01", "57P01"))
 
     def claim(self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, columns: str) -> list[Row[Any]]:
+        # The locking read runs once, MATERIALIZED: as a subquery of the UPDATE's WHERE, the planner
+        # (misled by a table not yet analyzed) re-ran it for every row, 32 times for a claim of 32.
         (key,) = table.primary_key.columns
-        free = f"SELECT {key.name} FROM {table.name} WHERE {predicate.text} FOR UPDATE SKIP LOCKED"  # noqa: S608 - ours
-        locked = Sql(f"{predicate.text} AND {key.name} IN ({free})", predicate.params * 2)
-        return super().claim(conn, table, assignments, locked, columns)
+        sql = (
+            f"WITH free AS MATERIALIZED (SELECT {key.name} FROM {table.name} WHERE {predicate.text}"  # noqa: S608 - ours
+            f" FOR UPDATE SKIP LOCKED) UPDATE {table.name} SET {assignments.text}"
+            f" WHERE {predicate.text} AND {key.name} IN (SELECT {key.name} FROM free) RETURNING {columns}"
+        )
+        return list(self.execute(conn, Sql(sql, predicate.params + assignments.params + predicate.params)))
+
+    def unindexed(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
+        # An expression no index covers. Before ANALYZE (a table just filled, until autovacuum
+        # gets to it) the planner took the (state, next_run_at) index for the claim and walked
+        # every scheduled row: 5.6 ms per claim of 32 at 2,000 jobs, 0.2 ms by primary key.
+        return column.concat("")
+
+    def unindexed_sql(self, column: str) -> str:
+        return f"({column} || '')"
 
     def insert_ignoring_conflicts(self, table: Table) -> Insert:
         return insert(table).on_conflict_do_nothing()
