@@ -90,7 +90,7 @@ class Dialect:
         return column
 
     def unindexed_sql(self, column: str) -> str:
-        """`unindexed` in driver SQL."""
+        """`unindexed` in driver SQL (the claim's; PostgreSQL has it here only)."""
         return column
 
     def row_values(self, count: int, width: int) -> str:
