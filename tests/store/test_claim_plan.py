@@ -21,6 +21,7 @@ from sqlalchemy import event, select, text
 from persched._instant import Instant, Micros, micros
 from persched._models import validate_definition, validate_policies
 from persched._schema import jobs
+from tests.support.engines import engine_params
 from tests.support.helpers import EPOCH
 
 if TYPE_CHECKING:
@@ -66,10 +67,10 @@ def _claim_plan(store: Store, explain: str | None = None) -> str:
             cursor.execute(
                 "UPDATE persched_jobs SET state = 'scheduled', next_run_at = running_for WHERE state = 'running'"
             )
+        else:
+            explain = "EXPLAIN QUERY PLAN " if store.engine.dialect.name == "sqlite" else "EXPLAIN "
         lines = []
         for statement, params in statements:
-            if explain is None:
-                explain = "EXPLAIN QUERY PLAN " if store.engine.dialect.name == "sqlite" else "EXPLAIN "
             cursor.execute(explain + statement, params)
             lines += [" | ".join(str(part) for part in row) for row in cursor.fetchall()]
         return "\n".join(lines)
@@ -94,9 +95,8 @@ def test_the_claim_finds_its_rows_by_primary_key(store: Store) -> None:
     assert "state_next_run_at" not in plan, plan
 
 
+@pytest.mark.parametrize("engine_name", engine_params("postgres"), indirect=True)
 def test_before_analyze_the_postgresql_claim_locks_its_rows_in_one_read(store: Store) -> None:
-    if store.engine.dialect.name != "postgresql":
-        pytest.skip("the planner of a table with no statistics: PostgreSQL's (SQLite never has any)")
     _fill(store, analyze=False)
     # ANALYZE here is EXPLAIN's: the claim runs (rolled back) and each node reports its loops.
     plan = _claim_plan(store, "EXPLAIN (ANALYZE, COSTS OFF) ")
