@@ -39,25 +39,27 @@ class _Unreadable(Exception):
 
 class StoredRow:
     """A row's values as the column types give them, with placeholders for the ones that
-    could not be read; `problems` maps each such column to the reason."""
+    could not be read; `problems` maps each such column to the reason.
 
-    __slots__ = ("_values", "problems")
+    The values are the instance's ``__dict__``, so that a column is a plain attribute
+    (``row.next_run_at``): the claims read some twenty a run, and a lookup that first
+    fails over to ``__getattr__`` costs about a microsecond each (issue 14).
+    """
+
+    __slots__ = ("__dict__", "problems")
 
     def __init__(self, values: dict[str, Any], problems: dict[str, str]) -> None:
-        self._values = values
+        self.__dict__ = values
         self.problems = problems
 
     def __getattr__(self, name: str) -> Any:  # noqa: ANN401 - a column's value, as on a SQLAlchemy Row
-        try:
-            return self._values[name]
-        except KeyError:
-            raise AttributeError(name) from None
+        raise AttributeError(name)  # reached only for a name that is not a column of the row
 
     @property
     def value_of(self) -> Callable[[str], Any]:
         """A column's value by name, for the mappers that go over `_models.OPTIONS` (a C-level lookup:
         the claims read each won row's policies this way)."""
-        return self._values.__getitem__
+        return self.__dict__.__getitem__
 
     def describe(self) -> str:
         """The problems in one line: ``"next_run_at: 'x' is not ...; generation: ..."``."""

@@ -179,8 +179,20 @@ def plan_of(row: StoredRow) -> JobPlan:
 
 def plan_at(row: StoredRow, generation: int, *, with_start: bool = False) -> JobPlan:
     # start_at placed the grid's anchor once; only a correction reads it again (so claims need not).
+    if not with_start:
+        # The claims' path: by the row's values as read, before any Policies is built (issue 14).
+        return _plan_of_columns(
+            row.job_id, generation, row.first_run_at, tuple(map(row.value_of, CLAIM_POLICY_COLUMNS))
+        )
     policies = policies_of(row, with_start=with_start)
     return _cached_plan(row.job_id, generation, from_datetime(row.first_run_at), policies)
+
+
+@functools.lru_cache(maxsize=65_536)
+def _plan_of_columns(job_id: str, generation: int, first_run_at: datetime, values: tuple[Any, ...]) -> JobPlan:
+    # `values` are read_row's (floats, text, aware datetimes): equal values give equal policies.
+    policies = Policies.from_columns(dict(zip(CLAIM_POLICY_COLUMNS, values, strict=True)).__getitem__, for_claims=True)
+    return _cached_plan(job_id, generation, from_datetime(first_run_at), policies)
 
 
 @functools.lru_cache(maxsize=65_536)
