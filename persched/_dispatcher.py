@@ -112,8 +112,8 @@ backlog), the next cycle waits, up to `gather` of real time from when a
 worker became free, for every worker to be free before it claims.
 Without it, runs that end fast settle into groups: each cycle claims as many
 as reported back while the one before committed, and two groups of 16 (or 24
-and 8) take turns with 32 workers, two commits where one would do (issue 14:
-1,250-1,480 runs/s at 10,000 no-op jobs, 1,650 in one group of 32). Only a
+and 8) take turns with 32 workers, two commits where one would do (issue 14,
+10,000 no-op jobs: 1,212-1,351 runs/s split, 1,410-1,582 gathered). Only a
 backlog waits, so a scheduler that keeps up never does; the runs that wait
 are late already, by more than this.
 
