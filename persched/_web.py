@@ -38,7 +38,6 @@ import html
 import ipaddress
 import logging
 import secrets
-import signal
 import socketserver
 import threading
 import time
@@ -50,6 +49,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from . import _views
 from ._instant import Instant, from_datetime, seconds, to_datetime
+from ._signals import StopSignals
 from ._store.records import RunNowVerdict
 from .cli import human_duration, iso, job_state, open_existing, relative, run_outcome
 from .clock import SystemClock
@@ -58,7 +58,6 @@ from .errors import PerschedError, StoreError
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
     from datetime import datetime
-    from types import FrameType
 
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
 
@@ -626,29 +625,25 @@ def serve(db: str, host: str, port: int, token: str | None, ready: Callable[[str
     store = open_existing(db)
     try:
         server = make_web_server(WebApp(store, token), host, port)
-        stop = threading.Event()
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            stop.set()  # only set the event (STYLE §5); the main thread stops the server
-
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        stop = StopSignals()  # its handler takes no lock (persched._signals); the main thread stops the server
         thread = threading.Thread(target=server.serve_forever, name="persched-web", daemon=True)
         try:
-            thread.start()
-            url = f"http://{_url_host(host)}:{server.server_port}/"
-            if not ipaddress_is_loopback(host):
-                logger.warning("web: listening on %s, reachable from other machines: job data is visible there", host)
-            logger.info("web: serving %s on %s (%s)", store.url, url, "actions on" if token else "read-only")
-            ready(url)
-            while not stop.wait(1.0):  # a timed wait keeps the main thread responsive to signals
-                pass
-            logger.info("web: stopping")
+            with stop.installed():
+                thread.start()
+                url = f"http://{_url_host(host)}:{server.server_port}/"
+                if not ipaddress_is_loopback(host):
+                    logger.warning(
+                        "web: listening on %s, reachable from other machines: job data is visible there", host
+                    )
+                logger.info("web: serving %s on %s (%s)", store.url, url, "actions on" if token else "read-only")
+                ready(url)
+                while not stop.wait(1.0):  # a timed wait keeps the main thread responsive to signals
+                    pass
+                logger.info("web: stopping")
         finally:
             server.shutdown()
             server.server_close()
             thread.join(5.0)
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
     finally:
         store.engine.dispose()
 

@@ -51,7 +51,6 @@ import shutil
 import signal
 import sys
 import textwrap
-import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -66,6 +65,7 @@ from ._config import DEFAULT_WORKERS
 from ._instant import Instant, micros
 from ._liveness import display_id
 from ._models import DEFAULT_NAMESPACE, OPTIONS, JobState, validate_job_id, validate_namespace
+from ._signals import StopSignals
 from ._store import RunNowVerdict, Store
 from ._store.mappers import plain_job, plain_run
 from ._triggers import describe_duration
@@ -74,7 +74,7 @@ from .errors import PerschedError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
-    from types import FrameType, ModuleType
+    from types import ModuleType
     from typing import TypeAlias
     from wsgiref.simple_server import WSGIServer
 
@@ -761,18 +761,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     scheduler = JobScheduler(
         args.db, workers=args.workers, allowed_modules=run_allowed_modules(args), namespace=args.namespace
     )
-    stop = threading.Event()
-    received: list[int] = []
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        # Only set the event (STYLE §5); the main thread logs and shuts down.
-        if stop.is_set():
+    def on_signal(signum: int) -> None:
+        # No lock and no logging here (persched._signals); the main thread logs and shuts down.
+        if stop.received:
             os.write(2, b"persched: second signal: exiting now, in-flight runs are abandoned\n")
             os._exit(128 + signum)
-        received.append(signum)
-        stop.set()
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    stop = StopSignals(on_signal)
+    with stop.installed():
+        return _run_until_stopped(args, module, scheduler, stop)
+
+
+def _run_until_stopped(args: argparse.Namespace, module: ModuleType, scheduler: JobScheduler, stop: StopSignals) -> int:
+    """`persched run` from start() to a graceful shutdown at the first stop signal."""
     metrics_server = None
     try:
         try:
@@ -803,7 +805,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # A timed wait keeps the main thread responsive to signals everywhere.
         while not stop.wait(1.0):
             pass
-        name = signal.Signals(received[0]).name if received else "signal"
+        name = signal.Signals(stop.received[0]).name if stop.received else "signal"
         logger.info("%s received: shutting down, in-flight runs finish (send it again to force exit)", name)
         scheduler.shutdown(wait=True)
         logger.info("persched stopped")
@@ -812,8 +814,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if metrics_server is not None:
             metrics_server.shutdown()
             metrics_server.server_close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _serve_metrics(scheduler: JobScheduler, host: str, port: int) -> WSGIServer:

@@ -9,14 +9,13 @@ call `time.sleep` (libfaketime's clock_nanosleep fails with EINVAL here).
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Final
 
 from persched import JobScheduler, current_run
+from persched._signals import StopSignals
 
 INTERVAL: Final = 0.25  # seconds
 
@@ -33,9 +32,8 @@ def main(argv: list[str]) -> None:
     """Run the scheduler until SIGTERM."""
     db, log, ready = argv
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with JobScheduler(f"sqlite:///{db}", lease_seconds=2.0, heartbeat_seconds=0.2) as sched:
+    stop = StopSignals()  # a handler that takes no lock: Event.set() there could deadlock (persched._signals)
+    with stop.installed(), JobScheduler(f"sqlite:///{db}", lease_seconds=2.0, heartbeat_seconds=0.2) as sched:
         # By reference: run with -m, this module is __main__ here, which another process cannot import.
         sched.schedule("tick", "tests.support.wallclock_child:tick", INTERVAL, args=(log,), start_in=0)
         Path(ready).write_text("ready")
