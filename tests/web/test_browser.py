@@ -100,8 +100,24 @@ def _after_click(driver: Any, element_id: str) -> Any:  # noqa: ANN401 - seleniu
 
     button = driver.find_element(By.ID, element_id)
     button.click()
-    WebDriverWait(driver, TIMEOUT).until(expected_conditions.staleness_of(button))
+    WebDriverWait(driver, TIMEOUT).until(lambda _: _stale(button))
     return WebDriverWait(driver, TIMEOUT).until(expected_conditions.presence_of_element_located((By.ID, "message")))
+
+
+def _stale(element: Any) -> bool:  # noqa: ANN401 - a selenium WebElement
+    """Whether `element` left the document. Chromium 156 reports a node of a page gone as "does not
+    belong to the document", which selenium's `staleness_of` does not take for stale (CI, 2026-12-02)."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in str(exc):
+            return True
+        raise
+    return False
 
 
 def _ids(driver: Any, selector: str) -> list[str]:  # noqa: ANN401 - a selenium WebDriver
