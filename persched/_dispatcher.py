@@ -400,9 +400,8 @@ class Dispatcher:
                 self._just_refilled = False
                 return self._refilling
             self._just_refilled = False
-            if self._gathering():
-                assert self._gather_until is not None
-                self._cond.wait(self._gather_until - time.monotonic())
+            if (left := self._gather_left()) > 0:
+                self._cond.wait(left)
                 continue
             due: list[ClaimEntry] = []
             if self._claiming and self._heap and self._free_workers:
@@ -449,16 +448,17 @@ class Dispatcher:
                 timeout = until_refill if timeout is None else min(timeout, until_refill)
             clock.wait(self._cond, timeout)
 
-    def _gathering(self) -> bool:
-        """Under ``_cond``: whether to wait for busy workers before the next claim (module docstring)."""
+    def _gather_left(self) -> float:
+        """Under ``_cond``: real seconds left to wait for busy workers before the next claim,
+        0 to claim now (module docstring)."""
         if not (self._backlog and self._claiming and 0 < self._free_workers < self._workers):
-            return False
+            return 0.0
         if not (self._heap and self._heap[0][0] <= self._timebase.now()):
-            return False
+            return 0.0
         now = time.monotonic()
         if self._gather_until is None:
             self._gather_until = now + self._gather
-        return now < self._gather_until
+        return max(0.0, self._gather_until - now)
 
     def _next_search(self) -> Instant | None:
         """Under ``_cond``: when to search for rows no claim took (module docstring); None while

@@ -85,15 +85,15 @@ def test_behind_a_backlog_the_next_claim_waits_for_every_busy_worker(
     started: list[Dispatcher], cycles: Cycles, monkeypatch: pytest.MonkeyPatch, gather: float
 ) -> None:
     gathering = threading.Event()
-    real = Dispatcher._gathering
+    real = Dispatcher._gather_left
 
-    def watched(self: Dispatcher) -> bool:
-        waits = real(self)
-        if waits:
+    def watched(self: Dispatcher) -> float:
+        left = real(self)
+        if left > 0:
             gathering.set()
-        return waits
+        return left
 
-    monkeypatch.setattr(Dispatcher, "_gathering", watched)
+    monkeypatch.setattr(Dispatcher, "_gather_left", watched)
     dispatcher = _dispatcher(started, cycles, 3 * WORKERS, gather)
     wait_until(lambda: len(cycles.claimed()) == 1, message="the first claim")
     assert cycles.claimed() == [["j00", "j01", "j02", "j03"]]  # 8 entries left due: a backlog
