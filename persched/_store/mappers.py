@@ -184,7 +184,7 @@ def plan_at(row: StoredRow, generation: int, *, with_start: bool = False) -> Job
         return _plan_of_columns(
             row.job_id, generation, row.first_run_at, tuple(map(row.value_of, CLAIM_POLICY_COLUMNS))
         )
-    policies = policies_of(row, with_start=with_start)
+    policies = policies_of(row)  # with start_at: a correction
     return _cached_plan(row.job_id, generation, from_datetime(row.first_run_at), policies)
 
 
