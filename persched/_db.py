@@ -44,6 +44,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
+from persched import _realtime
 from persched._config import EngineOptions
 from persched._schema import attach_index_predicates
 from persched.errors import InvalidJobError, StoreError
@@ -461,7 +462,7 @@ def _ensure_wal(cursor: sqlite3.Cursor, busy_timeout_seconds: float) -> None:
     workers) meet exactly that. So: skip the switch when the file already is
     in WAL mode, and retry a locked switch until busy_timeout has passed.
     """
-    deadline = time.monotonic() + busy_timeout_seconds
+    deadline = _realtime.monotonic() + busy_timeout_seconds
     delay = 0.01
     while True:
         try:
@@ -469,7 +470,7 @@ def _ensure_wal(cursor: sqlite3.Cursor, busy_timeout_seconds: float) -> None:
                 cursor.execute("PRAGMA journal_mode = WAL")
             return
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() >= deadline:
+            if "locked" not in str(exc) or _realtime.monotonic() >= deadline:
                 raise
         time.sleep(delay)  # a short backoff while another process recovers the WAL; no lock held
         delay = min(delay * 2, 0.2)
@@ -500,7 +501,7 @@ def _begin_immediate(conn: Connection, busy_timeout_seconds: float) -> None:
         except OperationalError as exc:
             if not _is_busy(exc):
                 raise
-            now = time.monotonic()
+            now = _realtime.monotonic()
             deadline = now + busy_timeout_seconds if deadline is None else deadline
             if now >= deadline:
                 raise

@@ -129,10 +129,10 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
+from . import _realtime
 from ._instant import US_PER_SECOND, Instant, Micros
 from ._tracebacks import describe
 from ._triggers import jitter_reach
@@ -223,7 +223,7 @@ class Dispatcher:
         self._in_cycle = False
         self._gather = gather
         self._backlog = False  # the last claim left due entries for want of workers
-        self._gather_until: float | None = None  # time.monotonic() when this gathering ends
+        self._gather_until: float | None = None  # _realtime.monotonic() when this gathering ends
         self._asleep_since: Instant | None = None  # when it began waiting for the head with a worker free
         self._completions: list[Any] = []
         self._claiming = True  # False once shutdown began: completions only
@@ -369,12 +369,15 @@ class Dispatcher:
 
     def wait_idle(self, timeout: float | None) -> bool:
         """Block until nothing is due or being written and every worker is free; False on timeout (real seconds)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else _realtime.monotonic() + timeout
         with self._cond:
             while not self._idle():
-                left = None if deadline is None else deadline - time.monotonic()
+                left = None if deadline is None else deadline - _realtime.monotonic()
                 if left is not None and left <= 0:
                     return False
+                # The dispatcher re-reads the clock now: a clock that moves without waking
+                # anyone (a test's frozen time, persched.testing.FrozenTimeClock) is taken up at once.
+                self._cond.notify_all()
                 # Bounded: advancing a FakeClock wakes this condition, the real clock does not.
                 self._cond.wait(0.05 if left is None else min(left, 0.05))
             return True
@@ -455,7 +458,7 @@ class Dispatcher:
             return 0.0
         if not (self._heap and self._heap[0][0] <= self._timebase.now()):
             return 0.0
-        now = time.monotonic()
+        now = _realtime.monotonic()
         if self._gather_until is None:
             self._gather_until = now + self._gather
         return max(0.0, self._gather_until - now)

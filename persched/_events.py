@@ -34,11 +34,11 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal, get_args
 
+from . import _realtime
 from ._tracebacks import describe
 from .errors import InvalidJobError
 
@@ -185,11 +185,11 @@ class EventBus:
 
     def wait_delivered(self, timeout: float | None) -> bool:
         """Block until every event queued so far has been delivered; False after `timeout` real seconds."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else _realtime.monotonic() + timeout
         done = self._queue.all_tasks_done
         with done:
             while self._queue.unfinished_tasks and not self._abandoned:
-                left = None if deadline is None else deadline - time.monotonic()
+                left = None if deadline is None else deadline - _realtime.monotonic()
                 if left is not None and left <= 0:
                     return False
                 done.wait(left)

@@ -56,10 +56,10 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-import time
 from collections import Counter
 from typing import TYPE_CHECKING, Final, Protocol
 
+from . import _realtime
 from ._dispatcher import Dispatcher
 from ._instant import Instant, Micros, seconds, to_datetime
 from ._models import JobState
@@ -368,10 +368,10 @@ class RunBook:
         """Block until this process has no run of `job_id` in flight (a run's own job excepted), or `timeout`."""
         own = current_run_claim()
         allowed = 1 if own is not None and own.job_id == job_id else 0  # never wait for ourselves
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else _realtime.monotonic() + timeout
         with self._inflight_cond:
             while self._inflight_jobs[job_id] > allowed or self._searches:
-                left = None if deadline is None else deadline - time.monotonic()
+                left = None if deadline is None else deadline - _realtime.monotonic()
                 if left is not None and left <= 0:
                     return
                 self._inflight_cond.wait(left)

@@ -38,11 +38,10 @@ import atexit
 import logging
 import os
 import threading
-import time
 import weakref
 from typing import TYPE_CHECKING, Any, Final
 
-from . import _db, _migrate
+from . import _db, _migrate, _realtime
 from ._config import DEFAULT_WORKERS, MAX_COUNT, SchedulerConfig, check_wait, positive
 from ._declare import JobSpec, check_specs
 from ._events import Event, EventBus
@@ -67,6 +66,7 @@ from ._store import RunNowVerdict, Store
 from ._targets import reference_of
 from ._timebase import Timebase
 from ._workers import current_run_claim
+from .clock import SystemClock
 from .errors import InvalidJobError, SchedulerStateError
 
 if TYPE_CHECKING:
@@ -319,6 +319,14 @@ class JobScheduler:
             # "running" before loading: a schedule() committed after the load
             # sees it and pushes its own entry.
             self._state = "running"
+        if isinstance(self._timebase.clock, SystemClock) and (tool := _realtime.frozen_by()) is not None:
+            # README "Testing": the default clock keeps to real time inside a frozen test; say so.
+            logger.warning(
+                "time is frozen by %s, and scheduler %s runs on the real clock: pass "
+                "clock=persched.testing.FrozenTimeClock() to follow the frozen time",
+                tool,
+                self.instance_id,
+            )
         horizon = Horizon(self._store, self._timebase)
         swept: list[tuple[Instant, str, int]] = []
         try:
@@ -390,10 +398,10 @@ class JobScheduler:
 
     def _finish_shutdown(self, timeout: float | None) -> None:
         # Real time: this waits for threads, not for schedule slots.
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else _realtime.monotonic() + timeout
 
         def left() -> float | None:
-            return None if deadline is None else max(0.0, deadline - time.monotonic())
+            return None if deadline is None else max(0.0, deadline - _realtime.monotonic())
 
         busy = self._runs.busy_jobs()
         if busy:
@@ -745,10 +753,10 @@ class JobScheduler:
         """
         self._check_process()
         timeout = check_wait(True, timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else _realtime.monotonic() + timeout
         if not self._dispatcher.wait_idle(timeout):
             return False
-        return self._events.wait_delivered(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return self._events.wait_delivered(None if deadline is None else max(0.0, deadline - _realtime.monotonic()))
 
     # -- internals ------------------------------------------------------------------
 

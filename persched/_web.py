@@ -40,14 +40,13 @@ import logging
 import secrets
 import socketserver
 import threading
-import time
 import urllib.parse
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Final
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from . import _views
+from . import _realtime, _views
 from ._instant import Instant, from_datetime, seconds, to_datetime
 from ._signals import StopSignals
 from ._store.records import RunNowVerdict
@@ -327,7 +326,7 @@ class WebApp:
 
     def _job_counts(self) -> dict[str, int]:
         """Jobs by state, reused for COUNTS_CACHE_NS: the count scans the jobs table (about 90 ms at 100,000 jobs)."""
-        now = time.monotonic_ns()
+        now = _realtime.monotonic_ns()
         with self._counts_lock:
             cached = self._counts
         if cached is not None and now - cached[0] < COUNTS_CACHE_NS:

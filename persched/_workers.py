@@ -47,6 +47,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from . import _realtime
 from ._store.records import Claim
 from ._targets import TargetNotFound, resolve
 from ._tracebacks import describe
@@ -165,7 +166,11 @@ def _execute(
             awaitable_runner(result)
         elif inspect.isawaitable(result):
             if not loop:
-                loop.append(asyncio.new_event_loop())
+                own = asyncio.new_event_loop()
+                # Its timers on the real clock: under freezegun, time.monotonic() is frozen, and
+                # an `await asyncio.sleep()` in a job would never end (persched._realtime).
+                own.time = _realtime.monotonic  # type: ignore[method-assign]
+                loop.append(own)
             loop[0].run_until_complete(_awaited(result))
     except TargetNotFound as exc:
         logger.error(

@@ -1,8 +1,11 @@
 """Where persched reads time and waits: the `Clock` protocol and the system clock.
 
-Only this module reads the system clock. The scheduler takes a `Clock` so that
-tests (and users testing their own schedules) can drive time with
-`persched.testing.FakeClock` instead of sleeping.
+The scheduler takes a `Clock` so that tests (and users testing their own
+schedules) can drive time with `persched.testing.FakeClock` instead of
+sleeping, or follow the time that freezegun or time-machine froze with
+`persched.testing.FrozenTimeClock`. `SystemClock` reads the system's clocks
+through `persched._realtime`, past both of those tools, so that a scheduler on
+the default clock keeps to real time even inside a frozen test.
 
 A clock tells time in whole microseconds (SPEC §1 "Time is exact to the
 microsecond"): integers, so that an instant read here, a slot computed from
@@ -12,8 +15,9 @@ it and the value the database stores are one and the same number.
 from __future__ import annotations
 
 import threading
-import time
 from typing import Protocol, runtime_checkable
+
+from . import _realtime
 
 __all__ = ["Clock", "SecondsClock", "SystemClock", "exact_clock"]
 
@@ -57,23 +61,28 @@ class SecondsClock(Protocol):
 
 
 class SystemClock:
-    """The real clock: `time.time_ns`, `time.monotonic_ns` and `Condition.wait`."""
+    """The real clock: the system's wall and monotonic clocks, and `Condition.wait`.
+
+    Real even where freezegun or time-machine froze ``time.time()`` and
+    ``time.monotonic()``: a scheduler on this clock never mixes frozen and real
+    readings (pass `persched.testing.FrozenTimeClock` to follow frozen time).
+    """
 
     def now_us(self) -> int:
-        """Return ``time.time_ns() // 1000``."""
-        return time.time_ns() // 1000
+        """Return the wall-clock time in whole microseconds since the epoch."""
+        return _realtime.time_ns() // 1000
 
     def monotonic_us(self) -> int:
-        """Return ``time.monotonic_ns() // 1000``."""
-        return time.monotonic_ns() // 1000
+        """Return the monotonic time in whole microseconds."""
+        return _realtime.monotonic_ns() // 1000
 
     def now(self) -> float:
-        """Return `time.time()` (epoch seconds)."""
-        return time.time()
+        """Return the wall-clock time as epoch seconds."""
+        return _realtime.time_ns() / 1e9
 
     def monotonic(self) -> float:
-        """Return `time.monotonic()`."""
-        return time.monotonic()
+        """Return the monotonic time in seconds."""
+        return _realtime.monotonic()
 
     def wait(self, cond: threading.Condition, timeout: float | None) -> None:
         """Wait on `cond`, clamping `timeout` to what `threading` accepts."""

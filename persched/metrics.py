@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import TYPE_CHECKING, Final
 
 try:
@@ -47,7 +46,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         "persched.metrics needs prometheus_client: pip install 'persched[metrics]'", name=exc.name
     ) from exc
 
-from . import _views
+from . import _realtime, _views
 from ._instant import from_datetime, micros, seconds
 from ._observe import Observer
 from .errors import InvalidJobError, PerschedError, StoreError
@@ -255,7 +254,7 @@ class SchedulerMetrics(Observer):
         scheduler = self._scheduler
         if scheduler is None:
             return None
-        now = time.monotonic_ns()
+        now = _realtime.monotonic_ns()
         cached = self._jobs_cache
         if cached is not None and now - cached[0] < self._cache_ns:
             return cached[1]

@@ -1,4 +1,4 @@
-"""Test helpers for users of persched: a fake clock that never sleeps.
+"""Test helpers for users of persched: a fake clock that never sleeps, and one that follows frozen time.
 
 A test of one's own schedule needs no sleep and no polling loop::
 
@@ -13,6 +13,15 @@ A test of one's own schedule needs no sleep and no polling loop::
 Time is exact to the microsecond (SPEC §1): ``advance(seconds)`` is rounded to
 whole microseconds once, and slots are whole microseconds too, so advancing by
 exactly a job's interval makes exactly one more run, at any start instant.
+
+A suite that already freezes time with freezegun or time-machine passes
+`FrozenTimeClock` instead, and moves time with the tool it knows::
+
+    with freeze_time("2026-06-01 12:00:00") as frozen:
+        with JobScheduler(tmp_path / "jobs.db", clock=FrozenTimeClock()) as sched:
+            sched.schedule("report", send_report, 60.0)
+            frozen.tick(60)
+            assert sched.wait_idle(timeout=10)            # the run due at 12:01 has run
 """
 
 from __future__ import annotations
@@ -21,9 +30,10 @@ import threading
 import time
 import weakref
 
+from . import _realtime
 from ._instant import micros, seconds
 
-__all__ = ["FakeClock"]
+__all__ = ["FakeClock", "FrozenTimeClock"]
 
 
 class FakeClock:
@@ -113,3 +123,74 @@ class FakeClock:
         for cond in conds:
             with cond:
                 cond.notify_all()
+
+
+class FrozenTimeClock:
+    """A clock that reads the time a test froze with freezegun or time-machine.
+
+    Pass it as ``JobScheduler(..., clock=FrozenTimeClock())`` inside
+    ``freeze_time(...)`` or ``time_machine.travel(..., tick=False)``: the
+    scheduler's "now" is the frozen instant, exact to the microsecond, and
+    runs become due when the test moves time (``frozen.tick()``,
+    ``frozen.move_to()``, ``traveller.shift()``, ``traveller.move_to()``).
+    ``JobScheduler.wait_idle()`` then brings the scheduler up to the new
+    instant by itself and returns once the runs due there have run; its
+    timeout, and every other timeout a caller passes, stays in real seconds.
+    With a ticking freeze (``tick=True``) time flows from the frozen instant,
+    and so do the runs.
+
+    Wall and monotonic time move together when the frozen time moves
+    forward. A move back is a step of the wall clock alone, as NTP makes on
+    a real machine: a running scheduler neither re-runs nor bursts, and its
+    monotonic time waits for the frozen time to move on (a scheduler started
+    afterwards reads the earlier instant, and treats rows written ahead of it
+    as a corrected clock: SPEC §2 "Clock corrections across a restart").
+    Outside frozen time it reads the real clock.
+
+    Nothing moves the frozen time while the test waits, so the scheduler's
+    threads look again every `poll_seconds` of real time (`wait_idle` does
+    not wait for that: it wakes the dispatcher itself).
+
+    Args:
+        poll_seconds: Real seconds between two looks at the frozen time by a
+            waiting thread (default 0.05).
+    """
+
+    def __init__(self, poll_seconds: float = 0.05) -> None:
+        if not 0 < poll_seconds <= 60:
+            raise ValueError(f"poll_seconds: must be > 0 and at most 60, got {poll_seconds!r}")
+        self._poll = poll_seconds
+        self._lock = threading.Lock()
+        self._last_wall = self.now_us()
+        self._mono = 1_000_000_000  # microseconds; any value would do
+
+    def now_us(self) -> int:
+        """Return the frozen wall time (the real time outside frozen time) in whole microseconds."""
+        frozen = _realtime.frozen_time_us()
+        return _realtime.time_ns() // 1000 if frozen is None else frozen
+
+    def now(self) -> float:
+        """Return the frozen wall time as epoch seconds."""
+        return seconds(self.now_us())
+
+    def monotonic_us(self) -> int:
+        """Return a monotonic time that moves with the frozen time's forward moves, in whole microseconds."""
+        wall = self.now_us()
+        with self._lock:
+            self._mono += max(0, wall - self._last_wall)
+            self._last_wall = wall
+            return self._mono
+
+    def monotonic(self) -> float:
+        """Return `monotonic_us` in seconds."""
+        return seconds(self.monotonic_us())
+
+    def wait(self, cond: threading.Condition, timeout: float | None) -> None:
+        """Wait on `cond` for a notification, at most `poll_seconds` (or `timeout`, if less) of real time.
+
+        The caller re-checks its deadline against `monotonic_us()`, which
+        moves only when the test moves the frozen time (or it ticks).
+        """
+        if timeout is not None and timeout <= 0:
+            return
+        cond.wait(self._poll if timeout is None else min(timeout, self._poll))

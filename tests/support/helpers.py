@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
+from persched import _realtime
 from persched._instant import Instant, micros, to_datetime
 
 if TYPE_CHECKING:
@@ -78,10 +79,10 @@ def heartbeat_settled(sched: JobScheduler, clock: FakeClock) -> None:
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = TIMEOUT, message: str = "") -> None:
-    """Poll `predicate` every 5 ms until it is true; fail after `timeout` real seconds."""
-    deadline = time.monotonic() + timeout
+    """Poll `predicate` every 5 ms until it is true; fail after `timeout` real seconds (also in frozen time)."""
+    deadline = _realtime.monotonic() + timeout
     while not predicate():
-        if time.monotonic() >= deadline:
+        if _realtime.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for: {message}")
         time.sleep(POLL)
 
