@@ -8,51 +8,27 @@ traceback. Databases are seeded in-process with a FakeClock-driven scheduler.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from persched import Job, Run
 from tests.support import cli_jobs
+from tests.support.cli_run import REPO, RUN_TIMEOUT, cli_env, persched
 from tests.support.helpers import TIMEOUT, finished_runs, sql, wait_until
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from persched.testing import FakeClock
     from tests.conftest import SchedulerFactory
 
 pytestmark = pytest.mark.slow
-
-REPO = Path(__file__).resolve().parents[2]
-RUN_TIMEOUT = 60.0  # seconds for one CLI process (the demo takes about 12 s)
-
-
-def persched(
-    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = RUN_TIMEOUT
-) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m persched ARGS`` and return the finished process."""
-    return subprocess.run(
-        [sys.executable, "-m", "persched", *args],
-        cwd=cwd or REPO,
-        env=_env(env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "PERSCHED_DB"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    env.update(extra or {})
-    return env
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -> str:
@@ -361,7 +337,7 @@ def _start_run(tmp_path: Path, sleep_seconds: float) -> tuple[subprocess.Popen[s
         proc = subprocess.Popen(
             [sys.executable, "-m", "persched", "--db", str(db), "run", "--import", "tests.support.cli_jobs"],
             cwd=REPO,
-            env=_env({cli_jobs.MARKERS_ENV: str(markers), cli_jobs.SLEEP_ENV: str(sleep_seconds)}),
+            env=cli_env({cli_jobs.MARKERS_ENV: str(markers), cli_jobs.SLEEP_ENV: str(sleep_seconds)}),
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             text=True,

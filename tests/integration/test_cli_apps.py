@@ -3,42 +3,23 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import pytest
 
 from persched import JobScheduler, JobSpec
+from tests.support.cli_run import RUN_TIMEOUT, cli_env, persched
 from tests.support.helpers import TIMEOUT, wait_until
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.slow
 
-REPO: Final = Path(__file__).resolve().parents[2]
-RUN_TIMEOUT: Final = 60.0
 NOOP: Final = "tests.support.cli_jobs:noop"
-
-
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PERSCHED_DB", "PERSCHED_NAMESPACE")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    env.update(extra or {})
-    return env
-
-
-def persched(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "persched", *args],
-        cwd=cwd,
-        env=_env(env),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT,
-        check=False,
-    )
 
 
 def job_ids(proc: subprocess.CompletedProcess[str]) -> list[str]:
@@ -108,7 +89,7 @@ def test_run_declares_what_persched_setup_returns_with_prune(tmp_path: Path) -> 
             "tests.support",
         ],
         cwd=tmp_path,
-        env=_env(),
+        env=cli_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

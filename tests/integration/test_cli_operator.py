@@ -20,45 +20,21 @@ import subprocess
 import sys
 import termios
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.support import cli_jobs, jobs
+from tests.support.cli_run import REPO, RUN_TIMEOUT, cli_env, persched
 from tests.support.helpers import TIMEOUT, finished_runs, sql, wait_until
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from persched.testing import FakeClock
     from tests.conftest import SchedulerFactory
 
 pytestmark = pytest.mark.slow
-
-REPO = Path(__file__).resolve().parents[2]
-RUN_TIMEOUT = 60.0  # real seconds for one CLI process (the demo takes about 10 s)
-
-
-def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a CLI child: this repo importable, no inherited database or width."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PERSCHED_DB", "COLUMNS", "LINES")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    env.update(extra or {})
-    return env
-
-
-def persched(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m persched ARGS`` (stdout a pipe, not a terminal) and return the finished process."""
-    return subprocess.run(
-        [sys.executable, "-m", "persched", *args],
-        cwd=cwd or REPO,
-        env=cli_env(env),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT,
-        check=False,
-    )
 
 
 @pytest.fixture

@@ -16,8 +16,9 @@ from sqlalchemy import create_engine, insert
 
 from persched import Job, JobState, Run
 from persched._schema import runs as runs_table
-from tests.integration.test_cli import assert_one_line_error, persched
+from tests.integration.test_cli import assert_one_line_error
 from tests.support import cli_jobs
+from tests.support.cli_run import persched
 from tests.support.helpers import at, finished_runs, sql, wait_until
 
 if TYPE_CHECKING:

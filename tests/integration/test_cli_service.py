@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from persched import JobScheduler
-from tests.integration.test_cli_operator import REPO, RUN_TIMEOUT, cli_env, persched
 from tests.support import cli_jobs
+from tests.support.cli_run import REPO, RUN_TIMEOUT, cli_env, persched
 from tests.support.helpers import TIMEOUT, sql, wait_until
 
 if TYPE_CHECKING:

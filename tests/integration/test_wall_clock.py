@@ -1,12 +1,24 @@
-"""The wall clock on the real clock: jumps while running, and a restart after a correction.
+"""The wall clock stepped under a running scheduler, and a restart after a correction.
 
-A scheduler process runs under libfaketime (Debian's ``faketime``; `.ci/run` installs it),
-whose offset file the test rewrites: +1 h, then -2 h, then +1 h while it runs; then a
-process started while the clock is an hour ahead writes its rows, and one started after
-the correction must take the job up within one interval (SPEC §2 "Time", "Clock
-corrections across a restart"). Run times are taken on CLOCK_MONOTONIC, which
-libfaketime is told to leave alone. Asserted: no burst, no stall longer than one
-interval (plus a margin for a loaded machine), no (generation, scheduled_for) twice.
+A scheduler process (tests/support/wallclock_child.py) runs while the test steps its
+wall clock: +1 h, then -2 h, then +1 h; then a process started while the clock is an
+hour ahead writes its rows, and one started after the correction must take the job
+up within one interval (SPEC §2 "Time", "Clock corrections across a restart"). Run
+times are taken on CLOCK_MONOTONIC, which is never stepped. Asserted: no burst, no
+stall longer than one interval (plus a margin for a loaded machine), no
+(generation, scheduled_for) twice.
+
+The clock is stepped two ways. ``injected``: the child's scheduler gets a clock that
+adds the seconds of an offset file to the system's wall clock. ``libfaketime``:
+Debian's libfaketime (`.ci/run` installs it) steps the system clock itself under the
+child, so that any reading of the real wall clock, by persched or a library, is
+stepped too. libfaketime slows the child down: it interposes
+``pthread_cond_timedwait``, which CPython's GIL waits with, and its wrapper masks
+signals and (with ``FAKETIME_NO_CACHE``) re-reads the offset file at every wait —
+``strace -c`` of two threads, one spinning, counts ~2,300 reads of the file and
+~4,600 ``rt_sigprocmask`` in 2 s, and a timed 10 ms wait took 44-130 ms on average
+against 19 ms without it. With many threads on a busy machine that made stalls of
+2-4 s, which were libfaketime's; so the child keeps few threads.
 """
 
 from __future__ import annotations
@@ -18,14 +30,19 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import closing
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.support.helpers import TIMEOUT, wait_until
 from tests.support.wallclock_child import INTERVAL
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 REPO = Path(__file__).resolve().parents[2]
 MARGIN = 1.0  # seconds of scheduling noise allowed on a busy 2-core machine (the error looked for is an hour)
@@ -43,7 +60,7 @@ def _libfaketime() -> str:
 class Child:
     """One scheduler process under libfaketime."""
 
-    def __init__(self, tmp: Path, name: str, env: dict[str, str]) -> None:
+    def __init__(self, tmp: Path, name: str, env: dict[str, str], extra: list[str]) -> None:
         self.ready = tmp / f"{name}.ready"
         self.out = tmp / f"{name}.out"
         self._file = self.out.open("wb")
@@ -55,6 +72,7 @@ class Child:
                 str(tmp / "jobs.db"),
                 str(tmp / "ticks.log"),
                 str(self.ready),
+                *extra,
             ],
             cwd=REPO,
             env=env,
@@ -82,19 +100,32 @@ class Child:
         self._file.close()
 
 
-@pytest.fixture
-def faketime_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
-    offset = tmp_path / "faketime.rc"
-    offset.write_text("+0\n")
+def _write_offset(path: Path, value: str) -> None:
+    """Replace the offset file at once: a reader never sees it empty or half written."""
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as tmp:
+        tmp.write(f"{value}\n")
+    os.replace(tmp.name, path)
+
+
+@pytest.fixture(params=["injected", "libfaketime"])
+def stepped_clock(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> tuple[dict[str, str], list[str], Callable[[str], None]]:
+    """(the child's environment, its extra arguments, a function that sets the wall clock's offset: "+3600")."""
+    offset = tmp_path / "offset"
     env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    if request.param == "injected":
+        _write_offset(offset, "0")
+        return env, [str(offset)], lambda value: _write_offset(offset, value)
+    _write_offset(offset, "+0")
     env.update(
         LD_PRELOAD=_libfaketime(),
         FAKETIME_TIMESTAMP_FILE=str(offset),
         FAKETIME_NO_CACHE="1",
         FAKETIME_DONT_FAKE_MONOTONIC="1",
-        PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p),
     )
-    return env, offset
+    return env, [], lambda value: _write_offset(offset, value)
 
 
 def _ticks(tmp: Path, since: float) -> list[float]:
@@ -114,19 +145,14 @@ def _check_steady(ticks: list[float], what: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=False,
-    reason="2026-12-02: the scheduler under libfaketime stalls 2-4 s across the +1 h jump on this machine, "
-    "also at 29b2a30, which passed CI the day before; not understood (closing note of session 9)",
-)
 def test_wall_clock_jumps_and_a_restart_after_a_correction(
-    tmp_path: Path, faketime_env: tuple[dict[str, str], Path]
+    tmp_path: Path, stepped_clock: tuple[dict[str, str], list[str], Callable[[str], None]]
 ) -> None:
-    env, offset = faketime_env
+    env, extra, set_offset = stepped_clock
     children: list[Child] = []
 
     def child(name: str) -> Child:
-        children.append(Child(tmp_path, name, env))
+        children.append(Child(tmp_path, name, env, extra))
         return children[-1]
 
     try:
@@ -134,17 +160,17 @@ def test_wall_clock_jumps_and_a_restart_after_a_correction(
         phases = [("+3600", "+1 h"), ("-3600", "-2 h"), ("+0", "+1 h")]
         time.sleep(1.0)  # real time passing: the scheduler runs meanwhile (no interleaving is hoped for)
         for value, _ in phases:
-            offset.write_text(f"{value}\n")
+            set_offset(value)
             time.sleep(1.0)
         a.stop()
         _check_steady(_ticks(tmp_path, a.started), "across jumps of +1 h, -2 h, +1 h")
 
-        offset.write_text("+3600\n")  # a process started while the clock is an hour ahead writes its rows
+        set_offset("+3600")  # a process started while the clock is an hour ahead writes its rows
         b = child("b")
         wait_until(lambda: len(_ticks(tmp_path, b.started)) >= 3, timeout=3 * TIMEOUT, message="b ran")
         b.stop()
 
-        offset.write_text("+0\n")  # the clock is corrected and the service restarted
+        set_offset("+0")  # the clock is corrected and the service restarted
         c = child("c")
         wait_until(lambda: len(_ticks(tmp_path, c.started)) >= 4, timeout=3 * TIMEOUT, message="c ran")
         out = c.stop()
