@@ -76,11 +76,11 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from types import ModuleType
     from typing import TypeAlias
-    from wsgiref.simple_server import WSGIServer
 
     from ._models import Job, Run
     from ._plain_models import PlainJob, PlainRun
     from ._scheduler import JobScheduler
+    from ._web_server import Server
 
     # What the formatting shared with `persched web` takes: a plain row or a public model.
     AnyJob: TypeAlias = Job | PlainJob
@@ -779,7 +779,7 @@ def _run_until_stopped(args: argparse.Namespace, module: ModuleType, scheduler: 
     try:
         try:
             if args.metrics_port is not None:
-                metrics_server = _serve_metrics(scheduler, args.metrics_host, args.metrics_port)
+                metrics_server = _serve_metrics(scheduler, args)
             scheduler.start()
             setup = getattr(module, SETUP_HOOK, None)
             if callable(setup):
@@ -816,20 +816,36 @@ def _run_until_stopped(args: argparse.Namespace, module: ModuleType, scheduler: 
             metrics_server.server_close()
 
 
-def _serve_metrics(scheduler: JobScheduler, host: str, port: int) -> WSGIServer:
+def _serve_metrics(scheduler: JobScheduler, args: argparse.Namespace) -> Server:
     try:
         metrics = importlib.import_module("persched.metrics")  # the optional extra: only when asked for
     except ImportError as exc:
         raise CliError(f"--metrics-port: {exc}") from exc
-    server, _ = metrics.serve(scheduler, host, port)
+    host, allowed = args.metrics_host, args.metrics_allowed_host
+    server, _ = metrics.serve(scheduler, host, args.metrics_port, allowed_hosts=allowed)
     logger.info("metrics at http://%s:%d/metrics", host, server.server_port)
     return server  # type: ignore[no-any-return]  # imported by name
 
 
 def _cmd_web(args: argparse.Namespace) -> int:
     web = importlib.import_module("persched._web")
-    token = args.token if args.token is not None else os.environ.get(web.ENV_TOKEN) or None
-    web.serve(args.db, args.host, args.port, token, lambda url: _say(f"persched web: {url} (Ctrl-C stops it)"))
+    auth = importlib.import_module("persched._web_auth")
+    token, warnings = auth.resolve_token(args.token, args.token_file, os.environ, web.ENV_TOKEN)
+    for warning in warnings:
+        logger.warning("web: %s", warning)
+    limits = importlib.import_module("persched._web_server").Limits(
+        read_timeout=args.read_timeout, max_connections=args.max_connections
+    )
+    web.serve(
+        args.db,
+        args.host,
+        args.port,
+        token,
+        lambda url: _say(f"persched web: {url} (Ctrl-C stops it)"),
+        namespace=args.namespace,
+        allowed_hosts=args.allowed_host,
+        limits=limits,
+    )
     return EXIT_OK
 
 
@@ -997,6 +1013,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics-port", type=_port, metavar="N", help="serve Prometheus metrics on this port (persched[metrics])"
     )
     sub.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST", help="address to bind (127.0.0.1)")
+    _add_allowed_host(sub, "--metrics-allowed-host")
     sub = command(
         "web",
         "serve a dashboard of this database in the browser: jobs, runs, charts (read-only without --token)",
@@ -1008,8 +1025,42 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub.add_argument("--port", type=_port, default=8765, metavar="N", help="port to listen on (8765; 0: any free)")
     sub.add_argument("--host", default="127.0.0.1", metavar="HOST", help="address to bind (127.0.0.1)")
-    sub.add_argument("--token", metavar="TOKEN", help="access token that enables the actions ($PERSCHED_WEB_TOKEN)")
+    _add_allowed_host(sub, "--allowed-host")
+    token = sub.add_mutually_exclusive_group()
+    token.add_argument(
+        "--token-file", metavar="PATH", help="file whose first line is the access token that enables the actions"
+    )
+    token.add_argument(
+        "--token", metavar="TOKEN", help="the access token itself (visible in the process list: prefer the others)"
+    )
+    sub.add_argument(
+        "--read-timeout", type=_seconds, default=10.0, metavar="S", help="seconds a client has to send its request (10)"
+    )
+    sub.add_argument(
+        "--max-connections", type=_positive_int, default=256, metavar="N", help="connections read at once (256)"
+    )
     return parser
+
+
+def _add_allowed_host(sub: argparse.ArgumentParser, flag: str) -> None:
+    sub.add_argument(
+        flag,
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests for this Host (NAME or NAME:PORT; repeatable; '*': any, unsafe);"
+        " by default only 127.0.0.1, localhost, [::1] and the bound address",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text[:40]!r}") from None
+    if not 0 < value < 86_400:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and less than 86400, got {text[:40]}")
+    return value
 
 
 def _add_wide(sub: argparse.ArgumentParser) -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from persched._web import MESSAGES
 from tests.support.helpers import TIMEOUT, wait_until
 from tests.web.conftest import START, TOKEN, fill, serve_app
 
@@ -176,7 +177,7 @@ def test_pages_pause_and_run_now_in_a_browser(browser: Any, tmp_path: Path) -> N
 
             # Run now: the running scheduler picks the request up and runs it, off the grid.
             browser.get(base + "/job?id=good")
-            assert "run-now requested" in _after_click(browser, "btn-run-now").text
+            assert MESSAGES["run-now"] in _after_click(browser, "btn-run-now").text
             _shot(browser, "run-now")
 
             def ran_now() -> bool:
@@ -189,7 +190,7 @@ def test_pages_pause_and_run_now_in_a_browser(browser: Any, tmp_path: Path) -> N
             assert "ok, run-now" in _ids(browser, "#runs td.ok")
 
             # Pause: the page says so, and no slot of the job runs any more.
-            assert "paused" in _after_click(browser, "btn-pause").text
+            assert MESSAGES["paused"] in _after_click(browser, "btn-pause").text
             assert browser.find_element(By.ID, "job-state").text == "paused"
             assert browser.find_elements(By.ID, "btn-resume")
             _shot(browser, "paused")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import urllib.request
@@ -33,8 +34,9 @@ def test_web_serves_until_sigterm(db: str, tmp_path: Path) -> None:
 
 def test_web_refuses_a_short_token_in_one_line(db: str, tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "persched", "--db", db, "web", "--port", "0", "--token", "short"],
+        [sys.executable, "-m", "persched", "--db", db, "web", "--port", "0"],
         cwd=REPO,
+        env={**os.environ, "PERSCHED_WEB_TOKEN": "short"},
         capture_output=True,
         text=True,
         timeout=60,
