@@ -195,6 +195,10 @@ class WebApp:
         self._counts: tuple[int, dict[str, dict[str, int]]] | None = None  # (monotonic ns, by namespace and state)
         self._stores: dict[str, Store] = {}
 
+    def close(self) -> None:
+        """Close the database connections (the dashboard answers no request after it)."""
+        self.store.engine.dispose()
+
     # -- WSGI -------------------------------------------------------------------------
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
