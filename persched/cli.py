@@ -51,6 +51,7 @@ import shutil
 import signal
 import sys
 import textwrap
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -737,6 +738,8 @@ def _import_module(name: str) -> ModuleType:
         sys.path.insert(0, os.getcwd())  # as `python -m` does, so a local module imports
     try:
         return importlib.import_module(name)
+    except SystemExit as exc:  # a module that ends the process at import: say so, never exit silently
+        raise CliError(f"cannot import module {name!r}: it called sys.exit({_one_line(exc.code)})") from exc
     except Exception as exc:
         raise CliError(f"cannot import module {name!r}: {type(exc).__name__}: {_one_line(exc)}") from exc
 
@@ -789,7 +792,7 @@ def _run_until_stopped(args: argparse.Namespace, module: ModuleType, scheduler: 
                         scheduler.declare(specs, prune=True)
                 except PerschedError:
                     raise
-                except Exception as exc:
+                except (Exception, SystemExit) as exc:  # SystemExit too: never a silent exit
                     raise CliError(
                         f"{args.module}.{SETUP_HOOK}() raised {type(exc).__name__}: {_one_line(exc)}"
                     ) from exc
@@ -809,11 +812,25 @@ def _run_until_stopped(args: argparse.Namespace, module: ModuleType, scheduler: 
         logger.info("%s received: shutting down, in-flight runs finish (send it again to force exit)", name)
         scheduler.shutdown(wait=True)
         logger.info("persched stopped")
+        _warn_of_lingering_threads(args.module)
         return EXIT_OK
     finally:
         if metrics_server is not None:
             metrics_server.shutdown()
             metrics_server.server_close()
+
+
+def _warn_of_lingering_threads(module: str) -> None:
+    """Name the non-daemon threads (the imported module's, say) that keep the process from exiting."""
+    lingering = [
+        t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()
+    ]
+    if lingering:
+        logger.warning(
+            "threads started outside persched keep the process alive (%s; from %s?): a second SIGINT/SIGTERM ends it",
+            ", ".join(lingering),
+            module,
+        )
 
 
 def _serve_metrics(scheduler: JobScheduler, args: argparse.Namespace) -> Server:

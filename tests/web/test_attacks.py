@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import sqlite3
+import urllib.parse
 from contextlib import closing
 from typing import TYPE_CHECKING
 
@@ -18,11 +19,12 @@ from persched._web import MESSAGES
 from persched._web_auth import SignInLimiter
 from tests.support.helpers import TIMEOUT
 from tests.support.raw_http import get
-from tests.web.conftest import TOKEN, serve_app
+from tests.web.conftest import START, TOKEN, serve_app
 from tests.web.test_app import csrf_of, paused, request, sign_in
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from tests.web.conftest import Dashboard
 
@@ -237,3 +239,33 @@ def test_bad_action_forms_are_refused_and_write_nothing(dashboard: Dashboard) ->
         reply = request(dashboard.url, "POST", "/action", {**form, "csrf": csrf}, {"Cookie": cookie})
         assert reply.status == status, form
     assert _db_rows(dashboard.db) == before
+
+
+def test_a_one_shot_job_with_a_hostile_id_renders_escaped_and_acts(tmp_path: Path) -> None:
+    from datetime import datetime, timezone
+
+    from persched import JobScheduler
+    from persched.testing import FakeClock
+
+    url = f"sqlite:///{tmp_path / 'oneshot.db'}"
+    sched = JobScheduler(url, clock=FakeClock(START), namespace="ñs<i>")
+    job_id = "once <script>alert(1)</script> 日本"
+    sched.schedule(
+        job_id, "tests.support.jobs:record", run_at=datetime(2031, 1, 1, tzinfo=timezone.utc), args=("x" * 5000,)
+    )
+    sched.shutdown(wait=True, timeout=TIMEOUT)
+    for dashboard in serve_app(url, TOKEN, namespace="ñs<i>"):
+        cookie = sign_in(dashboard)
+        query = urllib.parse.urlencode({"id": job_id})
+        page = request(dashboard.url, "GET", f"/job?{query}", headers={"Cookie": cookie})
+        assert page.status == 200
+        assert "<script>" not in page.body
+        assert "&lt;script&gt;" in page.body
+        assert 'name="ns" value="ñs&lt;i&gt;"' in page.body
+        form = {"id": job_id, "ns": "ñs<i>", "action": "pause", "csrf": csrf_of(page.body)}
+        reply = request(dashboard.url, "POST", "/action", form, {"Cookie": cookie})
+        assert reply.status == 303
+        assert (
+            MESSAGES["paused"]
+            in request(dashboard.url, "GET", reply.headers["Location"], headers={"Cookie": cookie}).body
+        )
