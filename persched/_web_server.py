@@ -339,7 +339,9 @@ class Server:
         # closing with unread input would reset the connection before the client reads the answer.
         conn.draining = True
         conn.buffer = bytearray()
-        conn.deadline = min(conn.deadline, _realtime.monotonic() + _LINGER_SECONDS)  # closed by then at the latest
+        conn.deadline = min(
+            conn.deadline, _realtime.monotonic() + _LINGER_SECONDS
+        )  # closed then, or at its read deadline
 
     def _expire(self, selector: selectors.BaseSelector) -> None:
         now = _realtime.monotonic()

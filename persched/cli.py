@@ -12,7 +12,7 @@ Commands (``persched COMMAND --help`` shows each with an example)::
     persched resume JOB_ID               # continue on the schedule from now
     persched run-now JOB_ID              # one extra run as soon as a worker is free
     persched run --import MODULE [--workers N] [--allow PKG ... | --allow-any-module] [--metrics-port N]
-    persched web [--port N] [--token TOKEN]   # a dashboard in the browser
+    persched web [--port N] [--token-file PATH] [--allowed-host NAME ...]   # a dashboard in the browser
 
 The database comes from ``--db URL`` (before or after the command), else the
 ``PERSCHED_DB`` environment variable, else ``persched.db`` in the current
@@ -1034,10 +1034,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = command(
         "web",
         "serve a dashboard of this database in the browser: jobs, runs, charts (read-only without --token)",
-        "PERSCHED_WEB_TOKEN=$(openssl rand -hex 16) persched --db jobs.db web --port 8765",
+        "persched --db jobs.db --namespace web web --port 8765 --token-file ~/.persched-token",
         _cmd_web,
         "Never creates or migrates the database; works with or without a scheduler running on it."
-        " With an access token (--token or $PERSCHED_WEB_TOKEN), a browser that signs in with it gets"
+        " With an access token (--token-file or $PERSCHED_WEB_TOKEN), a browser that signs in with it gets"
         " pause, resume, run-now and deschedule buttons; every action is logged.",
     )
     sub.add_argument("--port", type=_port, default=8765, metavar="N", help="port to listen on (8765; 0: any free)")
