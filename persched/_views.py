@@ -15,14 +15,20 @@ this key", never OFFSET):
   "ok": the primary key, walking back until a page is full (ok is the common
   outcome, so that walk is short).
 - `job_counts`: one ``GROUP BY state, paused`` over persched_jobs (a scan of the
-  table; about 30 ms at 100,000 jobs on SQLite, so the metrics cache it).
+  table; about 30 ms at 100,000 jobs on SQLite, so the metrics cache it);
+  `namespace_counts` the same by namespace (the dashboard caches it).
+
+The dashboard shows one namespace or all of them (`namespace=None`). Of one
+namespace, jobs are still walked by primary key (the namespace term is kept
+off its index, as the store does: `Dialect.unindexed`), and a run's namespace
+is its job's, looked up by primary key for each run of the page.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import func, select
+from sqlalchemy import exists, func, select
 
 from ._models import JobState
 from ._schema import jobs, runs
@@ -30,12 +36,23 @@ from ._store._rows import read_row
 from ._store.mappers import JOB_COLUMNS, RAW_JOBS, RAW_RUNS, RUN_COLUMNS, to_job, to_run
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection, Select
+    from collections.abc import Callable, Collection
+
+    from sqlalchemy import ColumnElement, Connection, Select
 
     from ._models import Job, Run
     from ._store import Store
 
-__all__ = ["OUTCOMES", "job_counts", "jobs_page", "jobs_query", "runs_page", "runs_query"]
+__all__ = [
+    "OUTCOMES",
+    "job_counts",
+    "jobs_page",
+    "jobs_query",
+    "namespace_counts",
+    "namespaces_of",
+    "runs_page",
+    "runs_query",
+]
 
 #: The outcomes the runs page filters by; "running" is a run with no outcome yet.
 OUTCOMES: Final = ("ok", "error", "lost", "missed", "running")
@@ -64,25 +81,65 @@ def job_counts(store: Store) -> dict[str, int]:
     return store._read(body, "count jobs")  # the store's read transaction, with its retries
 
 
-def jobs_page(store: Store, after: str | None, limit: int) -> list[Job]:
-    """Up to `limit` active jobs with ids after `after`, in id order."""
+def namespace_counts(store: Store) -> dict[str, dict[str, int]]:
+    """How many jobs each namespace has in each state (namespaces with only descheduled jobs left out)."""
+
+    def body(conn: Connection) -> dict[str, dict[str, int]]:
+        query = (
+            select(jobs.c.namespace, jobs.c.state, jobs.c.paused, func.count())
+            .where(jobs.c.state != _DESCHEDULED)
+            .group_by(jobs.c.namespace, jobs.c.state, jobs.c.paused)
+        )
+        found: dict[str, dict[str, int]] = {}
+        for namespace, state, paused, count in conn.execute(query):
+            counts = found.setdefault(
+                str(namespace), dict.fromkeys((s.value for s in JobState if s != JobState.DESCHEDULED), 0)
+            )
+            key = JobState.PAUSED.value if paused and state == JobState.SCHEDULED.value else str(state)
+            counts[key] = counts.get(key, 0) + int(count)
+        return dict(sorted(found.items()))
+
+    return store._read(body, "count jobs by namespace")
+
+
+def namespaces_of(store: Store, job_ids: Collection[str]) -> dict[str, str]:
+    """The namespace of each of `job_ids` that has a row (a page's worth: one query by primary key)."""
+    if not job_ids:
+        return {}
+
+    def body(conn: Connection) -> dict[str, str]:
+        query = select(jobs.c.job_id, jobs.c.namespace).where(jobs.c.job_id.in_(sorted(job_ids)))
+        return {str(job_id): str(namespace) for job_id, namespace in conn.execute(query)}
+
+    return store._read(body, "namespaces of jobs")
+
+
+def jobs_page(store: Store, after: str | None, limit: int, *, namespace: str | None = None) -> list[Job]:
+    """Up to `limit` active jobs with ids after `after`, in id order, of `namespace` (None: of all)."""
+    query = jobs_query(after, limit, namespace=namespace, unindexed=store.dialect.unindexed)
 
     def body(conn: Connection) -> list[Job]:
         # Raw values, read one by one: a hand-edited row shows as unreadable, not as a failed page.
-        return [to_job(read_row(JOB_COLUMNS, row._mapping)) for row in conn.execute(jobs_query(after, limit))]
+        return [to_job(read_row(JOB_COLUMNS, row._mapping)) for row in conn.execute(query)]
 
     return store._read(body, "jobs page")
 
 
 def runs_page(
-    store: Store, *, job_id: str | None = None, outcome: str | None = None, before: int | None = None, limit: int
+    store: Store,
+    *,
+    job_id: str | None = None,
+    outcome: str | None = None,
+    before: int | None = None,
+    limit: int,
+    namespace: str | None = None,
 ) -> list[Run]:
-    """Up to `limit` runs older than run `before`, newest first, of `job_id` and `outcome` if given.
+    """Up to `limit` runs older than run `before`, newest first, of `job_id`, `outcome` and `namespace` if given.
 
     Raises:
         ValueError: `outcome` is not one of `OUTCOMES`.
     """
-    query = runs_query(job_id=job_id, outcome=outcome, before=before, limit=limit)
+    query = runs_query(job_id=job_id, outcome=outcome, before=before, limit=limit, namespace=namespace)
 
     def body(conn: Connection) -> list[Run]:
         return [to_run(read_row(RUN_COLUMNS, row._mapping)) for row in conn.execute(query)]
@@ -90,13 +147,27 @@ def runs_page(
     return store._read(body, "runs page")
 
 
-def jobs_query(after: str | None, limit: int) -> Select[Any]:
-    """The SELECT of `jobs_page` (exposed so that a test can check its query plan)."""
+def jobs_query(
+    after: str | None,
+    limit: int,
+    *,
+    namespace: str | None = None,
+    unindexed: Callable[[ColumnElement[Any]], ColumnElement[Any]] = lambda column: column,
+) -> Select[Any]:
+    """The SELECT of `jobs_page` (exposed so that a test can check its query plan).
+
+    `unindexed` is the store dialect's: it keeps the namespace term off its
+    index so that the page stays a walk of the primary key.
+    """
     query = select(*RAW_JOBS).where(jobs.c.state != _DESCHEDULED).order_by(jobs.c.job_id).limit(limit)
+    if namespace is not None:
+        query = query.where(unindexed(jobs.c.namespace) == namespace)
     return query if after is None else query.where(jobs.c.job_id > after)
 
 
-def runs_query(*, job_id: str | None, outcome: str | None, before: int | None, limit: int) -> Select[Any]:
+def runs_query(
+    *, job_id: str | None, outcome: str | None, before: int | None, limit: int, namespace: str | None = None
+) -> Select[Any]:
     """The SELECT of `runs_page` (exposed so that a test can check its query plan).
 
     Raises:
@@ -104,6 +175,14 @@ def runs_query(*, job_id: str | None, outcome: str | None, before: int | None, l
     """
     if outcome is not None and outcome not in OUTCOMES:
         raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}")
+    query = _runs_query(job_id=job_id, outcome=outcome, before=before, limit=limit)
+    if namespace is None:
+        return query
+    # Correlated: each run's job by primary key (a store's `_in_namespace` does the same).
+    return query.where(exists().where(jobs.c.job_id == runs.c.job_id, jobs.c.namespace == namespace))
+
+
+def _runs_query(*, job_id: str | None, outcome: str | None, before: int | None, limit: int) -> Select[Any]:
     if outcome == "running":
         # Open runs are few: find them by their partial index and sort them. `run_id + 0` keeps
         # the planners from walking the whole history back by primary key to find one.

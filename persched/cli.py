@@ -12,7 +12,7 @@ Commands (``persched COMMAND --help`` shows each with an example)::
     persched resume JOB_ID               # continue on the schedule from now
     persched run-now JOB_ID              # one extra run as soon as a worker is free
     persched run --import MODULE [--workers N] [--allow PKG ... | --allow-any-module] [--metrics-port N]
-    persched web [--port N] [--token TOKEN]   # a dashboard in the browser
+    persched web [--port N] [--token-file PATH] [--allowed-host NAME ...]   # a dashboard in the browser
 
 The database comes from ``--db URL`` (before or after the command), else the
 ``PERSCHED_DB`` environment variable, else ``persched.db`` in the current
@@ -51,6 +51,7 @@ import shutil
 import signal
 import sys
 import textwrap
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -76,11 +77,11 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from types import ModuleType
     from typing import TypeAlias
-    from wsgiref.simple_server import WSGIServer
 
     from ._models import Job, Run
     from ._plain_models import PlainJob, PlainRun
     from ._scheduler import JobScheduler
+    from ._web_server import Server
 
     # What the formatting shared with `persched web` takes: a plain row or a public model.
     AnyJob: TypeAlias = Job | PlainJob
@@ -737,6 +738,8 @@ def _import_module(name: str) -> ModuleType:
         sys.path.insert(0, os.getcwd())  # as `python -m` does, so a local module imports
     try:
         return importlib.import_module(name)
+    except SystemExit as exc:  # a module that ends the process at import: say so, never exit silently
+        raise CliError(f"cannot import module {name!r}: it called sys.exit({_one_line(exc.code)})") from exc
     except Exception as exc:
         raise CliError(f"cannot import module {name!r}: {type(exc).__name__}: {_one_line(exc)}") from exc
 
@@ -779,7 +782,7 @@ def _run_until_stopped(args: argparse.Namespace, module: ModuleType, scheduler: 
     try:
         try:
             if args.metrics_port is not None:
-                metrics_server = _serve_metrics(scheduler, args.metrics_host, args.metrics_port)
+                metrics_server = _serve_metrics(scheduler, args)
             scheduler.start()
             setup = getattr(module, SETUP_HOOK, None)
             if callable(setup):
@@ -789,7 +792,7 @@ def _run_until_stopped(args: argparse.Namespace, module: ModuleType, scheduler: 
                         scheduler.declare(specs, prune=True)
                 except PerschedError:
                     raise
-                except Exception as exc:
+                except (Exception, SystemExit) as exc:  # SystemExit too: never a silent exit
                     raise CliError(
                         f"{args.module}.{SETUP_HOOK}() raised {type(exc).__name__}: {_one_line(exc)}"
                     ) from exc
@@ -809,6 +812,7 @@ def _run_until_stopped(args: argparse.Namespace, module: ModuleType, scheduler: 
         logger.info("%s received: shutting down, in-flight runs finish (send it again to force exit)", name)
         scheduler.shutdown(wait=True)
         logger.info("persched stopped")
+        _warn_of_lingering_threads(args.module)
         return EXIT_OK
     finally:
         if metrics_server is not None:
@@ -816,20 +820,49 @@ def _run_until_stopped(args: argparse.Namespace, module: ModuleType, scheduler: 
             metrics_server.server_close()
 
 
-def _serve_metrics(scheduler: JobScheduler, host: str, port: int) -> WSGIServer:
+def _warn_of_lingering_threads(module: str) -> None:
+    """Name the non-daemon threads (the imported module's, say) that keep the process from exiting."""
+    lingering = [
+        t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()
+    ]
+    if lingering:
+        logger.warning(
+            "threads started outside persched keep the process alive (%s; from %s?): a second SIGINT/SIGTERM ends it",
+            ", ".join(lingering),
+            module,
+        )
+
+
+def _serve_metrics(scheduler: JobScheduler, args: argparse.Namespace) -> Server:
     try:
         metrics = importlib.import_module("persched.metrics")  # the optional extra: only when asked for
     except ImportError as exc:
         raise CliError(f"--metrics-port: {exc}") from exc
-    server, _ = metrics.serve(scheduler, host, port)
+    host, allowed = args.metrics_host, args.metrics_allowed_host
+    server, _ = metrics.serve(scheduler, host, args.metrics_port, allowed_hosts=allowed)
     logger.info("metrics at http://%s:%d/metrics", host, server.server_port)
     return server  # type: ignore[no-any-return]  # imported by name
 
 
 def _cmd_web(args: argparse.Namespace) -> int:
     web = importlib.import_module("persched._web")
-    token = args.token if args.token is not None else os.environ.get(web.ENV_TOKEN) or None
-    web.serve(args.db, args.host, args.port, token, lambda url: _say(f"persched web: {url} (Ctrl-C stops it)"))
+    auth = importlib.import_module("persched._web_auth")
+    token, warnings = auth.resolve_token(args.token, args.token_file, os.environ, web.ENV_TOKEN)
+    for warning in warnings:
+        logger.warning("web: %s", warning)
+    limits = importlib.import_module("persched._web_server").Limits(
+        read_timeout=args.read_timeout, max_connections=args.max_connections
+    )
+    web.serve(
+        args.db,
+        args.host,
+        args.port,
+        token,
+        lambda url: _say(f"persched web: {url} (Ctrl-C stops it)"),
+        namespace=args.namespace,
+        allowed_hosts=args.allowed_host,
+        limits=limits,
+    )
     return EXIT_OK
 
 
@@ -997,19 +1030,54 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics-port", type=_port, metavar="N", help="serve Prometheus metrics on this port (persched[metrics])"
     )
     sub.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST", help="address to bind (127.0.0.1)")
+    _add_allowed_host(sub, "--metrics-allowed-host")
     sub = command(
         "web",
         "serve a dashboard of this database in the browser: jobs, runs, charts (read-only without --token)",
-        "PERSCHED_WEB_TOKEN=$(openssl rand -hex 16) persched --db jobs.db web --port 8765",
+        "persched --db jobs.db --namespace web web --port 8765 --token-file ~/.persched-token",
         _cmd_web,
         "Never creates or migrates the database; works with or without a scheduler running on it."
-        " With an access token (--token or $PERSCHED_WEB_TOKEN), a browser that signs in with it gets"
+        " With an access token (--token-file or $PERSCHED_WEB_TOKEN), a browser that signs in with it gets"
         " pause, resume, run-now and deschedule buttons; every action is logged.",
     )
     sub.add_argument("--port", type=_port, default=8765, metavar="N", help="port to listen on (8765; 0: any free)")
     sub.add_argument("--host", default="127.0.0.1", metavar="HOST", help="address to bind (127.0.0.1)")
-    sub.add_argument("--token", metavar="TOKEN", help="access token that enables the actions ($PERSCHED_WEB_TOKEN)")
+    _add_allowed_host(sub, "--allowed-host")
+    token = sub.add_mutually_exclusive_group()
+    token.add_argument(
+        "--token-file", metavar="PATH", help="file whose first line is the access token that enables the actions"
+    )
+    token.add_argument(
+        "--token", metavar="TOKEN", help="the access token itself (visible in the process list: prefer the others)"
+    )
+    sub.add_argument(
+        "--read-timeout", type=_seconds, default=10.0, metavar="S", help="seconds a client has to send its request (10)"
+    )
+    sub.add_argument(
+        "--max-connections", type=_positive_int, default=256, metavar="N", help="connections read at once (256)"
+    )
     return parser
+
+
+def _add_allowed_host(sub: argparse.ArgumentParser, flag: str) -> None:
+    sub.add_argument(
+        flag,
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests for this Host (NAME or NAME:PORT; repeatable; '*': any, unsafe);"
+        " by default only 127.0.0.1, localhost, [::1] and the bound address",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text[:40]!r}") from None
+    if not 0 < value < 86_400:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and less than 86400, got {text[:40]}")
+    return value
 
 
 def _add_wide(sub: argparse.ArgumentParser) -> None:

@@ -38,7 +38,7 @@ import threading
 from typing import TYPE_CHECKING, Final
 
 try:
-    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, make_wsgi_app
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
     from prometheus_client.registry import Collector
 except ImportError as exc:  # pragma: no cover - exercised without the extra
@@ -49,11 +49,11 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 from . import _realtime, _views
 from ._instant import from_datetime, micros, seconds
 from ._observe import Observer
+from ._web_server import HostCheck, HostRules, Limits, Server, allow_every_host_warning
 from .errors import InvalidJobError, PerschedError, StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
-    from wsgiref.simple_server import WSGIServer
 
     from prometheus_client.metrics_core import Metric
 
@@ -69,6 +69,8 @@ LATENESS_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5
 #: Seconds from a run's start to its end.
 DURATION_BUCKETS: Final = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0, 3600.0)
 JOBS_CACHE_SECONDS: Final = 5.0  # jobs-by-state is read from the database at most this often
+#: The endpoint's server: scrapes are GETs, a few at a time.
+METRICS_LIMITS: Final = Limits(workers=2, max_connections=64, max_body_bytes=1_024)
 
 _RUN_KINDS: Final[tuple[EventKind, ...]] = ("run_started", "run_finished", "run_failed", "run_lost")
 
@@ -299,18 +301,34 @@ class _LiveCollector(Collector):
         )
 
 
-def serve(scheduler: JobScheduler, host: str, port: int) -> tuple[WSGIServer, threading.Thread]:
+def serve(
+    scheduler: JobScheduler, host: str, port: int, *, allowed_hosts: Sequence[str] = (), limits: Limits | None = None
+) -> tuple[Server, threading.Thread]:
     """Attach fresh metrics on ``prometheus_client.REGISTRY`` and serve them at ``http://host:port/metrics``.
 
     For ``persched run --metrics-port``; an application that has its own
-    endpoint attaches `SchedulerMetrics` to its registry instead. Stop the
-    server with ``shutdown()`` then ``server_close()``.
+    endpoint attaches `SchedulerMetrics` to its registry instead. Served by
+    persched's bounded server (`persched._web_server`: a fixed pool of
+    threads, read timeouts, size limits) behind its Host check: only
+    127.0.0.1, localhost, [::1], the bound address, any IP address when bound
+    to all of them, and `allowed_hosts` (``--metrics-allowed-host``). Stop
+    the server with ``shutdown()`` then ``server_close()``.
 
     Raises:
-        PerschedError: The address cannot be bound.
+        PerschedError: The address cannot be bound, or an allowed host is malformed.
     """
-    SchedulerMetrics().attach(scheduler)
     try:
-        return start_http_server(port, addr=host)
-    except OSError as exc:
-        raise PerschedError(f"--metrics-port: cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+        server = Server(host, port, limits=limits or METRICS_LIMITS, name="persched-metrics")
+    except PerschedError as exc:
+        raise PerschedError(f"--metrics-port: {exc}") from exc
+    try:
+        rules = HostRules(host, server.server_port, allowed_hosts)
+    except BaseException:
+        server.server_close()
+        raise
+    allow_every_host_warning("metrics", allowed_hosts)
+    SchedulerMetrics().attach(scheduler)
+    server.app = HostCheck(make_wsgi_app(REGISTRY), rules, "metrics")
+    thread = threading.Thread(target=server.serve_forever, name="persched-metrics", daemon=True)
+    thread.start()
+    return server, thread

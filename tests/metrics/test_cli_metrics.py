@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 from typing import TYPE_CHECKING
 
 import pytest
@@ -10,6 +11,7 @@ pytest.importorskip("prometheus_client")
 
 from tests.metrics.test_metrics import scrape, value
 from tests.support.helpers import wait_until
+from tests.support.raw_http import connect, get
 from tests.support.served import Served
 
 if TYPE_CHECKING:
@@ -32,6 +34,40 @@ def test_run_serves_metrics_until_sigterm(tmp_path: Path) -> None:
         wait_until(
             lambda: value(scrape(url), "persched_jobs", state="scheduled") == 1, message="the job count caught up"
         )
+    finally:
+        code = served.stop()
+    assert code == 0, served.lines
+
+
+def test_the_endpoint_answers_only_its_own_names_and_outlasts_slow_clients(tmp_path: Path) -> None:
+    """DNS rebinding and slowloris on ``--metrics-port``, with raw sockets against a real process."""
+    db = f"sqlite:///{tmp_path / 'hosts.db'}"
+    served = Served(
+        "--db", db, "run", "--import", "tests.support.metrics_app", "--metrics-port", "0",
+        "--metrics-allowed-host", "prom.example", cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        port = int(served.wait_for(r"metrics at http://127\.0\.0\.1:(\d+)/metrics").group(1))
+        assert get(port, "/metrics").status == 200
+        assert get(port, "/metrics", f"localhost:{port}").status == 200
+        assert "persched_runs_in_flight" in get(port, "/metrics", "prom.example:9464").body
+        refused = get(port, "/metrics", f"evil.example:{port}")
+        assert refused.status == 400
+        assert "persched_" not in refused.body
+        served.wait_for(r"metrics: refused GET /metrics from 127\.0\.0\.1: Host 'evil\.example")
+        slow = []
+        try:
+            for _ in range(100):  # more than the endpoint reads at once (64)
+                sock = connect(port)
+                sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+                slow.append(sock)
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1.0)  # served within a second
+            conn.request("GET", "/metrics")
+            assert conn.getresponse().status == 200
+            conn.close()
+        finally:
+            for sock in slow:
+                sock.close()
     finally:
         code = served.stop()
     assert code == 0, served.lines

@@ -19,8 +19,11 @@ REPO = Path(__file__).resolve().parents[2]
 class Served:
     """``python -m persched ARGS`` in the background; `wait_for` finds a line on stdout or stderr."""
 
-    def __init__(self, *args: str, cwd: Path) -> None:
-        env = {k: v for k, v in os.environ.items() if k != "PERSCHED_DB"}
+    def __init__(self, *args: str, cwd: Path, env_extra: dict[str, str] | None = None) -> None:
+        env = {
+            k: v for k, v in os.environ.items() if k not in ("PERSCHED_DB", "PERSCHED_WEB_TOKEN", "PERSCHED_NAMESPACE")
+        }
+        env.update(env_extra or {})
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         self.lines: list[str] = []
         self._lock = threading.Lock()

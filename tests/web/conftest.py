@@ -15,14 +15,17 @@ from typing import TYPE_CHECKING
 import pytest
 
 from persched import JobScheduler
+from persched._models import DEFAULT_NAMESPACE
 from persched._web import WebApp, make_web_server
 from persched.cli import open_existing
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Sequence
     from pathlib import Path
+
+    from persched._web_server import Limits, Server
 
 START = 1_700_000_000.123457
 TOKEN = "s3cret-token-for-tests"
@@ -45,11 +48,17 @@ def fill(url: str, clock: FakeClock) -> JobScheduler:
 
 @dataclass
 class Dashboard:
-    """A served dashboard: its base URL, app and database URL."""
+    """A served dashboard: its base URL, app, database URL and server."""
 
     url: str
     app: WebApp
     db: str
+    server: Server
+
+    @property
+    def port(self) -> int:
+        """The port it listens on."""
+        return self.server.server_port
 
 
 @pytest.fixture
@@ -61,15 +70,24 @@ def db(tmp_path: Path) -> str:
     return url
 
 
-def serve_app(db: str, token: str | None, now: Callable[[], int] | None = None) -> Iterator[Dashboard]:
+def serve_app(
+    db: str,
+    token: str | None,
+    now: Callable[[], int] | None = None,
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+    limits: Limits | None = None,
+    allowed_hosts: Sequence[str] = (),
+    monotonic: Callable[[], float] | None = None,
+) -> Iterator[Dashboard]:
     """Serve the dashboard of `db` (actions stamped by `now`, default the real clock) while iterated."""
-    store = open_existing(db)
-    app = WebApp(store, token, now)
-    server = make_web_server(app, "127.0.0.1", 0)
+    store = open_existing(db, namespace)
+    app = WebApp(store, token, now, monotonic=monotonic)
+    server = make_web_server(app, "127.0.0.1", 0, allowed_hosts=allowed_hosts, limits=limits)
     thread = threading.Thread(target=server.serve_forever, name="web-test-server", daemon=True)
     thread.start()
     try:
-        yield Dashboard(f"http://127.0.0.1:{server.server_port}", app, db)
+        yield Dashboard(f"http://127.0.0.1:{server.server_port}", app, db, server)
     finally:
         server.shutdown()
         server.server_close()

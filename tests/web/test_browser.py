@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from persched._web import MESSAGES
 from tests.support.helpers import TIMEOUT, wait_until
 from tests.web.conftest import START, TOKEN, fill, serve_app
 
@@ -176,7 +177,7 @@ def test_pages_pause_and_run_now_in_a_browser(browser: Any, tmp_path: Path) -> N
 
             # Run now: the running scheduler picks the request up and runs it, off the grid.
             browser.get(base + "/job?id=good")
-            assert "run-now requested" in _after_click(browser, "btn-run-now").text
+            assert MESSAGES["run-now"] in _after_click(browser, "btn-run-now").text
             _shot(browser, "run-now")
 
             def ran_now() -> bool:
@@ -189,7 +190,7 @@ def test_pages_pause_and_run_now_in_a_browser(browser: Any, tmp_path: Path) -> N
             assert "ok, run-now" in _ids(browser, "#runs td.ok")
 
             # Pause: the page says so, and no slot of the job runs any more.
-            assert "paused" in _after_click(browser, "btn-pause").text
+            assert MESSAGES["paused"] in _after_click(browser, "btn-pause").text
             assert browser.find_element(By.ID, "job-state").text == "paused"
             assert browser.find_elements(By.ID, "btn-resume")
             _shot(browser, "paused")
@@ -201,3 +202,40 @@ def test_pages_pause_and_run_now_in_a_browser(browser: Any, tmp_path: Path) -> N
             assert len(_runs(db, "good")) == before
     finally:
         sched.shutdown(wait=True, timeout=TIMEOUT)
+
+
+def test_namespace_views_in_a_browser(browser: Any, tmp_path: Path) -> None:  # noqa: ANN401
+    """`persched --namespace web web`: its jobs first, the others one click away, an action in the job's own."""
+    from selenium.webdriver.common.by import By
+
+    from tests.web.test_namespaces import two_namespaces
+
+    db = f"sqlite:///{tmp_path / 'namespaces.db'}"
+    two_namespaces(db)
+    for dashboard in serve_app(db, TOKEN, namespace="web"):
+        base = dashboard.url
+        browser.get(base + "/")
+        assert set(_ids(browser, "#jobs td:first-child a")) == {"web.a", "web.b"}
+        assert browser.find_element(By.ID, "namespace").text == "namespace web"
+        _shot(browser, "namespace-web")
+        browser.find_element(By.LINK_TEXT, "default").click()
+        wait_until(lambda: browser.find_element(By.ID, "namespace").text == "namespace default", message="default")
+        assert set(_ids(browser, "#jobs td:first-child a")) == {"good", "bad", "skipper"}
+        browser.find_element(By.ID, "ns-all").click()
+        wait_until(lambda: browser.find_element(By.ID, "namespace").text == "all namespaces", message="all")
+        assert set(_ids(browser, "#jobs td.ns")) == {"default", "web"}
+        _shot(browser, "namespace-all")
+        # Sign in, then open a job of the other namespace from the all-namespaces view and pause it.
+        browser.get(base + "/login")
+        browser.find_element(By.ID, "token").send_keys(TOKEN)
+        browser.find_element(By.ID, "btn-login").click()
+        wait_until(lambda: browser.find_elements(By.ID, "jobs"), message="back on the jobs page")
+        browser.get(base + "/?all=1")
+        browser.find_element(By.LINK_TEXT, "good").click()
+        wait_until(lambda: browser.find_elements(By.ID, "job-namespace"), message="the job page of good")
+        assert browser.find_element(By.ID, "job-namespace").text == "default"
+        assert MESSAGES["paused"] in _after_click(browser, "btn-pause").text
+        _shot(browser, "namespace-paused")
+        with closing(sqlite3.connect(db.removeprefix("sqlite:///"), timeout=TIMEOUT)) as conn:
+            flags = dict(conn.execute("SELECT job_id, paused FROM persched_jobs").fetchall())
+        assert flags == {"good": 1, "bad": 0, "skipper": 0, "web.a": 0, "web.b": 0}
