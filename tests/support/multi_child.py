@@ -25,17 +25,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import Final, NamedTuple
 
 from persched import JobScheduler, current_run
-
-if TYPE_CHECKING:
-    from types import FrameType
+from persched._signals import StopSignals
 
 __all__ = ["BLOCK_TARGET", "EFFECT_TARGET", "Effect", "block_first", "effect", "read_effects"]
 
@@ -131,32 +127,30 @@ def main(argv: list[str]) -> int:
         stream=sys.stderr,
         format=f"%(asctime)s {args.instance} %(levelname)s %(name)s: %(message)s",
     )
-    stop = threading.Event()
-
-    def on_sigterm(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    sched = JobScheduler(
-        args.url,
-        workers=args.workers,
-        instance_id=args.instance,
-        lease_seconds=args.lease,
-        heartbeat_seconds=args.heartbeat,
-        pickup_seconds=args.pickup,
-        share_work=args.share_work,
-    )
-    sched.start()
-    for i in range(args.jobs):
-        sched.schedule(f"{args.prefix}{i}", EFFECT_TARGET, args.interval, args=(args.effects,), start_in=args.start_in)
-    if args.blocker is not None:
-        sched.schedule("blocker", BLOCK_TARGET, args.interval, args=(args.blocker, args.effects), start_in=0)
-    ready = Path(args.ready)
-    tmp = ready.with_name(ready.name + ".tmp")
-    tmp.write_text(args.instance)
-    tmp.replace(ready)
-    finished = stop.wait(args.deadline)
-    sched.shutdown(wait=True, timeout=SHUTDOWN_TIMEOUT)
+    stop = StopSignals()  # a handler that takes no lock (persched._signals)
+    with stop.installed():
+        sched = JobScheduler(
+            args.url,
+            workers=args.workers,
+            instance_id=args.instance,
+            lease_seconds=args.lease,
+            heartbeat_seconds=args.heartbeat,
+            pickup_seconds=args.pickup,
+            share_work=args.share_work,
+        )
+        sched.start()
+        for i in range(args.jobs):
+            sched.schedule(
+                f"{args.prefix}{i}", EFFECT_TARGET, args.interval, args=(args.effects,), start_in=args.start_in
+            )
+        if args.blocker is not None:
+            sched.schedule("blocker", BLOCK_TARGET, args.interval, args=(args.blocker, args.effects), start_in=0)
+        ready = Path(args.ready)
+        tmp = ready.with_name(ready.name + ".tmp")
+        tmp.write_text(args.instance)
+        tmp.replace(ready)
+        finished = stop.wait(args.deadline)
+        sched.shutdown(wait=True, timeout=SHUTDOWN_TIMEOUT)
     return 0 if finished else EXIT_DEADLINE
 
 
