@@ -73,6 +73,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.stash.setdefault(_NOT_RUN, {})[engine.name] = len(left_out)
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Under pytest-xdist, a worker hands its count of left-out tests to the controller, which prints the line."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["persched_not_run"] = session.config.stash.get(_NOT_RUN, {})
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown without it
+def pytest_testnodedown(node: object, error: object) -> None:
+    """The controller's side of `pytest_sessionfinish`: every worker collects (and leaves out) the same tests."""
+    config: pytest.Config = node.config  # type: ignore[attr-defined]  # an xdist WorkerController
+    counts: dict[str, int] = getattr(node, "workeroutput", {}).get("persched_not_run", {})
+    not_run = config.stash.setdefault(_NOT_RUN, {})
+    for name, left_out in counts.items():
+        not_run[name] = max(not_run.get(name, 0), left_out)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     """One line per server engine whose tests were left out."""
     for name, left_out in config.stash.get(_NOT_RUN, {}).items():

@@ -2,8 +2,8 @@
 
 Each block that opens with ``# test_<name>.py -- pytest`` is written out with
 the quick start's ``tasks.py`` into an empty directory and run by pytest in a
-child process (outside this repository's configuration), so a sample that
-stopped working fails here.
+child process (outside this repository's configuration; one child for all of
+them), so a sample that stopped working fails here.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from typing import Final
 
 import pytest
 
-REPO: Final = Path(__file__).resolve().parents[2]
-README: Final = (REPO / "README.md").read_text(encoding="utf-8")
+README: Final = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
 _BLOCK: Final = re.compile(r"```python\n# (\S+\.py) -- ([^\n]*)\n(.*?)```", re.S)
 
 SAMPLES: Final = {name: body for name, _, body in _BLOCK.findall(README) if name.startswith("test_")}
@@ -28,18 +27,29 @@ def test_the_readme_has_its_test_samples() -> None:
     assert {"test_tasks.py", "test_tasks_freezegun.py", "test_tasks_time_machine.py"} <= set(SAMPLES)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(SAMPLES))
-def test_a_readme_test_sample_passes(tmp_path: Path, name: str) -> None:
-    (tmp_path / "tasks.py").write_text(TASKS, encoding="utf-8")
-    (tmp_path / name).write_text(SAMPLES[name], encoding="utf-8")
+@pytest.fixture(scope="module")
+def sample_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Each sample's outcome ("PASSED", "FAILED", ...), from one pytest child that runs them all, and its output."""
+    where = tmp_path_factory.mktemp("samples")
+    (where / "tasks.py").write_text(TASKS, encoding="utf-8")
+    for name, body in SAMPLES.items():
+        (where / name).write_text(body, encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error", name],
-        cwd=tmp_path,
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-W", "error", *sorted(SAMPLES)],
+        cwd=where,
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "1 passed" in done.stdout, done.stdout
+    results = {
+        m.group(1): m.group(2) for m in re.finditer(r"^(test_\S+\.py)::\S+ (PASSED|FAILED|ERROR)", done.stdout, re.M)
+    }
+    results["output"] = done.stdout + done.stderr
+    return results
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_a_readme_test_sample_passes(sample_results: dict[str, str], name: str) -> None:
+    assert sample_results.get(name) == "PASSED", sample_results["output"]

@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 TIMEOUT: Final = 10.0  # real seconds; the bound of every blocking call in the tests
-POLL: Final = 0.005  # real seconds between two checks of a predicate
+POLL: Final = 0.02  # real seconds: the longest pause between two checks of a predicate
 EPOCH: Final = 1_800_000_000.0  # FakeClock start: 2027-01-15T08:00:00Z, a round number
 
 
@@ -79,12 +79,19 @@ def heartbeat_settled(sched: JobScheduler, clock: FakeClock) -> None:
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = TIMEOUT, message: str = "") -> None:
-    """Poll `predicate` every 5 ms until it is true; fail after `timeout` real seconds (also in frozen time)."""
+    """Poll `predicate` until it is true; fail after `timeout` real seconds (also in frozen time).
+
+    The first looks come 1 ms apart, then the pause doubles up to `POLL`: what is
+    quick is seen at once, and a long wait does not spend the CPU the scheduler
+    under test needs (a predicate often reads the database).
+    """
     deadline = _realtime.monotonic() + timeout
+    pause = 0.001
     while not predicate():
         if _realtime.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for: {message}")
-        time.sleep(POLL)
+        time.sleep(pause)
+        pause = min(pause * 2, POLL)
 
 
 def finished_runs(sched: JobScheduler, job_id: str) -> list[Run]:
