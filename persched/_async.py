@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from datetime import datetime
     from types import TracebackType
 
-    from ._declare import JobSpec
+    from ._declare import DeclareResult, JobSpec
     from ._events import EventKind, Listener
     from ._models import Job, Misfire, Overlap, Recurrence, Run
     from ._observe import Observer
@@ -255,10 +255,12 @@ class AsyncJobScheduler:
         )
         return await asyncio.to_thread(schedule)
 
-    async def declare(self, specs: Iterable[JobSpec], *, prune: bool = False) -> list[Job]:
-        """Reconcile this namespace's declared jobs with `specs` (see `JobScheduler.declare`)."""
+    async def declare(
+        self, specs: Iterable[JobSpec], *, prune: bool = False, allow_empty: bool = False
+    ) -> DeclareResult:
+        """Reconcile this namespace's declared jobs with `specs`; return what it did (see `JobScheduler.declare`)."""
         specs = list(specs)  # a generator is read here, on the loop, not on a thread
-        return await asyncio.to_thread(self._sched.declare, specs, prune=prune)
+        return await asyncio.to_thread(self._sched.declare, specs, prune=prune, allow_empty=allow_empty)
 
     async def deschedule(self, job_id: str, wait: bool = False, timeout: float | None = None) -> bool:
         """Remove a job (see `JobScheduler.deschedule`); `wait` awaits its in-flight run without blocking the loop."""
