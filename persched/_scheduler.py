@@ -15,7 +15,7 @@ Threads and locks
 Public methods run on the caller's thread and go straight to the store; a
 schedule() that changed the job pushes a heap entry afterwards. The threads
 (``persched-dispatcher``, ``-worker-{i}``, ``-heartbeat``, ``-overrun``,
-``-events``, ``-shutdown``) call back into `RunBook`, `Retention` and the
+``-events``, ``-shutdown``, and `_async`'s ``-async-watch``) call back into `RunBook`, `Retention` and the
 few callbacks here (``_emit``, ``_on_lost``, ``_maintenance``). This module
 holds two locks, never nested with each other except as noted:
 
