@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._async import AsyncJobScheduler
-    from ._declare import JobSpec
+    from ._declare import DeclareResult, JobSpec
     from ._events import Event, EventKind
     from ._models import Job, JobState, Run
     from ._scheduler import JobScheduler, current_run
 
 __all__ = [
     "AsyncJobScheduler",
+    "DeclareResult",
     "Event",
     "EventKind",
     "Job",
@@ -40,6 +41,7 @@ __version__ = "0.1.0"
 # only reads rows (`import persched.cli` imports this package first).
 _LAZY = {
     "AsyncJobScheduler": "_async",
+    "DeclareResult": "_declare",
     "JobSpec": "_declare",
     "Event": "_events",
     "EventKind": "_events",

@@ -11,21 +11,40 @@ history, leases, shutdown's linearization point).
 Async job callables run, by default (``jobs_on_loop=True``), **on the
 application's own event loop** (the one running at `start()`), so they can
 share its connection pools, clients and locks. A worker thread still claims
-the run and records its outcome: it hands the coroutine to the loop
-(``run_coroutine_threadsafe``) and waits for it, so the number of runs in
-flight is bounded by `workers`, async ones included, and a coroutine that
-raises is recorded as "error" while the loop goes on. Sync callables run on
-the worker threads as always. The waiting worker looks once a second
-whether the loop still runs: a loop that stopped or closed under a run
-(an application that ended without `shutdown()`) fails that run, recorded
-as "error", instead of hanging the worker.
+the run (SPEC §2: a worker is reserved before the claim), calls the job to
+get its coroutine and hands it to the loop (``run_coroutine_threadsafe``);
+then it gives its worker back at once (`persched._workers`), so the pool is
+free for the sync jobs whatever the loop does. At most `workers` async runs
+go at once on the loop (a semaphore on the loop: a further one waits there,
+claimed, for its turn). ``persched-async-watch`` waits for the runs' futures
+and records each outcome, off the loop; a coroutine that raises, SystemExit
+and KeyboardInterrupt included, is recorded as "error" and the loop goes on
+(`persched._workers.awaited` keeps those two inside the task: asyncio would
+re-raise them out of ``run_forever`` and end the application). The watch
+looks once a second whether the loop still runs: a loop that stopped or
+closed under a run without cancelling it fails that run, recorded as
+"error", instead of leaving it in flight for ever.
+
+When a run started. A run's record says when its coroutine began: its
+``started_at`` is the instant the coroutine got its turn on the loop, read
+there and written with the outcome (while the run is in flight, the record
+shows its claim's instant, as does the ``run_started`` event). On a loop
+that keeps up the two are the same instant; on a blocked or crowded loop,
+``started_at - scheduled_for`` shows the wait, as it does for a sync run
+that waited for a worker.
 
 Consequences users must know (README, "asyncio"):
 
 - An async job that blocks (``time.sleep``, a sync driver) blocks the
-  application's loop: its requests and the other async jobs wait; persched's
-  threads and sync jobs do not. Make such a job sync, or pass
-  ``jobs_on_loop=False`` (each worker then runs coroutines on a loop of its own).
+  application's loop, and with it exactly what runs on that loop: the
+  application's own requests and tasks, every other async job (their runs
+  are claimed on time, their coroutines start once the loop is free, and
+  their ``started_at`` says so), and the awaitable methods of this class
+  (they await threads, and their answers wait for the loop). It does not
+  stall persched's threads: claims, sync jobs on the workers, leases, the
+  heartbeat and the database work carry on. Make such a job sync, or pass
+  ``jobs_on_loop=False`` (each worker then runs coroutines on a loop of its
+  own, and a blocking one holds back only its worker).
 - Cancelling a task that awaits a method does not undo the call: the thread
   it runs on cannot be stopped, so the call completes (or fails) in the
   background, exactly as if it had not been cancelled.
@@ -35,15 +54,19 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import functools
 import inspect
+import logging
+import threading
 from typing import TYPE_CHECKING, Any, Final
 
 from ._config import DEFAULT_WORKERS
 from ._horizon import DEFAULT_HORIZON_SECONDS
 from ._models import DEFAULT_MAX_ARGS_BYTES, DEFAULT_NAMESPACE, given_options
 from ._scheduler import DEFAULT_URL, JobScheduler
-from ._workers import current_run_claim
+from ._tracebacks import describe
+from ._workers import awaited, current_run_claim, set_current_run_claim
 from .errors import InvalidJobError
 
 if TYPE_CHECKING:
@@ -52,43 +75,148 @@ if TYPE_CHECKING:
     from datetime import datetime
     from types import TracebackType
 
-    from ._declare import JobSpec
+    from ._declare import DeclareResult, JobSpec
     from ._events import EventKind, Listener
+    from ._instant import Instant
     from ._models import Job, Misfire, Overlap, Recurrence, Run
     from ._observe import Observer
+    from ._store.records import Claim
+    from ._workers import Finished
     from .clock import Clock, SecondsClock
 
 __all__ = ["AsyncJobScheduler"]
 
-LOOP_CHECK_SECONDS: Final = 1.0  # how often a worker awaiting a run looks whether the loop still runs
+logger = logging.getLogger(__name__)
 
-
-async def _awaited(awaitable: Any) -> None:  # noqa: ANN401 - whatever an async job returns
-    await awaitable
+LOOP_CHECK_SECONDS: Final = 1.0  # how often the watch looks whether the loop still runs while runs are on it
 
 
 class _LoopRunner:
-    """Runs async jobs' awaitables on one event loop; called on worker threads."""
+    """Runs async jobs' awaitables on the application's loop (`persched._workers.AwaitableRunner`).
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    `start` is called on a worker thread; ``persched-async-watch``, made on the
+    first run and ended by `stop` once no run is left, waits for the runs'
+    futures and calls each one's `finished` (never on the loop: the outcome is
+    logged and recorded from there). ``_cond`` guards the pending runs, the
+    watch's wake-up future and the stop flag; it is held for no I/O and no
+    user code, and is innermost (nothing else is taken under it).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, now: Callable[[], Instant], limit: int) -> None:
         self._loop = loop
+        self._now = now
+        self._slots = asyncio.Semaphore(limit)  # at most `workers` async runs go at once, as before
+        self._cond = threading.Condition()
+        # Each run's future, with its claim as it runs (started_at once its coroutine began) and its callback.
+        self._pending: dict[concurrent.futures.Future[None], tuple[list[Claim], Finished]] = {}
+        self._wake: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
 
-    def __call__(self, awaitable: Any) -> None:  # noqa: ANN401 - whatever an async job returned
-        if self._loop.is_closed() or not self._loop.is_running():
-            if inspect.iscoroutine(awaitable):
-                awaitable.close()  # never started: no "never awaited" warning
-            raise RuntimeError("the application's event loop is not running; the async job was not started")
-        # The task copies this thread's context, so current_run() works inside the coroutine.
-        future = asyncio.run_coroutine_threadsafe(_awaited(awaitable), self._loop)
-        while True:
-            # wait(), not result(timeout): a job that raises TimeoutError must not read as "still going".
-            done, _ = concurrent.futures.wait([future], timeout=LOOP_CHECK_SECONDS)
-            if done:
-                future.result()  # raises what the coroutine raised (CancelledError if it was cancelled)
-                return
+    def start(self, claim: Claim, awaitable: Any, finished: Finished) -> None:  # noqa: ANN401 - a job's result
+        """On a worker: schedule `awaitable` on the loop and return; the watch calls `finished` when it ends."""
+        ran = [claim]
+        coroutine = self._run(ran, awaitable)
+        try:
             if self._loop.is_closed() or not self._loop.is_running():
-                future.cancel()
-                raise RuntimeError("the application's event loop stopped before the async job finished")
+                raise RuntimeError("the application's event loop is not running; the async job was not started")
+            # The task copies this thread's context, so current_run() works inside the coroutine.
+            future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        except RuntimeError:
+            coroutine.close()  # never started: no "never awaited" warning, for it nor for the job's
+            _close(awaitable)
+            raise
+        with self._cond:
+            self._pending[future] = (ran, finished)
+            self._wake_watch()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="persched-async-watch", daemon=True)
+                self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._wake_watch()
+
+    def join(self, timeout: float | None) -> bool:
+        with self._cond:
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        with self._cond:
+            return not self._pending
+
+    async def _run(self, ran: list[Claim], awaitable: Any) -> None:  # noqa: ANN401 - a job's result
+        """The task of one run: wait for a slot, note when the coroutine began, await it."""
+        began = False
+        try:
+            async with self._slots:
+                # The run started now, not at its claim: the loop may have been busy (module docstring).
+                ran[0] = dataclasses.replace(ran[0], started_at=self._now())
+                set_current_run_claim(ran[0])
+                began = True
+                await awaited(awaitable)
+        finally:
+            if not began:
+                _close(awaitable)  # cancelled while it waited for a slot
+
+    def _wake_watch(self) -> None:
+        """Under ``_cond``: wake the watch (a new run, or stop)."""
+        if not self._wake.done():
+            self._wake.set_result(None)
+
+    def _watch(self) -> None:
+        while True:
+            with self._cond:
+                if self._stopping and not self._pending:
+                    self._thread = None
+                    return
+                if self._wake.done():
+                    self._wake = concurrent.futures.Future()
+                futures, wake = list(self._pending), self._wake
+            done, _ = concurrent.futures.wait(
+                [*futures, wake],
+                timeout=LOOP_CHECK_SECONDS if futures else None,  # idle: no wake-ups
+                return_when=concurrent.futures.FIRST_COMPLETED,
+            )
+            ended: list[tuple[list[Claim], Finished, BaseException | None]] = []
+            loop_gone = not done and (self._loop.is_closed() or not self._loop.is_running())
+            with self._cond:
+                for future in futures:
+                    if future in done:
+                        ran, finished = self._pending.pop(future)
+                        ended.append((ran, finished, _raised(future)))
+                    elif loop_gone:
+                        # An application that ended its loop without shutdown(), and without
+                        # cancelling the task (asyncio.run does cancel it): fail the run, never hang.
+                        ran, finished = self._pending.pop(future)
+                        if not self._loop.is_closed():
+                            future.cancel()
+                        gone = RuntimeError("the application's event loop stopped before the async job finished")
+                        ended.append((ran, finished, gone))
+            for ran, finished, exc in ended:
+                _report(ran[0], finished, exc)
+            del ended
+
+
+def _report(claim: Claim, finished: Finished, exc: BaseException | None) -> None:
+    try:
+        finished(claim, exc)
+    except BaseException as failure:  # noqa: BLE001 - the watch must outlive any failure, or shutdown hangs
+        logger.error("recording the end of run %d of %s failed\n%s", claim.run_id, claim.job_id, describe(failure))
+
+
+def _raised(future: concurrent.futures.Future[None]) -> BaseException | None:
+    """What a finished run's task raised (CancelledError if it was cancelled), or None."""
+    if future.cancelled():
+        return asyncio.CancelledError()
+    return future.exception()
+
+
+def _close(awaitable: object) -> None:
+    """Close a coroutine that will never run (no "was never awaited" warning)."""
+    if inspect.iscoroutine(awaitable):
+        awaitable.close()
 
 
 class AsyncJobScheduler:
@@ -101,8 +229,9 @@ class AsyncJobScheduler:
 
     Args:
         url: As for `JobScheduler`.
-        workers: How many runs may execute at once, async runs included (each
-            holds a worker thread while the loop awaits it).
+        workers: How many sync runs may execute at once (worker threads), and
+            how many async runs may go at once on the loop: an async run holds
+            a worker only while it is handed to the loop (module docstring).
         clock: As for `JobScheduler`.
         jobs_on_loop: Run coroutine-function jobs on the event loop that
             called `start()` (default). False: each worker runs them on an
@@ -181,7 +310,9 @@ class AsyncJobScheduler:
         """
         if self._jobs_on_loop:
             # Set before the workers start; a second start() is refused by the scheduler below.
-            self._sched._pool.awaitable_runner = _LoopRunner(asyncio.get_running_loop())
+            self._sched._pool.awaitable_runner = _LoopRunner(
+                asyncio.get_running_loop(), self._sched._timebase.now, self._sched._config.workers
+            )
         await asyncio.to_thread(self._sched.start)
 
     async def shutdown(self, wait: bool = True, timeout: float | None = None) -> None:
@@ -255,10 +386,12 @@ class AsyncJobScheduler:
         )
         return await asyncio.to_thread(schedule)
 
-    async def declare(self, specs: Iterable[JobSpec], *, prune: bool = False) -> list[Job]:
-        """Reconcile this namespace's declared jobs with `specs` (see `JobScheduler.declare`)."""
+    async def declare(
+        self, specs: Iterable[JobSpec], *, prune: bool = False, allow_empty: bool = False
+    ) -> DeclareResult:
+        """Reconcile this namespace's declared jobs with `specs`; return what it did (see `JobScheduler.declare`)."""
         specs = list(specs)  # a generator is read here, on the loop, not on a thread
-        return await asyncio.to_thread(self._sched.declare, specs, prune=prune)
+        return await asyncio.to_thread(self._sched.declare, specs, prune=prune, allow_empty=allow_empty)
 
     async def deschedule(self, job_id: str, wait: bool = False, timeout: float | None = None) -> bool:
         """Remove a job (see `JobScheduler.deschedule`); `wait` awaits its in-flight run without blocking the loop."""

@@ -11,7 +11,8 @@ keep an entry under 200 bytes. Entries are pushed by any thread (schedule(),
 a completion, the heartbeat after a recovery or a change picked up) and
 popped only by the dispatcher.
 
-``_cond`` guards the heap, the count of free workers, the completions handed
+``_cond`` guards the heap, the count of free workers (and of runs that gave
+theirs back and go on elsewhere: `release_worker`), the completions handed
 in and the stop flags, and nothing else: no database call, no user code, no
 logging and no join happens while it is held. The dispatcher decides under it
 (pop every due entry it has free workers for, reserving one worker each:
@@ -121,7 +122,7 @@ Idle
 ----
 `wait_idle()` (the testing kit behind `JobScheduler.wait_idle`) waits under
 ``_cond`` until no entry is due, no completion waits to be written, no cycle
-is running and every worker is free.
+is running, every worker is free and no run goes on elsewhere.
 """
 
 from __future__ import annotations
@@ -220,6 +221,7 @@ class Dispatcher:
         self._heap: list[Entry] = []
         self._workers = workers
         self._free_workers = workers
+        self._elsewhere = 0  # runs that gave their worker back and go on (async jobs on the application's loop)
         self._in_cycle = False
         self._gather = gather
         self._backlog = False  # the last claim left due entries for want of workers
@@ -335,8 +337,16 @@ class Dispatcher:
             if self._heap[0] is entry:
                 self._cond.notify_all()
 
-    def complete(self, completion: object) -> bool:
-        """Hand in a finished run (its worker is free again) for the next cycle to write.
+    def release_worker(self) -> None:
+        """A run gave its worker back before it ended (it goes on elsewhere: `persched._workers`);
+        its completion, handed in with ``frees_worker=False``, frees no other."""
+        with self._cond:
+            self._free_workers += 1
+            self._elsewhere += 1
+            self._cond.notify_all()
+
+    def complete(self, completion: object, *, frees_worker: bool = True) -> bool:
+        """Hand in a finished run (its worker is free again, unless it was released) for the next cycle to write.
 
         Returns False, taking nothing, once the thread has exited: the caller
         then writes the completion itself.
@@ -345,7 +355,10 @@ class Dispatcher:
             if self._exited:
                 return False
             self._completions.append(completion)
-            self._free_workers += 1
+            if frees_worker:
+                self._free_workers += 1
+            else:
+                self._elsewhere -= 1
             self._cond.notify_all()
             return True
 
@@ -386,7 +399,9 @@ class Dispatcher:
         now = self._timebase.now()
         due = self._claiming and bool(self._heap) and self._heap[0][0] <= now
         due = due or self._refilling is not None or self._refill_due(now) or self._search_due(now)
-        return not (due or self._completions or self._in_cycle) and self._free_workers == self._workers
+        return (
+            not (due or self._completions or self._in_cycle or self._elsewhere) and self._free_workers == self._workers
+        )
 
     def _next_cycle(self) -> tuple[list[Any], list[ClaimEntry]] | Search | Instant | None:
         """Under ``_cond``: wait for completions, or due entries and free workers, and take them;

@@ -59,7 +59,10 @@ MAX_STORED_INT = 2**31 - 1  # an Integer column (max_catch_up) on PostgreSQL
 DEFAULT_MAX_ARGS_BYTES = 64 * 1024  # per args / kwargs, as stored JSON; JobScheduler(max_args_bytes=...)
 MAX_ARGS_DEPTH = 100  # nesting levels of args / kwargs (json would hit the recursion limit long before 5,000)
 # Instants given by the caller: later ones leave no room for the slots after
-# them (datetime ends at year 9999).
+# them (datetime ends at year 9999); earlier ones cannot be converted to UTC or
+# shown in every time zone (datetime begins at year 1: 0001-01-01T12:00+14:00 is
+# before it in UTC).
+EARLIEST_INSTANT = datetime(1, 1, 2, tzinfo=timezone.utc)
 LATEST_INSTANT = datetime(9000, 1, 1, tzinfo=timezone.utc)
 
 DEFAULT_GRACE: Final = Micros(1_000_000)  # grace_seconds=1.0
@@ -215,6 +218,7 @@ def validate_namespace(namespace: object, argument: str = "namespace") -> str:
         raise InvalidJobError(argument, f"must be at most {MAX_NAMESPACE_LENGTH} characters, got {len(namespace)}")
     if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in namespace):
         raise InvalidJobError(argument, f"must not contain control characters: {namespace!r}")
+    check_encodable(argument, namespace)  # a lone surrogate: no database can store it
     return namespace
 
 
@@ -309,8 +313,12 @@ def _instant(argument: str, value: object) -> Instant | None:
         raise InvalidJobError(argument, f"must be a timezone-aware datetime, got {shown(value, _WHOLE)}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidJobError(argument, f"must be timezone-aware (naive datetimes are ambiguous), got {value!r}")
-    if value > LATEST_INSTANT:
-        raise InvalidJobError(argument, f"must be before {LATEST_INSTANT.isoformat()}, got {value!r}")
+    # Compared as aware datetimes, which never overflows; converting first would.
+    if not EARLIEST_INSTANT <= value <= LATEST_INSTANT:
+        raise InvalidJobError(
+            argument,
+            f"must be between {EARLIEST_INSTANT.isoformat()} and {LATEST_INSTANT.isoformat()}, got {value!r}",
+        )
     return from_datetime(value)  # exact: a datetime holds whole microseconds
 
 

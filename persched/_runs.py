@@ -14,7 +14,11 @@ Threads
   `claim_overdue()`, the claim by query of rows that no heap's claim took.
 - ``persched-worker-{i}`` calls `complete()` after a run: the outcome goes
   back to the dispatcher, which writes it with its next cycle; if the
-  dispatcher is gone (a shutdown that timed out), the worker writes it.
+  dispatcher is gone (a shutdown that timed out), the worker writes it. A
+  worker that hands an async job's run to the application's loop calls
+  `release()` first (its worker is free; the run stays in flight), and
+  ``persched-async-watch`` (`persched._async`) calls `complete()` once the
+  coroutine ended.
 - ``persched-heartbeat`` calls `in_flight()` (whose leases to renew, and
   never recover) and `retry_unwritten()` (outcomes a failed write left).
 - ``persched-overrun`` calls `on_overrun()` for a run past its max runtime.
@@ -31,8 +35,9 @@ Locks
   set, or it never commits (SPEC §2 "no claim commits after shutdown()
   begins").
 - ``_inflight_cond`` guards the count of runs in flight per job (for
-  deschedule(wait=True)), the set of run ids in flight (for the heartbeat)
-  and the outcomes whose write failed; it is never held across a database
+  deschedule(wait=True)), the set of run ids in flight (for the heartbeat),
+  the run ids whose worker was released, and the outcomes whose write
+  failed; it is never held across a database
   call. A claim counts its job *before* its transaction, so a
   deschedule(wait=True) racing the claim waits for it either way (a claim by
   query, `claim_overdue`, learns its jobs only from the database: it counts
@@ -139,7 +144,8 @@ class RunBook:
         # (job_id, generation) of rows claim_overdue could not read: passed by (a fix is a new generation)
         self._unreadable: set[tuple[str, int]] = set()
         self.dispatcher = Dispatcher(timebase, workers, self.cycle, search=self.claim_overdue if share_work else None)
-        self.pool = WorkerPool(workers, self.complete, allowed_modules)
+        self._released: set[int] = set()  # run ids whose worker was given back before the run ended
+        self.pool = WorkerPool(workers, self.complete, allowed_modules, release=self.release)
         self.overrun = OverrunWatch(timebase, self.on_overrun)
 
     # -- claims: the dispatcher's side ----------------------------------------------
@@ -269,14 +275,25 @@ class RunBook:
 
     # -- completions: the workers' side ---------------------------------------------
 
+    def release(self, claim: Claim) -> None:
+        """Worker callback: the run goes on elsewhere (an async job on the application's loop), and
+        its worker is free for other runs now; the run stays in flight until its outcome is written."""
+        with self._inflight_cond:
+            self._released.add(claim.run_id)
+        self.dispatcher.release_worker()
+
     def complete(self, claim: Claim, outcome: str, error: str | None) -> None:
-        """Worker callback: hand the outcome to the dispatcher, which writes it with the next cycle."""
+        """Worker (or awaitable runner) callback: hand the outcome to the dispatcher, which writes it
+        with the next cycle."""
         if claim.max_runtime is not None:
             self.overrun.done(claim.run_id)
         if error is not None:
             error = bound_error_text(error)  # keep the last line: the exception's type and message
+        with self._inflight_cond:
+            held_worker = claim.run_id not in self._released
+            self._released.discard(claim.run_id)
         completion = Completion(claim, outcome, error, self._timebase.now())
-        if not self.dispatcher.complete(completion):
+        if not self.dispatcher.complete(completion, frees_worker=held_worker):
             self.write_completions([completion])  # the dispatcher is gone (shutdown timed out)
 
     def write_completions(self, completions: Sequence[Completion]) -> None:

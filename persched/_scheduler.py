@@ -15,7 +15,7 @@ Threads and locks
 Public methods run on the caller's thread and go straight to the store; a
 schedule() that changed the job pushes a heap entry afterwards. The threads
 (``persched-dispatcher``, ``-worker-{i}``, ``-heartbeat``, ``-overrun``,
-``-events``, ``-shutdown``) call back into `RunBook`, `Retention` and the
+``-events``, ``-shutdown``, and `_async`'s ``-async-watch``) call back into `RunBook`, `Retention` and the
 few callbacks here (``_emit``, ``_on_lost``, ``_maintenance``). This module
 holds two locks, never nested with each other except as noted:
 
@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from . import _db, _migrate, _realtime
 from ._config import DEFAULT_WORKERS, MAX_COUNT, SchedulerConfig, check_wait, positive
-from ._declare import JobSpec, check_specs
+from ._declare import DeclareResult, JobSpec, check_specs
 from ._events import Event, EventBus
 from ._heartbeat import Heartbeat
 from ._horizon import DEFAULT_HORIZON_SECONDS, Horizon
@@ -575,7 +575,7 @@ class JobScheduler:
             self._emit(kind, job.job_id, job.generation, job=job)
         return job
 
-    def declare(self, specs: Iterable[JobSpec], *, prune: bool = False) -> list[Job]:
+    def declare(self, specs: Iterable[JobSpec], *, prune: bool = False, allow_empty: bool = False) -> DeclareResult:
         """Reconcile this namespace's declared jobs with `specs` (an application's whole set of jobs).
 
         Every spec is checked first: one bad spec raises and nothing is
@@ -584,33 +584,52 @@ class JobScheduler:
         generation, same grid). With `prune`, jobs that an earlier
         ``declare()`` of this namespace wrote and that `specs` no longer
         names are descheduled; jobs made by ``schedule()`` and other
-        namespaces' jobs are never touched.
+        namespaces' jobs are never touched. The whole declaration is one
+        transaction: it commits entirely or not at all (an id that another
+        namespace's active job holds refuses all of it). What it did is
+        logged at INFO in one line and returned.
 
         Args:
             specs: `JobSpec` values, one per job id.
             prune: Deschedule the declared jobs that `specs` leaves out.
+            allow_empty: With `prune`, allow an empty `specs`, which
+                deschedules every declared job of this namespace (refused
+                otherwise: an empty set is more often a mistake than a wish).
 
         Returns:
-            The declared jobs as stored, in the order of `specs`.
+            The declared jobs as stored, in the order of `specs` (a list), with the ids
+            created, replaced, unchanged and pruned as attributes (`DeclareResult`).
 
         Raises:
-            InvalidJobError: A spec is not acceptable, or two name one job id (nothing written).
+            InvalidJobError: A spec is not acceptable, two name one job id, an id is
+                another namespace's job, or `specs` is empty with `prune` and not
+                `allow_empty` (nothing written).
             SchedulerStateError: The scheduler was shut down.
-            StoreError: The database cannot be written.
+            StoreError: The database cannot be written (nothing written).
         """
         self._check_open()
-        if not isinstance(prune, bool):
-            raise InvalidJobError("prune", f"must be True or False, got {prune!r}")
+        for name, flag in (("prune", prune), ("allow_empty", allow_empty)):
+            if not isinstance(flag, bool):
+                raise InvalidJobError(name, f"must be True or False, got {flag!r}")
         definitions = [self._spec_definition(spec) for spec in check_specs(specs)]
+        if prune and not definitions and not allow_empty:
+            raise InvalidJobError(
+                "specs",
+                f"is empty, and prune=True would deschedule every declared job of namespace {self.namespace!r}; "
+                "pass allow_empty=True to do that",
+            )
         self._ensure_schema()
-        declared = [
-            self._upserted(*self._store.upsert_job(definition, self._timebase.now(), declared=True))
-            for definition in definitions
-        ]
-        if prune:
-            for job_id, generation in self._store.prune_declared({d.job_id for d in definitions}, self._timebase.now()):
-                logger.info("job %s generation %d descheduled: no longer declared", job_id, generation)
-                self._emit("job_descheduled", job_id, generation)
+        upserts, pruned = self._store.declare_jobs(definitions, self._timebase.now(), prune=prune)
+        # After the commit: log, queue and announce each change as schedule() and deschedule() do.
+        declared = DeclareResult(
+            self.namespace,
+            [(self._upserted(job, change, due), change) for job, change, due in upserts],
+            [job_id for job_id, _ in pruned],
+        )
+        for job_id, generation in pruned:
+            logger.info("job %s generation %d descheduled: no longer declared", job_id, generation)
+            self._emit("job_descheduled", job_id, generation)
+        logger.info("%s", declared.summary())
         return declared
 
     def _spec_definition(self, spec: JobSpec) -> JobDefinition:

@@ -14,15 +14,27 @@ A coroutine function is run to completion on an event loop the worker owns
 (one per worker thread, made on its first async run and closed when the
 worker stops): a run is awaited before the worker takes the next one, so an
 async job has the same guarantees as a plain one, and the loop never runs
-anything but persched's runs. With an `AwaitableRunner` (set by
-`AsyncJobScheduler` to run coroutines on the application's loop) the worker
-hands the awaitable to it and blocks until it is done: the run still holds
-its worker, so the pool bounds the runs in flight, async ones included.
+anything but persched's runs.
+
+With an `AwaitableRunner` (set by `AsyncJobScheduler` to run coroutines on
+the application's loop) the worker hands the awaitable over and is free at
+once: it first calls `release` (the dispatcher may use its reservation
+again), then `AwaitableRunner.start`, and goes back to the queue. The runner
+calls `finished` from a thread of its own, never from the loop, when the
+awaitable is done, and the outcome is recorded from there. So an application
+loop that is blocked holds back the async runs, never the workers, and the
+sync jobs they run (`persched._async` says what a blocked loop stalls).
+`stop()` and `join()` include the runner: a shutdown waits for the runs on
+the loop as for the runs on the threads.
 
 A worker never dies from user code: everything, `SystemExit` and
 `KeyboardInterrupt` included, is caught, logged with its traceback through the
-``persched`` logger and recorded as outcome "error". Each worker stops when it
-takes ``None`` from the queue.
+``persched`` logger and recorded as outcome "error". A coroutine is awaited
+through `awaited`, which turns those two into `EscapedError` inside the task:
+asyncio re-raises them out of the loop that runs the task (``run_forever``),
+which would end the application's ``asyncio.run()``; the worker (or the
+runner) unwraps them again, so the run records what the job raised. Each
+worker stops when it takes ``None`` from the queue.
 
 A job that forks (SPEC §2 "Forks"): the child continues on the worker thread
 that called ``fork()``, but the scheduler around it is the parent's. When the
@@ -45,14 +57,23 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from . import _realtime
 from ._store.records import Claim
 from ._targets import TargetNotFound, resolve
 from ._tracebacks import describe
 
-__all__ = ["AwaitableRunner", "CompleteCallback", "WorkerPool", "current_run_claim"]
+__all__ = [
+    "AwaitableRunner",
+    "CompleteCallback",
+    "EscapedError",
+    "Finished",
+    "WorkerPool",
+    "awaited",
+    "current_run_claim",
+    "set_current_run_claim",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +81,30 @@ _current: contextvars.ContextVar[Claim | None] = contextvars.ContextVar("persche
 
 # (claim, outcome "ok" | "error", error text or None); called on the worker thread.
 CompleteCallback = Callable[[Claim, str, "str | None"], None]
-# Runs an async job's awaitable to completion elsewhere (raises what it raised); called on the worker thread.
-AwaitableRunner = Callable[[Any], None]
+# A run handed to an AwaitableRunner ended: (its claim, as the runner ran it; what it raised or None).
+Finished = Callable[[Claim, "BaseException | None"], None]
+
+
+class AwaitableRunner(Protocol):
+    """Runs async jobs' awaitables somewhere else than on the workers (`persched._async`)."""
+
+    def start(self, claim: Claim, awaitable: Any, finished: Finished) -> None:  # noqa: ANN401 - a job's result
+        """Start `awaitable` (on a worker thread; returns at once) and call `finished` once it ended,
+        on a thread of the runner's; raise if it cannot be started (nothing is called then)."""
+
+    def stop(self) -> None:
+        """No more runs come: end once the ones started have finished."""
+
+    def join(self, timeout: float | None) -> bool:
+        """Wait for the runs started to finish (up to `timeout`); True once they have."""
+
+
+class EscapedError(Exception):
+    """`SystemExit` or `KeyboardInterrupt` raised by an async job, carried out of its task as an Exception."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(f"{type(original).__name__} raised by an async job")
+        self.original = original
 
 
 def current_run_claim() -> Claim | None:
@@ -69,11 +112,36 @@ def current_run_claim() -> Claim | None:
     return _current.get()
 
 
+def set_current_run_claim(claim: Claim) -> None:
+    """Make `claim` what `current_run()` returns in this context (an async job's task, as the runner runs it)."""
+    _current.set(claim)
+
+
+async def awaited(awaitable: Any) -> None:  # noqa: ANN401 - whatever an async job returns
+    """Await an async job's awaitable; a SystemExit or KeyboardInterrupt leaves as `EscapedError`."""
+    try:
+        await awaitable
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise EscapedError(exc) from None
+
+
+def unwrapped(exc: BaseException) -> BaseException:
+    """What the job raised: `exc`, or the SystemExit or KeyboardInterrupt an `EscapedError` carried."""
+    return exc.original if isinstance(exc, EscapedError) else exc
+
+
 class WorkerPool:
     """`size` daemon threads running claims handed over by `submit`."""
 
-    def __init__(self, size: int, complete: CompleteCallback, allowed_modules: tuple[str, ...] | None = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        complete: CompleteCallback,
+        allowed_modules: tuple[str, ...] | None = None,
+        release: Callable[[Claim], None] | None = None,
+    ) -> None:
         self._complete = complete
+        self._release = release  # a run handed to the awaitable runner gives its worker back (module docstring)
         self._allowed_modules = allowed_modules
         self._pid = os.getpid()  # a worker running in another process is in a job's forked child
         self.awaitable_runner: AwaitableRunner | None = None  # None: each worker's own event loop
@@ -92,12 +160,14 @@ class WorkerPool:
         self._queue.put(claim)
 
     def stop(self) -> None:
-        """Ask every worker to stop once the queue ahead of it is done."""
+        """Ask every worker to stop once the queue ahead of it is done (and the awaitable runner once its runs are)."""
         for _ in self._threads:
             self._queue.put(None)
+        if self.awaitable_runner is not None:
+            self.awaitable_runner.stop()
 
     def join(self, deadline: Callable[[], float | None]) -> bool:
-        """Join the workers (never the calling thread); False if one is still alive.
+        """Join the workers (never the calling thread), then the awaitable runner's runs; False if one is still going.
 
         `deadline()` returns the time left to wait, or None for no limit.
         """
@@ -105,7 +175,9 @@ class WorkerPool:
         for thread in self._threads:
             if thread is not me and thread.is_alive():
                 thread.join(deadline())
-        return not any(t.is_alive() for t in self._threads if t is not me)
+        workers_done = not any(t.is_alive() for t in self._threads if t is not me)
+        runner = self.awaitable_runner
+        return runner.join(deadline()) and workers_done if runner is not None else workers_done
 
     def owns_current_thread(self) -> bool:
         """True when called from one of this pool's workers."""
@@ -129,17 +201,39 @@ class WorkerPool:
                 claim.generation,
                 " (run-now)" if claim.run_now else "",
             )
-            outcome, error = _execute(claim, self._allowed_modules, loop, self._pid, self.awaitable_runner)
-            logger.debug("run %d of %s generation %d ended: %s", claim.run_id, claim.job_id, claim.generation, outcome)
-            try:
-                self._complete(claim, outcome, error)
-            except BaseException as exc:  # noqa: BLE001 - a worker must survive a failed completion
-                logger.error(
-                    "recording the outcome of %s generation %d failed\n%s",
-                    claim.job_id,
-                    claim.generation,
-                    describe(exc),
-                )
+            ended = _execute(claim, self._allowed_modules, loop, self._pid, self._hand_over)
+            if ended is not None:  # None: handed to the awaitable runner, which calls _finished_elsewhere
+                self._report(claim, *ended)
+
+    def _hand_over(self, claim: Claim, awaitable: Any) -> bool:  # noqa: ANN401 - a job's result
+        """On a worker: give `awaitable` to the awaitable runner, if there is one (False: run it here)."""
+        runner = self.awaitable_runner
+        if runner is None:
+            return False
+        if self._release is not None:
+            self._release(claim)  # before start(): the run may finish, and report, at once
+        runner.start(claim, awaitable, self._finished_elsewhere)
+        return True
+
+    def _finished_elsewhere(self, claim: Claim, exc: BaseException | None) -> None:
+        """On the awaitable runner's thread: a run it was handed ended (`exc`: what it raised, or None)."""
+        if exc is None:
+            self._report(claim, "ok", None)
+        else:
+            self._report(claim, "error", _failure_text(claim, unwrapped(exc)))
+        del exc
+
+    def _report(self, claim: Claim, outcome: str, error: str | None) -> None:
+        logger.debug("run %d of %s generation %d ended: %s", claim.run_id, claim.job_id, claim.generation, outcome)
+        try:
+            self._complete(claim, outcome, error)
+        except BaseException as exc:  # noqa: BLE001 - a worker must survive a failed completion
+            logger.error(
+                "recording the outcome of %s generation %d failed\n%s",
+                claim.job_id,
+                claim.generation,
+                describe(exc),
+            )
 
 
 def _execute(
@@ -147,8 +241,9 @@ def _execute(
     allowed_modules: tuple[str, ...] | None,
     loop: list[asyncio.AbstractEventLoop],
     pid: int,
-    awaitable_runner: AwaitableRunner | None = None,
-) -> tuple[str, str | None]:
+    hand_over: Callable[[Claim, Any], bool],
+) -> tuple[str, str | None] | None:
+    """Run `claim`'s target; return (outcome, error text), or None once `hand_over` took its awaitable."""
     token = _current.set(claim)
     fn: Callable[..., Any] | None = None
     try:
@@ -162,16 +257,16 @@ def _execute(
         if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
             raise TypeError(f"the stored kwargs are not a JSON object: {claim.kwargs_json[:80]!r}")
         result = fn(*args, **kwargs)
-        if inspect.isawaitable(result) and awaitable_runner is not None:
-            awaitable_runner(result)
-        elif inspect.isawaitable(result):
+        if inspect.isawaitable(result):
+            if hand_over(claim, result):
+                return None
             if not loop:
                 own = asyncio.new_event_loop()
                 # Its timers on the real clock: under freezegun, time.monotonic() is frozen, and
                 # an `await asyncio.sleep()` in a job would never end (persched._realtime).
                 own.time = _realtime.monotonic  # type: ignore[method-assign]
                 loop.append(own)
-            loop[0].run_until_complete(_awaited(result))
+            loop[0].run_until_complete(awaited(result))
     except TargetNotFound as exc:
         logger.error(
             "job %s generation %d: target %s cannot be found: %s",
@@ -182,10 +277,10 @@ def _execute(
         )
         return "error", f"{type(exc).__name__}: {exc}"
     except BaseException as exc:  # noqa: BLE001 - SPEC §2: user code never kills a worker
+        exc = unwrapped(exc)
         if os.getpid() != pid:
             _end_forked_child(exc)
-        text = describe(exc)
-        logger.error("job %s generation %d raised\n%s", claim.job_id, claim.generation, text.rstrip())
+        text = _failure_text(claim, exc)
         del exc
         return "error", text
     finally:
@@ -194,6 +289,13 @@ def _execute(
     if os.getpid() != pid:
         _end_forked_child(None)
     return "ok", None
+
+
+def _failure_text(claim: Claim, exc: BaseException) -> str:
+    """Log what a run raised, with its traceback; return the text its record keeps."""
+    text = describe(exc)
+    logger.error("job %s generation %d raised\n%s", claim.job_id, claim.generation, text.rstrip())
+    return text
 
 
 def _end_forked_child(exc: BaseException | None) -> NoReturn:
@@ -217,7 +319,3 @@ def _end_forked_child(exc: BaseException | None) -> NoReturn:
         with contextlib.suppress(Exception):  # a closed stream must not keep the child alive
             stream.flush()
     os._exit(code)
-
-
-async def _awaited(awaitable: Any) -> None:  # noqa: ANN401 - whatever an async job returns
-    await awaitable

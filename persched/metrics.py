@@ -33,8 +33,12 @@ recovered it. Sum over instances in PromQL.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import math
+import re
 import threading
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 try:
@@ -48,6 +52,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 
 from . import _realtime, _views
 from ._instant import from_datetime, micros, seconds
+from ._models import shown
 from ._observe import Observer
 from ._web_server import HostCheck, HostRules, Limits, Server, allow_every_host_warning
 from .errors import InvalidJobError, PerschedError, StoreError
@@ -57,6 +62,7 @@ if TYPE_CHECKING:
 
     from prometheus_client.metrics_core import Metric
 
+    from ._async import AsyncJobScheduler
     from ._events import Event, EventKind
     from ._scheduler import JobScheduler
 
@@ -73,6 +79,30 @@ JOBS_CACHE_SECONDS: Final = 5.0  # jobs-by-state is read from the database at mo
 METRICS_LIMITS: Final = Limits(workers=2, max_connections=64, max_body_bytes=1_024)
 
 _RUN_KINDS: Final[tuple[EventKind, ...]] = ("run_started", "run_finished", "run_failed", "run_lost")
+_MAX_BOUND: Final = 1e300  # seconds: the largest finite bucket bound (an int beyond any float is refused)
+_METRIC_PREFIX: Final = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")  # Prometheus names, without the colons of rules
+
+
+def _buckets(argument: str, buckets: object) -> tuple[float, ...]:
+    """`buckets` as a histogram takes them: numbers >= 0, increasing; raises InvalidJobError naming `argument`."""
+    if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Iterable):
+        raise InvalidJobError(argument, f"must be a sequence of seconds such as (0.1, 1.0, 10.0), got {shown(buckets)}")
+    values = list(buckets)
+    bounds: list[float] = []
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:  # NaN
+            raise InvalidJobError(argument, f"must hold numbers of seconds >= 0, got {shown(value)}")
+        if _MAX_BOUND < value < math.inf:  # compared before float(): 10**400 raises no OverflowError
+            raise InvalidJobError(
+                argument, f"must hold bounds of at most {_MAX_BOUND:g} s (or +Inf), got {shown(value)}"
+            )
+        bounds.append(float(value))
+    # Increasing also puts a given +Inf last, where prometheus_client takes it.
+    if any(later <= earlier for earlier, later in itertools.pairwise(bounds)):
+        raise InvalidJobError(argument, f"must be in increasing order, each bound once, got {shown(values)}")
+    if not bounds or bounds[0] == math.inf:
+        raise InvalidJobError(argument, f"must hold at least one finite bound, got {shown(values)}")
+    return tuple(bounds)
 
 
 class SchedulerMetrics(Observer):
@@ -82,15 +112,19 @@ class SchedulerMetrics(Observer):
         registry: Where to register (default ``prometheus_client.REGISTRY``).
         per_job: Add a ``job`` label to the per-run metrics (one series per
             job: opt in only for a few jobs).
-        namespace: The metric name prefix.
-        lateness_buckets: Histogram buckets of lateness, in seconds.
-        duration_buckets: Histogram buckets of run duration, in seconds.
+        namespace: The metric name prefix: letters, digits and underscores,
+            not starting with a digit.
+        lateness_buckets: Histogram buckets of lateness, in seconds: numbers
+            >= 0 in increasing order (``+Inf`` is added by itself).
+        duration_buckets: Histogram buckets of run duration, in seconds (as
+            `lateness_buckets`).
         jobs_cache_seconds: How long a count of jobs by state is reused
             between scrapes (0: read the database at every scrape).
 
     Raises:
-        InvalidJobError: `jobs_cache_seconds` is negative or not a number.
-        ValueError: The registry already has persched's metrics (prometheus_client's "Duplicated timeseries").
+        InvalidJobError: An option is not acceptable, or `registry` already
+            holds metrics of these names (one `SchedulerMetrics` per registry
+            and namespace); nothing is registered then.
     """
 
     def __init__(
@@ -106,108 +140,169 @@ class SchedulerMetrics(Observer):
         cache: object = jobs_cache_seconds
         if isinstance(cache, bool) or not isinstance(cache, (int, float)) or not 0 <= cache < float("inf"):
             raise InvalidJobError("jobs_cache_seconds", f"must be a finite number >= 0, got {jobs_cache_seconds!r}")
+        if registry is not None and not isinstance(registry, CollectorRegistry):
+            raise InvalidJobError(
+                "registry",
+                f"must be a prometheus_client CollectorRegistry, or None for the default; got {shown(registry)}",
+            )
+        if not isinstance(per_job, bool):
+            raise InvalidJobError("per_job", f"must be True or False, got {shown(per_job)}")
+        prefix: object = namespace  # typed str, checked as anything
+        if not isinstance(prefix, str) or not _METRIC_PREFIX.fullmatch(prefix):
+            raise InvalidJobError(
+                "namespace",
+                f"must be a metric name prefix such as 'persched' (letters, digits and _, "
+                f"not starting with a digit), got {shown(namespace)}",
+            )
+        lateness = _buckets("lateness_buckets", lateness_buckets)
+        durations = _buckets("duration_buckets", duration_buckets)
         self.registry: Final = REGISTRY if registry is None else registry
         self.per_job: Final = per_job
         self._cache_ns = micros(cache) * 1_000  # monotonic_ns() compares with it
         job = ("job",) if per_job else ()
-        reg = self.registry
+        # Made unregistered, then registered together (`_register`): a clash leaves the registry as it was.
+        ns = namespace
         self.runs_started = Counter(
-            "runs_started", "Runs whose claim committed (they started).", job, namespace=namespace, registry=reg
+            "runs_started", "Runs whose claim committed (they started).", job, namespace=ns, registry=None
         )
         self.runs = Counter(
             "runs",
             "Runs that ended, by outcome: ok, error, lost (recorded by this instance).",
             ("outcome", *job),
-            namespace=namespace,
-            registry=reg,
+            namespace=ns,
+            registry=None,
         )
         self.lateness = Histogram(
             "run_lateness_seconds",
             "Seconds from a run's slot (scheduled_for) to its start (started_at).",
             job,
-            buckets=tuple(lateness_buckets),
-            namespace=namespace,
-            registry=reg,
+            buckets=lateness,
+            namespace=ns,
+            registry=None,
         )
         self.duration = Histogram(
             "run_duration_seconds",
             "Seconds from a run's start to its end, by outcome (ok, error).",
             ("outcome", *job),
-            buckets=tuple(duration_buckets),
-            namespace=namespace,
-            registry=reg,
+            buckets=durations,
+            namespace=ns,
+            registry=None,
         )
         self.missed_slots = Counter(
             "missed_slots",
             "Slots recorded as missed (not run); ranges too long to count add 0.",
             job,
-            namespace=namespace,
-            registry=reg,
+            namespace=ns,
+            registry=None,
         )
         self.missed_records = Counter(
             "missed_records",
             'History records of outcome "missed" (each stands for a range of slots).',
             job,
-            namespace=namespace,
-            registry=reg,
+            namespace=ns,
+            registry=None,
         )
         self.claim_conflicts = Counter(
             "claim_conflicts",
             "Claims that lost: another instance, or an older queue entry of this one, moved the job first.",
             job,
-            namespace=namespace,
-            registry=reg,
+            namespace=ns,
+            registry=None,
         )
         self.store_retries = Counter(
             "store_retries",
             "Store transactions retried after a transient failure, by operation.",
             ("operation",),
-            namespace=namespace,
-            registry=reg,
+            namespace=ns,
+            registry=None,
         )
         self.store_errors = Counter(
             "store_errors",
             "Store transactions that failed for good (StoreError), by operation.",
             ("operation",),
-            namespace=namespace,
-            registry=reg,
+            namespace=ns,
+            registry=None,
         )
         self.lease_recoveries = Counter(
             "lease_recoveries",
             "Runs whose lease expired, recovered (recorded lost) by this instance.",
-            namespace=namespace,
-            registry=reg,
+            namespace=ns,
+            registry=None,
         )
         self._lock = threading.Lock()
         self._scheduler: JobScheduler | None = None
         self._jobs_cache: tuple[int, dict[str, int]] | None = None  # (monotonic ns, counts)
-        # Last: a registry that describes collectors (the default one) collects at once.
         self._live = _LiveCollector(namespace, self)
-        self.registry.register(self._live)
+        self._register(
+            self.runs_started,
+            self.runs,
+            self.lateness,
+            self.duration,
+            self.missed_slots,
+            self.missed_records,
+            self.claim_conflicts,
+            self.store_retries,
+            self.store_errors,
+            self.lease_recoveries,
+            # Last: a registry that describes collectors (the default one) collects at once.
+            self._live,
+        )
+
+    def _register(self, *collectors: Collector) -> None:
+        """Register every collector on the registry, or none: a name it holds already undoes the others."""
+        done: list[Collector] = []
+        try:
+            for collector in collectors:
+                self.registry.register(collector)
+                done.append(collector)
+        except ValueError as exc:  # prometheus_client: "Duplicated timeseries in CollectorRegistry: {...}"
+            for collector in done:
+                self.registry.unregister(collector)
+            raise InvalidJobError(
+                "registry",
+                f"already holds metrics of these names ({exc}); make one SchedulerMetrics per registry, "
+                "or pass another registry= or namespace=",
+            ) from None
 
     # -- wiring -------------------------------------------------------------------
 
-    def attach(self, scheduler: JobScheduler) -> SchedulerMetrics:
+    def attach(self, scheduler: JobScheduler | AsyncJobScheduler) -> SchedulerMetrics:
         """Feed these metrics from `scheduler` (its events and its observer hook); return self.
 
+        Attaching again to the same scheduler changes nothing (nothing is
+        counted twice). An `AsyncJobScheduler` is counted through the
+        threaded scheduler underneath.
+
         Raises:
-            InvalidJobError: Already attached to another scheduler.
+            InvalidJobError: `scheduler` is not a scheduler, or these metrics
+                are attached to another scheduler already.
         """
+        from ._async import AsyncJobScheduler  # here: importing the metrics needs no scheduler module
+        from ._scheduler import JobScheduler
+
+        if isinstance(scheduler, AsyncJobScheduler):
+            scheduler = scheduler.scheduler
+        if not isinstance(scheduler, JobScheduler):
+            raise InvalidJobError(
+                "scheduler", f"must be a JobScheduler or an AsyncJobScheduler, got {shown(scheduler)}"
+            )
         with self._lock:
-            if self._scheduler is not None and self._scheduler is not scheduler:
+            if self._scheduler is scheduler:
+                return self  # attached already: a second listener would count every run twice
+            if self._scheduler is not None:
                 raise InvalidJobError("scheduler", "these metrics already count another scheduler; make a new one")
             self._scheduler = scheduler
-        scheduler.add_listener(self._on_event, _RUN_KINDS)
-        scheduler.set_observer(self)
+            scheduler.add_listener(self._on_event, _RUN_KINDS)
+            scheduler.set_observer(self)
         return self
 
     def detach(self) -> None:
         """Stop counting; the series keep their values (scrapes still show them)."""
         with self._lock:
             scheduler, self._scheduler = self._scheduler, None
-        if scheduler is not None:
-            scheduler.remove_listener(self._on_event)
-            scheduler.set_observer(None)
+            if scheduler is not None:
+                scheduler.remove_listener(self._on_event)
+                scheduler.set_observer(None)
 
     # -- events (on the persched-events thread) -------------------------------------
 

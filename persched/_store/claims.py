@@ -94,8 +94,10 @@ PASSED_BY_RETRY: Final = Micros(50_000)
 _START_COLUMNS: Final = ("job_id", "generation", "scheduled_for", "started_at", "instance_id", "lease_until", "run_now")
 
 # Completion statements (executemany over every completion of a cycle).
+# started_at too: an async job's coroutine may start after its claim (its loop was busy), and
+# the record says when it did (`Claim.started_at`, as the run ran; persched._async).
 _FINISH_RUN: Final = (
-    "UPDATE persched_runs SET finished_at = ?, outcome = ?, error = ?, lease_until = NULL"
+    "UPDATE persched_runs SET started_at = ?, finished_at = ?, outcome = ?, error = ?, lease_until = NULL"
     " WHERE run_id = ? AND outcome IS NULL"
 )
 _FINISH_JOB: Final = (
@@ -549,7 +551,13 @@ class ClaimsStore(Transactions):
             return []
         at = self.dialect.bind_instant
         params = [
-            (at(c.finished_at), c.outcome, None if c.error is None else c.error[:MAX_ERROR_TEXT], c.claim.run_id)
+            (
+                at(c.claim.started_at),
+                at(c.finished_at),
+                c.outcome,
+                None if c.error is None else c.error[:MAX_ERROR_TEXT],
+                c.claim.run_id,
+            )
             for c in completions
         ]
 

@@ -5,6 +5,11 @@ resume and run-now go through the group commit, so calls that arrive
 together share one commit and each still linearizes at it (SPEC §2):
 
 - `upsert_job`: schedule(): insert, replace (generation + 1) or no change.
+- `declare_jobs`: declare(): the upserts of a whole set and its prune in one
+  transaction (not grouped), which first takes the change counter's row lock
+  (so racing declarations run one after the other) and refuses an id
+  another namespace holds: a declaration commits whole or not at all, and
+  linearizes at that commit.
 - `deschedule_job`: ``state := 'descheduled'``; the row stays so that the
   generation counter is never reused (no ABA).
 - `pause_job`: no run starts after its commit (the claim's predicate reads
@@ -108,6 +113,7 @@ _FIND_JOB: Final = f"SELECT {_JOB_SELECT} FROM persched_jobs WHERE job_id = ?"  
 _PROBE_JOB: Final = "SELECT state FROM persched_jobs WHERE job_id = ?"
 _INSTANT_COLUMNS: Final = frozenset(column.name for column in jobs.c if isinstance(column.type, UTCDateTime))
 _MARK_DECLARED: Final = "UPDATE persched_jobs SET declared = ? WHERE job_id = ?"
+_IDS_PER_QUERY: Final = 500  # ids bound in one IN (...): well under every engine's limit of parameters
 
 
 @functools.lru_cache(maxsize=16)
@@ -152,19 +158,106 @@ def _next_generation(conn: Connection, row: StoredRow) -> int:
     return generation
 
 
+def _upserted(done: _Written) -> Upserted:
+    """The `Upserted` of an upsert's body, its Job made after the commit (on the caller's thread)."""
+    found, change, due = done
+    return Upserted(to_job(found if isinstance(found, StoredRow) else read_row(JOB_COLUMNS, found)), change, due)
+
+
 class JobsStore(Transactions):
     """The job rows of one namespace (module docstring)."""
 
     def upsert_job(self, definition: JobDefinition, now: Instant, *, declared: bool = False) -> Upserted:
-        """Insert, replace or keep a job (of this store's namespace).
-
-        `declared` marks it as
-        written by declare(); an unchanged job declared now is marked too.
+        """Insert, replace or keep a job (of this store's namespace); `declared`: as declare() does.
 
         Raises:
             InvalidJobError: The id belongs to an active job of another namespace.
         """
+        body = self._upsert_body(definition, now, declared=declared)
+        for _ in range(3):
+            try:
+                done = self._write_grouped(body, "schedule")
+            except IntegrityError:
+                # Two first schedules of one id raced (PostgreSQL): the loser
+                # now finds the winner's row and decides again.
+                continue
+            if isinstance(done, str):
+                raise self._clash(definition.job_id, done)
+            return _upserted(done)
+        raise StoreError(self.url, f"schedule of {definition.job_id!r} kept conflicting")
 
+    def declare_jobs(
+        self, definitions: Sequence[JobDefinition], now: Instant, *, prune: bool
+    ) -> tuple[list[Upserted], list[tuple[str, int]]]:
+        """declare(): upsert every definition as declared and, with `prune`, deschedule this namespace's
+        declared jobs that `definitions` leaves out, all in one transaction: all of it commits, or none.
+
+        Returns:
+            Each definition's `Upserted`, in order, and the (job_id, generation) of each job pruned.
+
+        Raises:
+            InvalidJobError: An id belongs to an active job of another namespace (nothing written);
+                its argument is named as declare() names a spec's, ``specs['<id>'].job_id``.
+        """
+        bodies = [self._upsert_body(definition, now, declared=True) for definition in definitions]
+        keep = {definition.job_id for definition in definitions}
+        # Rows are written in job_id order, so two declarations of overlapping sets lock them in the same
+        # order (PostgreSQL, MariaDB: FOR UPDATE) and never deadlock each other.
+        order = sorted(range(len(definitions)), key=lambda i: definitions[i].job_id)
+
+        def body(conn: Connection) -> tuple[list[_Written], list[tuple[str, int]]]:
+            # The change counter's row first: its lock (held to the commit) orders declarations
+            # that race, so each reads the rows the one before it committed and the last one's set
+            # is what remains (READ COMMITTED would let a prune miss a row inserted meanwhile).
+            self._bump_change_seq(conn)
+            # Before the first write of a row: an id another namespace holds refuses the whole declaration.
+            self._refuse_clashes(conn, [definition.job_id for definition in definitions])
+            written: dict[int, _Written] = {}
+            for i in order:
+                done = bodies[i](conn)
+                if isinstance(done, str):  # came since the check (no lock held it): raising rolls all back
+                    raise self._clash(definitions[i].job_id, done, declared=True)
+                written[i] = done
+            pruned = self._prune_declared(conn, keep, now) if prune else []
+            return [written[i] for i in range(len(definitions))], pruned
+
+        for _ in range(3):
+            try:
+                rows, pruned = self._write(body, "declare")
+            except IntegrityError:
+                continue  # a first schedule of one of the ids raced ours (as in upsert_job): decide again
+            return [_upserted(row) for row in rows], pruned
+        raise StoreError(self.url, "declare kept conflicting")
+
+    def _refuse_clashes(self, conn: Connection, job_ids: Sequence[str]) -> None:
+        """Raise for the first of `job_ids` (in their order) that an active job of another namespace holds."""
+        owners: dict[str, str] = {}
+        for start in range(0, len(job_ids), _IDS_PER_QUERY):
+            chunk = tuple(job_ids[start : start + _IDS_PER_QUERY])
+            found = Sql(
+                f"SELECT job_id, namespace FROM persched_jobs WHERE job_id IN ({marks(len(chunk))})"  # noqa: S608 - ours
+                " AND state <> ? AND namespace <> ?",
+                (*chunk, DESCHEDULED, self.namespace),
+            )
+            owners.update((str(row.job_id), str(row.namespace)) for row in self.dialect.execute(conn, found))
+        for job_id in job_ids:
+            if job_id in owners:
+                raise self._clash(job_id, owners[job_id], declared=True)
+
+    def _clash(self, job_id: str, namespace: str, *, declared: bool = False) -> InvalidJobError:
+        return InvalidJobError(
+            f"specs[{job_id!r}].job_id" if declared else "job_id",
+            f"{job_id!r} is a job of namespace {namespace!r} (job ids are unique in a database); "
+            f"choose another id, e.g. {self.namespace + '.' + job_id!r}",
+        )
+
+    def _upsert_body(
+        self, definition: JobDefinition, now: Instant, *, declared: bool
+    ) -> Callable[[Connection], _Written | str]:
+        """The transaction body of an upsert: it returns what it wrote, or the namespace that holds the id.
+
+        `declared` marks the job as written by declare(); an unchanged job declared now is marked too.
+        """
         dialect = self.dialect
         at = dialect.bind_instant
         probe = Sql(dialect.locking_sql(_PROBE_JOB), (definition.job_id,))
@@ -246,24 +339,7 @@ class JobsStore(Transactions):
             due = None if values["state"] != SCHEDULED or paused else plan.due_at(first, None)
             return _Written(written, change, due)
 
-        for _ in range(3):
-            try:
-                done = self._write_grouped(body, "schedule")
-            except IntegrityError:
-                # Two first schedules of one id raced (PostgreSQL): the loser
-                # now finds the winner's row and decides again.
-                continue
-            if isinstance(done, str):
-                raise InvalidJobError(
-                    "job_id",
-                    f"{definition.job_id!r} is a job of namespace {done!r} (job ids are unique in a database); "
-                    f"choose another id, e.g. {self.namespace + '.' + definition.job_id!r}",
-                )
-            found, change, due = done
-            return Upserted(
-                to_job(found if isinstance(found, StoredRow) else read_row(JOB_COLUMNS, found)), change, due
-            )
-        raise StoreError(self.url, f"schedule of {definition.job_id!r} kept conflicting")
+        return body
 
     def deschedule_job(self, job_id: str, now: Instant) -> int | None:
         """Mark the job descheduled; return the generation descheduled, None if there was no active job."""
@@ -281,20 +357,16 @@ class JobsStore(Transactions):
         bumped here, first, as its value is written into the row."""
         return Sql(_DESCHEDULE, (DESCHEDULED, self.dialect.bind_instant(now), self._bump_change_seq(conn)))
 
-    def prune_declared(self, keep: Collection[str], now: Instant) -> list[tuple[str, int]]:
+    def _prune_declared(self, conn: Connection, keep: Collection[str], now: Instant) -> list[tuple[str, int]]:
         """Deschedule this namespace's declared jobs whose id is not in `keep`; return (job_id, generation) of each."""
-
-        def body(conn: Connection) -> list[tuple[str, int]]:
-            gone = Sql(_DECLARED_JOBS, (DESCHEDULED, True, self.namespace))
-            if keep:
-                gone = Sql.join((gone, Sql(f"job_id NOT IN ({marks(len(keep))})", tuple(keep))), " AND ")
-            probe = Sql(f"SELECT job_id FROM persched_jobs WHERE {gone.text} LIMIT 1", gone.params)  # noqa: S608 - ours
-            if next(iter(self.dialect.execute(conn, probe)), None) is None:
-                return []  # nothing to prune: no change to announce
-            rows = self.dialect.update_sql(conn, jobs, self._descheduled(conn, now), gone, "job_id, generation")
-            return [(row.job_id, int(row.generation)) for row in rows]
-
-        return self._write(body, "prune declared jobs")
+        gone = Sql(_DECLARED_JOBS, (DESCHEDULED, True, self.namespace))
+        if keep:
+            gone = Sql.join((gone, Sql(f"job_id NOT IN ({marks(len(keep))})", tuple(keep))), " AND ")
+        probe = Sql(f"SELECT job_id FROM persched_jobs WHERE {gone.text} LIMIT 1", gone.params)  # noqa: S608 - ours
+        if next(iter(self.dialect.execute(conn, probe)), None) is None:
+            return []  # nothing to prune: no change to announce
+        rows = self.dialect.update_sql(conn, jobs, self._descheduled(conn, now), gone, "job_id, generation")
+        return sorted((row.job_id, int(row.generation)) for row in rows)
 
     def get_job(self, job_id: str) -> Job | None:
         """Return the active job `job_id`, or None."""

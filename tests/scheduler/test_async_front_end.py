@@ -124,28 +124,45 @@ def test_an_async_job_that_raises_is_recorded_and_the_loop_goes_on(db_url: str) 
     run(scenario)
 
 
-def test_async_runs_in_flight_are_bounded_by_workers(db_url: str) -> None:
+def test_async_runs_at_once_are_bounded_by_workers_and_hold_no_worker(db_url: str) -> None:
+    # workers=2: two async runs go at once on the loop, a third waits there for its turn (claimed,
+    # its started_at is when its coroutine began); the workers stay free for a sync job meanwhile.
     clock = FakeClock(START)
 
     async def scenario() -> None:
         async with AsyncJobScheduler(db_url, workers=2, clock=clock) as sched:
             for key in ("a", "b", "c"):
                 await sched.schedule(key, async_jobs.wait_for_event, 5.0, args=(key,))
+            await sched.schedule("sync", async_jobs.set_flag, 5.0, args=("sync",))
             clock.advance(5)
-            started = [k for k in "abc" if async_jobs.loop_event(f"{k}:started").is_set()]
-            while len(started) < 2:
-                await asyncio.sleep(0.005)  # polling for an effect, bounded by BOUND
-                started = [k for k in "abc" if async_jobs.loop_event(f"{k}:started").is_set()]
-            # Both workers wait for their coroutines: the third job cannot be claimed.
-            states = {j.job_id: j.state for j in await sched.jobs()}
-            assert sorted(states.values()) == [JobState.RUNNING, JobState.RUNNING, JobState.SCHEDULED]
+            await wait_until_async(lambda: len(started("abc")) == 2)
+            # Both workers are free: the sync job ran while two coroutines hold the loop's slots.
+            assert await asyncio.to_thread(async_jobs.thread_flag("sync").wait, TIMEOUT)
+            states = {j.job_id: j.state for j in await sched.jobs() if j.job_id in "abc"}
+            assert states == dict.fromkeys("abc", JobState.RUNNING)  # all three claimed
+            (waiting,) = set("abc") - set(started("abc"))
+            clock.advance(1.5)  # the third waits 1.5 s of the clock for its turn
+            async_jobs.loop_event(started("abc")[0]).set()
+            await wait_loop_event(f"{waiting}:started")
             for key in "abc":
                 async_jobs.loop_event(key).set()
             assert await sched.wait_idle(TIMEOUT)
             for key in "abc":
-                assert [r.outcome for r in await sched.runs(key)] == ["ok"]
+                (run_,) = await sched.runs(key)
+                assert run_.outcome == "ok"
+                late = run_.started_at - run_.scheduled_for
+                assert late.total_seconds() == (1.5 if key == waiting else 0.0), key
 
     run(scenario)
+
+
+def started(keys: str) -> list[str]:
+    return [k for k in keys if async_jobs.loop_event(f"{k}:started").is_set()]
+
+
+async def wait_until_async(predicate: Callable[[], bool]) -> None:
+    while not predicate():
+        await asyncio.sleep(0.005)  # polling for an effect on this loop, bounded by BOUND
 
 
 def test_cancelling_the_awaiting_task_does_not_undo_the_call(db_url: str) -> None:
