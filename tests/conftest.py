@@ -71,6 +71,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=left_out)
         items[:] = [item for item in items if item.get_closest_marker(engine.name) is None]
         config.stash.setdefault(_NOT_RUN, {})[engine.name] = len(left_out)
+    _one_worker_for_processes(items)
+
+
+def _one_worker_for_processes(items: list[pytest.Item]) -> None:
+    """Tests of several scheduler processes on the real clock take turns on one pytest-xdist worker, first.
+
+    They count slots run against slots offered, and each keeps about a core busy
+    (three schedulers and a database): two at once on a 2-core machine starve
+    each other. Those of tests/multi and those marked ``processes`` form one
+    xdist group (``--dist loadgroup``), put at the front so that the longest
+    run of the session starts at once while the other workers share the rest.
+    """
+    grouped = [item for item in items if item.nodeid.startswith("tests/multi/") or item.get_closest_marker("processes")]
+    for item in grouped:
+        item.add_marker(pytest.mark.xdist_group("processes"))
+    chosen = set(map(id, grouped))
+    items[:] = grouped + [item for item in items if id(item) not in chosen]
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -105,6 +122,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "stress: many threads, bounded budget")
     config.addinivalue_line("markers", "every_engine: run the tests that use engine_name on every engine")
     config.addinivalue_line("markers", "sqlite_only(reason): in an every_engine module, stay on SQLite (say why)")
+    config.addinivalue_line("markers", "processes: several scheduler processes on the real clock (one xdist worker)")
     for engine in SERVER_ENGINES:
         config.addinivalue_line("markers", f"{engine.name}: needs {engine.url_env}")
 

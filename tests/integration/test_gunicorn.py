@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from tests.multi._cluster import RunRow
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.processes]
 
 INTERVAL: Final = 0.2
 RUNS: Final = 5

@@ -145,6 +145,7 @@ def _check_steady(ticks: list[float], what: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 def test_wall_clock_jumps_and_a_restart_after_a_correction(
     tmp_path: Path, stepped_clock: tuple[dict[str, str], list[str], Callable[[str], None]]
 ) -> None:
