@@ -512,9 +512,7 @@ class JobsStore(Transactions):
 
     def changes_since(self, seq: int, upto: Instant | None = None) -> tuple[int, list[tuple[Instant, str, int]]]:
         """Return the counter now and ``(due_at, job_id, generation)`` of every
-        scheduled (not paused) job changed after `seq` by another store (this one's
-        callers queued their own changes: a second entry would only cost a lost
-        claim); with `upto`, only of those
+        scheduled (not paused) job changed after `seq`; with `upto`, only of those
         whose next_run_at is at most `upto` or that have a pending run-now request
         (the bounded heap loads the others when its horizon gets there)."""
         where = [jobs.c.change_seq > seq, jobs.c.state == SCHEDULED, jobs.c.paused.is_(False), self._mine]
@@ -524,8 +522,6 @@ class JobsStore(Transactions):
         def body(conn: Connection) -> tuple[int, list[tuple[Instant, str, int]]]:
             now_seq = int(conn.execute(select(changes.c.seq)).scalar_one())
             rows = stored(conn.execute(select(*RAW_JOBS).where(*where)))
-            with self._own_lock:  # this store's own changes were queued by their callers already
-                rows = [row for row in rows if row.change_seq not in self._own_changes]
             due = [(due_of(row), row.job_id, row.generation) for row in rows]
             return now_seq, [(at, job_id, generation) for at, job_id, generation in due if at is not None]
 

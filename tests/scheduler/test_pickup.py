@@ -200,17 +200,3 @@ def test_a_quiet_database_is_checked_less_and_less_often_down_to_once_a_second_t
     seen = steps.checks[0]
     steps.run(0.5)
     assert [round((b - seen) / 1e6, 6) for b in steps.checks[1:3]] == [0.1, 0.3], "not back at pickup_check_seconds"
-
-
-@every_engine
-def test_a_pick_up_does_not_queue_a_schedulers_own_changes_again(make_scheduler: SchedulerFactory) -> None:
-    """schedule() queued its job already: the pick-up queues only what other stores changed,
-    so no second heap entry turns into a claim that loses (or rides along with a completion)."""
-    clock = FakeClock(start=ODD_INSTANT)
-    running, writer = _pair(make_scheduler, clock)
-    running.schedule("mine", jobs.record, 60.0, args=("mine",))
-    writer.schedule("theirs", jobs.record, 60.0, args=("theirs",))
-    running._heartbeat.pick_up_changes()
-    with running._dispatcher._cond:
-        queued = sorted(job_id for _, job_id, _ in running._dispatcher._heap)
-    assert queued == ["mine", "theirs"]

@@ -23,7 +23,7 @@ import pytest
 from persched._instant import Instant, Micros
 from persched._store import Claim, ClaimMiss, Store
 from tests.support import jobs, race_jobs
-from tests.support.helpers import TIMEOUT, at, at_us, finished_runs, sql, wait_until
+from tests.support.helpers import TIMEOUT, at, at_us, finished_runs, heartbeat_settled, sql, wait_until
 from tests.support.race_jobs import Seam, batch_claims, batch_finishes, for_job, real_claim_run, real_finish_run
 from tests.support.store_calls import claim_one
 
@@ -271,8 +271,14 @@ def test_completion_of_an_old_generation_vs_a_new_definition(
     finish_impl: Callable[..., Instant | None] | None,
 ) -> None:
     """The old run's completion is held in the store while the id is descheduled and
-    scheduled again with the very same definition: only the generation differs."""
-    sched = make_scheduler(start=True)
+    scheduled again with the very same definition: only the generation differs.
+
+    The change pick-up is kept out (its first round over, no check due): it may queue
+    the job's slot a second time (it re-reads every changed row, this scheduler's own
+    too), and that entry, due with the completion, would claim in the completion's
+    transaction, so the held completion would hold the write lock that deschedule needs."""
+    sched = make_scheduler(start=True, pickup_seconds=600.0, pickup_check_seconds=600.0)
+    heartbeat_settled(sched, fake_clock)
     seam = finish_seam(seams, sched, "a", finish_impl, before=True)
     with patch.object(sched._store, "finish_runs", side_effect=batch_finishes(seam)):
         sched.schedule("a", jobs.record, 10.0, args=("a",))
