@@ -52,6 +52,7 @@ __all__ = [
     "namespaces_of",
     "runs_page",
     "runs_query",
+    "whereabouts",
 ]
 
 #: The outcomes the runs page filters by; "running" is a run with no outcome yet.
@@ -112,6 +113,20 @@ def namespaces_of(store: Store, job_ids: Collection[str]) -> dict[str, str]:
         return {str(job_id): str(namespace) for job_id, namespace in conn.execute(query)}
 
     return store._read(body, "namespaces of jobs")
+
+
+def whereabouts(store: Store, job_id: str) -> tuple[str, bool] | None:
+    """The namespace of `job_id`'s row and whether the job is active there; None if it has no row.
+
+    One read by primary key (a job id is unique in a database): what an
+    "unknown job" error says about where the job is.
+    """
+
+    def body(conn: Connection) -> tuple[str, bool] | None:
+        row = conn.execute(select(jobs.c.namespace, jobs.c.state).where(jobs.c.job_id == job_id)).first()
+        return None if row is None else (str(row.namespace), row.state != _DESCHEDULED)
+
+    return store._read(body, "where is a job")
 
 
 def jobs_page(store: Store, after: str | None, limit: int, *, namespace: str | None = None) -> list[Job]:

@@ -55,3 +55,43 @@ class StoreError(PerschedError):
         self.url = url
         self.reason = reason
         super().__init__(f"{url}: {reason}")
+
+
+class JobNotFoundError(PerschedError, LookupError):
+    """No job of that id in the namespace: never scheduled there, or descheduled.
+
+    A `LookupError`, not a `KeyError`: a `KeyError`'s ``str()`` is the repr
+    of its argument, so its message would print quoted, with escapes. Code
+    that catches `LookupError` (as `KeyError` is one) catches it.
+
+    Attributes:
+        job_id: The id asked for.
+        namespace: The namespace it was looked for in.
+        owner: The namespace that holds an active job of that id, if another
+            one (a job id is unique in a database); else None.
+        descheduled: True if the job was in `namespace` and was descheduled.
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        namespace: str,
+        *,
+        owner: str | None = None,
+        descheduled: bool = False,
+        remedy: str | None = None,
+    ) -> None:
+        self.job_id = job_id
+        self.namespace = namespace
+        self.owner = owner
+        self.descheduled = descheduled
+        message = f"no job {job_id!r} in namespace {namespace!r}"
+        if owner is not None:
+            message += f": it is a job of namespace {owner!r}"
+            remedy = remedy or f"a scheduler sees only its own namespace's jobs (namespace={owner!r})"
+        elif descheduled:
+            message += ": it was descheduled"
+            remedy = remedy or "schedule() it again to use it"
+        else:
+            remedy = remedy or "jobs() lists the namespace's jobs"
+        super().__init__(f"{message}; {remedy}")
