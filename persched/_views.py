@@ -126,12 +126,12 @@ def namespaces_of(store: Store, job_ids: Collection[str]) -> dict[str, str]:
     return store._read(body, "namespaces of jobs")
 
 
-def job_ids(store: Store) -> list[str]:
-    """The ids of the store's namespace's active jobs (one query, for "did you mean ...?")."""
+def job_ids(store: Store, limit: int) -> list[str]:
+    """Up to `limit` ids of the store's namespace's active jobs (one query, for "did you mean ...?")."""
 
     def body(conn: Connection) -> list[str]:
         query = select(jobs.c.job_id).where(jobs.c.state != _DESCHEDULED, jobs.c.namespace == store.namespace)
-        return [str(job_id) for (job_id,) in conn.execute(query)]
+        return [str(job_id) for (job_id,) in conn.execute(query.limit(limit))]
 
     return store._read(body, "job ids")
 
