@@ -50,7 +50,7 @@ from typing import Any, NoReturn
 from . import _realtime
 from ._store.records import Claim
 from ._targets import TargetNotFound, resolve
-from ._tracebacks import describe
+from ._tracebacks import describe, log_job_failure
 
 __all__ = ["AwaitableRunner", "CompleteCallback", "WorkerPool", "current_run_claim"]
 
@@ -184,8 +184,8 @@ def _execute(
     except BaseException as exc:  # noqa: BLE001 - SPEC §2: user code never kills a worker
         if os.getpid() != pid:
             _end_forked_child(exc)
-        text = describe(exc)
-        logger.error("job %s generation %d raised\n%s", claim.job_id, claim.generation, text.rstrip())
+        text = describe(exc, user_code=True)  # the job's own frames first (persched._tracebacks)
+        log_job_failure(logger, claim.job_id, claim.generation, exc, text)
         del exc
         return "error", text
     finally:
