@@ -30,18 +30,15 @@ if TYPE_CHECKING:
 __all__ = ["describe", "log_job_failure"]
 
 _STDLIB: Final = os.path.dirname(os.__file__)
-# Where the frames that call a job live: persched itself, and the standard library's machinery that
-# runs a coroutine (asyncio's loop, concurrent.futures' Future.result in the hand-over to an app's loop).
+_HERE: Final = os.path.dirname(__file__)
+# Where the frames that call a job live: persched's worker, its hand-over of a coroutine to an
+# application's loop and its import of a job's module, and the standard library's machinery that runs a
+# coroutine (asyncio's loop; concurrent.futures' Future.result in the hand-over). Not the rest of
+# persched: a job of persched's own (the demo's) keeps its frames.
 _CALLERS: Final = (
-    *(
-        os.path.join(directory, "")  # a trailing separator: "persched/" is not "persched_app/"
-        for directory in (
-            os.path.dirname(__file__),
-            os.path.join(_STDLIB, "asyncio"),
-            os.path.join(_STDLIB, "concurrent"),
-        )
-    ),
-    "<frozen importlib.",  # importing a job's module: `resolve` on a worker
+    *(os.path.join(_HERE, name) for name in ("_workers.py", "_async.py", "_targets.py")),
+    *(os.path.join(_STDLIB, name, "") for name in ("asyncio", "concurrent")),  # "asyncio/", never "asyncio_x/"
+    "<frozen importlib.",  # importing a job's module
 )
 _CAUSE: Final = "\nThe above exception was the direct cause of the following exception:\n\n"
 _CONTEXT: Final = "\nDuring handling of the above exception, another exception occurred:\n\n"
