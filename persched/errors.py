@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 
 class PerschedError(Exception):
     """Base class of every error persched raises on purpose."""
@@ -85,6 +87,7 @@ class JobNotFoundError(PerschedError, LookupError):
         self.namespace = namespace
         self.owner = owner
         self.descheduled = descheduled
+        self._remedy = remedy
         message = f"no job {job_id!r} in namespace {namespace!r}"
         if owner is not None:
             message += f": it is a job of namespace {owner!r}"
@@ -95,3 +98,8 @@ class JobNotFoundError(PerschedError, LookupError):
         else:
             remedy = remedy or "jobs() lists the namespace's jobs"
         super().__init__(f"{message}; {remedy}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Pickled with its fields (a process pool, a task queue): the default would call __init__(message).
+        made = functools.partial(JobNotFoundError, owner=self.owner, descheduled=self.descheduled, remedy=self._remedy)
+        return (made, (self.job_id, self.namespace))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import pickle
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -157,3 +158,10 @@ def test_the_async_front_end_raises_the_same(db_url: str, fake_clock: FakeClock)
             assert await sched.get_job("reprot") is None
 
     asyncio.run(asyncio.wait_for(scenario(), TIMEOUT))
+
+
+def test_the_error_survives_pickling_with_its_fields() -> None:
+    exc = JobNotFoundError("invoices", "web", owner="billing", remedy="add --namespace billing")
+    copy = pickle.loads(pickle.dumps(exc))
+    assert (type(copy), str(copy)) == (JobNotFoundError, str(exc))
+    assert (copy.job_id, copy.namespace, copy.owner, copy.descheduled) == ("invoices", "web", "billing", False)
