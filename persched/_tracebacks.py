@@ -9,13 +9,15 @@ threads, so it formats them plainly and logs the text.
 
 The text keeps the exception chain (``raise ... from``, and an exception
 raised while handling another), oldest first, as the interpreter prints it.
-For a job's own failure (``user_code=True``) each traceback starts at the
-first frame of the job's code: the frames that only called it — persched's
-worker, and for a coroutine the asyncio and concurrent.futures frames that
-ran it on a loop, or importlib's while importing the target — come first in
-every traceback and say nothing about the failure, so they are left out. A
-traceback with no other frame (persched refused the run itself) is kept
-whole.
+For a failure that came out of a job's callable (``user_code=True``; the
+worker knows whether it had called it) each traceback starts at the first
+frame of the job's code: the frames that only called it — persched's worker,
+and for a coroutine the asyncio and concurrent.futures frames that ran it on
+a loop — come first in every traceback and say nothing about the failure,
+so they are left out. A traceback with no other frame (the hand-over to an
+application's loop that was not running) is kept whole, and so is a
+failure before the call (a stored row that cannot be used, a module that
+does not import).
 """
 
 from __future__ import annotations
@@ -31,14 +33,13 @@ __all__ = ["describe", "log_job_failure"]
 
 _STDLIB: Final = os.path.dirname(os.__file__)
 _HERE: Final = os.path.dirname(__file__)
-# Where the frames that call a job live: persched's worker, its hand-over of a coroutine to an
-# application's loop and its import of a job's module, and the standard library's machinery that runs a
-# coroutine (asyncio's loop; concurrent.futures' Future.result in the hand-over). Not the rest of
-# persched: a job of persched's own (the demo's) keeps its frames.
+# Where the frames that call a job live: persched's worker and its hand-over of a coroutine to an
+# application's loop, and the standard library's machinery that runs a coroutine (asyncio's loop;
+# concurrent.futures' Future.result in the hand-over). Not the rest of persched: a job of persched's
+# own (the demo's) keeps its frames.
 _CALLERS: Final = (
-    *(os.path.join(_HERE, name) for name in ("_workers.py", "_async.py", "_targets.py")),
+    *(os.path.join(_HERE, name) for name in ("_workers.py", "_async.py")),
     *(os.path.join(_STDLIB, name, "") for name in ("asyncio", "concurrent")),  # "asyncio/", never "asyncio_x/"
-    "<frozen importlib.",  # importing a job's module
 )
 _CAUSE: Final = "\nThe above exception was the direct cause of the following exception:\n\n"
 _CONTEXT: Final = "\nDuring handling of the above exception, another exception occurred:\n\n"

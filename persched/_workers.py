@@ -151,6 +151,7 @@ def _execute(
 ) -> tuple[str, str | None]:
     token = _current.set(claim)
     fn: Callable[..., Any] | None = None
+    called = False  # from here on a failure comes out of the job (its traceback is trimmed to it)
     try:
         fn = resolve(claim.target, allowed_modules)
         args = json.loads(claim.args_json)
@@ -161,6 +162,7 @@ def _execute(
             raise TypeError(f"the stored args are not a JSON array: {claim.args_json[:80]!r}")
         if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
             raise TypeError(f"the stored kwargs are not a JSON object: {claim.kwargs_json[:80]!r}")
+        called = True
         result = fn(*args, **kwargs)
         if inspect.isawaitable(result) and awaitable_runner is not None:
             awaitable_runner(result)
@@ -184,7 +186,7 @@ def _execute(
     except BaseException as exc:  # noqa: BLE001 - SPEC §2: user code never kills a worker
         if os.getpid() != pid:
             _end_forked_child(exc)
-        text = describe(exc, user_code=True)  # the job's own frames first (persched._tracebacks)
+        text = describe(exc, user_code=called)  # the job's own frames first (persched._tracebacks)
         log_job_failure(logger, claim.job_id, claim.generation, exc, text)
         del exc
         return "error", text

@@ -84,15 +84,25 @@ def test_on_the_async_front_end(
     assert logged_errors(caplog) == [f"job settings generation 1 raised\n{error.rstrip()}"]
 
 
-def test_a_run_refused_before_the_job_is_called_keeps_persched_frames(sqlite_url: str, fake_clock: FakeClock) -> None:
-    # A row edited by hand into args that are not an array: persched refuses the run itself, so its
-    # own frames are all the traceback has, and they stay.
+@pytest.mark.parametrize(
+    ("stored", "last_line"),
+    [
+        ('{"a": 1}', """TypeError: the stored args are not a JSON array: '{"a": 1}'"""),
+        ("not json", "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)"),
+    ],
+)
+def test_a_run_refused_before_the_job_is_called_keeps_persched_frames(
+    sqlite_url: str, fake_clock: FakeClock, stored: str, last_line: str
+) -> None:
+    # A row edited by hand into args that cannot be used: persched refuses the run before calling the
+    # job, so the traceback is persched's own and stays whole (the worker's line names the column).
     with JobScheduler(sqlite_url, clock=fake_clock) as sched:
         sched.schedule("edited", failing_jobs.fail_sync, 60.0, args=("missing",))
-        sql(sqlite_url, "UPDATE persched_jobs SET args = '{\"a\": 1}' WHERE job_id = 'edited'")
+        sql(sqlite_url, "UPDATE persched_jobs SET args = ? WHERE job_id = 'edited'", (stored,))
         fake_clock.advance(60)
         assert sched.wait_idle(TIMEOUT)
         (run,) = sched.runs("edited")
     assert run.error is not None
     assert "_workers.py" in run.error.splitlines()[1], run.error
-    assert run.error.endswith("TypeError: the stored args are not a JSON array: '{\"a\": 1}'\n"), run.error
+    assert "args" in run.error.splitlines()[2], run.error
+    assert run.error.endswith(f"{last_line}\n"), run.error
