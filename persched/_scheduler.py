@@ -649,12 +649,12 @@ class JobScheduler:
         if generation is not None:
             logger.info("job %s generation %d descheduled", job_id, generation)
             self._emit("job_descheduled", job_id, generation)
-        elif (owner := self._not_found(job_id, whereabouts(self._store, job_id)).owner) is not None:
+        elif (found := whereabouts(self._store, job_id)) is not None and found[1] and found[0] != self.namespace:
             logger.warning(
                 "deschedule(%r) in namespace %r changed nothing: it is a job of namespace %r",
                 job_id,
                 self.namespace,
-                owner,
+                found[0],
             )
         if wait:
             self._runs.wait_for_job(job_id, timeout)

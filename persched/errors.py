@@ -72,6 +72,9 @@ class JobNotFoundError(PerschedError, LookupError):
         owner: The namespace that holds an active job of that id, if another
             one (a job id is unique in a database); else None.
         descheduled: True if the job was in `namespace` and was descheduled.
+
+    The message ends with what to do; a caller with its own words for it
+    (the command line names its options) passes them as `remedy`.
     """
 
     def __init__(
