@@ -398,15 +398,15 @@ class AsyncJobScheduler:
         return await asyncio.to_thread(self._sched.deschedule, job_id, wait, timeout)
 
     async def pause(self, job_id: str) -> bool:
-        """Pause a job (see `JobScheduler.pause`)."""
+        """Pause a job (see `JobScheduler.pause`; an unknown id raises `JobNotFoundError`)."""
         return await asyncio.to_thread(self._sched.pause, job_id)
 
     async def resume(self, job_id: str) -> bool:
-        """Resume a paused job on its grid from now (see `JobScheduler.resume`)."""
+        """Resume a paused job from now (see `JobScheduler.resume`; an unknown id raises `JobNotFoundError`)."""
         return await asyncio.to_thread(self._sched.resume, job_id)
 
     async def run_now(self, job_id: str) -> bool:
-        """Ask for one extra run as soon as a worker is free (see `JobScheduler.run_now`)."""
+        """Ask for one extra run soon (see `JobScheduler.run_now`; an unknown id raises `JobNotFoundError`)."""
         return await asyncio.to_thread(self._sched.run_now, job_id)
 
     async def get_job(self, job_id: str) -> Job | None:

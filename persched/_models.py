@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 MAX_JOB_ID_LENGTH = 200
-DEFAULT_NAMESPACE: Final = "default"  # every job made before namespaces (revision 0004) is here
+DEFAULT_NAMESPACE: Final = "default"  # every job made before namespaces (revision 0005) is here
 MAX_NAMESPACE_LENGTH: Final = 100
 MAX_INTERVAL_SECONDS = 10 * 366 * 24 * 3600.0  # "at most 10 years"
 MIN_INTERVAL_SECONDS = 1e-6  # the store keeps microseconds: a shorter interval has no distinct slots

@@ -65,9 +65,10 @@ from ._runs import RunBook
 from ._store import RunNowVerdict, Store
 from ._targets import reference_of
 from ._timebase import Timebase
+from ._views import whereabouts
 from ._workers import current_run_claim
 from .clock import SystemClock
-from .errors import InvalidJobError, SchedulerStateError
+from .errors import InvalidJobError, JobNotFoundError, SchedulerStateError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -644,6 +645,12 @@ class JobScheduler:
         A run that was claimed before may still finish. With `wait`, also
         block until this process's in-flight run of the job (if any) ended.
 
+        Removing is idempotent (SPEC §1): an id that this namespace never
+        had, or already descheduled, returns False and raises nothing, so an
+        application can deschedule a retired job at every start-up. An id
+        that is an active job of another namespace returns False too, with a
+        WARNING naming that namespace (this scheduler never changes it).
+
         Returns:
             True if an active job was removed.
 
@@ -661,6 +668,13 @@ class JobScheduler:
         if generation is not None:
             logger.info("job %s generation %d descheduled", job_id, generation)
             self._emit("job_descheduled", job_id, generation)
+        elif (found := whereabouts(self._store, job_id)) is not None and found[1] and found[0] != self.namespace:
+            logger.warning(
+                "deschedule(%r) in namespace %r changed nothing: it is a job of namespace %r",
+                job_id,
+                self.namespace,
+                found[0],
+            )
         if wait:
             self._runs.wait_for_job(job_id, timeout)
         return removed
@@ -673,29 +687,38 @@ class JobScheduler:
         finish). Paused jobs stay paused across restarts and replacements.
 
         Returns:
-            True if the job was paused by this call (False: unknown,
-            descheduled, finished, or paused already).
+            True if the job was paused by this call; False if there was
+            nothing to change (paused already, or finished).
+
+        Raises:
+            JobNotFoundError: No such job in this namespace (unknown, or descheduled).
         """
         self._check_open()
         validate_job_id(job_id)
         self._ensure_schema()
         generation = self._store.pause_job(job_id, self._timebase.now())
-        if generation is not None:
-            logger.info("job %s generation %d paused", job_id, generation)
-            self._emit("job_paused", job_id, generation)
-        return generation is not None
+        if generation is None:
+            self._check_found(job_id)
+            return False
+        logger.info("job %s generation %d paused", job_id, generation)
+        self._emit("job_paused", job_id, generation)
+        return True
 
     def resume(self, job_id: str) -> bool:
         """Resume a paused job on its grid from now: slots that passed while it was paused do not run.
 
         Returns:
-            True if the job was paused and is resumed now.
+            True if the job was paused and is resumed now; False if it was not paused.
+
+        Raises:
+            JobNotFoundError: No such job in this namespace (unknown, or descheduled).
         """
         self._check_open()
         validate_job_id(job_id)
         self._ensure_schema()
         resumed = self._store.resume_job(job_id, self._timebase.now())
         if resumed is None:
+            self._check_found(job_id)
             return False
         generation, due = resumed
         logger.info("job %s generation %d resumed", job_id, generation)
@@ -712,10 +735,11 @@ class JobScheduler:
         the extra run started adds nothing.
 
         Returns:
-            True if an extra run is pending; False if the job is unknown or
-            descheduled, or the request was dropped by overlap "skip".
+            True if an extra run is pending; False if the request was
+            dropped by overlap "skip".
 
         Raises:
+            JobNotFoundError: No such job in this namespace (unknown, or descheduled).
             SchedulerStateError: The job is paused or finished.
         """
         self._check_open()
@@ -723,6 +747,8 @@ class JobScheduler:
         self._ensure_schema()
         now = self._timebase.now()
         verdict, generation = self._store.request_run_now(job_id, now)
+        if verdict is RunNowVerdict.UNKNOWN:
+            raise self._not_found(job_id, whereabouts(self._store, job_id))
         if verdict in (RunNowVerdict.PAUSED, RunNowVerdict.FINISHED):
             raise SchedulerStateError(f"run_now({job_id!r}): the job is {verdict.value}; resume or schedule it first")
         if verdict is RunNowVerdict.REQUESTED:
@@ -731,6 +757,25 @@ class JobScheduler:
             if self._state == "running":
                 self._dispatcher.push(now, job_id, generation)  # a run in flight: its completion queues it too
         return verdict.will_run
+
+    def _check_found(self, job_id: str) -> None:
+        """After a pause or resume that changed nothing: raise unless the job is active in this namespace.
+
+        Read after that call's own transaction: a job scheduled in between
+        counts as found (the call changed nothing, and False says so).
+        """
+        found = whereabouts(self._store, job_id)
+        if found != (self.namespace, True):
+            raise self._not_found(job_id, found)
+
+    def _not_found(self, job_id: str, found: tuple[str, bool] | None) -> JobNotFoundError:
+        """The error for `job_id` missing from this namespace; `found` is its `whereabouts`."""
+        if found is None:
+            return JobNotFoundError(job_id, self.namespace)
+        namespace, active = found
+        if namespace != self.namespace:
+            return JobNotFoundError(job_id, self.namespace, owner=namespace if active else None)
+        return JobNotFoundError(job_id, self.namespace, descheduled=not active)
 
     def get_job(self, job_id: str) -> Job | None:
         """Return the job `job_id` (scheduled, running, paused or finished), or None (also once descheduled)."""

@@ -190,7 +190,7 @@ jobs = Table(
     Column("updated_at", UTCDateTime, nullable=False),
     # The persched_changes.seq of the job's last schedule/deschedule.
     Column("change_seq", BigInteger, nullable=False, server_default="0"),
-    # The application the job belongs to (revision 0004): a scheduler sees and runs only its own.
+    # The application the job belongs to (revision 0005): a scheduler sees and runs only its own.
     Column("namespace", String(100), nullable=False, server_default="default"),
     Column("declared", Boolean, nullable=False, server_default=false()),  # written by declare()
     Index(None, "state", "next_run_at"),

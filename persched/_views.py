@@ -1,4 +1,4 @@
-"""Read-only queries of the dashboard (`persched web`) and the metrics: pages, counts.
+"""Read-only queries of the dashboard (`persched web`), the metrics and the command line: pages, counts.
 
 Every query here is a read transaction on the `Store` (never a write, never a
 migration) and is paginated by a key the database has an index on, so a page
@@ -18,6 +18,11 @@ this key", never OFFSET):
   table; about 30 ms at 100,000 jobs on SQLite, so the metrics cache it);
   `namespace_counts` the same by namespace (the dashboard caches it).
 
+Across namespaces, for the command line and the errors about a job that is
+not in a namespace: `whereabouts` (one job's namespace, by primary key),
+`job_ids` (one namespace's ids, for "did you mean"), `all_jobs_as` and
+`all_runs_as` (``--all-namespaces``: whole listings, as the store's own).
+
 The dashboard shows one namespace or all of them (`namespace=None`). Of one
 namespace, jobs are still walked by primary key (the namespace term is kept
 off its index, as the store does: `Dialect.unindexed`), and a run's namespace
@@ -26,7 +31,7 @@ is its job's, looked up by primary key for each run of the page.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from sqlalchemy import exists, func, select
 
@@ -42,16 +47,23 @@ if TYPE_CHECKING:
 
     from ._models import Job, Run
     from ._store import Store
+    from ._store._rows import StoredRow
+
+T = TypeVar("T")
 
 __all__ = [
     "OUTCOMES",
+    "all_jobs_as",
+    "all_runs_as",
     "job_counts",
+    "job_ids",
     "jobs_page",
     "jobs_query",
     "namespace_counts",
     "namespaces_of",
     "runs_page",
     "runs_query",
+    "whereabouts",
 ]
 
 #: The outcomes the runs page filters by; "running" is a run with no outcome yet.
@@ -112,6 +124,54 @@ def namespaces_of(store: Store, job_ids: Collection[str]) -> dict[str, str]:
         return {str(job_id): str(namespace) for job_id, namespace in conn.execute(query)}
 
     return store._read(body, "namespaces of jobs")
+
+
+def job_ids(store: Store, limit: int) -> list[str]:
+    """Up to `limit` ids of the store's namespace's active jobs (one query, for "did you mean ...?")."""
+
+    def body(conn: Connection) -> list[str]:
+        query = select(jobs.c.job_id).where(jobs.c.state != _DESCHEDULED, jobs.c.namespace == store.namespace)
+        return [str(job_id) for (job_id,) in conn.execute(query.limit(limit))]
+
+    return store._read(body, "job ids")
+
+
+def all_jobs_as(store: Store, make: Callable[[StoredRow], T]) -> list[T]:
+    """Every active job of every namespace, by namespace then next run, each row made by `make`."""
+
+    def body(conn: Connection) -> list[T]:
+        query = (
+            select(*RAW_JOBS)
+            .where(jobs.c.state != _DESCHEDULED)
+            .order_by(jobs.c.namespace, jobs.c.next_run_at, jobs.c.job_id)
+        )
+        return [make(read_row(JOB_COLUMNS, row._mapping)) for row in conn.execute(query)]
+
+    return store._read(body, "jobs of every namespace")
+
+
+def all_runs_as(store: Store, make: Callable[[StoredRow], T], job_id: str | None, limit: int) -> list[T]:
+    """The latest `limit` runs of every namespace (of `job_id` if given), newest first, each made by `make`."""
+    query = _runs_query(job_id=job_id, outcome=None, before=None, limit=limit)
+
+    def body(conn: Connection) -> list[T]:
+        return [make(read_row(RUN_COLUMNS, row._mapping)) for row in conn.execute(query)]
+
+    return store._read(body, "runs of every namespace")
+
+
+def whereabouts(store: Store, job_id: str) -> tuple[str, bool] | None:
+    """The namespace of `job_id`'s row and whether the job is active there; None if it has no row.
+
+    One read by primary key (a job id is unique in a database): what an
+    "unknown job" error says about where the job is.
+    """
+
+    def body(conn: Connection) -> tuple[str, bool] | None:
+        row = conn.execute(select(jobs.c.namespace, jobs.c.state).where(jobs.c.job_id == job_id)).first()
+        return None if row is None else (str(row.namespace), row.state != _DESCHEDULED)
+
+    return store._read(body, "where is a job")
 
 
 def jobs_page(store: Store, after: str | None, limit: int, *, namespace: str | None = None) -> list[Job]:

@@ -62,7 +62,7 @@ from typing import Any, NoReturn, Protocol
 from . import _realtime
 from ._store.records import Claim
 from ._targets import TargetNotFound, resolve
-from ._tracebacks import describe
+from ._tracebacks import describe, log_job_failure
 
 __all__ = [
     "AwaitableRunner",
@@ -246,6 +246,7 @@ def _execute(
     """Run `claim`'s target; return (outcome, error text), or None once `hand_over` took its awaitable."""
     token = _current.set(claim)
     fn: Callable[..., Any] | None = None
+    called = False  # from here on a failure comes out of the job (its traceback is trimmed to it)
     try:
         fn = resolve(claim.target, allowed_modules)
         args = json.loads(claim.args_json)
@@ -256,6 +257,7 @@ def _execute(
             raise TypeError(f"the stored args are not a JSON array: {claim.args_json[:80]!r}")
         if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
             raise TypeError(f"the stored kwargs are not a JSON object: {claim.kwargs_json[:80]!r}")
+        called = True
         result = fn(*args, **kwargs)
         if inspect.isawaitable(result):
             if hand_over(claim, result):
@@ -280,7 +282,7 @@ def _execute(
         exc = unwrapped(exc)
         if os.getpid() != pid:
             _end_forked_child(exc)
-        text = _failure_text(claim, exc)
+        text = _failure_text(claim, exc, user_code=called)
         del exc
         return "error", text
     finally:
@@ -291,10 +293,14 @@ def _execute(
     return "ok", None
 
 
-def _failure_text(claim: Claim, exc: BaseException) -> str:
-    """Log what a run raised, with its traceback; return the text its record keeps."""
-    text = describe(exc)
-    logger.error("job %s generation %d raised\n%s", claim.job_id, claim.generation, text.rstrip())
+def _failure_text(claim: Claim, exc: BaseException, *, user_code: bool = True) -> str:
+    """Log what a run raised, with its traceback; return the text its record keeps.
+
+    `user_code`: the failure came out of the job's own call, so its traceback starts
+    at the job's first frame (persched._tracebacks).
+    """
+    text = describe(exc, user_code=user_code)
+    log_job_failure(logger, claim.job_id, claim.generation, exc, text)
     return text
 
 

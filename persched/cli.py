@@ -4,22 +4,29 @@ Commands (``persched COMMAND --help`` shows each with an example)::
 
     persched demo                        # a self-contained tour; ends by itself
     persched migrate                     # create the database / upgrade its schema
-    persched jobs [--json]               # every job not descheduled, with its schedule and state
+    persched jobs [--json] [--all-namespaces]   # every job not descheduled, its schedule and state
     persched show JOB_ID [--json]        # one job, its policies and its latest runs
-    persched runs [JOB_ID] [--limit N] [--json]
+    persched runs [JOB_ID] [--limit N] [--json] [--all-namespaces]
     persched deschedule JOB_ID
     persched pause JOB_ID                # no run starts until resumed
     persched resume JOB_ID               # continue on the schedule from now
     persched run-now JOB_ID              # one extra run as soon as a worker is free
-    persched run --import MODULE [--workers N] [--allow PKG ... | --allow-any-module] [--metrics-port N]
+    persched run MODULE [--workers N] [--allow PKG ... | --allow-any-module] [--metrics-port N]
+                                         # (`--import MODULE` names the module too)
     persched web [--port N] [--token-file PATH] [--allowed-host NAME ...]   # a dashboard in the browser
 
 The database comes from ``--db URL`` (before or after the command), else the
 ``PERSCHED_DB`` environment variable, else ``persched.db`` in the current
-directory. ``jobs``, ``show`` and ``runs`` never create a database and never
-change its schema; ``pause``, ``resume``, ``run-now`` and ``deschedule``
-write one row and never migrate; a scheduler running on the database picks
-the change up (within its ``pickup_seconds``, 1 s by default).
+directory; the namespace from ``--namespace NAME``, else ``PERSCHED_NAMESPACE``,
+else "default". ``--json`` may come before the command too; ``--version``
+prints the version. A listing of a namespace without jobs says which
+namespaces have some; an unknown job id is reported with the namespace that
+holds it, or a near miss ("did you mean 'report'?").
+
+``jobs``, ``show`` and ``runs`` never create a database and never change its
+schema; ``pause``, ``resume``, ``run-now`` and ``deschedule`` write one row
+and never migrate; a scheduler running on the database picks the change up
+(within its ``pickup_seconds``, 1 s by default).
 
 One rule for the verbs: a command exits 0 when the job ends up as asked,
 also when it already was (``pause`` of a paused job, ``resume`` of a job that
@@ -43,10 +50,12 @@ starts no threads of its own (``run`` starts a `JobScheduler`).
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
 import logging
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -61,7 +70,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn
 # Only what the read commands need: Alembic (`_migrate`), pydantic (`--json`)
 # and the scheduler are imported by the commands that use them (start-up time,
 # issue 15); the commands read rows as plain dataclasses (`_plain_models`).
-from . import _db, _revision
+from . import __version__, _db, _revision
 from ._config import DEFAULT_WORKERS
 from ._instant import Instant, micros
 from ._liveness import display_id
@@ -70,8 +79,9 @@ from ._signals import StopSignals
 from ._store import RunNowVerdict, Store
 from ._store.mappers import plain_job, plain_run
 from ._triggers import describe_duration
+from ._views import all_jobs_as, all_runs_as, job_ids, namespace_counts, namespaces_of, whereabouts
 from .clock import SystemClock
-from .errors import PerschedError
+from .errors import JobNotFoundError, PerschedError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -112,7 +122,11 @@ class CliError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error in one line (exit code 2)."""
+    """argparse that reports a usage error in one line (exit code 2); `commands` holds the subcommands' parsers."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: ANN401 - argparse's own parameters
+        super().__init__(*args, **kwargs)
+        self.commands: dict[str, _Parser] = {}
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {_printable(message)} (see {self.prog} --help)\n")
@@ -263,15 +277,24 @@ JOBS_COLUMNS: Final = (
 )
 
 
+NAMESPACE_COLUMN: Final = Column("NAMESPACE", shrink=9)  # `--all-namespaces`: first, never left out
+
+
 def jobs_table(
-    jobs: Sequence[PlainJob], now: datetime, width: int | None = None, in_flight: Mapping[str, PlainRun] | None = None
+    jobs: Sequence[PlainJob],
+    now: datetime,
+    width: int | None = None,
+    in_flight: Mapping[str, PlainRun] | None = None,
+    *,
+    namespaces: bool = False,
 ) -> str:
     """The `persched jobs` table, fitted to `width` columns when given.
 
     A job with a run in `in_flight` shows that run: its slot under NEXT RUN,
     "started 3s ago" under WHEN, and "running, run-now" when it is one.
+    With `namespaces`, a NAMESPACE column comes first.
     """
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for job in jobs:
         run = (in_flight or {}).get(job.job_id)
         if run is not None and run.generation == job.generation:
@@ -294,6 +317,9 @@ def jobs_table(
                 str(job.error_count),
             )
         )
+    if namespaces:
+        rows = [(job.namespace, *row) for job, row in zip(jobs, rows, strict=True)]
+        return _table((NAMESPACE_COLUMN, *JOBS_COLUMNS), rows, width)
     return _table(JOBS_COLUMNS, rows, width)
 
 
@@ -384,8 +410,17 @@ RUNS_COLUMNS: Final = (
 )
 
 
-def runs_table(runs: Sequence[PlainRun], *, with_job: bool = True, width: int | None = None) -> str:
-    """The `persched runs` table (newest first), fitted to `width` columns when given."""
+def runs_table(
+    runs: Sequence[PlainRun],
+    *,
+    with_job: bool = True,
+    width: int | None = None,
+    namespaces: Mapping[str, str] | None = None,
+) -> str:
+    """The `persched runs` table (newest first), fitted to `width` columns when given.
+
+    With `namespaces` (job id -> namespace), a NAMESPACE column comes first.
+    """
     rows = []
     for run in runs:
         duration = (
@@ -404,9 +439,10 @@ def runs_table(runs: Sequence[PlainRun], *, with_job: bool = True, width: int | 
             display_id(run.instance_id) if run.instance_id else "-",
             _error_summary(run.error),
         ]
-        rows.append(row if with_job else row[:1] + row[2:])
+        row = row if with_job else row[:1] + row[2:]
+        rows.append(row if namespaces is None else [namespaces.get(run.job_id, "-"), *row])
     columns = [c for c in RUNS_COLUMNS if with_job or c.header != "JOB"]
-    return _table(columns, rows, width)
+    return _table(columns if namespaces is None else [NAMESPACE_COLUMN, *columns], rows, width)
 
 
 def _json(value: object) -> str:
@@ -494,10 +530,65 @@ def _require_job_id(job_id: str) -> str:
         raise CliError(f"bad job id: {exc}") from exc
 
 
-def _missing_job(store: Store, job_id: str) -> CliError:
-    if store.job_known(job_id):
-        return CliError(f"job {job_id!r} is not active (it was descheduled); see `persched runs {job_id}`")
-    return CliError(f"no job {job_id!r} in {store.url}; `persched jobs` lists the active ones")
+# "did you mean" looks for a near miss among at most this many ids, else offers none: difflib takes
+# about 0.1 ms per similar id (CPython's own suggestions stop at 750 names, for the same reason).
+MAX_SUGGESTION_IDS: Final = 1000
+
+
+def _missing_job(store: Store, job_id: str) -> JobNotFoundError:
+    """The error for a job id that the chosen namespace does not have: where the job is, or a near miss."""
+    found = whereabouts(store, job_id)
+    if found is not None and found[0] != store.namespace and found[1]:
+        owner = found[0]
+        return JobNotFoundError(job_id, store.namespace, owner=owner, remedy=f"add --namespace {_shell_word(owner)}")
+    if found == (store.namespace, False):
+        return JobNotFoundError(
+            job_id, store.namespace, descheduled=True, remedy=f"`persched runs {_shell_word(job_id)}` shows its history"
+        )
+    ids = job_ids(store, MAX_SUGGESTION_IDS + 1)
+    near = difflib.get_close_matches(job_id, ids, n=1) if len(ids) <= MAX_SUGGESTION_IDS else []
+    remedy = f"did you mean {near[0]!r}?" if near else "`persched jobs` lists its jobs"
+    return JobNotFoundError(job_id, store.namespace, remedy=remedy)
+
+
+def _shell_word(text: str) -> str:
+    """`text` as one word a user can paste into a shell (quoted only when it needs to be)."""
+    return shlex.quote(text)
+
+
+MAX_NAMESPACES_NAMED: Final = 10  # namespaces listed by name when the chosen one is empty
+
+
+def _other_namespaces(store: Store) -> list[str]:
+    """When the chosen namespace has no job: lines that say which namespaces have jobs (none: no lines)."""
+    counts = {name: sum(states.values()) for name, states in namespace_counts(store).items()}
+    if not counts or store.namespace in counts:
+        return []  # nothing anywhere, or the chosen namespace has jobs (just no runs yet)
+    named = [f"{name} ({plural(count, 'job')})" for name, count in list(counts.items())[:MAX_NAMESPACES_NAMED]]
+    if len(counts) > MAX_NAMESPACES_NAMED:
+        named.append(f"and {len(counts) - MAX_NAMESPACES_NAMED} more")
+    near = difflib.get_close_matches(store.namespace, list(counts), n=1)
+    return [
+        "namespaces with jobs: " + ", ".join(named),
+        f"did you mean --namespace {_shell_word(near[0])}? (or --all-namespaces for all of them)"
+        if near
+        else "choose one with --namespace NAME, or all of them with --all-namespaces",
+    ]
+
+
+def _say_empty(store: Store, headline: str, *, json_output: bool) -> None:
+    """Say that the chosen namespace has nothing to list, and where the jobs are if elsewhere.
+
+    With `json_output` stdout carries only the JSON; the namespaces go to stderr as a note.
+    """
+    others = _other_namespaces(store)
+    if json_output:
+        if others:
+            print(f"persched: note: namespace {store.namespace!r} has no jobs; {others[0]}", file=sys.stderr)  # noqa: T201
+        return
+    _say(f"{headline} in namespace {store.namespace!r} of {store.url}")
+    for line in others:
+        _say(line)
 
 
 # -- commands ------------------------------------------------------------------------
@@ -522,15 +613,20 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
 def _cmd_jobs(args: argparse.Namespace) -> int:
     def body(store: Store) -> int:
-        jobs = store.list_jobs_as(plain_job)
-        if args.json:
-            _say(_json([_job_json(job) for job in jobs]))
+        jobs = all_jobs_as(store, plain_job) if args.all_namespaces else store.list_jobs_as(plain_job)
+        if not jobs and args.all_namespaces:
+            _say("[]" if args.json else f"no active jobs in {store.url}")
         elif not jobs:
-            _say(f"no active jobs in {store.url}")
+            _say_empty(store, "no active jobs", json_output=args.json)
+            if args.json:
+                _say("[]")
+        elif args.json:
+            _say(_json([_job_json(job) for job in jobs]))  # a Job carries its namespace
         else:
             running = any(_running(job) for job in jobs)
             in_flight = {run.job_id: run for run in store.runs_in_flight_as(plain_run)} if running else {}
-            _say(jobs_table(jobs, datetime.now(timezone.utc), _width(args), in_flight))
+            now = datetime.now(timezone.utc)
+            _say(jobs_table(jobs, now, _width(args), in_flight, namespaces=args.all_namespaces))
         return EXIT_OK
 
     return _with_store(args, body, read_only=True)
@@ -550,6 +646,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         now = datetime.now(timezone.utc)
         fields = [
             ("job", job.job_id),
+            ("namespace", job.namespace),
             *(
                 [("unreadable", f"{job.unreadable} (schedule it again with a valid definition)")]
                 if job.unreadable
@@ -614,20 +711,39 @@ def _next_run_words(job: PlainJob, now: datetime) -> str:
 
 def _cmd_runs(args: argparse.Namespace) -> int:
     job_id = None if args.job_id is None else _require_job_id(args.job_id)
+    if args.all_namespaces:
+        return _with_store(args, lambda store: _all_runs(args, store, job_id), read_only=True)
 
     def body(store: Store) -> int:
         runs = store.list_runs_as(plain_run, job_id, args.limit)
         if not runs and job_id is not None and not store.job_known(job_id):
             raise _missing_job(store, job_id)
+        if not runs and job_id is None:
+            _say_empty(store, "no runs recorded", json_output=args.json)
         if args.json:
             _say(_json([_run_json(run) for run in runs]))
-        elif not runs:
-            _say("no runs recorded" + ("" if job_id is None else f" for {job_id!r}"))
-        else:
+        elif runs:
             _say(runs_table(runs, width=_width(args)))
+        elif job_id is not None:
+            _say(f"no runs recorded for {job_id!r}")
         return EXIT_OK
 
     return _with_store(args, body, read_only=True)
+
+
+def _all_runs(args: argparse.Namespace, store: Store, job_id: str | None) -> int:
+    """`persched runs --all-namespaces`: the runs of every namespace, each with its job's namespace."""
+    runs = all_runs_as(store, plain_run, job_id, args.limit)
+    if not runs and job_id is not None and whereabouts(store, job_id) is None:
+        raise CliError(f"no job {job_id!r} in any namespace of {store.url}; see `persched jobs --all-namespaces`")
+    namespaces = namespaces_of(store, {run.job_id for run in runs})
+    if args.json:
+        _say(_json([{**_run_json(run), "namespace": namespaces.get(run.job_id)} for run in runs]))
+    elif runs:
+        _say(runs_table(runs, width=_width(args), namespaces=namespaces))
+    else:
+        _say("no runs recorded" + (f" in {store.url}" if job_id is None else f" for {job_id!r}"))
+    return EXIT_OK
 
 
 def _cmd_deschedule(args: argparse.Namespace) -> int:
@@ -873,7 +989,7 @@ def _example(text: str) -> str:
     return "example:\n" + textwrap.indent(textwrap.dedent(text).strip(), "  ") + "\n"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     """Build the argument parser (exposed for documentation and tests)."""
     common = _Parser(add_help=False)
     # SUPPRESS: a value given before the command is not reset by the subparser.
@@ -909,6 +1025,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],
     )
+    parser.add_argument("--version", action="version", version=f"persched {__version__}")
+    # Before the command as after it, like --db; its own dest, or the command's default would reset it.
+    parser.add_argument(
+        "--json", dest="json_first", action="store_true", help=f"JSON output (of {', '.join(JSON_COMMANDS)})"
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
 
     def command(
@@ -923,6 +1044,7 @@ def build_parser() -> argparse.ArgumentParser:
             parents=[common],
         )
         sub.set_defaults(func=func)
+        parser.commands[name] = sub
         return sub
 
     command(
@@ -946,6 +1068,7 @@ def build_parser() -> argparse.ArgumentParser:
         _cmd_jobs,
     )
     sub.add_argument("--json", action="store_true", help="print a JSON array of jobs (Job field names)")
+    _add_all_namespaces(sub, "jobs")
     _add_wide(sub)
     sub = command(
         "show",
@@ -961,6 +1084,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("job_id", metavar="JOB_ID", nargs="?", help="only this job's runs")
     sub.add_argument("--limit", type=_positive_int, default=100, metavar="N", help="runs to show (100)")
     sub.add_argument("--json", action="store_true", help="print a JSON array of runs (Run field names)")
+    _add_all_namespaces(sub, "runs")
     _add_wide(sub)
     sub = command(
         "deschedule",
@@ -1006,10 +1130,11 @@ def build_parser() -> argparse.ArgumentParser:
         f"import MODULE, start a scheduler and run until SIGINT/SIGTERM; if MODULE defines "
         f"{SETUP_HOOK}(scheduler) it is called with the started scheduler; if that returns JobSpec "
         "values, they are declared with prune (see README, declarative schedules)",
-        "persched --db jobs.db run --import myapp.schedules --workers 4",
+        "persched --db jobs.db run myapp.schedules --workers 4",
         _cmd_run,
     )
-    sub.add_argument("--import", dest="module", required=True, metavar="MODULE", help="dotted module name")
+    sub.add_argument("module", nargs="?", metavar="MODULE", help="dotted module name (or give it as --import MODULE)")
+    sub.add_argument("--import", dest="import_module", metavar="MODULE", help="the same as MODULE")
     workers_help = f"worker threads ({DEFAULT_WORKERS})"
     sub.add_argument("--workers", type=_positive_int, default=DEFAULT_WORKERS, metavar="N", help=workers_help)
     allow = sub.add_mutually_exclusive_group()
@@ -1080,6 +1205,14 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _add_all_namespaces(sub: argparse.ArgumentParser, what: str) -> None:
+    sub.add_argument(
+        "--all-namespaces",
+        action="store_true",
+        help=f"list the {what} of every namespace, with a NAMESPACE column (--json: a 'namespace' key)",
+    )
+
+
 def _add_wide(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "--wide",
@@ -1141,13 +1274,33 @@ def _closed_pipe() -> int:
     return EXIT_PIPE
 
 
+JSON_COMMANDS: Final = ("jobs", "show", "runs")  # the commands that print --json
+
+
+def _merge_early_options(parser: _Parser, args: argparse.Namespace) -> None:
+    """Fold the options that may come before the command into the command's own (usage errors exit 2)."""
+    if args.json_first:
+        if args.command not in JSON_COMMANDS:
+            parser.error(f"--json is an option of jobs, show and runs, not of {args.command}")
+        args.json = True
+    if args.command == "run":
+        run = parser.commands["run"]
+        if args.module is not None and args.import_module is not None:
+            run.error("name the module once: `persched run MODULE` or `persched run --import MODULE`")
+        args.module = args.module or args.import_module
+        if args.module is None:
+            run.error("which module? `persched run myapp.schedules` (or `--import myapp.schedules`)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (see the module docstring).
 
     Args:
         argv: The arguments after the program name; default ``sys.argv[1:]``.
     """
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _merge_early_options(parser, args)
     for name, default in (("debug", False), ("verbose", False)):
         if not hasattr(args, name):
             setattr(args, name, default)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 
 class PerschedError(Exception):
     """Base class of every error persched raises on purpose."""
@@ -55,3 +57,52 @@ class StoreError(PerschedError):
         self.url = url
         self.reason = reason
         super().__init__(f"{url}: {reason}")
+
+
+class JobNotFoundError(PerschedError, LookupError):
+    """No job of that id in the namespace: never scheduled there, or descheduled.
+
+    A `LookupError`, not a `KeyError`: a `KeyError`'s ``str()`` is the repr
+    of its argument, so its message would print quoted, with escapes. Code
+    that catches `LookupError` (as `KeyError` is one) catches it.
+
+    Attributes:
+        job_id: The id asked for.
+        namespace: The namespace it was looked for in.
+        owner: The namespace that holds an active job of that id, if another
+            one (a job id is unique in a database); else None.
+        descheduled: True if the job was in `namespace` and was descheduled.
+
+    The message ends with what to do; a caller with its own words for it
+    (the command line names its options) passes them as `remedy`.
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        namespace: str,
+        *,
+        owner: str | None = None,
+        descheduled: bool = False,
+        remedy: str | None = None,
+    ) -> None:
+        self.job_id = job_id
+        self.namespace = namespace
+        self.owner = owner
+        self.descheduled = descheduled
+        self._remedy = remedy
+        message = f"no job {job_id!r} in namespace {namespace!r}"
+        if owner is not None:
+            message += f": it is a job of namespace {owner!r}"
+            remedy = remedy or f"a scheduler sees only its own namespace's jobs (namespace={owner!r})"
+        elif descheduled:
+            message += ": it was descheduled"
+            remedy = remedy or "schedule() it again to use it"
+        else:
+            remedy = remedy or "jobs() lists the namespace's jobs"
+        super().__init__(f"{message}; {remedy}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Pickled with its fields (a process pool, a task queue): the default would call __init__(message).
+        made = functools.partial(JobNotFoundError, owner=self.owner, descheduled=self.descheduled, remedy=self._remedy)
+        return (made, (self.job_id, self.namespace))

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+import persched
 from persched._migrate import HEAD
 from persched._schema import metadata
 
@@ -135,6 +136,9 @@ def test_wheel_contains_migrations_and_metadata(wheel: Path) -> None:
     for dep in ["sqlalchemy", "alembic", "pydantic"]:
         assert f"Requires-Dist: {dep}" in metadata
     assert "persched = persched.cli:main" in entry_points
+    # The version is written once, as persched.__version__; the wheel's metadata is read from it.
+    assert f"\nVersion: {persched.__version__}\n" in metadata
+    assert wheel.name.startswith(f"persched-{persched.__version__}-")
 
 
 def test_installed_wheel_migrates_outside_the_repo(venv_python: Path, tmp_path: Path) -> None:

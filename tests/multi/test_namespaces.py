@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Final
 import pytest
 
 from persched import JobScheduler, JobState
-from persched.errors import InvalidJobError
+from persched.errors import InvalidJobError, JobNotFoundError
 from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.helpers import TIMEOUT
@@ -77,10 +77,11 @@ def test_an_application_cannot_change_another_applications_job(
 ) -> None:
     web, worker, _, clock = apps
     before = worker.schedule("worker-sync", TARGET, 10.0, args=("worker-sync",))
-    assert web.deschedule("worker-sync") is False
-    assert web.pause("worker-sync") is False
-    assert web.resume("worker-sync") is False
-    assert web.run_now("worker-sync") is False
+    assert web.deschedule("worker-sync") is False  # idempotent removal: never an error (SPEC §1)
+    for verb in (web.pause, web.resume, web.run_now):
+        with pytest.raises(JobNotFoundError, match="in namespace 'web': it is a job of namespace 'worker'") as found:
+            verb("worker-sync")
+        assert (found.value.job_id, found.value.namespace, found.value.owner) == ("worker-sync", "web", "worker")
     with pytest.raises(InvalidJobError, match="namespace 'worker'") as info:
         web.schedule("worker-sync", TARGET, 5.0, args=("taken",))
     assert info.value.argument == "job_id"

@@ -288,8 +288,8 @@ def test_pause_resume_run_now_succeed_or_refuse_cleanly(sched: JobScheduler, job
             except PerschedError as exc:
                 errors.append(exc)
                 raise
-    # Bad input: InvalidJobError naming job_id; a state refusal (run_now of a paused
-    # job) is SchedulerStateError; never a StoreError.
+    # Bad input: InvalidJobError naming job_id; an id not there: JobNotFoundError; a state
+    # refusal (run_now of a paused job) is SchedulerStateError; never a StoreError.
     assert not [e for e in errors if isinstance(e, StoreError)], errors
     assert all(e.argument == "job_id" for e in errors if isinstance(e, InvalidJobError)), errors
     if job_id == "existing":

@@ -18,7 +18,7 @@ import pytest
 
 from persched import JobState
 from persched._store import Claim, ClaimMiss, Store
-from persched.errors import SchedulerStateError
+from persched.errors import JobNotFoundError, SchedulerStateError
 from tests.scheduler.test_races import broken, claim_seam, job_state, probe, run_rows
 from tests.support import jobs, race_jobs
 from tests.support.helpers import TIMEOUT, at, finished_runs, wait_until
@@ -129,14 +129,22 @@ def test_deschedule_commits_before_resume_so_the_job_stays_gone(
     sched.schedule("a", jobs.record, 10.0, args=("a",))
     assert sched.pause("a") is True
     with patch.object(store, "resume_job", side_effect=seam):
-        results: list[bool] = []
-        t = threading.Thread(target=lambda: results.append(sched.resume("a")))
+        results: list[bool | JobNotFoundError] = []
+
+        def resume() -> None:
+            try:
+                results.append(sched.resume("a"))
+            except JobNotFoundError as exc:
+                results.append(exc)
+
+        t = threading.Thread(target=resume)
         t.start()
         assert seam.entered.wait(TIMEOUT)  # resume is about to write
         assert sched.deschedule("a") is True  # ... and the deschedule commits first
         seam.go()
         t.join(TIMEOUT)
-    assert results == [False]
+    # resume() comes after the deschedule: there is no job "a" to resume any more.
+    assert [(type(r), getattr(r, "descheduled", None)) for r in results] == [(JobNotFoundError, True)]
     probe(sched, fake_clock, 30.0)
     assert jobs.calls("a") == []
     assert job_state(sched, "a") == "descheduled"
