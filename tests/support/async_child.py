@@ -131,8 +131,14 @@ async def _blocked_loop(url: str) -> dict[str, Any]:
                 if _block["state"] == "after":
                     break
             await asyncio.sleep(0.01)  # runs once the loop is free again, bounded below
-        await asyncio.sleep(5 * INTERVAL)  # the runs claimed during the block start and end
-        runs = {f"async-{i}": _runs(await sched.runs(f"async-{i}", limit=1000)) for i in range(7)}
+        with _lock:
+            end = _block["end"]
+        while True:  # until every run claimed before the block ended has started and ended (bounded: WAIT)
+            runs = {f"async-{i}": _runs(await sched.runs(f"async-{i}", limit=1000)) for i in range(7)}
+            claimed = [r for each in runs.values() for r in each if r["scheduled_for"] <= end]
+            if all(r["outcome"] is not None for r in claimed):
+                break
+            await asyncio.sleep(INTERVAL)
     with _lock:
         return {"block": dict(_block), "runs": runs}
 
