@@ -63,8 +63,9 @@ def test_a_blocked_application_loop_stalls_the_async_jobs_not_the_workers(db_url
     blocked = block["end"] - block["start"]
     # Near its rate: SYNC_RUNS runs at INTERVAL take SYNC_RUNS * INTERVAL; a starved job takes BLOCK_MAX.
     assert blocked < 2 * SYNC_RUNS * INTERVAL, blocked
-    # No coroutine started while the loop was blocked, and the runs claimed meanwhile say they started late.
-    claimed_during = []
+    # No coroutine started while the loop was blocked, and the runs that waited for it (claimed
+    # before or during the block: which ones depends on how busy the machine is) say they started late.
+    waited = []
     for job, runs in seen["runs"].items():
         for r in runs:
             if r["outcome"] is None:
@@ -72,8 +73,8 @@ def test_a_blocked_application_loop_stalls_the_async_jobs_not_the_workers(db_url
             assert r["outcome"] == "ok", (job, r)
             started = r["started_at"]
             assert not block["start"] + SLACK < started < block["end"] - SLACK, (job, r, block)
-            if block["start"] + SLACK < r["scheduled_for"] < block["end"] - SLACK:
-                claimed_during.append(r)
+            if r["scheduled_for"] < block["end"] - SLACK and started > block["start"] + SLACK:
+                waited.append(r)
                 assert started >= block["end"] - SLACK, (job, r, block)
-    assert claimed_during, "no async slot came due while the loop was blocked"
-    assert min(r["started_at"] - r["scheduled_for"] for r in claimed_during) > 0
+    assert waited, "no async run waited for the blocked loop"
+    assert min(r["started_at"] - r["scheduled_for"] for r in waited) > 0
