@@ -870,7 +870,8 @@ def run_allowed_modules(args: argparse.Namespace) -> list[str] | None:
     """
     if args.allow_any_module:
         return None
-    return [args.module.partition(".")[0], *args.allow]
+    module: str = args.module or args.import_module  # either form (main() checks that one is given)
+    return [module.partition(".")[0], *args.allow]
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
