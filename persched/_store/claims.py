@@ -747,47 +747,58 @@ class ClaimsStore(Transactions):
         if not completions:
             return []
         at = self.dialect.bind_instant
+        finished = [at(c.finished_at) for c in completions]
         params = [
-            (at(c.finished_at), c.outcome, None if c.error is None else c.error[:MAX_ERROR_TEXT], c.claim.run_id)
-            for c in completions
+            (finished[i], c.outcome, None if c.error is None else c.error[:MAX_ERROR_TEXT], c.claim.run_id)
+            for i, c in enumerate(completions)
         ]
-        # Decided before the transaction (pure): (index, next_run_at, finished?, plan) of each carried one.
+        # Decided before the transaction (pure): (index, next_run_at, finished?, plan) of each carried
+        # one, and its _FINISH_CARRIED parameters.
         carried: list[tuple[int, Instant, bool, JobPlan]] = []
+        moves: list[tuple[Any, ...]] = []
         for i, c in enumerate(completions):
             kept = c.claim.carried
             if kept is None or kept.run_now_at is not None:
                 continue
             next_at, dropped = kept.plan.after_run(kept.next_run_at, c.finished_at)
-            if dropped is None:  # overlap "skip" dropped slots: a record to write, decided again below
-                carried.append((i, next_at, kept.plan.is_over(next_at, None), kept.plan))
-        moves = [
-            (
-                FINISHED if over else SCHEDULED,
-                at(next_at),
-                1 if (c := completions[i]).outcome == "error" else 0,
-                c.outcome,
-                at(c.finished_at),
-                c.claim.job_id,
-                c.claim.generation,
-                instance_id,
-                at(c.claim.scheduled_for),
-                at(c.claim.carried.next_run_at),  # type: ignore[union-attr]  # carried: filtered above
-                False,
+            if dropped is not None:  # overlap "skip" dropped slots: a record to write, decided again below
+                continue
+            over = kept.plan.is_over(next_at, None)
+            carried.append((i, next_at, over, kept.plan))
+            left = at(kept.next_run_at)
+            moves.append(
+                (
+                    FINISHED if over else SCHEDULED,
+                    left if next_at == kept.next_run_at else at(next_at),
+                    1 if c.outcome == "error" else 0,
+                    c.outcome,
+                    finished[i],
+                    c.claim.job_id,
+                    c.claim.generation,
+                    instance_id,
+                    at(c.claim.scheduled_for),
+                    left,
+                    False,
+                )
             )
-            for i, next_at, over, _ in carried
-        ]
+
+        as_carried: list[bool] = [False]  # whether the last attempt wrote the carried ones as decided
 
         def body(conn: Connection) -> list[Instant | None]:
             cur = self.dialect.cursor(conn)
             cur.executemany(_FINISH_RUN, params)
             due: list[Instant | None] = [None] * len(completions)
-            written = self.dialect.update_each(cur, _FINISH_CARRIED, moves)
-            done = set()
-            for (i, next_at, over, plan), ok in zip(carried, written, strict=True):
-                if ok:
-                    done.add(i)
+            rest: Sequence[int] = range(len(completions))
+            # One executemany: one call into the driver however many rows (each call gives the
+            # GIL away, then waits for it behind the workers). If every row matched, each stood
+            # where its claim left it and goes on to its carried slot; else every completion is
+            # read (`_finish_read`), and one that this UPDATE moved reads as queued at that slot.
+            as_carried[0] = bool(moves) and cur.executemany(_FINISH_CARRIED, moves).rowcount == len(moves)
+            if as_carried[0]:
+                for i, next_at, over, plan in carried:
                     due[i] = None if over else plan.due_at(next_at, None)
-            rest = [i for i in range(len(completions)) if i not in done]
+                done = {i for i, _, _, _ in carried}
+                rest = [i for i in rest if i not in done]
             if rest:
                 read = self._finish_read(conn, cur, [completions[i] for i in rest], instance_id)
                 for i, due_at in zip(rest, read, strict=True):
@@ -795,10 +806,11 @@ class ClaimsStore(Transactions):
             return due
 
         due = self._write(body, "finish runs")
-        for i, next_at, _, plan in carried:
-            if due[i] is not None and len(self._hints) < _HINTS_KEPT:
-                claim = completions[i].claim
-                self._hints[(claim.job_id, claim.generation)] = (plan, next_at)
+        if as_carried[0]:
+            for i, next_at, _, plan in carried:
+                if due[i] is not None and len(self._hints) < _HINTS_KEPT:
+                    claim = completions[i].claim
+                    self._hints[(claim.job_id, claim.generation)] = (plan, next_at)
         return due
 
     def _finish_read(

@@ -200,14 +200,6 @@ class Dialect:
         sql = f"{into} ON CONFLICT DO NOTHING RETURNING {returning}"
         return cur.execute(sql, tuple(value for row in rows for value in row)).fetchall()
 
-    def update_each(self, cur: DriverCursor, sql: str, rows: Sequence[Sequence[Any]]) -> list[bool]:
-        """Run the UPDATE `sql` once per parameter row; for each, whether it changed a row.
-
-        One ``execute`` each: in-process (SQLite) that is cheap, and MySQL's
-        driver sends an executemany of an UPDATE one statement at a time anyway.
-        """
-        return [cur.execute(sql, row).rowcount > 0 for row in rows]
-
     def locking_sql(self, query: str) -> str:
         """`lock_rows` in driver SQL: the SELECT `query`, locking the rows it reads until the transaction ends."""
         return f"{query} FOR UPDATE"

@@ -28,8 +28,6 @@ from ..._instant import Instant, from_datetime, to_datetime
 from . import Dialect, DriverCursor, Sql
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from sqlalchemy import Connection, Insert, Table
     from sqlalchemy.engine.interfaces import DBAPIConnection
     from sqlalchemy.exc import DBAPIError
@@ -67,16 +65,6 @@ class PostgreSQLDialect(Dialect):
             f" WHERE {predicate.text} AND {key.name} IN (SELECT {key.name} FROM free) RETURNING {columns}"
         )
         return cur.execute(sql, predicate.params + assignments.params + predicate.params).fetchall()
-
-    def update_each(self, cur: DriverCursor, sql: str, rows: Sequence[Sequence[Any]]) -> list[bool]:
-        # One pipelined executemany (one round trip) that keeps each statement's row count.
-        if not rows:
-            return []
-        cur.executemany(sql, rows, returning=True)
-        changed = [cur.rowcount > 0]
-        while cur.nextset():
-            changed.append(cur.rowcount > 0)
-        return changed
 
     def unindexed_sql(self, column: str) -> str:
         # The claim's: before ANALYZE (a table just filled, until autovacuum gets to it) the
