@@ -204,6 +204,10 @@ def _claimed_row(raw: tuple[Any, ...], dialect: Dialect) -> _ClaimedRow | None:
         return None
 
 
+# Where a guess is written: the row still stands where its hint says (parameters: generation, seen).
+_HINT_HOLDS: Final = "generation = ? AND next_run_at = ? AND run_now_at IS NULL"
+
+
 class _Guess(NamedTuple):
     """A claim decided before its UPDATE from a completion's hint: the plan, the row's next_run_at
     the hint says (`seen`), and the decision the UPDATE writes if the row still holds it."""
@@ -223,7 +227,7 @@ def _guessed(guesses: dict[tuple[str, int], _Guess], at: Callable[[Instant], obj
     """
     if not guesses:
         return Sql("next_run_at")
-    when = "WHEN ? THEN CASE WHEN generation = ? AND next_run_at = ? AND run_now_at IS NULL THEN ? ELSE next_run_at END"
+    when = f"WHEN ? THEN CASE WHEN {_HINT_HOLDS} THEN ? ELSE next_run_at END"
     params = tuple(
         p
         for (job_id, generation), guess in guesses.items()
