@@ -46,13 +46,16 @@ def main() -> None:
     p.add_argument("--samples", action="store_true", help="include every lateness (ms) in the JSON line")
     p.add_argument("--busy-core", action="store_true", help="keep one core busy with a spinning process meanwhile")
     args = p.parse_args()
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy_core else None
+    spinner = None
+    if args.busy_core:  # its own output closed: a spinner left behind must not hold a caller's pipe open
+        spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"], stdout=subprocess.DEVNULL)
     try:
         _measure(args)
     finally:
         if spinner is not None:
             spinner.kill()
             spinner.wait()
+    c.finish()  # after the spinner: it leaves with os._exit
 
 
 def _measure(args: argparse.Namespace) -> None:
@@ -123,7 +126,6 @@ def _measure(args: argparse.Namespace) -> None:
     if args.samples:
         record["lateness_ms"] = [round(v * 1000, 2) for v in late]
     c.emit(record)
-    c.finish()
 
 
 def _ms(seconds: float | None) -> float | None:
