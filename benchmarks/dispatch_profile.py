@@ -53,10 +53,10 @@ def main() -> None:
     measuring = threading.Event()
     real_run = dialects.DriverCursor._run
 
-    def timed_run(self: Any, sql: str, params: Any, *, many: bool, **options: Any) -> None:  # noqa: ANN401
+    def timed_run(self: Any, sql: str, params: Any, *, many: bool) -> None:  # noqa: ANN401
         started = time.perf_counter()
         try:
-            real_run(self, sql, params, many=many, **options)
+            real_run(self, sql, params, many=many)
         finally:
             if measuring.is_set():
                 what = sql.split(" WHERE")[0][:60] + (" [executemany]" if many else "")

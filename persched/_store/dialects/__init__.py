@@ -104,25 +104,21 @@ class DriverCursor:
         self._run(self._dialect.driver_sql(sql), params, many=False)
         return self
 
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]], **options: Any) -> DriverCursor:  # noqa: ANN401 - the driver's options
-        """Run one statement once per parameter row (the driver's executemany)."""
-        self._run(self._dialect.driver_sql(sql), rows, many=True, **options)
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> DriverCursor:
+        """Run one statement once per parameter row (the driver's executemany; `rowcount`: the sum)."""
+        self._run(self._dialect.driver_sql(sql), rows, many=True)
         return self
 
     def fetchall(self) -> list[tuple[Any, ...]]:
         return list(self._cursor.fetchall())
 
-    def nextset(self) -> bool:
-        """The next result of an executemany that keeps them (psycopg's ``returning=True``)."""
-        return bool(self._cursor.nextset())
-
-    def _run(self, sql: str, params: Any, *, many: bool, **options: Any) -> None:  # noqa: ANN401 - driver values
+    def _run(self, sql: str, params: Any, *, many: bool) -> None:  # noqa: ANN401 - driver values
         conn = self._conn
         try:
             for before in self._before:  # as SQLAlchemy calls them (retval listeners may rewrite)
                 sql, params = before(conn, self._cursor, sql, params, None, many)
             if many:
-                self._cursor.executemany(sql, params, **options)
+                self._cursor.executemany(sql, params)
             else:
                 self._cursor.execute(sql, params)
             for after in self._after:
