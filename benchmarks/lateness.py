@@ -14,11 +14,16 @@ Lateness is start - scheduled slot over the runs that ran:
 
 Prints one JSON line: offered, ran, missed, lateness_ms p50/p99/max, and the
 raw lateness list when --samples is given (for the runner's chart).
+
+``--busy-core`` keeps one core busy meanwhile (a spinning child process, started
+before the scheduler and killed after it): the "other core busy" case.
 """
 
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import time
 from collections import defaultdict, deque
 from typing import TYPE_CHECKING, Any
@@ -27,6 +32,8 @@ from benchmarks import _common as c
 from benchmarks import targets
 
 if TYPE_CHECKING:
+    import argparse
+
     from apscheduler.events import JobExecutionEvent
 
 
@@ -37,7 +44,21 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=2.0)
     p.add_argument("--settle", type=float, default=2.0, help="seconds after the window for its last runs")
     p.add_argument("--samples", action="store_true", help="include every lateness (ms) in the JSON line")
+    p.add_argument("--busy-core", action="store_true", help="keep one core busy with a spinning process meanwhile")
     args = p.parse_args()
+    spinner = None
+    if args.busy_core:  # its own output closed: a spinner left behind must not hold a caller's pipe open
+        spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"], stdout=subprocess.DEVNULL)
+    try:
+        _measure(args)
+    finally:
+        if spinner is not None:
+            spinner.kill()
+            spinner.wait()
+    c.finish()  # after the spinner: it leaves with os._exit
+
+
+def _measure(args: argparse.Namespace) -> None:
     log = c.quiet_logging()
     path = c.db_path(args.dir)
     interval = 1.0
@@ -46,6 +67,7 @@ def main() -> None:
     t0 = base + args.warmup
     t1 = t0 + args.window
     record: dict[str, Any] = {"workload": "lateness", "system": args.system, "jobs": args.jobs}
+    record["busy_core"] = args.busy_core
     ran: dict[tuple[str, float], float] = {}  # (job, slot epoch) -> lateness seconds
 
     if args.system == "persched":
@@ -104,7 +126,6 @@ def main() -> None:
     if args.samples:
         record["lateness_ms"] = [round(v * 1000, 2) for v in late]
     c.emit(record)
-    c.finish()
 
 
 def _ms(seconds: float | None) -> float | None:

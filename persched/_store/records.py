@@ -17,9 +17,11 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from .._models import Job, Run
+    from .._policy import JobPlan
 
 __all__ = [
     "MAX_ERROR_TEXT",
+    "Carried",
     "ChangeNote",
     "Claim",
     "ClaimEntry",
@@ -37,6 +39,18 @@ __all__ = [
 
 
 @dataclass(frozen=True)
+class Carried:
+    """What a claim decided, carried to its completion, which then neither reads the row again
+    nor decides again: the job's plan, and where the claim left the row (its ``next_run_at`` and
+    ``run_now_at``). The completion's UPDATE is conditional on those values, so a row that
+    anything changed meanwhile (a pause, a resume, a run-now request) is read and decided anew."""
+
+    plan: JobPlan
+    next_run_at: Instant
+    run_now_at: Instant | None
+
+
+@dataclass(frozen=True)
 class Claim:
     """A won claim: everything a worker needs to run and complete it."""
 
@@ -50,6 +64,7 @@ class Claim:
     run_id: int
     run_now: bool = False
     max_runtime: Micros | None = None
+    carried: Carried | None = field(default=None, compare=False, repr=False)  # for the completion
 
     def run(self) -> Run:
         """The `Run` record as it stands while running."""

@@ -59,13 +59,14 @@ def test_history_inserts_skip_a_held_slot_and_name_only_new_rows(
 ) -> None:
     monkeypatch.setattr(store.engine.dialect, "insert_returning", returning)
     with store.engine.begin() as conn:
-        (first,) = store.dialect.insert_new(conn, runs, NAMES, [_row(store, "a", 10, 10)], "job_id, run_id")
+        cur = store.dialect.cursor(conn)
+        (first,) = store.dialect.insert_new(cur, runs, NAMES, [_row(store, "a", 10, 10)], "job_id, run_id")
         rows = [_row(store, "a", 10, 11), _row(store, "b", 10, 11), _row(store, "a", 10, 11, run_now=True)]
-        inserted = store.dialect.insert_new(conn, runs, NAMES, rows, "job_id, run_id")
+        inserted = store.dialect.insert_new(cur, runs, NAMES, rows, "job_id, run_id")
         total = conn.execute(select(func.count()).select_from(runs)).scalar_one()
     # "a" at slot 10 was held: skipped; "b" and a run-now run of "a" at the same instant are new.
-    assert sorted(r.job_id for r in inserted) == ["a", "b"]
-    assert first.run_id not in {r.run_id for r in inserted}
+    assert sorted(job_id for job_id, _ in inserted) == ["a", "b"]
+    assert first[1] not in {run_id for _, run_id in inserted}
     assert total == 3
 
 

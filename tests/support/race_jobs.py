@@ -41,7 +41,6 @@ from sqlalchemy import Connection, update
 from persched._instant import Instant, Micros, from_datetime, to_datetime
 from persched._schema import jobs, runs
 from persched._store import Claim, ClaimMiss, Completion, RunNowAnswer, RunNowVerdict, Store, claims
-from persched._store.mappers import instant_or_none
 from tests.support.helpers import TIMEOUT
 from tests.support.postgres import pg_base_url
 
@@ -50,7 +49,6 @@ if TYPE_CHECKING:
 
     from persched._heartbeat import Heartbeat
     from persched._store import ClaimEntry
-    from persched._store._rows import StoredRow
     from persched._store.dialects import Dialect, Sql
 
 __all__ = [
@@ -217,6 +215,7 @@ def real_finish_run(store: Store) -> Callable[..., Instant | None]:
 
 
 Expected = dict[tuple[str, int], tuple[Instant, Instant]]  # the claim's entries: (job_id, generation) -> bounds
+Guesses = dict[tuple[str, int], "claims._Guess"]  # the decisions the claim's UPDATE writes itself
 
 
 class _EntryByJobId(claims._ClaimBatch):
@@ -224,11 +223,11 @@ class _EntryByJobId(claims._ClaimBatch):
     another generation than its entry's, which the real batch (keyed on both) cannot
     place; find the entry by job id alone, as a claim keyed on the id would."""
 
-    def __init__(self, expected: Expected, claimed_at: Instant, instance_id: str) -> None:
-        super().__init__(dict(expected), claimed_at, instance_id)  # re-keyed below: not the caller's dict
+    def __init__(self, expected: Expected, claimed_at: Instant, instance_id: str, guesses: Guesses) -> None:
+        super().__init__(dict(expected), claimed_at, instance_id, guesses)  # re-keyed below: not the caller's dict
         self.won_in: dict[str, int] = {}  # job id -> the generation of the row won for its entry
 
-    def decide(self, row: StoredRow) -> None:
+    def decide(self, row: claims._ClaimedRow) -> None:
         for job_id, generation in [key for key in self.expected if key[0] == row.job_id]:
             if generation != row.generation:
                 self.expected[(job_id, row.generation)] = self.expected.pop((job_id, generation))
@@ -246,13 +245,13 @@ class _UpToItsSlot(claims._ClaimBatch):
     is not due by its entry's bound (and no run-now request is), which the policy refuses
     to decide (it never runs a slot early); let the entry's bound reach the row's slot."""
 
-    def __init__(self, expected: Expected, claimed_at: Instant, instance_id: str) -> None:
-        super().__init__(dict(expected), claimed_at, instance_id)
+    def __init__(self, expected: Expected, claimed_at: Instant, instance_id: str, guesses: Guesses) -> None:
+        super().__init__(dict(expected), claimed_at, instance_id, guesses)
 
-    def decide(self, row: StoredRow) -> None:
+    def decide(self, row: claims._ClaimedRow) -> None:
         key = (row.job_id, row.generation)
         bound, taken_at = self.expected[key]
-        next_at, run_now_at = from_datetime(row.next_run_at), instant_or_none(row.run_now_at)
+        next_at, run_now_at = row.next_at, row.run_now_at
         if next_at > bound and (run_now_at is None or run_now_at > bound):
             self.expected[key] = (next_at, taken_at)  # the row the slot clause kept out
         super().decide(row)
@@ -291,8 +290,8 @@ class _ClauseDropper:
             del clauses[dropped]  # a KeyError if the library renamed it: a failure, never an xfail
         return clauses
 
-    def _batch(self, expected: Expected, claimed_at: Instant, instance_id: str) -> claims._ClaimBatch:
-        return _BATCHES.get(self._dropped() or "", _REAL_BATCH)(expected, claimed_at, instance_id)
+    def _batch(self, expected: Expected, claimed_at: Instant, instance_id: str, guesses: Guesses) -> claims._ClaimBatch:
+        return _BATCHES.get(self._dropped() or "", _REAL_BATCH)(expected, claimed_at, instance_id, guesses)
 
     @contextlib.contextmanager
     def dropping(self, clause: str) -> Iterator[None]:

@@ -1,7 +1,8 @@
 """Every difference between the database engines persched runs on, behind one object.
 
 The store's statements are written once, in SQLAlchemy Core (the dispatch
-path's in driver SQL: `Sql`, `driver_sql`, `raw_instant`, `bind_instant`);
+path's in driver SQL, run on the driver's own cursor: `Sql`, `DriverCursor`,
+`driver_sql`, `raw_instant`, `bind_instant`);
 a `Dialect` holds what cannot be: how a claim locks the rows it decides, what a
 transient failure looks like, whether this process must queue its own
 writers, how a write transaction begins, the raw form of a timestamp,
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
     from ..._instant import Instant
 
-__all__ = ["ChangeListener", "Dialect", "Sql", "dialect_for", "marks", "value_rows"]
+__all__ = ["ChangeListener", "Dialect", "DriverCursor", "Sql", "dialect_for", "marks", "value_rows"]
 
 
 class Sql(NamedTuple):
@@ -53,6 +54,77 @@ def marks(count: int) -> str:
 def value_rows(count: int, width: int) -> str:
     """`count` rows of `width` placeholders each, comma-separated: ``(?, ?), (?, ?)``."""
     return ", ".join([f"({marks(width)})"] * count)
+
+
+class DriverCursor:
+    """The driver's own cursor in the transaction of a SQLAlchemy `Connection`: the dispatch path's.
+
+    A dispatch cycle sends a handful of statements for dozens of runs, and per
+    run SQLAlchemy's execution context, result object and `Row` cost more
+    than the database's work. Here a statement (driver SQL with ``?``
+    placeholders, `Dialect.driver_sql`) goes to the DB-API cursor and its
+    rows come back as the driver's tuples. Two things stay as SQLAlchemy does
+    them, so that the transaction machinery (`_tx`) and the tests see no
+    difference: the engine's ``before_cursor_execute`` and
+    ``after_cursor_execute`` listeners are called for every statement (the
+    fault-injection and crash-point tests hook there), and a driver error goes
+    through SQLAlchemy's own handling (a connection that is gone is
+    invalidated; a `DBAPIError` is raised, which `_tx` retries or reports).
+    """
+
+    __slots__ = ("_after", "_before", "_conn", "_cursor", "_dialect", "_driver_error")
+
+    def __init__(self, conn: Connection, dialect: Dialect) -> None:
+        raw = conn.connection.dbapi_connection
+        assert raw is not None  # a connection in a transaction is never detached
+        self._conn = conn
+        self._dialect = dialect
+        self._cursor = raw.cursor()
+        self._driver_error: type[Exception] = conn.dialect.loaded_dbapi.Error
+        self._before = conn.dispatch.before_cursor_execute
+        self._after = conn.dispatch.after_cursor_execute
+
+    @property
+    def rowcount(self) -> int:
+        """Rows the last statement changed (matched, on MySQL: persched's engines ask for FOUND_ROWS)."""
+        return int(self._cursor.rowcount)
+
+    @property
+    def lastrowid(self) -> int:
+        """The id the last INSERT gave its row (0 or None when it inserted none)."""
+        return int(self._cursor.lastrowid or 0)
+
+    @property
+    def insert_returning(self) -> bool:
+        """Whether the server takes ``INSERT … RETURNING`` (SQLAlchemy's dialect knows: MariaDB 10.5+)."""
+        return bool(self._conn.dialect.insert_returning)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> DriverCursor:
+        """Run one statement; its rows are then `fetchall()`'s."""
+        self._run(self._dialect.driver_sql(sql), params, many=False)
+        return self
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> DriverCursor:
+        """Run one statement once per parameter row (the driver's executemany; `rowcount`: the sum)."""
+        self._run(self._dialect.driver_sql(sql), rows, many=True)
+        return self
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return list(self._cursor.fetchall())
+
+    def _run(self, sql: str, params: Any, *, many: bool) -> None:  # noqa: ANN401 - driver values
+        conn = self._conn
+        try:
+            for before in self._before:  # as SQLAlchemy calls them (retval listeners may rewrite)
+                sql, params = before(conn, self._cursor, sql, params, None, many)
+            if many:
+                self._cursor.executemany(sql, params)
+            else:
+                self._cursor.execute(sql, params)
+            for after in self._after:
+                after(conn, self._cursor, sql, params, None, many)
+        except self._driver_error as exc:
+            conn._handle_dbapi_exception(exc, sql, params, self._cursor, None)
 
 
 # engine name (SQLAlchemy's dialect.name) -> module of this package
@@ -110,15 +182,19 @@ class Dialect:
         """Run `stmt` (one row) and return `columns` of the row it inserted."""
         return list(conn.execute(stmt.returning(*columns)))
 
+    def cursor(self, conn: Connection) -> DriverCursor:
+        """The driver's cursor in `conn`'s transaction, for the dispatch path's statements."""
+        return DriverCursor(conn, self)
+
     def insert_new(
-        self, conn: Connection, table: Table, names: Sequence[str], rows: list[tuple[Any, ...]], returning: str
-    ) -> list[Row[Any]]:
+        self, cur: DriverCursor, table: Table, names: Sequence[str], rows: list[tuple[Any, ...]], returning: str
+    ) -> list[tuple[Any, ...]]:
         """Insert `rows` (driver values of the columns `names`, in driver SQL) in one statement,
         skipping a row a unique index holds already (one run per slot); the `returning`
         columns (a select list) of the rows inserted."""
         into = f"INSERT INTO {table.name} ({', '.join(names)}) VALUES {value_rows(len(rows), len(names))}"  # noqa: S608 - ours
         sql = f"{into} ON CONFLICT DO NOTHING RETURNING {returning}"
-        return list(self.execute(conn, Sql(sql, tuple(value for row in rows for value in row))))
+        return cur.execute(sql, tuple(value for row in rows for value in row)).fetchall()
 
     def locking_sql(self, query: str) -> str:
         """`lock_rows` in driver SQL: the SELECT `query`, locking the rows it reads until the transaction ends."""
@@ -143,23 +219,21 @@ class Dialect:
         (name,) = (column.name for column in table.primary_key.columns)
         return next(iter(self.update_sql(conn, table, assignments, Sql(f"{name} = ?", (key,)), columns)), None)
 
-    def claim(self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, columns: str) -> list[Row[Any]]:
-        """The conditional claim, in driver SQL: ``UPDATE table SET assignments WHERE predicate``;
-        the `columns` (a select list) of the rows it changed, read raw.
+    def claim(
+        self, cur: DriverCursor, table: Table, assignments: Sql, predicate: Sql, columns: str
+    ) -> list[tuple[Any, ...]]:
+        """The conditional claim, on the driver's cursor: ``UPDATE table SET assignments WHERE predicate``;
+        the `columns` (a select list) of the rows it changed, as the driver returns them.
 
         This UPDATE is the linearization point of a run's start (SPEC §2):
         each row is claimed at most once, by whoever's UPDATE matches it first.
         """
-        # The bare conditional UPDATE ... RETURNING: a subclass's update_sql may lock first (and wait).
-        return Dialect.update_sql(self, conn, table, assignments, predicate, columns)
+        sql = f"UPDATE {table.name} SET {assignments.text} WHERE {predicate.text} RETURNING {columns}"  # noqa: S608 - ours
+        return cur.execute(sql, assignments.params + predicate.params).fetchall()
 
     def execute(self, conn: Connection, statement: Sql) -> Any:  # noqa: ANN401 - the driver's cursor result
         """Run one statement of driver SQL (its parameters raw: timestamps by `bind_instant`)."""
         return conn.exec_driver_sql(self.driver_sql(statement.text), statement.params)
-
-    def execute_many(self, conn: Connection, sql: str, params: list[tuple[Any, ...]]) -> None:
-        """Run `sql` (driver SQL) once per parameter tuple, as one executemany."""
-        conn.exec_driver_sql(self.driver_sql(sql), params)
 
     def insert_ignoring_conflicts(self, table: Table) -> Insert:
         """An INSERT into `table` that skips a row a unique index already holds (one run per slot)."""

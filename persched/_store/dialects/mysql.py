@@ -59,7 +59,7 @@ from sqlalchemy.exc import DBAPIError
 from ..._db import mask
 from ..._instant import Instant, from_datetime, to_datetime
 from ...errors import StoreError
-from . import Dialect, Sql, marks, value_rows
+from . import Dialect, DriverCursor, Sql, marks, value_rows
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -141,8 +141,8 @@ class MySQLDialect(Dialect):
         return next(iter(self.execute(conn, Sql(read, (key,)))), None)
 
     def insert_new(
-        self, conn: Connection, table: Table, names: Sequence[str], rows: list[tuple[Any, ...]], returning: str
-    ) -> list[Row[Any]]:
+        self, cur: DriverCursor, table: Table, names: Sequence[str], rows: list[tuple[Any, ...]], returning: str
+    ) -> list[tuple[Any, ...]]:
         # A row counts as inserted only if it reads back with the values written: a slot the
         # unique index held already is skipped (`insert_ignoring_conflicts`), and what a server
         # reports for a skipped row differs (MariaDB's RETURNING gives the existing row).
@@ -151,33 +151,42 @@ class MySQLDialect(Dialect):
         check = ", ".join(f"{name} AS _written_{name}" for name in names)
         width = len(names)
 
-        def ours(found: Iterable[Row[Any]]) -> list[Row[Any]]:
-            return [row for row in found if tuple(row[-width:]) in written]
+        def ours(found: Iterable[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+            return [row[:-width] for row in found if tuple(row[-width:]) in written]
 
         upsert = f"INSERT INTO {table.name} ({', '.join(names)}) VALUES {{}} ON DUPLICATE KEY UPDATE {key} = {key}"  # noqa: S608
-        if conn.dialect.insert_returning:  # MariaDB >= 10.5: one multi-row INSERT ... RETURNING
+        if cur.insert_returning:  # MariaDB >= 10.5: one multi-row INSERT ... RETURNING
             flat = tuple(value for row in rows for value in row)
             values = value_rows(len(rows), width)
-            return ours(self.execute(conn, Sql(f"{upsert.format(values)} RETURNING {returning}, {check}", flat)))
+            return ours(cur.execute(f"{upsert.format(values)} RETURNING {returning}, {check}", flat).fetchall())
         # MySQL 8: one INSERT per row, its id from lastrowid (0 when skipped), then one read.
         one = upsert.format(f"({marks(width)})")
-        ids = tuple(new_id for row in rows if (new_id := self.execute(conn, Sql(one, row)).lastrowid))
+        ids = tuple(new_id for row in rows if (new_id := cur.execute(one, row).lastrowid))
         if not ids:
             return []
         read = f"SELECT {returning}, {check} FROM {table.name} WHERE {key} IN ({marks(len(ids))})"  # noqa: S608
-        return ours(self.execute(conn, Sql(read, ids)))
+        return ours(cur.execute(read, ids).fetchall())
 
-    def claim(self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, columns: str) -> list[Row[Any]]:
+    def claim(
+        self, cur: DriverCursor, table: Table, assignments: Sql, predicate: Sql, columns: str
+    ) -> list[tuple[Any, ...]]:
         key = _key(table).name
         # Lock only the rows that match on the latest commit (module docstring, step 1).
         reading = f"SELECT {key} FROM {table.name} WHERE {predicate.text}"  # noqa: S608 - ours
-        claimable = tuple(row[0] for row in self.execute(conn, Sql(reading, predicate.params)))
+        claimable = tuple(row[0] for row in cur.execute(reading, predicate.params).fetchall())
         if not claimable:
             return []
         candidates = Sql.join((predicate, Sql(f"{key} IN ({marks(len(claimable))})", claimable)), " AND ")
         locking = f"SELECT {key} FROM {table.name} WHERE {candidates.text} FOR UPDATE SKIP LOCKED"  # noqa: S608
-        free = tuple(row[0] for row in self.execute(conn, Sql(locking, candidates.params)))
-        return self._update_held(conn, table, assignments, predicate, free, columns)
+        free = tuple(row[0] for row in cur.execute(locking, candidates.params).fetchall())
+        if not free:
+            return []
+        # Steps 3 and 4 (module docstring), as `_update_held` on the driver's cursor.
+        mine = Sql(f"{key} IN ({marks(len(free))})", free)
+        where = Sql.join((predicate, mine), " AND ")
+        change = f"UPDATE {table.name} SET {assignments.text} WHERE {where.text}"  # noqa: S608 - ours
+        cur.execute(change, assignments.params + where.params)
+        return cur.execute(f"SELECT {columns} FROM {table.name} WHERE {mine.text}", mine.params).fetchall()  # noqa: S608
 
     def _update_held(
         self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, held: tuple[Any, ...], columns: str

@@ -25,10 +25,10 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import OperationalError
 
 from ..._instant import Instant, from_datetime, to_datetime
-from . import Dialect, Sql
+from . import Dialect, DriverCursor, Sql
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection, Insert, Row, Table
+    from sqlalchemy import Connection, Insert, Table
     from sqlalchemy.engine.interfaces import DBAPIConnection
     from sqlalchemy.exc import DBAPIError
 
@@ -53,7 +53,9 @@ class PostgreSQLDialect(Dialect):
             return isinstance(exc, OperationalError)
         return isinstance(sqlstate, str) and (sqlstate.startswith("08") or sqlstate in ("40001", "40P01", "57P01"))
 
-    def claim(self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, columns: str) -> list[Row[Any]]:
+    def claim(
+        self, cur: DriverCursor, table: Table, assignments: Sql, predicate: Sql, columns: str
+    ) -> list[tuple[Any, ...]]:
         # The locking read runs once, MATERIALIZED: as a subquery of the UPDATE's WHERE, the planner
         # (misled by a table not yet analyzed) re-ran it for every row, 32 times for a claim of 32.
         (key,) = table.primary_key.columns
@@ -62,7 +64,7 @@ class PostgreSQLDialect(Dialect):
             f" FOR UPDATE SKIP LOCKED) UPDATE {table.name} SET {assignments.text}"
             f" WHERE {predicate.text} AND {key.name} IN (SELECT {key.name} FROM free) RETURNING {columns}"
         )
-        return list(self.execute(conn, Sql(sql, predicate.params + assignments.params + predicate.params)))
+        return cur.execute(sql, predicate.params + assignments.params + predicate.params).fetchall()
 
     def unindexed_sql(self, column: str) -> str:
         # The claim's: before ANALYZE (a table just filled, until autovacuum gets to it) the
