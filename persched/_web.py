@@ -21,7 +21,7 @@ only, as ``persched --namespace NAME show`` does, and an action is carried
 out by a store of the form's namespace, whose methods touch only that
 namespace's rows.
 
-Reading: the database is opened as the CLI opens it (`cli.open_existing`:
+Reading: the database is opened as the CLI opens it (`_existing.open_existing`:
 never created, never migrated) and read in short read transactions by the
 keyset-paginated queries of `_views`, so a scheduler may run or not.
 
@@ -60,7 +60,9 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Final
 
 from . import _realtime, _views
+from ._existing import open_existing
 from ._instant import Instant, to_datetime
+from ._present import iso, job_state, relative
 from ._signals import StopSignals
 from ._store import Store
 from ._store.records import RunNowVerdict
@@ -84,7 +86,6 @@ from ._web_request import (
     whole,
 )
 from ._web_server import HostCheck, HostRules, Limits, Server, allow_every_host_warning, url_host
-from .cli import iso, job_state, open_existing, relative
 from .clock import SystemClock
 from .errors import PerschedError, StoreError
 
@@ -150,7 +151,7 @@ class WebApp:
     """The dashboard as a WSGI application over one database.
 
     Args:
-        store: Opened with `cli.open_existing` (never migrated); its
+        store: Opened with `open_existing` (never migrated); its
             namespace is the one the pages show unless they ask for another.
         token: The access token that enables the action buttons after a
             sign-in (``persched web``); None: read-only, unless `authorize`.
@@ -689,7 +690,7 @@ def serve(
     """Serve the dashboard of database `db` until SIGINT or SIGTERM (the ``persched web`` command).
 
     `ready` is called with the URL once the server listens. Never creates
-    or migrates the database: `cli.open_existing` refuses one that is not at
+    or migrates the database: `open_existing` refuses one that is not at
     the head revision.
 
     Raises:

@@ -7,7 +7,7 @@ import urllib.parse
 from typing import TYPE_CHECKING, Final
 
 from ._instant import from_datetime, seconds, to_datetime
-from .cli import human_duration, iso, relative, run_outcome
+from ._present import human_duration, iso, relative, run_outcome
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence

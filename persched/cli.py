@@ -70,11 +70,13 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn
 # Only what the read commands need: Alembic (`_migrate`), pydantic (`--json`)
 # and the scheduler are imported by the commands that use them (start-up time,
 # issue 15); the commands read rows as plain dataclasses (`_plain_models`).
-from . import __version__, _db, _revision
+from . import __version__, _db
 from ._config import DEFAULT_WORKERS
+from ._existing import open_existing
 from ._instant import Instant, micros
 from ._liveness import display_id
 from ._models import DEFAULT_NAMESPACE, OPTIONS, JobState, validate_job_id, validate_namespace
+from ._present import human_duration, iso, job_state, plural, relative, run_outcome
 from ._signals import StopSignals
 from ._store import RunNowVerdict, Store
 from ._store.mappers import plain_job, plain_run
@@ -86,16 +88,10 @@ from .errors import JobNotFoundError, PerschedError
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from types import ModuleType
-    from typing import TypeAlias
 
-    from ._models import Job, Run
     from ._plain_models import PlainJob, PlainRun
     from ._scheduler import JobScheduler
     from ._web_server import Server
-
-    # What the formatting shared with `persched web` takes: a plain row or a public model.
-    AnyJob: TypeAlias = Job | PlainJob
-    AnyRun: TypeAlias = Run | PlainRun
 
 __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_PIPE", "EXIT_USAGE", "main"]
 
@@ -114,7 +110,6 @@ SETUP_HOOK: Final = "persched_setup"  # `run --import`: called with the started 
 MAX_CLI_INT: Final = 2**31 - 1  # --limit, --workers: what a SQL LIMIT takes everywhere
 SHOW_RUNS: Final = 10  # runs listed by `show` unless --limit says otherwise
 ERROR_COLUMN: Final = 60  # characters of error text in a runs table
-RANGE: Final = "\u2013"  # EN DASH between the first and last slot of a "missed" record
 
 
 class CliError(Exception):
@@ -142,47 +137,6 @@ def _printable(text: str) -> str:
 
 def _one_line(text: object) -> str:
     return _printable(" ".join(str(text).split()))
-
-
-def iso(at: datetime | None) -> str:
-    """Format an aware datetime as ISO-8601 UTC to the second ("2027-01-15T08:00:00Z"); "-" for None."""
-    if at is None:
-        return "-"
-    return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def human_duration(seconds: float) -> str:
-    """Format a non-negative span to a useful precision: "0.4ms", "250ms", "1.2s", "45s", "3m 12s", "1d 3h"."""
-    micros = round(seconds * 1_000_000)  # whole microseconds, then integer arithmetic only
-    if micros < 10_000:
-        return _tenths(micros // 100, "ms")  # 0.4ms, 7.5ms: fast jobs still read as different
-    if micros < 1_000_000:
-        return f"{micros // 1000}ms"
-    if micros < 10_000_000:
-        return _tenths(micros // 100_000, "s")  # 1.2s, not 1s
-    whole = micros // 1_000_000
-    parts = [(whole // 86_400, "d"), (whole % 86_400 // 3_600, "h"), (whole % 3_600 // 60, "m"), (whole % 60, "s")]
-    while parts[0][0] == 0:
-        parts.pop(0)
-    return " ".join(f"{n}{unit}" for n, unit in parts[:2] if n or unit == parts[0][1])
-
-
-def _tenths(tenths: int, unit: str) -> str:
-    whole, tenth = divmod(tenths, 10)
-    return f"{whole}{unit}" if tenth == 0 else f"{whole}.{tenth}{unit}"
-
-
-def plural(count: int, word: str, words: str | None = None) -> str:
-    """Say "1 run", "3 runs", "0 errors"."""
-    return f"{count} {word if count == 1 else words or word + 's'}"
-
-
-def relative(at: datetime, now: datetime) -> str:
-    """Say when `at` is seen from `now`: "in 3m 12s", "3s ago", "now"."""
-    delta = (at - now).total_seconds()
-    if abs(delta) < 0.001:
-        return "now"
-    return f"in {human_duration(delta)}" if delta > 0 else f"{human_duration(-delta)} ago"
 
 
 _SECOND: Final = timedelta(seconds=1)
@@ -235,24 +189,6 @@ def _table(columns: Sequence[Column | str], rows: Sequence[Sequence[str]], width
 
     lines = ["  ".join(cell(row[i], i) for i in shown).rstrip() for row in [[c.header for c in specs], *rows]]
     return "\n".join(lines)
-
-
-def _clock_time(at: datetime) -> str:
-    """The UTC time of day: "08:11:00", or "08:11:00.250" off the whole second."""
-    at = at.astimezone(timezone.utc)
-    return at.strftime("%H:%M:%S") + (f".{at.microsecond // 1000:03d}" if at.microsecond else "")
-
-
-def job_state(job: AnyJob) -> str:
-    """Say where a job stands: "scheduled", "paused", "running, paused", "finished", "..., run-now pending"."""
-    if job.unreadable is not None:
-        return "unreadable"  # SPEC §2: shown on its own line; `persched show` says why
-    words = [job.state.value]
-    if job.paused and job.state != JobState.PAUSED:
-        words.append("paused")  # its last run is still finishing (JobState)
-    if job.run_now_requested:
-        words.append("run-now pending")
-    return ", ".join(words)
 
 
 def _running(job: PlainJob) -> bool:
@@ -373,30 +309,6 @@ def _error_summary(error: str | None) -> str:
     return last if len(last) <= ERROR_COLUMN else last[: ERROR_COLUMN - 1] + ELLIPSIS
 
 
-def missed_slots(run: AnyRun) -> str:
-    """Say what a "missed" record stands for: "missed 12 slots", then its first and last slot joined by RANGE."""
-    count = run.missed_count
-    slots = "every slot" if count is None else "1 slot" if count == 1 else f"{count} slots"
-    first, last = run.scheduled_for, run.missed_until
-    if last is None or last == first:
-        span = _clock_time(first)
-    elif first.astimezone(timezone.utc).date() == last.astimezone(timezone.utc).date():
-        span = f"{_clock_time(first)}{RANGE}{_clock_time(last)}"  # the date is in SCHEDULED FOR
-    else:
-        span = f"{iso(first)}{RANGE}{iso(last)}"
-    return f"missed {slots} {span}"
-
-
-def run_outcome(run: AnyRun) -> str:
-    """The OUTCOME cell: "ok", "running", "error, overran", "ok, run-now", "missed 3 slots ..."."""
-    words = [missed_slots(run) if run.outcome == "missed" else run.outcome or "running"]
-    if run.overran:
-        words.append("overran")
-    if run.run_now:
-        words.append("run-now")
-    return ", ".join(words)
-
-
 RUNS_COLUMNS: Final = (
     Column("RUN"),
     Column("JOB", shrink=10),
@@ -466,32 +378,6 @@ def _say(text: str = "") -> None:
 
 
 # -- database access --------------------------------------------------------------
-
-
-def open_existing(db: str, namespace: str = DEFAULT_NAMESPACE, *, read_only: bool = False) -> Store:
-    """Open a store that must already exist at the head schema; never creates or migrates.
-
-    With `read_only` (the listing commands), a database that cannot be
-    written (a read-only directory) is opened read-only, said in one line
-    on stderr.
-
-    Raises:
-        StoreError: Missing database file, no or an older persched schema, unusable database.
-        SchemaVersionError: The schema is newer than this persched.
-    """
-    if read_only:
-        engine, note = _db.make_read_only_engine(db)
-        if note is not None:
-            print(f"persched: note: {note}", file=sys.stderr, flush=True)  # noqa: T201 - one line for the user
-    else:
-        engine = _db.make_engine(db, create=False)
-    try:
-        if not _revision.at_head(engine):
-            importlib.import_module("persched._migrate").check_at_head(engine)  # says what is wrong
-    except BaseException:
-        engine.dispose()
-        raise
-    return Store(engine, _db.mask(engine.url), namespace=namespace)
 
 
 def _now() -> Instant:

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._existing import open_existing
 from ._models import DEFAULT_NAMESPACE
 from ._web import MESSAGES, WebApp
-from .cli import open_existing
 
 if TYPE_CHECKING:
     from ._web import Authorize

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from persched import JobScheduler
+from persched._existing import open_existing
 from persched._models import DEFAULT_NAMESPACE
 from persched._web import WebApp, make_web_server
-from persched.cli import open_existing
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT
 

@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from persched import JobScheduler, _views
+from persched._existing import open_existing
 from persched._web import MESSAGES, WebApp, serve
-from persched.cli import open_existing
 from persched.errors import PerschedError, StoreError
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT
