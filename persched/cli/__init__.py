@@ -70,28 +70,28 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn
 # Only what the read commands need: Alembic (`_migrate`), pydantic (`--json`)
 # and the scheduler are imported by the commands that use them (start-up time,
 # issue 15); the commands read rows as plain dataclasses (`_plain_models`).
-from . import __version__, _db
-from ._config import DEFAULT_WORKERS
-from ._existing import open_existing
-from ._instant import Instant, micros
-from ._liveness import display_id
-from ._models import DEFAULT_NAMESPACE, OPTIONS, JobState, validate_job_id, validate_namespace
-from ._present import human_duration, iso, job_state, plural, relative, run_outcome
-from ._signals import StopSignals
-from ._store import RunNowVerdict, Store
-from ._store.mappers import plain_job, plain_run
-from ._triggers import describe_duration
-from ._views import all_jobs_as, all_runs_as, job_ids, namespace_counts, namespaces_of, whereabouts
-from .clock import SystemClock
-from .errors import JobNotFoundError, PerschedError
+from .. import __version__, _db
+from .._config import DEFAULT_WORKERS
+from .._existing import open_existing
+from .._instant import Instant, micros
+from .._liveness import display_id
+from .._models import DEFAULT_NAMESPACE, OPTIONS, JobState, validate_job_id, validate_namespace
+from .._present import human_duration, iso, job_state, plural, relative, run_outcome
+from .._signals import StopSignals
+from .._store import RunNowVerdict, Store
+from .._store.mappers import plain_job, plain_run
+from .._triggers import describe_duration
+from .._views import all_jobs_as, all_runs_as, job_ids, namespace_counts, namespaces_of, whereabouts
+from ..clock import SystemClock
+from ..errors import JobNotFoundError, PerschedError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from types import ModuleType
 
-    from ._plain_models import PlainJob, PlainRun
-    from ._scheduler import JobScheduler
-    from ._web_server import Server
+    from .._plain_models import PlainJob, PlainRun
+    from .._scheduler import JobScheduler
+    from .._web_server import Server
 
 __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_PIPE", "EXIT_USAGE", "main"]
 
@@ -362,13 +362,13 @@ def _json(value: object) -> str:
 
 
 def _job_json(job: PlainJob) -> dict[str, Any]:
-    from ._models import Job  # pydantic: `--json` prints what the public model dumps, and only it needs it
+    from .._models import Job  # pydantic: `--json` prints what the public model dumps, and only it needs it
 
     return Job.model_validate(job, from_attributes=True).model_dump(mode="json")
 
 
 def _run_json(run: PlainRun) -> dict[str, Any]:
-    from ._models import Run  # as in `_job_json`
+    from .._models import Run  # as in `_job_json`
 
     return Run.model_validate(run, from_attributes=True).model_dump(mode="json")
 
@@ -481,7 +481,7 @@ def _say_empty(store: Store, headline: str, *, json_output: bool) -> None:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    from . import _migrate  # Alembic only where it is used
+    from .. import _migrate  # Alembic only where it is used
 
     engine = _db.make_engine(args.db)
     try:
@@ -760,7 +760,7 @@ def run_allowed_modules(args: argparse.Namespace) -> list[str] | None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from ._scheduler import JobScheduler  # not needed by the read commands
+    from .._scheduler import JobScheduler  # not needed by the read commands
 
     module = _import_module(args.module)
     scheduler = JobScheduler(
