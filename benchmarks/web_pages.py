@@ -24,7 +24,7 @@ from pathlib import Path
 
 from persched import _db, _migrate, _views
 from persched._existing import open_existing
-from persched._web import WebApp
+from persched._web.app import WebApp
 
 T0 = 1_800_000_000
 

@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING
 
 from ._existing import open_existing
 from ._models import DEFAULT_NAMESPACE
-from ._web import MESSAGES, WebApp
+from ._web.app import MESSAGES, WebApp
 
 if TYPE_CHECKING:
-    from ._web import Authorize
+    from ._web.app import Authorize
 
 __all__ = ["MESSAGES", "WebApp", "dashboard"]
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from .._scheduler import JobScheduler
-    from .._web_server import Server
+    from .._web.server import Server
 
 __all__ = ["SETUP_HOOK", "cmd_run", "cmd_web", "run_allowed_modules"]
 
@@ -149,12 +149,12 @@ def _serve_metrics(scheduler: JobScheduler, args: argparse.Namespace) -> Server:
 
 
 def cmd_web(args: argparse.Namespace) -> int:
-    web = importlib.import_module("persched._web")
-    auth = importlib.import_module("persched._web_auth")
+    web = importlib.import_module("persched._web.app")
+    auth = importlib.import_module("persched._web.auth")
     token, warnings = auth.resolve_token(args.token, args.token_file, os.environ, web.ENV_TOKEN)
     for warning in warnings:
         logger.warning("web: %s", warning)
-    limits = importlib.import_module("persched._web_server").Limits(
+    limits = importlib.import_module("persched._web.server").Limits(
         read_timeout=args.read_timeout, max_connections=args.max_connections
     )
     web.serve(

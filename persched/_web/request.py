@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Final
 
-from ._models import validate_job_id, validate_namespace
-from ._web_auth import same_secret
-from ._web_html import q
-from .errors import PerschedError
+from .._models import validate_job_id, validate_namespace
+from ..errors import PerschedError
+from .auth import same_secret
+from .layout import q
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIEnvironment

@@ -2,7 +2,7 @@
 
 The stack is the standard library's (HTML built here with every value
 escaped, charts drawn as inline SVG on the server, served by
-`persched._web_server`): no build step, no JavaScript, no dependency to keep
+`persched._web.server`): no build step, no JavaScript, no dependency to keep
 up to date, and so ``persched[web]`` installs nothing more. Pages:
 
 - ``/``: the jobs of one namespace (or of all, with a namespace column), a
@@ -32,7 +32,7 @@ status note after an action shows only texts of the server's own
 (``msg=CODE``, one of `MESSAGES`), never text from the URL.
 
 Writing: the pause, resume, run-now and deschedule buttons exist only for
-someone who may act (`persched._web_auth`): a browser signed in with the
+someone who may act (`persched._web.auth`): a browser signed in with the
 access token (``persched web``), or whoever the application's `authorize`
 hook names (the dashboard mounted in an app). Every form carries a CSRF
 token (an HMAC of who acts), and a POST is refused (403) without it, or with
@@ -59,16 +59,18 @@ import threading
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Final
 
-from . import _realtime, _views
-from ._existing import open_existing
-from ._instant import Instant, to_datetime
-from ._present import iso, job_state, relative
-from ._signals import StopSignals
-from ._store import Store
-from ._store.records import RunNowVerdict
-from ._web_auth import SESSION_SECONDS, Sessions, SignInLimiter, csrf_token, same_secret
-from ._web_html import CSS, chart, e, next_run, note, runs_table
-from ._web_request import (
+from .. import _realtime, _views
+from .._existing import open_existing
+from .._instant import Instant, to_datetime
+from .._present import iso, job_state, relative
+from .._signals import StopSignals
+from .._store import Store
+from .._store.records import RunNowVerdict
+from ..clock import SystemClock
+from ..errors import PerschedError, StoreError
+from .auth import SESSION_SECONDS, Sessions, SignInLimiter, csrf_token, same_secret
+from .layout import CSS, chart, e, next_run, note, runs_table
+from .request import (
     COOKIE,
     WHOLE,
     Actor,
@@ -85,9 +87,7 @@ from ._web_request import (
     same_text,
     whole,
 )
-from ._web_server import HostCheck, HostRules, Limits, Server, allow_every_host_warning, url_host
-from .clock import SystemClock
-from .errors import PerschedError, StoreError
+from .server import HostCheck, HostRules, Limits, Server, allow_every_host_warning, url_host
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -95,7 +95,7 @@ if TYPE_CHECKING:
 
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
 
-    from ._models import Job
+    from .._models import Job
 
     #: The hook of an application that mounts the dashboard: who acts (a name for the log), or None: may only read.
     Authorize: TypeAlias = Callable[[WSGIEnvironment], str | None]
@@ -110,7 +110,7 @@ __all__ = [
     "serve",
 ]
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("persched._web")  # the name the docs give its log lines (docs/observability.md)
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8765

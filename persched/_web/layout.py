@@ -6,14 +6,14 @@ import html
 import urllib.parse
 from typing import TYPE_CHECKING, Final
 
-from ._instant import from_datetime, seconds, to_datetime
-from ._present import human_duration, iso, relative, run_outcome
+from .._instant import from_datetime, seconds, to_datetime
+from .._present import human_duration, iso, relative, run_outcome
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from datetime import datetime
 
-    from ._models import Job, Run
+    from .._models import Job, Run
 
 __all__ = ["CSS", "chart", "e", "next_run", "note", "q", "runs_table"]
 

@@ -53,8 +53,8 @@ from io import BytesIO
 from typing import TYPE_CHECKING, Final
 from wsgiref.handlers import SimpleHandler
 
-from . import _realtime
-from .errors import PerschedError
+from .. import _realtime
+from ..errors import PerschedError
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable

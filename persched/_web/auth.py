@@ -28,7 +28,7 @@ import stat
 import threading
 from typing import TYPE_CHECKING, Final
 
-from .errors import PerschedError
+from ..errors import PerschedError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
