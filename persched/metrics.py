@@ -54,7 +54,8 @@ from . import _realtime, _views
 from ._instant import from_datetime, micros, seconds
 from ._models import shown
 from ._observe import Observer
-from ._web.server import HostCheck, HostRules, Limits, Server, allow_every_host_warning
+from ._web.hosts import HostCheck, HostRules, allow_every_host_warning
+from ._web.server import Limits, Server
 from .errors import InvalidJobError, PerschedError, StoreError
 
 if TYPE_CHECKING:

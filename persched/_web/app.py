@@ -69,6 +69,7 @@ from .._store.records import RunNowVerdict
 from ..clock import SystemClock
 from ..errors import PerschedError, StoreError
 from .auth import SESSION_SECONDS, Sessions, SignInLimiter, csrf_token, same_secret
+from .hosts import HostCheck, HostRules, allow_every_host_warning, url_host
 from .layout import CSS, chart, e, next_run, note, runs_table
 from .request import (
     COOKIE,
@@ -87,7 +88,7 @@ from .request import (
     same_text,
     whole,
 )
-from .server import HostCheck, HostRules, Limits, Server, allow_every_host_warning, url_host
+from .server import Limits, Server
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
