@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING
 
 from ._existing import open_existing
 from ._models import DEFAULT_NAMESPACE
-from ._web.app import MESSAGES, WebApp
+from ._web.actions import MESSAGES
+from ._web.app import WebApp
 
 if TYPE_CHECKING:
-    from ._web.app import Authorize
+    from ._web.auth import Authorize
 
 __all__ = ["MESSAGES", "WebApp", "dashboard"]
 

@@ -149,7 +149,7 @@ def _serve_metrics(scheduler: JobScheduler, args: argparse.Namespace) -> Server:
 
 
 def cmd_web(args: argparse.Namespace) -> int:
-    web = importlib.import_module("persched._web.app")
+    web = importlib.import_module("persched._web.serve")
     auth = importlib.import_module("persched._web.auth")
     token, warnings = auth.resolve_token(args.token, args.token_file, os.environ, web.ENV_TOKEN)
     for warning in warnings:

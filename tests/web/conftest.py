@@ -17,7 +17,8 @@ import pytest
 from persched import JobScheduler
 from persched._existing import open_existing
 from persched._models import DEFAULT_NAMESPACE
-from persched._web.app import WebApp, make_web_server
+from persched._web.app import WebApp
+from persched._web.serve import make_web_server
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT
 

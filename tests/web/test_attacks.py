@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from persched._web.app import MESSAGES
+from persched._web.actions import MESSAGES
 from persched._web.auth import SignInLimiter
 from tests.support.helpers import TIMEOUT
 from tests.support.raw_http import get

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from persched import JobScheduler
-from persched._web.app import MESSAGES
+from persched._web.actions import MESSAGES
 from persched._web.server import Limits
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT
