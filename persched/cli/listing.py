@@ -84,7 +84,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             ("schedule", _schedule_words(job)),
             *policies(job),
             ("next run", _next_run_words(job, now)),
-            ("state", job_state(job) + _owner_words(job)),
+            ("state", job_state(job) + _owner_words(job, now)),
             ("generation", str(job.generation)),
             (
                 "runs",
@@ -114,8 +114,22 @@ def cmd_show(args: argparse.Namespace) -> int:
     return with_store(args, body, read_only=True)
 
 
-def _owner_words(job: PlainJob) -> str:
-    return f" on {display_id(job.owner)}, lease until {iso(job.lease_until)}" if job.owner else ""
+def _owner_words(job: PlainJob, now: datetime) -> str:
+    """Where a running job runs and its lease; a lease that expired says what becomes of the run."""
+    if not job.owner:
+        return ""
+    where, lease = f" on {display_id(job.owner)}", job.lease_until
+    if lease is None:
+        return f"{where}, lease until -"
+    if lease > now:
+        return f"{where}, lease until {iso(lease)} ({relative(lease, now)})"
+    # The heartbeat's recovery (persched._heartbeat): a scheduler of this namespace marks the run lost once
+    # it has watched the lease go unrenewed for lease_seconds, or at once if the owner is provably gone.
+    return (
+        f"{where}, lease expired {relative(lease, now)} ({iso(lease)}), not renewed since: a scheduler of this"
+        " namespace records the run as lost once it has seen the lease unrenewed for its lease_seconds,"
+        " at once if it can tell the process is gone"
+    )
 
 
 def _schedule_words(job: PlainJob) -> str:

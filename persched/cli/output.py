@@ -3,8 +3,10 @@
 A table is fitted only for a person: at a terminal, or with ``COLUMNS`` set
 (`table_width`); ``--wide``, a file or a pipe get every cell in full, and
 ``--json`` is never cut. Fitting cuts the shrinkable columns first, then
-leaves out the droppable ones, least useful first (`Column`). The words in
-the cells are `persched._present`'s, shared with the dashboard.
+leaves out the droppable ones, least useful first (`Column`); a cell that
+has a short form (`Cell`: a one-shot job's "at 01-15 08:00") shows it,
+never cut, in a column too narrow for its text. The words in the cells are
+`persched._present`'s, shared with the dashboard.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import os
 import shutil
 import sys
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Final
 
 from .._liveness import display_id
@@ -70,11 +72,28 @@ class Column:
     shrink: int | None = None
 
 
-def _fit_table(columns: Sequence[Column | str], rows: Sequence[Sequence[str]], width: int | None = None) -> str:
+@dataclass(frozen=True)
+class Cell:
+    """A cell with a short form, shown whole where its column is cut narrower than `text`."""
+
+    text: str
+    short: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _fit_table(columns: Sequence[Column | str], rows: Sequence[Sequence[str | Cell]], width: int | None = None) -> str:
     """Align `rows` under `columns`; with `width`, fit it: cut the shrinkable
     columns first, then leave out droppable ones, least useful first."""
     specs = [Column(c) if isinstance(c, str) else c for c in columns]
-    natural = [max(len(str(cell)) for cell in column) for column in zip([c.header for c in specs], *rows, strict=True)]
+    by_column = list(zip([c.header for c in specs], *rows, strict=True))
+    natural = [max(len(str(cell)) for cell in column) for column in by_column]
+    # A column is cut no narrower than its cells' short forms: those are shown whole.
+    floors = [
+        max([spec.shrink or 0] + [len(c.short) for c in column if isinstance(c, Cell)])
+        for spec, column in zip(specs, by_column, strict=True)
+    ]
     shown = list(range(len(specs)))
     widths = list(natural)
     if width is not None:
@@ -84,7 +103,7 @@ def _fit_table(columns: Sequence[Column | str], rows: Sequence[Sequence[str]], w
             excess = sum(widths[i] for i in shown) + 2 * (len(shown) - 1) - width
             # Cut the widest shrinkable column one character at a time: the cut is shared fairly.
             while excess > 0:
-                room = [(widths[i] - (specs[i].shrink or 0), i) for i in shown if specs[i].shrink is not None]
+                room = [(widths[i] - floors[i], i) for i in shown if specs[i].shrink is not None]
                 best = max(room, default=(0, -1))
                 if best[0] <= 0:
                     break
@@ -94,8 +113,10 @@ def _fit_table(columns: Sequence[Column | str], rows: Sequence[Sequence[str]], w
                 break
             shown.remove(droppable.pop(0)[1])
 
-    def cell(text: object, i: int) -> str:
-        text = str(text)
+    def cell(value: str | Cell, i: int) -> str:
+        text = str(value)
+        if len(text) > widths[i] and isinstance(value, Cell):
+            text = value.short
         if len(text) > widths[i]:
             text = text[: widths[i] - 1] + ELLIPSIS
         return text.ljust(widths[i])
@@ -139,7 +160,7 @@ def jobs_table(
     "started 3s ago" under WHEN, and "running, run-now" when it is one.
     With `namespaces`, a NAMESPACE column comes first.
     """
-    rows: list[tuple[str, ...]] = []
+    rows: list[tuple[str | Cell, ...]] = []
     for job in jobs:
         run = (in_flight or {}).get(job.job_id)
         if run is not None and run.generation == job.generation:
@@ -153,7 +174,7 @@ def jobs_table(
             (
                 job.job_id,
                 job.target,
-                job.schedule,
+                job.schedule if job.run_at is None else Cell(job.schedule, _one_shot_short(job.run_at, now)),
                 at,
                 when,
                 state,
@@ -166,6 +187,16 @@ def jobs_table(
         rows = [(job.namespace, *row) for job, row in zip(jobs, rows, strict=True)]
         return _fit_table((NAMESPACE_COLUMN, *JOBS_COLUMNS), rows, width)
     return _fit_table(JOBS_COLUMNS, rows, width)
+
+
+HALF_A_YEAR: Final = timedelta(days=182)  # as `ls -l`: nearer than this, a date needs no year
+
+
+def _one_shot_short(at: datetime, now: datetime) -> str:
+    """A one-shot schedule ("once at 2027-01-15T08:00:00Z") in the 14 characters that SCHEDULE
+    may be cut to: "at 01-15 08:00" (UTC, to the minute) within half a year of `now`, else "at 2027-01-15"."""
+    at = at.astimezone(timezone.utc)
+    return at.strftime("at %m-%d %H:%M" if abs(at - now) < HALF_A_YEAR else "at %Y-%m-%d")
 
 
 def _error_summary(error: str | None) -> str:
