@@ -23,8 +23,8 @@ from contextlib import closing
 from pathlib import Path
 
 from persched import _db, _migrate, _views
-from persched._web import WebApp
-from persched.cli import open_existing
+from persched._existing import open_existing
+from persched._web.app import WebApp
 
 T0 = 1_800_000_000
 

@@ -54,7 +54,8 @@ from . import _realtime, _views
 from ._instant import from_datetime, micros, seconds
 from ._models import shown
 from ._observe import Observer
-from ._web_server import HostCheck, HostRules, Limits, Server, allow_every_host_warning
+from ._web.hosts import HostCheck, HostRules, allow_every_host_warning
+from ._web.server import Limits, Server
 from .errors import InvalidJobError, PerschedError, StoreError
 
 if TYPE_CHECKING:
@@ -403,7 +404,7 @@ def serve(
 
     For ``persched run --metrics-port``; an application that has its own
     endpoint attaches `SchedulerMetrics` to its registry instead. Served by
-    persched's bounded server (`persched._web_server`: a fixed pool of
+    persched's bounded server (`persched._web.server`: a fixed pool of
     threads, read timeouts, size limits) behind its Host check: only
     127.0.0.1, localhost, [::1], the bound address, any IP address when bound
     to all of them, and `allowed_hosts` (``--metrics-allowed-host``). Stop

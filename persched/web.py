@@ -27,12 +27,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._existing import open_existing
 from ._models import DEFAULT_NAMESPACE
-from ._web import MESSAGES, WebApp
-from .cli import open_existing
+from ._web.actions import MESSAGES
+from ._web.app import WebApp
 
 if TYPE_CHECKING:
-    from ._web import Authorize
+    from ._web.auth import Authorize
 
 __all__ = ["MESSAGES", "WebApp", "dashboard"]
 

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Final
 
 import pytest
 
-from persched import JobScheduler, Run, cli
+from persched import JobScheduler, Run
+from persched._existing import open_existing
+from persched.cli import lookup
 from tests.support.cli_run import persched
 from tests.support.helpers import TIMEOUT, db_sql
 
@@ -178,11 +180,11 @@ def test_all_namespaces_lists_every_runs_with_its_namespace(shared: str) -> None
 
 @pytest.mark.sqlite_only("a bound on Python's side: one engine is enough")
 def test_no_near_miss_is_looked_for_among_too_many_ids(shared: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = cli.open_existing(shared, "billing", read_only=True)
+    store = open_existing(shared, "billing", read_only=True)
     try:
-        monkeypatch.setattr(cli, "MAX_SUGGESTION_IDS", 2)  # billing has 3
-        assert str(cli._missing_job(store, "invocies")).endswith("; `persched jobs` lists its jobs")
-        monkeypatch.setattr(cli, "MAX_SUGGESTION_IDS", 3)
-        assert str(cli._missing_job(store, "invocies")).endswith("; did you mean 'invoices'?")
+        monkeypatch.setattr(lookup, "MAX_SUGGESTION_IDS", 2)  # billing has 3
+        assert str(lookup.missing_job(store, "invocies")).endswith("; `persched jobs` lists its jobs")
+        monkeypatch.setattr(lookup, "MAX_SUGGESTION_IDS", 3)
+        assert str(lookup.missing_job(store, "invocies")).endswith("; did you mean 'invoices'?")
     finally:
         store.engine.dispose()

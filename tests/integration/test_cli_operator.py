@@ -15,15 +15,18 @@ import os
 import pty
 import re
 import select
+import signal
 import struct
 import subprocess
 import sys
 import termios
 import time
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 import pytest
 
+from persched import JobScheduler
 from tests.support import cli_jobs, jobs
 from tests.support.cli_run import REPO, RUN_TIMEOUT, cli_env, persched
 from tests.support.helpers import TIMEOUT, finished_runs, sql, wait_until
@@ -185,6 +188,64 @@ def test_at_a_terminal_tables_fit_its_width(seeded: str) -> None:
         out = _run_in_pty(["--db", seeded, *argv], 80)
         assert out.strip(), argv
         assert max(map(len, out.splitlines())) <= 80, out
+
+
+def test_a_one_shot_schedule_fits_a_terminal_whole(sqlite_url: str) -> None:
+    # Cut to the width like any other, "once at 2026-01-15T08:00:00Z" read "once at 2026-1…";
+    # in a column too narrow for it, it is said in the 14 characters the column may be cut to.
+    now = datetime.now(timezone.utc)
+    soon, far = (now + timedelta(hours=1)).replace(microsecond=0), (now + timedelta(days=400)).replace(microsecond=0)
+    with JobScheduler(sqlite_url) as sched:  # not started: the rows alone, on the real clock
+        sched.schedule("invoices-sync", cli_jobs.fail_always, 60.0, args=("upstream refused",))
+        sched.schedule("launch-of-spring-campaign", cli_jobs.noop, run_at=soon)
+        sched.schedule("anniversary", cli_jobs.noop, run_at=far)
+    out = _run_in_pty(["--db", sqlite_url, "jobs"], 80)
+    assert max(map(len, out.splitlines())) <= 80, out
+    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert f" at {soon:%m-%d %H:%M} " in rows["launch-of-spring-campaign"], out  # within half a year
+    assert f" at {far:%Y-%m-%d} " in rows["anniversary"], out  # further ahead: the date, no time
+    assert "once" not in out
+    # In full (--wide, a pipe, --json) the schedule is the exact instant, as before.
+    exact = f"once at {soon:%Y-%m-%dT%H:%M:%S}Z"
+    assert exact in persched("--db", sqlite_url, "jobs", "--wide", env={"COLUMNS": "80"}).stdout
+    assert exact in persched("--db", sqlite_url, "jobs").stdout
+    listed = json.loads(persched("--db", sqlite_url, "jobs", "--json", env={"COLUMNS": "80"}).stdout)
+    assert {job["job_id"]: job["schedule"] for job in listed}["launch-of-spring-campaign"] == exact
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_show_says_that_the_lease_of_a_dead_process_expired(tmp_path: Path) -> None:
+    db, marker, log = tmp_path / "jobs.db", tmp_path / "started", tmp_path / "later-runs.log"
+    with (tmp_path / "child.out").open("wb") as out:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.sigkill_child", str(db), str(marker), str(log)],
+            cwd=REPO,
+            env=cli_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_until(lambda: marker.exists() or child.poll() is not None, message="the child's run started")
+            assert child.poll() is None, (tmp_path / "child.out").read_text()
+        finally:
+            child.send_signal(signal.SIGKILL)
+            child.wait(TIMEOUT)
+    url = f"sqlite:///{db}"
+    (lease,) = sql(url, "SELECT lease_until FROM persched_jobs WHERE job_id = 'victim'")[0]
+    wait_until(
+        lambda: datetime.now(timezone.utc) > datetime.fromisoformat(lease).replace(tzinfo=timezone.utc),
+        message="the dead child's lease (1 s) expired",
+    )
+    proc = persched("--db", url, "show", "victim", env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    state = proc.stdout.split("\nstate", 1)[1].split("\ngeneration", 1)[0]
+    words = " ".join(state.split())
+    assert words.startswith("running on "), proc.stdout
+    assert "lease expired " in words
+    assert " ago (" in words
+    assert "records the run as lost" in words
+    assert "lease until" not in words
+    assert max(map(len, proc.stdout.splitlines())) <= 80, proc.stdout  # wrapped under itself
 
 
 def test_durations_and_plurals(seeded: str) -> None:

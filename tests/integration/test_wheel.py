@@ -130,6 +130,9 @@ def test_wheel_contains_migrations_and_metadata(wheel: Path) -> None:
         "persched/_migrate.py",
     ]:
         assert required in names, required
+    # pyproject.toml names every package one by one: a new package left out of that list is missing here.
+    modules = {path.relative_to(REPO).as_posix() for path in (REPO / "persched").rglob("*.py")}
+    assert modules <= names, sorted(modules - names)
     if (REPO / "persched" / "py.typed").exists():
         assert "persched/py.typed" in names
     assert not any(n.startswith(("tests/", "migrations/")) for n in names)

@@ -213,7 +213,8 @@ def test_without_allowed_modules_the_bridge_does_call(make_scheduler: SchedulerF
 
 
 def test_cli_run_allows_only_the_imported_package_by_default() -> None:
-    from persched.cli import build_parser, run_allowed_modules
+    from persched.cli.parser import build_parser
+    from persched.cli.service import run_allowed_modules
 
     parser = build_parser()
     assert run_allowed_modules(parser.parse_args(["run", "--import", "myapp.schedules"])) == ["myapp"]

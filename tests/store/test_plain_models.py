@@ -120,7 +120,7 @@ def test_plain_listings_hold_the_values_of_the_public_ones(sched: JobScheduler, 
 
 
 def test_a_plain_row_validates_into_the_public_model(sched: JobScheduler, store: Store) -> None:
-    # `persched ... --json` prints the public model's dump of a plain row (cli._job_json, _run_json).
+    # `persched ... --json` prints the public model's dump of a plain row (cli.listing._job_json, _run_json).
     jobs_read = zip(store.list_jobs_as(plain_job), store.list_jobs(), strict=True)
     assert all(Job.model_validate(plain, from_attributes=True) == job for plain, job in jobs_read)
     runs_read = zip(store.list_runs_as(plain_run, limit=1000), store.list_runs(limit=1000), strict=True)

@@ -14,8 +14,10 @@ import pytest
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from persched import JobScheduler, _views
-from persched._web import MESSAGES, WebApp, serve
-from persched.cli import open_existing
+from persched._existing import open_existing
+from persched._web.actions import MESSAGES
+from persched._web.app import WebApp
+from persched._web.serve import serve
 from persched.errors import PerschedError, StoreError
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT

@@ -31,19 +31,16 @@ while slow ones wait their turn to be dropped. Every connection has
 `Limits.read_timeout` seconds from its accept to the end of its request
 (an idle connection is closed then, with 408).
 
-`HostCheck` answers 400 to a request whose ``Host`` is not one of the
-server's own names (DNS rebinding: a web page whose name an attacker
-re-points at 127.0.0.1 would read the dashboard as its own origin).
+The request head is read by `persched._web.wire`; the Host check is
+`persched._web.hosts`'s, a middleware in front of the application.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import ipaddress
 import logging
 import queue
-import re
 import selectors
 import socket
 import threading
@@ -53,27 +50,23 @@ from io import BytesIO
 from typing import TYPE_CHECKING, Final
 from wsgiref.handlers import SimpleHandler
 
-from . import _realtime
-from .errors import PerschedError
+from .. import _realtime
+from ..errors import PerschedError
+from .wire import HEAD_END, Refusal, content_length, parse_head, plain_response
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable
+    from collections.abc import Iterable
     from types import TracebackType
 
     from _typeshed import OptExcInfo
-    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+    from _typeshed.wsgi import WSGIApplication
 
-__all__ = ["HostCheck", "HostRules", "Limits", "Server", "url_host"]
+__all__ = ["Limits", "Server"]
 
 logger = logging.getLogger(__name__)
 
-_HEAD_END: Final = re.compile(rb"\r?\n\r?\n")
-_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token: methods, header names
-_DIGITS: Final = re.compile(r"[0-9]{1,18}")
-_MAX_HEADERS: Final = 100  # header lines in one request
 _RECV_BYTES: Final = 65_536
 _LINGER_SECONDS: Final = 2.0  # after a refusal, input is read and dropped this long so the client sees the answer
-WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::"})
 
 
 @dataclass(frozen=True)
@@ -110,14 +103,6 @@ class Limits:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 86_400:
                 raise PerschedError(f"{name}: must be seconds > 0 and < 86400, got {value!r}")
-
-
-class _Refusal(Exception):
-    """A request the reader answers itself: status and one line of text."""
-
-    def __init__(self, status: int, phrase: str, why: str) -> None:
-        super().__init__(why)
-        self.status, self.phrase, self.why = status, phrase, why
 
 
 @dataclass
@@ -293,7 +278,7 @@ class Server:
         conn.buffer += data
         try:
             request = self._complete(conn)
-        except _Refusal as refusal:
+        except Refusal as refusal:
             self._refuse(selector, conn, refusal)
             return
         if request is None:
@@ -304,22 +289,22 @@ class Server:
         except queue.Full:
             self._reading[conn.sock.fileno()] = conn
             selector.register(conn.sock, selectors.EVENT_READ, conn)
-            self._refuse(selector, conn, _Refusal(503, "Service Unavailable", "the server is busy; try again"))
+            self._refuse(selector, conn, Refusal(503, "Service Unavailable", "the server is busy; try again"))
 
     def _complete(self, conn: _Connection) -> _Request | None:
-        """The request once all of it has arrived, else None; `_Refusal` for one that is refused."""
+        """The request once all of it has arrived, else None; `Refusal` for one that is refused."""
         limits = self.limits
         if conn.head_end is None:
-            end = _HEAD_END.search(conn.buffer)
+            end = HEAD_END.search(conn.buffer)
             if end is None:
                 if len(conn.buffer) > limits.max_header_bytes:
-                    raise _Refusal(431, "Request Header Fields Too Large", "the request head is too large")
+                    raise Refusal(431, "Request Header Fields Too Large", "the request head is too large")
                 return None
             if end.start() > limits.max_header_bytes:
-                raise _Refusal(431, "Request Header Fields Too Large", "the request head is too large")
+                raise Refusal(431, "Request Header Fields Too Large", "the request head is too large")
             conn.head_end = end.end()
-            conn.head = _parse_head(bytes(conn.buffer[: end.start()]))
-            conn.length = _content_length(conn.head[3], limits.max_body_bytes)
+            conn.head = parse_head(bytes(conn.buffer[: end.start()]))
+            conn.length = content_length(conn.head[3], limits.max_body_bytes)
         if len(conn.buffer) - conn.head_end < conn.length:
             return None
         assert conn.head is not None  # parsed with head_end
@@ -327,9 +312,9 @@ class Server:
         body = bytes(conn.buffer[conn.head_end : conn.head_end + conn.length])
         return _Request(method, target, version, headers, body)
 
-    def _refuse(self, selector: selectors.BaseSelector, conn: _Connection, refusal: _Refusal) -> None:
+    def _refuse(self, selector: selectors.BaseSelector, conn: _Connection, refusal: Refusal) -> None:
         logger.info("%s: refused a request from %s: %s %s", self.name, conn.address, refusal.status, refusal.why)
-        _send_nowait(conn.sock, _plain_response(refusal.status, refusal.phrase, refusal.why))
+        _send_nowait(conn.sock, plain_response(refusal.status, refusal.phrase, refusal.why))
         try:
             conn.sock.shutdown(socket.SHUT_WR)
         except OSError:
@@ -353,7 +338,7 @@ class Server:
                 self._forget(selector, conn)
                 continue
             why = f"the request did not arrive within {self.limits.read_timeout:g} s"
-            self._refuse(selector, conn, _Refusal(408, "Request Timeout", why))
+            self._refuse(selector, conn, Refusal(408, "Request Timeout", why))
             self._forget(selector, conn)  # no linger for a client that sent too little
 
     def _forget(self, selector: selectors.BaseSelector, conn: _Connection, *, close: bool = True) -> None:
@@ -453,187 +438,3 @@ class _NoErrors:
 def _send_nowait(sock: socket.socket, data: bytes) -> None:
     with contextlib.suppress(OSError):  # the client went away, or will not read: nothing more is owed to it
         sock.send(data)
-
-
-def _plain_response(status: int, phrase: str, why: str) -> bytes:
-    body = f"{status} {phrase}: {why}\n".encode()
-    head = (
-        f"HTTP/1.0 {status} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    )
-    return head.encode("latin-1") + body
-
-
-def _parse_head(head: bytes) -> tuple[str, str, str, list[tuple[str, str]]]:
-    """Request line and headers; `_Refusal` (400, 501, 505) for one that is malformed or not supported."""
-    lines = head.decode("latin-1").replace("\r\n", "\n").split("\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]):
-        raise _Refusal(400, "Bad Request", "malformed request line")
-    method, target, version = parts
-    if version not in ("HTTP/1.0", "HTTP/1.1"):
-        raise _Refusal(505, "HTTP Version Not Supported", "only HTTP/1.0 and HTTP/1.1 are served")
-    if not target.startswith("/") or any(ord(c) <= 32 or ord(c) == 127 for c in target):
-        raise _Refusal(400, "Bad Request", "the request target must be a path (/...)")
-    if len(lines) - 1 > _MAX_HEADERS:
-        raise _Refusal(431, "Request Header Fields Too Large", f"more than {_MAX_HEADERS} header lines")
-    headers = []
-    for line in lines[1:]:
-        name, colon, value = line.partition(":")
-        if not colon or not _TOKEN.fullmatch(name):
-            raise _Refusal(400, "Bad Request", "malformed header line")  # folded lines too (RFC 9112 5.2)
-        headers.append((name, value.strip(" \t")))
-    return method, target, version, headers
-
-
-def _content_length(headers: list[tuple[str, str]], limit: int) -> int:
-    lengths = {value for name, value in headers if name.lower() == "content-length"}
-    if any(name.lower() == "transfer-encoding" for name, _ in headers):
-        # Only Content-Length frames a body here: no chunked decoding, no smuggling between the two.
-        raise _Refusal(501, "Not Implemented", "Transfer-Encoding is not supported; send Content-Length")
-    if not lengths:
-        return 0
-    if len(lengths) > 1 or not _DIGITS.fullmatch(value := lengths.pop()):
-        raise _Refusal(400, "Bad Request", "malformed Content-Length")
-    if int(value) > limit:
-        raise _Refusal(413, "Content Too Large", f"the request body is over {limit} bytes")
-    return int(value)
-
-
-# -- the Host check ---------------------------------------------------------------------------
-
-
-def url_host(host: str) -> str:
-    """`host` as it stands in a URL: an IPv6 address in brackets."""
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
-
-
-def _split_host(value: str) -> tuple[str, str | None] | None:
-    """("name", "port" or None) of a Host header value, lower case; None if it is malformed."""
-    value = value.strip().lower()
-    if not value or any(ord(c) <= 32 or ord(c) >= 127 or c in "/\\@?#" for c in value):
-        return None
-    if value.startswith("["):
-        name, bracket, rest = value.partition("]")
-        if not bracket or (rest and not rest.startswith(":")):
-            return None
-        name, port = name + "]", (rest[1:] if rest else None)
-    else:
-        name, colon, port_text = value.rpartition(":")
-        if not colon:
-            name, port = value, None
-        elif ":" in name:
-            return None  # a bare IPv6 address: not a Host
-        else:
-            port = port_text
-    if port is not None and not _DIGITS.fullmatch(port):
-        return None
-    return (name, port) if name else None
-
-
-def _is_ip(name: str) -> bool:
-    try:
-        ipaddress.ip_address(name.strip("[]"))
-    except ValueError:
-        return False
-    return True
-
-
-class HostRules:
-    """Which ``Host`` values a server answers (module docstring: DNS rebinding).
-
-    Allowed: ``127.0.0.1``, ``localhost`` and ``[::1]`` with the server's
-    port; the bound address with the port; each of `extra` (``name`` with any
-    port or none, ``name:port`` exactly, ``*`` anything); and, when bound to
-    every address (0.0.0.0, ::), any IP address: a page cannot be served to a
-    browser under an IP address it does not own, so only a name can be rebound.
-
-    Args:
-        bind_host: The address the server binds.
-        port: Its port (the bound one, not 0).
-        extra: More names (``--allowed-host``).
-    """
-
-    def __init__(self, bind_host: str, port: int, extra: Iterable[str] = ()) -> None:
-        self.port = port
-        self.exact: set[tuple[str, str]] = {(n, str(port)) for n in ("127.0.0.1", "localhost", "[::1]")}
-        self.any_port: set[str] = set()
-        self.anything = False
-        self.any_ip = bind_host in WILDCARD_HOSTS
-        if not self.any_ip:
-            self.exact.add((url_host(bind_host).lower(), str(port)))
-        for entry in extra:
-            if entry.strip() == "*":
-                self.anything = True
-                continue
-            split = _split_host(entry)
-            if split is None:
-                raise PerschedError(f"--allowed-host: not a host name or host:port: {entry!r}")
-            name, entry_port = split
-            if entry_port is None:
-                self.any_port.add(name)
-            else:
-                self.exact.add((name, entry_port))
-
-    def refusal(self, host: str | None) -> str | None:
-        """Why a request with this Host is refused, or None if it is allowed."""
-        if self.anything:
-            return None
-        if host is None:
-            return "the request has no Host header"
-        split = _split_host(host)
-        if split is None:
-            return f"malformed Host header {host[:100]!r}"
-        name, port = split
-        if (name, port or "80") in self.exact or name in self.any_port or (self.any_ip and _is_ip(name)):
-            return None
-        return f"Host {host[:100]!r} is not one of this server's names; start it with --allowed-host NAME to allow it"
-
-
-class HostCheck:
-    """WSGI middleware: 400 with a one-line reason, logged, for a Host that `rules` refuse.
-
-    Args:
-        app: The application behind it.
-        rules: The allowed names.
-        what: Names the server in the log line ("web", "metrics").
-    """
-
-    def __init__(self, app: WSGIApplication, rules: HostRules, what: str) -> None:
-        self.app = app
-        self.rules = rules
-        self.what = what
-
-    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        """Refuse or pass on one request."""
-        why = self.rules.refusal(environ.get("HTTP_HOST"))
-        if why is None:
-            return self.app(environ, start_response)
-        logger.warning(
-            "%s: refused %s %s from %s: %s",
-            self.what,
-            environ.get("REQUEST_METHOD"),
-            str(environ.get("PATH_INFO", ""))[:200],
-            environ.get("REMOTE_ADDR", "?"),
-            why,
-        )
-        body = f"400 Bad Request: {why}\n".encode()
-        start_response(
-            "400 Bad Request",
-            [
-                ("Content-Type", "text/plain; charset=utf-8"),
-                ("Content-Length", str(len(body))),
-                ("Cache-Control", "no-store"),
-            ],
-        )
-        return [body]
-
-
-def allow_every_host_warning(what: str, allowed: Collection[str]) -> None:
-    """Log the WARNING of ``--allowed-host '*'``."""
-    if any(entry.strip() == "*" for entry in allowed):
-        logger.warning(
-            "%s: --allowed-host '*' answers every Host: a web page that re-points its name at this address"
-            " (DNS rebinding) can read it",
-            what,
-        )

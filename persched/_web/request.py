@@ -15,10 +15,8 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Final
 
-from ._models import validate_job_id, validate_namespace
-from ._web_auth import same_secret
-from ._web_html import q
-from .errors import PerschedError
+from .._models import validate_job_id, validate_namespace
+from ..errors import PerschedError
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIEnvironment
@@ -34,9 +32,10 @@ __all__ = [
     "cross_site",
     "job_id_of",
     "namespace_of",
+    "q",
     "query_of",
     "read_form",
-    "same_text",
+    "request_of",
     "whole",
 ]
 
@@ -105,6 +104,31 @@ class Request:
         return self.base + path + ("?" + query if query else "")
 
 
+def q(**params: object) -> str:
+    """A query string of `params` (None left out)."""
+    return urllib.parse.urlencode({k: str(v) for k, v in params.items() if v is not None})
+
+
+def request_of(environ: WSGIEnvironment) -> Request:
+    """The request of a WSGI environ: its path, the prefix it is mounted under, its session cookie."""
+    port = str(environ.get("SERVER_PORT", ""))
+    cookie_name = f"{COOKIE}_{port}" if WHOLE.fullmatch(port) else COOKIE
+    session = None
+    for part in str(environ.get("HTTP_COOKIE", "")).split(";"):
+        name, _, value = part.strip().partition("=")
+        if name == cookie_name:
+            session = value
+    return Request(
+        environ=environ,
+        method=str(environ.get("REQUEST_METHOD", "GET")),
+        path=str(environ.get("PATH_INFO", "/") or "/"),
+        base=str(environ.get("SCRIPT_NAME", "")).rstrip("/"),
+        client=str(environ.get("REMOTE_ADDR", "?")),
+        cookie_name=cookie_name,
+        cookie=session,
+    )
+
+
 # -- parsing ------------------------------------------------------------------------
 
 
@@ -159,10 +183,6 @@ def namespace_of(name: str, text: str | None) -> str:
         return validate_namespace(text, name)
     except PerschedError as exc:
         raise BadRequest(str(exc)) from None
-
-
-def same_text(given: str, expected: str) -> bool:
-    return same_secret(given, expected.encode())
 
 
 def cross_site(environ: WSGIEnvironment) -> str | None:

@@ -1,21 +1,28 @@
-"""The HTML of the dashboard (`persched._web`): escaping, tables, the chart as inline SVG; no I/O."""
+"""The HTML that the dashboard's pages share: the frame of every page (`Frame`), escaping, notes, the runs table.
+
+Every value is escaped (`e`) where it enters the HTML; no I/O. The chart is
+`persched._web.chart`'s.
+"""
 
 from __future__ import annotations
 
 import html
-import urllib.parse
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Final
 
-from ._instant import from_datetime, seconds, to_datetime
-from .cli import human_duration, iso, relative, run_outcome
+from .._instant import from_datetime, seconds
+from .._present import human_duration, iso, relative, run_outcome
+from .request import Response
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from datetime import datetime
 
-    from ._models import Job, Run
+    from .._models import Job, Run
+    from .auth import Access
+    from .request import Request
 
-__all__ = ["CSS", "chart", "e", "next_run", "note", "q", "runs_table"]
+__all__ = ["CSS", "Frame", "e", "next_run", "note", "runs_table"]
 
 CSS: Final = """
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
@@ -43,12 +50,43 @@ def e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def q(**params: object) -> str:
-    return urllib.parse.urlencode({k: str(v) for k, v in params.items() if v is not None})
-
-
 def _outcome_class(run: Run) -> str:
     return run.outcome or "running"
+
+
+class Frame:
+    """The frame of every page: the header (its links, who is signed in, the database) around a page's body.
+
+    Args:
+        access: Who may act here: the header links to the sign-in, or names who is signed in.
+        db_url: The database's URL (password masked), shown in the header.
+    """
+
+    def __init__(self, access: Access, db_url: str) -> None:
+        self._access = access
+        self._db_url = db_url
+
+    def page(self, request: Request, title: str, body: str, nav: str = "") -> Response:
+        """A whole page (200): `body` under the header and the namespace bar `nav`."""
+        who = ""
+        if self._access.authorize is not None:
+            who = f"<span>signed in as {e(request.actor.name)}</span>" if request.actor is not None else ""
+        elif self._access.token is not None:
+            login = e(request.url("/login"))
+            who = f'<a href="{login}">signed in</a>' if request.actor else f'<a href="{login}" id="signin">sign in</a>'
+        page = (
+            f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{e(title)} - persched</title>"
+            f'<meta name=viewport content="width=device-width"><style>{CSS}</style></head><body>'
+            f'<header><b>persched</b><a href="{e(request.url("/"))}">Jobs</a>'
+            f'<a href="{e(request.url("/runs"))}">Runs</a>{who}'
+            f'<span class="db">{e(self._db_url)}</span></header>{nav}<main>{body}</main></body></html>'
+        )
+        return Response(HTTPStatus.OK, page)
+
+    def error(self, request: Request, status: HTTPStatus, message: str, nav: str = "", more_html: str = "") -> Response:
+        """An error page: `status` with `message` (escaped) and `more_html`."""
+        body = f'<h1>{e(status.phrase)}</h1><p id="problem">{e(message)}</p>{more_html}'
+        return Response(status, self.page(request, status.phrase, body, nav).body)
 
 
 # -- tables -------------------------------------------------------------------------------
@@ -102,71 +140,3 @@ def next_run(job: Job, now: datetime) -> str:
     if job.paused or job.state.value == "finished":
         return "-"
     return f"{e(iso(job.next_run_at))} <small>({e(relative(job.next_run_at, now))})</small>"
-
-
-# -- the chart ------------------------------------------------------------------------------
-
-_W: Final = 900  # px
-_H: Final = 130  # px per panel
-_PAD: Final = 50  # px left margin for the axis labels
-
-
-def _lateness(run: Run) -> int | None:
-    return from_datetime(run.started_at) - from_datetime(run.scheduled_for)
-
-
-def _duration(run: Run) -> int | None:
-    return None if run.finished_at is None else from_datetime(run.finished_at) - from_datetime(run.started_at)
-
-
-def chart(runs: Sequence[Run]) -> str:
-    """Lateness and duration of `runs` over time as two SVG panels; missed ranges shaded, failures red."""
-    if not runs:
-        return "<p>No runs to chart yet.</p>"
-    ran = [r for r in runs if r.outcome != "missed"]
-    missed = [r for r in runs if r.outcome == "missed"]
-    instants = [from_datetime(r.scheduled_for) for r in runs]
-    instants += [from_datetime(r.missed_until) for r in missed if r.missed_until is not None]
-    first, last = min(instants), max(instants)
-    span = max(last - first, 1)
-
-    def x(at: datetime) -> float:
-        return _PAD + (from_datetime(at) - first) * (_W - _PAD - 10) / span
-
-    bands = "".join(
-        f'<rect class="missed-range" x="{x(r.scheduled_for):.1f}" y="4" height="{_H - 22}" fill="#f2c94c"'
-        f' opacity=".45" width="{max(x(r.missed_until or r.scheduled_for) - x(r.scheduled_for), 2):.1f}">'
-        f"<title>{e(run_outcome(r))}</title></rect>"
-        for r in missed
-    )
-    panels = []
-    for name, measure in (("lateness", _lateness), ("duration", _duration)):
-        points = sorted(
-            ((r, v) for r in ran if (v := measure(r)) is not None), key=lambda p: from_datetime(p[0].scheduled_for)
-        )
-        top = max([v for _, v in points] + [1_000])  # at least 1 ms of scale
-
-        def y(v: int, top: int = top) -> float:
-            return _H - 18 - max(v, 0) * (_H - 30) / top
-
-        line = " ".join(f"{x(r.scheduled_for):.1f},{y(v):.1f}" for r, v in points)
-        dots = []
-        for r, v in points:
-            bad = r.outcome in ("error", "lost")
-            tip = f"{iso(r.scheduled_for)} {name} {human_duration(seconds(max(v, 0)))} ({r.outcome or 'running'})"
-            dots.append(
-                f'<circle cx="{x(r.scheduled_for):.1f}" cy="{y(v):.1f}" r="{3 if bad else 2}"'
-                f' fill="{"#b3261e" if bad else "#1f5fbf"}"><title>{e(tip)}</title></circle>'
-            )
-        panels.append(
-            f'<svg id="chart-{name}" role="img" aria-label="{name} of the latest runs" width="{_W}" height="{_H}"'
-            f' viewBox="0 0 {_W} {_H}" xmlns="http://www.w3.org/2000/svg">{bands}'
-            f'<line x1="{_PAD}" y1="{_H - 18}" x2="{_W - 10}" y2="{_H - 18}" stroke="#999"/>'
-            f'<text x="4" y="14" font-size="11">{e(human_duration(seconds(top)))}</text>'
-            f'<text x="4" y="{_H - 20}" font-size="11">0</text>'
-            f'<text x="{_PAD}" y="{_H - 4}" font-size="11">{e(iso(to_datetime(first)))}</text>'
-            f'<text x="{_W - 10}" y="{_H - 4}" font-size="11" text-anchor="end">{e(iso(to_datetime(last)))}</text>'
-            f'<text x="{_W // 2}" y="14" font-size="12" text-anchor="middle">{name}</text>'
-            f'<polyline points="{line}" fill="none" stroke="#1f5fbf" stroke-width="1"/>{"".join(dots)}</svg>'
-        )
-    return "<div class=chart>" + "<br>".join(panels) + "</div>"

@@ -14,7 +14,8 @@ Two ways, one per deployment:
   environ says who is acting (a name for the log) or None (may only read).
 
 Either way a form carries a CSRF token, an HMAC of who is acting under a
-secret of the dashboard's (`csrf_token`).
+secret of the dashboard's (`csrf_token`). `Access` holds one dashboard's
+way, and says who acts in a request.
 """
 
 from __future__ import annotations
@@ -28,12 +29,21 @@ import stat
 import threading
 from typing import TYPE_CHECKING, Final
 
-from .errors import PerschedError
+from ..errors import PerschedError
+from .request import Actor
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import TypeAlias
 
-__all__ = ["Sessions", "SignInLimiter", "csrf_token", "read_token_file", "same_secret"]
+    from _typeshed.wsgi import WSGIEnvironment
+
+    from .request import Request
+
+    #: The hook of an application that mounts the dashboard: who acts (a name for the log), or None: may only read.
+    Authorize: TypeAlias = Callable[[WSGIEnvironment], str | None]
+
+__all__ = ["Access", "Authorize", "Sessions", "SignInLimiter", "csrf_token", "read_token_file", "same_secret"]
 
 SESSION_SECONDS: Final = 8 * 3600.0  # a session's lifetime from its sign-in
 MAX_SESSIONS: Final = 1_000  # sessions kept at once; a new one beyond ends the oldest
@@ -153,6 +163,55 @@ class SignInLimiter:
             self._failures.append((now, address))
             while len(self._failures) > self._total:  # older ones no longer decide anything
                 self._failures.popleft()
+
+
+class Access:
+    """Who may act on one dashboard: by the access token, by the application's hook, or nobody (read-only).
+
+    Args:
+        token: The access token that a browser signs in with (``persched web``); None: no sign-in.
+        authorize: The application's hook (the dashboard mounted in an app); None: none.
+        secret: Keys the CSRF tokens of forms; None: random per process.
+        session_seconds: How long a sign-in with the token lasts.
+        monotonic: The clock of session expiry and of the sign-in limit (seconds).
+    """
+
+    def __init__(
+        self,
+        token: str | None,
+        authorize: Authorize | None,
+        secret: bytes | None,
+        session_seconds: float,
+        monotonic: Callable[[], float],
+    ) -> None:
+        self.token = None if token is None else token.encode()
+        self.authorize = authorize
+        self._secret = secret if secret is not None else secrets.token_bytes(32)
+        self.sessions = Sessions(session_seconds, monotonic)
+        self.sign_ins = SignInLimiter(monotonic)
+
+    @property
+    def read_only(self) -> bool:
+        """Nobody may act here: neither a token nor a hook."""
+        return self.token is None and self.authorize is None
+
+    def actor(self, request: Request) -> Actor | None:
+        """Who acts in `request`, or None: it may only read."""
+        if self.authorize is not None:
+            name = self.authorize(request.environ)
+            return None if not name else Actor(str(name), f"user:{name}")
+        if self.token is None or request.cookie is None:
+            return None
+        session = self.sessions.check(request.cookie)
+        return None if session is None else Actor("a token session", f"session:{session}")
+
+    def csrf(self, actor: Actor) -> str:
+        """The CSRF token of the forms that `actor` is shown."""
+        return csrf_token(self._secret, actor.key)
+
+    def csrf_matches(self, actor: Actor, given: str) -> bool:
+        """Whether `given` is `actor`'s CSRF token (in constant time)."""
+        return same_secret(given, self.csrf(actor).encode())
 
 
 def read_token_file(path: str) -> tuple[str, str | None]:

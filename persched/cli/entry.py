@@ -1,0 +1,92 @@
+"""The entry point, ``persched.cli:main``: parse, run the verb, and turn every way it ends into an exit code.
+
+A user error is one line on stderr and exit code 1 (``--debug`` adds the
+traceback); Ctrl-C is 130; a reader of stdout that went away ends quietly
+with 141 (SPEC §4). Only here is logging configured (STYLE §5).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import traceback
+from typing import TYPE_CHECKING
+
+from .._models import validate_namespace
+from ..errors import PerschedError
+from .exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_PIPE, CliError, one_line
+from .parser import parse
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    if args.debug:
+        level = logging.DEBUG
+    elif args.verbose or args.command in ("run", "web"):
+        level = logging.INFO
+    else:
+        level = logging.WARNING
+    handler = logging.StreamHandler(sys.stderr)
+    formatter = logging.Formatter(
+        "%(asctime)s.%(msecs)03dZ %(levelname)-7s %(name)s [%(threadName)s] %(message)s", "%Y-%m-%dT%H:%M:%S"
+    )
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(level)
+
+
+def _closed_pipe() -> int:
+    """End quietly after the reader of stdout went away (SPEC §4)."""
+    # Python flushes stdout again at exit and would complain on stderr;
+    # point it at /dev/null first (the recipe in the `signal` docs).
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass  # stdout is not a real file (tests capturing it): nothing to flush at exit
+    return EXIT_PIPE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code (the `persched.cli` docstring lists them).
+
+    Args:
+        argv: The arguments after the program name; default ``sys.argv[1:]``.
+    """
+    args = parse(argv)
+    try:
+        validate_namespace(args.namespace)
+    except PerschedError as exc:
+        sys.stderr.write(f"persched: error: bad --namespace: {one_line(exc)}\n")
+        return EXIT_ERROR
+    _configure_logging(args)
+    try:
+        result: int = args.func(args)
+    except (CliError, PerschedError) as exc:
+        if args.debug:
+            traceback.print_exc()
+        sys.stderr.write(f"persched: error: {one_line(exc)}\n")
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        sys.stderr.write("persched: interrupted\n")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return _closed_pipe()
+    except Exception as exc:  # noqa: BLE001 - a user sees one line; --debug shows the traceback
+        if args.debug:
+            traceback.print_exc()
+        sys.stderr.write(
+            f"persched: error: unexpected {type(exc).__name__}: {one_line(exc)} (rerun with --debug for details)\n"
+        )
+        return EXIT_ERROR
+    return result
