@@ -266,7 +266,7 @@ class AsyncJobScheduler:
         horizon_seconds: float = DEFAULT_HORIZON_SECONDS,
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         namespace: str = DEFAULT_NAMESPACE,
-        share_work: bool = False,
+        share_work: bool = True,
     ) -> None:
         if not isinstance(jobs_on_loop, bool):
             raise InvalidJobError("jobs_on_loop", f"must be True or False, got {jobs_on_loop!r}")

@@ -147,7 +147,7 @@ class SchedulerConfig:
     horizon: Micros
     max_args_bytes: int
     namespace: str
-    share_work: bool  # a slot another instance took leaves the job to it (issue 19)
+    share_work: bool  # each job has one owner among the live instances (persched._membership)
 
     @classmethod
     def checked(
@@ -169,7 +169,7 @@ class SchedulerConfig:
         horizon_seconds: object,
         max_args_bytes: object,
         namespace: object,
-        share_work: object = False,
+        share_work: object = True,
     ) -> SchedulerConfig:
         """Check `JobScheduler`'s arguments (see its docstring), in the order it always checked them.
 

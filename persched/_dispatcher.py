@@ -30,37 +30,34 @@ claim, because the claim is conditional on generation, state and slot. The
 entry is then dropped, or pushed again at the row's real next slot
 (the claim's result tells which). Nothing is ever removed from the heap by search.
 
-Sharing the work (issue 19, ``share_work=True``)
-------------------------------------------------
-With it, several instances on one database do not race for every slot
-(without it, `persched._runs.RunBook` passes no `search` and requeues every
-lost entry, as described above). An entry
-that lost to another instance's claim (`ClaimMiss.taken`: the row runs, or
-moved past the entry's slot) is dropped, not pushed
-again: the job is the claimer's, whose completion queues its next slot, so
-each job ends up in the heap of the instance that ran it last and the others
-spend no claim on it. What nobody queues any more (its claimer stopped or
-died with the row waiting, or is saturated) the database hands out: every
+Sharing the work
+----------------
+Several instances on one database share a namespace's jobs by default: each
+job has one owner among the live instances (`persched._membership`), and an
+instance queues only the jobs it owns. `offer()` is the push of everything
+that makes a job due (schedule(), a completion, a change picked up, a
+recovery, the sweep) and keeps only an owned job's entry; a refill keeps only
+owned rows. When the view of the members changes, `repartition()` drops the
+entries of jobs this instance no longer owns and makes the next refill start
+again from the first row, so that the jobs it gained are loaded (a duplicate
+entry of a job it kept costs at most one failed claim).
+
+A lost claim whose slot another claim took (`ClaimMiss.taken`) is queued again
+at the row's next slot only by the job's owner, in case the claimer dies; any
+other instance drops it. What nobody queues (views differ for a heartbeat, an
+owner is saturated, or it died and the others have not seen it yet) the
+database hands out: while other members share the work, every
 `search_every`, when workers are free and nothing in the heap is due, the
 dispatcher reserves its free workers and calls `search` (the claim by query,
 `Store.claim_overdue`), which claims the oldest rows due more than
-`search_every` ago, whichever heap holds them, SKIP LOCKED so that two
-instances searching at once take disjoint rows. A dead instance's running
-rows come back through lease recovery, which queues them on the recovering
-instance. An idle scheduler makes one indexed read per `search_every`. (A
-shorter search while the instance runs jobs, 0.1 s for rows 0.2 s late, was
-tried and taken back: `next_run_at` is the grid slot, so a row with more
-than 0.2 s of jitter looked late before it was due, and the search took
-other instances' jittered jobs, an instance's own, and the slots of
-``misfire="skip"`` jobs with a small grace.)
-
-An instance that owns no job (nothing in its heap, no run in flight: the
-others took every job, as the one that stayed connected does while this one's
-database connection is cut) rejoins: its search also asks for the rows due
-within `JOIN_AHEAD` and, if none is overdue, queues them (one read, instead
-of the search's probe), so that its claims race with their owners' and the
-winner keeps each job. Without it such an instance never claimed again while
-the others kept up.
+`search_every` ago, whoever owns them, SKIP LOCKED so that two instances
+searching at once take disjoint rows. So an owner that falls behind is helped
+by the instances with free workers, and a job whose owner died runs about 0.5
+s late until the others drop that owner from their views. (A shorter search,
+0.1 s for rows 0.2 s late, was tried and taken back: `next_run_at` is the grid
+slot, so a row with more than 0.2 s of jitter looked late before it was due.)
+A single instance, or one that does not share (``share_work=False``: every
+instance tries every slot), never searches.
 
 Waiting
 -------
@@ -165,26 +162,21 @@ TAKE_UP_SLACK: Final = 1_000_000  # µs: a wake-up later than this after its due
 # Writes both (one transaction each) and returns how many entries went to a
 # worker; the other reservations are given back.
 CycleCallback = Callable[[list[Any], list["ClaimEntry"]], int]
-# Called on the dispatcher thread, on no lock, as ``search(limit, before, ahead)``: claims up to
-# `limit` rows due before `before` that no claim took, whichever heap holds them (a worker reserved
-# for each), and with `ahead` (this instance owns no job) queues the rows due before it if none is
-# overdue; returns how many went to a worker (`persched._runs.RunBook.claim_overdue`).
-SearchCallback = Callable[[int, Instant, Instant | None], int]
+# Called on the dispatcher thread, on no lock, as ``search(limit, before)``: claims up to `limit`
+# rows due before `before` that no claim took, whoever owns them (a worker reserved for each);
+# returns how many went to a worker (`persched._runs.RunBook.claim_overdue`).
+SearchCallback = Callable[[int, Instant], int]
 # How long a cycle behind a backlog waits for busy workers to report back (module docstring).
 GATHER: Final = 0.002  # real seconds
 # How often an instance with free workers searches, and how late a row must be.
 SEARCH_EVERY: Final = Micros(500_000)
-# An instance that owns no job queues the rows due this soon and races for them (module docstring).
-JOIN_AHEAD: Final = Micros(2_000_000)
 
 
 class Search(NamedTuple):
-    """A claim by query the dispatcher is to make: `limit` workers reserved, rows due before `before`;
-    `ahead`: this instance owns no job, queue the rows due before it (module docstring)."""
+    """A claim by query the dispatcher is to make: `limit` workers reserved, rows due before `before`."""
 
     limit: int
     before: Instant
-    ahead: Instant | None = None
 
 
 class Dispatcher:
@@ -196,6 +188,9 @@ class Dispatcher:
         cycle: Writes completions and claims due entries (see `CycleCallback`).
         max_batch: At most this many claims per cycle.
         search: Claims the rows that no claim took (see `SearchCallback`); None: never searched for.
+            It runs only while other instances share the work (`repartition`).
+        owns: Whether this instance owns a job (`persched._membership`); None: every job
+            (the work is not shared). `offer` and the refills keep only owned jobs.
         search_every: How often to search for rows no claim took (module docstring), when
             workers are free and nothing in the heap is due; only rows this late are taken.
         gather: Real seconds a cycle behind a backlog waits for busy workers (module docstring).
@@ -210,8 +205,11 @@ class Dispatcher:
         search: SearchCallback | None = None,
         search_every: Micros = SEARCH_EVERY,
         gather: float = GATHER,
+        owns: Callable[[str], bool] | None = None,
     ) -> None:
         self._timebase = timebase
+        self._owns = owns
+        self._shared = False  # other instances share the work: search for what nobody queued
         self._cycle = cycle
         self._max_batch = max_batch
         self._search = search
@@ -239,6 +237,7 @@ class Dispatcher:
         self._refilling: Instant | None = None  # the `before` of the refill reading now
         self._refill_retry_at: Instant | None = None
         self._just_refilled = False
+        self._reload = False  # the next refill starts from the first row (repartition)
         self._thread = threading.Thread(target=self._loop, name="persched-dispatcher", daemon=True)
 
     def start(
@@ -249,14 +248,17 @@ class Dispatcher:
         cursor: Cursor | None = None,
         horizon: Micros = NO_HORIZON,
         refill_rows: int = 0,
+        shared: bool = False,
     ) -> None:
         """Fill the heap with ``(due_at, job_id, generation)`` and start the thread.
 
         With `refill`, the heap is bounded (module docstring): `entries` are the
         rows up to `cursor`, and refills load up to `horizon` ahead, `refill_rows`
-        being what one refill reads at most.
+        being what one refill reads at most. `shared`: other instances share the work
+        (see `repartition`).
         """
         with self._cond:
+            self._shared = shared
             self._searched_at = self._timebase.now()
             self._heap.extend(entries)
             heapq.heapify(self._heap)
@@ -287,7 +289,7 @@ class Dispatcher:
             return False
         if self._refill_retry_at is not None and now < self._refill_retry_at:
             return False
-        if self._cursor is None:
+        if self._cursor is None or self._reload:
             return True
         return now >= self._refill_wake()
 
@@ -305,7 +307,8 @@ class Dispatcher:
         """On no lock: read the rows after the cursor up to `before` and queue them."""
         assert self._refill is not None
         with self._cond:
-            cursor = self._cursor
+            cursor = None if self._reload else self._cursor
+            self._reload = False
         try:
             entries, new_cursor = self._refill(cursor, before)
         except BaseException as exc:  # noqa: BLE001 - the dispatcher must outlive any failure; retried
@@ -316,8 +319,10 @@ class Dispatcher:
                 self._cond.notify_all()
             return
         with self._cond:
+            owns = self._owns
             for entry in entries:
-                heapq.heappush(self._heap, entry)
+                if owns is None or owns(entry[1]):
+                    heapq.heappush(self._heap, entry)
             self._cursor = new_cursor
             self._refilling = None
             self._refill_retry_at = None
@@ -336,6 +341,23 @@ class Dispatcher:
             heapq.heappush(self._heap, entry)
             if self._heap[0] is entry:
                 self._cond.notify_all()
+
+    def offer(self, due_at: Instant, job_id: str, generation: int) -> None:
+        """`push` if this instance owns the job (module docstring "Sharing the work")."""
+        if self._owns is None or self._owns(job_id):
+            self.push(due_at, job_id, generation)
+
+    def repartition(self, shared: bool) -> None:
+        """The members' view changed: keep the owned entries only, reload the owned rows with the
+        next refill, and search for overdue rows only while `shared` (module docstring)."""
+        owns = self._owns
+        assert owns is not None, "repartition() of a dispatcher that owns every job"
+        with self._cond:
+            self._heap = [entry for entry in self._heap if owns(entry[1])]
+            heapq.heapify(self._heap)
+            self._reload = self._refill is not None
+            self._shared = shared
+            self._cond.notify_all()
 
     def release_worker(self) -> None:
         """A run gave its worker back before it ended (it goes on elsewhere: `persched._workers`);
@@ -440,13 +462,11 @@ class Dispatcher:
                 return completions, due
             if self._search_due(now):
                 # Nothing of the heap's is due and workers are free: claim what nobody took.
-                owns_nothing = not self._heap and self._free_workers == self._workers
                 limit = min(self._free_workers, self._max_batch)
                 self._free_workers -= limit  # SPEC §2: reserve before the claim
                 self._searched_at = now
                 self._in_cycle = True
-                ahead = Instant(now + JOIN_AHEAD) if owns_nothing else None
-                return Search(limit, Instant(now - self._search_every), ahead)
+                return Search(limit, Instant(now - self._search_every))
             if self._stopping:
                 self._exited = True
                 return None
@@ -481,7 +501,7 @@ class Dispatcher:
     def _next_search(self) -> Instant | None:
         """Under ``_cond``: when to search for rows no claim took (module docstring); None while
         no search may run (none configured, not claiming, no free worker)."""
-        if self._search is None or not self._claiming or self._free_workers <= 0:
+        if self._search is None or not self._shared or not self._claiming or self._free_workers <= 0:
             return None
         return Instant(self._searched_at + self._search_every)
 
@@ -511,7 +531,7 @@ class Dispatcher:
                 reserved = batch.limit
                 assert self._search is not None
                 try:
-                    handed_over = self._search(batch.limit, batch.before, batch.ahead)
+                    handed_over = self._search(batch.limit, batch.before)
                 except BaseException as exc:  # noqa: BLE001 - the dispatcher must outlive any failure
                     logger.error("a search for overdue runs failed\n%s", describe(exc))
             else:

@@ -36,6 +36,11 @@ first commit it sees brings it back to `pickup_check_seconds`: an idle
 scheduler wakes about once a second, not ten times, and a change after a
 quiet spell is picked up within a second.
 
+With `membership` (the instances share the work, `persched._membership`),
+each round also renews this instance's membership row and reads the others';
+when the view of the members changes, `repartition` hands the dispatcher the
+new view (it keeps only the jobs this instance owns).
+
 With the bounded heap (`persched._horizon`), the pick-up asks only for the
 changed jobs the heap's refills have passed (later ones are loaded by a
 refill), and the thread also runs the start-up sweep, one batch after
@@ -60,6 +65,7 @@ from ._tracebacks import describe
 from .errors import StoreError
 
 if TYPE_CHECKING:
+    from ._membership import Membership
     from ._store import OpenRun, Store
     from ._timebase import Timebase
 
@@ -101,6 +107,9 @@ class Heartbeat:
         lost: Called with each run this heartbeat recorded as lost (events).
         maintenance: Called after each round (run-history retention); it
             runs here, off the dispatch path.
+        membership: This instance's view of the members sharing the work
+            (None: it does not share), renewed every round.
+        repartition: Called with `Membership.shared` when the view changed.
     """
 
     def __init__(
@@ -117,8 +126,12 @@ class Heartbeat:
         pickup_check: Micros = DEFAULT_PICKUP_CHECK,
         lost: Callable[[OpenRun], None] | None = None,
         maintenance: Callable[[], None] | None = None,
+        membership: Membership | None = None,
+        repartition: Callable[[bool], None] | None = None,
     ) -> None:
         self._store = store
+        self._membership = membership
+        self._repartition = repartition
         self._timebase = timebase
         self._instance_id = instance_id
         self._lease = lease
@@ -204,6 +217,11 @@ class Heartbeat:
             if mono - first_seen >= self._lease:
                 self._recover(run)
         self._seen = seen
+
+    def renew_membership(self) -> None:
+        """Renew this instance's membership and read the others'; repartition on a new view."""
+        if self._membership is not None and self._membership.beat() and self._repartition is not None:
+            self._repartition(self._membership.shared)
 
     def _recover_dead_owners(self, open_runs: list[OpenRun]) -> list[OpenRun]:
         """Recover at once the runs whose owner is provably gone (same host and boot,
@@ -310,6 +328,7 @@ class Heartbeat:
                 next_check = min(now + check_every, max(next_pickup, now + self._pickup_check))
             if clock.monotonic_us() >= next_beat:
                 next_beat = clock.monotonic_us() + self._period
+                _guarded(self.renew_membership, "renewing membership")
                 _guarded(self.beat, "heartbeat")
                 if self._maintenance is not None:
                     _guarded(self._maintenance, "run-history maintenance")

@@ -110,7 +110,8 @@ class RunBook:
         allowed_modules: As for `WorkerPool`.
         emit: Emits run_started, run_finished, run_failed and run_overran.
         recorded: Called with the job of each outcome written (retention counts them).
-        share_work: Leave a job whose slot another instance took to that instance (`_requeue_missed`).
+        owns: Whether this instance owns a job (`persched._membership`); None: the work is not
+            shared, and every instance tries every slot.
     """
 
     def __init__(
@@ -124,10 +125,10 @@ class RunBook:
         emit: EmitCallback,
         recorded: Callable[[str], None],
         *,
-        share_work: bool = False,
+        owns: Callable[[str], bool] | None = None,
     ) -> None:
         self._store = store
-        self._share_work = share_work
+        self._owns = owns
         self._timebase = timebase
         self._instance_id = instance_id
         self._lease = lease
@@ -143,7 +144,9 @@ class RunBook:
         self._searches = 0  # claims by query (claim_overdue) under way: their jobs are not counted yet
         # (job_id, generation) of rows claim_overdue could not read: passed by (a fix is a new generation)
         self._unreadable: set[tuple[str, int]] = set()
-        self.dispatcher = Dispatcher(timebase, workers, self.cycle, search=self.claim_overdue if share_work else None)
+        self.dispatcher = Dispatcher(
+            timebase, workers, self.cycle, search=None if owns is None else self.claim_overdue, owns=owns
+        )
         self._released: set[int] = set()  # run ids whose worker was given back before the run ended
         self.pool = WorkerPool(workers, self.complete, allowed_modules, release=self.release)
         self.overrun = OverrunWatch(timebase, self.on_overrun)
@@ -191,7 +194,7 @@ class RunBook:
                 )
                 retry_at = Instant(self._timebase.now() + CLAIM_RETRY)
                 for job_id, generation, _, _ in due:
-                    self.dispatcher.push(retry_at, job_id, generation)
+                    self.dispatcher.offer(retry_at, job_id, generation)
             self._hand_over(results)
         if next_due is not None:
             self._completions_written(completions, next_due)
@@ -199,11 +202,9 @@ class RunBook:
             self._keep_unwritten(completions)
         return self._settle(due, results)
 
-    def claim_overdue(self, limit: int, before: Instant, ahead: Instant | None = None) -> int:
+    def claim_overdue(self, limit: int, before: Instant) -> int:
         """Dispatcher callback: claim up to `limit` rows due before `before` that no claim took,
-        whichever heap holds them (`Store.claim_overdue`); return how many were handed over.
-        With `ahead` (this instance owns no job), queue the rows due before it if none is overdue:
-        their claims race with their owners', and the winner keeps the job (the instance rejoins)."""
+        whoever owns them (`Store.claim_overdue`); return how many were handed over."""
         with self._inflight_cond:
             self._searches += 1  # the jobs it claims are not known yet: see the module docstring
         found = Overdue([], [], [], [])
@@ -213,7 +214,7 @@ class RunBook:
                     return 0
                 try:
                     found = self._store.claim_overdue(
-                        limit, before, self._timebase.now, self._instance_id, self._lease, self._unreadable, ahead
+                        limit, before, self._timebase.now, self._instance_id, self._lease, self._unreadable
                     )
                 except Exception as exc:  # noqa: BLE001 - nothing is lost: the next search finds the rows
                     logger.warning(
@@ -230,7 +231,7 @@ class RunBook:
                 self._inflight_cond.notify_all()
         self._unreadable.update(found.unreadable)
         for due_at, job_id, generation in found.later:
-            self.dispatcher.push(due_at, job_id, generation)
+            self.dispatcher.offer(due_at, job_id, generation)
         return self._settle(found.entries, found.results)
 
     def _hand_over(self, results: Sequence[Claim | ClaimMiss]) -> None:
@@ -258,7 +259,7 @@ class RunBook:
 
     def _requeue_missed(self, job_id: str, generation: int, miss: ClaimMiss) -> None:
         """A lost claim: queue the job again where the store says it stands (see _dispatcher),
-        unless another instance's claim took the slot and work is shared."""
+        if this instance owns the job."""
         if miss.generation != generation or miss.due_at is None:
             return  # descheduled, replaced, paused or finished: the entry was stale
         if miss.state == _RUNNING and miss.owner == self._instance_id:
@@ -266,12 +267,9 @@ class RunBook:
         observer = self._store.observer
         notify(lambda: observer.claim_conflict(job_id), "claim conflict")
         logger.debug("claim of %s generation %d lost (state %s)", job_id, generation, miss.state)
-        if miss.taken and self._share_work:
-            # Issue 19: the job is the claimer's now (its completion, or the recovery of its run,
-            # queues it); trying each of its slots here would only lose again. Should nobody
-            # queue it (the claimer stopped), `claim_overdue` finds it.
-            return
-        self.dispatcher.push(miss.due_at, job_id, generation)
+        # Only the job's owner queues it again (persched._dispatcher "Sharing the work"); should
+        # nobody, the search for overdue rows finds it.
+        self.dispatcher.offer(miss.due_at, job_id, generation)
 
     # -- completions: the workers' side ---------------------------------------------
 
@@ -322,7 +320,7 @@ class RunBook:
         for completion, due_at in zip(completions, due, strict=True):
             claim = completion.claim
             if due_at is not None:
-                self.dispatcher.push(due_at, claim.job_id, claim.generation)
+                self.dispatcher.offer(due_at, claim.job_id, claim.generation)
             self._recorded(claim.job_id)
             overran = self._overran_runs.pop(claim.run_id, False)
 

@@ -48,6 +48,7 @@ from ._events import Event, EventBus
 from ._heartbeat import Heartbeat
 from ._horizon import DEFAULT_HORIZON_SECONDS, Horizon
 from ._instant import Instant, seconds, to_datetime
+from ._membership import Membership
 from ._models import (
     DEFAULT_MAX_ARGS_BYTES,
     DEFAULT_NAMESPACE,
@@ -68,7 +69,7 @@ from ._timebase import Timebase
 from ._views import whereabouts
 from ._workers import current_run_claim
 from .clock import SystemClock
-from .errors import InvalidJobError, JobNotFoundError, SchedulerStateError
+from .errors import InvalidJobError, JobNotFoundError, SchedulerStateError, StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -205,13 +206,14 @@ class JobScheduler:
             and changes only the jobs of its namespace, so several
             applications can share one database. Default "default" (every
             job made before namespaces existed is there).
-        share_work: With several instances on one database: a job whose slot
-            another instance claimed is left to that instance (it queues the
-            job's next slot), instead of being tried here at every slot too;
-            a job nobody queues any more is handed out by the database to an
-            instance with free workers once 0.5 s overdue, and an instance
-            that owns no job races for the slots due within 2 s (docs/multi.md "How instances share
-            the work"). Default False: every instance tries every slot.
+        share_work: With several instances on one database (one namespace):
+            each job has one owner among the live instances, which alone
+            queues it; an instance that joins, leaves or dies moves only its
+            own share of the jobs, and a job that its owner cannot run in
+            time is taken by an instance with free workers once 0.5 s
+            overdue (docs/multi.md "How instances share the work"). Default
+            True. False: this instance tries every slot of every job, racing
+            the others (the database still gives each slot to one claim).
 
     Raises:
         InvalidJobError: An argument is out of range.
@@ -237,7 +239,7 @@ class JobScheduler:
         horizon_seconds: float = DEFAULT_HORIZON_SECONDS,
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         namespace: str = DEFAULT_NAMESPACE,
-        share_work: bool = False,
+        share_work: bool = True,
     ) -> None:
         config = SchedulerConfig.checked(
             url,
@@ -273,6 +275,9 @@ class JobScheduler:
         self._state = "new"
         self._events = EventBus()
         self._retention = Retention(self._store, self._timebase, config.keep_runs, config.keep_for)
+        self._membership = (
+            Membership(self._store, self._timebase, self.instance_id, config.lease) if config.share_work else None
+        )
         self._runs = RunBook(
             self._store,
             self._timebase,
@@ -282,7 +287,7 @@ class JobScheduler:
             config.allowed_modules,
             self._emit,
             self._retention.recorded,
-            share_work=config.share_work,
+            owns=None if self._membership is None else self._membership.owns,
         )
         self._dispatcher = self._runs.dispatcher
         self._pool = self._runs.pool
@@ -294,11 +299,13 @@ class JobScheduler:
             config.lease,
             config.heartbeat,
             self._runs.in_flight,
-            self._dispatcher.push,
+            self._dispatcher.offer,
             pickup=config.pickup,
             pickup_check=config.pickup_check,
             lost=self._on_lost,
             maintenance=self._maintenance,
+            membership=self._membership,
+            repartition=self._dispatcher.repartition,
         )
         _made.add(self)
 
@@ -331,6 +338,9 @@ class JobScheduler:
         horizon = Horizon(self._store, self._timebase)
         swept: list[tuple[Instant, str, int]] = []
         try:
+            # Join the members first: the jobs loaded are the ones this instance owns.
+            if self._membership is not None:
+                self._membership.beat()
             # Read the change counter first: a change committed while loading
             # is then picked up again rather than missed.
             change_seq = self._store.change_seq()
@@ -349,11 +359,12 @@ class JobScheduler:
             cursor=cursor,
             horizon=self._config.horizon,
             refill_rows=horizon.rows,
+            shared=self._membership is not None and self._membership.shared,
         )
         self._heartbeat.start(
             change_seq,
             bound=self._dispatcher.pickup_bound,
-            sweep=(lambda: horizon.sweep(self._dispatcher.push)) if more else None,
+            sweep=(lambda: horizon.sweep(self._dispatcher.offer)) if more else None,
         )
         logger.info(
             "scheduler %s started with %d job%s due within %g s on %s",
@@ -422,6 +433,7 @@ class JobScheduler:
         self._runs.retry_unwritten()
         self._heartbeat.stop()
         self._heartbeat.join(left())
+        self._leave()
         self._overrun.stop()
         self._events.stop(left())
         _live.discard(self)
@@ -436,6 +448,16 @@ class JobScheduler:
                 timeout,
             )
             threading.Thread(target=self._close_after_late_runs, name="persched-late-close", daemon=True).start()
+
+    def _leave(self) -> None:
+        """Delete this instance's membership row, so that the others take its jobs at once (after
+        the heartbeat stopped: its next round would write the row again)."""
+        if self._membership is None:
+            return
+        try:
+            self._membership.leave()
+        except StoreError as exc:
+            logger.warning("leaving the instances that share the work failed (the others wait a lease): %s", exc)
 
     def _close_after_late_runs(self) -> None:
         """After shutdown gave up on runs in flight: once they ended (and wrote their outcomes), close the pool.
@@ -571,7 +593,7 @@ class JobScheduler:
                     job.end_at.isoformat() if job.end_at is not None else "-",
                 )
             if due is not None and self._state == "running":
-                self._dispatcher.push(due, job.job_id, job.generation)
+                self._dispatcher.offer(due, job.job_id, job.generation)
             kind: EventKind = "job_replaced" if change == "replaced" else "job_scheduled"
             self._emit(kind, job.job_id, job.generation, job=job)
         return job
@@ -723,7 +745,7 @@ class JobScheduler:
         generation, due = resumed
         logger.info("job %s generation %d resumed", job_id, generation)
         if due is not None and self._state == "running":
-            self._dispatcher.push(due, job_id, generation)
+            self._dispatcher.offer(due, job_id, generation)
         self._emit("job_resumed", job_id, generation)
         return True
 
@@ -755,7 +777,7 @@ class JobScheduler:
             assert generation is not None
             logger.info("job %s generation %d: run now requested", job_id, generation)
             if self._state == "running":
-                self._dispatcher.push(now, job_id, generation)  # a run in flight: its completion queues it too
+                self._dispatcher.offer(now, job_id, generation)  # a run in flight: its completion queues it too
         return verdict.will_run
 
     def _check_found(self, job_id: str) -> None:

@@ -58,6 +58,7 @@ __all__ = [
     "UTCDateTime",
     "attach_index_predicates",
     "changes",
+    "instances",
     "jobs",
     "metadata",
     "partial_index_predicates",
@@ -206,6 +207,18 @@ changes = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("seq", BigInteger, nullable=False),
+)
+
+# The instances that share a namespace's work (revision 0006): each renews its row with every
+# heartbeat (`beats` counts up) and reads the others' to know who is alive (persched._membership).
+instances = Table(
+    "persched_instances",
+    metadata,
+    Column("namespace", String(100), primary_key=True),
+    Column("instance_id", String(255), primary_key=True),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("renewed_at", UTCDateTime, nullable=False),
+    Column("beats", BigInteger, nullable=False),
 )
 
 # Run history. A row is inserted by the claim (outcome NULL while running) and

@@ -519,14 +519,6 @@ class _ClaimBatch:
         return results
 
 
-def _due_soon(rows: Sequence[StoredRow]) -> list[tuple[Instant, str, int]]:
-    """`claim_overdue`'s look ahead: the readable rows as heap entries ``(due_at, job_id, generation)``."""
-    plans = ((row, None if row.problems else readable_plan(row)) for row in rows)
-    return [
-        (plan.due_at(from_datetime(row.next_run_at), None), row.job_id, row.generation) for row, plan in plans if plan
-    ]
-
-
 class ClaimsStore(Transactions):
     """Claims and completions: the dispatch path (module docstring)."""
 
@@ -622,12 +614,9 @@ class ClaimsStore(Transactions):
         instance_id: str,
         lease: Micros,
         passed_by: Collection[tuple[str, int]] = (),
-        ahead: Instant | None = None,
     ) -> Overdue:
-        """The claim by query (issue 19): claim up to `limit` of this namespace's waiting rows whose
-        next_run_at lies before `before`, oldest first, whichever instance's heap holds them.
-        With `ahead` (the caller owns no job) and nothing overdue: the first `limit` rows due
-        before `ahead`, in `later`, neither locked nor claimed, so that the caller races for them.
+        """The claim by query: claim up to `limit` of this namespace's waiting rows whose
+        next_run_at lies before `before`, oldest first, whichever instance owns them.
 
         Rows another transaction is claiming are passed by (``FOR UPDATE SKIP
         LOCKED`` on PostgreSQL and MariaDB, `Dialect.lock_first`; SQLite's
@@ -649,19 +638,9 @@ class ClaimsStore(Transactions):
             # By generation: the fix of an unreadable row (schedule() anew) makes a new one, found again.
             waiting.append(tuple_(jobs.c.job_id, jobs.c.generation).not_in(list(passed_by)))
         where = [*waiting, jobs.c.next_run_at < to_datetime(before)]
-        if ahead is not None:
-            # One read, as the probe: the first of the next rows says whether any is overdue.
-            soon = [*waiting, jobs.c.next_run_at < to_datetime(max(ahead, before))]
-            nexts = select(*RAW_DISPATCH).where(*soon).order_by(jobs.c.next_run_at, jobs.c.job_id).limit(limit)
-            rows = stored(
-                self._read(lambda conn: conn.execute(nexts).all(), "look for jobs due soon"), DISPATCH_COLUMNS
-            )
-            if not rows or from_datetime(rows[0].next_run_at) >= before:
-                return Overdue([], [], _due_soon(rows), [])
-        else:
-            probe = select(jobs.c.job_id).where(*where).limit(1)
-            if self._read(lambda conn: conn.execute(probe).first(), "look for overdue jobs") is None:
-                return Overdue([], [], [], [])
+        probe = select(jobs.c.job_id).where(*where).limit(1)
+        if self._read(lambda conn: conn.execute(probe).first(), "look for overdue jobs") is None:
+            return Overdue([], [], [], [])
         query = select(*RAW_DISPATCH).where(*where).order_by(jobs.c.next_run_at, jobs.c.job_id)
 
         def body(conn: Connection) -> Overdue:

@@ -105,7 +105,7 @@ class ClaimMiss:
     `due_at` is when the job should be tried again (None: not by this
     entry: it is descheduled, replaced, paused, finished, or running here).
     `taken`: another claim has the slot (the row runs, or moved past the
-    entry's slot): the job is that claimer's to queue next (issue 19). A due
+    entry's slot): only the job's owner queues it again (`persched._dispatcher`). A due
     row that SKIP LOCKED passed by is not taken: the lock may be anything's,
     and `due_at` is a moment later. Not compared: it follows from the row.
     """

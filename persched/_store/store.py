@@ -6,11 +6,12 @@ from .claims import ClaimsStore
 from .history import HistoryStore
 from .jobs import JobsStore
 from .leases import LeasesStore
+from .members import MembersStore
 
 __all__ = ["Store"]
 
 
-class Store(JobsStore, ClaimsStore, LeasesStore, HistoryStore):
+class Store(JobsStore, ClaimsStore, LeasesStore, HistoryStore, MembersStore):
     """The persched tables of one namespace behind one engine (see `_tx.Transactions` for its arguments).
 
     Each part is a module of this package; they share the transaction

@@ -92,7 +92,7 @@ def _tables(engine: Engine) -> set[str]:
 def test_one_head_and_head_constant() -> None:
     script = ScriptDirectory(_migrate.script_location())
     assert script.get_heads() == [_migrate.HEAD]
-    assert _migrate.HEAD == "0005"
+    assert _migrate.HEAD == "0006"
     # The read commands check the revision without Alembic (persched._revision).
     assert _revision.HEAD_REVISION == _migrate.HEAD
 
@@ -114,7 +114,13 @@ def test_empty_to_head_matches_schema_metadata(engine: Engine) -> None:
     assert _migrate.current_revision(engine) is None
     _migrate.upgrade(engine)
     assert _migrate.current_revision(engine) == _migrate.HEAD
-    assert _tables(engine) == {"persched_jobs", "persched_runs", "persched_changes", _migrate.VERSION_TABLE}
+    assert _tables(engine) == {
+        "persched_jobs",
+        "persched_runs",
+        "persched_changes",
+        "persched_instances",
+        _migrate.VERSION_TABLE,
+    }
     assert _diff(engine, metadata) == []
     # Names of indexes and unique constraints, spelled out in the revision,
     # must match the naming convention of the metadata.
