@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Final
 from sqlalchemy import select
 
 from persched import JobScheduler, _db
+from persched._membership import owner_among
 from persched._schema import runs as runs_table
 from tests.support.helpers import TIMEOUT, stop_gracefully, wait_until
 from tests.support.multi_child import EFFECT_TARGET, Effect, read_effects
@@ -97,7 +99,7 @@ class Cluster:
     lease: float = 1.0
     heartbeat: float = 0.2
     pickup: float = 0.2
-    share_work: bool = False  # every child with JobScheduler(share_work=True) (issue 19)
+    race: bool = False  # every child with JobScheduler(share_work=False): each tries every slot
     children: list[Child] = field(default_factory=list)
 
     @property
@@ -127,7 +129,7 @@ class Cluster:
             str(self.heartbeat),
             "--pickup",
             str(self.pickup),
-            *(["--share-work"] if self.share_work else []),
+            *(["--race"] if self.race else []),
             *extra,
         ]
         with log.open("wb") as out:
@@ -171,14 +173,19 @@ def cluster(
     lease: float = 1.0,
     heartbeat: float = 0.2,
     pickup: float = 0.2,
-    share_work: bool = False,
+    race: bool = False,
 ) -> Iterator[Cluster]:
     """A `Cluster` whose children are all killed on exit."""
-    c = Cluster(url, tmp, lease=lease, heartbeat=heartbeat, pickup=pickup, share_work=share_work)
+    c = Cluster(url, tmp, lease=lease, heartbeat=heartbeat, pickup=pickup, race=race)
     try:
         yield c
     finally:
         c.close()
+
+
+def job_owned_by(member: str, members: Sequence[str], prefix: str) -> str:
+    """The first job id ``prefix0``, ``prefix1``, ... that `member` owns among `members` (sharing the work)."""
+    return next(f"{prefix}{i}" for i in itertools.count() if owner_among(tuple(members), f"{prefix}{i}") == member)
 
 
 def schedule_jobs(url: str, intervals: dict[str, float], effects: Path, start_in: float) -> dict[str, datetime]:

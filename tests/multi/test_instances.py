@@ -27,6 +27,7 @@ from tests.multi._cluster import (
     deschedule_all,
     effects_of,
     fetch_runs,
+    job_owned_by,
     now_utc,
     schedule_jobs,
     throttled,
@@ -78,21 +79,23 @@ def test_three_instances_run_every_slot_once(db_url: str, tmp_path: Path) -> Non
 def test_sigkill_of_an_instance_mid_run(db_url: str, tmp_path: Path) -> None:
     """(3) SIGKILL the instance running a long run: it becomes "lost" after one lease
     observed by a survivor (not while the victim is alive), the job goes on on the
-    survivors, and no slot runs twice."""
-    _sigkill_mid_run(db_url, tmp_path, share_work=False)
+    survivors, and no slot runs twice. The instances share the work (the default): the
+    victim's waiting jobs are in no survivor's heap until the survivors drop it from their
+    views, a lease after its last beat; the search for overdue rows runs them meanwhile."""
+    _sigkill_mid_run(db_url, tmp_path, race=False)
 
 
 @pytest.mark.parametrize("engine_name", engine_params("postgres"), indirect=True)
-def test_sigkill_of_an_instance_mid_run_sharing_the_work(db_url: str, tmp_path: Path) -> None:
-    """(3) with ``share_work=True`` (issue 19): the victim's waiting jobs are in no survivor's
-    heap, and only the claim by query finds them. On PostgreSQL only, to keep the suite short."""
-    _sigkill_mid_run(db_url, tmp_path, share_work=True)
+def test_sigkill_of_an_instance_mid_run_racing(db_url: str, tmp_path: Path) -> None:
+    """(3) with ``share_work=False``: every instance tries every slot. On PostgreSQL only, to
+    keep the suite short."""
+    _sigkill_mid_run(db_url, tmp_path, race=True)
 
 
-def _sigkill_mid_run(db_url: str, tmp_path: Path, *, share_work: bool) -> None:
+def _sigkill_mid_run(db_url: str, tmp_path: Path, *, race: bool) -> None:
     jobs = workload(5)
     marker = tmp_path / "blocker.started"
-    with cluster(db_url, tmp_path, lease=KILL_LEASE, heartbeat=HEARTBEAT, pickup=PICKUP, share_work=share_work) as c:
+    with cluster(db_url, tmp_path, lease=KILL_LEASE, heartbeat=HEARTBEAT, pickup=PICKUP, race=race) as c:
         first = schedule_jobs(db_url, jobs, c.effects, start_in=1.0)
         victim = c.spawn("victim", "--blocker", str(marker))
         victim.wait_ready()
@@ -153,10 +156,13 @@ def _effects_after(c_effects: Path, job_id: str, when: datetime) -> list[str]:
     ]
 
 
+MEMBERS: Final = ("a", "b", "c")
+
+
 def test_changes_through_one_instance_reach_the_others(db_url: str, tmp_path: Path) -> None:
-    """(4) Scheduled through one instance: starts on the others. Descheduled through one
-    instance, or with `persched deschedule` from a shell: stops everywhere (no later slot
-    starts anywhere; the others drop it within pick-up + one interval)."""
+    """(4) Scheduled through one instance: starts on the instance that owns it. Descheduled
+    through one instance, or with `persched deschedule` from a shell: stops everywhere (no later
+    slot starts anywhere; the others drop it within pick-up + one interval)."""
     with cluster(db_url, tmp_path, lease=LEASE, heartbeat=HEARTBEAT, pickup=PICKUP) as c:
         c.start("b", "c")
         a = JobScheduler(
@@ -164,24 +170,31 @@ def test_changes_through_one_instance_reach_the_others(db_url: str, tmp_path: Pa
         )
         try:
             a.start()
-            intervals = {"ctl": 0.1, "via-api": 0.1, "via-cli": 0.1}
+            # The work is shared: one job that b owns, descheduled through a, one that c owns,
+            # descheduled from a shell.
+            via_api, via_cli = job_owned_by("b", MEMBERS, "via-api-"), job_owned_by("c", MEMBERS, "via-cli-")
+            intervals = {"ctl": 0.1, via_api: 0.1, via_cli: 0.1}
             first = {
                 job_id: a.schedule(job_id, EFFECT_TARGET, interval, args=(str(c.effects),), start_in=0.3).next_run_at
                 for job_id, interval in intervals.items()
             }
             reader = RunReader(db_url)
             try:
+
+                def ran_on_owners() -> bool:
+                    return {(via_api, "b"), (via_cli, "c")} <= {(r.job_id, r.instance_id) for r in reader.runs()}
+
                 wait_until(
-                    throttled(lambda: {"b", "c"} <= {r.instance_id for r in reader.runs() if r.job_id == "via-api"}),
+                    throttled(ran_on_owners),
                     timeout=3 * TIMEOUT,
-                    message="a job scheduled through 'a' ran on 'b' and on 'c'",
+                    message="jobs scheduled through 'a' ran on their owners 'b' and 'c'",
                 )
             finally:
                 reader.close()
-            assert a.deschedule("via-api") is True
+            assert a.deschedule(via_api) is True
             api_done = now_utc()
             cli = subprocess.run(
-                [sys.executable, "-m", "persched", "--db", db_url, "deschedule", "via-cli"],
+                [sys.executable, "-m", "persched", "--db", db_url, "deschedule", via_cli],
                 cwd=REPO,
                 env=child_env(),
                 capture_output=True,
@@ -197,7 +210,7 @@ def test_changes_through_one_instance_reach_the_others(db_url: str, tmp_path: Pa
         deschedule_all(db_url, ["ctl"])
         c.stop_all()
     runs = fetch_runs(db_url)
-    for job_id, done in (("via-api", api_done), ("via-cli", cli_done)):
+    for job_id, done in ((via_api, api_done), (via_cli, cli_done)):
         started_late = [r for r in runs if r.job_id == job_id and r.started_at > done]
         assert not started_late, f"{job_id} started after its deschedule returned: {started_late}"
         assert not _effects_after(c.effects, job_id, done), f"{job_id}: a slot after the deschedule ran"

@@ -1,20 +1,18 @@
-"""Instances share the work instead of racing for it (issue 19), on every engine.
+"""Instances share the work (the default): each job has one owner among the live instances.
 
-One in-process scheduler (`ME`, ``share_work=True``, a FakeClock at an odd instant) and another
-instance played by hand through a second `Store` (`OTHER`): it claims and
-finishes slots exactly when the test says. Deterministic: every step waits
-for `wait_idle` or for an event, none for an interleaving.
+One in-process scheduler (`ME`, a FakeClock at an odd instant, its heartbeat thread stopped so
+that the test runs each membership round itself) and another instance (`OTHER`) played by hand
+through a second `Store`: it beats, claims and finishes exactly when the test says.
+Deterministic: every step waits for `wait_idle` or for an event, none for an interleaving.
 
-- A slot another instance took is not tried here again at that job's next
-  slots (before issue 19 the loser requeued at the next slot and lost every
-  slot again: one wasted claim per slot per extra instance).
-- A job whose claimer stopped queueing it (it stopped, or is saturated) is
-  still found here, by the claim by query, once it is overdue.
-- deschedule(wait=True) waits for a claim by query under way, whose jobs are
-  not known before its commit.
-- An instance that owns no job (the others took them all, as after its
-  outage) queues the slots due soon and races for them: it rejoins.
-- An instance searches every `SEARCH_EVERY`, not at every wake-up.
+- An instance queues only the jobs it owns; a job another member owns is not even tried.
+- A job whose owner does not run it is found by the search once it is overdue.
+- A member whose count stands still for a lease is dropped (its row deleted) and its jobs move
+  here; one that beats on is kept however long it lives; one that leaves hands over at once.
+- A member that joins takes its share: the old owner drops those entries.
+- The owner queues a job again after another instance took a slot of it.
+- deschedule(wait=True) waits for a claim by query under way.
+- The search runs only while others share the work, every `SEARCH_EVERY`.
 """
 
 from __future__ import annotations
@@ -27,13 +25,14 @@ from unittest.mock import patch
 import pytest
 
 from persched import JobScheduler, _db
-from persched._dispatcher import JOIN_AHEAD, SEARCH_EVERY
+from persched._dispatcher import SEARCH_EVERY
 from persched._instant import Instant, Micros, from_datetime, seconds
 from persched._observe import Observer
 from persched._store import Claim, Store
 from persched.testing import FakeClock
+from tests.multi._cluster import job_owned_by
 from tests.support import jobs
-from tests.support.helpers import TIMEOUT, finished_runs
+from tests.support.helpers import TIMEOUT, db_sql, finished_runs
 from tests.support.race_jobs import RECORD
 from tests.support.store_calls import claim_one, finish_one
 
@@ -43,7 +42,9 @@ if TYPE_CHECKING:
 
 ME = "me:1:aaaaaa"
 OTHER = "other:2:bbbbbb"
-LEASE = Micros(30_000_000)
+BOTH = (ME, OTHER)
+LEASE_SECONDS = 30.0
+LEASE = Micros(int(LEASE_SECONDS * 1_000_000))
 INTERVAL = 10.0
 
 
@@ -62,12 +63,10 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def me(db_url: str, clock: FakeClock) -> Iterator[JobScheduler]:
-    # No pick-up after the first (neither polled nor signalled): it would queue this instance's own
-    # schedule() again.
-    sched = JobScheduler(
-        db_url, clock=clock, instance_id=ME, pickup_seconds=3600.0, pickup_check_seconds=3600.0, share_work=True
-    )
+    sched = JobScheduler(db_url, clock=clock, instance_id=ME, lease_seconds=LEASE_SECONDS)
     sched.start()
+    sched._heartbeat.stop()  # the test runs the membership rounds (round())
+    sched._heartbeat.join(TIMEOUT)
     try:
         yield sched
     finally:
@@ -85,23 +84,25 @@ def other(me: JobScheduler, db_url: str) -> Iterator[Store]:
         engine.dispose()
 
 
+def round_(sched: JobScheduler) -> None:
+    """One membership round of `sched`'s heartbeat, then let the dispatcher settle."""
+    sched._heartbeat.renew_membership()
+    assert sched.wait_idle(TIMEOUT)
+
+
+def beat(other: Store, sched: JobScheduler) -> None:
+    """`OTHER` renews its membership row (joins if it has none)."""
+    other.beat_membership(OTHER, sched._timebase.now())
+
+
+def members(db_url: str) -> set[str]:
+    return {row[0] for row in db_sql(db_url, "SELECT instance_id FROM persched_instances")}
+
+
 def next_slot(sched: JobScheduler, job_id: str) -> Instant:
     job = sched.get_job(job_id)
     assert job is not None
     return from_datetime(job.next_run_at)
-
-
-def own_another_job(sched: JobScheduler) -> None:
-    """Give `sched` a job of its own, due later than the test looks (within the heap's horizon):
-    it owns a job, so it does not rejoin."""
-    sched.schedule("mine", RECORD, 3600.0, args=("mine",), start_in=50.0)
-
-
-def lose_to_other(other: Store, sched: JobScheduler, clock: FakeClock, job_id: str) -> None:
-    """`OTHER` runs the job's next slot; the entry `sched` had for it then loses (taken) and is dropped."""
-    run_elsewhere(other, sched, job_id)
-    clock.advance(INTERVAL)
-    assert sched.wait_idle(TIMEOUT)
 
 
 def run_elsewhere(other: Store, sched: JobScheduler, job_id: str) -> Instant:
@@ -115,39 +116,139 @@ def run_elsewhere(other: Store, sched: JobScheduler, job_id: str) -> Instant:
     return slot
 
 
-def test_a_slot_taken_elsewhere_is_not_tried_here_at_the_next_slots(
-    me: JobScheduler, other: Store, clock: FakeClock
-) -> None:
-    lost = Conflicts()
-    me.set_observer(lost)
-    me.schedule("a", RECORD, INTERVAL, args=("a",))
-    lose_to_other(other, me, clock, "a")  # the slot `me` had queued comes due: lost
+def ran_here(sched: JobScheduler, job_id: str) -> list[tuple[Instant, Instant]]:
+    """(scheduled_for, started_at) of the runs of `job_id` that `sched` ran."""
+    return [
+        (from_datetime(r.scheduled_for), from_datetime(r.started_at))
+        for r in finished_runs(sched, job_id)
+        if r.instance_id == sched.instance_id
+    ]
+
+
+MINE = job_owned_by(ME, BOTH, "mine-")
+THEIRS = job_owned_by(OTHER, BOTH, "theirs-")
+
+
+def test_an_instance_queues_only_the_jobs_it_owns(me: JobScheduler, other: Store, clock: FakeClock) -> None:
+    conflicts = Conflicts()
+    me.set_observer(conflicts)
+    beat(other, me)
+    round_(me)
+    assert me._membership is not None
+    assert me._membership.members == tuple(sorted(BOTH))
+    me.schedule(MINE, RECORD, INTERVAL, args=(MINE,))
+    me.schedule(THEIRS, RECORD, INTERVAL, args=(THEIRS,))
     for _ in range(3):
-        lose_to_other(other, me, clock, "a")  # `me` no longer tries: nothing lost
-    assert lost.lost == ["a"]  # before issue 19: one more lost claim at every slot
-    assert jobs.calls("a") == []
+        run_elsewhere(other, me, THEIRS)  # its owner runs it on time
+        clock.advance(INTERVAL)
+        assert me.wait_idle(TIMEOUT)
+    assert len(ran_here(me, MINE)) == 3
+    assert jobs.calls(THEIRS) == []
+    assert conflicts.lost == []  # not even tried
 
 
-def test_a_job_nobody_queues_any_more_is_found_once_overdue(me: JobScheduler, other: Store, clock: FakeClock) -> None:
-    own_another_job(me)
-    me.schedule("a", RECORD, INTERVAL, args=("a",))
-    lose_to_other(other, me, clock, "a")  # not queued again: OTHER then stops
-    slot = next_slot(me, "a")
+def test_a_job_its_owner_does_not_run_is_found_once_overdue(me: JobScheduler, other: Store, clock: FakeClock) -> None:
+    beat(other, me)
+    round_(me)
+    me.schedule(THEIRS, RECORD, INTERVAL, args=(THEIRS,))
+    slot = next_slot(me, THEIRS)
     clock.advance(INTERVAL + seconds(SEARCH_EVERY) / 2)
     assert me.wait_idle(TIMEOUT)
-    assert jobs.calls("a") == []  # due, but not overdue yet
+    assert jobs.calls(THEIRS) == []  # due, but not overdue yet
     clock.advance(seconds(SEARCH_EVERY))
     assert me.wait_idle(TIMEOUT)
-    (run,) = [r for r in finished_runs(me, "a") if r.instance_id == ME]
-    assert (from_datetime(run.scheduled_for), run.outcome) == (slot, "ok")
+    assert [scheduled for scheduled, _ in ran_here(me, THEIRS)] == [slot]
+
+
+def test_a_member_that_stops_beating_is_dropped_after_a_lease(
+    me: JobScheduler, other: Store, clock: FakeClock, db_url: str
+) -> None:
+    beat(other, me)
+    round_(me)
+    me.schedule(THEIRS, RECORD, INTERVAL, args=(THEIRS,), start_in=LEASE_SECONDS + 5.0)
+    slot = next_slot(me, THEIRS)
+    clock.advance(LEASE_SECONDS - 0.001)  # its count stood still for less than a lease
+    round_(me)
+    assert members(db_url) == set(BOTH)
+    clock.advance(0.001)
+    round_(me)
+    assert members(db_url) == {ME}  # forgotten: its row deleted
+    clock.advance(seconds(Micros(slot - me._timebase.now())))  # the slot, not a microsecond later
+    assert me.wait_idle(TIMEOUT)
+    assert ran_here(me, THEIRS) == [(slot, slot)]  # queued here again: on time, not found by a search
+
+
+def test_a_member_that_beats_on_is_kept(me: JobScheduler, other: Store, clock: FakeClock, db_url: str) -> None:
+    me.schedule(THEIRS, RECORD, INTERVAL, args=(THEIRS,))
+    for _ in range(12):  # four leases
+        beat(other, me)
+        round_(me)
+        clock.advance(LEASE_SECONDS / 3)
+        run_elsewhere(other, me, THEIRS)  # its owner runs it on time
+    assert members(db_url) == set(BOTH)
+    assert jobs.calls(THEIRS) == []
+
+
+def test_a_member_that_leaves_hands_its_jobs_over_at_the_next_round(
+    me: JobScheduler, other: Store, clock: FakeClock
+) -> None:
+    beat(other, me)
+    round_(me)
+    me.schedule(THEIRS, RECORD, INTERVAL, args=(THEIRS,), start_in=5.0)
+    other.leave_membership(OTHER)
+    round_(me)
+    assert me._membership is not None
+    assert me._membership.members == (ME,)
+    slot = next_slot(me, THEIRS)
+    clock.advance(5.0)
+    assert me.wait_idle(TIMEOUT)
+    assert ran_here(me, THEIRS) == [(slot, slot)]
+
+
+def test_a_member_that_joins_takes_its_share(me: JobScheduler, other: Store, clock: FakeClock) -> None:
+    conflicts = Conflicts()
+    me.set_observer(conflicts)
+    me.schedule(THEIRS, RECORD, INTERVAL, args=(THEIRS,), start_in=5.0)  # queued here: me is alone
+    beat(other, me)
+    round_(me)  # OTHER owns it now: the entry is dropped
+    clock.advance(5.0)
+    run_elsewhere(other, me, THEIRS)
+    clock.advance(INTERVAL)
+    run_elsewhere(other, me, THEIRS)
+    assert me.wait_idle(TIMEOUT)
+    assert jobs.calls(THEIRS) == []
+    assert conflicts.lost == []
+
+
+def test_forgetting_a_member_is_conditional_on_the_count_seen(me: JobScheduler, other: Store) -> None:
+    beat(other, me)
+    (count,) = [beats for member, beats in other.beat_membership(OTHER, me._timebase.now()).items() if member == OTHER]
+    beat(other, me)  # it beat again after the count was seen
+    assert other.forget_member(OTHER, count) is False
+    assert other.forget_member(OTHER, count + 1) is True
+
+
+def test_the_owner_queues_its_job_again_after_a_slot_taken_elsewhere(
+    me: JobScheduler, other: Store, clock: FakeClock
+) -> None:
+    beat(other, me)
+    round_(me)
+    me.schedule(MINE, RECORD, INTERVAL, args=(MINE,))
+    run_elsewhere(other, me, MINE)  # OTHER's search, say, took this slot
+    clock.advance(INTERVAL)
+    assert me.wait_idle(TIMEOUT)
+    slot = next_slot(me, MINE)
+    clock.advance(INTERVAL)
+    assert me.wait_idle(TIMEOUT)
+    assert ran_here(me, MINE) == [(slot, slot)]
 
 
 def test_deschedule_and_wait_waits_for_a_claim_by_query_under_way(
     me: JobScheduler, other: Store, clock: FakeClock
 ) -> None:
-    own_another_job(me)
-    me.schedule("a", RECORD, INTERVAL, args=("a",))
-    lose_to_other(other, me, clock, "a")
+    beat(other, me)
+    round_(me)
+    me.schedule(THEIRS, RECORD, INTERVAL, args=(THEIRS,))
     committed, go = threading.Event(), threading.Event()
     store = me._store
     real = store.claim_overdue
@@ -162,12 +263,12 @@ def test_deschedule_and_wait_waits_for_a_claim_by_query_under_way(
     seen_at_return: list[int] = []
 
     def deschedule() -> None:
-        me.deschedule("a", wait=True, timeout=TIMEOUT)
-        seen_at_return.append(len(jobs.calls("a")))
+        me.deschedule(THEIRS, wait=True, timeout=TIMEOUT)
+        seen_at_return.append(len(jobs.calls(THEIRS)))
 
     with patch.object(store, "claim_overdue", paused):
         clock.advance(INTERVAL + seconds(SEARCH_EVERY) * 1.5)
-        assert committed.wait(TIMEOUT)  # the search committed its claim of "a", not handed over yet
+        assert committed.wait(TIMEOUT)  # the search committed its claim, not handed over yet
         waiter = threading.Thread(target=deschedule)
         waiter.start()
         waiter.join(0.5)  # without the count of searches under way it returns here, the run not started
@@ -176,24 +277,10 @@ def test_deschedule_and_wait_waits_for_a_claim_by_query_under_way(
     assert seen_at_return == [1]  # it returned after the run it raced
 
 
-def test_an_instance_that_owns_no_job_races_for_the_slots_due_soon(
+def test_the_search_runs_only_while_others_share_every_search_every(
     me: JobScheduler, other: Store, clock: FakeClock
 ) -> None:
-    # OTHER took "a" (as the instance that stayed connected takes every job during an outage).
-    me.schedule("a", RECORD, INTERVAL, args=("a",))
-    lose_to_other(other, me, clock, "a")
-    slot = next_slot(me, "a")  # OTHER would run it on time: it is never overdue
-    clock.advance(seconds(Micros(slot - me._timebase.now() - JOIN_AHEAD // 2)))
-    assert me.wait_idle(TIMEOUT)  # a search: "a" is due within JOIN_AHEAD, so it is queued here
-    assert jobs.calls("a") == []
-    clock.advance(seconds(JOIN_AHEAD) / 2)  # the slot, not a microsecond later
-    assert me.wait_idle(TIMEOUT)
-    (run,) = [r for r in finished_runs(me, "a") if r.instance_id == ME]  # before: never, while OTHER ran it
-    assert (from_datetime(run.scheduled_for), from_datetime(run.started_at)) == (slot, slot)
-
-
-def test_an_instance_searches_every_search_every(me: JobScheduler, clock: FakeClock) -> None:
-    own_another_job(me)
+    me.schedule(MINE, RECORD, 3600.0, args=(MINE,), start_in=50.0)  # a job, due later than the test looks
     searches: list[Instant] = []
     store = me._store
     real = store.claim_overdue
@@ -202,9 +289,16 @@ def test_an_instance_searches_every_search_every(me: JobScheduler, clock: FakeCl
         searches.append(me._timebase.now())
         return real(*args)
 
-    with patch.object(store, "claim_overdue", counted):
-        for _ in range(20):  # 2 s, a wake-up every 0.1 s
+    def two_seconds() -> None:
+        for _ in range(20):  # a wake-up every 0.1 s
             clock.advance(0.1)
             assert me.wait_idle(TIMEOUT)
+
+    with patch.object(store, "claim_overdue", counted):
+        two_seconds()
+        assert searches == []  # alone: it owns every job, nobody else to help
+        beat(other, me)
+        round_(me)
+        two_seconds()
     assert 3 <= len(searches) <= 5  # every SEARCH_EVERY (0.5 s), not every 0.1 s
     assert all(b - a >= SEARCH_EVERY for a, b in itertools.pairwise(searches))
