@@ -52,8 +52,12 @@ dispatcher reserves its free workers and calls `search` (the claim by query,
 `Store.claim_overdue`), which claims the oldest rows due more than
 `search_every` ago, whoever owns them, SKIP LOCKED so that two instances
 searching at once take disjoint rows. So an owner that falls behind is helped
-by the instances with free workers, and a job whose owner died runs about 0.5
-s late until the others drop that owner from their views. (A shorter search,
+by the instances with free workers. A job that a search ran is *adopted*: the
+instance queues its next slots too (`persched._runs.RunBook`), racing its
+owner, until a claim of it loses to another claim (its owner is back, or
+another instance adopted it); so the job of an owner that died or was cut off
+runs late once, at the search, and on time after that, while the others
+have not yet dropped the owner from their views (a lease). (A shorter search,
 0.1 s for rows 0.2 s late, was tried and taken back: `next_run_at` is the grid
 slot, so a row with more than 0.2 s of jitter looked late before it was due.)
 A single instance, or one that does not share (``share_work=False``: every

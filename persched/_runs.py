@@ -144,6 +144,9 @@ class RunBook:
         self._searches = 0  # claims by query (claim_overdue) under way: their jobs are not counted yet
         # (job_id, generation) of rows claim_overdue could not read: passed by (a fix is a new generation)
         self._unreadable: set[tuple[str, int]] = set()
+        # Jobs of other owners that a search ran here: queued here until a claim loses to another's
+        # (persched._dispatcher "Sharing the work"). Set operations are atomic: no lock.
+        self._adopted: set[str] = set()
         self.dispatcher = Dispatcher(
             timebase, workers, self.cycle, search=None if owns is None else self.claim_overdue, owns=owns
         )
@@ -194,7 +197,7 @@ class RunBook:
                 )
                 retry_at = Instant(self._timebase.now() + CLAIM_RETRY)
                 for job_id, generation, _, _ in due:
-                    self.dispatcher.offer(retry_at, job_id, generation)
+                    self._queue(retry_at, job_id, generation)
             self._hand_over(results)
         if next_due is not None:
             self._completions_written(completions, next_due)
@@ -225,6 +228,7 @@ class RunBook:
                     for job_id, _, _, _ in found.entries:
                         self._inflight_jobs[job_id] += 1
                 self._hand_over(found.results)
+                self._adopted.update(r.job_id for r in found.results if isinstance(r, Claim))
         finally:
             with self._inflight_cond:
                 self._searches -= 1
@@ -268,8 +272,18 @@ class RunBook:
         notify(lambda: observer.claim_conflict(job_id), "claim conflict")
         logger.debug("claim of %s generation %d lost (state %s)", job_id, generation, miss.state)
         # Only the job's owner queues it again (persched._dispatcher "Sharing the work"); should
-        # nobody, the search for overdue rows finds it.
-        self.dispatcher.offer(miss.due_at, job_id, generation)
+        # nobody, the search for overdue rows finds it. An adopted job lost to another claim: its
+        # owner is back, or another instance adopted it.
+        if miss.taken:
+            self._adopted.discard(job_id)
+        self._queue(miss.due_at, job_id, generation)
+
+    def _queue(self, due_at: Instant, job_id: str, generation: int) -> None:
+        """Queue a job's next slot if it is this instance's: owned, or adopted."""
+        if job_id in self._adopted:
+            self.dispatcher.push(due_at, job_id, generation)
+        else:
+            self.dispatcher.offer(due_at, job_id, generation)
 
     # -- completions: the workers' side ---------------------------------------------
 
@@ -320,7 +334,9 @@ class RunBook:
         for completion, due_at in zip(completions, due, strict=True):
             claim = completion.claim
             if due_at is not None:
-                self.dispatcher.offer(due_at, claim.job_id, claim.generation)
+                self._queue(due_at, claim.job_id, claim.generation)
+            else:
+                self._adopted.discard(claim.job_id)
             self._recorded(claim.job_id)
             overran = self._overran_runs.pop(claim.run_id, False)
 
