@@ -156,7 +156,7 @@ def _fresh(db: str, instances: int, directory: str) -> str:
         return f"sqlite:///{path}"
     from sqlalchemy import MetaData
 
-    from persched._db import make_engine
+    from persched._store.db import make_engine
 
     engine = make_engine(db)
     meta = MetaData()
@@ -190,8 +190,8 @@ def measure(
     from sqlalchemy import select
 
     from persched import JobScheduler
-    from persched._db import make_engine
-    from persched._schema import runs
+    from persched._store.db import make_engine
+    from persched._store.schema import runs
 
     url = _fresh(db, instances, directory)
     children: list[subprocess.Popen[bytes]] = []

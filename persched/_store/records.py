@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
-from .._instant import Instant, Micros, to_datetime
+from .._model.instant import Instant, Micros, to_datetime
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from .._models import Job, Run
-    from .._policy import JobPlan
+    from .._model.models import Job, Run
+    from .._model.policy import JobPlan
 
 __all__ = [
     "MAX_ERROR_TEXT",
@@ -68,7 +68,7 @@ class Claim:
 
     def run(self) -> Run:
         """The `Run` record as it stands while running."""
-        from .._models import Run  # pydantic: not for the read commands, which import this module too
+        from .._model.models import Run  # pydantic: not for the read commands, which import this module too
 
         return Run(
             job_id=self.job_id,
