@@ -125,7 +125,7 @@ def _db_counters(url: str) -> dict[str, float]:
     """The server's counters that say what the window cost it (see the module docstring)."""
     from sqlalchemy import text
 
-    from persched._db import make_engine
+    from persched._store.db import make_engine
 
     if url.startswith("sqlite"):
         return {}
@@ -230,7 +230,7 @@ def _fresh(db: str, instances: int, directory: str) -> str:
         return f"sqlite:///{path}"
     from sqlalchemy import MetaData
 
-    from persched._db import make_engine
+    from persched._store.db import make_engine
 
     engine = make_engine(db)
     meta = MetaData()
@@ -265,8 +265,8 @@ def measure(
     from sqlalchemy import select
 
     from persched import JobScheduler
-    from persched._db import make_engine
-    from persched._schema import runs
+    from persched._store.db import make_engine
+    from persched._store.schema import runs
 
     url = _fresh(db, instances, directory)
     children: list[subprocess.Popen[bytes]] = []

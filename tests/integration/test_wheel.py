@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 import persched
-from persched._migrate import HEAD
-from persched._schema import metadata
+from persched._store.migrate import HEAD
+from persched._store.schema import metadata
 
 pytestmark = pytest.mark.slow
 
@@ -126,8 +126,8 @@ def test_wheel_contains_migrations_and_metadata(wheel: Path) -> None:
         "persched/_migrations/script.py.mako",
         "persched/_migrations/versions/__init__.py",
         "persched/_migrations/versions/0001_initial.py",
-        "persched/_db.py",
-        "persched/_migrate.py",
+        "persched/_store/db.py",
+        "persched/_store/migrate.py",
     ]:
         assert required in names, required
     # pyproject.toml names every package one by one: a new package left out of that list is missing here.

@@ -24,11 +24,12 @@ from unittest.mock import patch
 
 import pytest
 
-from persched import JobScheduler, _db
-from persched._dispatcher import SEARCH_EVERY
-from persched._instant import Instant, Micros, from_datetime, seconds
-from persched._observe import Observer
+from persched import JobScheduler
+from persched._engine.dispatcher import SEARCH_EVERY
+from persched._model.instant import Instant, Micros, from_datetime, seconds
 from persched._store import Claim, Store
+from persched._store import db as _db
+from persched._store.observer import Observer
 from persched.testing import FakeClock
 from tests.multi._cluster import job_owned_by
 from tests.support import jobs
