@@ -147,7 +147,7 @@ class SchedulerConfig:
     horizon: Micros
     max_args_bytes: int
     namespace: str
-    share_work: bool  # each job has one owner among the live instances (persched._membership)
+    share_work: bool  # each job has one owner among the live instances (persched._engine.membership)
 
     @classmethod
     def checked(

@@ -100,7 +100,7 @@ def test_jobs_at_head_imports_no_alembic(at_head: Path, tmp_path: Path) -> None:
 def test_sqlite_engine_and_schema_import_no_postgresql_dialect(at_head: Path, tmp_path: Path) -> None:
     # The partial indexes get their postgresql_where only with a PostgreSQL engine (_schema).
     probe = (
-        "import sys; from persched import _db, _revision, _schema; "
+        "import sys; from persched._store import db as _db, revision as _revision, schema as _schema; "
         "e = _db.make_engine(sys.argv[1], create=False); assert _revision.at_head(e); "
         "assert _schema.runs.indexes and all(i.dialect_kwargs.get('sqlite_where') is not None "
         "for i in _schema.runs.indexes if i.name in _schema.partial_index_predicates()); e.dispose()"

@@ -149,7 +149,7 @@ def test_installed_wheel_migrates_outside_the_repo(venv_python: Path, tmp_path: 
     work.mkdir()
     script = (
         "import persched, sqlalchemy\n"
-        "from persched import _migrate, _db\n"
+        "from persched._store import migrate as _migrate, db as _db\n"
         "assert 'site-packages' in persched.__file__, persched.__file__\n"
         f"assert _migrate.HEAD == {HEAD!r}, _migrate.HEAD\n"
         "e = _db.make_engine('x.db')\n"

@@ -312,7 +312,7 @@ def test_concurrent_upgrades_in_processes(empty_db_url: str, tmp_path: Path) -> 
     child = textwrap.dedent(
         """
         import os, sys, time
-        from persched import _db, _migrate
+        from persched._store import db as _db, migrate as _migrate
         eng = _db.make_engine(sys.argv[1], busy_timeout_seconds=30)
         deadline = time.monotonic() + 30
         while not os.path.exists(sys.argv[2]) and time.monotonic() < deadline:
