@@ -143,14 +143,15 @@ def _db_counters(url: str) -> dict[str, float]:
                 names = ("transactions", "rows_inserted", "rows_updated", "rows_read", "wal_bytes")
                 return dict(zip(names, map(float, row), strict=True))
             status = dict(conn.execute(text("SHOW GLOBAL STATUS")).all())
+            # MariaDB 10.11 has no Innodb_rows_*: the handler counters count the same row operations.
             keys = {
-                "transactions": "Com_commit",
-                "rows_inserted": "Innodb_rows_inserted",
-                "rows_updated": "Innodb_rows_updated",
-                "rows_read": "Innodb_rows_read",
-                "redo_bytes": "Innodb_os_log_written",
+                "transactions": ("Com_commit",),
+                "rows_inserted": ("Handler_write",),
+                "rows_updated": ("Handler_update",),
+                "rows_read": ("Handler_read_key", "Handler_read_next", "Handler_read_rnd_next"),
+                "redo_bytes": ("Innodb_os_log_written",),
             }
-            return {name: float(status.get(key, 0)) for name, key in keys.items()}
+            return {name: sum(float(status.get(key, 0)) for key in names) for name, names in keys.items()}
     finally:
         engine.dispose()
 
