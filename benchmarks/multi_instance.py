@@ -262,6 +262,7 @@ def measure(
     counts: bool = False,
     race: bool = False,
     slow: bool = False,
+    analyze: bool = False,
 ) -> dict[str, Any]:
     """Run `instances` processes on a fresh database; the numbers of the module docstring."""
     from sqlalchemy import select
@@ -278,6 +279,8 @@ def measure(
     # (picking 100,000 changes up at once would measure the change feed, not the steady state).
     first = _schedule(setup, load, slow) if slow else {}
     setup.shutdown()
+    if analyze:
+        _analyze(url)
     marks = Path(tempfile.mkdtemp(prefix="ready-", dir=directory))
     try:
         # The processes start first (so start-up costs no slots), then the jobs
@@ -357,6 +360,22 @@ def measure(
     }
 
 
+def _analyze(url: str) -> None:
+    """Give the planner statistics of the freshly filled tables (autovacuum does, a minute later)."""
+    from sqlalchemy import text
+
+    from persched._store.db import make_engine
+
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text("ANALYZE TABLE persched_jobs" if engine.dialect.name == "mysql" else "ANALYZE persched_jobs")
+            )
+    finally:
+        engine.dispose()
+
+
 def _schedule(sched: Any, load: dict[str, float], slow: bool) -> dict[str, float]:  # noqa: ANN401 - a JobScheduler
     """Schedule the load; return each job's first slot (epoch seconds). A slow load is declared in
     one transaction with first slots spread over one interval after `SLOW_LEAD`; the others get
@@ -398,6 +417,7 @@ def main() -> None:
         help="count claims tried / won and the seconds spent in the store's claim and finish calls, per instance",
     )
     p.add_argument("--race", action="store_true", help="JobScheduler(share_work=False) in every instance")
+    p.add_argument("--analyze", action="store_true", help="ANALYZE the jobs table once the load is stored")
     args = p.parse_args()
     if args.child:
         child(*args.child, workers=args.workers, counts=args.counts or None, race=args.race)
@@ -419,6 +439,7 @@ def main() -> None:
                 counts=args.counts is not None,
                 race=args.race,
                 slow=args.intervals == "slow",
+                analyze=args.analyze,
             )
             records[n].append(record)
             c.emit(record)
