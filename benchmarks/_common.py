@@ -133,7 +133,7 @@ def workers(args: argparse.Namespace) -> int:
     if args.workers:
         return int(args.workers)
     if args.system == "persched":
-        from persched._config import DEFAULT_WORKERS
+        from persched._engine.config import DEFAULT_WORKERS
 
         return DEFAULT_WORKERS
     return APS_DEFAULT_WORKERS
@@ -194,8 +194,8 @@ def persched_populate_url(url: str, rows: Iterable[tuple[str, str, float, float]
 
     from sqlalchemy import delete, insert
 
-    from persched._db import make_engine
-    from persched._schema import jobs, runs
+    from persched._store.db import make_engine
+    from persched._store.schema import jobs, runs
 
     def at(epoch: float) -> datetime:
         return datetime.fromtimestamp(epoch, timezone.utc)
@@ -231,10 +231,10 @@ def persched_populate_url(url: str, rows: Iterable[tuple[str, str, float, float]
 def persched_populate(path: str, rows: Iterable[tuple[str, str, float, float]]) -> int:
     """Insert ``(job_id, target, interval_seconds, first_run_at epoch)`` rows as scheduled jobs.
 
-    Covers every NOT NULL column of `persched._schema.jobs` that has no
+    Covers every NOT NULL column of `persched._store.schema.jobs` that has no
     server default, and fails loudly if the schema grew one we don't know.
     """
-    from persched._schema import jobs
+    from persched._store.schema import jobs
 
     now = sqlite_text(time.time())
     known = {
@@ -287,7 +287,7 @@ def persched_populate(path: str, rows: Iterable[tuple[str, str, float, float]]) 
 
 def persched_probe_now(path: str, job_id: str, when: float) -> None:
     """Make `job_id` due at `when` (start-up workload: the first run proves dispatching)."""
-    from persched._schema import jobs
+    from persched._store.schema import jobs
 
     conn = sqlite3.connect(path, isolation_level=None)
     try:

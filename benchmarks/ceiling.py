@@ -1,6 +1,6 @@
 """Workload 6, the ceiling: persched's claim UPDATE alone, through SQLAlchemy Core, on the same kind of file.
 
-The engine comes from ``persched._db.make_engine`` (WAL, synchronous=FULL,
+The engine comes from ``persched._store.db.make_engine`` (WAL, synchronous=FULL,
 BEGIN IMMEDIATE: identical PRAGMAs), the table from persched's own migration,
 and the statement is the conditional UPDATE ... RETURNING of
 ``Store.claim_run``, one row per statement. ``--batch`` rows share one
@@ -32,8 +32,8 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=1, help="claims per transaction")
     p.add_argument("--window", type=float, default=10.0)
     args = p.parse_args()
-    from persched._db import make_engine
-    from persched._schema import jobs
+    from persched._store.db import make_engine
+    from persched._store.schema import jobs
 
     path = c.db_path(args.dir)
     c.persched_create(path)

@@ -19,10 +19,11 @@ import time
 from pathlib import Path
 
 from benchmarks import _common as c
-from persched import _db, _migrate
-from persched._instant import Instant, Micros
-from persched._models import validate_definition, validate_policies
+from persched._model.instant import Instant, Micros
+from persched._model.models import validate_definition, validate_policies
 from persched._store import Claim, Completion, Store
+from persched._store import db as _db
+from persched._store import migrate as _migrate
 
 T = 1_800_000_000_000_000  # microseconds
 S = 1_000_000  # one second

@@ -1,10 +1,11 @@
-"""Several scheduler processes sharing one database (issue 19; SPEC-multi "Sharing costs no slots").
+"""Several scheduler processes sharing one database: runs per second and what coordination costs.
 
 N scheduler processes (``--instances 1 2 3 4``; each count measured on a
 fresh database) share one database and one load, scheduled after they
 started so that every process picks the jobs up. The callable is
 `benchmarks.targets.noop`; every process runs a default `JobScheduler`
-(``--workers`` changes its pool, ``--share-work`` sets ``share_work=True``). After `--warmup` seconds of slots, the
+(``--workers`` changes its pool; the instances share the work by default,
+``--race`` sets ``share_work=False``). After `--warmup` seconds of slots, the
 slots scheduled in the next `--window` seconds are measured; `--settle`
 seconds later every process gets SIGTERM (graceful shutdown).
 
@@ -15,8 +16,11 @@ Two loads:
 - ``--db postgresql+psycopg://...`` (or a MariaDB URL): the database is
   emptied before each count (every table of its ``public`` schema is
   dropped on PostgreSQL: give it a database of its own), and the load is
-  `--jobs` jobs (use 2000 for issue 19's load) at intervals drawn uniformly
-  from 0.1-1 s with a fixed seed (``--intervals random``).
+  `--jobs` jobs (2000 is the reference load) at intervals drawn uniformly
+  from 0.1-1 s with a fixed seed (``--intervals random``);
+- ``--intervals slow``: intervals of 30-120 s with first slots spread over
+  one interval (a large, mostly idle table: ``--jobs 100000``), declared in
+  one transaction.
 
 From ``persched_runs`` afterwards:
 
@@ -27,12 +31,19 @@ From ``persched_runs`` afterwards:
 - ``lateness_ms`` p50/p99/max: ``started_at - scheduled_for`` of those runs
   (``started_at`` is the claim's commit, SPEC §2's start of a run);
 - ``twice``: slots run more than once, over the whole history (must be 0);
-- ``by_instance``: runs per process in the window.
+- ``by_instance``: runs per process in the window;
+- ``cpu_ms_per_run``: CPU seconds spent during the window by the instances
+  and, for a server on this machine, by its processes (``postgres``,
+  ``mariadbd``: read from /proc), per run in the window, in ms
+  (``instances_cpu_ms_per_run`` and ``server_cpu_ms_per_run`` apart);
+- ``db_per_run`` (PostgreSQL, MariaDB): the server's own counters over the
+  window per run: transactions, rows inserted/updated/read, WAL or redo bytes.
 
 Prints one JSON line per measurement; with `--reps`, the counts are
 interleaved (1 2 3 4 1 2 3 4 ...) so that a noisy machine weighs on all of
 them alike, and a last line per count gives the medians and ``ratio``, the
-median runs/s over that of the smallest count.
+median runs/s over that of the smallest count, and ``cpu_ratio``, the median
+CPU per run over that of the smallest count.
 
     python -m benchmarks.multi_instance                                   # SQLite, 1 and 3 processes
     python -m benchmarks.multi_instance --instances 1 2 3 4 --reps 3
@@ -67,18 +78,83 @@ if TYPE_CHECKING:
 REPO: Final = Path(__file__).resolve().parents[1]
 TARGET: Final = "benchmarks.targets:noop"
 CYCLE: Final = (0.1, 0.15, 0.2, 0.25, 0.3)  # the SQLite load's intervals
-RANDOM_RANGE: Final = (0.1, 1.0)  # the PostgreSQL load's (issue 19)
+RANDOM_RANGE: Final = (0.1, 1.0)  # the server load's
+SLOW_RANGE: Final = (30.0, 120.0)  # --intervals slow
 START_TIMEOUT: Final = 60.0  # seconds for a process to start its scheduler
 STOP_TIMEOUT: Final = 30.0  # seconds for a graceful shutdown
 LEAD: Final = 2.0  # seconds from the last schedule() to the first slots
+SLOW_LEAD: Final = 15.0  # a slow load's first slots: after the processes started
 
 
 def intervals(jobs: int, kind: str) -> dict[str, float]:
-    """The load: `jobs` jobs, intervals cycling through 0.1-0.3 s, or drawn from 0.1-1 s (seed 19)."""
+    """The load: `jobs` jobs, intervals cycling through 0.1-0.3 s, or drawn from 0.1-1 s or
+    30-120 s (seed 19)."""
     if kind == "cycle":
         return {f"j{i}": CYCLE[i % len(CYCLE)] for i in range(jobs)}
     rng = random.Random(19)
-    return {f"j{i}": round(rng.uniform(*RANDOM_RANGE), 3) for i in range(jobs)}
+    return {f"j{i}": round(rng.uniform(*(SLOW_RANGE if kind == "slow" else RANDOM_RANGE)), 3) for i in range(jobs)}
+
+
+_TICK: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+SERVER_NAMES: Final = ("postgres", "mariadbd", "mysqld")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (0 if it is gone or /proc is missing)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _server_cpu_seconds() -> float:
+    """CPU of every database server process on this machine (a server elsewhere counts 0)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                name = (entry / "comm").read_text().strip()
+            except OSError:
+                continue
+            if name in SERVER_NAMES:
+                total += _cpu_seconds(int(entry.name))
+    return total
+
+
+def _db_counters(url: str) -> dict[str, float]:
+    """The server's counters that say what the window cost it (see the module docstring)."""
+    from sqlalchemy import text
+
+    from persched._store.db import make_engine
+
+    if url.startswith("sqlite"):
+        return {}
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            if engine.dialect.name == "postgresql":
+                row = conn.execute(
+                    text(
+                        "SELECT xact_commit, tup_inserted, tup_updated, tup_fetched + tup_returned,"
+                        " pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0') FROM pg_stat_database"
+                        " WHERE datname = current_database()"
+                    )
+                ).one()
+                names = ("transactions", "rows_inserted", "rows_updated", "rows_read", "wal_bytes")
+                return dict(zip(names, map(float, row), strict=True))
+            status = dict(conn.execute(text("SHOW GLOBAL STATUS")).all())
+            # MariaDB 10.11 has no Innodb_rows_*: the handler counters count the same row operations.
+            keys = {
+                "transactions": ("Com_commit",),
+                "rows_inserted": ("Handler_write",),
+                "rows_updated": ("Handler_update",),
+                "rows_read": ("Handler_read_key", "Handler_read_next", "Handler_read_rnd_next"),
+                "redo_bytes": ("Innodb_os_log_written",),
+            }
+            return {name: sum(float(status.get(key, 0)) for key in names) for name, names in keys.items()}
+    finally:
+        engine.dispose()
 
 
 def count_claims(path: Path) -> None:
@@ -115,7 +191,7 @@ def count_claims(path: Path) -> None:
     atexit.register(write)
 
 
-def child(url: str, instance: str, ready: str, workers: int | None, counts: str | None, share_work: bool) -> None:
+def child(url: str, instance: str, ready: str, workers: int | None, counts: str | None, race: bool) -> None:
     """One instance: start a scheduler, say so, run until SIGTERM."""
     from persched import JobScheduler
 
@@ -129,8 +205,8 @@ def child(url: str, instance: str, ready: str, workers: int | None, counts: str 
 
     signal.signal(signal.SIGTERM, on_term)
     options: dict[str, Any] = {} if workers is None else {"workers": workers}
-    if share_work:  # not passed otherwise: main before issue 19 has no such option
-        options["share_work"] = True
+    if race:
+        options["share_work"] = False
     sched = JobScheduler(url, instance_id=instance, **options)
     sched.start()
     Path(ready).write_text(instance)
@@ -156,7 +232,7 @@ def _fresh(db: str, instances: int, directory: str) -> str:
         return f"sqlite:///{path}"
     from sqlalchemy import MetaData
 
-    from persched._db import make_engine
+    from persched._store.db import make_engine
 
     engine = make_engine(db)
     meta = MetaData()
@@ -184,20 +260,27 @@ def measure(
     workers: int | None,
     directory: str,
     counts: bool = False,
-    share_work: bool = False,
+    race: bool = False,
+    slow: bool = False,
+    analyze: bool = False,
 ) -> dict[str, Any]:
     """Run `instances` processes on a fresh database; the numbers of the module docstring."""
     from sqlalchemy import select
 
     from persched import JobScheduler
-    from persched._db import make_engine
-    from persched._schema import runs
+    from persched._store.db import make_engine
+    from persched._store.schema import runs
 
     url = _fresh(db, instances, directory)
     children: list[subprocess.Popen[bytes]] = []
     setup = JobScheduler(url)
     setup.jobs()  # creates the schema before several processes race to
+    # A slow load is stored before the processes start, which load it as a restarted fleet does
+    # (picking 100,000 changes up at once would measure the change feed, not the steady state).
+    first = _schedule(setup, load, slow) if slow else {}
     setup.shutdown()
+    if analyze:
+        _analyze(url)
     marks = Path(tempfile.mkdtemp(prefix="ready-", dir=directory))
     try:
         # The processes start first (so start-up costs no slots), then the jobs
@@ -208,8 +291,8 @@ def measure(
                 cmd += ["--workers", str(workers)]
             if counts:
                 cmd += ["--counts", str(marks / f"i{i}.counts")]
-            if share_work:
-                cmd.append("--share-work")
+            if race:
+                cmd.append("--race")
             children.append(subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}))
         deadline = time.monotonic() + START_TIMEOUT
         for i in range(instances):
@@ -217,15 +300,18 @@ def measure(
                 if time.monotonic() > deadline or children[i].poll() is not None:
                     raise SystemExit(f"instance {i} did not start")
                 time.sleep(0.05)
-        sched = JobScheduler(url)
-        t0 = time.time() + LEAD + len(load) * 0.005  # room for the schedule() calls below
-        first = {}
-        for job_id, iv in load.items():
-            job = sched.schedule(job_id, TARGET, iv, start_in=max(0.0, t0 - time.time()))
-            first[job_id] = job.next_run_at.timestamp()
-        sched.shutdown()
-        start = max(first.values()) + warmup
+        if not slow:
+            sched = JobScheduler(url)
+            first = _schedule(sched, load, slow)
+            sched.shutdown()
+        start = (time.time() if slow else max(first.values())) + warmup
         end = start + window
+        time.sleep(max(0.0, start - time.time()))
+        cpu_before = sum(map(_cpu_seconds, (p.pid for p in children))), _server_cpu_seconds()
+        db_before = _db_counters(url)
+        time.sleep(max(0.0, end - time.time()))
+        cpu_after = sum(map(_cpu_seconds, (p.pid for p in children))), _server_cpu_seconds()
+        db_after = _db_counters(url)
         time.sleep(max(0.0, end + settle - time.time()))
     finally:
         for proc in children:
@@ -245,10 +331,12 @@ def measure(
     slots = {(job_id, slot) for job_id, slot, _, _ in in_window}
     late = sorted((started - slot) * 1000 for _, slot, started, _ in in_window)
     offered = sum(_slots_in(first[job_id], iv, start, end) for job_id, iv in load.items())
+    ran = max(1, len(slots))
+    instances_cpu, server_cpu = (after - before for after, before in zip(cpu_after, cpu_before, strict=True))
     return {
         "workload": "multi_instance",
         "engine": url.split(":", 1)[0].split("+", 1)[0],
-        "share_work": share_work,
+        "share_work": not race,
         "instances": instances,
         "jobs": len(load),
         "window_s": window,
@@ -264,7 +352,45 @@ def measure(
         },
         "twice": sum(1 for n in every.values() if n > 1),
         "by_instance": dict(sorted(Counter(r[3] for r in in_window).items())),
+        "cpu_ms_per_run": round((instances_cpu + server_cpu) * 1000 / ran, 4),
+        "instances_cpu_ms_per_run": round(instances_cpu * 1000 / ran, 4),
+        "server_cpu_ms_per_run": round(server_cpu * 1000 / ran, 4),
+        "db_per_run": {name: round((db_after[name] - db_before[name]) / ran, 3) for name in db_before},
         **({"claims_by_instance": counted} if counts else {}),
+    }
+
+
+def _analyze(url: str) -> None:
+    """Give the planner statistics of the freshly filled tables (autovacuum does, a minute later)."""
+    from sqlalchemy import text
+
+    from persched._store.db import make_engine
+
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text("ANALYZE TABLE persched_jobs" if engine.dialect.name == "mysql" else "ANALYZE persched_jobs")
+            )
+    finally:
+        engine.dispose()
+
+
+def _schedule(sched: Any, load: dict[str, float], slow: bool) -> dict[str, float]:  # noqa: ANN401 - a JobScheduler
+    """Schedule the load; return each job's first slot (epoch seconds). A slow load is declared in
+    one transaction with first slots spread over one interval after `SLOW_LEAD`; the others get
+    theirs after `LEAD`."""
+    from persched import JobSpec
+
+    if slow:
+        rng = random.Random(30)
+        specs = [JobSpec(job_id, TARGET, iv, start_in=SLOW_LEAD + rng.uniform(0, iv)) for job_id, iv in load.items()]
+        sched.declare(specs)
+        return {job.job_id: job.next_run_at.timestamp() for job in sched.jobs()}
+    t0 = time.time() + LEAD + len(load) * 0.005  # room for the schedule() calls below
+    return {
+        job_id: sched.schedule(job_id, TARGET, iv, start_in=max(0.0, t0 - time.time())).next_run_at.timestamp()
+        for job_id, iv in load.items()
     }
 
 
@@ -274,7 +400,9 @@ def main() -> None:
     p.add_argument("--db", default="sqlite", help="'sqlite' (a fresh file per count) or a database URL")
     p.add_argument("--instances", type=int, nargs="+", default=[1, 3])
     p.add_argument("--jobs", type=int, default=50)
-    p.add_argument("--intervals", choices=("cycle", "random"), default=None, help="cycle 0.1-0.3 s, or random 0.1-1 s")
+    p.add_argument(
+        "--intervals", choices=("cycle", "random", "slow"), default=None, help="0.1-0.3 s, 0.1-1 s or 30-120 s"
+    )
     p.add_argument("--window", type=float, default=10.0)
     p.add_argument("--warmup", type=float, default=2.0)
     p.add_argument("--settle", type=float, default=2.0)
@@ -288,10 +416,11 @@ def main() -> None:
         default=None,
         help="count claims tried / won and the seconds spent in the store's claim and finish calls, per instance",
     )
-    p.add_argument("--share-work", action="store_true", help="JobScheduler(share_work=True) in every instance")
+    p.add_argument("--race", action="store_true", help="JobScheduler(share_work=False) in every instance")
+    p.add_argument("--analyze", action="store_true", help="ANALYZE the jobs table once the load is stored")
     args = p.parse_args()
     if args.child:
-        child(*args.child, workers=args.workers, counts=args.counts or None, share_work=args.share_work)
+        child(*args.child, workers=args.workers, counts=args.counts or None, race=args.race)
         return
     directory = args.dir or tempfile.mkdtemp(prefix="persched-multi-")
     load = intervals(args.jobs, args.intervals or ("cycle" if args.db == "sqlite" else "random"))
@@ -308,13 +437,17 @@ def main() -> None:
                 workers=args.workers,
                 directory=directory,
                 counts=args.counts is not None,
-                share_work=args.share_work,
+                race=args.race,
+                slow=args.intervals == "slow",
+                analyze=args.analyze,
             )
             records[n].append(record)
             c.emit(record)
     base = statistics.median(r["runs_per_s"] for r in records[min(records)])
+    base_cpu = statistics.median(r["cpu_ms_per_run"] for r in records[min(records)])
     for n, reps in records.items():
         rate = statistics.median(r["runs_per_s"] for r in reps)
+        cpu = statistics.median(r["cpu_ms_per_run"] for r in reps)
         c.emit(
             {
                 "workload": "multi_instance",
@@ -327,6 +460,8 @@ def main() -> None:
                 "p99_ms": statistics.median(r["lateness_ms"]["p99"] or 0.0 for r in reps),
                 "twice": sum(r["twice"] for r in reps),
                 "ratio": round(rate / base, 3) if base else None,
+                "cpu_ms_per_run": cpu,
+                "cpu_ratio": round(cpu / base_cpu, 3) if base_cpu else None,
             }
         )
 

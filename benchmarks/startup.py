@@ -40,7 +40,7 @@ def _child(system: str, path: str, workers: int, timeout: float) -> None:
     if system == "persched":
         import alembic.command  # noqa: F401 - imported up front, see the module docstring
 
-        import persched._migrate  # noqa: F401 - idem
+        import persched._store.migrate  # noqa: F401 - idem
         from persched import JobScheduler
 
         gc.collect()

@@ -18,7 +18,7 @@ from benchmarks import targets
 
 def scheduler_engine_name(url: str) -> str:
     """The engine a ``--db`` URL names, for the record."""
-    from persched._db import to_url
+    from persched._store.db import to_url
 
     return to_url(url).get_backend_name()
 

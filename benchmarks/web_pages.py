@@ -22,9 +22,11 @@ import time
 from contextlib import closing
 from pathlib import Path
 
-from persched import _db, _migrate, _views
-from persched._existing import open_existing
-from persched._web.app import WebApp
+from persched._interfaces.dashboard.app import WebApp
+from persched._interfaces.existing import open_existing
+from persched._store import db as _db
+from persched._store import migrate as _migrate
+from persched._store import views as _views
 
 T0 = 1_800_000_000
 

@@ -2,13 +2,13 @@
 
 Two ways in:
 
-- From ``persched._migrate.upgrade``: the live connection arrives in
+- From ``persched._store.migrate.upgrade``: the live connection arrives in
   ``config.attributes["connection"]``, already inside a transaction that holds
   the migration lock; we run on it and touch nothing else (in particular never
   ``fileConfig``, which would clobber the host application's logging).
 - From the ``alembic`` command line (developers): the URL comes from
   ``PERSCHED_DB`` or ``sqlalchemy.url`` in ``alembic.ini``, the engine from
-  ``persched._db.make_engine`` (same PRAGMAs as at run time), and logging from
+  ``persched._store.db.make_engine`` (same PRAGMAs as at run time), and logging from
   the ini file.
 """
 
@@ -40,7 +40,7 @@ def _configure(connection: Connection, target_metadata: MetaData | None) -> None
         version_table=_version_table(),
         # SQLite can't ALTER most things: batch mode recreates the table.
         render_as_batch=sqlite,
-        # With isolation_level=None (persched._db) SQLite DDL is transactional.
+        # With isolation_level=None (persched._store.db) SQLite DDL is transactional.
         transactional_ddl=True,
         transaction_per_migration=True,
     )
@@ -61,7 +61,7 @@ def _developer_url() -> str:
 
 def run_migrations_offline() -> None:
     """Emit SQL to stdout (``alembic upgrade head --sql``)."""
-    from persched._db import to_url
+    from persched._store.db import to_url
 
     context.configure(
         url=to_url(_developer_url()),
@@ -86,8 +86,8 @@ def run_migrations_online() -> None:
         from logging.config import fileConfig
 
         fileConfig(config.config_file_name, disable_existing_loggers=False)
-    from persched._db import make_engine
-    from persched._schema import metadata
+    from persched._store.db import make_engine
+    from persched._store.schema import metadata
 
     engine = make_engine(_developer_url())
     try:

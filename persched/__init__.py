@@ -14,11 +14,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._async import AsyncJobScheduler
-    from ._declare import DeclareResult, JobSpec
-    from ._events import Event, EventKind
-    from ._models import Job, JobState, Run
-    from ._scheduler import JobScheduler, current_run
+    from ._engine.events import Event, EventKind
+    from ._engine.scheduler import JobScheduler, current_run
+    from ._interfaces.async_front import AsyncJobScheduler
+    from ._model.declare import DeclareResult, JobSpec
+    from ._model.models import Job, JobState, Run
 
 __all__ = [
     "AsyncJobScheduler",
@@ -40,16 +40,16 @@ __version__ = "0.2.0"  # the one place it is written: pyproject.toml reads it (t
 # that `persched jobs` does not pay for the scheduler and Alembic when it
 # only reads rows (`import persched.cli` imports this package first).
 _LAZY = {
-    "AsyncJobScheduler": "_async",
-    "DeclareResult": "_declare",
-    "JobSpec": "_declare",
-    "Event": "_events",
-    "EventKind": "_events",
-    "Job": "_models",
-    "JobState": "_models",
-    "Run": "_models",
-    "JobScheduler": "_scheduler",
-    "current_run": "_scheduler",
+    "AsyncJobScheduler": "_interfaces.async_front",
+    "DeclareResult": "_model.declare",
+    "JobSpec": "_model.declare",
+    "Event": "_engine.events",
+    "EventKind": "_engine.events",
+    "Job": "_model.models",
+    "JobState": "_model.models",
+    "Run": "_model.models",
+    "JobScheduler": "_engine.scheduler",
+    "current_run": "_engine.scheduler",
 }
 
 

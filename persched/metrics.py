@@ -50,12 +50,13 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         "persched.metrics needs prometheus_client: pip install 'persched[metrics]'", name=exc.name
     ) from exc
 
-from . import _realtime, _views
-from ._instant import from_datetime, micros, seconds
-from ._models import shown
-from ._observe import Observer
-from ._web.hosts import HostCheck, HostRules, allow_every_host_warning
-from ._web.server import Limits, Server
+from . import _realtime
+from ._interfaces.dashboard.hosts import HostCheck, HostRules, allow_every_host_warning
+from ._interfaces.dashboard.server import Limits, Server
+from ._model.instant import from_datetime, micros, seconds
+from ._model.models import shown
+from ._store import views as _views
+from ._store.observer import Observer
 from .errors import InvalidJobError, PerschedError, StoreError
 
 if TYPE_CHECKING:
@@ -63,9 +64,9 @@ if TYPE_CHECKING:
 
     from prometheus_client.metrics_core import Metric
 
-    from ._async import AsyncJobScheduler
-    from ._events import Event, EventKind
-    from ._scheduler import JobScheduler
+    from ._engine.events import Event, EventKind
+    from ._engine.scheduler import JobScheduler
+    from ._interfaces.async_front import AsyncJobScheduler
 
 __all__ = ["DURATION_BUCKETS", "LATENESS_BUCKETS", "SchedulerMetrics", "serve"]
 
@@ -278,8 +279,8 @@ class SchedulerMetrics(Observer):
             InvalidJobError: `scheduler` is not a scheduler, or these metrics
                 are attached to another scheduler already.
         """
-        from ._async import AsyncJobScheduler  # here: importing the metrics needs no scheduler module
-        from ._scheduler import JobScheduler
+        from ._engine.scheduler import JobScheduler
+        from ._interfaces.async_front import AsyncJobScheduler  # here: importing the metrics needs no scheduler module
 
         if isinstance(scheduler, AsyncJobScheduler):
             scheduler = scheduler.scheduler
@@ -404,7 +405,7 @@ def serve(
 
     For ``persched run --metrics-port``; an application that has its own
     endpoint attaches `SchedulerMetrics` to its registry instead. Served by
-    persched's bounded server (`persched._web.server`: a fixed pool of
+    persched's bounded server (`persched._interfaces.dashboard.server`: a fixed pool of
     threads, read timeouts, size limits) behind its Host check: only
     127.0.0.1, localhost, [::1], the bound address, any IP address when bound
     to all of them, and `allowed_hosts` (``--metrics-allowed-host``). Stop

@@ -31,7 +31,7 @@ import time
 import weakref
 
 from . import _realtime
-from ._instant import micros, seconds
+from ._model.instant import micros, seconds
 
 __all__ = ["FakeClock", "FrozenTimeClock"]
 

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._existing import open_existing
-from ._models import DEFAULT_NAMESPACE
-from ._web.actions import MESSAGES
-from ._web.app import WebApp
+from ._interfaces.dashboard.actions import MESSAGES
+from ._interfaces.dashboard.app import WebApp
+from ._interfaces.existing import open_existing
+from ._model.models import DEFAULT_NAMESPACE
 
 if TYPE_CHECKING:
-    from ._web.auth import Authorize
+    from ._interfaces.dashboard.auth import Authorize
 
 __all__ = ["MESSAGES", "WebApp", "dashboard"]
 

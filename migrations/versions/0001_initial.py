@@ -4,7 +4,7 @@ Revision ID: 0001
 Revises:
 Create Date: 2025-01-01
 
-Mirrors persched/_schema.py at this revision (tests/migrations checks that the
+Mirrors persched/_store/schema.py at this revision (tests/migrations checks that the
 two agree). Names are spelled out rather than left to the naming convention,
 because revisions never import persched.
 """
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
 
-# MySQL/MariaDB (persched/_schema.py says why): microsecond instants, 8-byte floats, 16 MiB
+# MySQL/MariaDB (persched/_store/schema.py says why): microsecond instants, 8-byte floats, 16 MiB
 # text, InnoDB tables in utf8mb4 with a binary NO PAD collation. SQLite and PostgreSQL get
 # the same types as before (a variant applies to its dialects only).
 INSTANT = sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy import BigInteger, Boolean, Float, Integer, String, type_coerce
 from sqlalchemy.types import NullType
 
-from .._schema import UTCDateTime
+from .schema import UTCDateTime
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping

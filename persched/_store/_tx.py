@@ -55,18 +55,18 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from sqlalchemy import exists
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
-from .._models import DEFAULT_NAMESPACE
-from .._observe import Observer, notify
-from .._schema import changes, jobs, runs
+from .._model.models import DEFAULT_NAMESPACE
 from ..errors import StoreError
 from .dialects import Sql, dialect_for
+from .observer import Observer, notify
+from .schema import changes, jobs, runs
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
 
     from sqlalchemy import ColumnElement, Connection, Engine, Exists
 
-    from .._instant import Instant
+    from .._model.instant import Instant
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class Transactions:
     """The transaction machinery of a `Store` (module docstring).
 
     Args:
-        engine: From `persched._db.make_engine`; SQLite engines start write
+        engine: From `persched._store.db.make_engine`; SQLite engines start write
             transactions with BEGIN IMMEDIATE and read ones (execution option
             ``persched_readonly``) with a deferred BEGIN.
         url: The masked URL, for error messages.

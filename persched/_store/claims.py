@@ -57,9 +57,8 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 from sqlalchemy import select, tuple_
 from sqlalchemy.exc import IntegrityError
 
-from .._instant import Instant, Micros, from_datetime, to_datetime
-from .._models import CLAIM_POLICY_COLUMNS
-from .._schema import jobs, runs
+from .._model.instant import Instant, Micros, from_datetime, to_datetime
+from .._model.models import CLAIM_POLICY_COLUMNS
 from ..errors import StoreError
 from ._rows import read_row
 from ._tx import Transactions, read_time
@@ -83,13 +82,14 @@ from .mappers import (
     stored,
 )
 from .records import MAX_ERROR_TEXT, Carried, Claim, ClaimEntry, ClaimMiss, Completion, Overdue
+from .schema import jobs, runs
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
 
     from sqlalchemy import Connection, Insert
 
-    from .._policy import ClaimPlan, JobPlan
+    from .._model.policy import ClaimPlan, JobPlan
     from ._rows import StoredRow
     from .dialects import Dialect, DriverCursor
 

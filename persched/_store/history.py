@@ -11,19 +11,19 @@ from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import func, select, update
 
-from .._instant import to_datetime
-from .._schema import runs
+from .._model.instant import to_datetime
 from ._rows import read_row
 from ._tx import Transactions
 from .mappers import RAW_RUNS, RUN_COLUMNS, to_run
+from .schema import runs
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
     from sqlalchemy import Connection
 
-    from .._instant import Instant, Micros
-    from .._models import Run
+    from .._model.instant import Instant, Micros
+    from .._model.models import Run
     from ._rows import StoredRow
 
 T = TypeVar("T")

@@ -29,10 +29,9 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeVar
 from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from .. import _triggers
-from .._instant import Instant, from_datetime, to_datetime
-from .._policy import JobPlan, place_grid
-from .._schema import UTCDateTime, changes, jobs, runs
+from .._model import triggers as _triggers
+from .._model.instant import Instant, from_datetime, to_datetime
+from .._model.policy import JobPlan, place_grid
 from ..errors import InvalidJobError, StoreError
 from ._rows import StoredRow, raw_columns, read_row
 from ._tx import Transactions
@@ -62,13 +61,14 @@ from .mappers import (
     to_job,
 )
 from .records import ChangeNote, Correction, RunNowAnswer, RunNowVerdict, Upserted
+from .schema import UTCDateTime, changes, jobs, runs
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Sequence
 
     from sqlalchemy import Connection
 
-    from .._models import Job, JobDefinition
+    from .._model.models import Job, JobDefinition
 
 
 logger = logging.getLogger(__name__)
@@ -605,7 +605,7 @@ class JobsStore(Transactions):
     def load_due(
         self, after: tuple[Instant, str] | None, before: Instant, limit: int
     ) -> tuple[list[tuple[Instant, str, int]], tuple[Instant, str] | None]:
-        """The bounded heap's refill (`persched._horizon`): ``(due_at, job_id, generation)`` of the
+        """The bounded heap's refill (`persched._engine.horizon`): ``(due_at, job_id, generation)`` of the
         scheduled, not paused jobs whose ``(next_run_at, job_id)`` lies after `after` (None: from
         the start) and whose next_run_at lies before `before`, at most `limit` of them in that
         order, through the ``(state, next_run_at)`` index; and the key of the last row read when
@@ -647,7 +647,7 @@ class JobsStore(Transactions):
     def sweep(
         self, after: str | None, limit: int, now: Instant
     ) -> tuple[list[tuple[Instant, str, int]], list[Correction], str | None]:
-        """One batch of the start-up sweep (`persched._horizon`): the scheduled rows of this
+        """One batch of the start-up sweep (`persched._engine.horizon`): the scheduled rows of this
         namespace with a job_id after `after`, at most `limit`, in primary-key order.
 
         Returns ``(due_at, job_id, generation)`` of those with a pending run-now request, the

@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, select, update
 
-from .. import _triggers
-from .._instant import Instant, from_datetime, to_datetime
-from .._schema import jobs, runs
+from .._model import triggers as _triggers
+from .._model.instant import Instant, from_datetime, to_datetime
 from ._rows import read_row
 from ._tx import Transactions, read_time
 from .mappers import (
@@ -33,6 +32,7 @@ from .mappers import (
     regrid,
 )
 from .records import OpenRun, Recovery
+from .schema import jobs, runs
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection

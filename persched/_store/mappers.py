@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import bindparam, select, update
 
-from .. import _triggers
-from .._instant import Instant, Micros, from_datetime, to_datetime
-from .._models import CLAIM_POLICY_COLUMNS, JobState, Policies, check_stored, job_policy_fields
-from .._plain_models import PlainJob, PlainRun
-from .._policy import JobPlan, Missed
-from .._schema import jobs, runs
+from .._model import triggers as _triggers
+from .._model.instant import Instant, Micros, from_datetime, to_datetime
+from .._model.models import CLAIM_POLICY_COLUMNS, JobState, Policies, check_stored, job_policy_fields
+from .._model.plain_models import PlainJob, PlainRun
+from .._model.policy import JobPlan, Missed
 from ..errors import InvalidJobError
 from ._rows import StoredRow, raw_columns, read_row, readable
+from .schema import jobs, runs
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Sequence
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy import Column, Connection, Row
 
-    from .._public_models import Job, Run
+    from .._model.public_models import Job, Run
 
 logger = logging.getLogger(__name__)
 
@@ -282,7 +282,7 @@ def _json_value(row: StoredRow, column: str, kind: type, problems: dict[str, str
 
 def to_job(row: StoredRow) -> Job:
     """The `Job` of a row; a row that cannot be read is still listed, with `unreadable` saying why (SPEC §2)."""
-    from .._public_models import Job  # pydantic, which the read commands do without (`plain_job`)
+    from .._model.public_models import Job  # pydantic, which the read commands do without (`plain_job`)
 
     return Job(**job_fields(row))
 
@@ -333,7 +333,7 @@ _OUTCOMES: Final = frozenset(("ok", "error", "lost", "missed"))
 
 def to_run(row: StoredRow) -> Run:
     """The `Run` of a row; one that cannot be read is still listed, with `unreadable` saying why."""
-    from .._public_models import Run  # pydantic, which the read commands do without (`plain_run`)
+    from .._model.public_models import Run  # pydantic, which the read commands do without (`plain_run`)
 
     return Run(**run_fields(row))
 

@@ -1,4 +1,4 @@
-"""Membership rows: which instances share a namespace's work (`persched._membership` decides from them).
+"""Membership rows: which instances share a namespace's work (`persched._engine.membership` decides from them).
 
 Each sharing instance owns one row of ``persched_instances`` and is the only
 one that updates it: `beat_membership` counts its ``beats`` up and reads
@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, insert, select, update
 
-from .._instant import Instant, to_datetime
-from .._schema import instances
+from .._model.instant import Instant, to_datetime
 from ._tx import Transactions
+from .schema import instances
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
-from .._instant import Instant, Micros, to_datetime
+from .._model.instant import Instant, Micros, to_datetime
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from .._models import Job, Run
-    from .._policy import JobPlan
+    from .._model.models import Job, Run
+    from .._model.policy import JobPlan
 
 __all__ = [
     "MAX_ERROR_TEXT",
@@ -68,7 +68,7 @@ class Claim:
 
     def run(self) -> Run:
         """The `Run` record as it stands while running."""
-        from .._models import Run  # pydantic: not for the read commands, which import this module too
+        from .._model.models import Run  # pydantic: not for the read commands, which import this module too
 
         return Run(
             job_id=self.job_id,
@@ -105,7 +105,7 @@ class ClaimMiss:
     `due_at` is when the job should be tried again (None: not by this
     entry: it is descheduled, replaced, paused, finished, or running here).
     `taken`: another claim has the slot (the row runs, or moved past the
-    entry's slot): only the job's owner queues it again (`persched._dispatcher`). A due
+    entry's slot): only the job's owner queues it again (`persched._engine.dispatcher`). A due
     row that SKIP LOCKED passed by is not taken: the lock may be anything's,
     and `due_at` is a moment later. Not compared: it follows from the row.
     """

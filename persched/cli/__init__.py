@@ -51,7 +51,7 @@ show, runs), `steering` (deschedule, pause, resume, run-now), `service`
 (run, web), `database` (migrate, demo) -- and what they share: `output`
 (lines and tables fitted to the terminal), `lookup` (the database and the
 job a command names), `exits` (exit codes, one-line errors). The words in
-the cells (instants, durations, states, outcomes) are `persched._present`'s,
+the cells (instants, durations, states, outcomes) are `persched._interfaces.present`'s,
 shared with the dashboard.
 """
 

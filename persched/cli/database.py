@@ -1,6 +1,6 @@
 """The verbs that make a database: ``migrate`` (the one named, created or upgraded) and ``demo`` (one of its own).
 
-Alembic (`persched._migrate`) and the demo's scheduler are imported only here,
+Alembic (`persched._store.migrate`) and the demo's scheduler are imported only here,
 when these verbs run.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from .. import _db
+from .._store import db as _db
 from .exits import EXIT_OK
 from .output import say
 
@@ -20,7 +20,7 @@ __all__ = ["cmd_demo", "cmd_migrate"]
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from .. import _migrate  # Alembic only where it is used
+    from .._store import migrate as _migrate  # Alembic only where it is used
 
     engine = _db.make_engine(args.db)
     try:
@@ -37,7 +37,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    demo = importlib.import_module("persched._demo")
+    demo = importlib.import_module("persched._interfaces.demo")
     # SPEC §4: never the database of --db or PERSCHED_DB; it only says so.
     result = demo.main(ignored=args.db_given)
     return int(result or EXIT_OK)

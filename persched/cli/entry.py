@@ -14,7 +14,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING
 
-from .._models import validate_namespace
+from .._model.models import validate_namespace
 from ..errors import PerschedError
 from .exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_PIPE, CliError, one_line
 from .parser import parse

@@ -1,7 +1,7 @@
 """The read-only verbs: ``jobs`` (a table of the jobs), ``show`` (one job) and ``runs`` (recorded runs).
 
 They never create a database, never change its schema and never write
-(`with_store(read_only=True)`). They read plain rows (`persched._plain_models`),
+(`with_store(read_only=True)`). They read plain rows (`persched._model.plain_models`),
 not the pydantic models: only ``--json`` imports pydantic, to print what the
 public models dump (start-up time, `tests/integration/test_cli_startup.py`).
 """
@@ -13,13 +13,13 @@ import textwrap
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final
 
-from .._instant import micros
-from .._liveness import display_id
-from .._models import OPTIONS, JobState
-from .._present import iso, job_state, plural, relative
+from .._engine.liveness import display_id
+from .._interfaces.present import iso, job_state, plural, relative
+from .._model.instant import micros
+from .._model.models import OPTIONS, JobState
+from .._model.triggers import describe_duration
 from .._store.mappers import plain_job, plain_run
-from .._triggers import describe_duration
-from .._views import all_jobs_as, all_runs_as, namespaces_of, whereabouts
+from .._store.views import all_jobs_as, all_runs_as, namespaces_of, whereabouts
 from .exits import EXIT_OK, CliError
 from .lookup import missing_job, require_job_id, say_empty, with_store
 from .output import jobs_table, runs_table, say, table_width
@@ -27,7 +27,7 @@ from .output import jobs_table, runs_table, say, table_width
 if TYPE_CHECKING:
     import argparse
 
-    from .._plain_models import PlainJob, PlainRun
+    from .._model.plain_models import PlainJob, PlainRun
     from .._store import Store
 
 __all__ = ["cmd_jobs", "cmd_runs", "cmd_show"]
@@ -123,7 +123,7 @@ def _owner_words(job: PlainJob, now: datetime) -> str:
         return f"{where}, lease until -"
     if lease > now:
         return f"{where}, lease until {iso(lease)} ({relative(lease, now)})"
-    # The heartbeat's recovery (persched._heartbeat): a scheduler of this namespace marks the run lost once
+    # The heartbeat's recovery (persched._engine.heartbeat): a scheduler of this namespace marks the run lost once
     # it has watched the lease go unrenewed for lease_seconds, or at once if the owner is provably gone.
     return (
         f"{where}, lease expired {relative(lease, now)} ({iso(lease)}), not renewed since: a scheduler of this"
@@ -233,12 +233,12 @@ def _json(value: object) -> str:
 
 
 def _job_json(job: PlainJob) -> dict[str, Any]:
-    from .._models import Job  # pydantic: `--json` prints what the public model dumps, and only it needs it
+    from .._model.models import Job  # pydantic: `--json` prints what the public model dumps, and only it needs it
 
     return Job.model_validate(job, from_attributes=True).model_dump(mode="json")
 
 
 def _run_json(run: PlainRun) -> dict[str, Any]:
-    from .._models import Run  # as in `_job_json`
+    from .._model.models import Run  # as in `_job_json`
 
     return Run.model_validate(run, from_attributes=True).model_dump(mode="json")

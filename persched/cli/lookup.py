@@ -1,7 +1,7 @@
 """The database a command works on, and the job or namespace it names.
 
 `with_store` opens the database for one command (never created, never
-migrated: `persched._existing`) and closes it after. When the job named is
+migrated: `persched._interfaces.existing`) and closes it after. When the job named is
 not in the chosen namespace, `missing_job` says where it is instead (another
 namespace, descheduled, or a near miss: "did you mean 'report'?"); when a
 namespace has nothing to list, `say_empty` names the namespaces that have jobs.
@@ -14,10 +14,10 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Final
 
-from .._existing import open_existing
-from .._models import validate_job_id
-from .._present import plural
-from .._views import job_ids, namespace_counts, whereabouts
+from .._interfaces.existing import open_existing
+from .._interfaces.present import plural
+from .._model.models import validate_job_id
+from .._store.views import job_ids, namespace_counts, whereabouts
 from ..errors import JobNotFoundError, PerschedError
 from .exits import CliError
 from .output import say

@@ -6,7 +6,7 @@ A table is fitted only for a person: at a terminal, or with ``COLUMNS`` set
 leaves out the droppable ones, least useful first (`Column`); a cell that
 has a short form (`Cell`: a one-shot job's "at 01-15 08:00") shows it,
 never cut, in a column too narrow for its text. The words in the cells are
-`persched._present`'s, shared with the dashboard.
+`persched._interfaces.present`'s, shared with the dashboard.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Final
 
-from .._liveness import display_id
-from .._models import JobState
-from .._present import human_duration, iso, job_state, relative, run_outcome
+from .._engine.liveness import display_id
+from .._interfaces.present import human_duration, iso, job_state, relative, run_outcome
+from .._model.models import JobState
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Mapping, Sequence
 
-    from .._plain_models import PlainJob, PlainRun
+    from .._model.plain_models import PlainJob, PlainRun
 
 __all__ = ["Column", "jobs_table", "runs_table", "say", "table_width"]
 

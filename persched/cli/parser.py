@@ -15,8 +15,8 @@ import textwrap
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from .. import __version__
-from .._config import DEFAULT_WORKERS
-from .._models import DEFAULT_NAMESPACE
+from .._engine.config import DEFAULT_WORKERS
+from .._model.models import DEFAULT_NAMESPACE
 from .database import cmd_demo, cmd_migrate
 from .exits import EXIT_USAGE, printable
 from .listing import cmd_jobs, cmd_runs, cmd_show

@@ -4,7 +4,7 @@
 only then: the read verbs never load it), calls the module's
 `SETUP_HOOK` and declares what it returns, serves the metrics when asked,
 and shuts down gracefully at the first stop signal; a second one forces the
-process out. ``web`` hands over to `persched._web`. Their log lines are
+process out. ``web`` hands over to `persched._interfaces.dashboard`. Their log lines are
 ``persched.cli``'s, the name operators filter on.
 """
 
@@ -18,8 +18,8 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Final
 
-from .._present import plural
-from .._signals import StopSignals
+from .._interfaces.present import plural
+from .._interfaces.signals import StopSignals
 from ..errors import PerschedError
 from .exits import EXIT_OK, CliError, one_line
 from .output import say
@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     import argparse
     from types import ModuleType
 
-    from .._scheduler import JobScheduler
-    from .._web.server import Server
+    from .._engine.scheduler import JobScheduler
+    from .._interfaces.dashboard.server import Server
 
 __all__ = ["SETUP_HOOK", "cmd_run", "cmd_web", "run_allowed_modules"]
 
@@ -63,7 +63,7 @@ def run_allowed_modules(args: argparse.Namespace) -> list[str] | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .._scheduler import JobScheduler  # not needed by the read commands
+    from .._engine.scheduler import JobScheduler  # not needed by the read commands
 
     module = _import_module(args.module)
     scheduler = JobScheduler(
@@ -71,7 +71,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
 
     def on_signal(signum: int) -> None:
-        # No lock and no logging here (persched._signals); the main thread logs and shuts down.
+        # No lock and no logging here (persched._interfaces.signals); the main thread logs and shuts down.
         if stop.received:
             os.write(2, b"persched: second signal: exiting now, in-flight runs are abandoned\n")
             os._exit(128 + signum)
@@ -150,12 +150,12 @@ def _serve_metrics(scheduler: JobScheduler, args: argparse.Namespace) -> Server:
 
 
 def cmd_web(args: argparse.Namespace) -> int:
-    web = importlib.import_module("persched._web.serve")
-    auth = importlib.import_module("persched._web.auth")
+    web = importlib.import_module("persched._interfaces.dashboard.serve")
+    auth = importlib.import_module("persched._interfaces.dashboard.auth")
     token, warnings = auth.resolve_token(args.token, args.token_file, os.environ, web.ENV_TOKEN)
     for warning in warnings:
         logger.warning("web: %s", warning)
-    limits = importlib.import_module("persched._web.server").Limits(
+    limits = importlib.import_module("persched._interfaces.dashboard.server").Limits(
         read_timeout=args.read_timeout, max_connections=args.max_connections
     )
     web.serve(

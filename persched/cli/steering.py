@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._instant import Instant
-from .._models import JobState
-from .._present import job_state
+from .._interfaces.present import job_state
+from .._model.instant import Instant
+from .._model.models import JobState
 from .._store import RunNowVerdict
 from .._store.mappers import plain_job
 from ..clock import SystemClock

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Final
 import pytest
 
 from persched import JobScheduler, Run
-from persched._existing import open_existing
+from persched._interfaces.existing import open_existing
 from persched.cli import lookup
 from tests.support.cli_run import persched
 from tests.support.helpers import TIMEOUT, db_sql

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import create_engine, insert
 
 from persched import Job, JobState, Run
-from persched._schema import runs as runs_table
+from persched._store.schema import runs as runs_table
 from tests.integration.test_cli import assert_one_line_error
 from tests.support import cli_jobs
 from tests.support.cli_run import persched

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT = 60.0  # seconds for one process
 POSTGRESQL_DIALECT = "sqlalchemy.dialects.postgresql"
-MYSQL_DIALECT = "sqlalchemy.dialects.mysql"  # nor the MySQL one (persched._schema's MySQL types, issue 17)
+MYSQL_DIALECT = "sqlalchemy.dialects.mysql"  # nor the MySQL one (persched._store.schema's MySQL types, issue 17)
 
 
 def _imported(args: Sequence[str], cwd: Path) -> set[str]:
@@ -61,11 +61,11 @@ NOT_FOR_READING: Final = (
     "pydantic",
     "sqlalchemy.orm",
     "sqlalchemy.ext.asyncio",
-    "persched._public_models",
-    "persched._scheduler",
-    "persched._dispatcher",
-    "persched._workers",
-    "persched._heartbeat",
+    "persched._model.public_models",
+    "persched._engine.scheduler",
+    "persched._engine.dispatcher",
+    "persched._engine.workers",
+    "persched._engine.heartbeat",
 )
 READ_COMMANDS: Final = (["jobs"], ["show", "report"], ["runs"], ["runs", "report", "--limit", "5"])
 
@@ -82,7 +82,7 @@ def at_head(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("command", READ_COMMANDS, ids=" ".join)
 def test_read_commands_import_no_pydantic_orm_or_scheduler(at_head: Path, tmp_path: Path, command: list[str]) -> None:
     modules = _imported(["-m", "persched", "--db", str(at_head), *command], tmp_path)
-    assert "persched._plain_models" in modules  # it did read rows
+    assert "persched._model.plain_models" in modules  # it did read rows
     assert not {m for package in NOT_FOR_READING for m in _under(modules, package)}
 
 
@@ -100,7 +100,7 @@ def test_jobs_at_head_imports_no_alembic(at_head: Path, tmp_path: Path) -> None:
 def test_sqlite_engine_and_schema_import_no_postgresql_dialect(at_head: Path, tmp_path: Path) -> None:
     # The partial indexes get their postgresql_where only with a PostgreSQL engine (_schema).
     probe = (
-        "import sys; from persched import _db, _revision, _schema; "
+        "import sys; from persched._store import db as _db, revision as _revision, schema as _schema; "
         "e = _db.make_engine(sys.argv[1], create=False); assert _revision.at_head(e); "
         "assert _schema.runs.indexes and all(i.dialect_kwargs.get('sqlite_where') is not None "
         "for i in _schema.runs.indexes if i.name in _schema.partial_index_predicates()); e.dispose()"

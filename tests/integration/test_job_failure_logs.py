@@ -68,6 +68,6 @@ def test_without_logging_configured_each_failure_is_one_line(tmp_path: Path) -> 
 def test_with_logging_configured_the_error_has_the_traceback(tmp_path: Path) -> None:
     proc = run_child(tmp_path, "configured")
     assert proc.stderr.count("Traceback (most recent call last):") == 2 * 2 * 2  # 2 jobs, 2 runs, a chain of 2
-    assert proc.stderr.count("ERROR persched._workers job plain generation 1 raised\nTraceback") == 2
-    assert proc.stderr.count("ERROR persched._workers job coroutine generation 1 raised\nTraceback") == 2
-    assert "_workers.py" not in proc.stderr  # the job's frames only
+    assert proc.stderr.count("ERROR persched._engine.workers job plain generation 1 raised\nTraceback") == 2
+    assert proc.stderr.count("ERROR persched._engine.workers job coroutine generation 1 raised\nTraceback") == 2
+    assert "_engine/workers.py" not in proc.stderr  # the job's frames only

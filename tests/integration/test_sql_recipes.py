@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 import pytest
 from sqlalchemy import text
 
-from persched import _db
+from persched._store import db as _db
 from tests.conftest import SchedulerFactory
 from tests.support import jobs
 from tests.support.helpers import EPOCH, wait_finished

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 import persched
-from persched._migrate import HEAD
-from persched._schema import metadata
+from persched._store.migrate import HEAD
+from persched._store.schema import metadata
 
 pytestmark = pytest.mark.slow
 
@@ -126,8 +126,8 @@ def test_wheel_contains_migrations_and_metadata(wheel: Path) -> None:
         "persched/_migrations/script.py.mako",
         "persched/_migrations/versions/__init__.py",
         "persched/_migrations/versions/0001_initial.py",
-        "persched/_db.py",
-        "persched/_migrate.py",
+        "persched/_store/db.py",
+        "persched/_store/migrate.py",
     ]:
         assert required in names, required
     # pyproject.toml names every package one by one: a new package left out of that list is missing here.
@@ -149,7 +149,7 @@ def test_installed_wheel_migrates_outside_the_repo(venv_python: Path, tmp_path: 
     work.mkdir()
     script = (
         "import persched, sqlalchemy\n"
-        "from persched import _migrate, _db\n"
+        "from persched._store import migrate as _migrate, db as _db\n"
         "assert 'site-packages' in persched.__file__, persched.__file__\n"
         f"assert _migrate.HEAD == {HEAD!r}, _migrate.HEAD\n"
         "e = _db.make_engine('x.db')\n"

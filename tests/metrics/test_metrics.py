@@ -21,10 +21,10 @@ pytest.importorskip("prometheus_client")  # the extra: persched[metrics]
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
-from persched import _db
-from persched._instant import Instant, Micros, from_datetime, micros
-from persched._observe import Observer
+from persched._model.instant import Instant, Micros, from_datetime, micros
 from persched._store import Store
+from persched._store import db as _db
+from persched._store.observer import Observer
 from persched.errors import StoreError
 from persched.metrics import SchedulerMetrics
 from persched.testing import FakeClock
@@ -185,7 +185,7 @@ def test_store_retries_and_errors_reach_the_observer(tmp_path: Path) -> None:
     path = tmp_path / "locked.db"
     url = f"sqlite:///{path}"
     engine = _db.make_engine(url, busy_timeout_seconds=0.01)
-    from persched import _migrate
+    from persched._store import migrate as _migrate
 
     _migrate.upgrade(engine)
     store = Store(engine, url, retry_attempts=3)

@@ -1,4 +1,4 @@
-"""Alembic revisions versus persched/_schema.py, and the upgrade protocol.
+"""Alembic revisions versus persched/_store/schema.py, and the upgrade protocol.
 
 Every test runs on SQLite and (with PERSCHED_TEST_PG_URL) on PostgreSQL, on an
 empty database from ``empty_db_url``.
@@ -33,8 +33,10 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.schema import CreateIndex
 
-from persched import _db, _migrate, _revision
-from persched._schema import (
+from persched._store import db as _db
+from persched._store import migrate as _migrate
+from persched._store import revision as _revision
+from persched._store.schema import (
     MYSQL_SLOT_COLUMN,
     MYSQL_SLOT_EXPRESSION,
     PARTIAL_INDEX_DIALECTS,
@@ -70,7 +72,7 @@ def _include(obj: object, name: str | None, type_: str, *_: object) -> bool:
 
 def _include_mysql(obj: object, name: str | None, type_: str, *rest: object) -> bool:
     # MySQL/MariaDB: the slot index is over a generated column that only they have
-    # (persched/_schema.py); test_mysql_slot_index checks both.
+    # (persched/_store/schema.py); test_mysql_slot_index checks both.
     if (type_, name) in (("column", MYSQL_SLOT_COLUMN), ("index", "uq_persched_runs_slot")):
         return False
     return _include(obj, name, type_, *rest)
@@ -93,7 +95,7 @@ def test_one_head_and_head_constant() -> None:
     script = ScriptDirectory(_migrate.script_location())
     assert script.get_heads() == [_migrate.HEAD]
     assert _migrate.HEAD == "0006"
-    # The read commands check the revision without Alembic (persched._revision).
+    # The read commands check the revision without Alembic (persched._store.revision).
     assert _revision.HEAD_REVISION == _migrate.HEAD
 
 
@@ -310,7 +312,7 @@ def test_concurrent_upgrades_in_processes(empty_db_url: str, tmp_path: Path) -> 
     child = textwrap.dedent(
         """
         import os, sys, time
-        from persched import _db, _migrate
+        from persched._store import db as _db, migrate as _migrate
         eng = _db.make_engine(sys.argv[1], busy_timeout_seconds=30)
         deadline = time.monotonic() + 30
         while not os.path.exists(sys.argv[2]) and time.monotonic() < deadline:

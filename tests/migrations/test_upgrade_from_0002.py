@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import inspect
 
 from persched import JobScheduler, JobState
-from persched._migrate import HEAD
+from persched._store.migrate import HEAD
 from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.helpers import EPOCH, at, finished_runs, sql, wait_until

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import inspect
 
 from persched import JobScheduler, JobSpec, JobState
-from persched._migrate import HEAD
+from persched._store.migrate import HEAD
 from persched.testing import FakeClock
 from tests.support.helpers import EPOCH, TIMEOUT, at, sql
 

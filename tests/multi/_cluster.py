@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Final
 
 from sqlalchemy import select
 
-from persched import JobScheduler, _db
-from persched._membership import owner_among
-from persched._schema import runs as runs_table
+from persched import JobScheduler
+from persched._engine.membership import owner_among
+from persched._store import db as _db
+from persched._store.schema import runs as runs_table
 from tests.support.helpers import TIMEOUT, stop_gracefully, wait_until
 from tests.support.multi_child import EFFECT_TARGET, Effect, read_effects
 

@@ -24,11 +24,12 @@ from unittest.mock import patch
 
 import pytest
 
-from persched import JobScheduler, _db
-from persched._dispatcher import SEARCH_EVERY
-from persched._instant import Instant, Micros, from_datetime, seconds
-from persched._observe import Observer
+from persched import JobScheduler
+from persched._engine.dispatcher import SEARCH_EVERY
+from persched._model.instant import Instant, Micros, from_datetime, seconds
 from persched._store import Claim, Store
+from persched._store import db as _db
+from persched._store.observer import Observer
 from persched.testing import FakeClock
 from tests.multi._cluster import job_owned_by
 from tests.support import jobs
@@ -302,3 +303,27 @@ def test_the_search_runs_only_while_others_share_every_search_every(
         two_seconds()
     assert 3 <= len(searches) <= 5  # every SEARCH_EVERY (0.5 s), not every 0.1 s
     assert all(b - a >= SEARCH_EVERY for a, b in itertools.pairwise(searches))
+
+
+def test_a_job_a_search_ran_is_adopted_until_its_owner_is_back(
+    me: JobScheduler, other: Store, clock: FakeClock
+) -> None:
+    conflicts = Conflicts()
+    me.set_observer(conflicts)
+    beat(other, me)
+    round_(me)
+    me.schedule(THEIRS, RECORD, INTERVAL, args=(THEIRS,))
+    clock.advance(INTERVAL + seconds(SEARCH_EVERY) * 1.5)  # OTHER is silent: the search runs it, late
+    assert me.wait_idle(TIMEOUT)
+    for _ in range(2):  # adopted: the next slots run here on time
+        slot = next_slot(me, THEIRS)
+        clock.advance(seconds(Micros(slot - me._timebase.now())))
+        assert me.wait_idle(TIMEOUT)
+        assert max(ran_here(me, THEIRS)) == (slot, slot)
+    run_elsewhere(other, me, THEIRS)  # its owner is back and takes a slot first
+    for _ in range(3):
+        clock.advance(INTERVAL)
+        assert me.wait_idle(TIMEOUT)
+        run_elsewhere(other, me, THEIRS)
+    assert len(ran_here(me, THEIRS)) == 3
+    assert conflicts.lost == [THEIRS]  # one lost claim, then it is the owner's again

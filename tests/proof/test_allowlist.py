@@ -258,7 +258,7 @@ def test_cli_run_passes_the_allow_list_to_its_scheduler(monkeypatch: pytest.Monk
         def shutdown(self, wait: bool = True) -> None:
             pass
 
-    from persched import _scheduler
+    from persched._engine import scheduler as _scheduler
 
     monkeypatch.setattr(_scheduler, "JobScheduler", Recorder)  # `run` imports it from there when it starts
     db = str(tmp_path / "run.db")

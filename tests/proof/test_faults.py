@@ -39,7 +39,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
 from persched import JobScheduler
-from persched._instant import Micros, from_datetime, micros
+from persched._model.instant import Micros, from_datetime, micros
 from persched.errors import PerschedError, StoreError
 from persched.testing import FakeClock
 from tests.support import jobs

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from persched import JobScheduler
-from persched._instant import micros
+from persched._model.instant import micros
 from persched.errors import SchedulerStateError
 from persched.testing import FakeClock
 from tests.proof._settings import fuzz_settings

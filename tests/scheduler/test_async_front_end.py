@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from persched import AsyncJobScheduler, JobScheduler, JobState
-from persched._instant import to_datetime
+from persched._model.instant import to_datetime
 from persched.errors import InvalidJobError, SchedulerStateError
 from persched.testing import FakeClock
 from tests.support import async_jobs, jobs

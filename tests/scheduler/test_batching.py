@@ -1,4 +1,4 @@
-"""The dispatcher gathers a batch while behind (issue 14; persched._dispatcher "Gathering a batch").
+"""The dispatcher gathers a batch while behind (issue 14; persched._engine.dispatcher "Gathering a batch").
 
 The dispatcher is driven directly: its cycle callback records what each cycle
 was given and hands every claimed entry to a "worker" that the test plays,
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from persched._dispatcher import Dispatcher
-from persched._timebase import Timebase
+from persched._engine.dispatcher import Dispatcher
+from persched._engine.timebase import Timebase
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT, wait_until
 

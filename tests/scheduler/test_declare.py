@@ -14,7 +14,7 @@ from unittest import mock
 import pytest
 
 from persched import AsyncJobScheduler, DeclareResult, JobScheduler, JobSpec, JobState
-from persched._declare import SCHEDULE_OPTIONS
+from persched._model.declare import SCHEDULE_OPTIONS
 from persched._store import Store
 from persched.errors import InvalidJobError
 from persched.testing import FakeClock
@@ -24,8 +24,8 @@ from tests.support.helpers import TIMEOUT, db_sql
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
 
-    from persched._instant import Instant
-    from persched._models import JobDefinition
+    from persched._model.instant import Instant
+    from persched._model.models import JobDefinition
     from persched._store import Upserted
 
 START: Final = 1_700_000_000.123457

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from persched._events import EVENT_KINDS, Event, EventBus
+from persched._engine.events import EVENT_KINDS, Event, EventBus
 from persched.errors import InvalidJobError
 from tests.support import cli_jobs, jobs
 from tests.support.helpers import TIMEOUT, at, sql, wait_until
@@ -134,7 +134,7 @@ def test_a_raising_listener_is_logged_and_ignored(
     seen = Collector()
     sched.add_listener(raising)
     sched.add_listener(seen, kinds=["run_finished"])
-    with caplog.at_level(logging.ERROR, logger="persched._events"):
+    with caplog.at_level(logging.ERROR, logger="persched._engine.events"):
         sched.schedule("j", jobs.record, 1.0, args=("j",), start_in=0)
         for n in range(1, 4):
             if n > 1:
@@ -143,9 +143,9 @@ def test_a_raising_listener_is_logged_and_ignored(
             assert event.run is not None
             assert event.run.outcome == "ok"
         assert len(jobs.calls("j")) == 3
-    errors = [r for r in caplog.records if r.name == "persched._events" and r.levelno == logging.ERROR]
+    errors = [r for r in caplog.records if r.name == "persched._engine.events" and r.levelno == logging.ERROR]
     assert errors
-    assert "listener bug" in errors[0].getMessage()  # the traceback is in the text (persched._tracebacks)
+    assert "listener bug" in errors[0].getMessage()  # the traceback is in the text (persched._engine.tracebacks)
     assert "Traceback (most recent call last)" in errors[0].getMessage()
 
 
@@ -229,7 +229,7 @@ def test_a_full_queue_drops_with_a_warning(caplog: pytest.LogCaptureFixture) -> 
 
     bus.add(blocking)
     try:
-        with caplog.at_level(logging.WARNING, logger="persched._events"):
+        with caplog.at_level(logging.WARNING, logger="persched._engine.events"):
             bus.emit(Event("job_scheduled", "held", 1, at(0)))
             assert entered.wait(TIMEOUT)  # "held" is being delivered; the queue is empty again
             for n in range(5):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from persched import JobScheduler, JobState
-from persched._instant import Micros, from_datetime, micros, to_datetime
+from persched._model.instant import Micros, from_datetime, micros, to_datetime
 from persched._store import ClaimMiss
 from persched.testing import FakeClock
 from tests.support import jobs

@@ -103,6 +103,6 @@ def test_a_run_refused_before_the_job_is_called_keeps_persched_frames(
         assert sched.wait_idle(TIMEOUT)
         (run,) = sched.runs("edited")
     assert run.error is not None
-    assert "_workers.py" in run.error.splitlines()[1], run.error
+    assert "_engine/workers.py" in run.error.splitlines()[1], run.error
     assert "args" in run.error.splitlines()[2], run.error
     assert run.error.endswith(f"{last_line}\n"), run.error

@@ -1,4 +1,4 @@
-"""The bounded heap (issue 14, persched._horizon): only jobs due within the horizon are in memory.
+"""The bounded heap (issue 14, persched._engine.horizon): only jobs due within the horizon are in memory.
 
 Every test runs on a FakeClock at an odd instant, with a horizon of a few seconds, and checks
 the runs in the database: jobs beyond the horizon run exactly on their slot when the horizon
@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from persched import JobScheduler, _triggers
-from persched import _horizon as horizon_module
-from persched._dispatcher import Dispatcher
-from persched._instant import Instant, from_datetime
+from persched import JobScheduler
+from persched._engine import horizon as horizon_module
+from persched._engine.dispatcher import Dispatcher
+from persched._model import triggers as _triggers
+from persched._model.instant import Instant, from_datetime
 from persched.errors import InvalidJobError
 from persched.testing import FakeClock
 from tests.support import jobs
@@ -311,7 +312,7 @@ def _at(offset: float) -> Instant:
 
 
 def _instant(seconds: float) -> Instant:
-    from persched._instant import micros
+    from persched._model.instant import micros
 
     return Instant(micros(seconds))
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 import pytest
 
 from persched import JobScheduler, JobState
-from persched._instant import to_datetime
+from persched._model.instant import to_datetime
 from persched.errors import InvalidJobError, SchedulerStateError
 from persched.testing import FakeClock
 from tests.support import jobs

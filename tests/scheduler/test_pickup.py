@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Final
 
 import pytest
 
-from persched._heartbeat import Heartbeat
-from persched._pickup import CommitWatch
+from persched._engine.heartbeat import Heartbeat
+from persched._engine.pickup import CommitWatch
 from persched._store.dialects.postgresql import PostgreSQLDialect
 from persched._store.dialects.sqlite import SQLiteDialect
 from persched.testing import FakeClock

@@ -20,7 +20,7 @@ from unittest.mock import patch
 
 import pytest
 
-from persched._instant import Instant, Micros
+from persched._model.instant import Instant, Micros
 from persched._store import Claim, ClaimMiss, Store
 from tests.support import jobs, race_jobs
 from tests.support.helpers import TIMEOUT, at, at_us, finished_runs, heartbeat_settled, sql, wait_until

@@ -9,7 +9,7 @@ from unittest.mock import patch
 import pytest
 
 from persched import JobScheduler
-from persched._instant import Instant, Micros
+from persched._model.instant import Instant, Micros
 from persched._store import MAX_ERROR_TEXT, bound_error_text
 from persched.errors import InvalidJobError
 from tests.support import cli_jobs, jobs

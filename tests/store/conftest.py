@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from persched import _db, _migrate
 from persched._store import Store
+from persched._store import db as _db
+from persched._store import migrate as _migrate
 from tests.support.engines import engine_named, engine_params
 
 if TYPE_CHECKING:

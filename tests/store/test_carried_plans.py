@@ -20,8 +20,8 @@ from unittest.mock import patch
 import pytest
 from sqlalchemy import event
 
-from persched._instant import Instant, Micros, from_datetime, micros
-from persched._models import validate_definition, validate_policies
+from persched._model.instant import Instant, Micros, from_datetime, micros
+from persched._model.models import validate_definition, validate_policies
 from persched._store import Claim, Completion, Store, claims
 from tests.support import race_jobs
 from tests.support.helpers import EPOCH

@@ -19,19 +19,19 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sqlalchemy import event, select, update
 
-from persched._instant import Instant, from_datetime, micros, to_datetime
-from persched._models import validate_definition, validate_policies
-from persched._policy import place_grid
-from persched._schema import changes, jobs
+from persched._model.instant import Instant, from_datetime, micros, to_datetime
+from persched._model.models import validate_definition, validate_policies
+from persched._model.policy import place_grid
 from persched._store.dialects import Sql
 from persched._store.dialects.sqlite import SQLiteDialect
+from persched._store.schema import changes, jobs
 from tests.support import race_jobs
 
 if TYPE_CHECKING:
     from sqlalchemy import Column, ColumnElement, Connection
 
     from persched import Job
-    from persched._models import JobDefinition
+    from persched._model.models import JobDefinition
     from persched._store import Store
 
 ODD = Instant(1_700_000_000_123_457)  # 1_700_000_000.123457 s

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from persched._instant import Instant, Micros, from_datetime, micros
-from persched._models import validate_definition, validate_policies
+from persched._model.instant import Instant, Micros, from_datetime, micros
+from persched._model.models import validate_definition, validate_policies
 from persched._store import Claim, ClaimMiss
 from tests.support import race_jobs
 from tests.support.helpers import EPOCH

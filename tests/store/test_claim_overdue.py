@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sqlalchemy import select, update
 
-from persched._instant import Instant, Micros, micros
-from persched._models import validate_definition, validate_policies
-from persched._schema import jobs
+from persched._model.instant import Instant, Micros, micros
+from persched._model.models import validate_definition, validate_policies
+from persched._model.triggers import jitter_offset
 from persched._store import Claim, ClaimMiss, Store
-from persched._triggers import jitter_offset
+from persched._store.schema import jobs
 from tests.support import race_jobs
 from tests.support.helpers import TIMEOUT
 from tests.support.store_calls import claim_one, finish_one

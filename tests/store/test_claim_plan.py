@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sqlalchemy import event, select, text
 
-from persched._instant import Instant, Micros, micros
-from persched._models import validate_definition, validate_policies
-from persched._schema import jobs
+from persched._model.instant import Instant, Micros, micros
+from persched._model.models import validate_definition, validate_policies
+from persched._store.schema import jobs
 from tests.support.engines import engine_params
 from tests.support.helpers import EPOCH
 

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 import pytest
 from sqlalchemy import select, update
 
-from persched._instant import Instant, micros, to_datetime
-from persched._models import validate_definition, validate_policies
-from persched._schema import jobs
+from persched._model.instant import Instant, micros, to_datetime
+from persched._model.models import validate_definition, validate_policies
 from persched._store.dialects import Sql
+from persched._store.schema import jobs
 from tests.support import race_jobs
 from tests.support.helpers import EPOCH
 

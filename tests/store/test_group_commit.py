@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy.exc import IntegrityError
 
 from persched import Job, JobScheduler
-from persched._instant import Instant
-from persched._models import JobDefinition, JobState, validate_definition, validate_policies
+from persched._model.instant import Instant
+from persched._model.models import JobDefinition, JobState, validate_definition, validate_policies
 from persched.errors import InvalidJobError
 from persched.testing import FakeClock
 from tests.conftest import TIMEOUT

@@ -15,8 +15,8 @@ from unittest.mock import patch
 
 from sqlalchemy.exc import IntegrityError
 
-from persched._instant import Instant
-from persched._models import validate_definition, validate_policies
+from persched._model.instant import Instant
+from persched._model.models import validate_definition, validate_policies
 from tests.conftest import TIMEOUT
 from tests.support import race_jobs
 from tests.support.helpers import wait_until

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sqlalchemy import event, select
 
-from persched._instant import Instant, micros
-from persched._models import validate_definition, validate_policies
-from persched._schema import jobs
+from persched._model.instant import Instant, micros
+from persched._model.models import validate_definition, validate_policies
+from persched._store.schema import jobs
 from tests.support.helpers import EPOCH
 
 if TYPE_CHECKING:

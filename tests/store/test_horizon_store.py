@@ -1,4 +1,4 @@
-"""The bounded heap's store calls (persched._horizon), on SQLite and PostgreSQL:
+"""The bounded heap's store calls (persched._engine.horizon), on SQLite and PostgreSQL:
 `load_due` (the refill: a keyset window through the index, with jitter and run-now),
 `sweep` (every scheduled row in primary-key batches) and `changes_since(upto=)`."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from persched._instant import Micros
-from persched._triggers import jitter_offset
+from persched._model.instant import Micros
+from persched._model.triggers import jitter_offset
 from tests.store.test_store_contract import T, at, schedule
 
 if TYPE_CHECKING:

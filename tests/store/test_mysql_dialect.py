@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Final
 import pytest
 from sqlalchemy import func, select
 
-from persched import _db
-from persched._instant import Instant, Micros, from_datetime, micros
-from persched._models import validate_definition, validate_policies
-from persched._schema import runs
+from persched._model.instant import Instant, Micros, from_datetime, micros
+from persched._model.models import validate_definition, validate_policies
 from persched._store import Claim, ClaimMiss, Completion, Store
+from persched._store import db as _db
+from persched._store.schema import runs
 from tests.support import race_jobs
 from tests.support.engines import MigratedDatabases, engine_named
 from tests.support.helpers import EPOCH, TIMEOUT, at_us

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, Final
 import pytest
 
 from persched import Job, JobScheduler, Run
-from persched._instant import to_datetime
-from persched._models import JobState, Outcome
-from persched._plain_models import PlainJob, PlainRun
+from persched._model.instant import to_datetime
+from persched._model.models import JobState, Outcome
+from persched._model.plain_models import PlainJob, PlainRun
 from persched._store.mappers import plain_job, plain_run
 from persched.testing import FakeClock
 from tests.support import jobs

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from persched._instant import Instant, Micros, from_datetime, micros
-from persched._models import validate_definition, validate_policies
+from persched._model.instant import Instant, Micros, from_datetime, micros
+from persched._model.models import validate_definition, validate_policies
 from persched._store import Claim
 from tests.support import race_jobs
 from tests.support.store_calls import claim_one, finish_one

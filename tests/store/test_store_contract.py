@@ -24,11 +24,12 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from persched import JobState, _db
-from persched._instant import Instant, Micros, from_datetime, micros, to_datetime
-from persched._models import JobDefinition, validate_definition, validate_policies
-from persched._schema import jobs, runs
+from persched import JobState
+from persched._model.instant import Instant, Micros, from_datetime, micros, to_datetime
+from persched._model.models import JobDefinition, validate_definition, validate_policies
 from persched._store import Claim, ClaimMiss, Correction, OpenRun, Recovery, Store, mappers
+from persched._store import db as _db
+from persched._store.schema import jobs, runs
 from tests.support import race_jobs
 from tests.support.helpers import EPOCH, TIMEOUT
 from tests.support.store_calls import claim_one, finish_one
@@ -196,7 +197,8 @@ def test_deschedule_unknown_job(store: Store) -> None:
 
 
 def loaded(store: Store, now: Instant) -> tuple[list[tuple[Instant, str, int]], list[Correction]]:
-    """What start-up reads (`persched._horizon`): every due entry (one unbounded refill), the sweep's corrections."""
+    """What start-up reads (`persched._engine.horizon`): every due entry (one unbounded refill), the sweep's
+    corrections."""
     entries, _ = store.load_due(None, Instant(now + micros(10 * 365 * 86_400)), 10_000)
     _, corrections, _ = store.sweep(None, 10_000, now)
     return entries, corrections

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from persched._instant import from_datetime
+from persched._model.instant import from_datetime
 from persched.errors import SchedulerStateError
 from tests.stress.test_stress import scale, seed
 from tests.support import race_jobs

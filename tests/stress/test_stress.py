@@ -45,10 +45,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sqlalchemy import select
 
-from persched import _db
-from persched._instant import seconds
-from persched._schema import jobs as jobs_table
-from persched._schema import runs as runs_table
+from persched._model.instant import seconds
+from persched._store import db as _db
+from persched._store.schema import jobs as jobs_table
+from persched._store.schema import runs as runs_table
 from tests.support.helpers import TIMEOUT, wait_until
 
 if TYPE_CHECKING:

@@ -42,8 +42,8 @@ from unittest.mock import patch
 from sqlalchemy import event
 
 from persched import JobScheduler, current_run
-from persched._instant import Instant, Micros, from_datetime, micros
-from persched._runs import RunBook
+from persched._engine.runs import RunBook
+from persched._model.instant import Instant, Micros, from_datetime, micros
 from persched._store import Claim, Recovery, Store
 from tests.support import proof_jobs
 from tests.support.store_calls import claim_one

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Final
 
 import pytest
 
-from persched import _db, _migrate
+from persched._store import db as _db
+from persched._store import migrate as _migrate
 from tests.support.mariadb import MARIADB_URL_ENV, mariadb_baseline, mariadb_database
 from tests.support.postgres import PG_URL_ENV, pg_baseline, pg_schema
 

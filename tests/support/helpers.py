@@ -20,7 +20,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from persched import _realtime
-from persched._instant import Instant, micros, to_datetime
+from persched._model.instant import Instant, micros, to_datetime
 
 if TYPE_CHECKING:
     from collections.abc import Callable

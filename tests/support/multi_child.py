@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Final, NamedTuple
 
 from persched import JobScheduler, current_run
-from persched._signals import StopSignals
+from persched._interfaces.signals import StopSignals
 
 __all__ = ["BLOCK_TARGET", "EFFECT_TARGET", "Effect", "block_first", "effect", "read_effects"]
 

@@ -2,7 +2,7 @@
 
 `CheckoutTracker` listens to the ``checkout``, ``checkin`` and ``detach``
 events of the `Pool` class, so it sees every pool of every engine, whoever
-made it (`persched._db.make_engine`, a test's own `create_engine`, an engine
+made it (`persched._store.db.make_engine`, a test's own `create_engine`, an engine
 made before the tracker started) and whatever the pool class (StaticPool and
 NullPool have no ``checkedout()``; for a QueuePool the count agrees with it).
 A connection still out at the end is a leak: an unclosed `Connection`, a

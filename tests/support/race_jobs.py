@@ -38,16 +38,16 @@ from unittest.mock import patch
 
 from sqlalchemy import Connection, update
 
-from persched._instant import Instant, Micros, from_datetime, to_datetime
-from persched._schema import jobs, runs
+from persched._model.instant import Instant, Micros, from_datetime, to_datetime
 from persched._store import Claim, ClaimMiss, Completion, RunNowAnswer, RunNowVerdict, Store, claims
+from persched._store.schema import jobs, runs
 from tests.support.helpers import TIMEOUT
 from tests.support.postgres import pg_base_url
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from persched._heartbeat import Heartbeat
+    from persched._engine.heartbeat import Heartbeat
     from persched._store import ClaimEntry
     from persched._store.dialects import Dialect, Sql
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from persched._store import Claim, ClaimMiss, Completion
 
 if TYPE_CHECKING:
-    from persched._instant import Instant, Micros
+    from persched._model.instant import Instant, Micros
     from persched._store import Store
 
 __all__ = ["claim_one", "finish_one"]

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Final
 
 from persched import JobScheduler, current_run
-from persched._signals import StopSignals
+from persched._interfaces.signals import StopSignals
 from persched.clock import SystemClock
 
 INTERVAL: Final = 0.25  # seconds
@@ -55,7 +55,9 @@ def main(argv: list[str]) -> None:
     db, log, ready, *offset = argv
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
     clock = OffsetClock(offset[0]) if offset else None
-    stop = StopSignals()  # a handler that takes no lock: Event.set() there could deadlock (persched._signals)
+    stop = (
+        StopSignals()
+    )  # a handler that takes no lock: Event.set() there could deadlock (persched._interfaces.signals)
     with (
         stop.installed(),
         JobScheduler(f"sqlite:///{db}", WORKERS, clock, lease_seconds=2.0, heartbeat_seconds=0.2) as sched,

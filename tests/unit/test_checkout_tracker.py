@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import QueuePool
 
-from persched import _db
+from persched._store import db as _db
 from tests.support.helpers import TIMEOUT
 from tests.support.pools import CheckoutTracker
 

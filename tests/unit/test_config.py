@@ -8,8 +8,9 @@ from unittest.mock import patch
 
 import pytest
 
-from persched import _config, _db
-from persched._config import EngineOptions, SchedulerConfig
+from persched._engine import config as _config
+from persched._engine.config import EngineOptions, SchedulerConfig
+from persched._store import db as _db
 from persched.clock import Clock
 from persched.errors import InvalidJobError
 from persched.testing import FakeClock

@@ -1,4 +1,4 @@
-"""persched._db: URL parsing, SQLite file handling, PRAGMAs, BEGIN IMMEDIATE."""
+"""persched._store.db: URL parsing, SQLite file handling, PRAGMAs, BEGIN IMMEDIATE."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import pytest
 from sqlalchemy import event, text
 from sqlalchemy.exc import OperationalError
 
-from persched import _db, _migrate
+from persched._store import db as _db
+from persched._store import migrate as _migrate
 from persched.errors import InvalidJobError, StoreError
 from tests.support.helpers import TIMEOUT
 
@@ -79,7 +80,7 @@ def test_postgresql_maps_to_psycopg3(given: str) -> None:
     "given", ["mysql://u@h/db", "mysql+pymysql://u@h/db", "mariadb://u@h/db", "mariadb+pymysql://u@h/db"]
 )
 def test_mysql_and_mariadb_map_to_pymysql(given: str) -> None:
-    # One dialect name for both servers (persched._db): the MySQL dialect tells MariaDB apart itself.
+    # One dialect name for both servers (persched._store.db): the MySQL dialect tells MariaDB apart itself.
     url = _db.to_url(given)
     assert url.drivername == "mysql+pymysql"
     assert (url.host, url.database) == ("h", "db")
@@ -354,7 +355,7 @@ def test_missing_psycopg_says_how_to_install(monkeypatch: pytest.MonkeyPatch) ->
 
 @pytest.mark.mariadb
 def test_mariadb_sessions_are_read_committed_strict_utc_utf8mb4(mariadb_url: str) -> None:
-    # persched._db: the isolation level the store is written for, no silent truncation, UTC.
+    # persched._store.db: the isolation level the store is written for, no silent truncation, UTC.
     engine = _db.make_engine(mariadb_url)
     try:
         with engine.connect() as conn:

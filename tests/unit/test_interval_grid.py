@@ -1,4 +1,4 @@
-"""The fixed-rate grid of `persched._triggers.interval_trigger` (SPEC §1 "Time is exact", SPEC §2), pure and O(1).
+"""The fixed-rate grid of `persched._model.triggers.interval_trigger` (SPEC §1 "Time is exact", SPEC §2), pure and O(1).
 
 Slots are ``anchor + k * interval``, ``k >= 0``, in whole microseconds: exact integer arithmetic, so the
 properties below compare with ``==`` at any anchor (an odd microsecond, the real time now), for any interval
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from persched._instant import US_PER_SECOND, Instant, Micros
-from persched._triggers import interval_trigger
+from persched._model.instant import US_PER_SECOND, Instant, Micros
+from persched._model.triggers import interval_trigger
 
 S: Final = US_PER_SECOND
 DAY: Final = 86_400 * S

@@ -1,4 +1,4 @@
-"""persched._liveness: a gone process on this host is proven gone; anything unsure is not (issue 15).
+"""persched._engine.liveness: a gone process on this host is proven gone; anything unsure is not (issue 15).
 
 "Provably dead" must never be wrong for a live instance: every doubt (another
 host, boot, pid namespace or uid, a custom id, a malformed proof) answers
@@ -14,12 +14,13 @@ import sys
 
 import pytest
 
-from persched import _liveness
-from persched._liveness import default_instance_id, display_id, provably_dead
+from persched._engine import liveness as _liveness
+from persched._engine.liveness import default_instance_id, display_id, provably_dead
 from tests.support.helpers import TIMEOUT
 
 PRINT_ID = (
-    "from persched._liveness import default_instance_id as d; import sys; print(d(), flush=True); sys.stdin.read()"
+    "from persched._engine.liveness import default_instance_id as d; "
+    "import sys; print(d(), flush=True); sys.stdin.read()"
 )
 
 linux_only = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs Linux /proc")

@@ -1,4 +1,4 @@
-"""Rendezvous ownership (`persched._membership.owner_among`): a join or a departure moves only
+"""Rendezvous ownership (`persched._engine.membership.owner_among`): a join or a departure moves only
 that member's share of the jobs, and every instance computes the same owner."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from persched._membership import owner_among
+from persched._engine.membership import owner_among
 
 JOBS = [f"job-{i}" for i in range(4000)]
 THREE = ("host-a:11:x", "host-b:22:y", "host-c:33:z")

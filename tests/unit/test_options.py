@@ -1,4 +1,4 @@
-"""`persched._models.OPTIONS`: each option of schedule() declared once, and the surfaces that must
+"""`persched._model.models.OPTIONS`: each option of schedule() declared once, and the surfaces that must
 stay explicit (for users and mypy) checked against that declaration; the trigger registry."""
 
 from __future__ import annotations
@@ -12,11 +12,18 @@ from typing import Any
 import pytest
 
 from persched import AsyncJobScheduler, Job, JobScheduler
-from persched._instant import Instant, Micros, from_datetime
-from persched._models import CLAIM_POLICY_COLUMNS, KEYWORD_OPTIONS, OPTIONS, Policies, check_stored, validate_policies
-from persched._policy import JobPlan, place_grid
-from persched._schema import jobs
-from persched._triggers import TRIGGERS, CronTrigger, IntervalTrigger, OneShotTrigger, chosen_kind, kind_of
+from persched._model.instant import Instant, Micros, from_datetime
+from persched._model.models import (
+    CLAIM_POLICY_COLUMNS,
+    KEYWORD_OPTIONS,
+    OPTIONS,
+    Policies,
+    check_stored,
+    validate_policies,
+)
+from persched._model.policy import JobPlan, place_grid
+from persched._model.triggers import TRIGGERS, CronTrigger, IntervalTrigger, OneShotTrigger, chosen_kind, kind_of
+from persched._store.schema import jobs
 from persched.errors import InvalidJobError
 
 WHEN = datetime(2030, 1, 1, 12, tzinfo=timezone.utc)

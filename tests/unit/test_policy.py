@@ -1,6 +1,6 @@
-"""`persched._policy.JobPlan`: the decisions of SPEC-policies, pure (no store, no clock).
+"""`persched._model.policy.JobPlan`: the decisions of SPEC-policies, pure (no store, no clock).
 
-Instants and durations are whole microseconds (`persched._instant`): the worked examples give them as
+Instants and durations are whole microseconds (`persched._model.instant`): the worked examples give them as
 ``at(seconds)`` (T plus that many seconds, exact), the properties draw them at any microsecond.
 """
 
@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from persched._instant import US_PER_SECOND, Instant, Micros, micros, to_datetime
-from persched._models import Policies, validate_policies
-from persched._policy import ClaimPlan, JobPlan, Missed, place_grid
-from persched._triggers import cron_trigger, interval_trigger
+from persched._model.instant import US_PER_SECOND, Instant, Micros, micros, to_datetime
+from persched._model.models import Policies, validate_policies
+from persched._model.policy import ClaimPlan, JobPlan, Missed, place_grid
+from persched._model.triggers import cron_trigger, interval_trigger
 
 S: Final = US_PER_SECOND
 DAY: Final = 86_400 * S

@@ -1,4 +1,4 @@
-"""Stop signals (persched._signals): a handler that runs inside the main thread's wait never deadlocks it.
+"""Stop signals (persched._interfaces.signals): a handler that runs inside the main thread's wait never deadlocks it.
 
 A Python signal handler runs in the main thread between two bytecodes, possibly
 inside the wait it is to end. The reentrancy test calls the handler at every
@@ -19,13 +19,13 @@ import threading
 
 import pytest
 
-from persched._signals import StopSignals
+from persched._interfaces.signals import StopSignals
 from tests.support.helpers import TIMEOUT
 
 REENTRANT = textwrap.dedent(
     """
     import sys, threading
-    from persched._signals import StopSignals
+    from persched._interfaces.signals import StopSignals
 
     class EventStop:  # what STYLE's "handlers only set an Event" gives
         def __init__(self):

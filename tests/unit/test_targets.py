@@ -1,4 +1,4 @@
-"""`persched._targets`: callables <-> ``"module:qualname"`` (FIELD-REPORTS #13).
+"""`persched._model.targets`: callables <-> ``"module:qualname"`` (FIELD-REPORTS #13).
 
 A reference is accepted only if importing it again gives back the very same
 callable; everything else is refused at `schedule()` time with a message that
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from persched._targets import TargetNotFound, TargetRefused, normalize_allowed, reference_of, resolve
+from persched._model.targets import TargetNotFound, TargetRefused, normalize_allowed, reference_of, resolve
 from persched.errors import InvalidJobError
 from tests.support import jobs, race_jobs
 

@@ -1,4 +1,4 @@
-"""`persched._tracebacks`: a failure as text (the chain kept, the callers' frames left out) and as a log record."""
+"""`persched._engine.tracebacks`: a failure as text (the chain kept, the callers' frames left out), as a log record."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
-from persched import _tracebacks
-from persched._tracebacks import describe, log_job_failure
+from persched._engine import tracebacks as _tracebacks
+from persched._engine.tracebacks import describe, log_job_failure
 from tests.support import failing_jobs
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
-"""`persched._triggers`: interval and cron slots, the DST rules, validation, jitter, descriptions.
+"""`persched._model.triggers`: interval and cron slots, the DST rules, validation, jitter, descriptions.
 
-Instants are whole microseconds since the epoch (`persched._instant`), so every expected slot is an
+Instants are whole microseconds since the epoch (`persched._model.instant`), so every expected slot is an
 exact ``int`` compared with ``==``. The DST tests check the rules of SPEC-policies "Cron" against
 instants worked out by hand and against a brute-force oracle written from the rules, not against what
 a cron library happens to do; query instants are drawn at any microsecond, not on whole seconds.
@@ -22,9 +22,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from persched._instant import US_PER_SECOND, Instant, Micros, from_datetime, micros, to_datetime
-from persched._models import validate_policies
-from persched._triggers import (
+from persched._model.instant import US_PER_SECOND, Instant, Micros, from_datetime, micros, to_datetime
+from persched._model.models import validate_policies
+from persched._model.triggers import (
     NEVER,
     cron_trigger,
     describe_duration,

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from persched import JobScheduler
-from persched._existing import open_existing
-from persched._models import DEFAULT_NAMESPACE
-from persched._web.app import WebApp
-from persched._web.serve import make_web_server
+from persched._interfaces.dashboard.app import WebApp
+from persched._interfaces.dashboard.serve import make_web_server
+from persched._interfaces.existing import open_existing
+from persched._model.models import DEFAULT_NAMESPACE
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from pathlib import Path
 
-    from persched._web.server import Limits, Server
+    from persched._interfaces.dashboard.server import Limits, Server
 
 START = 1_700_000_000.123457
 TOKEN = "s3cret-token-for-tests"

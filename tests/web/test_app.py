@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING
 import pytest
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
-from persched import JobScheduler, _views
-from persched._existing import open_existing
-from persched._web.actions import MESSAGES
-from persched._web.app import WebApp
-from persched._web.serve import serve
+from persched import JobScheduler
+from persched._interfaces.dashboard.actions import MESSAGES
+from persched._interfaces.dashboard.app import WebApp
+from persched._interfaces.dashboard.serve import serve
+from persched._interfaces.existing import open_existing
+from persched._store import views as _views
 from persched.errors import PerschedError, StoreError
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from persched._web.actions import MESSAGES
-from persched._web.auth import SignInLimiter
+from persched._interfaces.dashboard.actions import MESSAGES
+from persched._interfaces.dashboard.auth import SignInLimiter
 from tests.support.helpers import TIMEOUT
 from tests.support.raw_http import get
 from tests.web.conftest import START, TOKEN, serve_app

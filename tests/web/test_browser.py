@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from persched._web.actions import MESSAGES
+from persched._interfaces.dashboard.actions import MESSAGES
 from tests.support.helpers import TIMEOUT, wait_until
 from tests.web.conftest import START, TOKEN, fill, serve_app
 

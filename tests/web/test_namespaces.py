@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from persched import JobScheduler
-from persched._web.actions import MESSAGES
-from persched._web.server import Limits
+from persched._interfaces.dashboard.actions import MESSAGES
+from persched._interfaces.dashboard.server import Limits
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT
 from tests.support.raw_http import connect

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from persched._web.hosts import HostRules
-from persched._web.server import Limits, Server
+from persched._interfaces.dashboard.hosts import HostRules
+from persched._interfaces.dashboard.server import Limits, Server
 from tests.support.helpers import TIMEOUT, wait_until
 from tests.support.raw_http import connect, get, raw_request, read_reply
 from tests.web.conftest import serve_app

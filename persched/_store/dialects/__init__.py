@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine.interfaces import DBAPIConnection
     from sqlalchemy.exc import DBAPIError
 
-    from ..._instant import Instant
+    from ..._model.instant import Instant
 
 __all__ = ["ChangeListener", "Dialect", "DriverCursor", "Sql", "dialect_for", "marks", "value_rows"]
 
@@ -139,7 +139,7 @@ class Dialect:
     #: the store (SQLite), rather than in the engine's busy handler.
     serialise_local_writers: ClassVar[bool] = False
     #: How an instance learns cheaply that another one committed, so that it
-    #: reads the change counter soon (persched._pickup): "notify" (a listening
+    #: reads the change counter soon (persched._engine.pickup): "notify" (a listening
     #: connection, `change_listener`), "data_version" (a cheap check,
     #: `data_version`), or None: only the counter's poll.
     change_signal: ClassVar[Literal["notify", "data_version"] | None] = None
@@ -269,7 +269,7 @@ class Dialect:
         """Wake the instances listening for changes (`change_listener`) when `conn`'s transaction commits.
 
         Nothing where the engine has no notifications: they read the change
-        counter on their own (persched._heartbeat).
+        counter on their own (persched._engine.heartbeat).
         """
 
     def change_listener(self, raw: DBAPIConnection) -> ChangeListener:

@@ -1,6 +1,6 @@
 """MySQL 8 and MariaDB 10.6+: row locks like PostgreSQL, but no ``UPDATE … RETURNING``.
 
-Sessions run at READ COMMITTED (`persched._db`): every statement sees the
+Sessions run at READ COMMITTED (`persched._store.db`): every statement sees the
 latest commit, as on PostgreSQL, and locking reads take no gap locks.
 
 **The claim** is four statements in the claim's transaction instead of one:
@@ -39,7 +39,7 @@ has no ``RETURNING`` at all (`insert_new`). History rows skip a slot the
 unique index holds with ``ON DUPLICATE KEY UPDATE run_id = run_id``, a no-op,
 rather than ``INSERT IGNORE``, which would also turn data errors into
 warnings. The index is over a generated column that is NULL for run-now rows
-(MySQL has no partial index: `persched._schema`).
+(MySQL has no partial index: `persched._store.schema`).
 
 Migrations are serialised by ``GET_LOCK``: MySQL commits at every DDL
 statement, so no lock that ends with a transaction would hold through a
@@ -56,9 +56,9 @@ from sqlalchemy import select
 from sqlalchemy.dialects.mysql import insert
 from sqlalchemy.exc import DBAPIError
 
-from ..._db import mask
-from ..._instant import Instant, from_datetime, to_datetime
+from ..._model.instant import Instant, from_datetime, to_datetime
 from ...errors import StoreError
+from ..db import mask
 from . import Dialect, DriverCursor, Sql, marks, value_rows
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ if TYPE_CHECKING:
 # not be made or was lost.
 TRANSIENT_ERRORS: Final = frozenset(
     {
-        1205,  # ER_LOCK_WAIT_TIMEOUT (innodb_lock_wait_timeout, persched._db.MYSQL_LOCK_WAIT)
+        1205,  # ER_LOCK_WAIT_TIMEOUT (innodb_lock_wait_timeout, persched._store.db.MYSQL_LOCK_WAIT)
         1213,  # ER_LOCK_DEADLOCK: InnoDB chose this transaction as the victim and rolled it back
         1040,  # ER_CON_COUNT_ERROR: too many connections
         1053,  # ER_SERVER_SHUTDOWN: the server is shutting down

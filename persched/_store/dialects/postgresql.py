@@ -24,7 +24,7 @@ from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import OperationalError
 
-from ..._instant import Instant, from_datetime, to_datetime
+from ..._model.instant import Instant, from_datetime, to_datetime
 from . import Dialect, DriverCursor, Sql
 
 if TYPE_CHECKING:

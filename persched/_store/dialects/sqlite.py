@@ -1,4 +1,4 @@
-"""SQLite: one writer at a time, so every write starts with BEGIN IMMEDIATE (`persched._db`).
+"""SQLite: one writer at a time, so every write starts with BEGIN IMMEDIATE (`persched._store.db`).
 
 A write transaction holds the database's write lock from its first
 statement, so a plain conditional ``UPDATE … RETURNING`` decides a claim: no
@@ -9,7 +9,7 @@ stored as naive UTC text, which sorts like the instants it names.
 ``PRAGMA data_version`` tells a connection that another one committed, in
 this process or another: in WAL mode it compares the WAL index header in
 shared memory, no file is read, so other instances' changes can be looked
-for every few milliseconds (persched._heartbeat).
+for every few milliseconds (persched._engine.heartbeat).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.sql.elements import UnaryExpression
 from sqlalchemy.sql.operators import custom_op
 
-from ..._instant import Instant, from_datetime, from_naive_utc
+from ..._model.instant import Instant, from_datetime, from_naive_utc
 from . import Dialect, value_rows
 
 if TYPE_CHECKING:

@@ -1,0 +1,241 @@
+"""Scheduler events and their delivery to listeners on one dedicated thread.
+
+Threads
+-------
+Events are emitted by whichever persched thread observes the change: the
+caller of schedule()/deschedule(), the dispatcher (a run started), a worker
+(a run finished or failed), the heartbeat (a run was recorded as lost).
+`EventBus.emit` never blocks and never calls a listener: it puts the event on a
+bounded `queue.Queue` and returns. One daemon thread, ``persched-events``,
+takes events off the queue in order and calls each interested listener with
+no persched lock held.
+
+Consequences, documented for users (docs/operations.md):
+
+- A listener that raises is logged (ERROR, with its traceback) and ignored;
+  the other listeners and the scheduler carry on.
+- A listener that blocks delays the listeners after it, and the events after
+  it, but never dispatch, workers or the heartbeat: they only enqueue.
+- The queue holds `DEFAULT_MAX_PENDING` events. When it is full (a listener
+  blocked for a long time), new events are dropped, counted in
+  `EventBus.dropped`, and logged at WARNING (the first drop and every
+  `DROP_LOG_EVERY`-th after it).
+- The thread is started with the first event that some listener wants, so a
+  scheduler without listeners has no events thread at all. It is stopped by
+  ``shutdown()``: events queued before that are still delivered (bounded by
+  the shutdown timeout), events emitted afterwards are dropped silently.
+
+``_lock`` guards the listener list, the started/stopped flags and the drop
+counter. It is never held while a listener runs, while logging, or in a join.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Literal, get_args
+
+from .. import _realtime
+from ..errors import InvalidJobError
+from .tracebacks import describe
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from .._model.models import Job, Run
+
+__all__ = ["EVENT_KINDS", "Event", "EventBus", "EventKind", "Listener"]
+
+logger = logging.getLogger(__name__)
+
+EventKind = Literal[
+    "job_scheduled",
+    "job_replaced",
+    "job_descheduled",
+    "run_started",
+    "run_finished",
+    "run_failed",
+    "run_lost",
+    "job_paused",
+    "job_resumed",
+    "run_overran",
+]
+#: Every event kind, for `JobScheduler.add_listener(kinds=...)`.
+EVENT_KINDS: Final[frozenset[str]] = frozenset(get_args(EventKind))
+
+DEFAULT_MAX_PENDING: Final = 10_000  # events queued for listeners before new ones are dropped
+DROP_LOG_EVERY: Final = 1_000  # after the first drop, log one WARNING per this many drops
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened to a job, as a listener receives it.
+
+    Attributes:
+        kind: What happened: ``job_scheduled`` (a new job, or a new job under
+            a descheduled id), ``job_replaced`` (a new definition, new
+            generation), ``job_descheduled``, ``run_started`` (its claim
+            committed), ``run_finished`` (outcome "ok"), ``run_failed``
+            (outcome "error"), ``run_lost`` (its instance stopped renewing its
+            lease; recorded by the heartbeat of any instance), ``job_paused``,
+            ``job_resumed``, ``run_overran`` (still running after the job's
+            max_runtime_seconds; the run goes on).
+        job_id: The job.
+        generation: The job's generation the event is about.
+        at: When the scheduler observed it (aware UTC, on its clock).
+        job: The job as stored, for ``job_scheduled`` and ``job_replaced``.
+        run: The run, for the ``run_*`` kinds (``outcome`` None for
+            ``run_started``).
+    """
+
+    kind: EventKind
+    job_id: str
+    generation: int
+    at: datetime
+    job: Job | None = None
+    run: Run | None = None
+
+
+Listener = Callable[[Event], object]
+
+_STOP: Final = object()  # queue sentinel
+
+
+class EventBus:
+    """Listeners, a bounded queue and the ``persched-events`` delivery thread.
+
+    Args:
+        max_pending: How many undelivered events may wait before new ones are
+            dropped.
+    """
+
+    def __init__(self, max_pending: int = DEFAULT_MAX_PENDING) -> None:
+        self._queue: queue.Queue[Event | object] = queue.Queue(maxsize=max_pending)
+        self._lock = threading.Lock()
+        self._listeners: list[tuple[Listener, frozenset[str]]] = []
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+        self._abandoned = False  # stop() could not queue its sentinel: end after the current event
+        self.dropped = 0
+
+    def add(self, listener: Listener, kinds: Iterable[str] | None = None) -> None:
+        """Call `listener(event)` for every event of `kinds` (default: all).
+
+        Adding a listener that is already there replaces its kinds.
+
+        Raises:
+            InvalidJobError: `listener` is not callable or a kind is unknown.
+        """
+        if not callable(listener):
+            raise InvalidJobError("callback", f"must be callable, got {listener!r}")
+        if isinstance(kinds, str):
+            kinds = (kinds,)
+        wanted = EVENT_KINDS if kinds is None else frozenset(kinds)
+        unknown = sorted(str(k) for k in wanted - EVENT_KINDS)
+        if unknown or not wanted:
+            raise InvalidJobError(
+                "kinds", f"unknown event kinds {unknown}; choose from {sorted(EVENT_KINDS)}" if unknown else "is empty"
+            )
+        with self._lock:
+            self._listeners = [(f, k) for f, k in self._listeners if f != listener]
+            self._listeners.append((listener, wanted))
+
+    def remove(self, listener: Listener) -> bool:
+        """Stop calling `listener`; True if it was registered.
+
+        A call already in progress on the events thread is not interrupted.
+        """
+        with self._lock:
+            before = len(self._listeners)
+            self._listeners = [(f, k) for f, k in self._listeners if f != listener]
+            return len(self._listeners) != before
+
+    def wants(self, kind: str) -> bool:
+        """True if some listener wants events of `kind` (cheap; lets callers skip building one)."""
+        with self._lock:
+            return not self._stopped and any(kind in k for _, k in self._listeners)
+
+    def emit(self, event: Event) -> None:
+        """Queue `event` for the listeners that want it; never blocks."""
+        with self._lock:
+            if self._stopped or not any(event.kind in k for _, k in self._listeners):
+                return
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="persched-events", daemon=True)
+                self._thread.start()
+        try:
+            self._queue.put_nowait(event)
+        except queue.Full:
+            with self._lock:
+                self.dropped += 1
+                dropped = self.dropped
+            if dropped == 1 or dropped % DROP_LOG_EVERY == 0:
+                logger.warning(
+                    "event queue full (%d pending): dropped %s of %s generation %d (%d dropped so far); "
+                    "a listener is too slow",
+                    self._queue.maxsize,
+                    event.kind,
+                    event.job_id,
+                    event.generation,
+                    dropped,
+                )
+
+    def wait_delivered(self, timeout: float | None) -> bool:
+        """Block until every event queued so far has been delivered; False after `timeout` real seconds."""
+        deadline = None if timeout is None else _realtime.monotonic() + timeout
+        done = self._queue.all_tasks_done
+        with done:
+            while self._queue.unfinished_tasks and not self._abandoned:
+                left = None if deadline is None else deadline - _realtime.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                done.wait(left)
+        return True
+
+    def stop(self, timeout: float | None) -> None:
+        """Deliver what is queued (up to `timeout` seconds), then end the thread.
+
+        Idempotent; callable from a listener (then it does not wait for itself).
+        """
+        with self._lock:
+            already, self._stopped = self._stopped, True
+            thread = self._thread
+        if thread is None:
+            return
+        if not already:
+            # Blocks only while the queue is full; bounded like the join.
+            try:
+                self._queue.put(_STOP, timeout=timeout)
+            except queue.Full:
+                self._abandoned = True
+                logger.warning("event listeners did not keep up; undelivered events are dropped at shutdown")
+                return
+        if thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def _loop(self) -> None:
+        while not self._abandoned and (event := self._queue.get()) is not _STOP:
+            assert isinstance(event, Event)
+            with self._lock:
+                listeners = [f for f, kinds in self._listeners if event.kind in kinds]
+            for listener in listeners:
+                _deliver(listener, event)
+            del event, listeners
+            self._queue.task_done()
+
+
+def _deliver(listener: Listener, event: Event) -> None:
+    try:
+        listener(event)
+    except BaseException as exc:  # noqa: BLE001 - a listener must not end delivery (not even SystemExit)
+        logger.error(
+            "event listener %r raised on %s of %s generation %d; ignored\n%s",
+            listener,
+            event.kind,
+            event.job_id,
+            event.generation,
+            describe(exc),
+        )

@@ -1,0 +1,116 @@
+"""Which live instance owns which job, when several share one namespace's work.
+
+Every sharing scheduler keeps a row in ``persched_instances`` and renews it
+with each heartbeat (its ``beats`` count goes up), reading everyone's row in
+the same transaction (`persched._store.members`). From those reads each
+instance keeps its *view*: itself, and every other member whose count moved
+within the last lease. Liveness is judged as leases are (`persched._engine.heartbeat`):
+by observing the count change on the local monotonic clock, never by
+comparing a stored time with the local wall clock, so a stepped or skewed clock
+cannot fake a death. A member whose count stood still for a lease, or whose
+process is provably gone (`persched._engine.liveness`), is dropped from the view and
+its row deleted (conditional on the count seen: a member that came back keeps
+its row); one that shuts down deletes its own row, and the others take its
+jobs at their next beat.
+
+Ownership is rendezvous hashing over the view: the owner of a job is the
+member with the highest ``blake2b(member, job_id)``. A member that joins or
+leaves moves only its own share of the jobs (about 1/N each), and every
+instance with the same view computes the same owner with no coordination.
+
+Views differ for at most a heartbeat or so (a member is seen at the next
+beat of each other one, a departure after a lease). Meanwhile a job may have
+two owners, whose claims race and one wins (the database decides, as always),
+or none, and then the search for overdue rows (`persched._engine.dispatcher`) runs
+it 0.5 s late. Neither can run a slot twice: that guarantee is the claim's,
+not the view's.
+
+The view is a tuple replaced whole by the heartbeat thread; other threads read
+it without a lock (one attribute read).
+"""
+
+from __future__ import annotations
+
+import logging
+from hashlib import blake2b
+from typing import TYPE_CHECKING
+
+from .liveness import provably_dead
+
+if TYPE_CHECKING:
+    from .._model.instant import Micros
+    from .._store import Store
+    from .timebase import Timebase
+
+__all__ = ["Membership", "owner_among"]
+
+logger = logging.getLogger("persched")
+
+
+def _score(member: str, job_id: str) -> bytes:
+    return blake2b(f"{member}\0{job_id}".encode(errors="surrogatepass"), digest_size=8).digest()
+
+
+def owner_among(members: tuple[str, ...], job_id: str) -> str:
+    """The owner of `job_id` among `members` (rendezvous hashing; ties, impossible in practice, by name)."""
+    return max(members, key=lambda member: (_score(member, job_id), member))
+
+
+class Membership:
+    """This instance's view of the members of its namespace (module docstring).
+
+    Args:
+        store: The store (its namespace is the one shared).
+        timebase: The scheduler's time frame.
+        instance_id: This instance.
+        lease: How long a member's count may stand still before it counts as gone.
+    """
+
+    def __init__(self, store: Store, timebase: Timebase, instance_id: str, lease: Micros) -> None:
+        self._store = store
+        self._timebase = timebase
+        self._instance_id = instance_id
+        self._lease = lease
+        self.members: tuple[str, ...] = (instance_id,)
+        # member -> (count seen, monotonic µs when that count was first seen)
+        self._seen: dict[str, tuple[int, int]] = {}
+
+    @property
+    def shared(self) -> bool:
+        """Whether other members share the work (then the search for overdue rows runs)."""
+        return len(self.members) > 1
+
+    def owns(self, job_id: str) -> bool:
+        """Whether this instance owns `job_id` in its current view."""
+        members = self.members
+        return len(members) == 1 or owner_among(members, job_id) == self._instance_id
+
+    def beat(self) -> bool:
+        """Renew this instance's row and read the others'; return True if the view changed."""
+        counts = self._store.beat_membership(self._instance_id, self._timebase.now())
+        mono = self._timebase.clock.monotonic_us()
+        live = [self._instance_id]
+        seen: dict[str, tuple[int, int]] = {}
+        for member, beats in counts.items():
+            if member == self._instance_id:
+                continue
+            previous = self._seen.get(member)
+            first_seen = previous[1] if previous is not None and previous[0] == beats else mono
+            if provably_dead(member) or mono - first_seen >= self._lease:
+                if self._store.forget_member(member, beats):
+                    logger.info("instance %s stopped renewing its membership; its jobs move to the others", member)
+                continue
+            seen[member] = (beats, first_seen)
+            live.append(member)
+        self._seen = seen
+        view = tuple(sorted(live))
+        if view == self.members:
+            return False
+        logger.debug("instance %s shares the work with %d other instances: %s", self._instance_id, len(view) - 1, view)
+        self.members = view
+        return True
+
+    def leave(self) -> None:
+        """Delete this instance's row (shutdown): the others take its jobs at their next beat."""
+        self._store.leave_membership(self._instance_id)
+        self.members = (self._instance_id,)

@@ -1,0 +1,78 @@
+"""Run-history retention: which jobs' runs to prune, and when.
+
+Threads and locks
+-----------------
+Two threads meet here. Whoever records a run's outcome (the dispatcher, a
+worker whose dispatcher is gone, the heartbeat retrying an unwritten
+outcome, shutdown) calls `recorded()`; the ``persched-heartbeat`` thread
+calls `prune()` after each round, off the dispatch path, in short
+transactions of the store's own.
+
+``_lock`` guards ``_since_prune`` (runs recorded per job since its history
+was last pruned; None until the first pass, which prunes every job over the
+limit) and nothing else: it is never held across a database call, and no
+other lock is taken under it, so it has no place in any lock order. A job is
+pruned by count once it recorded a tenth of `keep_runs` more runs: one
+DELETE per job per many runs, not per heartbeat. A prune that fails puts its
+jobs back, so they are tried again next time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .._model.instant import Micros
+    from .._store import Store
+    from .timebase import Timebase
+
+__all__ = ["Retention"]
+
+logger = logging.getLogger("persched")
+
+
+class Retention:
+    """Keeps each job's run history within `keep_runs` runs and `keep_for` of age (None: no bound)."""
+
+    def __init__(self, store: Store, timebase: Timebase, keep_runs: int | None, keep_for: Micros | None) -> None:
+        self._store = store
+        self._timebase = timebase
+        self._keep_runs = keep_runs
+        self._keep_for = keep_for
+        self._lock = threading.Lock()
+        self._since_prune: Counter[str] | None = None  # None: a full pass first
+
+    def recorded(self, job_id: str) -> None:
+        """One more run of `job_id` was recorded (any thread)."""
+        with self._lock:
+            if self._since_prune is not None:
+                self._since_prune[job_id] += 1
+
+    def prune(self) -> None:
+        """Heartbeat callback: delete run history beyond the retention."""
+        if self._keep_runs is None and self._keep_for is None:
+            return
+        due = max(1, (self._keep_runs or 0) // 10)
+        with self._lock:
+            if self._since_prune is None:
+                self._since_prune, dirty = Counter(), None
+            else:
+                dirty = {job_id for job_id, n in self._since_prune.items() if n >= due}
+                for job_id in dirty:
+                    del self._since_prune[job_id]
+        if dirty is None and self._keep_runs is not None:
+            dirty = self._store.jobs_over_run_limit(self._keep_runs)  # first pass: every job over the limit
+        try:
+            deleted = self._store.prune_runs(
+                self._timebase.now(), keep_runs=self._keep_runs, keep_seconds=self._keep_for, job_ids=dirty or set()
+            )
+        except BaseException:
+            with self._lock:  # try these jobs again next time
+                assert self._since_prune is not None
+                self._since_prune.update(dict.fromkeys(dirty or (), due))
+            raise
+        if deleted:
+            logger.debug("pruned %d runs beyond the retention", deleted)

@@ -1,0 +1,32 @@
+"""The scheduler's time frame: monotonic time, labelled with wall-clock instants.
+
+A scheduler reads the wall clock once, when it is made, and from then on tells
+time as ``monotonic + offset``, in whole microseconds. Grid slots are stored as
+UTC instants (other processes and restarts read them), but a running scheduler
+keeps to elapsed time: a step of the system clock (NTP, an operator) neither
+bursts runs nor stalls them (SPEC §2 "Time", FIELD-REPORTS #12). A restart
+re-reads the wall clock, so the frame follows a corrected clock from then on.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._model.instant import Instant
+
+if TYPE_CHECKING:
+    from ..clock import Clock
+
+__all__ = ["Timebase"]
+
+
+class Timebase:
+    """`now()` as an `Instant`, following the monotonic clock from one wall reading."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self._offset = clock.now_us() - clock.monotonic_us()
+
+    def now(self) -> Instant:
+        """Return the current instant in this scheduler's frame."""
+        return Instant(self.clock.monotonic_us() + self._offset)

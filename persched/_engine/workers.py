@@ -1,0 +1,327 @@
+"""The fixed pool of worker threads: the only place user code is called.
+
+Threads
+-------
+``persched-worker-{i}`` threads take won claims from one `SimpleQueue`. The
+dispatcher reserved a worker before it claimed (SPEC §2), so a queued claim
+never waits for a thread. A worker resolves the target, runs it with no
+persched lock held, and passes the outcome to the `complete` callback (which
+writes it to the store and queues the next slot). Then it drops its
+references to the callable, the arguments and any exception (futures
+bpo-16284, trio's ``del fn``), so a run does not keep garbage alive.
+
+A coroutine function is run to completion on an event loop the worker owns
+(one per worker thread, made on its first async run and closed when the
+worker stops): a run is awaited before the worker takes the next one, so an
+async job has the same guarantees as a plain one, and the loop never runs
+anything but persched's runs.
+
+With an `AwaitableRunner` (set by `AsyncJobScheduler` to run coroutines on
+the application's loop) the worker hands the awaitable over and is free at
+once: it first calls `release` (the dispatcher may use its reservation
+again), then `AwaitableRunner.start`, and goes back to the queue. The runner
+calls `finished` from a thread of its own, never from the loop, when the
+awaitable is done, and the outcome is recorded from there. So an application
+loop that is blocked holds back the async runs, never the workers, and the
+sync jobs they run (`persched._interfaces.async_front` says what a blocked loop stalls).
+`stop()` and `join()` include the runner: a shutdown waits for the runs on
+the loop as for the runs on the threads.
+
+A worker never dies from user code: everything, `SystemExit` and
+`KeyboardInterrupt` included, is caught, logged with its traceback through the
+``persched`` logger and recorded as outcome "error". A coroutine is awaited
+through `awaited`, which turns those two into `EscapedError` inside the task:
+asyncio re-raises them out of the loop that runs the task (``run_forever``),
+which would end the application's ``asyncio.run()``; the worker (or the
+runner) unwraps them again, so the run records what the job raised. Each
+worker stops when it takes ``None`` from the queue.
+
+A job that forks (SPEC §2 "Forks"): the child continues on the worker thread
+that called ``fork()``, but the scheduler around it is the parent's. When the
+job's code returns or raises in the child, the worker ends that process
+(``SystemExit`` keeps its code) instead of going back to a queue that nothing
+will ever fill; the parent's worker records the run as usual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import inspect
+import json
+import logging
+import os
+import queue
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any, NoReturn, Protocol
+
+from .. import _realtime
+from .._model.targets import TargetNotFound, resolve
+from .._store.records import Claim
+from .tracebacks import describe, log_job_failure
+
+__all__ = [
+    "AwaitableRunner",
+    "CompleteCallback",
+    "EscapedError",
+    "Finished",
+    "WorkerPool",
+    "awaited",
+    "current_run_claim",
+    "set_current_run_claim",
+]
+
+logger = logging.getLogger(__name__)
+
+_current: contextvars.ContextVar[Claim | None] = contextvars.ContextVar("persched_current_run", default=None)
+
+# (claim, outcome "ok" | "error", error text or None); called on the worker thread.
+CompleteCallback = Callable[[Claim, str, "str | None"], None]
+# A run handed to an AwaitableRunner ended: (its claim, as the runner ran it; what it raised or None).
+Finished = Callable[[Claim, "BaseException | None"], None]
+
+
+class AwaitableRunner(Protocol):
+    """Runs async jobs' awaitables somewhere else than on the workers (`persched._interfaces.async_front`)."""
+
+    def start(self, claim: Claim, awaitable: Any, finished: Finished) -> None:  # noqa: ANN401 - a job's result
+        """Start `awaitable` (on a worker thread; returns at once) and call `finished` once it ended,
+        on a thread of the runner's; raise if it cannot be started (nothing is called then)."""
+
+    def stop(self) -> None:
+        """No more runs come: end once the ones started have finished."""
+
+    def join(self, timeout: float | None) -> bool:
+        """Wait for the runs started to finish (up to `timeout`); True once they have."""
+
+
+class EscapedError(Exception):
+    """`SystemExit` or `KeyboardInterrupt` raised by an async job, carried out of its task as an Exception."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(f"{type(original).__name__} raised by an async job")
+        self.original = original
+
+
+def current_run_claim() -> Claim | None:
+    """The claim of the run executing on this thread, or None."""
+    return _current.get()
+
+
+def set_current_run_claim(claim: Claim) -> None:
+    """Make `claim` what `current_run()` returns in this context (an async job's task, as the runner runs it)."""
+    _current.set(claim)
+
+
+async def awaited(awaitable: Any) -> None:  # noqa: ANN401 - whatever an async job returns
+    """Await an async job's awaitable; a SystemExit or KeyboardInterrupt leaves as `EscapedError`."""
+    try:
+        await awaitable
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise EscapedError(exc) from None
+
+
+def unwrapped(exc: BaseException) -> BaseException:
+    """What the job raised: `exc`, or the SystemExit or KeyboardInterrupt an `EscapedError` carried."""
+    return exc.original if isinstance(exc, EscapedError) else exc
+
+
+class WorkerPool:
+    """`size` daemon threads running claims handed over by `submit`."""
+
+    def __init__(
+        self,
+        size: int,
+        complete: CompleteCallback,
+        allowed_modules: tuple[str, ...] | None = None,
+        release: Callable[[Claim], None] | None = None,
+    ) -> None:
+        self._complete = complete
+        self._release = release  # a run handed to the awaitable runner gives its worker back (module docstring)
+        self._allowed_modules = allowed_modules
+        self._pid = os.getpid()  # a worker running in another process is in a job's forked child
+        self.awaitable_runner: AwaitableRunner | None = None  # None: each worker's own event loop
+        self._queue: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"persched-worker-{i}", daemon=True) for i in range(size)
+        ]
+
+    def start(self) -> None:
+        """Start every worker thread."""
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, claim: Claim) -> None:
+        """Hand a won claim to a (reserved) worker."""
+        self._queue.put(claim)
+
+    def stop(self) -> None:
+        """Ask every worker to stop once the queue ahead of it is done (and the awaitable runner once its runs are)."""
+        for _ in self._threads:
+            self._queue.put(None)
+        if self.awaitable_runner is not None:
+            self.awaitable_runner.stop()
+
+    def join(self, deadline: Callable[[], float | None]) -> bool:
+        """Join the workers (never the calling thread), then the awaitable runner's runs; False if one is still going.
+
+        `deadline()` returns the time left to wait, or None for no limit.
+        """
+        me = threading.current_thread()
+        for thread in self._threads:
+            if thread is not me and thread.is_alive():
+                thread.join(deadline())
+        workers_done = not any(t.is_alive() for t in self._threads if t is not me)
+        runner = self.awaitable_runner
+        return runner.join(deadline()) and workers_done if runner is not None else workers_done
+
+    def owns_current_thread(self) -> bool:
+        """True when called from one of this pool's workers."""
+        return threading.current_thread() in self._threads
+
+    def _loop(self) -> None:
+        loop: list[asyncio.AbstractEventLoop] = []  # this worker's event loop, made on first use
+        try:
+            self._run_claims(loop)
+        finally:
+            if loop:
+                loop[0].close()
+
+    def _run_claims(self, loop: list[asyncio.AbstractEventLoop]) -> None:
+        while (claim := self._queue.get()) is not None:
+            # One line per run at DEBUG, as APScheduler users expect ("Running job ...").
+            logger.debug(
+                "run %d of %s generation %d started%s",
+                claim.run_id,
+                claim.job_id,
+                claim.generation,
+                " (run-now)" if claim.run_now else "",
+            )
+            ended = _execute(claim, self._allowed_modules, loop, self._pid, self._hand_over)
+            if ended is not None:  # None: handed to the awaitable runner, which calls _finished_elsewhere
+                self._report(claim, *ended)
+
+    def _hand_over(self, claim: Claim, awaitable: Any) -> bool:  # noqa: ANN401 - a job's result
+        """On a worker: give `awaitable` to the awaitable runner, if there is one (False: run it here)."""
+        runner = self.awaitable_runner
+        if runner is None:
+            return False
+        if self._release is not None:
+            self._release(claim)  # before start(): the run may finish, and report, at once
+        runner.start(claim, awaitable, self._finished_elsewhere)
+        return True
+
+    def _finished_elsewhere(self, claim: Claim, exc: BaseException | None) -> None:
+        """On the awaitable runner's thread: a run it was handed ended (`exc`: what it raised, or None)."""
+        if exc is None:
+            self._report(claim, "ok", None)
+        else:
+            self._report(claim, "error", _failure_text(claim, unwrapped(exc)))
+        del exc
+
+    def _report(self, claim: Claim, outcome: str, error: str | None) -> None:
+        logger.debug("run %d of %s generation %d ended: %s", claim.run_id, claim.job_id, claim.generation, outcome)
+        try:
+            self._complete(claim, outcome, error)
+        except BaseException as exc:  # noqa: BLE001 - a worker must survive a failed completion
+            logger.error(
+                "recording the outcome of %s generation %d failed\n%s",
+                claim.job_id,
+                claim.generation,
+                describe(exc),
+            )
+
+
+def _execute(
+    claim: Claim,
+    allowed_modules: tuple[str, ...] | None,
+    loop: list[asyncio.AbstractEventLoop],
+    pid: int,
+    hand_over: Callable[[Claim, Any], bool],
+) -> tuple[str, str | None] | None:
+    """Run `claim`'s target; return (outcome, error text), or None once `hand_over` took its awaitable."""
+    token = _current.set(claim)
+    fn: Callable[..., Any] | None = None
+    called = False  # from here on a failure comes out of the job (its traceback is trimmed to it)
+    try:
+        fn = resolve(claim.target, allowed_modules)
+        args = json.loads(claim.args_json)
+        kwargs = json.loads(claim.kwargs_json)
+        # A row edited by hand may hold JSON of another shape: never call with it
+        # (f(*{"a": 1}) would pass "a"); the run records why (SPEC §2).
+        if not isinstance(args, list):
+            raise TypeError(f"the stored args are not a JSON array: {claim.args_json[:80]!r}")
+        if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+            raise TypeError(f"the stored kwargs are not a JSON object: {claim.kwargs_json[:80]!r}")
+        called = True
+        result = fn(*args, **kwargs)
+        if inspect.isawaitable(result):
+            if hand_over(claim, result):
+                return None
+            if not loop:
+                own = asyncio.new_event_loop()
+                # Its timers on the real clock: under freezegun, time.monotonic() is frozen, and
+                # an `await asyncio.sleep()` in a job would never end (persched._realtime).
+                own.time = _realtime.monotonic  # type: ignore[method-assign]
+                loop.append(own)
+            loop[0].run_until_complete(awaited(result))
+    except TargetNotFound as exc:
+        logger.error(
+            "job %s generation %d: target %s cannot be found: %s",
+            claim.job_id,
+            claim.generation,
+            claim.target,
+            exc,
+        )
+        return "error", f"{type(exc).__name__}: {exc}"
+    except BaseException as exc:  # noqa: BLE001 - SPEC §2: user code never kills a worker
+        exc = unwrapped(exc)
+        if os.getpid() != pid:
+            _end_forked_child(exc)
+        text = _failure_text(claim, exc, user_code=called)
+        del exc
+        return "error", text
+    finally:
+        del fn
+        _current.reset(token)
+    if os.getpid() != pid:
+        _end_forked_child(None)
+    return "ok", None
+
+
+def _failure_text(claim: Claim, exc: BaseException, *, user_code: bool = True) -> str:
+    """Log what a run raised, with its traceback; return the text its record keeps.
+
+    `user_code`: the failure came out of the job's own call, so its traceback starts
+    at the job's first frame (persched._engine.tracebacks).
+    """
+    text = describe(exc, user_code=user_code)
+    log_job_failure(logger, claim.job_id, claim.generation, exc, text)
+    return text
+
+
+def _end_forked_child(exc: BaseException | None) -> NoReturn:
+    """End a job's forked child whose code returned (`exc` None) or raised, as the interpreter would.
+
+    Like multiprocessing's fork start method: flush stdio, then ``os._exit``,
+    so that neither persched's worker loop nor the parent's atexit hooks run
+    in the child (SPEC §2 "Forks").
+    """
+    code = 0
+    if isinstance(exc, SystemExit):
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)  # noqa: T201 - what the interpreter prints for SystemExit("text")
+            code = 1
+    elif exc is not None:
+        traceback.print_exception(exc)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed stream must not keep the child alive
+            stream.flush()
+    os._exit(code)

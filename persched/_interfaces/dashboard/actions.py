@@ -1,0 +1,147 @@
+"""The actions: pause, resume, run-now and deschedule, posted by a job page's buttons (``/action``).
+
+Only someone who may act (`persched._interfaces.dashboard.auth.Access`) sees the buttons, and
+a POST is carried out only with the form's CSRF token, an HMAC of who acts:
+else it is refused (403, `refuse`), as is a POST from another site (the
+application checks ``Origin`` and ``Sec-Fetch-Site`` first). An action calls
+the store method of the CLI verb of the same name, through a store of the
+form's namespace, and is logged at INFO with who and the client's address.
+The page it redirects to shows the outcome as ``msg=CODE``: a text of
+`MESSAGES`, never text from the URL.
+"""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Final
+
+from ..._model.instant import Instant
+from ..._store.records import RunNowVerdict
+from .request import BadRequest, Response, View, job_id_of, namespace_of
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..._store import Store
+    from .auth import Access
+    from .layout import Frame
+    from .namespaces import Namespaces
+    from .request import Request
+
+__all__ = ["ACTIONS", "MESSAGES", "Actions", "message_of", "refuse"]
+
+logger = logging.getLogger("persched._web")  # the name the docs give its log lines (docs/observability.md)
+
+ACTIONS: Final = ("pause", "resume", "run-now", "deschedule")
+
+#: The status notes the pages show after an action (``msg=CODE``); no other text is ever shown there.
+MESSAGES: Final = {
+    "paused": "Paused: no run of it starts until it is resumed.",
+    "not-paused": "Nothing changed: the job was not scheduled or running (see its state).",
+    "resumed": "Resumed on its schedule from now.",
+    "not-resumed": "Nothing changed: the job was not paused.",
+    "run-now": "Run now requested: it runs as soon as a worker is free.",
+    "run-now-pending": "A run-now is already pending.",
+    "run-now-dropped": "Run now dropped: the job is running and its overlap policy is 'skip'.",
+    "run-now-paused": "Run now refused: the job is paused.",
+    "run-now-finished": "Run now refused: the job is finished.",
+    "descheduled": "Descheduled: its current definition never starts again.",
+    "no-job": "No such job in this namespace (descheduled meanwhile?).",
+}
+_RUN_NOW_CODES: Final = {
+    RunNowVerdict.REQUESTED: "run-now",
+    RunNowVerdict.PENDING: "run-now-pending",
+    RunNowVerdict.DROPPED: "run-now-dropped",
+    RunNowVerdict.PAUSED: "run-now-paused",
+    RunNowVerdict.FINISHED: "run-now-finished",
+    RunNowVerdict.UNKNOWN: "no-job",
+}
+
+
+def message_of(code: str | None) -> str | None:
+    """The status note of ``msg=CODE``: only a text of `MESSAGES`."""
+    if code is None:
+        return None
+    if code not in MESSAGES:
+        raise BadRequest(f"msg: not a message of this dashboard: {code[:40]!r}")
+    return MESSAGES[code]
+
+
+def refuse(frame: Frame, request: Request, why: str) -> Response:
+    """403 with `why`, logged (a POST from another site, without a valid CSRF token, or that may not act)."""
+    logger.warning("web: refused %s %s from %s: %s", request.method, request.path[:200], request.client, why)
+    return frame.error(request, HTTPStatus.FORBIDDEN, f"Refused: {why}.")
+
+
+class Actions:
+    """The actions of one dashboard.
+
+    Args:
+        namespaces: The stores that carry out an action, one per namespace.
+        access: Who may act.
+        frame: The frame of the refusals.
+        now: The wall clock (microseconds): the actions' `now`.
+    """
+
+    def __init__(self, namespaces: Namespaces, access: Access, frame: Frame, now: Callable[[], int]) -> None:
+        self._namespaces = namespaces
+        self._access = access
+        self._frame = frame
+        self._now = now
+
+    def act(self, request: Request, form: dict[str, str]) -> Response:
+        """Carry out the posted action, or refuse it; redirect to the page that shows its outcome."""
+        actor = request.actor
+        if actor is None:
+            if self._access.read_only:
+                return refuse(
+                    self._frame, request, "this dashboard was started without an access token: it is read-only"
+                )
+            return refuse(
+                self._frame, request, "sign in first" if self._access.authorize is None else "you may not act here"
+            )
+        if not self._access.csrf_matches(actor, form.get("csrf", "")):
+            return refuse(self._frame, request, "the form's CSRF token is missing or stale; reload the page")
+        action = form.get("action", "")
+        if action not in ACTIONS:
+            raise BadRequest(f"Unknown action {action[:40]!r}; one of {', '.join(ACTIONS)}")
+        job_id = job_id_of("id", form.get("id"))
+        namespace = namespace_of("ns", form.get("ns", self._namespaces.home))
+        code, said = self._apply(self._namespaces.store_for(namespace), action, job_id, Instant(self._now()))
+        logger.info(
+            "web: %s of job %r (namespace %r) by %s from %s: %s",
+            action,
+            job_id,
+            namespace,
+            actor.name,
+            request.client,
+            said,
+        )
+        view = View(namespace, self._namespaces.home).params()
+        if code in ("descheduled", "no-job"):
+            location = request.url("/", **view, msg=code)
+        else:
+            location = request.url("/job", id=job_id, **view, msg=code)
+        return Response(HTTPStatus.SEE_OTHER, "", (("Location", location),))
+
+    @staticmethod
+    def _apply(store: Store, action: str, job_id: str, now: Instant) -> tuple[str, str]:
+        """Do `action` through the store methods of the CLI verbs: (message code, what happened for the log)."""
+        if action == "pause":
+            generation = store.pause_job(job_id, now)
+            if generation is None:
+                return ("not-paused" if store.get_job(job_id) else "no-job"), "nothing changed"
+            return "paused", f"paused (generation {generation})"
+        if action == "resume":
+            resumed = store.resume_job(job_id, now)
+            if resumed is None:
+                return ("not-resumed" if store.get_job(job_id) else "no-job"), "nothing changed"
+            return "resumed", f"resumed (generation {resumed[0]})"
+        if action == "run-now":
+            verdict, generation = store.request_run_now(job_id, now)
+            return _RUN_NOW_CODES[verdict], f"{verdict.value} (generation {generation})"
+        generation = store.deschedule_job(job_id, now)
+        if generation is None:
+            return "no-job", "no such job"
+        return "descheduled", f"descheduled (generation {generation})"

@@ -1,0 +1,263 @@
+"""Who may act on the dashboard (the dashboard): the access token's sessions, or the application's hook.
+
+Two ways, one per deployment:
+
+- **The access token** (``persched web``): a browser signs in with it and
+  gets a session cookie holding a random id. The ids live in this process
+  (`Sessions`, hashed), each with an expiry; signing out deletes it, so a
+  copied cookie stops working then, and every session ends with the
+  process. Failed sign-ins are limited per client address and in all
+  (`SignInLimiter`), and the token is compared in constant time (the
+  digests, so its length does not show either).
+- **An application's own authentication** (the dashboard mounted in a
+  Flask, Django or FastAPI app): a hook called with the request's WSGI
+  environ says who is acting (a name for the log) or None (may only read).
+
+Either way a form carries a CSRF token, an HMAC of who is acting under a
+secret of the dashboard's (`csrf_token`). `Access` holds one dashboard's
+way, and says who acts in a request.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import hmac
+import os
+import secrets
+import stat
+import threading
+from typing import TYPE_CHECKING, Final
+
+from ...errors import PerschedError
+from .request import Actor
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeAlias
+
+    from _typeshed.wsgi import WSGIEnvironment
+
+    from .request import Request
+
+    #: The hook of an application that mounts the dashboard: who acts (a name for the log), or None: may only read.
+    Authorize: TypeAlias = Callable[[WSGIEnvironment], str | None]
+
+__all__ = ["Access", "Authorize", "Sessions", "SignInLimiter", "csrf_token", "read_token_file", "same_secret"]
+
+SESSION_SECONDS: Final = 8 * 3600.0  # a session's lifetime from its sign-in
+MAX_SESSIONS: Final = 1_000  # sessions kept at once; a new one beyond ends the oldest
+SIGN_IN_WINDOW: Final = 60.0  # seconds over which failed sign-ins are counted
+SIGN_IN_FAILURES_PER_CLIENT: Final = 5  # failures per client address per window
+SIGN_IN_FAILURES_TOTAL: Final = 30  # failures from all addresses per window
+MAX_TOKEN_FILE_BYTES: Final = 4_096
+
+
+def _digest(value: str | bytes) -> bytes:
+    return hashlib.sha256(value.encode() if isinstance(value, str) else value).digest()
+
+
+def same_secret(given: str, token: bytes) -> bool:
+    """Whether `given` is the token, in time independent of where they differ and of their lengths."""
+    return hmac.compare_digest(_digest(given), _digest(token))
+
+
+def csrf_token(secret: bytes, actor_key: str) -> str:
+    """The CSRF token of forms for `actor_key` (a session, or a user the hook named)."""
+    return hmac.new(secret, f"csrf:{actor_key}".encode(), hashlib.sha256).hexdigest()
+
+
+class Sessions:
+    """The signed-in sessions of one dashboard process (module docstring).
+
+    Args:
+        lifetime: Seconds a session lasts from its sign-in.
+        monotonic: The clock (seconds); tests pass their own.
+        limit: Sessions kept at once.
+    """
+
+    def __init__(self, lifetime: float, monotonic: Callable[[], float], limit: int = MAX_SESSIONS) -> None:
+        self._lifetime = lifetime
+        self._monotonic = monotonic
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._expiry: collections.OrderedDict[bytes, float] = (
+            collections.OrderedDict()
+        )  # digest -> expiry, oldest first
+
+    @property
+    def lifetime(self) -> float:
+        """Seconds a session lasts (the cookie's Max-Age)."""
+        return self._lifetime
+
+    def create(self) -> str:
+        """A new session; return the cookie value (only its digest is kept)."""
+        value = secrets.token_urlsafe(32)
+        with self._lock:
+            self._expiry[_digest(value)] = self._monotonic() + self._lifetime
+            while len(self._expiry) > self._limit:
+                self._expiry.popitem(last=False)
+        return value
+
+    def check(self, value: str) -> str | None:
+        """The session's key (for its CSRF token) if `value` is a live session, else None."""
+        key = _digest(value)
+        with self._lock:
+            expiry = self._expiry.get(key)
+            if expiry is None:
+                return None
+            if self._monotonic() >= expiry:
+                del self._expiry[key]
+                return None
+        return key.hex()
+
+    def revoke(self, value: str) -> bool:
+        """End the session `value` (sign-out); True if it was live."""
+        with self._lock:
+            return self._expiry.pop(_digest(value), None) is not None
+
+
+class SignInLimiter:
+    """Failed sign-ins counted over `SIGN_IN_WINDOW`: per client address, and from all addresses.
+
+    While a limit is reached every sign-in is refused, the right token too,
+    so that guessing gets no answer; `retry_after` says how long for.
+    """
+
+    def __init__(
+        self,
+        monotonic: Callable[[], float],
+        per_client: int = SIGN_IN_FAILURES_PER_CLIENT,
+        total: int = SIGN_IN_FAILURES_TOTAL,
+        window: float = SIGN_IN_WINDOW,
+    ) -> None:
+        self._monotonic = monotonic
+        self._per_client = per_client
+        self._total = total
+        self._window = window
+        self._lock = threading.Lock()
+        self._failures: collections.deque[tuple[float, str]] = collections.deque()  # (when, address), oldest first
+
+    def _forget_old(self, now: float) -> None:
+        while self._failures and self._failures[0][0] <= now - self._window:
+            self._failures.popleft()
+
+    def retry_after(self, address: str) -> float | None:
+        """Seconds until `address` may try again, or None if it may now."""
+        now = self._monotonic()
+        with self._lock:
+            self._forget_old(now)
+            mine = [at for at, who in self._failures if who == address]
+            waits = []
+            if len(mine) >= self._per_client:
+                waits.append(mine[-self._per_client] + self._window - now)
+            if len(self._failures) >= self._total:
+                waits.append(self._failures[-self._total][0] + self._window - now)
+        return max(waits) if waits else None
+
+    def failed(self, address: str) -> None:
+        """Count a failed sign-in from `address`."""
+        now = self._monotonic()
+        with self._lock:
+            self._forget_old(now)
+            self._failures.append((now, address))
+            while len(self._failures) > self._total:  # older ones no longer decide anything
+                self._failures.popleft()
+
+
+class Access:
+    """Who may act on one dashboard: by the access token, by the application's hook, or nobody (read-only).
+
+    Args:
+        token: The access token that a browser signs in with (``persched web``); None: no sign-in.
+        authorize: The application's hook (the dashboard mounted in an app); None: none.
+        secret: Keys the CSRF tokens of forms; None: random per process.
+        session_seconds: How long a sign-in with the token lasts.
+        monotonic: The clock of session expiry and of the sign-in limit (seconds).
+    """
+
+    def __init__(
+        self,
+        token: str | None,
+        authorize: Authorize | None,
+        secret: bytes | None,
+        session_seconds: float,
+        monotonic: Callable[[], float],
+    ) -> None:
+        self.token = None if token is None else token.encode()
+        self.authorize = authorize
+        self._secret = secret if secret is not None else secrets.token_bytes(32)
+        self.sessions = Sessions(session_seconds, monotonic)
+        self.sign_ins = SignInLimiter(monotonic)
+
+    @property
+    def read_only(self) -> bool:
+        """Nobody may act here: neither a token nor a hook."""
+        return self.token is None and self.authorize is None
+
+    def actor(self, request: Request) -> Actor | None:
+        """Who acts in `request`, or None: it may only read."""
+        if self.authorize is not None:
+            name = self.authorize(request.environ)
+            return None if not name else Actor(str(name), f"user:{name}")
+        if self.token is None or request.cookie is None:
+            return None
+        session = self.sessions.check(request.cookie)
+        return None if session is None else Actor("a token session", f"session:{session}")
+
+    def csrf(self, actor: Actor) -> str:
+        """The CSRF token of the forms that `actor` is shown."""
+        return csrf_token(self._secret, actor.key)
+
+    def csrf_matches(self, actor: Actor, given: str) -> bool:
+        """Whether `given` is `actor`'s CSRF token (in constant time)."""
+        return same_secret(given, self.csrf(actor).encode())
+
+
+def read_token_file(path: str) -> tuple[str, str | None]:
+    """The token in file `path` (its first line, stripped) and a warning if others may read the file.
+
+    Raises:
+        PerschedError: The file cannot be read, is empty or too large.
+    """
+    try:
+        with open(path, "rb") as file:
+            mode = os.fstat(file.fileno()).st_mode
+            data = file.read(MAX_TOKEN_FILE_BYTES + 1)
+    except OSError as exc:
+        raise PerschedError(f"--token-file: cannot read {path}: {exc.strerror or exc}") from exc
+    if len(data) > MAX_TOKEN_FILE_BYTES:
+        raise PerschedError(f"--token-file: {path} is larger than {MAX_TOKEN_FILE_BYTES} bytes: not a token file")
+    try:
+        lines = data.decode("utf-8").strip().splitlines()
+    except UnicodeDecodeError:
+        raise PerschedError(f"--token-file: {path} is not UTF-8 text") from None
+    if not lines or not lines[0].strip():
+        raise PerschedError(f"--token-file: {path} is empty")
+    warning = None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        warning = f"--token-file {path} can be read by other users (mode {stat.filemode(mode)}): chmod 600 it"
+    return lines[0].strip(), warning
+
+
+def resolve_token(
+    flag: str | None, path: str | None, environ: dict[str, str] | os._Environ[str], env_name: str
+) -> tuple[str | None, list[str]]:
+    """The access token of ``persched web`` and the warnings to log about it.
+
+    From ``--token-file`` (`path`), else ``--token`` (`flag`: readable by
+    every local user in the process list, hence a warning), else the
+    environment variable `env_name`.
+
+    Raises:
+        PerschedError: The token file cannot be used.
+    """
+    if path is not None:
+        token, warning = read_token_file(path)
+        return token, [warning] if warning else []
+    if flag is not None:
+        return flag, [
+            f"--token is visible to every local user in the process list (/proc/PID/cmdline, ps):"
+            f" pass it in ${env_name} or --token-file instead"
+        ]
+    return environ.get(env_name) or None, []

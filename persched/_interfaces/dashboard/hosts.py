@@ -1,0 +1,164 @@
+"""Which ``Host`` a server answers: `HostRules`, and `HostCheck`, the middleware that applies them.
+
+`HostCheck` answers 400 to a request whose ``Host`` is not one of the
+server's own names (DNS rebinding: a web page whose name an attacker
+re-points at 127.0.0.1 would read the dashboard, or the metrics, as its own
+origin). The dashboard and the metrics endpoint each put one in front of
+their application.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from typing import TYPE_CHECKING, Final
+
+from ...errors import PerschedError
+from .wire import DIGITS
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable
+
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
+__all__ = ["HostCheck", "HostRules", "allow_every_host_warning", "url_host"]
+
+logger = logging.getLogger(__name__)
+
+WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::"})
+
+
+def url_host(host: str) -> str:
+    """`host` as it stands in a URL: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def _split_host(value: str) -> tuple[str, str | None] | None:
+    """("name", "port" or None) of a Host header value, lower case; None if it is malformed."""
+    value = value.strip().lower()
+    if not value or any(ord(c) <= 32 or ord(c) >= 127 or c in "/\\@?#" for c in value):
+        return None
+    if value.startswith("["):
+        name, bracket, rest = value.partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            return None
+        name, port = name + "]", (rest[1:] if rest else None)
+    else:
+        name, colon, port_text = value.rpartition(":")
+        if not colon:
+            name, port = value, None
+        elif ":" in name:
+            return None  # a bare IPv6 address: not a Host
+        else:
+            port = port_text
+    if port is not None and not DIGITS.fullmatch(port):
+        return None
+    return (name, port) if name else None
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+class HostRules:
+    """Which ``Host`` values a server answers (module docstring: DNS rebinding).
+
+    Allowed: ``127.0.0.1``, ``localhost`` and ``[::1]`` with the server's
+    port; the bound address with the port; each of `extra` (``name`` with any
+    port or none, ``name:port`` exactly, ``*`` anything); and, when bound to
+    every address (0.0.0.0, ::), any IP address: a page cannot be served to a
+    browser under an IP address it does not own, so only a name can be rebound.
+
+    Args:
+        bind_host: The address the server binds.
+        port: Its port (the bound one, not 0).
+        extra: More names (``--allowed-host``).
+    """
+
+    def __init__(self, bind_host: str, port: int, extra: Iterable[str] = ()) -> None:
+        self.port = port
+        self.exact: set[tuple[str, str]] = {(n, str(port)) for n in ("127.0.0.1", "localhost", "[::1]")}
+        self.any_port: set[str] = set()
+        self.anything = False
+        self.any_ip = bind_host in WILDCARD_HOSTS
+        if not self.any_ip:
+            self.exact.add((url_host(bind_host).lower(), str(port)))
+        for entry in extra:
+            if entry.strip() == "*":
+                self.anything = True
+                continue
+            split = _split_host(entry)
+            if split is None:
+                raise PerschedError(f"--allowed-host: not a host name or host:port: {entry!r}")
+            name, entry_port = split
+            if entry_port is None:
+                self.any_port.add(name)
+            else:
+                self.exact.add((name, entry_port))
+
+    def refusal(self, host: str | None) -> str | None:
+        """Why a request with this Host is refused, or None if it is allowed."""
+        if self.anything:
+            return None
+        if host is None:
+            return "the request has no Host header"
+        split = _split_host(host)
+        if split is None:
+            return f"malformed Host header {host[:100]!r}"
+        name, port = split
+        if (name, port or "80") in self.exact or name in self.any_port or (self.any_ip and _is_ip(name)):
+            return None
+        return f"Host {host[:100]!r} is not one of this server's names; start it with --allowed-host NAME to allow it"
+
+
+class HostCheck:
+    """WSGI middleware: 400 with a one-line reason, logged, for a Host that `rules` refuse.
+
+    Args:
+        app: The application behind it.
+        rules: The allowed names.
+        what: Names the server in the log line ("web", "metrics").
+    """
+
+    def __init__(self, app: WSGIApplication, rules: HostRules, what: str) -> None:
+        self.app = app
+        self.rules = rules
+        self.what = what
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        """Refuse or pass on one request."""
+        why = self.rules.refusal(environ.get("HTTP_HOST"))
+        if why is None:
+            return self.app(environ, start_response)
+        logger.warning(
+            "%s: refused %s %s from %s: %s",
+            self.what,
+            environ.get("REQUEST_METHOD"),
+            str(environ.get("PATH_INFO", ""))[:200],
+            environ.get("REMOTE_ADDR", "?"),
+            why,
+        )
+        body = f"400 Bad Request: {why}\n".encode()
+        start_response(
+            "400 Bad Request",
+            [
+                ("Content-Type", "text/plain; charset=utf-8"),
+                ("Content-Length", str(len(body))),
+                ("Cache-Control", "no-store"),
+            ],
+        )
+        return [body]
+
+
+def allow_every_host_warning(what: str, allowed: Collection[str]) -> None:
+    """Log the WARNING of ``--allowed-host '*'``."""
+    if any(entry.strip() == "*" for entry in allowed):
+        logger.warning(
+            "%s: --allowed-host '*' answers every Host: a web page that re-points its name at this address"
+            " (DNS rebinding) can read it",
+            what,
+        )

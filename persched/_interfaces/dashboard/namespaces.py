@@ -1,0 +1,102 @@
+"""The namespaces of one dashboard: a store for each, the counts of their jobs, and the one a page shows.
+
+The dashboard serves the namespace it was given (``--namespace`` or
+``PERSCHED_NAMESPACE``, as the CLI: `Store.namespace`), and every page takes
+``ns=NAME`` for another one, or ``all=1`` (jobs, runs) for all of them
+(`view`). Another namespace is read and changed through a `Store` of its
+own on the dashboard's engine (`store_for`), whose methods touch only that
+namespace's rows. The counts by namespace and state scan the jobs table, so
+they are cached for `COUNTS_CACHE_NS`; the counts and the stores are guarded
+by one lock, the only state shared between requests here.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Final
+
+from ... import _realtime
+from ..._store import Store
+from ..._store import views as _views
+from .layout import e
+from .request import BadRequest, View, namespace_of
+
+if TYPE_CHECKING:
+    from .request import Request
+
+__all__ = ["Namespaces"]
+
+MAX_NAMESPACE_LINKS: Final = 50  # namespaces linked in the header; others by ?ns=NAME
+MAX_NAMESPACE_STORES: Final = 64  # stores of other namespaces kept for reuse
+COUNTS_CACHE_NS: Final = 5_000_000_000  # the counts by namespace and state are reused this long (real time)
+
+
+class Namespaces:
+    """The namespaces of the dashboard over `store`, whose namespace is the one shown unless a page asks for another."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.home = store.namespace
+        self._lock = threading.Lock()  # guards the two caches below
+        self._counts: tuple[int, dict[str, dict[str, int]]] | None = None  # (monotonic ns, by namespace and state)
+        self._stores: dict[str, Store] = {}
+
+    def store_for(self, namespace: str) -> Store:
+        """A store of `namespace` on the dashboard's engine: its methods read and change that namespace only."""
+        if namespace == self.home:
+            return self.store
+        with self._lock:
+            found = self._stores.get(namespace)
+        if found is not None:
+            return found
+        store = Store(self.store.engine, self.store.url, namespace=namespace)
+        with self._lock:
+            if len(self._stores) < MAX_NAMESPACE_STORES:
+                self._stores.setdefault(namespace, store)
+        return store
+
+    def view(self, query: dict[str, str], *, all_allowed: bool) -> View:
+        """The namespace a page shows by its ``ns`` and ``all`` (`all_allowed`: all of them may be asked for)."""
+        everything, namespace = query.get("all"), query.get("ns")
+        if everything is not None:
+            if not all_allowed:
+                raise BadRequest("all: this page shows one job; give ns=NAME")
+            if everything != "1":
+                raise BadRequest(f"all: must be 1, got {everything[:40]!r}")
+            if namespace is not None:
+                raise BadRequest("give ns=NAME or all=1, not both")
+            return View(None, self.home)
+        return View(namespace_of("ns", namespace) if namespace is not None else self.home, self.home)
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Jobs by namespace and state, reused for COUNTS_CACHE_NS: the count scans the jobs table."""
+        now = _realtime.monotonic_ns()
+        with self._lock:
+            cached = self._counts
+        if cached is not None and now - cached[0] < COUNTS_CACHE_NS:
+            return cached[1]
+        counts = _views.namespace_counts(self.store)
+        with self._lock:
+            self._counts = (now, counts)
+        return counts
+
+    def nav(self, request: Request, view: View, page: str) -> str:
+        """Which namespace the page shows, and links to the others (and to all of them)."""
+        known = list(self.counts())
+        if self.home not in known:
+            known.insert(0, self.home)
+        if view.namespace is not None and view.namespace not in known:
+            known.append(view.namespace)
+        shown = known[:MAX_NAMESPACE_LINKS]
+        links = []
+        for namespace in shown:
+            params = View(namespace, self.home).params()
+            on = ' class="on"' if namespace == view.namespace else ""
+            links.append(f'<a href="{e(request.url(page, **params))}"{on}>{e(namespace)}</a>')
+        if len(known) > len(shown):
+            links.append(f"<span>and {len(known) - len(shown)} more (?ns=NAME)</span>")
+        if page != "/job":
+            on = ' class="on"' if view.namespace is None else ""
+            links.append(f'<a href="{e(request.url(page, all=1))}" id="ns-all"{on}>all namespaces</a>')
+        serving = "all namespaces" if view.namespace is None else f"namespace <b>{e(view.namespace)}</b>"
+        return f'<nav class="namespaces"><span id="namespace">{serving}</span>: {" ".join(links)}</nav>'

@@ -1,0 +1,90 @@
+"""Signing in with the access token (``persched web``): the form (``/login``), the sign-in and the sign-out.
+
+A right token makes a session (`persched._interfaces.dashboard.auth.Sessions`) whose id is
+the cookie's; a wrong one counts against the client's address and against
+all (`SignInLimiter`), and while a limit is reached every sign-in is refused,
+the right token too. The redirect after a sign-in is always this dashboard's
+jobs page: no target is ever taken from the request. A dashboard mounted
+behind an application's own sign-in (`authorize`) has no such pages.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from http import HTTPStatus
+from typing import TYPE_CHECKING
+
+from .actions import refuse
+from .auth import same_secret
+from .layout import e
+from .request import Response, cookie
+
+if TYPE_CHECKING:
+    from .auth import Access
+    from .layout import Frame
+    from .request import Request
+
+__all__ = ["SignIn"]
+
+logger = logging.getLogger("persched._web")  # the name the docs give its log lines (docs/observability.md)
+
+
+class SignIn:
+    """The sign-in pages of one dashboard (`access` says whether it has a token to sign in with)."""
+
+    def __init__(self, access: Access, frame: Frame) -> None:
+        self._access = access
+        self._frame = frame
+
+    def form(self, request: Request, problem: str | None, status: HTTPStatus = HTTPStatus.OK) -> Response:
+        """``GET /login``: the sign-in form (with `problem` said above it), or the sign-out button."""
+        if self._access.authorize is not None:
+            return self._frame.error(request, HTTPStatus.NOT_FOUND, "Sign in through the application.")
+        if self._access.token is None:
+            body = "<h1>Read-only</h1><p>This dashboard was started without an access token, so it has no actions.</p>"
+        elif request.actor is not None:
+            body = (
+                f'<h1>Signed in</h1><form method="post" action="{e(request.url("/logout"))}">'
+                '<button id="btn-logout">Sign out</button></form>'
+            )
+        else:
+            note = f'<p class="note">{e(problem)}</p>' if problem else ""
+            body = (
+                f'<h1>Sign in</h1>{note}<form method="post" action="{e(request.url("/login"))}">'
+                '<label>Access token <input type="password" name="token" id="token" autocomplete="off"></label> '
+                '<button type="submit" id="btn-login">Sign in</button></form>'
+            )
+        response = self._frame.page(request, "Sign in", body)
+        return Response(status, response.body, response.headers)
+
+    def sign_in(self, request: Request, form: dict[str, str]) -> Response:
+        """``POST /login``: a session for the right token, within the limit of failed sign-ins."""
+        if self._access.authorize is not None:
+            return self._frame.error(request, HTTPStatus.NOT_FOUND, "Sign in through the application.")
+        if self._access.token is None:
+            return refuse(self._frame, request, "this dashboard was started without an access token: it is read-only")
+        wait = self._access.sign_ins.retry_after(request.client)
+        if wait is not None:
+            logger.warning("web: sign-in refused from %s: too many failed sign-ins", request.client)
+            seconds_left = max(1, math.ceil(wait))
+            page = self.form(
+                request, f"Too many failed sign-ins: try again in {seconds_left} s.", HTTPStatus.TOO_MANY_REQUESTS
+            )
+            return Response(page.status, page.body, (("Retry-After", str(seconds_left)),))
+        if not same_secret(form.get("token", ""), self._access.token):
+            self._access.sign_ins.failed(request.client)
+            logger.warning("web: sign-in refused (wrong token) from %s", request.client)
+            return self.form(request, "That is not the access token.", HTTPStatus.FORBIDDEN)
+        value = self._access.sessions.create()
+        logger.info("web: signed in from %s", request.client)
+        session_cookie = cookie(request, value, round(self._access.sessions.lifetime))
+        # Always this dashboard's own jobs page: no redirect target is ever taken from the request.
+        return Response(HTTPStatus.SEE_OTHER, "", (("Location", request.url("/")), ("Set-Cookie", session_cookie)))
+
+    def sign_out(self, request: Request) -> Response:
+        """``POST /logout``: end the session (a copied cookie stops working too)."""
+        if request.cookie is not None and self._access.sessions.revoke(request.cookie):
+            logger.info("web: signed out from %s", request.client)
+        headers = (("Location", request.url("/")), ("Set-Cookie", cookie(request, "", 0)))
+        return Response(HTTPStatus.SEE_OTHER, "", headers)

@@ -1,0 +1,112 @@
+"""Words for what the command line and the dashboard show: instants, durations, job states, run outcomes.
+
+Both interfaces print the same facts the same way ("in 3m 12s", "running,
+paused", "error, overran"), so the words are made here, once; each
+interface only lays them out (a table fitted to a terminal, an HTML page).
+Pure functions of their arguments: no I/O, no clock (`now` is passed in).
+They take a plain row (`PlainJob`, `PlainRun`: what the command line reads)
+or a public model (`Job`, `Run`: what the dashboard reads) alike.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Final
+
+from .._model.models import JobState
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from .._model.models import Job, Run
+    from .._model.plain_models import PlainJob, PlainRun
+
+    AnyJob: TypeAlias = Job | PlainJob
+    AnyRun: TypeAlias = Run | PlainRun
+
+__all__ = ["RANGE", "human_duration", "iso", "job_state", "missed_slots", "plural", "relative", "run_outcome"]
+
+RANGE: Final = "\u2013"  # EN DASH between the first and last slot of a "missed" record
+
+
+def iso(at: datetime | None) -> str:
+    """Format an aware datetime as ISO-8601 UTC to the second ("2027-01-15T08:00:00Z"); "-" for None."""
+    if at is None:
+        return "-"
+    return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _clock_time(at: datetime) -> str:
+    """The UTC time of day: "08:11:00", or "08:11:00.250" off the whole second."""
+    at = at.astimezone(timezone.utc)
+    return at.strftime("%H:%M:%S") + (f".{at.microsecond // 1000:03d}" if at.microsecond else "")
+
+
+def human_duration(seconds: float) -> str:
+    """Format a non-negative span to a useful precision: "0.4ms", "250ms", "1.2s", "45s", "3m 12s", "1d 3h"."""
+    micros = round(seconds * 1_000_000)  # whole microseconds, then integer arithmetic only
+    if micros < 10_000:
+        return _tenths(micros // 100, "ms")  # 0.4ms, 7.5ms: fast jobs still read as different
+    if micros < 1_000_000:
+        return f"{micros // 1000}ms"
+    if micros < 10_000_000:
+        return _tenths(micros // 100_000, "s")  # 1.2s, not 1s
+    whole = micros // 1_000_000
+    parts = [(whole // 86_400, "d"), (whole % 86_400 // 3_600, "h"), (whole % 3_600 // 60, "m"), (whole % 60, "s")]
+    while parts[0][0] == 0:
+        parts.pop(0)
+    return " ".join(f"{n}{unit}" for n, unit in parts[:2] if n or unit == parts[0][1])
+
+
+def _tenths(tenths: int, unit: str) -> str:
+    whole, tenth = divmod(tenths, 10)
+    return f"{whole}{unit}" if tenth == 0 else f"{whole}.{tenth}{unit}"
+
+
+def plural(count: int, word: str, words: str | None = None) -> str:
+    """Say "1 run", "3 runs", "0 errors"."""
+    return f"{count} {word if count == 1 else words or word + 's'}"
+
+
+def relative(at: datetime, now: datetime) -> str:
+    """Say when `at` is seen from `now`: "in 3m 12s", "3s ago", "now"."""
+    delta = (at - now).total_seconds()
+    if abs(delta) < 0.001:
+        return "now"
+    return f"in {human_duration(delta)}" if delta > 0 else f"{human_duration(-delta)} ago"
+
+
+def job_state(job: AnyJob) -> str:
+    """Say where a job stands: "scheduled", "paused", "running, paused", "finished", "..., run-now pending"."""
+    if job.unreadable is not None:
+        return "unreadable"  # SPEC §2: shown on its own line; `persched show` says why
+    words = [job.state.value]
+    if job.paused and job.state != JobState.PAUSED:
+        words.append("paused")  # its last run is still finishing (JobState)
+    if job.run_now_requested:
+        words.append("run-now pending")
+    return ", ".join(words)
+
+
+def missed_slots(run: AnyRun) -> str:
+    """Say what a "missed" record stands for: "missed 12 slots", then its first and last slot joined by RANGE."""
+    count = run.missed_count
+    slots = "every slot" if count is None else "1 slot" if count == 1 else f"{count} slots"
+    first, last = run.scheduled_for, run.missed_until
+    if last is None or last == first:
+        span = _clock_time(first)
+    elif first.astimezone(timezone.utc).date() == last.astimezone(timezone.utc).date():
+        span = f"{_clock_time(first)}{RANGE}{_clock_time(last)}"  # the date is in SCHEDULED FOR
+    else:
+        span = f"{iso(first)}{RANGE}{iso(last)}"
+    return f"missed {slots} {span}"
+
+
+def run_outcome(run: AnyRun) -> str:
+    """The OUTCOME cell: "ok", "running", "error, overran", "ok, run-now", "missed 3 slots ..."."""
+    words = [missed_slots(run) if run.outcome == "missed" else run.outcome or "running"]
+    if run.overran:
+        words.append("overran")
+    if run.run_now:
+        words.append("run-now")
+    return ", ".join(words)

@@ -1,0 +1,132 @@
+"""`JobSpec`: one job of an application's declared set, for ``declare(specs, prune=...)`` (issue 16);
+`DeclareResult`: what a ``declare()`` did."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from ..errors import InvalidJobError
+from .models import KEYWORD_OPTIONS, validate_job_id
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+
+    from .models import Job
+
+__all__ = ["SCHEDULE_OPTIONS", "DeclareResult", "JobSpec", "check_specs"]
+
+SUMMARY_IDS: Final = 10  # ids a summary line names per kind of change; the rest are counted
+
+# The keyword-only arguments of schedule(); a test keeps this list in step with it.
+SCHEDULE_OPTIONS: Final = frozenset({"args", "kwargs", "start_in", *(option.name for option in KEYWORD_OPTIONS)})
+
+
+class JobSpec:
+    """One declared job: the arguments of ``schedule()``, kept for ``declare()``.
+
+    ``JobSpec("report", send_report, 60.0, kwargs={"to": "ops"})`` declares
+    what ``schedule("report", send_report, 60.0, kwargs={"to": "ops"})``
+    would schedule. The arguments are checked by ``declare()``, all before
+    anything is written; an unknown option name is refused here.
+
+    Raises:
+        InvalidJobError: An option is not one of ``schedule()``'s.
+    """
+
+    __slots__ = ("fn", "interval_seconds", "job_id", "options")
+
+    def __init__(
+        self,
+        job_id: str,
+        fn: Callable[..., Any] | str,
+        interval_seconds: float | None = None,
+        **options: Any,  # noqa: ANN401 - schedule()'s keyword arguments, checked by declare()
+    ) -> None:
+        unknown = sorted(set(options) - SCHEDULE_OPTIONS)
+        if unknown:
+            raise InvalidJobError(unknown[0], f"is not an option of schedule(); use one of {sorted(SCHEDULE_OPTIONS)}")
+        self.job_id = job_id
+        self.fn = fn
+        self.interval_seconds = interval_seconds
+        self.options: Mapping[str, Any] = dict(options)
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={v!r}" for k, v in sorted(self.options.items()))
+        return f"JobSpec({self.job_id!r}, {self.fn!r}, {self.interval_seconds!r}{extra})"
+
+
+def check_specs(specs: object) -> list[JobSpec]:
+    """Return `specs` as a list if it is an iterable of `JobSpec` naming each job id once."""
+    if isinstance(specs, (str, bytes, JobSpec)) or not hasattr(specs, "__iter__"):
+        raise InvalidJobError("specs", f"must be an iterable of JobSpec, got {type(specs).__name__}")
+    checked: list[JobSpec] = []
+    seen: set[str] = set()
+    for spec in specs:
+        if not isinstance(spec, JobSpec):
+            raise InvalidJobError("specs", f"must hold JobSpec values, got {type(spec).__name__}: {spec!r}")
+        validate_job_id(spec.job_id)
+        if spec.job_id in seen:
+            raise InvalidJobError("specs", f"job id {spec.job_id!r} is declared twice")
+        seen.add(spec.job_id)
+        checked.append(spec)
+    return checked
+
+
+class DeclareResult(list["Job"]):
+    """What ``declare()`` did: a list of the declared jobs as stored (in the order of the specs),
+    with the ids it created, replaced, left unchanged and pruned.
+
+    It is the list ``declare()`` always returned, so code that iterates or
+    indexes it is unaffected; the attributes say what changed, and `summary()`
+    says it in one line for a log.
+
+    Attributes:
+        namespace: The namespace declared.
+        created: Ids of the jobs made by this declaration (new, or descheduled before).
+        replaced: Ids of the jobs whose definition changed (a new generation, a fresh grid).
+        unchanged: Ids of the jobs declared identically (same generation, same grid).
+        pruned: Ids of the declared jobs that `specs` left out, descheduled (with ``prune=True``).
+    """
+
+    __slots__ = ("created", "namespace", "pruned", "replaced", "unchanged")
+
+    def __init__(self, namespace: str, changes: Iterable[tuple[Job, str]], pruned: Iterable[str] = ()) -> None:
+        pairs = list(changes)
+        super().__init__(job for job, _ in pairs)
+        self.namespace = namespace
+        self.created: tuple[str, ...] = tuple(job.job_id for job, change in pairs if change == "created")
+        self.replaced: tuple[str, ...] = tuple(job.job_id for job, change in pairs if change == "replaced")
+        self.unchanged: tuple[str, ...] = tuple(job.job_id for job, change in pairs if change == "unchanged")
+        self.pruned: tuple[str, ...] = tuple(pruned)
+
+    @property
+    def changed(self) -> bool:
+        """True if the declaration changed anything (created, replaced or pruned a job)."""
+        return bool(self.created or self.replaced or self.pruned)
+
+    def summary(self) -> str:
+        """One line for a log, e.g. ``declared 4 jobs in namespace 'app': 1 created (a), 0 replaced,
+        3 unchanged, 1 pruned (x)`` (at most `SUMMARY_IDS` ids named per kind)."""
+        parts = [
+            f"{len(ids)} {word}" + (f" ({_listed(ids)})" if ids and word != "unchanged" else "")
+            for word, ids in (
+                ("created", self.created),
+                ("replaced", self.replaced),
+                ("unchanged", self.unchanged),
+                ("pruned", self.pruned),
+            )
+        ]
+        return f"declared {len(self)} job{'' if len(self) == 1 else 's'} in namespace {self.namespace!r}: " + ", ".join(
+            parts
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"DeclareResult(namespace={self.namespace!r}, created={self.created!r}, replaced={self.replaced!r}, "
+            f"unchanged={self.unchanged!r}, pruned={self.pruned!r})"
+        )
+
+
+def _listed(ids: tuple[str, ...]) -> str:
+    shown = ", ".join(ids[:SUMMARY_IDS])
+    return shown if len(ids) <= SUMMARY_IDS else f"{shown} and {len(ids) - SUMMARY_IDS} more"

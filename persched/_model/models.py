@@ -1,0 +1,717 @@
+"""Public models (`Job`, `Run`, `JobState`) and validation of `schedule()` input.
+
+`Job` and `Run` are pydantic models, defined in `_public_models` and
+imported from here on first use (PEP 562), so that what a read command
+needs of this module (`JobState`, `OPTIONS`, the checks) costs no pydantic.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from ..errors import InvalidJobError
+from . import triggers as _triggers
+from .instant import Instant, Micros, from_datetime, micros, seconds, to_datetime
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import TypeAlias
+
+    from .public_models import Job, Run
+
+    # An option's check: (its name, its value as given, the options checked before it, by Policies
+    # field, every option as given) -> its Policies value; raises InvalidJobError naming the argument.
+    Check: TypeAlias = Callable[[str, object, Mapping[str, Any], Mapping[str, object]], object]
+
+__all__ = [
+    "CLAIM_POLICY_COLUMNS",
+    "DEFAULT_NAMESPACE",
+    "KEYWORD_OPTIONS",
+    "OPTIONS",
+    "POLICY_COLUMNS",
+    "Job",
+    "JobDefinition",
+    "JobState",
+    "Option",
+    "Outcome",
+    "Policies",
+    "Run",
+    "check_stored",
+    "given_options",
+    "job_policy_fields",
+    "validate_definition",
+    "validate_policies",
+]
+
+MAX_JOB_ID_LENGTH = 200
+DEFAULT_NAMESPACE: Final = "default"  # every job made before namespaces (revision 0005) is here
+MAX_NAMESPACE_LENGTH: Final = 100
+MAX_INTERVAL_SECONDS = 10 * 366 * 24 * 3600.0  # "at most 10 years"
+MIN_INTERVAL_SECONDS = 1e-6  # the store keeps microseconds: a shorter interval has no distinct slots
+MAX_CRON_LENGTH = 200  # characters: persched_jobs.cron is String(200)
+MAX_TIMEZONE_LENGTH = 64  # characters: persched_jobs.timezone is String(64)
+MAX_STORED_INT = 2**31 - 1  # an Integer column (max_catch_up) on PostgreSQL
+DEFAULT_MAX_ARGS_BYTES = 64 * 1024  # per args / kwargs, as stored JSON; JobScheduler(max_args_bytes=...)
+MAX_ARGS_DEPTH = 100  # nesting levels of args / kwargs (json would hit the recursion limit long before 5,000)
+# Instants given by the caller: later ones leave no room for the slots after
+# them (datetime ends at year 9999); earlier ones cannot be converted to UTC or
+# shown in every time zone (datetime begins at year 1: 0001-01-01T12:00+14:00 is
+# before it in UTC).
+EARLIEST_INSTANT = datetime(1, 1, 2, tzinfo=timezone.utc)
+LATEST_INSTANT = datetime(9000, 1, 1, tzinfo=timezone.utc)
+
+DEFAULT_GRACE: Final = Micros(1_000_000)  # grace_seconds=1.0
+NO_JITTER: Final = Micros(0)
+NO_MICROS: Final = 2**62  # µs (146,000 years): stands in for a stored duration beyond any (see _micros_of_column)
+
+Outcome = Literal["ok", "error", "lost", "missed"]
+Recurrence = Literal["fixed_rate", "fixed_delay"]
+Misfire = Literal["coalesce", "skip", "catch_up"]
+Overlap = Literal["forbid", "skip"]
+
+
+class JobState(str, enum.Enum):
+    """Where a job stands.
+
+    The store's `state` column holds scheduled, running, finished or
+    descheduled; "paused" is its `paused` flag on a job that is not running
+    (a paused job whose last run is still finishing shows as running, with
+    `Job.paused` set).
+    """
+
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    PAUSED = "paused"
+    FINISHED = "finished"
+    DESCHEDULED = "descheduled"
+
+
+def __getattr__(name: str) -> Any:  # noqa: ANN401 - PEP 562
+    if name not in ("Job", "Run"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import public_models as _public_models  # pydantic, on first use only (see the module docstring)
+
+    value = getattr(_public_models, name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+@dataclass(frozen=True)
+class Policies:
+    """The SPEC-policies options of a job, validated (all part of its definition).
+
+    Durations and instants are whole microseconds (`_instant`), rounded once, at `schedule()`.
+    Each field is the `Option.attr` of one of `OPTIONS`, which maps it to and from its column.
+    """
+
+    interval: Micros | None = None
+    cron: str | None = None
+    timezone: str = "UTC"
+    # Plain str (not the Literal types of schedule()'s arguments): a job is read
+    # back whatever a hand-made UPDATE wrote, so that it can be shown and fixed.
+    recurrence: str = "fixed_rate"
+    misfire: str = "coalesce"
+    max_catch_up: int | None = None
+    grace: Micros = DEFAULT_GRACE
+    overlap: str = "forbid"
+    jitter: Micros = NO_JITTER
+    start_at: Instant | None = None
+    end_at: Instant | None = None
+    max_runtime: Micros | None = None
+
+    def columns(self) -> dict[str, Any]:
+        """The policy columns of persched_jobs (seconds as floats, instants as datetimes)."""
+        return {name: to_column(getattr(self, attr)) for name, attr, to_column, _, _ in _COLUMNS}
+
+    @classmethod
+    def from_columns(cls, column: Callable[[str], Any], *, for_claims: bool = False) -> Policies:
+        """The policies of a persched_jobs row whose value of a column `column(name)` gives (not checked:
+        see `check_stored`); `for_claims`: only from `CLAIM_POLICY_COLUMNS`, the others left at their
+        defaults (start_at: only a grid's placement and a correction need it)."""
+        fields = {}
+        for name, attr, read in _READ_CLAIMS if for_claims else _READ_ALL:  # the claims' hot path: kept lean
+            value = column(name)
+            fields[attr] = value if read is None or value is None else read(value)
+        return cls(**fields)
+
+    def arguments(self) -> dict[str, Any]:
+        """The schedule() arguments (public units) that give these policies, but the window's instants
+        (`check_stored`): the kind's own argument, and every option stored as a number or text."""
+        kind = _triggers.kind_of(self).ARGUMENT
+        return {
+            option.name: option.to_column(option.read(self))
+            for option in OPTIONS
+            if option.name == kind or (option.unit != "instant" and option.attr is not None)
+        }
+
+
+@dataclass(frozen=True)
+class JobDefinition:
+    """What `schedule()` writes, validated; `key()` decides "identical"
+    (same generation, same grid) versus "replaced"."""
+
+    job_id: str
+    target: str
+    args_json: str
+    kwargs_json: str
+    policies: Policies
+    start_in: Micros | None
+
+    def key(self) -> tuple[Any, ...]:
+        """Everything that makes up the definition (not start_in: it only places a new grid)."""
+        return (self.target, self.args_json, self.kwargs_json, self.policies)
+
+
+_WHOLE: Final = 2**31  # a `shown` limit that never cuts: repr() as it is, but safe for huge ints
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """`repr(value)` for a message: cut to `limit` characters, and safe for huge ints."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of {value.bit_length()} bits"  # repr() may refuse it (4,300 digits)
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a caller's object with a broken __repr__
+        text = f"<{type(value).__name__} object>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_encodable(argument: str, text: str) -> None:
+    """Refuse a str the database cannot store: a lone surrogate (not UTF-8) or NUL (PostgreSQL text)."""
+    if "\x00" in text:
+        raise InvalidJobError(argument, f"must not contain NUL characters: {shown(text)}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidJobError(
+            argument, f"is not valid Unicode (a lone surrogate at position {exc.start}): {shown(text)}"
+        ) from None
+
+
+def validate_job_id(job_id: object) -> str:
+    """Return `job_id` if it is acceptable, else raise `InvalidJobError`."""
+    if not isinstance(job_id, str):
+        raise InvalidJobError("job_id", f"must be a str, got {type(job_id).__name__}")
+    if not job_id:
+        raise InvalidJobError("job_id", "must not be empty")
+    if len(job_id) > MAX_JOB_ID_LENGTH:
+        raise InvalidJobError(
+            "job_id",
+            f"must be at most {MAX_JOB_ID_LENGTH} characters, got {len(job_id)}",
+        )
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in job_id):
+        raise InvalidJobError("job_id", f"must not contain control characters: {job_id!r}")
+    check_encodable("job_id", job_id)
+    return job_id
+
+
+def validate_namespace(namespace: object, argument: str = "namespace") -> str:
+    """Return `namespace` if it is acceptable (like a job id, at most 100 characters), else raise."""
+    if not isinstance(namespace, str) or not namespace.strip():
+        raise InvalidJobError(argument, f"must be a non-empty str such as 'billing', got {namespace!r}")
+    if len(namespace) > MAX_NAMESPACE_LENGTH:
+        raise InvalidJobError(argument, f"must be at most {MAX_NAMESPACE_LENGTH} characters, got {len(namespace)}")
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in namespace):
+        raise InvalidJobError(argument, f"must not contain control characters: {namespace!r}")
+    check_encodable(argument, namespace)  # a lone surrogate: no database can store it
+    return namespace
+
+
+def _seconds(argument: str, value: object, *, allow_zero: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidJobError(argument, f"must be a number of seconds, got {shown(value)}")
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int beyond any float (10**400)
+        raise InvalidJobError(argument, f"must be at most 10 years, got {shown(value)}") from None
+    if not math.isfinite(seconds):
+        raise InvalidJobError(argument, f"must be finite, got {value!r}")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise InvalidJobError(argument, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    if seconds > MAX_INTERVAL_SECONDS:
+        raise InvalidJobError(
+            argument,
+            f"must be at most 10 years ({MAX_INTERVAL_SECONDS:.0f} s), got {shown(value)}",
+        )
+    return seconds
+
+
+def _check_shape(argument: str, value: object) -> None:
+    """Refuse nesting deeper than MAX_ARGS_DEPTH and strings the database cannot store.
+
+    Iterative, so that a deep value fails here with a clear message and not
+    with a RecursionError inside json.
+    """
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidJobError(argument, f"holds a string with a lone surrogate: {shown(item)}") from None
+        elif isinstance(item, (list, tuple, dict)):
+            if depth >= MAX_ARGS_DEPTH:
+                raise InvalidJobError(argument, f"is nested more than {MAX_ARGS_DEPTH} levels deep")
+            if isinstance(item, dict):
+                stack.extend((k, depth + 1) for k in item)  # keys: str, or refused by the round trip
+                stack.extend((v, depth + 1) for v in item.values())
+            else:
+                stack.extend((v, depth + 1) for v in item)
+
+
+def _to_json(argument: str, value: object, max_bytes: int = DEFAULT_MAX_ARGS_BYTES) -> str:
+    _check_shape(argument, value)
+    try:
+        text = json.dumps(value, allow_nan=False, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidJobError(argument, f"must be JSON-serialisable (persched never pickles): {exc}") from exc
+    if len(text) > max_bytes:  # ASCII: json escapes everything else
+        raise InvalidJobError(
+            argument,
+            f"is {len(text)} bytes as JSON, more than max_args_bytes ({max_bytes}); store large data elsewhere "
+            "and pass a reference to it",
+        )
+    if json.loads(text) != value:
+        # e.g. non-str dict keys, tuples nested inside: they would come back changed.
+        raise InvalidJobError(argument, f"does not survive a JSON round trip unchanged: {value!r}")
+    return text
+
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "recurrence": ("fixed_rate", "fixed_delay"),
+    "misfire": ("coalesce", "skip", "catch_up"),
+    "overlap": ("forbid", "skip"),
+}
+
+
+def _choice(argument: str, value: object) -> Any:  # noqa: ANN401 - one of the Literal types above
+    if value not in _CHOICES[argument]:
+        raise InvalidJobError(
+            argument, f"must be one of {', '.join(map(repr, _CHOICES[argument]))}, got {shown(value, _WHOLE)}"
+        )
+    return value
+
+
+def _micros(argument: str, value: object, *, allow_zero: bool) -> Micros:
+    """`_seconds`, rounded once to whole microseconds (an interval of 1/3 s is 333,333 µs)."""
+    us = micros(_seconds(argument, value, allow_zero=allow_zero))
+    if us == 0 and not allow_zero:
+        raise InvalidJobError(argument, f"must be at least one microsecond, got {value!r}")
+    return Micros(us)
+
+
+def _instant(argument: str, value: object) -> Instant | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidJobError(argument, f"must be a timezone-aware datetime, got {shown(value, _WHOLE)}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidJobError(argument, f"must be timezone-aware (naive datetimes are ambiguous), got {value!r}")
+    # Compared as aware datetimes, which never overflows; converting first would.
+    if not EARLIEST_INSTANT <= value <= LATEST_INSTANT:
+        raise InvalidJobError(
+            argument,
+            f"must be between {EARLIEST_INSTANT.isoformat()} and {LATEST_INSTANT.isoformat()}, got {value!r}",
+        )
+    return from_datetime(value)  # exact: a datetime holds whole microseconds
+
+
+# -- the options of schedule(), declared once ----------------------------------------------------
+
+Unit = Literal["seconds", "instant", "plain"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One argument of ``schedule()`` that is part of a job's definition (SPEC-policies).
+
+    Its keyword, its `Job` field and its persched_jobs column are all `name`; `attr` is its
+    `Policies` field (None: kept in other fields, see `read`). `unit` says how a value maps
+    between the two: float seconds <-> whole µs, aware datetime <-> instant, or as it is.
+    Adding an option is one entry here, its column (`_schema`, a revision), its fields in
+    `Job` and `Policies`, its keyword on `schedule()` and `AsyncJobScheduler.schedule()`
+    (explicit, for users and mypy: tests/unit/test_options.py checks them all against this),
+    and the decision it stands for (`_policy`).
+    """
+
+    name: str
+    attr: str | None
+    unit: Unit
+    default: object  # schedule()'s default (public units), also the Job field's
+    type: object  # the Job field's type
+    doc: str  # what it does: schedule()'s "Args:" entry starts with these words
+    check: Check
+    shown: tuple[str, str] | None = None  # `persched show`: (label, words; {} is the value) when not the default
+    read_by_claims: bool = True  # False: claims and completions never read it (`_store` leaves it out)
+
+    def to_column(self, value: Any) -> Any:  # noqa: ANN401 - the Policies value of any option
+        """A Policies value -> its column's (and its Job field's) value."""
+        return _TO_COLUMN[self.unit](value)
+
+    def from_column(self, value: Any) -> Any:  # noqa: ANN401 - the column value of any option
+        """A column's value -> its Policies value."""
+        return _FROM_COLUMN[self.unit](value)
+
+    def read(self, policies: Policies) -> Any:  # noqa: ANN401 - the Policies value of any option
+        """This option's Policies value; one kept in other fields is a kind's argument (run_at), which
+        that kind reads back (None for a job of another kind)."""
+        if self.attr is not None:
+            return getattr(policies, self.attr)
+        kind = _triggers.kind_of(policies)
+        return kind.argument_of(policies) if self.name == kind.ARGUMENT else None
+
+
+def _plain(value: Any) -> Any:  # noqa: ANN401 - a column's value as it is
+    return value
+
+
+def _seconds_column(us: int | None) -> float | None:
+    return None if us is None else seconds(us)
+
+
+def _micros_of_column(value: float | None) -> Micros | None:
+    # Exact for what persched wrote (``us / 1e6``): that float is within half an ulp of the true
+    # quotient, far under half a microsecond.
+    if value is None:
+        return None
+    us = value * 1_000_000
+    if not math.isfinite(us):  # a hand edit (1e305 s): no whole µs; a value check_stored refuses stands in
+        return Micros(int(math.copysign(NO_MICROS, us)))
+    return Micros(round(us))
+
+
+def _datetime_column(us: int | None) -> datetime | None:
+    return None if us is None else to_datetime(us)
+
+
+def _instant_of_column(value: datetime | None) -> Instant | None:
+    return None if value is None else from_datetime(value)
+
+
+_TO_COLUMN: Final[dict[Unit, Callable[[Any], Any]]] = {
+    "seconds": _seconds_column,
+    "instant": _datetime_column,
+    "plain": _plain,
+}
+_FROM_COLUMN: Final[dict[Unit, Callable[[Any], Any]]] = {
+    "seconds": _micros_of_column,
+    "instant": _instant_of_column,
+    "plain": _plain,
+}
+
+
+def _check_interval(
+    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
+) -> Micros | None:
+    if value is None:
+        return None
+    if _seconds("interval_seconds", value, allow_zero=False) < MIN_INTERVAL_SECONDS:
+        raise InvalidJobError(
+            "interval_seconds", f"must be at least one microsecond (the store's resolution), got {value!r}"
+        )
+    return _micros("interval_seconds", value, allow_zero=False)
+
+
+def _check_cron(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> str | None:
+    if value is None:
+        return None
+    expression = _triggers.validate_cron(value)
+    if len(expression) > MAX_CRON_LENGTH:  # as stored: whitespace collapsed
+        raise InvalidJobError("cron", f"must be at most {MAX_CRON_LENGTH} characters, got {len(expression)}")
+    return expression
+
+
+def _check_timezone(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> str:
+    if isinstance(value, str) and len(value) > MAX_TIMEZONE_LENGTH:
+        raise InvalidJobError("timezone", f"must be at most {MAX_TIMEZONE_LENGTH} characters, got {len(value)}")
+    return _triggers.validate_timezone(value)
+
+
+def _check_max_catch_up(
+    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
+) -> int | None:
+    misfire = checked["misfire"]
+    if misfire != "catch_up":
+        if value is not None:
+            raise InvalidJobError("max_catch_up", f"only applies with misfire='catch_up' (misfire is {misfire!r})")
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidJobError(
+            "max_catch_up", f"must be a whole number >= 1 with misfire='catch_up', got {shown(value)}"
+        )
+    if value > MAX_STORED_INT:
+        raise InvalidJobError("max_catch_up", f"must be at most {MAX_STORED_INT}, got {shown(value)}")
+    if checked["recurrence"] == "fixed_delay":
+        raise InvalidJobError("misfire", "catch_up needs slots to catch up; fixed_delay has no grid")
+    return value
+
+
+def _check_end_at(
+    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
+) -> Instant | None:
+    end, start = _instant("end_at", value), checked["start_at"]
+    if start is not None and end is not None and end < start:
+        raise InvalidJobError("end_at", f"must not be before start_at ({given['start_at']} > {value})")
+    return end
+
+
+def _check_choice(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> str:
+    return _choice(argument, value)  # type: ignore[no-any-return]  # one of its _CHOICES, a str
+
+
+def _duration(*, allow_zero: bool, optional: bool = False) -> Check:
+    def check(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> Micros | None:
+        return None if optional and value is None else _micros(argument, value, allow_zero=allow_zero)
+
+    return check
+
+
+def _check_instant(
+    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
+) -> Instant | None:
+    return _instant(argument, value)
+
+
+# In the order of Job's fields and `persched show`'s lines; checked in this order too (an option's
+# check sees the ones before it). The arguments of the kinds of trigger (`_triggers.TRIGGERS`) are
+# options like the others: interval_seconds (positional on schedule()), cron, run_at.
+OPTIONS: Final[tuple[Option, ...]] = (
+    Option(
+        name="interval_seconds",
+        attr="interval",
+        unit="seconds",
+        default=None,
+        type=float | None,
+        doc="Seconds between slots; > 0, at most 10 years.",
+        check=_check_interval,
+    ),
+    Option(
+        name="cron",
+        attr="cron",
+        unit="plain",
+        default=None,
+        type=str | None,
+        doc="A 5-field cron expression (or 6 with seconds), instead of `interval_seconds`.",
+        check=_check_cron,
+    ),
+    Option(
+        name="timezone",
+        attr="timezone",
+        unit="plain",
+        default="UTC",
+        type=str,
+        doc="The IANA zone `cron` is read in; default UTC.",
+        check=_check_timezone,
+    ),
+    Option(
+        name="recurrence",
+        attr="recurrence",
+        unit="plain",
+        default="fixed_rate",
+        type=str,
+        doc='"fixed_rate" (a grid) or "fixed_delay" (one interval after the previous run ended).',
+        check=_check_choice,
+        shown=("recurrence", "{} (one interval after the previous run ends; no grid)"),
+    ),
+    Option(
+        name="misfire",
+        attr="misfire",
+        unit="plain",
+        default="coalesce",
+        type=str,
+        doc='What late slots become: "coalesce" (one run stands for them), "skip" (dropped, recorded as missed) '
+        'or "catch_up" (the `max_catch_up` most recent run, oldest first).',
+        check=_check_choice,
+    ),
+    Option(
+        name="max_catch_up",
+        attr="max_catch_up",
+        unit="plain",
+        default=None,
+        type=int | None,
+        doc='How many missed slots "catch_up" runs.',
+        check=_check_max_catch_up,
+    ),
+    Option(
+        name="grace_seconds",
+        attr="grace",
+        unit="seconds",
+        default=1.0,
+        type=float,
+        doc="How late a run may start and still be on time.",
+        check=_duration(allow_zero=True),
+        shown=("grace", "{} (a slot not started by then is missed)"),
+    ),
+    Option(
+        name="overlap",
+        attr="overlap",
+        unit="plain",
+        default="forbid",
+        type=str,
+        doc='Slots passing during a run: "forbid" (they wait for it and follow `misfire`) or "skip" '
+        "(dropped, recorded as missed).",
+        check=_check_choice,
+        shown=("overlap", "{} (slots passing while a run is in flight are dropped as missed)"),
+    ),
+    Option(
+        name="jitter_seconds",
+        attr="jitter",
+        unit="seconds",
+        default=0.0,
+        type=float,
+        doc="Each run starts up to this much after its slot.",
+        check=_duration(allow_zero=True),
+        shown=("jitter", "each run starts up to {} after its slot"),
+    ),
+    Option(
+        name="start_at",
+        attr="start_at",
+        unit="instant",
+        default=None,
+        type=datetime | None,
+        doc="No slot before this (aware datetime); an interval grid is anchored here.",
+        check=_check_instant,
+        read_by_claims=False,  # it placed the grid's anchor once; only a correction reads it again
+    ),
+    Option(
+        name="end_at",
+        attr="end_at",
+        unit="instant",
+        default=None,
+        type=datetime | None,
+        doc="No slot after this; then the job is finished.",
+        check=_check_end_at,
+    ),
+    Option(
+        name="max_runtime_seconds",
+        attr="max_runtime",
+        unit="seconds",
+        default=None,
+        type=float | None,
+        doc="Report a run still going after this long.",
+        check=_duration(allow_zero=False, optional=True),
+        shown=("max runtime", "{} (a longer run is reported as overran)"),
+    ),
+    Option(
+        name="run_at",
+        attr=None,  # kept as a window of one instant: start_at = end_at = run_at (OneShotTrigger)
+        unit="instant",
+        default=None,
+        type=datetime | None,
+        doc="Run once at this instant (aware datetime), instead of `interval_seconds` or `cron`; the job is "
+        "finished after it.",
+        check=_check_instant,
+    ),
+)
+# Each option kept in a Policies field of its own is a persched_jobs column:
+# (name, attr, to its column, from its column, read by claims).
+_COLUMNS: Final = tuple(
+    (option.name, option.attr, _TO_COLUMN[option.unit], _FROM_COLUMN[option.unit], option.read_by_claims)
+    for option in OPTIONS
+    if option.attr is not None
+)
+KEYWORD_OPTIONS: Final = tuple(option for option in OPTIONS if option.name != "interval_seconds")  # keyword-only
+# (name, attr, from its column: None when kept as it is), for Policies.from_columns.
+_READ_ALL: Final = tuple((name, attr, None if read is _plain else read) for name, attr, _, read, _ in _COLUMNS)
+_READ_CLAIMS: Final = tuple(entry for entry, (*_, claims) in zip(_READ_ALL, _COLUMNS, strict=True) if claims)
+POLICY_COLUMNS: Final = tuple(name for name, *_ in _COLUMNS)  # the persched_jobs columns of the options
+# The ones claims and completions read (the store's dispatch columns): not those only a placement needs.
+CLAIM_POLICY_COLUMNS: Final = tuple(
+    option.name for option in OPTIONS if option.attr is not None and option.read_by_claims
+)
+_DERIVED: Final = tuple(option for option in OPTIONS if option.attr is None)  # kept in other fields (run_at)
+
+
+def job_policy_fields(column: Callable[[str], Any]) -> dict[str, Any]:
+    """The `Job` fields of the options of a persched_jobs row whose value of a column `column(name)`
+    gives: each column as it is (a hand-edited value is shown as it stands); an option kept in other
+    fields (run_at) as its kind reads it back."""
+    fields = {name: column(name) for name in POLICY_COLUMNS}
+    if _DERIVED:
+        policies = Policies.from_columns(column)
+        fields.update((option.name, option.to_column(option.read(policies))) for option in _DERIVED)
+    return fields
+
+
+def given_options(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword options among `arguments` (a front end's ``locals()``), to pass on as they were given."""
+    return {option.name: arguments[option.name] for option in KEYWORD_OPTIONS}
+
+
+def validate_policies(interval_seconds: object = None, **options: object) -> Policies:
+    """Check the schedule and policy arguments of `schedule()` (SPEC-policies; `OPTIONS` are the keywords).
+
+    First the kind of trigger: exactly one kind's argument, and nothing that does not apply to that
+    kind; then each option, in the order of `OPTIONS`.
+    """
+    given: dict[str, object] = {"interval_seconds": interval_seconds}
+    for name, value in options.items():
+        if name not in _BY_NAME or name == "interval_seconds":
+            raise InvalidJobError(name, f"is not an option of schedule(); use one of {sorted(_BY_NAME)}")
+        given[name] = value
+    for option in OPTIONS:
+        given.setdefault(option.name, option.default)
+    kind = _triggers.chosen_kind(lambda argument: given[argument] is not None)
+    for option in OPTIONS:
+        value = given[option.name]
+        if value is not option.default and value != option.default:
+            reason = kind.refusal(option.name, value)
+            if reason is not None:
+                raise InvalidJobError(option.name, reason)
+    checked: dict[str, Any] = {}
+    for option in OPTIONS:
+        checked[option.attr or option.name] = option.check(option.name, given[option.name], checked, given)
+    for option in _DERIVED:  # a kind's argument without a field of its own (run_at): its kind keeps it
+        value = checked.pop(option.name)
+        if value is not None:
+            checked.update(kind.fields_of(value))
+    return Policies(**checked)
+
+
+_BY_NAME: Final = {option.name: option for option in OPTIONS}
+
+
+def check_stored(policies: Policies) -> None:
+    """Check policies read from a row as schedule() checks its arguments, so that a row written by
+    something else (a hand-made UPDATE) fails here, not deep inside a decision. The window's
+    instants are not checked: the column type guarantees them.
+
+    Raises:
+        InvalidJobError: The policies are not ones schedule() would write.
+    """
+    validate_policies(**policies.arguments())
+
+
+def validate_definition(
+    job_id: object,
+    target: str,
+    policies: Policies,
+    args: object,
+    kwargs: object,
+    start_in: object,
+    *,
+    max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
+) -> JobDefinition:
+    """Check the remaining arguments of `schedule()` (the target and policies are checked by the caller)."""
+    job_id = validate_job_id(job_id)
+    if not isinstance(args, (tuple, list)):
+        raise InvalidJobError("args", f"must be a tuple or list, got {type(args).__name__}")
+    args_json = _to_json("args", list(args), max_args_bytes)
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise InvalidJobError("kwargs", f"must be a dict with str keys, got {shown(kwargs)}")
+    kwargs_json = _to_json("kwargs", kwargs, max_args_bytes)
+    start = None if start_in is None else _micros("start_in", start_in, allow_zero=True)
+    reason = None if start is None else _triggers.kind_of(policies).refusal("start_in", start_in)
+    if reason is not None:
+        raise InvalidJobError("start_in", reason)
+    if start is not None and policies.start_at is not None:
+        raise InvalidJobError("start_in", "give start_in or start_at, not both")
+    return JobDefinition(job_id, target, args_json, kwargs_json, policies, start)

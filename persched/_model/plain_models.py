@@ -1,0 +1,83 @@
+"""`PlainJob` and `PlainRun`: `Job` and `Run` as frozen dataclasses, for the read commands.
+
+`persched jobs`, `show` and `runs` print rows and validate nothing, so they
+read them into these instead of the pydantic models, and never import
+pydantic (issue 15: it was a fifth of the command's start-up). Both are
+built from the one mapping of a stored row (`_store.mappers.job_fields`,
+`run_fields`), which builds the public models too; the fields, their types
+and defaults are those of `Job` and `Run` (tests/store/test_plain_models.py
+keeps them in step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .models import DEFAULT_NAMESPACE
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from .models import JobState, Outcome
+
+__all__ = ["PlainJob", "PlainRun"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlainJob:
+    """The fields of a `Job`, unvalidated: they come from a stored row read defensively."""
+
+    job_id: str
+    target: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    interval_seconds: float | None
+    next_run_at: datetime
+    generation: int
+    state: JobState
+    created_at: datetime
+    updated_at: datetime
+    run_count: int = 0
+    error_count: int = 0
+    last_outcome: str | None = None
+    owner: str | None = None
+    lease_until: datetime | None = None
+    cron: str | None = None
+    timezone: str = "UTC"
+    recurrence: str = "fixed_rate"
+    misfire: str = "coalesce"
+    max_catch_up: int | None = None
+    grace_seconds: float = 1.0
+    overlap: str = "forbid"
+    jitter_seconds: float = 0.0
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    max_runtime_seconds: float | None = None
+    paused: bool = False
+    run_now_requested: bool = False
+    schedule: str = ""
+    unreadable: str | None = None
+    run_at: datetime | None = None
+    namespace: str = DEFAULT_NAMESPACE
+    declared: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlainRun:
+    """The fields of a `Run`, unvalidated: they come from a stored row read defensively."""
+
+    job_id: str
+    generation: int
+    scheduled_for: datetime
+    started_at: datetime
+    finished_at: datetime | None = None
+    outcome: Outcome | None = None
+    error: str | None = None
+    instance_id: str | None = None
+    run_id: int | None = None
+    missed_until: datetime | None = None
+    missed_count: int | None = None
+    overran: bool = False
+    run_now: bool = False
+    unreadable: str | None = None

@@ -1,0 +1,223 @@
+"""What a job's policies decide at each step of its life (SPEC-policies), pure.
+
+The store calls these inside its transactions, on the row it holds locked, so
+every decision is made once, by the instance whose commit wins, from the row
+as it stands. Nothing here touches the database, a clock or a lock.
+
+A job's `next_run_at` always names the next slot still to run: a claim of a
+grid slot moves it on at once (to the slot after the one now running), a
+run-now run leaves it where it is, and a completion moves it only where a
+policy says so (fixed delay; overlap "skip"). So slots that passed while a
+run was in flight are simply due when it finishes, and the claim then
+applies the job's missed-run policy to them, as to any other late slots.
+
+A slot is late when its run starts more than `grace_seconds` after the slot
+plus its jitter offset (jitter delays a run on purpose, so it does not count
+against the grace).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from . import triggers as _triggers
+from .instant import Instant, Micros
+
+if TYPE_CHECKING:
+    from .models import Policies
+
+__all__ = ["ClaimPlan", "JobPlan", "Missed", "place_grid"]
+
+
+def place_grid(policies: Policies, now: Instant, start_in: Micros | None) -> tuple[Instant, Instant]:
+    """Return ``(anchor, next_run_at)`` of a new job's grid: its anchor and its first slot not
+    before `now`, as its kind of trigger places them (`_triggers.Trigger.place`)."""
+    return _triggers.kind_of(policies).place(policies, now, start_in)
+
+
+@dataclass(frozen=True)
+class Missed:
+    """Slots `first` .. `last` that will never run (`count` None: too many to count)."""
+
+    first: Instant
+    last: Instant
+    count: int | None
+
+
+@dataclass(frozen=True)
+class ClaimPlan:
+    """What a won claim does: run `run_for` (None: nothing runs) and move the row on."""
+
+    run_for: Instant | None
+    run_now: bool
+    next_run_at: Instant
+    missed: Missed | None
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """One job's policies, with its trigger built (None for fixed delay: no grid)."""
+
+    job_id: str
+    generation: int
+    trigger: _triggers.Trigger | None
+    interval: Micros | None
+    misfire: str
+    max_catch_up: int | None
+    grace: Micros
+    overlap: str
+    jitter: Micros
+    end_at: Instant | None
+    start_at: Instant | None = None  # only where a decision needs it (see _store.mappers.plan_of): corrections
+
+    @classmethod
+    def of(cls, job_id: str, generation: int, anchor: Instant, policies: Policies) -> JobPlan:
+        """Build the plan of a job whose grid is anchored at `anchor` (its first slot)."""
+        trigger = _triggers.kind_of(policies).of(policies, anchor)
+        return cls(
+            job_id,
+            generation,
+            trigger,
+            policies.interval,
+            policies.misfire,
+            policies.max_catch_up,
+            policies.grace,
+            policies.overlap,
+            policies.jitter,
+            policies.end_at,
+            policies.start_at,
+        )
+
+    def describe(self) -> str:
+        """The schedule in words: "every 5 min", "cron 0 3 * * * Europe/Paris", "once at ..."."""
+        if self.trigger is not None:
+            return self.trigger.describe()
+        return f"every {_triggers.describe_duration(self.interval or 0)} after each run ends"
+
+    # -- placing slots -----------------------------------------------------------
+
+    def is_over(self, next_run_at: Instant, run_now_at: Instant | None = None) -> bool:
+        """True when the job has finished: its next slot lies past the window,
+        and no run-now request is still to run."""
+        return self.end_at is not None and next_run_at > self.end_at and run_now_at is None
+
+    def jitter_for(self, slot: Instant) -> Micros:
+        """The offset of `slot`'s run, the same in every instance (SPEC-policies: jitter)."""
+        return _triggers.jitter_offset(self.job_id, self.generation, slot, self.jitter) if self.jitter else Micros(0)
+
+    def due_at(self, next_run_at: Instant, run_now_at: Instant | None) -> Instant:
+        """When the heap should try the job: its next slot plus jitter, or a pending run-now."""
+        due = Instant(next_run_at + self.jitter_for(next_run_at))
+        return due if run_now_at is None else min(due, run_now_at)
+
+    def slot_after(self, slot: Instant) -> Instant:
+        """The slot after `slot` (fixed delay: one interval later, as a guess)."""
+        if self.trigger is None:
+            assert self.interval is not None
+            return Instant(slot + self.interval)
+        return self.trigger.next_after(slot)
+
+    def resumed(self, now: Instant, next_run_at: Instant) -> Instant:
+        """The first slot of a resume at `now`: slots that passed while paused are not
+        run, one falling exactly at `now` is (as for a new grid). Never before the row's
+        `next_run_at`, the next slot still to run: a resume on a clock behind the one
+        that ran the last slot must not put the job back on it (SPEC §2 "Clock corrections")."""
+        if self.trigger is None:
+            return max(self.slot_after(now), next_run_at)  # fixed delay: one interval from the resume
+        return max(self.trigger.next_after(Instant(now - 1)), next_run_at)
+
+    def corrected(self, next_run_at: Instant, now: Instant) -> Instant | None:
+        """The slot a row should have instead of `next_run_at` if that lies further ahead of `now`
+        than the schedule allows (it was written by a clock that was ahead), else None.
+
+        The earliest a row may be is its first slot after `now` and not before `start_at` (the
+        user's instant: a clock error does not move it). An interval job steps back from
+        `next_run_at` by whole intervals to there: the same phase, even where that is before the
+        grid's anchor (the anchor was placed by the same clock). A cron job goes to its first
+        fire there."""
+        earliest = Instant(now + 1 if self.start_at is None else max(now + 1, self.start_at))
+        if self.interval is not None:
+            steps = max(next_run_at - earliest, 0) // self.interval
+            return None if steps == 0 else Instant(next_run_at - steps * self.interval)
+        assert self.trigger is not None
+        allowed = self.trigger.next_after(Instant(earliest - 1))
+        return allowed if next_run_at > allowed else None
+
+    # -- claim and completion ------------------------------------------------------
+
+    def claim(
+        self, next_run_at: Instant, run_now_at: Instant | None, bound: Instant, now: Instant, taken_at: Instant
+    ) -> ClaimPlan:
+        """Decide a won claim: `bound` is the latest slot the heap entry may run
+        (it never runs a slot early), `now` the claim's time, `taken_at` when the
+        dispatcher took the entry up (what lateness is measured at: the
+        scheduler's own dispatch latency for a slot taken up on time does not
+        count against `grace_seconds`)."""
+        if next_run_at > bound:
+            # Not the grid's turn: the entry is a run-now request.
+            assert run_now_at is not None
+            return ClaimPlan(run_now_at, True, next_run_at, None)
+        taken = min(taken_at, now)
+        if self.trigger is None:
+            return self._claim_fixed_delay(next_run_at, now, taken)
+        latest = self.trigger.latest_at_or_before(now if self.end_at is None else min(now, self.end_at))
+        latest = next_run_at if latest is None else max(latest, next_run_at)
+        # A slot that came due after the entry was taken up waited for this claim: its lateness counts from now.
+        on_time = (now if latest > taken else taken) - latest - self.jitter_for(latest) <= self.grace
+        if self.misfire == "coalesce":
+            # SPEC §2: one run stands for every slot since next_run_at.
+            return ClaimPlan(latest, False, self.trigger.next_after(latest), None)
+        if self.misfire == "skip":
+            after = self.trigger.next_after(latest)
+            if on_time:
+                return ClaimPlan(latest, False, after, self._missed_before(next_run_at, latest))
+            return ClaimPlan(None, False, after, self._missed(next_run_at, latest))
+        # catch_up: the max_catch_up most recent slots run, oldest first, one per claim.
+        assert self.max_catch_up is not None
+        pending = self.trigger.count_between(next_run_at, latest)
+        if pending is not None and pending <= self.max_catch_up:
+            run_for = next_run_at  # nothing to drop (the common case once caught up): no list of slots
+        else:
+            recent = self.trigger.recent_slots(next_run_at, latest, self.max_catch_up)
+            run_for = recent[0] if recent else latest
+        return ClaimPlan(run_for, False, self.trigger.next_after(run_for), self._missed_before(next_run_at, run_for))
+
+    def _claim_fixed_delay(self, next_run_at: Instant, now: Instant, taken: Instant) -> ClaimPlan:
+        assert self.interval is not None
+        late = taken - next_run_at - self.jitter_for(next_run_at) > self.grace
+        if self.misfire == "skip" and late:
+            return ClaimPlan(None, False, Instant(now + self.interval), Missed(next_run_at, next_run_at, 1))
+        # The next slot is set when this run finishes (one interval after its end).
+        return ClaimPlan(next_run_at, False, next_run_at, None)
+
+    def after_run(self, next_run_at: Instant, finished_at: Instant) -> tuple[Instant, Missed | None]:
+        """The row's next slot once a run finished at `finished_at`, and the slots it drops."""
+        if self.trigger is None:
+            assert self.interval is not None
+            return Instant(finished_at + self.interval), None  # fixed delay: from the run's end
+        if self.overlap == "skip" and next_run_at <= finished_at:
+            # Slots that passed while the run was in flight are dropped.
+            last = self.trigger.latest_at_or_before(finished_at)
+            last = next_run_at if last is None else max(last, next_run_at)
+            return self.trigger.next_after(finished_at), self._missed(next_run_at, last)
+        return next_run_at, None
+
+    def after_loss(self, next_run_at: Instant, slot: Instant, recovered_at: Instant) -> Instant:
+        """The row's next slot once the run for `slot` was recovered as lost at `recovered_at`:
+        never `slot` again (SPEC §2 "Restart"), also on a clock behind the one that claimed it."""
+        if self.trigger is None:
+            return max(self.slot_after(recovered_at), self.slot_after(slot))  # fixed delay: from the loss
+        return next_run_at if next_run_at > slot else self.trigger.next_after(slot)
+
+    def _missed(self, first: Instant, last: Instant) -> Missed:
+        assert self.trigger is not None
+        return Missed(first, last, self.trigger.count_between(first, last))
+
+    def _missed_before(self, first: Instant, slot: Instant) -> Missed | None:
+        """The slots from `first` up to, not including, `slot` (None if there are none)."""
+        assert self.trigger is not None
+        if first >= slot:
+            return None
+        before = self.trigger.recent_slots(first, Instant(slot - 1), 1)
+        return self._missed(first, before[-1]) if before else None

@@ -1,0 +1,82 @@
+"""The public models `Job` and `Run` (pydantic), imported from `persched._model.models` on first use.
+
+They live apart so that a read command, which prints `_plain_models.PlainJob`
+and `PlainRun` instead, never imports pydantic (issue 15).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from .models import DEFAULT_NAMESPACE, JobState, Outcome
+
+__all__ = ["Job", "Run"]
+
+
+class Job(BaseModel):
+    """A job as the store has it (immutable)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    job_id: str
+    target: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    interval_seconds: float | None  # None for a cron or one-shot job
+    next_run_at: datetime
+    generation: int
+    state: JobState
+    created_at: datetime
+    updated_at: datetime
+    run_count: int = 0
+    error_count: int = 0
+    last_outcome: str | None = None
+    owner: str | None = None
+    lease_until: datetime | None = None
+    # The options of schedule(), as stored (seconds, aware datetimes): declared in OPTIONS (a test keeps these in step).
+    cron: str | None = None
+    timezone: str = "UTC"
+    # Plain str (not the Literal types of schedule()'s arguments): a job is read
+    # back whatever a hand-made UPDATE wrote, so that it can be shown and fixed.
+    recurrence: str = "fixed_rate"
+    misfire: str = "coalesce"
+    max_catch_up: int | None = None
+    grace_seconds: float = 1.0
+    overlap: str = "forbid"
+    jitter_seconds: float = 0.0
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    max_runtime_seconds: float | None = None
+    paused: bool = False
+    run_now_requested: bool = False
+    schedule: str = ""  # the schedule in words: "every 5 min", "cron 0 3 * * * Europe/Paris"
+    # Why the stored row cannot be read (a hand edit), or None; the fields it names
+    # show placeholders. schedule() with a valid definition replaces such a row.
+    unreadable: str | None = None
+    run_at: datetime | None = None  # the one instant of a one-shot job (schedule(run_at=...))
+    namespace: str = DEFAULT_NAMESPACE  # the application the job belongs to
+    declared: bool = False  # written by declare(): a later declare(prune=True) may deschedule it
+
+
+class Run(BaseModel):
+    """One run of a job (immutable); `outcome` is None while it runs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    job_id: str
+    generation: int
+    scheduled_for: datetime
+    started_at: datetime
+    finished_at: datetime | None = None
+    outcome: Outcome | None = None
+    error: str | None = None
+    instance_id: str | None = None
+    run_id: int | None = None
+    missed_until: datetime | None = None  # a "missed" record stands for scheduled_for .. missed_until
+    missed_count: int | None = None  # how many slots it stands for (None: not counted, a long cron range)
+    overran: bool = False  # still running after the job's max_runtime_seconds
+    run_now: bool = False  # started by run_now(), off the grid
+    unreadable: str | None = None  # why the stored record cannot be read (fields it names are placeholders)

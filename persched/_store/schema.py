@@ -1,0 +1,292 @@
+"""The tables, as SQLAlchemy Core metadata.
+
+Alembic revisions in ``migrations/versions`` are the source of truth for the
+schema in a database; this module mirrors the head revision for the queries in
+``_store`` (a migration test checks that the two agree). The partial
+indexes' predicates reach SQLAlchemy only with an engine of their dialect
+(`attach_index_predicates`), so that importing this module imports no dialect.
+
+MySQL and MariaDB get their own column types where the generic ones would
+lose data (rendered by `_on_mysql`, without importing the MySQL dialect
+here): instants are ``DATETIME(6)`` (naive UTC, like SQLite's text; a plain
+``DATETIME`` keeps whole seconds), durations ``DOUBLE`` (MySQL's ``FLOAT`` is
+4 bytes), JSON and tracebacks ``MEDIUMTEXT`` (``TEXT`` stops at 64 KiB, below
+the default ``max_args_bytes``). The revisions make the tables InnoDB, utf8mb4
+with a binary NO PAD collation (``utf8mb4_nopad_bin`` on MariaDB,
+``utf8mb4_0900_bin`` on MySQL 8), so ``"Job"``, ``"job"`` and ``"job "`` are
+three job ids, as on SQLite and PostgreSQL. MySQL has no partial indexes: the
+two non-unique ones are plain indexes there, and the one-run-per-slot rule, a
+partial unique index ``WHERE NOT run_now`` elsewhere, is a unique index over
+`MYSQL_SLOT_COLUMN`, a stored generated column that is NULL for run-now rows
+(a unique index admits many NULLs). That column exists only on MySQL/MariaDB
+and is never read or written by persched; it is not in this metadata
+(tests/migrations checks it apart).
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Final
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Dialect,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    false,
+    text,
+    types,
+)
+from sqlalchemy.ext.compiler import compiles
+
+if TYPE_CHECKING:
+    from sqlalchemy import ColumnElement, TextClause
+
+__all__ = [
+    "MYSQL_SLOT_COLUMN",
+    "MYSQL_SLOT_EXPRESSION",
+    "PARTIAL_INDEX_DIALECTS",
+    "UTCDateTime",
+    "attach_index_predicates",
+    "changes",
+    "instances",
+    "jobs",
+    "metadata",
+    "partial_index_predicates",
+    "runs",
+]
+
+_MYSQL: Final = ("mysql", "mariadb")
+#: MySQL/MariaDB only: persched_runs' generated column behind uq_persched_runs_slot (revision 0003).
+MYSQL_SLOT_COLUMN: Final = "grid_slot"
+MYSQL_SLOT_EXPRESSION: Final = "CASE WHEN run_now THEN NULL ELSE scheduled_for END"
+
+
+class _Seconds(Float):  # type: ignore[type-arg]  # Float's generic parameter is its Python type
+    """Float seconds: an 8-byte float on every engine (``DOUBLE`` on MySQL, whose ``FLOAT`` is 4 bytes)."""
+
+    inherit_cache = True
+
+
+class _LongText(Text):
+    """JSON arguments and tracebacks: ``MEDIUMTEXT`` (16 MiB) on MySQL, whose ``TEXT`` holds 64 KiB."""
+
+    inherit_cache = True
+
+
+def _on_mysql(rendered: str) -> Any:  # noqa: ANN401 - a compiler hook
+    def render(element: object, compiler: object, **kw: object) -> str:
+        return rendered
+
+    return render
+
+
+for _name in _MYSQL:
+    compiles(_Seconds, _name)(_on_mysql("DOUBLE"))
+    compiles(_LongText, _name)(_on_mysql("MEDIUMTEXT"))
+
+
+def _not_mysql(
+    ddl: object,
+    target: object,
+    bind: object,
+    tables: object = None,
+    state: object = None,
+    **kw: Any,  # noqa: ANN401 - SQLAlchemy's DDLIfCallable passes dialect=, compiler=, checkfirst=
+) -> bool:
+    """DDL condition: not on MySQL/MariaDB (the slot index there is the revisions' own)."""
+    return kw["dialect"].name not in _MYSQL
+
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UTCDateTime(types.TypeDecorator[datetime]):
+    """An aware UTC datetime in every engine: `timestamptz` on PostgreSQL, on
+    SQLite the fixed-width naive UTC text that SQLAlchemy writes (so that `<=`
+    compares instants), on MySQL/MariaDB a naive UTC ``DATETIME(6)``
+    (microseconds, no time zone conversion, unlike ``TIMESTAMP``). Naive
+    datetimes are refused on the way in."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> types.TypeEngine[Any]:
+        if dialect.name in _MYSQL:
+            from sqlalchemy.dialects.mysql import DATETIME  # loaded already: this is a MySQL engine
+
+            return dialect.type_descriptor(DATETIME(fsp=6))
+        return dialect.type_descriptor(self.impl)
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> datetime | None:  # noqa: ANN401 - SQLAlchemy hook
+        if value is None:
+            return None
+        if not isinstance(value, datetime) or value.tzinfo is None:
+            raise ValueError(f"expected an aware datetime, got {value!r}")
+        utc: datetime = value.astimezone(timezone.utc)
+        return utc.replace(tzinfo=None) if dialect.name == "sqlite" or dialect.name in _MYSQL else utc
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:  # noqa: ANN401 - SQLAlchemy hook
+        if value is None:
+            return None
+        if not isinstance(value, datetime):
+            raise TypeError(f"expected a datetime from the driver, got {value!r}")
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+# One row per job_id, never deleted: a descheduled job keeps its row (state
+# 'descheduled') so that its generation counter survives (no ABA).
+jobs = Table(
+    "persched_jobs",
+    metadata,
+    Column("job_id", String(200), primary_key=True),
+    Column("target", String(1000), nullable=False),
+    Column("args", _LongText, nullable=False),  # JSON array
+    Column("kwargs", _LongText, nullable=False),  # JSON object
+    Column("interval_seconds", _Seconds, nullable=True),  # None for a cron job
+    Column("cron", String(200), nullable=True),
+    Column("timezone", String(64), nullable=False, server_default="UTC"),
+    Column("recurrence", String(16), nullable=False, server_default="fixed_rate"),
+    Column("misfire", String(16), nullable=False, server_default="coalesce"),
+    Column("max_catch_up", Integer, nullable=True),
+    Column("grace_seconds", _Seconds, nullable=False, server_default="1"),
+    Column("overlap", String(16), nullable=False, server_default="forbid"),
+    Column("jitter_seconds", _Seconds, nullable=False, server_default="0"),
+    Column("start_at", UTCDateTime, nullable=True),
+    Column("end_at", UTCDateTime, nullable=True),
+    Column("max_runtime_seconds", _Seconds, nullable=True),
+    Column("first_run_at", UTCDateTime, nullable=False),  # grid anchor
+    # The next slot still to run; it moves on when a run of the grid is
+    # claimed, and stays put for a run-now run (SPEC-policies).
+    Column("next_run_at", UTCDateTime, nullable=False),
+    Column("paused", Boolean, nullable=False, server_default=false()),
+    Column("run_now_at", UTCDateTime, nullable=True),  # a pending run_now() request
+    Column("running_for", UTCDateTime, nullable=True),  # scheduled_for of the run in flight
+    Column("generation", Integer, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("owner", String(255), nullable=True),  # instance_id holding the claim
+    Column("lease_until", UTCDateTime, nullable=True),
+    Column("run_count", Integer, nullable=False, server_default="0"),
+    Column("error_count", Integer, nullable=False, server_default="0"),
+    Column("last_outcome", String(16), nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    # The persched_changes.seq of the job's last schedule/deschedule.
+    Column("change_seq", BigInteger, nullable=False, server_default="0"),
+    # The application the job belongs to (revision 0005): a scheduler sees and runs only its own.
+    Column("namespace", String(100), nullable=False, server_default="default"),
+    Column("declared", Boolean, nullable=False, server_default=false()),  # written by declare()
+    Index(None, "state", "next_run_at"),
+    Index(None, "change_seq"),
+    Index(None, "namespace", "state"),
+)
+
+# One row (id 1): a counter bumped by every change of a job's definition or
+# state by schedule()/deschedule(), so that other instances find changes by
+# polling one value (SPEC-multi).
+changes = Table(
+    "persched_changes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("seq", BigInteger, nullable=False),
+)
+
+# The instances that share a namespace's work (revision 0006): each renews its row with every
+# heartbeat (`beats` counts up) and reads the others' to know who is alive (persched._engine.membership).
+instances = Table(
+    "persched_instances",
+    metadata,
+    Column("namespace", String(100), primary_key=True),
+    Column("instance_id", String(255), primary_key=True),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("renewed_at", UTCDateTime, nullable=False),
+    Column("beats", BigInteger, nullable=False),
+)
+
+# Run history. A row is inserted by the claim (outcome NULL while running) and
+# completed by the worker, or marked 'lost' by lease recovery.
+runs = Table(
+    "persched_runs",
+    metadata,
+    Column("run_id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(200), nullable=False),
+    Column("generation", Integer, nullable=False),
+    Column("scheduled_for", UTCDateTime, nullable=False),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("finished_at", UTCDateTime, nullable=True),
+    Column("outcome", String(16), nullable=True),
+    Column("error", _LongText, nullable=True),
+    Column("instance_id", String(255), nullable=False),
+    Column("lease_until", UTCDateTime, nullable=True),
+    # A "missed" record stands for the slots scheduled_for .. missed_until.
+    Column("missed_until", UTCDateTime, nullable=True),
+    Column("missed_count", BigInteger, nullable=True),  # None: too many to count cheaply (cron)
+    Column("overran", Boolean, nullable=False, server_default=false()),
+    Column("run_now", Boolean, nullable=False, server_default=false()),
+    Index(None, "job_id", "run_id"),
+)
+
+# Partial indexes. Each predicate is written once, below, and handed to SQLAlchemy as
+# `sqlite_where` / `postgresql_where` by `attach_index_predicates` when persched makes an engine
+# of that kind (`persched._db`), not here: an `Index(..., postgresql_where=...)` makes SQLAlchemy
+# import its PostgreSQL dialect to check the keyword, about 0.03 s of every `persched jobs` on
+# SQLite (issue 15). Only DDL reads the predicates (Alembic's autogenerate, `create_all`); the
+# queries never do. The migration tests compare them with the indexes the revisions create.
+_PARTIAL_INDEXES: Final[tuple[tuple[Index, ColumnElement[bool] | TextClause], ...]] = (
+    # One run per grid slot; run-now runs are off the grid and may share an instant with a slot.
+    # (MySQL/MariaDB: over MYSQL_SLOT_COLUMN instead, see the module docstring; not created from here.)
+    (
+        Index("uq_persched_runs_slot", runs.c.job_id, runs.c.generation, runs.c.scheduled_for, unique=True).ddl_if(
+            callable_=_not_mysql
+        ),
+        text("NOT run_now"),
+    ),
+    # Open runs (outcome NULL) are few; a partial index finds them for lease
+    # renewal and recovery without indexing the whole history.
+    (Index("ix_persched_runs_open", runs.c.instance_id), runs.c.outcome.is_(None)),
+    # Runs that did not end "ok", by outcome, newest last: the dashboard's runs page filtered by
+    # outcome (revision 0004). Partial, so ordinary runs never maintain it.
+    (Index("ix_persched_runs_outcome", runs.c.outcome, runs.c.run_id), runs.c.outcome != "ok"),
+)
+#: The engines whose dialects take a `where` option on an index.
+PARTIAL_INDEX_DIALECTS: Final = ("sqlite", "postgresql")
+_ATTACH_LOCK: Final = threading.Lock()  # two engines made at once in two threads
+
+
+def partial_index_predicates() -> dict[str, ColumnElement[bool] | TextClause]:
+    """The predicate of each partial index, by index name (for the migration tests)."""
+    return {str(index.name): where for index, where in _PARTIAL_INDEXES}
+
+
+def attach_index_predicates(dialect_name: str) -> None:
+    """Give the partial indexes their predicate as ``<dialect_name>_where`` (idempotent).
+
+    Called for every engine persched makes, when SQLAlchemy has imported
+    that engine's dialect anyway; a dialect other than SQLite's or
+    PostgreSQL's is left alone.
+    """
+    if dialect_name not in PARTIAL_INDEX_DIALECTS:
+        return
+    with _ATTACH_LOCK:
+        for index, where in _PARTIAL_INDEXES:
+            options = index.dialect_options[dialect_name]
+            if options["where"] is None:
+                options["where"] = where
