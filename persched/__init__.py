@@ -34,7 +34,7 @@ __all__ = [
     "current_run",
 ]
 
-__version__ = "0.1.0"  # the one place it is written: pyproject.toml reads it (tool.setuptools.dynamic)
+__version__ = "0.2.0"  # the one place it is written: pyproject.toml reads it (tool.setuptools.dynamic)
 
 # Where each public name lives. They are imported on first use (PEP 562), so
 # that `persched jobs` does not pay for the scheduler and Alembic when it

@@ -7,8 +7,8 @@ sleeping, or follow the time that freezegun or time-machine froze with
 through `persched._realtime`, past both of those tools, so that a scheduler on
 the default clock keeps to real time even inside a frozen test.
 
-A clock tells time in whole microseconds (SPEC §1 "Time is exact to the
-microsecond"): integers, so that an instant read here, a slot computed from
+A clock tells time in whole microseconds (time is exact to the
+microsecond): integers, so that an instant read here, a slot computed from
 it and the value the database stores are one and the same number.
 """
 

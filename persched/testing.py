@@ -144,7 +144,8 @@ class FrozenTimeClock:
     a real machine: a running scheduler neither re-runs nor bursts, and its
     monotonic time waits for the frozen time to move on (a scheduler started
     afterwards reads the earlier instant, and treats rows written ahead of it
-    as a corrected clock: SPEC §2 "Clock corrections across a restart").
+    as a corrected clock: see "Clock corrections across a restart" in the
+    documentation's Behaviour and limits).
     Outside frozen time it reads the real clock.
 
     Nothing moves the frozen time while the test waits, so the scheduler's

@@ -153,9 +153,9 @@ class JobScheduler:
             4096; default 32. The threads are made at start() and cost no
             CPU while idle. Each dispatch cycle claims at most as many due
             runs as there are free workers, in one transaction, so more
-            workers also mean fewer commits per run (README, "Choosing
-            workers"). A worker is reserved before its claim, so a claimed
-            run never waits for a thread (SPEC §2).
+            workers also mean fewer commits per run (the documentation,
+            "Performance"). A worker is reserved before its claim, so a claimed
+            run never waits for a thread.
         clock: Where time comes from; `persched.testing.FakeClock` in tests.
         instance_id: Names this scheduler on the runs it claims; default
             ``host:pid:random~proof``, where the proof (Linux: boot id, pid
@@ -200,7 +200,7 @@ class JobScheduler:
         horizon_seconds: How far ahead the dispatcher keeps jobs in memory
             (at least 2 s): it loads the jobs due within this time, and loads
             more as time moves on, so memory and start-up do not grow with the
-            number of jobs (docs/design.md "The bounded heap").
+            number of jobs (the documentation, "Design": the bounded heap).
         max_args_bytes: The largest `args`, and the largest `kwargs`, that
             schedule() accepts, in bytes of their stored JSON (default
             64 KiB): every claim reads them, so large ones slow every job.
@@ -213,7 +213,7 @@ class JobScheduler:
             queues it; an instance that joins, leaves or dies moves only its
             own share of the jobs, and a job that its owner cannot run in
             time is taken by an instance with free workers once 0.5 s
-            overdue (docs/multi.md "How instances share the work"). Default
+            overdue (the documentation, "Several instances"). Default
             True. False: this instance tries every slot of every job, racing
             the others (the database still gives each slot to one claim).
 
@@ -669,7 +669,7 @@ class JobScheduler:
         A run that was claimed before may still finish. With `wait`, also
         block until this process's in-flight run of the job (if any) ended.
 
-        Removing is idempotent (SPEC §1): an id that this namespace never
+        Removing is idempotent: an id that this namespace never
         had, or already descheduled, returns False and raises nothing, so an
         application can deschedule a retired job at every start-up. An id
         that is an active job of another namespace returns False too, with a

@@ -236,10 +236,12 @@ class AsyncJobScheduler:
         jobs_on_loop: Run coroutine-function jobs on the event loop that
             called `start()` (default). False: each worker runs them on an
             event loop of its own, as `JobScheduler` does.
-        instance_id, lease_seconds, heartbeat_seconds, busy_timeout_seconds,
-        synchronous, keep_runs, keep_runs_for_seconds, allowed_modules,
-        pickup_seconds, pickup_check_seconds, horizon_seconds, max_args_bytes,
-        namespace, share_work: As for `JobScheduler`.
+
+    The other keyword arguments (`instance_id`, `lease_seconds`,
+    `heartbeat_seconds`, `busy_timeout_seconds`, `synchronous`, `keep_runs`,
+    `keep_runs_for_seconds`, `allowed_modules`, `pickup_seconds`,
+    `pickup_check_seconds`, `horizon_seconds`, `max_args_bytes`, `namespace`,
+    `share_work`) are those of `JobScheduler`.
 
     Raises:
         InvalidJobError: An argument is out of range.

@@ -193,7 +193,7 @@ def build_parser() -> Parser:
         "run",
         f"import MODULE, start a scheduler and run until SIGINT/SIGTERM; if MODULE defines "
         f"{SETUP_HOOK}(scheduler) it is called with the started scheduler; if that returns JobSpec "
-        "values, they are declared with prune (see README, declarative schedules)",
+        "values, they are declared with prune (docs: Applications, declared job sets)",
         "persched --db jobs.db run myapp.schedules --workers 4",
         cmd_run,
     )

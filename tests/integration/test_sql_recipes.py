@@ -1,6 +1,6 @@
 """The SQL the docs give users runs on every engine (SPEC §3, issue 17).
 
-The README's queries "that run unchanged" and docs/operations.md's recipes
+docs/how-to/sql.md's queries "that run unchanged" and docs/operations.md's recipes
 (one block per engine where the date arithmetic differs) are read from the
 documents themselves and run on SQLite, PostgreSQL and MariaDB, against a
 database that a scheduler wrote: jobs that ran, one that failed, one paused.
@@ -44,8 +44,8 @@ def _sql_blocks(markdown: str) -> list[tuple[str, str]]:
 
 
 def _readme_queries() -> list[str]:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("Queries that run unchanged", 1)[1]
+    readme = (REPO / "docs" / "how-to" / "sql.md").read_text(encoding="utf-8")
+    section = readme.split("The queries below run unchanged", 1)[1]
     block = section.split("```sql\n", 1)[1].split("```", 1)[0]
     return [q.strip() for q in block.split(";\n") if q.strip()]  # ";" also appears inside a comment
 
