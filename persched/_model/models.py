@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 from ..errors import InvalidJobError
 from . import triggers as _triggers
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from typing import TypeAlias
 
     from .public_models import Job, Run
+    from .triggers import TriggerSpec
 
     # An option's check: (its name, its value as given, the options checked before it, by Policies
     # field, every option as given) -> its Policies value; raises InvalidJobError naming the argument.
@@ -192,7 +193,7 @@ class Option:
         """A column's value -> its Policies value."""
         return _FROM_COLUMN[self.unit](value)
 
-    def read(self, policies: Policies) -> Any:  # noqa: ANN401 - the Policies value of any option
+    def read(self, policies: Policies | TriggerSpec) -> Any:  # noqa: ANN401 - the Policies value of any option
         """This option's Policies value; one kept in other fields is a kind's argument (run_at), which
         that kind reads back (None for a job of another kind)."""
         if self.attr is not None:
@@ -460,6 +461,7 @@ CLAIM_POLICY_COLUMNS: Final = tuple(
     option.name for option in OPTIONS if option.attr is not None and option.read_by_claims
 )
 _DERIVED: Final = tuple(option for option in OPTIONS if option.attr is None)  # kept in other fields (run_at)
+_READ_BY_ATTR: Final = {attr: (name, read) for name, attr, read in _READ_ALL}  # for _ColumnSpec
 
 
 def job_policy_fields(column: Callable[[str], Any]) -> dict[str, Any]:
@@ -468,9 +470,27 @@ def job_policy_fields(column: Callable[[str], Any]) -> dict[str, Any]:
     fields (run_at) as its kind reads it back."""
     fields = {name: column(name) for name in POLICY_COLUMNS}
     if _DERIVED:
-        policies = Policies.from_columns(column)
-        fields.update((option.name, option.to_column(option.read(policies))) for option in _DERIVED)
+        spec = cast("TriggerSpec", _ColumnSpec(column))  # what the kinds read, not a whole Policies a row
+        fields.update((option.name, option.to_column(option.read(spec))) for option in _DERIVED)
     return fields
+
+
+class _ColumnSpec:
+    """The `Policies` fields of a row that a kind of trigger reads, each read from its column when asked
+    (as `Policies.from_columns` reads it): a listing of thousands of jobs builds no `Policies` for them."""
+
+    __slots__ = ("_column",)
+
+    def __init__(self, column: Callable[[str], Any]) -> None:
+        self._column = column
+
+    def __getattr__(self, attr: str) -> Any:  # noqa: ANN401 - a Policies field of any option
+        try:
+            name, read = _READ_BY_ATTR[attr]
+        except KeyError:
+            raise AttributeError(attr) from None
+        value = self._column(name)
+        return value if read is None or value is None else read(value)
 
 
 def given_options(arguments: Mapping[str, Any]) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from .._model import triggers as _triggers
 from .._model.instant import Instant, from_datetime, to_datetime
 from .._model.policy import JobPlan, place_grid
 from ..errors import InvalidJobError, StoreError
-from ._rows import StoredRow, raw_columns, read_row
+from ._rows import StoredRow, raw_columns, read_row, read_rows
 from ._tx import Transactions
 from .dialects import Sql, marks
 from .mappers import (
@@ -396,7 +396,7 @@ class JobsStore(Transactions):
                 .where(jobs.c.state != DESCHEDULED, self._mine)
                 .order_by(jobs.c.next_run_at, jobs.c.job_id)
             )
-            return [make(read_row(JOB_COLUMNS, row._mapping)) for row in rows]
+            return [make(row) for row in read_rows(JOB_COLUMNS, rows)]
 
         return self._read(body, "jobs")
 
