@@ -17,8 +17,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from .. import current_run
-from .._engine.scheduler import JobScheduler
+from .._engine.scheduler import JobScheduler, current_run
 from ..errors import PerschedError
 
 if TYPE_CHECKING:

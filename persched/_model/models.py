@@ -1,94 +1,86 @@
-"""Public models (`Job`, `Run`, `JobState`) and validation of `schedule()` input.
+"""A job as `schedule()` defines it: `Policies`, `JobDefinition`, each option declared once (`OPTIONS`).
 
-`Job` and `Run` are pydantic models, defined in `_public_models` and
+`Job` and `Run` are pydantic models, defined in `public_models` and
 imported from here on first use (PEP 562), so that what a read command
 needs of this module (`JobState`, `OPTIONS`, the checks) costs no pydantic.
+The words they share (`JobState`, `Outcome`, ...) are in `terms`, the checks
+of single arguments in `checks`; both are named here too, where callers look.
 """
 
 from __future__ import annotations
 
-import enum
-import json
 import math
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Final, Literal
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 from ..errors import InvalidJobError
 from . import triggers as _triggers
-from .instant import Instant, Micros, from_datetime, micros, seconds, to_datetime
+from .checks import (
+    DEFAULT_MAX_ARGS_BYTES,
+    MAX_CRON_LENGTH,
+    MAX_INTERVAL_SECONDS,
+    MAX_STORED_INT,
+    MAX_TIMEZONE_LENGTH,
+    MIN_INTERVAL_SECONDS,
+    as_choice,
+    as_instant,
+    as_json,
+    as_micros,
+    as_seconds,
+    check_encodable,
+    shown,
+    validate_job_id,
+    validate_namespace,
+)
+from .instant import Instant, Micros, from_datetime, seconds, to_datetime
+from .terms import DEFAULT_NAMESPACE, JobState, Misfire, Outcome, Overlap, Recurrence
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import TypeAlias
 
     from .public_models import Job, Run
+    from .triggers import TriggerSpec
 
     # An option's check: (its name, its value as given, the options checked before it, by Policies
     # field, every option as given) -> its Policies value; raises InvalidJobError naming the argument.
     Check: TypeAlias = Callable[[str, object, Mapping[str, Any], Mapping[str, object]], object]
 
-__all__ = [
+__all__ = [  # with the names of `terms` and `checks` its callers import from here
     "CLAIM_POLICY_COLUMNS",
+    "DEFAULT_MAX_ARGS_BYTES",
     "DEFAULT_NAMESPACE",
     "KEYWORD_OPTIONS",
+    "MAX_INTERVAL_SECONDS",
+    "MAX_STORED_INT",
     "OPTIONS",
     "POLICY_COLUMNS",
     "Job",
     "JobDefinition",
     "JobState",
+    "Misfire",
     "Option",
     "Outcome",
+    "Overlap",
     "Policies",
+    "Recurrence",
     "Run",
+    "check_encodable",
     "check_stored",
     "given_options",
     "job_policy_fields",
+    "shown",
     "validate_definition",
+    "validate_job_id",
+    "validate_namespace",
     "validate_policies",
 ]
 
-MAX_JOB_ID_LENGTH = 200
-DEFAULT_NAMESPACE: Final = "default"  # every job made before namespaces (revision 0005) is here
-MAX_NAMESPACE_LENGTH: Final = 100
-MAX_INTERVAL_SECONDS = 10 * 366 * 24 * 3600.0  # "at most 10 years"
-MIN_INTERVAL_SECONDS = 1e-6  # the store keeps microseconds: a shorter interval has no distinct slots
-MAX_CRON_LENGTH = 200  # characters: persched_jobs.cron is String(200)
-MAX_TIMEZONE_LENGTH = 64  # characters: persched_jobs.timezone is String(64)
-MAX_STORED_INT = 2**31 - 1  # an Integer column (max_catch_up) on PostgreSQL
-DEFAULT_MAX_ARGS_BYTES = 64 * 1024  # per args / kwargs, as stored JSON; JobScheduler(max_args_bytes=...)
-MAX_ARGS_DEPTH = 100  # nesting levels of args / kwargs (json would hit the recursion limit long before 5,000)
-# Instants given by the caller: later ones leave no room for the slots after
-# them (datetime ends at year 9999); earlier ones cannot be converted to UTC or
-# shown in every time zone (datetime begins at year 1: 0001-01-01T12:00+14:00 is
-# before it in UTC).
-EARLIEST_INSTANT = datetime(1, 1, 2, tzinfo=timezone.utc)
-LATEST_INSTANT = datetime(9000, 1, 1, tzinfo=timezone.utc)
 
 DEFAULT_GRACE: Final = Micros(1_000_000)  # grace_seconds=1.0
 NO_JITTER: Final = Micros(0)
 NO_MICROS: Final = 2**62  # µs (146,000 years): stands in for a stored duration beyond any (see _micros_of_column)
-
-Outcome = Literal["ok", "error", "lost", "missed"]
-Recurrence = Literal["fixed_rate", "fixed_delay"]
-Misfire = Literal["coalesce", "skip", "catch_up"]
-Overlap = Literal["forbid", "skip"]
-
-
-class JobState(str, enum.Enum):
-    """Where a job stands.
-
-    The store's `state` column holds scheduled, running, finished or
-    descheduled; "paused" is its `paused` flag on a job that is not running
-    (a paused job whose last run is still finishing shows as running, with
-    `Job.paused` set).
-    """
-
-    SCHEDULED = "scheduled"
-    RUNNING = "running"
-    PAUSED = "paused"
-    FINISHED = "finished"
-    DESCHEDULED = "descheduled"
 
 
 def __getattr__(name: str) -> Any:  # noqa: ANN401 - PEP 562
@@ -167,163 +159,6 @@ class JobDefinition:
         return (self.target, self.args_json, self.kwargs_json, self.policies)
 
 
-_WHOLE: Final = 2**31  # a `shown` limit that never cuts: repr() as it is, but safe for huge ints
-
-
-def shown(value: object, limit: int = 80) -> str:
-    """`repr(value)` for a message: cut to `limit` characters, and safe for huge ints."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
-        return f"an integer of {value.bit_length()} bits"  # repr() may refuse it (4,300 digits)
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - a caller's object with a broken __repr__
-        text = f"<{type(value).__name__} object>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def check_encodable(argument: str, text: str) -> None:
-    """Refuse a str the database cannot store: a lone surrogate (not UTF-8) or NUL (PostgreSQL text)."""
-    if "\x00" in text:
-        raise InvalidJobError(argument, f"must not contain NUL characters: {shown(text)}")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidJobError(
-            argument, f"is not valid Unicode (a lone surrogate at position {exc.start}): {shown(text)}"
-        ) from None
-
-
-def validate_job_id(job_id: object) -> str:
-    """Return `job_id` if it is acceptable, else raise `InvalidJobError`."""
-    if not isinstance(job_id, str):
-        raise InvalidJobError("job_id", f"must be a str, got {type(job_id).__name__}")
-    if not job_id:
-        raise InvalidJobError("job_id", "must not be empty")
-    if len(job_id) > MAX_JOB_ID_LENGTH:
-        raise InvalidJobError(
-            "job_id",
-            f"must be at most {MAX_JOB_ID_LENGTH} characters, got {len(job_id)}",
-        )
-    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in job_id):
-        raise InvalidJobError("job_id", f"must not contain control characters: {job_id!r}")
-    check_encodable("job_id", job_id)
-    return job_id
-
-
-def validate_namespace(namespace: object, argument: str = "namespace") -> str:
-    """Return `namespace` if it is acceptable (like a job id, at most 100 characters), else raise."""
-    if not isinstance(namespace, str) or not namespace.strip():
-        raise InvalidJobError(argument, f"must be a non-empty str such as 'billing', got {namespace!r}")
-    if len(namespace) > MAX_NAMESPACE_LENGTH:
-        raise InvalidJobError(argument, f"must be at most {MAX_NAMESPACE_LENGTH} characters, got {len(namespace)}")
-    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in namespace):
-        raise InvalidJobError(argument, f"must not contain control characters: {namespace!r}")
-    check_encodable(argument, namespace)  # a lone surrogate: no database can store it
-    return namespace
-
-
-def _seconds(argument: str, value: object, *, allow_zero: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidJobError(argument, f"must be a number of seconds, got {shown(value)}")
-    try:
-        seconds = float(value)
-    except OverflowError:  # an int beyond any float (10**400)
-        raise InvalidJobError(argument, f"must be at most 10 years, got {shown(value)}") from None
-    if not math.isfinite(seconds):
-        raise InvalidJobError(argument, f"must be finite, got {value!r}")
-    if seconds < 0 or (seconds == 0 and not allow_zero):
-        raise InvalidJobError(argument, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-    if seconds > MAX_INTERVAL_SECONDS:
-        raise InvalidJobError(
-            argument,
-            f"must be at most 10 years ({MAX_INTERVAL_SECONDS:.0f} s), got {shown(value)}",
-        )
-    return seconds
-
-
-def _check_shape(argument: str, value: object) -> None:
-    """Refuse nesting deeper than MAX_ARGS_DEPTH and strings the database cannot store.
-
-    Iterative, so that a deep value fails here with a clear message and not
-    with a RecursionError inside json.
-    """
-    stack: list[tuple[object, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                raise InvalidJobError(argument, f"holds a string with a lone surrogate: {shown(item)}") from None
-        elif isinstance(item, (list, tuple, dict)):
-            if depth >= MAX_ARGS_DEPTH:
-                raise InvalidJobError(argument, f"is nested more than {MAX_ARGS_DEPTH} levels deep")
-            if isinstance(item, dict):
-                stack.extend((k, depth + 1) for k in item)  # keys: str, or refused by the round trip
-                stack.extend((v, depth + 1) for v in item.values())
-            else:
-                stack.extend((v, depth + 1) for v in item)
-
-
-def _to_json(argument: str, value: object, max_bytes: int = DEFAULT_MAX_ARGS_BYTES) -> str:
-    _check_shape(argument, value)
-    try:
-        text = json.dumps(value, allow_nan=False, sort_keys=True, separators=(",", ":"))
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise InvalidJobError(argument, f"must be JSON-serialisable (persched never pickles): {exc}") from exc
-    if len(text) > max_bytes:  # ASCII: json escapes everything else
-        raise InvalidJobError(
-            argument,
-            f"is {len(text)} bytes as JSON, more than max_args_bytes ({max_bytes}); store large data elsewhere "
-            "and pass a reference to it",
-        )
-    if json.loads(text) != value:
-        # e.g. non-str dict keys, tuples nested inside: they would come back changed.
-        raise InvalidJobError(argument, f"does not survive a JSON round trip unchanged: {value!r}")
-    return text
-
-
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "recurrence": ("fixed_rate", "fixed_delay"),
-    "misfire": ("coalesce", "skip", "catch_up"),
-    "overlap": ("forbid", "skip"),
-}
-
-
-def _choice(argument: str, value: object) -> Any:  # noqa: ANN401 - one of the Literal types above
-    if value not in _CHOICES[argument]:
-        raise InvalidJobError(
-            argument, f"must be one of {', '.join(map(repr, _CHOICES[argument]))}, got {shown(value, _WHOLE)}"
-        )
-    return value
-
-
-def _micros(argument: str, value: object, *, allow_zero: bool) -> Micros:
-    """`_seconds`, rounded once to whole microseconds (an interval of 1/3 s is 333,333 µs)."""
-    us = micros(_seconds(argument, value, allow_zero=allow_zero))
-    if us == 0 and not allow_zero:
-        raise InvalidJobError(argument, f"must be at least one microsecond, got {value!r}")
-    return Micros(us)
-
-
-def _instant(argument: str, value: object) -> Instant | None:
-    if value is None:
-        return None
-    if not isinstance(value, datetime):
-        raise InvalidJobError(argument, f"must be a timezone-aware datetime, got {shown(value, _WHOLE)}")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidJobError(argument, f"must be timezone-aware (naive datetimes are ambiguous), got {value!r}")
-    # Compared as aware datetimes, which never overflows; converting first would.
-    if not EARLIEST_INSTANT <= value <= LATEST_INSTANT:
-        raise InvalidJobError(
-            argument,
-            f"must be between {EARLIEST_INSTANT.isoformat()} and {LATEST_INSTANT.isoformat()}, got {value!r}",
-        )
-    return from_datetime(value)  # exact: a datetime holds whole microseconds
-
-
-# -- the options of schedule(), declared once ----------------------------------------------------
-
 Unit = Literal["seconds", "instant", "plain"]
 
 
@@ -358,7 +193,7 @@ class Option:
         """A column's value -> its Policies value."""
         return _FROM_COLUMN[self.unit](value)
 
-    def read(self, policies: Policies) -> Any:  # noqa: ANN401 - the Policies value of any option
+    def read(self, policies: Policies | TriggerSpec) -> Any:  # noqa: ANN401 - the Policies value of any option
         """This option's Policies value; one kept in other fields is a kind's argument (run_at), which
         that kind reads back (None for a job of another kind)."""
         if self.attr is not None:
@@ -411,11 +246,11 @@ def _check_interval(
 ) -> Micros | None:
     if value is None:
         return None
-    if _seconds("interval_seconds", value, allow_zero=False) < MIN_INTERVAL_SECONDS:
+    if as_seconds("interval_seconds", value, allow_zero=False) < MIN_INTERVAL_SECONDS:
         raise InvalidJobError(
             "interval_seconds", f"must be at least one microsecond (the store's resolution), got {value!r}"
         )
-    return _micros("interval_seconds", value, allow_zero=False)
+    return as_micros("interval_seconds", value, allow_zero=False)
 
 
 def _check_cron(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> str | None:
@@ -455,19 +290,19 @@ def _check_max_catch_up(
 def _check_end_at(
     argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
 ) -> Instant | None:
-    end, start = _instant("end_at", value), checked["start_at"]
+    end, start = as_instant("end_at", value), checked["start_at"]
     if start is not None and end is not None and end < start:
         raise InvalidJobError("end_at", f"must not be before start_at ({given['start_at']} > {value})")
     return end
 
 
 def _check_choice(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> str:
-    return _choice(argument, value)  # type: ignore[no-any-return]  # one of its _CHOICES, a str
+    return as_choice(argument, value)  # type: ignore[no-any-return]  # one of its choices, a str
 
 
 def _duration(*, allow_zero: bool, optional: bool = False) -> Check:
     def check(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> Micros | None:
-        return None if optional and value is None else _micros(argument, value, allow_zero=allow_zero)
+        return None if optional and value is None else as_micros(argument, value, allow_zero=allow_zero)
 
     return check
 
@@ -475,7 +310,7 @@ def _duration(*, allow_zero: bool, optional: bool = False) -> Check:
 def _check_instant(
     argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
 ) -> Instant | None:
-    return _instant(argument, value)
+    return as_instant(argument, value)
 
 
 # In the order of Job's fields and `persched show`'s lines; checked in this order too (an option's
@@ -626,6 +461,7 @@ CLAIM_POLICY_COLUMNS: Final = tuple(
     option.name for option in OPTIONS if option.attr is not None and option.read_by_claims
 )
 _DERIVED: Final = tuple(option for option in OPTIONS if option.attr is None)  # kept in other fields (run_at)
+_READ_BY_ATTR: Final = {attr: (name, read) for name, attr, read in _READ_ALL}  # for _ColumnSpec
 
 
 def job_policy_fields(column: Callable[[str], Any]) -> dict[str, Any]:
@@ -634,9 +470,27 @@ def job_policy_fields(column: Callable[[str], Any]) -> dict[str, Any]:
     fields (run_at) as its kind reads it back."""
     fields = {name: column(name) for name in POLICY_COLUMNS}
     if _DERIVED:
-        policies = Policies.from_columns(column)
-        fields.update((option.name, option.to_column(option.read(policies))) for option in _DERIVED)
+        spec = cast("TriggerSpec", _ColumnSpec(column))  # what the kinds read, not a whole Policies a row
+        fields.update((option.name, option.to_column(option.read(spec))) for option in _DERIVED)
     return fields
+
+
+class _ColumnSpec:
+    """The `Policies` fields of a row that a kind of trigger reads, each read from its column when asked
+    (as `Policies.from_columns` reads it): a listing of thousands of jobs builds no `Policies` for them."""
+
+    __slots__ = ("_column",)
+
+    def __init__(self, column: Callable[[str], Any]) -> None:
+        self._column = column
+
+    def __getattr__(self, attr: str) -> Any:  # noqa: ANN401 - a Policies field of any option
+        try:
+            name, read = _READ_BY_ATTR[attr]
+        except KeyError:
+            raise AttributeError(attr) from None
+        value = self._column(name)
+        return value if read is None or value is None else read(value)
 
 
 def given_options(arguments: Mapping[str, Any]) -> dict[str, Any]:
@@ -702,13 +556,13 @@ def validate_definition(
     job_id = validate_job_id(job_id)
     if not isinstance(args, (tuple, list)):
         raise InvalidJobError("args", f"must be a tuple or list, got {type(args).__name__}")
-    args_json = _to_json("args", list(args), max_args_bytes)
+    args_json = as_json("args", list(args), max_args_bytes)
     if kwargs is None:
         kwargs = {}
     if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
         raise InvalidJobError("kwargs", f"must be a dict with str keys, got {shown(kwargs)}")
-    kwargs_json = _to_json("kwargs", kwargs, max_args_bytes)
-    start = None if start_in is None else _micros("start_in", start_in, allow_zero=True)
+    kwargs_json = as_json("kwargs", kwargs, max_args_bytes)
+    start = None if start_in is None else as_micros("start_in", start_in, allow_zero=True)
     reason = None if start is None else _triggers.kind_of(policies).refusal("start_in", start_in)
     if reason is not None:
         raise InvalidJobError("start_in", reason)

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .models import DEFAULT_NAMESPACE, JobState, Outcome
+from .terms import DEFAULT_NAMESPACE, JobState, Outcome
 
 __all__ = ["Job", "Run"]
 

@@ -24,11 +24,11 @@ from sqlalchemy.types import NullType
 from .schema import UTCDateTime
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from sqlalchemy import Column, ColumnElement, Table
 
-__all__ = ["StoredRow", "raw_columns", "read_row"]
+__all__ = ["StoredRow", "raw_columns", "read_row", "read_rows"]
 
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)  # the placeholder of an unreadable instant
 
@@ -89,6 +89,30 @@ def read_row(columns: Iterable[Column[Any]], raw: Mapping[Any, Any]) -> StoredRo
             problems[name] = str(exc)
             values[name] = _placeholder(column)
     return StoredRow(values, problems)
+
+
+def read_rows(columns: Iterable[Column[Any]], rows: Iterable[Sequence[Any]]) -> list[StoredRow]:
+    """`read_row` of each of `rows`, by position (selected with `raw_columns(columns)`, in that order):
+    a listing reads thousands, and a row's mapping costs a lookup per column."""
+    readers = _readers(tuple(columns))
+    out = []
+    for raw in rows:
+        values: dict[str, Any] = {}
+        problems: dict[str, str] = {}
+        for (column, name, reader), value in zip(readers, raw, strict=True):
+            if value is None:
+                values[name] = None
+                if not column.nullable:
+                    problems[name] = "is NULL"
+                    values[name] = _placeholder(column)
+                continue
+            try:
+                values[name] = reader(value)
+            except _Unreadable as exc:
+                problems[name] = str(exc)
+                values[name] = _placeholder(column)
+        out.append(StoredRow(values, problems))
+    return out
 
 
 @functools.cache

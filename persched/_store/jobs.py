@@ -1,4 +1,4 @@
-"""Job definitions: schedule (upsert), deschedule, pause, resume, run-now, the change counter, start-up.
+"""Job definitions: schedule (upsert), declare, deschedule, pause, resume, run-now, and reading them back.
 
 Each public method is one transaction (`_tx`); schedule, deschedule, pause,
 resume and run-now go through the group commit, so calls that arrive
@@ -17,7 +17,9 @@ together share one commit and each still linearizes at it (SPEC §2):
 - `request_run_now`: one extra run as soon as possible, off the grid.
 
 Every change bumps the change counter (`persched_changes`), which other
-instances poll to pick changes up (SPEC-multi).
+instances poll to pick changes up (SPEC-multi). What the engine reads of the
+definitions (the change feed, the heap's refills, the start-up sweep) is
+`due.DueStore`, which `JobsStore` builds on.
 """
 
 from __future__ import annotations
@@ -26,45 +28,33 @@ import functools
 import logging
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeVar
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from .._model import triggers as _triggers
 from .._model.instant import Instant, from_datetime, to_datetime
 from .._model.policy import JobPlan, place_grid
 from ..errors import InvalidJobError, StoreError
-from ._rows import StoredRow, raw_columns, read_row
-from ._tx import Transactions
+from ._rows import StoredRow, raw_columns, read_row, read_rows
 from .dialects import Sql, marks
+from .due import DueStore
 from .mappers import (
-    CLOCK_STEP_FLOOR,
     DESCHEDULED,
     FINISHED,
     JOB_COLUMNS,
     RAW_JOBS,
     RUNNING,
     SCHEDULED,
-    change_words,
-    column_micros,
     definition_key,
-    due_of,
     generation_of,
-    instant_or_none,
-    next_fire,
-    plan_at,
     plan_of,
     readable_or_refuse,
-    readable_plan,
-    regrid,
-    rows_of,
-    stored,
     to_job,
 )
-from .records import ChangeNote, Correction, RunNowAnswer, RunNowVerdict, Upserted
-from .schema import UTCDateTime, changes, jobs, runs
+from .records import RunNowAnswer, RunNowVerdict, Upserted
+from .schema import UTCDateTime, jobs, runs
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Iterable, Sequence
+    from collections.abc import Callable, Collection, Sequence
 
     from sqlalchemy import Connection
 
@@ -74,32 +64,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-def _whole_generation(value: object) -> int:
-    """A generation read raw (TypeError if a hand edit made it something else)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"generation {value!r} is not a whole number")
-    return value
-
-
-# The columns `_inspect` reads, in that order (the sweep selects them with SQLAlchemy, raw).
-_SCANNED: Final = [
-    jobs.c.next_run_at,
-    jobs.c.job_id,
-    jobs.c.generation,
-    jobs.c.jitter_seconds,
-    jobs.c.run_now_at,
-    jobs.c.paused,
-    jobs.c.interval_seconds,
-    jobs.c.cron,
-    jobs.c.timezone,
-    jobs.c.updated_at,
-    jobs.c.first_run_at,
-]
-_Inspected = tuple[Instant, str, int, bool]  # (due_at, job_id, generation, run-now pending)
-# The columns a refill reads (load_due).
-_DUE_COLUMNS: Final = [jobs.c.next_run_at, jobs.c.job_id, jobs.c.generation, jobs.c.jitter_seconds, jobs.c.run_now_at]
 
 
 # schedule() and deschedule() in driver SQL, built once (issue 14, "Speed 2"): per call, SQLAlchemy's
@@ -164,7 +128,7 @@ def _upserted(done: _Written) -> Upserted:
     return Upserted(to_job(found if isinstance(found, StoredRow) else read_row(JOB_COLUMNS, found)), change, due)
 
 
-class JobsStore(Transactions):
+class JobsStore(DueStore):
     """The job rows of one namespace (module docstring)."""
 
     def upsert_job(self, definition: JobDefinition, now: Instant, *, declared: bool = False) -> Upserted:
@@ -396,7 +360,7 @@ class JobsStore(Transactions):
                 .where(jobs.c.state != DESCHEDULED, self._mine)
                 .order_by(jobs.c.next_run_at, jobs.c.job_id)
             )
-            return [make(read_row(JOB_COLUMNS, row._mapping)) for row in rows]
+            return [make(row) for row in read_rows(JOB_COLUMNS, rows)]
 
         return self._read(body, "jobs")
 
@@ -505,219 +469,3 @@ class JobsStore(Transactions):
             return conn.execute(known.limit(1)).first() is not None
 
         return self._read(body, "job lookup")
-
-    def change_seq(self) -> int:
-        """The change counter: it moves whenever any job is scheduled, replaced or descheduled."""
-        return self._read(lambda conn: int(conn.execute(select(changes.c.seq)).scalar_one()), "read change counter")
-
-    def changes_since(self, seq: int, upto: Instant | None = None) -> tuple[int, list[tuple[Instant, str, int]]]:
-        """Return the counter now and ``(due_at, job_id, generation)`` of every
-        scheduled (not paused) job changed after `seq`; with `upto`, only of those
-        whose next_run_at is at most `upto` or that have a pending run-now request
-        (the bounded heap loads the others when its horizon gets there)."""
-        where = [jobs.c.change_seq > seq, jobs.c.state == SCHEDULED, jobs.c.paused.is_(False), self._mine]
-        if upto is not None:
-            where.append(or_(jobs.c.next_run_at <= to_datetime(upto), jobs.c.run_now_at.is_not(None)))
-
-        def body(conn: Connection) -> tuple[int, list[tuple[Instant, str, int]]]:
-            now_seq = int(conn.execute(select(changes.c.seq)).scalar_one())
-            rows = stored(conn.execute(select(*RAW_JOBS).where(*where)))
-            due = [(due_of(row), row.job_id, row.generation) for row in rows]
-            return now_seq, [(at, job_id, generation) for at, job_id, generation in due if at is not None]
-
-        return self._read(body, "read changes")
-
-    def changes_made_elsewhere(self, after: int, upto: int) -> list[ChangeNote]:
-        """Describe the jobs changed in ``(after, upto]`` of the change counter
-        by another store (another process, the command line), for the log."""
-        with self._own_lock:
-            own = {seq for seq in self._own_changes if seq <= upto}
-            self._own_changes -= own
-
-        def body(conn: Connection) -> list[ChangeNote]:
-            query = select(*RAW_JOBS).where(jobs.c.change_seq > after, jobs.c.change_seq <= upto)
-            rows = stored(conn.execute(query.order_by(jobs.c.change_seq)))
-            return [
-                ChangeNote(row.job_id, row.generation, change_words(row)) for row in rows if row.change_seq not in own
-            ]
-
-        return self._read(body, "read changes")
-
-    def _inspect(
-        self, rows: Iterable[Sequence[Any]], now: Instant
-    ) -> tuple[list[_Inspected], list[tuple[str, int, Instant]]]:
-        """Check rows of `_SCANNED` columns: ``(due_at, job_id, generation, run_now)`` of each
-        scheduled, not paused one, and the rows that lie ahead of the clock.
-
-        A row whose next slot lies further ahead of `now` than its schedule allows,
-        by more than `CLOCK_STEP_FLOOR`, was written while a wall clock was ahead
-        (then corrected: SPEC §2 "Clock corrections across a restart") if its grid
-        has moved past its first slot, or, still at its first slot, if it was last
-        written at an instant ahead of `now` by more than the floor too: a first
-        slot placed far ahead on purpose (start_in, start_at) is not a clock error,
-        and skew between live instances (seconds) is left alone, so that no
-        instant runs twice. Its grid slots up to there may have run already, so
-        `_correct_ahead` moves it on into a new generation (never a (generation,
-        scheduled_for) twice) at its next slot from `now` (cron: the next fire
-        after now), keeping its definition, pause and history. Paused rows are
-        corrected too, so that a later resume() is not silenced.
-        """
-        entries = []
-        ahead = []
-        fires: dict[tuple[str, str], Instant | None] = {}  # a cron's next fire after now, per expression
-
-        def beyond_schedule(due: Instant, interval: float | None, cron: str | None, zone: str) -> bool:
-            if interval is not None:  # more than one interval away
-                return due - now > column_micros(interval) + CLOCK_STEP_FLOOR
-            if cron is None:
-                return False
-            if (cron, zone) not in fires:
-                fires[cron, zone] = next_fire(cron, zone, now)
-            fire = fires[cron, zone]  # past the expression's next fire after now
-            return fire is not None and due > fire + CLOCK_STEP_FLOOR
-
-        for at, job_id, generation, jitter, run_now_at, paused, interval, cron, zone, updated, first in rows:
-            try:
-                generation = _whole_generation(generation)
-                slot = self.dialect.raw_instant(at)
-                # Cheap tests (the correction re-reads the row): further ahead than the schedule
-                # allows, and written by a clock ahead of this one (docstring).
-                written_ahead = at != first or self.dialect.raw_instant(updated) - now > CLOCK_STEP_FLOOR
-                if written_ahead and beyond_schedule(slot, interval, cron, zone):
-                    ahead.append((job_id, generation, slot))
-                if paused:
-                    continue
-                due = self._due_at(job_id, generation, slot, jitter, run_now_at)
-            except Exception as exc:  # noqa: BLE001 - SPEC §2: one unreadable row never stops start()
-                # Not queued; jobs() and `persched jobs` show why (Job.unreadable).
-                logger.error("job %s is not scheduled: its stored row cannot be read: %s", job_id, exc)
-                continue
-            entries.append((due, job_id, generation, run_now_at is not None))
-        return entries, ahead
-
-    def _due_at(self, job_id: str, generation: int, slot: Instant, jitter: float, run_now_at: object) -> Instant:
-        """When a job read raw is due: its `slot`, later by its jitter (which only delays), or its pending run-now."""
-        due = slot
-        if jitter:
-            due = Instant(slot + _triggers.jitter_offset(job_id, generation, slot, column_micros(jitter)))
-        return due if run_now_at is None else min(due, self.dialect.raw_instant(run_now_at))
-
-    def load_due(
-        self, after: tuple[Instant, str] | None, before: Instant, limit: int
-    ) -> tuple[list[tuple[Instant, str, int]], tuple[Instant, str] | None]:
-        """The bounded heap's refill (`persched._engine.horizon`): ``(due_at, job_id, generation)`` of the
-        scheduled, not paused jobs whose ``(next_run_at, job_id)`` lies after `after` (None: from
-        the start) and whose next_run_at lies before `before`, at most `limit` of them in that
-        order, through the ``(state, next_run_at)`` index; and the key of the last row read when
-        `limit` rows were read (None: the window was read to its end).
-
-        `due_at` adds the job's jitter (which only delays) or takes a pending run-now.
-        """
-        # SQLite: +namespace keeps the planner on (state, next_run_at), off (namespace, state),
-        # which would read and sort every scheduled row of the namespace (test_horizon's plan test).
-        where = [
-            jobs.c.state == SCHEDULED,
-            jobs.c.paused.is_(False),
-            self.dialect.unindexed(jobs.c.namespace) == self.namespace,
-            jobs.c.next_run_at < to_datetime(before),
-        ]
-        if after is not None:
-            at = to_datetime(after[0])
-            where += [jobs.c.next_run_at >= at, or_(jobs.c.next_run_at > at, jobs.c.job_id > after[1])]
-        query = select(*raw_columns(_DUE_COLUMNS)).where(*where).order_by(jobs.c.next_run_at, jobs.c.job_id)
-
-        def body(conn: Connection) -> tuple[list[tuple[Instant, str, int]], tuple[Instant, str] | None]:
-            rows = conn.execute(query.limit(limit)).all()
-            entries = []
-            last: tuple[Instant, str] | None = None
-            for at, job_id, generation, jitter, run_now_at in rows:
-                try:
-                    slot = self.dialect.raw_instant(at)
-                    last = (slot, job_id)
-                    generation = _whole_generation(generation)
-                    due = self._due_at(job_id, generation, slot, jitter, run_now_at)
-                except Exception as exc:  # noqa: BLE001 - one unreadable row is skipped; start() logged it (sweep)
-                    logger.debug("job %s is not queued: its stored row cannot be read: %s", job_id, exc)
-                    continue
-                entries.append((due, job_id, generation))
-            return entries, (last if len(rows) == limit else None)
-
-        return self._read(body, "load due jobs")
-
-    def sweep(
-        self, after: str | None, limit: int, now: Instant
-    ) -> tuple[list[tuple[Instant, str, int]], list[Correction], str | None]:
-        """One batch of the start-up sweep (`persched._engine.horizon`): the scheduled rows of this
-        namespace with a job_id after `after`, at most `limit`, in primary-key order.
-
-        Returns ``(due_at, job_id, generation)`` of those with a pending run-now request, the
-        rows it corrected because they lay ahead of the clock (see _inspect), and the last
-        job_id read (None: the sweep is done).
-        """
-        # SQLite: +state and +namespace keep the planner on the primary key (a keyset walk);
-        # either index would make each batch read and sort every scheduled row.
-        where = [
-            self.dialect.unindexed(jobs.c.state) == SCHEDULED,
-            self.dialect.unindexed(jobs.c.namespace) == self.namespace,
-        ]
-        if after is not None:
-            where.append(jobs.c.job_id > after)
-        query = select(*raw_columns(_SCANNED)).where(*where).order_by(jobs.c.job_id).limit(limit)
-
-        def body(
-            conn: Connection,
-        ) -> tuple[list[tuple[Instant, str, int, bool]], list[tuple[str, int, Instant]], str | None]:
-            rows = conn.execute(query).all()
-            entries, ahead = self._inspect(rows, now)
-            return entries, ahead, (str(rows[-1][1]) if len(rows) == limit else None)
-
-        entries, ahead, last = self._read(body, "sweep jobs")
-        run_now = [(due, job_id, generation) for due, job_id, generation, pending in entries if pending]
-        if not ahead:
-            return run_now, [], last
-        corrections = self._correct_ahead(ahead, now)
-        moved = {c.job_id for c in corrections}
-        run_now = [e for e in run_now if e[1] not in moved]
-        return run_now, corrections, last
-
-    def _correct_ahead(self, candidates: Sequence[tuple[str, int, Instant]], now: Instant) -> list[Correction]:
-        """Move rows that lie further ahead than their schedule allows into a new generation (see _inspect)."""
-
-        def body(conn: Connection) -> list[Correction]:
-            corrections: list[Correction] = []
-            held = rows_of(conn, {job_id for job_id, _, _ in candidates})
-            for job_id, generation, was in candidates:
-                was_dt = to_datetime(was)
-                row = held.get(job_id)
-                if row is None or row.generation != generation or row.state != SCHEDULED or row.next_run_at != was_dt:
-                    continue  # changed since it was read: whoever changed it placed it anew
-                plan = readable_plan(row, with_start=True)  # a correction never moves a job before start_at
-                corrected = None if plan is None else plan.corrected(was, now)
-                if plan is None or corrected is None:
-                    continue
-                moved = conn.execute(
-                    update(jobs)
-                    .where(
-                        jobs.c.job_id == job_id,
-                        jobs.c.generation == generation,
-                        jobs.c.state == SCHEDULED,
-                        jobs.c.next_run_at == was_dt,  # PostgreSQL read no lock: anything since wins
-                    )
-                    .values(
-                        next_run_at=to_datetime(corrected),
-                        updated_at=to_datetime(now),
-                        **regrid(row, plan, corrected, self._bump_change_seq(conn)),
-                    )
-                )
-                if moved.rowcount != 1:
-                    continue
-                # The plan of the new generation: jitter hashes the generation.
-                due = (
-                    None
-                    if row.paused
-                    else plan_at(row, generation + 1).due_at(corrected, instant_or_none(row.run_now_at))
-                )
-                corrections.append(Correction(job_id, generation + 1, was, corrected, due))
-            return corrections
-
-        return self._write(body, "correct rows ahead of the clock")

@@ -1,0 +1,35 @@
+"""The model's words: a job's states, a run's outcomes, the choices of the policies, the default namespace.
+
+Leaves of the model, below `models` and `public_models` alike, so that the two
+import in one direction only (`models` -> `public_models` -> here).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final, Literal
+
+__all__ = ["DEFAULT_NAMESPACE", "JobState", "Misfire", "Outcome", "Overlap", "Recurrence"]
+
+DEFAULT_NAMESPACE: Final = "default"  # every job made before namespaces (revision 0005) is here
+
+Outcome = Literal["ok", "error", "lost", "missed"]
+Recurrence = Literal["fixed_rate", "fixed_delay"]
+Misfire = Literal["coalesce", "skip", "catch_up"]
+Overlap = Literal["forbid", "skip"]
+
+
+class JobState(str, enum.Enum):
+    """Where a job stands.
+
+    The store's `state` column holds scheduled, running, finished or
+    descheduled; "paused" is its `paused` flag on a job that is not running
+    (a paused job whose last run is still finishing shows as running, with
+    `Job.paused` set).
+    """
+
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    PAUSED = "paused"
+    FINISHED = "finished"
+    DESCHEDULED = "descheduled"
