@@ -6,7 +6,7 @@ anything is opened or written, and returns the values in the units persched
 uses inside (whole microseconds, ints, an exact `Clock`). The part that the
 engine needs (`EngineOptions`: SQLite's busy timeout and ``synchronous``)
 is checked by the same rules whether it comes from a `JobScheduler` or from
-a direct `persched._db.make_engine` call, and is not checked again there.
+a direct `persched._store.db.make_engine` call, and is not checked again there.
 
 The bounds (README, "Input limits") are where a value stops being a choice
 and becomes a typo that would overflow a datetime, a SQL integer or a C
@@ -132,7 +132,7 @@ class EngineOptions:
 class SchedulerConfig:
     """A `JobScheduler`'s options, checked; durations in whole microseconds. Build with `checked`."""
 
-    url: str  # a SQLAlchemy URL or a plain path, parsed by persched._db.to_url
+    url: str  # a SQLAlchemy URL or a plain path, parsed by persched._store.db.to_url
     workers: int
     clock: Clock
     instance_id: str
@@ -143,7 +143,7 @@ class SchedulerConfig:
     keep_for: Micros | None  # age beyond which finished runs are deleted; None: no limit by age
     allowed_modules: tuple[str, ...] | None
     pickup: Micros
-    pickup_check: Micros  # SQLite's data_version check (persched._pickup)
+    pickup_check: Micros  # SQLite's data_version check (persched._engine.pickup)
     horizon: Micros
     max_args_bytes: int
     namespace: str

@@ -92,7 +92,7 @@ retried every second with the same entries).
 
 The bounded heap
 ----------------
-With a refill (`start(refill=...)`, `persched._horizon`), the heap holds only
+With a refill (`start(refill=...)`, `persched._engine.horizon`), the heap holds only
 what is due soon, never every job. `_cursor` is the key ``(next_run_at,
 job_id)`` of the last row the refills have read: every scheduled row at or
 before it is *covered* (loaded, or pushed by whoever changed it since); rows
@@ -153,7 +153,7 @@ Entry = tuple[Instant, str, int]  # (due_at, job_id, generation)
 Cursor = tuple[Instant, str]
 # Called on the dispatcher thread, on no lock: ``refill(cursor, before)`` returns the entries of
 # the rows after `cursor` whose next_run_at lies before `before` (or the first of them) and the
-# cursor after them (see `persched._horizon.Horizon.refill`).
+# cursor after them (see `persched._engine.horizon.Horizon.refill`).
 RefillCallback = Callable[[Cursor | None, Instant], tuple[list[Entry], Cursor]]
 NO_HORIZON: Final = Micros(0)
 REFILL_RETRY: Final = Micros(US_PER_SECOND)  # after a refill that failed (the database is away)
@@ -168,7 +168,7 @@ TAKE_UP_SLACK: Final = 1_000_000  # µs: a wake-up later than this after its due
 CycleCallback = Callable[[list[Any], list["ClaimEntry"]], int]
 # Called on the dispatcher thread, on no lock, as ``search(limit, before)``: claims up to `limit`
 # rows due before `before` that no claim took, whoever owns them (a worker reserved for each);
-# returns how many went to a worker (`persched._runs.RunBook.claim_overdue`).
+# returns how many went to a worker (`persched._engine.runs.RunBook.claim_overdue`).
 SearchCallback = Callable[[int, Instant], int]
 # How long a cycle behind a backlog waits for busy workers to report back (module docstring).
 GATHER: Final = 0.002  # real seconds
@@ -364,7 +364,7 @@ class Dispatcher:
             self._cond.notify_all()
 
     def release_worker(self) -> None:
-        """A run gave its worker back before it ended (it goes on elsewhere: `persched._workers`);
+        """A run gave its worker back before it ended (it goes on elsewhere: `persched._engine.workers`);
         its completion, handed in with ``frees_worker=False``, frees no other."""
         with self._cond:
             self._free_workers += 1

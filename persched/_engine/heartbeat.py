@@ -24,7 +24,7 @@ Every `pickup_seconds` the same thread also reads the change counter
 (``persched_changes``) and queues the jobs that other instances, or the
 command line, scheduled or replaced since it last looked (SPEC-multi): one
 indexed read per second by default. It reads it sooner when the engine says
-that another connection committed (`persched._pickup`): on SQLite a
+that another connection committed (`persched._engine.pickup`): on SQLite a
 ``PRAGMA data_version`` every `pickup_check_seconds` that reads no file, on
 PostgreSQL a listener thread woken by NOTIFY, which calls `request_pickup`;
 either way at most once per `pickup_check_seconds`, so that a stream of
@@ -41,7 +41,7 @@ each round also renews this instance's membership row and reads the others';
 when the view of the members changes, `repartition` hands the dispatcher the
 new view (it keeps only the jobs this instance owns).
 
-With the bounded heap (`persched._horizon`), the pick-up asks only for the
+With the bounded heap (`persched._engine.horizon`), the pick-up asks only for the
 changed jobs the heap's refills have passed (later ones are loaded by a
 refill), and the thread also runs the start-up sweep, one batch after
 another, between its periodic tasks.
@@ -166,7 +166,7 @@ class Heartbeat:
 
         `bound` (the bounded heap's `Dispatcher.pickup_bound`) limits the changed
         jobs queued to those due by then; `sweep` is one batch of the start-up
-        sweep (`persched._horizon`), run back to back until it returns False.
+        sweep (`persched._engine.horizon`), run back to back until it returns False.
         """
         self._change_seq = change_seq
         self._bound = bound
@@ -273,7 +273,7 @@ class Heartbeat:
         if self._store.change_seq() == self._change_seq:
             return
         before = self._change_seq
-        # Read before the changes: a row due later is loaded by a refill not begun yet (persched._horizon).
+        # Read before the changes: a row due later is loaded by a refill not begun yet (persched._engine.horizon).
         upto = None if self._bound is None else self._bound()
         self._change_seq, changed = self._store.changes_since(self._change_seq, upto)
         if logger.isEnabledFor(logging.INFO):

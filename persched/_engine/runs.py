@@ -17,7 +17,7 @@ Threads
   dispatcher is gone (a shutdown that timed out), the worker writes it. A
   worker that hands an async job's run to the application's loop calls
   `release()` first (its worker is free; the run stays in flight), and
-  ``persched-async-watch`` (`persched._async`) calls `complete()` once the
+  ``persched-async-watch`` (`persched._interfaces.async_front`) calls `complete()` once the
   coroutine ended.
 - ``persched-heartbeat`` calls `in_flight()` (whose leases to renew, and
   never recover) and `retry_unwritten()` (outcomes a failed write left).

@@ -346,7 +346,7 @@ class JobScheduler:
             # Read the change counter first: a change committed while loading
             # is then picked up again rather than missed.
             change_seq = self._store.change_seq()
-            # The bounded heap (persched._horizon): the first sweep batch (rows ahead of the
+            # The bounded heap (persched._engine.horizon): the first sweep batch (rows ahead of the
             # clock, pending run-now requests), then the jobs due within the horizon.
             more = horizon.sweep(lambda *entry: swept.append(entry))
             entries, cursor = horizon.refill(None, Instant(self._timebase.now() + self._config.horizon))
@@ -892,7 +892,7 @@ class JobScheduler:
         when this instance's heartbeat recovers them.
 
         Args:
-            callback: Takes one `persched._events.Event`.
+            callback: Takes one `persched._engine.events.Event`.
             kinds: The event kinds wanted.
 
         Raises:

@@ -13,13 +13,13 @@ application's own event loop** (the one running at `start()`), so they can
 share its connection pools, clients and locks. A worker thread still claims
 the run (SPEC §2: a worker is reserved before the claim), calls the job to
 get its coroutine and hands it to the loop (``run_coroutine_threadsafe``);
-then it gives its worker back at once (`persched._workers`), so the pool is
+then it gives its worker back at once (`persched._engine.workers`), so the pool is
 free for the sync jobs whatever the loop does. At most `workers` async runs
 go at once on the loop (a semaphore on the loop: a further one waits there,
 claimed, for its turn). ``persched-async-watch`` waits for the runs' futures
 and records each outcome, off the loop; a coroutine that raises, SystemExit
 and KeyboardInterrupt included, is recorded as "error" and the loop goes on
-(`persched._workers.awaited` keeps those two inside the task: asyncio would
+(`persched._engine.workers.awaited` keeps those two inside the task: asyncio would
 re-raise them out of ``run_forever`` and end the application). The watch
 looks once a second whether the loop still runs: a loop that stopped or
 closed under a run without cancelling it fails that run, recorded as
@@ -92,7 +92,7 @@ LOOP_CHECK_SECONDS: Final = 1.0  # how often the watch looks whether the loop st
 
 
 class _LoopRunner:
-    """Runs async jobs' awaitables on the application's loop (`persched._workers.AwaitableRunner`).
+    """Runs async jobs' awaitables on the application's loop (`persched._engine.workers.AwaitableRunner`).
 
     `start` is called on a worker thread; ``persched-async-watch``, made on the
     first run and ended by `stop` once no run is left, waits for the runs'

@@ -117,7 +117,7 @@ _START_COLUMNS: Final = ("job_id", "generation", "scheduled_for", "started_at", 
 
 # Completion statements (executemany over every completion of a cycle).
 # started_at too: an async job's coroutine may start after its claim (its loop was busy), and
-# the record says when it did (`Claim.started_at`, as the run ran; persched._async).
+# the record says when it did (`Claim.started_at`, as the run ran; persched._interfaces.async_front).
 _FINISH_RUN: Final = (
     "UPDATE persched_runs SET started_at = ?, finished_at = ?, outcome = ?, error = ?, lease_until = NULL"
     " WHERE run_id = ? AND outcome IS NULL"

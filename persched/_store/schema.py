@@ -246,7 +246,7 @@ runs = Table(
 
 # Partial indexes. Each predicate is written once, below, and handed to SQLAlchemy as
 # `sqlite_where` / `postgresql_where` by `attach_index_predicates` when persched makes an engine
-# of that kind (`persched._db`), not here: an `Index(..., postgresql_where=...)` makes SQLAlchemy
+# of that kind (`persched._store.db`), not here: an `Index(..., postgresql_where=...)` makes SQLAlchemy
 # import its PostgreSQL dialect to check the keyword, about 0.03 s of every `persched jobs` on
 # SQLite (issue 15). Only DDL reads the predicates (Alembic's autogenerate, `create_all`); the
 # queries never do. The migration tests compare them with the indexes the revisions create.

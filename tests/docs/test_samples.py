@@ -29,7 +29,7 @@ def test_the_conventions_find_the_samples() -> None:
     assert {"tasks.py", "main.py", "test_tasks.py"} <= readme
     testing = {b.path for b in blocks("docs/tutorials/testing.md") if b.kind == "test"}
     assert testing == {"test_tasks.py", "test_tasks_freezegun.py", "test_tasks_time_machine.py"}
-    assert all((REPO / page).exists() or page.endswith("architecture.md") for page in NOT_YET)
+    assert all((REPO / page).exists() for page in NOT_YET)
 
 
 def test_console_matching() -> None:

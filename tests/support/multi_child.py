@@ -127,7 +127,7 @@ def main(argv: list[str]) -> int:
         stream=sys.stderr,
         format=f"%(asctime)s {args.instance} %(levelname)s %(name)s: %(message)s",
     )
-    stop = StopSignals()  # a handler that takes no lock (persched._signals)
+    stop = StopSignals()  # a handler that takes no lock (persched._interfaces.signals)
     with stop.installed():
         sched = JobScheduler(
             args.url,
