@@ -38,6 +38,9 @@ def test_an_unexpected_claim_failure_retries_the_entries(
     # No change pick-up: it would queue the job's own schedule() once more, and that entry could
     # run the slot before the retry does (the flake seen in CI, besides the clock moving too early).
     sched = make_scheduler(start=True, pickup_seconds=3600.0, pickup_check_seconds=3600.0)
+    # The heartbeat's first round picks up changes once whatever pickup_seconds says: let it pass
+    # first, or on a loaded machine it can queue the schedule() below after the failed claim.
+    heartbeat_settled(sched, fake_clock)
     store = sched._store
     with patch.object(store, "claim_runs", side_effect=_failing_once(store.claim_runs)):
         sched.schedule("a", jobs.record, 10.0, args=("a",))
