@@ -73,10 +73,22 @@ def raw_columns(columns: Iterable[Column[Any]]) -> list[ColumnElement[Any]]:
 
 def read_row(columns: Iterable[Column[Any]], raw: Mapping[Any, Any]) -> StoredRow:
     """Convert the raw values of `columns` (a row selected with `raw_columns`)."""
+    readers = _readers(tuple(columns))
+    return _stored(readers, [raw[name] for _, name, _ in readers])
+
+
+def read_rows(columns: Iterable[Column[Any]], rows: Iterable[Sequence[Any]]) -> list[StoredRow]:
+    """`read_row` of each of `rows`, by position (selected with `raw_columns(columns)`, in that order):
+    a listing reads thousands, and a row's mapping costs a lookup per column."""
+    readers = _readers(tuple(columns))
+    return [_stored(readers, raw) for raw in rows]
+
+
+def _stored(readers: Sequence[tuple[Column[Any], str, Any]], raw: Sequence[Any]) -> StoredRow:
+    """One row's values read by `readers`, in order; a value that cannot be read is a problem."""
     values: dict[str, Any] = {}
     problems: dict[str, str] = {}
-    for column, name, reader in _readers(tuple(columns)):
-        value = raw[name]
+    for (column, name, reader), value in zip(readers, raw, strict=True):
         if value is None:
             values[name] = None
             if not column.nullable:
@@ -89,30 +101,6 @@ def read_row(columns: Iterable[Column[Any]], raw: Mapping[Any, Any]) -> StoredRo
             problems[name] = str(exc)
             values[name] = _placeholder(column)
     return StoredRow(values, problems)
-
-
-def read_rows(columns: Iterable[Column[Any]], rows: Iterable[Sequence[Any]]) -> list[StoredRow]:
-    """`read_row` of each of `rows`, by position (selected with `raw_columns(columns)`, in that order):
-    a listing reads thousands, and a row's mapping costs a lookup per column."""
-    readers = _readers(tuple(columns))
-    out = []
-    for raw in rows:
-        values: dict[str, Any] = {}
-        problems: dict[str, str] = {}
-        for (column, name, reader), value in zip(readers, raw, strict=True):
-            if value is None:
-                values[name] = None
-                if not column.nullable:
-                    problems[name] = "is NULL"
-                    values[name] = _placeholder(column)
-                continue
-            try:
-                values[name] = reader(value)
-            except _Unreadable as exc:
-                problems[name] = str(exc)
-                values[name] = _placeholder(column)
-        out.append(StoredRow(values, problems))
-    return out
 
 
 @functools.cache
