@@ -143,8 +143,11 @@ def _sigkill_mid_run(db_url: str, tmp_path: Path, *, race: bool) -> None:
     assert {r.instance_id for r in after} <= {"s1", "s2"}
     intervals = {**jobs, "blocker": INTERVALS[2]}
     first["blocker"] = min(r.scheduled_for for r in runs if r.job_id == "blocker")
-    # The lost run's slot and those its lease covered coalesce: allow more than usual.
-    report = check_once(runs, effects_of(c), intervals, first, max_coalesced_fraction=0.3)
+    # The lost run's slot and those its lease covered coalesce: allow more than usual. Sharing
+    # the work, the victim's waiting jobs also wait for a survivor's search (0.5-1 s, several of
+    # these short intervals) until the survivors drop it from their views, a lease after the kill
+    # (docs/multi.md, the kill loops): 0.30 seen once in CI with the other tests beside it.
+    report = check_once(runs, effects_of(c), intervals, first, max_coalesced_fraction=0.3 if race else 0.4)
     logger.info("%s: %s", "measured", report.summary())
 
 
