@@ -322,11 +322,13 @@ class Dispatcher:
                 self._refill_retry_at = Instant(self._timebase.now() + REFILL_RETRY)
                 self._cond.notify_all()
             return
+        if self._owns is not None:
+            # Hashed before taking the lock (thousands of rows); an entry kept by a view that
+            # changes meanwhile costs at most one claim, and the change reloads anyway.
+            entries = [entry for entry in entries if self._owns(entry[1])]
         with self._cond:
-            owns = self._owns
             for entry in entries:
-                if owns is None or owns(entry[1]):
-                    heapq.heappush(self._heap, entry)
+                heapq.heappush(self._heap, entry)
             self._cursor = new_cursor
             self._refilling = None
             self._refill_retry_at = None
