@@ -50,6 +50,7 @@ _NOT_RUN = pytest.StashKey[dict[str, int]]()
 SERVER_ENGINES: Final = tuple(engine for engine in ENGINES if engine.url_env is not None)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the xdist_group marks added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Without a server engine's URL, leave its tests out and say so once (not 69 SKIPPED lines).
 

@@ -4,9 +4,9 @@ Every option is checked here and nowhere else: `SchedulerConfig.checked`
 refuses a bad value with `InvalidJobError` naming the argument, before
 anything is opened or written, and returns the values in the units persched
 uses inside (whole microseconds, ints, an exact `Clock`). The part that the
-engine needs (`EngineOptions`: SQLite's busy timeout and ``synchronous``)
-is checked by the same rules whether it comes from a `JobScheduler` or from
-a direct `persched._store.db.make_engine` call, and is not checked again there.
+engine needs (`persched._store.options.EngineOptions`: SQLite's busy timeout
+and ``synchronous``) is checked by the store's own rules, the same for a
+direct `persched._store.db.make_engine` call.
 
 The bounds (README, "Input limits") are where a value stops being a choice
 and becomes a typo that would overflow a datetime, a SQL integer or a C
@@ -22,6 +22,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Final
 
+from .._model.checks import positive
 from .._model.instant import Micros, micros
 from .._model.models import (
     MAX_INTERVAL_SECONDS,
@@ -31,6 +32,7 @@ from .._model.models import (
     validate_namespace,
 )
 from .._model.targets import normalize_allowed
+from .._store.options import EngineOptions, busy_timeout, synchronous_level
 from ..clock import SystemClock, exact_clock
 from ..errors import InvalidJobError
 from .horizon import MIN_HORIZON_SECONDS
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
 
     from ..clock import Clock, SecondsClock
 
-__all__ = ["DEFAULT_WORKERS", "EngineOptions", "SchedulerConfig", "check_wait", "positive"]
+__all__ = ["DEFAULT_WORKERS", "SchedulerConfig", "check_wait"]
 
 MAX_WORKERS: Final = 4096  # threads are made up front; beyond this, a typo would exhaust memory
 # Measured (README, "Choosing workers"): a dispatch cycle claims at most as many runs as there are
@@ -52,29 +54,10 @@ DEFAULT_WORKERS: Final = 32
 # Upper bounds of the options (README, "Input limits"): beyond them a value is a
 # typo, and it would overflow a datetime, a SQL integer or a C timeout later.
 MAX_DURATION_SECONDS: Final = MAX_INTERVAL_SECONDS  # lease, heartbeat, pickup (check), retention: 10 years
-MAX_BUSY_TIMEOUT_SECONDS: Final = 86_400.0  # SQLite takes milliseconds as a C int: one day is plenty
 MAX_TIMEOUT_SECONDS: Final = float(threading.TIMEOUT_MAX)  # shutdown / deschedule waits
 MAX_COUNT: Final = MAX_STORED_INT  # keep_runs, runs(limit): SQL LIMIT / OFFSET values
 MAX_ARGS_BYTES_LIMIT: Final = 64 * 1024 * 1024  # max_args_bytes itself: the store is not a blob store
 MAX_INSTANCE_ID_LENGTH: Final = 255  # characters: owner and instance_id are String(255)
-_SYNCHRONOUS: Final = ("OFF", "NORMAL", "FULL", "EXTRA")  # SQLite's PRAGMA synchronous levels
-
-
-def positive(argument: str, value: object, *, integer: bool = False, maximum: float) -> float:
-    """Check a number > 0 and at most `maximum` (also ints beyond any float: no OverflowError)."""
-    kinds: tuple[type, ...] = (int,) if integer else (int, float)
-    kind = "a whole number" if integer else "a finite number of seconds"
-    if isinstance(value, bool) or not isinstance(value, kinds):
-        raise InvalidJobError(argument, f"must be {kind} > 0, got {shown(value)}")
-    number: int | float = value  # type: ignore[assignment]  # checked int or float above
-    # Compared before float(): an int and a float compare exactly, at any size.
-    if not number > 0:
-        raise InvalidJobError(argument, f"must be {kind} > 0, got {shown(value)}")
-    if not number <= maximum:
-        if not number < float("inf"):
-            raise InvalidJobError(argument, f"must be finite, got {shown(value)}")
-        raise InvalidJobError(argument, f"must be at most {maximum:g}, got {shown(value)}")
-    return float(number)
 
 
 def check_wait(wait: object, timeout: object) -> float | None:
@@ -102,30 +85,6 @@ def _instance_id(instance_id: object) -> str:
     if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in instance_id):
         raise InvalidJobError("instance_id", f"must not contain control characters: {shown(instance_id)}")
     return instance_id
-
-
-def _busy_timeout(value: object) -> float:
-    return positive("busy_timeout_seconds", value, maximum=MAX_BUSY_TIMEOUT_SECONDS)
-
-
-def _synchronous(value: object) -> str:
-    sync = value.upper() if isinstance(value, str) else None
-    if sync is None or sync not in _SYNCHRONOUS:
-        raise InvalidJobError("synchronous", f"must be one of OFF, NORMAL, FULL, EXTRA; got {value!r}")
-    return sync
-
-
-@dataclasses.dataclass(frozen=True)
-class EngineOptions:
-    """How a SQLite engine waits for locks and syncs (ignored by PostgreSQL); build with `checked`."""
-
-    busy_timeout_seconds: float = 5.0  # how long SQLite waits for a lock before a write fails
-    synchronous: str = "FULL"  # PRAGMA synchronous, upper case: FULL survives power loss
-
-    @classmethod
-    def checked(cls, busy_timeout_seconds: object, synchronous: object) -> EngineOptions:
-        """Check both options (raises InvalidJobError naming the argument)."""
-        return cls(_busy_timeout(busy_timeout_seconds), _synchronous(synchronous))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,7 +155,7 @@ class SchedulerConfig:
                 "heartbeat_seconds",
                 f"must be shorter than lease_seconds ({lease_seconds})",
             )
-        busy = _busy_timeout(busy_timeout_seconds)
+        busy = busy_timeout(busy_timeout_seconds)
         pickup = positive("pickup_seconds", pickup_seconds, maximum=MAX_DURATION_SECONDS)
         pickup_check = positive("pickup_check_seconds", pickup_check_seconds, maximum=MAX_DURATION_SECONDS)
         horizon = positive("horizon_seconds", horizon_seconds, maximum=MAX_DURATION_SECONDS)
@@ -208,7 +167,7 @@ class SchedulerConfig:
             exact = exact_clock(clock if clock is not None else SystemClock())
         except TypeError as exc:
             raise InvalidJobError("clock", str(exc).removeprefix("clock: ")) from None
-        engine = EngineOptions(busy, _synchronous(synchronous))  # checked here, not again by make_engine
+        engine = EngineOptions(busy, synchronous_level(synchronous))  # checked here, not again by open_engine
         return cls(
             url=os.fspath(url) if isinstance(url, os.PathLike) else url,  # a plain file path, as a pathlib.Path
             workers=count,

@@ -3,7 +3,9 @@
 Responsibilities
 ----------------
 This module keeps the lifecycle (start, shutdown, the fork and atexit hooks),
-the public methods and the wiring; the rest lives next to it. The
+the wiring and the observation (listeners, the observer, wait_idle); the
+operations on jobs are `JobOperations`' (`operations`), mixed in, and the rest
+lives next to it. The
 constructor's options are checked once, into a frozen `SchedulerConfig`
 (`_config`). A run's way from its claim to its recorded outcome, and the
 account of what is in flight, is `RunBook`'s (`_runs`), which owns the
@@ -39,35 +41,28 @@ import logging
 import os
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from .. import _realtime
-from .._model.declare import DeclareResult, JobSpec, check_specs
 from .._model.instant import Instant, seconds, to_datetime
 from .._model.models import (
     DEFAULT_MAX_ARGS_BYTES,
     DEFAULT_NAMESPACE,
     Job,
-    JobState,
     Run,
-    given_options,
-    validate_definition,
-    validate_job_id,
-    validate_policies,
 )
-from .._model.targets import reference_of
-from .._store import RunNowVerdict, Store
+from .._store import Store
 from .._store import db as _db
 from .._store import migrate as _migrate
 from .._store.observer import Observer
-from .._store.views import whereabouts
 from ..clock import SystemClock
-from ..errors import InvalidJobError, JobNotFoundError, SchedulerStateError, StoreError
-from .config import DEFAULT_WORKERS, MAX_COUNT, SchedulerConfig, check_wait, positive
+from ..errors import SchedulerStateError, StoreError
+from .config import DEFAULT_WORKERS, SchedulerConfig, check_wait
 from .events import Event, EventBus
 from .heartbeat import Heartbeat
 from .horizon import DEFAULT_HORIZON_SECONDS, Horizon
 from .membership import Membership
+from .operations import JobOperations
 from .retention import Retention
 from .runs import RunBook
 from .timebase import Timebase
@@ -75,10 +70,8 @@ from .workers import current_run_claim
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
-    from datetime import datetime
     from types import TracebackType
 
-    from .._model.models import JobDefinition, Misfire, Overlap, Recurrence
     from .._store import OpenRun
     from ..clock import Clock, SecondsClock
     from .events import EventKind, Listener
@@ -144,7 +137,7 @@ def current_run() -> Run | None:
     return None if claim is None else claim.run()
 
 
-class JobScheduler:
+class JobScheduler(JobOperations):
     """Runs callables at fixed intervals; every schedule lives in SQL.
 
     Args:
@@ -484,344 +477,6 @@ class JobScheduler:
         tb: TracebackType | None,
     ) -> None:
         self.shutdown(wait=True)
-
-    # -- public operations --------------------------------------------------------
-
-    def schedule(
-        self,
-        job_id: str,
-        fn: Callable[..., Any] | str,
-        interval_seconds: float | None = None,
-        *,
-        args: tuple[Any, ...] | list[Any] = (),
-        kwargs: dict[str, Any] | None = None,
-        start_in: float | None = None,
-        cron: str | None = None,
-        timezone: str = "UTC",
-        recurrence: Recurrence = "fixed_rate",
-        misfire: Misfire = "coalesce",
-        max_catch_up: int | None = None,
-        grace_seconds: float = 1.0,
-        overlap: Overlap = "forbid",
-        jitter_seconds: float = 0.0,
-        start_at: datetime | None = None,
-        end_at: datetime | None = None,
-        max_runtime_seconds: float | None = None,
-        run_at: datetime | None = None,
-    ) -> Job:
-        """Run `fn` every `interval_seconds` (or on a `cron` expression, or once at `run_at`) under `job_id`, durably.
-
-        Scheduling an existing id with an identical definition changes
-        nothing (same generation, same next run); with a different one it
-        replaces the job atomically (new generation, fresh grid from now).
-        Every argument but `start_in` is part of the definition.
-
-        Args:
-            job_id: Up to 200 characters, no control characters.
-            fn: A module-level function (or static/class method), a
-                coroutine function, or ``"package.module:function"``.
-            interval_seconds: Seconds between slots; > 0, at most 10 years.
-            args: JSON-serialisable positional arguments.
-            kwargs: JSON-serialisable keyword arguments.
-            start_in: Seconds until the first run; default one interval.
-            cron: A 5-field cron expression (or 6 with seconds), instead of
-                `interval_seconds`.
-            timezone: The IANA zone `cron` is read in; default UTC.
-            recurrence: "fixed_rate" (a grid) or "fixed_delay" (one interval
-                after the previous run ended).
-            misfire: What late slots become: "coalesce" (one run stands for
-                them), "skip" (dropped, recorded as missed) or "catch_up"
-                (the `max_catch_up` most recent run, oldest first).
-            max_catch_up: How many missed slots "catch_up" runs.
-            grace_seconds: How late a run may start and still be on time.
-            overlap: Slots passing during a run: "forbid" (they wait for it
-                and follow `misfire`) or "skip" (dropped, recorded as missed).
-            jitter_seconds: Each run starts up to this much after its slot.
-            start_at: No slot before this (aware datetime); an interval
-                grid is anchored here.
-            end_at: No slot after this; then the job is finished.
-            max_runtime_seconds: Report a run still going after this long.
-            run_at: Run once at this instant (aware datetime), instead of
-                `interval_seconds` or `cron`; the job is finished after it.
-                An instant that passed runs at once (misfire "coalesce").
-
-        Returns:
-            The job as stored.
-
-        Raises:
-            InvalidJobError: An argument is not acceptable (nothing written).
-            SchedulerStateError: The scheduler was shut down.
-            StoreError: The database cannot be written.
-        """
-        options = given_options(locals())  # every keyword option, as given (declared in _models.OPTIONS)
-        self._check_open()
-        definition = self._definition(
-            job_id, fn, interval_seconds, args=args, kwargs=kwargs, start_in=start_in, **options
-        )
-        self._ensure_schema()
-        return self._upserted(*self._store.upsert_job(definition, self._timebase.now()))
-
-    def _definition(
-        self,
-        job_id: object,
-        fn: Callable[..., Any] | str,
-        interval_seconds: object,
-        *,
-        args: object = (),
-        kwargs: object = None,
-        start_in: object = None,
-        **options: object,
-    ) -> JobDefinition:
-        """Check schedule()'s arguments (raises InvalidJobError; writes nothing); `options` are its keyword options."""
-        validate_job_id(job_id)
-        target = reference_of(fn, self._allowed_modules)
-        policies = validate_policies(interval_seconds, **options)
-        return validate_definition(
-            job_id, target, policies, args, kwargs, start_in, max_args_bytes=self._max_args_bytes
-        )
-
-    def _upserted(self, job: Job, change: str, due: Instant | None) -> Job:
-        """After an upsert: log, queue the job's next slot, emit the event."""
-        if change != "unchanged":
-            logger.info("job %s generation %d %s: %s %s", job.job_id, job.generation, change, job.target, job.schedule)
-            if job.state == JobState.FINISHED:
-                # Accepted (an application re-declaring a campaign that ended must still start),
-                # but never silently: no slot of its window is left (README "Operator messages").
-                logger.warning(
-                    "job %s generation %d has no slot left in its window (end_at %s is past): it is finished "
-                    "at once and never runs; give it a later end_at, or remove it",
-                    job.job_id,
-                    job.generation,
-                    job.end_at.isoformat() if job.end_at is not None else "-",
-                )
-            if due is not None and self._state == "running":
-                self._dispatcher.offer(due, job.job_id, job.generation)
-            kind: EventKind = "job_replaced" if change == "replaced" else "job_scheduled"
-            self._emit(kind, job.job_id, job.generation, job=job)
-        return job
-
-    def declare(self, specs: Iterable[JobSpec], *, prune: bool = False, allow_empty: bool = False) -> DeclareResult:
-        """Reconcile this namespace's declared jobs with `specs` (an application's whole set of jobs).
-
-        Every spec is checked first: one bad spec raises and nothing is
-        written. Then each job is scheduled as by `schedule()`: new ones are
-        created, changed ones replaced, identical ones left untouched (same
-        generation, same grid). With `prune`, jobs that an earlier
-        ``declare()`` of this namespace wrote and that `specs` no longer
-        names are descheduled; jobs made by ``schedule()`` and other
-        namespaces' jobs are never touched. The whole declaration is one
-        transaction: it commits entirely or not at all (an id that another
-        namespace's active job holds refuses all of it). What it did is
-        logged at INFO in one line and returned.
-
-        Args:
-            specs: `JobSpec` values, one per job id.
-            prune: Deschedule the declared jobs that `specs` leaves out.
-            allow_empty: With `prune`, allow an empty `specs`, which
-                deschedules every declared job of this namespace (refused
-                otherwise: an empty set is more often a mistake than a wish).
-
-        Returns:
-            The declared jobs as stored, in the order of `specs` (a list), with the ids
-            created, replaced, unchanged and pruned as attributes (`DeclareResult`).
-
-        Raises:
-            InvalidJobError: A spec is not acceptable, two name one job id, an id is
-                another namespace's job, or `specs` is empty with `prune` and not
-                `allow_empty` (nothing written).
-            SchedulerStateError: The scheduler was shut down.
-            StoreError: The database cannot be written (nothing written).
-        """
-        self._check_open()
-        for name, flag in (("prune", prune), ("allow_empty", allow_empty)):
-            if not isinstance(flag, bool):
-                raise InvalidJobError(name, f"must be True or False, got {flag!r}")
-        definitions = [self._spec_definition(spec) for spec in check_specs(specs)]
-        if prune and not definitions and not allow_empty:
-            raise InvalidJobError(
-                "specs",
-                f"is empty, and prune=True would deschedule every declared job of namespace {self.namespace!r}; "
-                "pass allow_empty=True to do that",
-            )
-        self._ensure_schema()
-        upserts, pruned = self._store.declare_jobs(definitions, self._timebase.now(), prune=prune)
-        # After the commit: log, queue and announce each change as schedule() and deschedule() do.
-        declared = DeclareResult(
-            self.namespace,
-            [(self._upserted(job, change, due), change) for job, change, due in upserts],
-            [job_id for job_id, _ in pruned],
-        )
-        for job_id, generation in pruned:
-            logger.info("job %s generation %d descheduled: no longer declared", job_id, generation)
-            self._emit("job_descheduled", job_id, generation)
-        logger.info("%s", declared.summary())
-        return declared
-
-    def _spec_definition(self, spec: JobSpec) -> JobDefinition:
-        try:
-            return self._definition(spec.job_id, spec.fn, spec.interval_seconds, **spec.options)
-        except InvalidJobError as exc:  # name the spec as well as its argument
-            raise InvalidJobError(f"specs[{spec.job_id!r}].{exc.argument}", exc.reason) from None
-
-    def deschedule(self, job_id: str, wait: bool = False, timeout: float | None = None) -> bool:
-        """Remove a job: its current generation never starts again, in any process.
-
-        A run that was claimed before may still finish. With `wait`, also
-        block until this process's in-flight run of the job (if any) ended.
-
-        Removing is idempotent: an id that this namespace never
-        had, or already descheduled, returns False and raises nothing, so an
-        application can deschedule a retired job at every start-up. An id
-        that is an active job of another namespace returns False too, with a
-        WARNING naming that namespace (this scheduler never changes it).
-
-        Returns:
-            True if an active job was removed.
-
-        Raises:
-            InvalidJobError: `job_id` is not a valid id.
-            SchedulerStateError: The scheduler was shut down.
-            StoreError: The database cannot be written.
-        """
-        self._check_open()
-        validate_job_id(job_id)
-        timeout = check_wait(wait, timeout)
-        self._ensure_schema()
-        generation = self._store.deschedule_job(job_id, self._timebase.now())
-        removed = generation is not None
-        if generation is not None:
-            logger.info("job %s generation %d descheduled", job_id, generation)
-            self._emit("job_descheduled", job_id, generation)
-        elif (found := whereabouts(self._store, job_id)) is not None and found[1] and found[0] != self.namespace:
-            logger.warning(
-                "deschedule(%r) in namespace %r changed nothing: it is a job of namespace %r",
-                job_id,
-                self.namespace,
-                found[0],
-            )
-        if wait:
-            self._runs.wait_for_job(job_id, timeout)
-        return removed
-
-    def pause(self, job_id: str) -> bool:
-        """Pause a job: it keeps its definition and history and starts no run until resumed.
-
-        Linearized like deschedule(): once this returns, the paused
-        generation starts no run, in any process (a run claimed before may
-        finish). Paused jobs stay paused across restarts and replacements.
-
-        Returns:
-            True if the job was paused by this call; False if there was
-            nothing to change (paused already, or finished).
-
-        Raises:
-            JobNotFoundError: No such job in this namespace (unknown, or descheduled).
-        """
-        self._check_open()
-        validate_job_id(job_id)
-        self._ensure_schema()
-        generation = self._store.pause_job(job_id, self._timebase.now())
-        if generation is None:
-            self._check_found(job_id)
-            return False
-        logger.info("job %s generation %d paused", job_id, generation)
-        self._emit("job_paused", job_id, generation)
-        return True
-
-    def resume(self, job_id: str) -> bool:
-        """Resume a paused job on its grid from now: slots that passed while it was paused do not run.
-
-        Returns:
-            True if the job was paused and is resumed now; False if it was not paused.
-
-        Raises:
-            JobNotFoundError: No such job in this namespace (unknown, or descheduled).
-        """
-        self._check_open()
-        validate_job_id(job_id)
-        self._ensure_schema()
-        resumed = self._store.resume_job(job_id, self._timebase.now())
-        if resumed is None:
-            self._check_found(job_id)
-            return False
-        generation, due = resumed
-        logger.info("job %s generation %d resumed", job_id, generation)
-        if due is not None and self._state == "running":
-            self._dispatcher.offer(due, job_id, generation)
-        self._emit("job_resumed", job_id, generation)
-        return True
-
-    def run_now(self, job_id: str) -> bool:
-        """Ask for one extra run of the job as soon as a worker is free, without moving its grid.
-
-        The run obeys the job's overlap rule: while a run is in flight it
-        waits for it ("forbid"), or is dropped ("skip"). Asking again before
-        the extra run started adds nothing.
-
-        Returns:
-            True if an extra run is pending; False if the request was
-            dropped by overlap "skip".
-
-        Raises:
-            JobNotFoundError: No such job in this namespace (unknown, or descheduled).
-            SchedulerStateError: The job is paused or finished.
-        """
-        self._check_open()
-        validate_job_id(job_id)
-        self._ensure_schema()
-        now = self._timebase.now()
-        verdict, generation = self._store.request_run_now(job_id, now)
-        if verdict is RunNowVerdict.UNKNOWN:
-            raise self._not_found(job_id, whereabouts(self._store, job_id))
-        if verdict in (RunNowVerdict.PAUSED, RunNowVerdict.FINISHED):
-            raise SchedulerStateError(f"run_now({job_id!r}): the job is {verdict.value}; resume or schedule it first")
-        if verdict is RunNowVerdict.REQUESTED:
-            assert generation is not None
-            logger.info("job %s generation %d: run now requested", job_id, generation)
-            if self._state == "running":
-                self._dispatcher.offer(now, job_id, generation)  # a run in flight: its completion queues it too
-        return verdict.will_run
-
-    def _check_found(self, job_id: str) -> None:
-        """After a pause or resume that changed nothing: raise unless the job is active in this namespace.
-
-        Read after that call's own transaction: a job scheduled in between
-        counts as found (the call changed nothing, and False says so).
-        """
-        found = whereabouts(self._store, job_id)
-        if found != (self.namespace, True):
-            raise self._not_found(job_id, found)
-
-    def _not_found(self, job_id: str, found: tuple[str, bool] | None) -> JobNotFoundError:
-        """The error for `job_id` missing from this namespace; `found` is its `whereabouts`."""
-        if found is None:
-            return JobNotFoundError(job_id, self.namespace)
-        namespace, active = found
-        if namespace != self.namespace:
-            return JobNotFoundError(job_id, self.namespace, owner=namespace if active else None)
-        return JobNotFoundError(job_id, self.namespace, descheduled=not active)
-
-    def get_job(self, job_id: str) -> Job | None:
-        """Return the job `job_id` (scheduled, running, paused or finished), or None (also once descheduled)."""
-        self._check_open()
-        validate_job_id(job_id)
-        self._ensure_schema()
-        return self._store.get_job(job_id)
-
-    def jobs(self) -> list[Job]:
-        """Return every job not descheduled (scheduled, running, paused, finished), soonest first."""
-        self._check_open()
-        self._ensure_schema()
-        return self._store.list_jobs()
-
-    def runs(self, job_id: str | None = None, limit: int = 100) -> list[Run]:
-        """Return the latest runs of `job_id` (or of all jobs), newest first."""
-        self._check_open()
-        if job_id is not None:
-            validate_job_id(job_id)
-        limit = int(positive("limit", limit, integer=True, maximum=MAX_COUNT))
-        self._ensure_schema()
-        return self._store.list_runs(job_id, limit)
 
     def wait_idle(self, timeout: float | None = 10.0) -> bool:
         """Block until every run that is due has started, finished and been recorded, and its events delivered.

@@ -27,6 +27,7 @@ __all__ = [
     "as_micros",
     "as_seconds",
     "check_encodable",
+    "positive",
     "shown",
     "validate_job_id",
     "validate_namespace",
@@ -204,3 +205,20 @@ def as_instant(argument: str, value: object) -> Instant | None:
 
 
 # -- the options of schedule(), declared once ----------------------------------------------------
+
+
+def positive(argument: str, value: object, *, integer: bool = False, maximum: float) -> float:
+    """Check a number > 0 and at most `maximum` (also ints beyond any float: no OverflowError)."""
+    kinds: tuple[type, ...] = (int,) if integer else (int, float)
+    kind = "a whole number" if integer else "a finite number of seconds"
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise InvalidJobError(argument, f"must be {kind} > 0, got {shown(value)}")
+    number: int | float = value  # type: ignore[assignment]  # checked int or float above
+    # Compared before float(): an int and a float compare exactly, at any size.
+    if not number > 0:
+        raise InvalidJobError(argument, f"must be {kind} > 0, got {shown(value)}")
+    if not number <= maximum:
+        if not number < float("inf"):
+            raise InvalidJobError(argument, f"must be finite, got {shown(value)}")
+        raise InvalidJobError(argument, f"must be at most {maximum:g}, got {shown(value)}")
+    return float(number)

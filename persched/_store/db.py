@@ -45,7 +45,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, S
 from sqlalchemy.pool import StaticPool
 
 from persched import _realtime
-from persched._engine.config import EngineOptions
+from persched._store.options import EngineOptions
 from persched._store.schema import attach_index_predicates
 from persched.errors import InvalidJobError, StoreError
 

@@ -22,7 +22,7 @@ from sqlalchemy import event
 
 from persched._model.instant import Instant, Micros, from_datetime, micros
 from persched._model.models import validate_definition, validate_policies
-from persched._store import Claim, Completion, Store, claims
+from persched._store import Claim, Completion, Store, claims, completions
 from tests.support import race_jobs
 from tests.support.helpers import EPOCH
 
@@ -36,7 +36,7 @@ LEASE = Micros(30_000_000)
 
 # The broken variants: the same parameters, the row's check gone.
 TRUSTED_HINT = "generation = ? AND ? IS NOT NULL AND run_now_at IS NULL"  # for claims._HINT_HOLDS
-TRUSTED_CARRY = claims._FINISH_JOB + " AND ? IS NOT NULL AND ? IS NOT NULL"  # for claims._FINISH_CARRIED
+TRUSTED_CARRY = completions._FINISH_JOB + " AND ? IS NOT NULL AND ? IS NOT NULL"  # for completions._FINISH_CARRIED
 BROKEN_HINT = pytest.param(
     True, id="broken-hint-trusted", marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="wrong slot")
 )
@@ -98,7 +98,7 @@ def _statements(store: Store) -> Iterator[list[str]]:
 
 
 def _moves(statements: list[str]) -> int:
-    """How many of `statements` are the claim's second write of a row (`claims._CLAIM_MOVE`)."""
+    """How many of `statements` are the claim's second write of a row (`claim_batch._CLAIM_MOVE`)."""
     return sum(s.startswith("UPDATE persched_jobs SET next_run_at =") for s in statements)
 
 
@@ -155,7 +155,7 @@ def test_a_run_now_request_made_during_the_run_is_kept_and_queued(store: Store, 
     slot = _schedule(store)
     claim = _claim(store, slot, at(10.5))
     assert store.request_run_now("a", at(11)).verdict.will_run
-    with patch.object(claims, "_FINISH_CARRIED", TRUSTED_CARRY) if broken else _nothing():
+    with patch.object(completions, "_FINISH_CARRIED", TRUSTED_CARRY) if broken else _nothing():
         due = _finish(store, claim, at(12))
     assert _row(store) == (at(20), at(11), "scheduled")
     assert due == at(11)  # the request, not the next grid slot
@@ -169,7 +169,7 @@ def test_a_pause_and_resume_during_the_run_keep_the_resumed_slot(store: Store, b
     claim = _claim(store, slot, at(10.5))
     assert store.pause_job("a", at(11)) is not None
     assert store.resume_job("a", at(34)) is not None
-    with patch.object(claims, "_FINISH_CARRIED", TRUSTED_CARRY) if broken else _nothing():
+    with patch.object(completions, "_FINISH_CARRIED", TRUSTED_CARRY) if broken else _nothing():
         due = _finish(store, claim, at(35))
     assert _row(store) == (at(40), None, "scheduled")
     assert due == at(40)
@@ -180,7 +180,7 @@ def test_a_pause_during_the_run_leaves_the_job_unqueued(store: Store, broken: bo
     slot = _schedule(store)
     claim = _claim(store, slot, at(10.5))
     assert store.pause_job("a", at(11)) is not None
-    with patch.object(claims, "_FINISH_CARRIED", TRUSTED_CARRY) if broken else _nothing():
+    with patch.object(completions, "_FINISH_CARRIED", TRUSTED_CARRY) if broken else _nothing():
         due = _finish(store, claim, at(12))
     assert due is None
     job = store.get_job("a")

@@ -39,7 +39,7 @@ from unittest.mock import patch
 from sqlalchemy import Connection, update
 
 from persched._model.instant import Instant, Micros, from_datetime, to_datetime
-from persched._store import Claim, ClaimMiss, Completion, RunNowAnswer, RunNowVerdict, Store, claims
+from persched._store import Claim, ClaimMiss, Completion, RunNowAnswer, RunNowVerdict, Store, claim_batch, claims
 from persched._store.schema import jobs, runs
 from tests.support.helpers import TIMEOUT
 from tests.support.postgres import pg_base_url
@@ -215,10 +215,10 @@ def real_finish_run(store: Store) -> Callable[..., Instant | None]:
 
 
 Expected = dict[tuple[str, int], tuple[Instant, Instant]]  # the claim's entries: (job_id, generation) -> bounds
-Guesses = dict[tuple[str, int], "claims._Guess"]  # the decisions the claim's UPDATE writes itself
+Guesses = dict[tuple[str, int], "claim_batch.Guess"]  # the decisions the claim's UPDATE writes itself
 
 
-class _EntryByJobId(claims._ClaimBatch):
+class _EntryByJobId(claim_batch.ClaimBatch):
     """The batch of a claim without its "generation" clause: such a claim may win a row of
     another generation than its entry's, which the real batch (keyed on both) cannot
     place; find the entry by job id alone, as a claim keyed on the id would."""
@@ -227,7 +227,7 @@ class _EntryByJobId(claims._ClaimBatch):
         super().__init__(dict(expected), claimed_at, instance_id, guesses)  # re-keyed below: not the caller's dict
         self.won_in: dict[str, int] = {}  # job id -> the generation of the row won for its entry
 
-    def decide(self, row: claims._ClaimedRow) -> None:
+    def decide(self, row: claim_batch.ClaimedRow) -> None:
         for job_id, generation in [key for key in self.expected if key[0] == row.job_id]:
             if generation != row.generation:
                 self.expected[(job_id, row.generation)] = self.expected.pop((job_id, generation))
@@ -240,7 +240,7 @@ class _EntryByJobId(claims._ClaimBatch):
         return super().results([(j, self.won_in.get(j, g), e, t) for j, g, e, t in entries], misses)
 
 
-class _UpToItsSlot(claims._ClaimBatch):
+class _UpToItsSlot(claim_batch.ClaimBatch):
     """The batch of a claim without its "slot" clause: such a claim may win a row whose slot
     is not due by its entry's bound (and no run-now request is), which the policy refuses
     to decide (it never runs a slot early); let the entry's bound reach the row's slot."""
@@ -248,7 +248,7 @@ class _UpToItsSlot(claims._ClaimBatch):
     def __init__(self, expected: Expected, claimed_at: Instant, instance_id: str, guesses: Guesses) -> None:
         super().__init__(dict(expected), claimed_at, instance_id, guesses)
 
-    def decide(self, row: claims._ClaimedRow) -> None:
+    def decide(self, row: claim_batch.ClaimedRow) -> None:
         key = (row.job_id, row.generation)
         bound, taken_at = self.expected[key]
         next_at, run_now_at = row.next_at, row.run_now_at
@@ -258,15 +258,15 @@ class _UpToItsSlot(claims._ClaimBatch):
 
 
 _REAL_CLAUSES: Final = claims.claim_clauses
-_REAL_BATCH: Final = claims._ClaimBatch
+_REAL_BATCH: Final = claim_batch.ClaimBatch
 # How a claim's per-row decision must bend to take the rows a dropped clause lets in (the others need nothing).
-_BATCHES: Final[dict[str, type[claims._ClaimBatch]]] = {"generation": _EntryByJobId, "slot": _UpToItsSlot}
+_BATCHES: Final[dict[str, type[claim_batch.ClaimBatch]]] = {"generation": _EntryByJobId, "slot": _UpToItsSlot}
 
 
 class _ClauseDropper:
     """Makes the claims of one thread go without one named clause of the real predicate.
 
-    `persched._store.claims` looks `claim_clauses` (and `_ClaimBatch`) up at
+    `persched._store.claims` looks `claim_clauses` (and `ClaimBatch`) up at
     each claim, so wrappers patched in there reach the real
     `Store.claim_runs`. The patch stays in while any thread needs it and asks
     a thread-local which clause to drop: two broken claims racing each other
@@ -277,7 +277,7 @@ class _ClauseDropper:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._users = 0
-        self._patch = patch.multiple(claims, claim_clauses=self._clauses, _ClaimBatch=self._batch)
+        self._patch = patch.multiple(claims, claim_clauses=self._clauses, ClaimBatch=self._batch)
         self._local = threading.local()
 
     def _dropped(self) -> str | None:
@@ -290,7 +290,9 @@ class _ClauseDropper:
             del clauses[dropped]  # a KeyError if the library renamed it: a failure, never an xfail
         return clauses
 
-    def _batch(self, expected: Expected, claimed_at: Instant, instance_id: str, guesses: Guesses) -> claims._ClaimBatch:
+    def _batch(
+        self, expected: Expected, claimed_at: Instant, instance_id: str, guesses: Guesses
+    ) -> claim_batch.ClaimBatch:
         return _BATCHES.get(self._dropped() or "", _REAL_BATCH)(expected, claimed_at, instance_id, guesses)
 
     @contextlib.contextmanager

@@ -8,9 +8,9 @@ from unittest.mock import patch
 
 import pytest
 
-from persched._engine import config as _config
-from persched._engine.config import EngineOptions, SchedulerConfig
+from persched._engine.config import SchedulerConfig
 from persched._store import db as _db
+from persched._store.options import MAX_BUSY_TIMEOUT_SECONDS, EngineOptions
 from persched.clock import Clock
 from persched.errors import InvalidJobError
 from persched.testing import FakeClock
@@ -67,5 +67,5 @@ def test_make_engine_and_the_config_share_one_check(tmp_path: Path) -> None:
         _db.make_engine(str(tmp_path / "b.db")).dispose()
         check.assert_called_once()
     with pytest.raises(InvalidJobError) as raised:
-        _db.make_engine(str(tmp_path / "c.db"), busy_timeout_seconds=_config.MAX_BUSY_TIMEOUT_SECONDS * 2)
+        _db.make_engine(str(tmp_path / "c.db"), busy_timeout_seconds=MAX_BUSY_TIMEOUT_SECONDS * 2)
     assert raised.value.argument == "busy_timeout_seconds"

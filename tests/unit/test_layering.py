@@ -41,15 +41,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
 )
 
-# Arrows that run back up and are known, each with what removes it. The test below fails when
-# one of them is gone, so that this list only ever shrinks.
-KNOWN_BACK_EDGES: dict[tuple[str, str], str] = {
-    ("persched._store.db", "persched._engine.config"): (
-        "EngineOptions (SQLite's busy timeout and synchronous) moves from _engine/config.py into"
-        " _store/db.py, and config imports it from there"
-    ),
-}
-
 
 def module_name(path: Path, root: Path) -> str:
     parts = list(path.relative_to(root.parent).with_suffix("").parts)
@@ -119,14 +110,8 @@ def test_every_module_has_a_layer() -> None:
 
 
 def test_no_arrow_runs_back_up() -> None:
-    edges = back_edges(graph_of())
-    unknown = sorted(edges - set(KNOWN_BACK_EDGES))
-    assert not unknown, "imports from a lower layer to a higher one: " + ", ".join(f"{a} -> {b}" for a, b in unknown)
-
-
-def test_the_known_back_edges_are_still_there() -> None:
-    gone = sorted(set(KNOWN_BACK_EDGES) - back_edges(graph_of()))
-    assert not gone, f"these back edges are gone: remove them from KNOWN_BACK_EDGES: {gone}"
+    edges = sorted(back_edges(graph_of()))
+    assert not edges, "imports from a lower layer to a higher one: " + ", ".join(f"{a} -> {b}" for a, b in edges)
 
 
 def test_the_graph_is_read() -> None:

@@ -1,0 +1,395 @@
+"""One claim transaction's decisions over the rows its UPDATE won, and what a lost entry found.
+
+The claim's UPDATE (`persched._store.claims`) wins rows and returns them as the
+driver's tuples. `ClaimBatch` reads each one (`read`: by column position, and
+defensively only when a value is not what persched writes), decides what it
+runs by its policies (`decide`: the guess that the UPDATE wrote, where the row
+still held what its hint said, else the row's own plan), gives each claim its
+run id or settles alone a slot that has run already (`record_starts`), and
+answers each entry (`results`). `Writes` queues the statements these
+decisions need and executes them at once; a completion batch uses it too.
+`misses` tells an entry that the UPDATE did not win where its row stands now
+and when to look again. No I/O but the statements handed in; no locks.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
+
+from .._model.instant import Instant, Micros, from_datetime, to_datetime
+from .._model.models import CLAIM_POLICY_COLUMNS
+from ._rows import read_row
+from .dialects import Sql, marks
+from .mappers import (
+    DISPATCH_COLUMNS,
+    FINISHED,
+    QUARANTINE,
+    RUNNING,
+    SCHEDULED,
+    STANDING_COLUMNS,
+    column_micros,
+    instant_or_none,
+    missed_record,
+    nullable_micros,
+    plan_of,
+    plan_or_quarantine,
+    readable_plan,
+    stored,
+)
+from .records import Carried, Claim, ClaimEntry, ClaimMiss
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Sequence
+
+    from sqlalchemy import Connection, Insert
+
+    from .._model.policy import ClaimPlan, JobPlan
+    from ._rows import StoredRow
+    from .dialects import Dialect, DriverCursor
+
+logger = logging.getLogger(__name__)
+
+# The dispatch path's statements, in driver SQL (`dialects.Sql`): per run, SQLAlchemy's
+# construction, cache key and bind processing of these cost more than the database's work.
+DISPATCH_SELECT: Final = ", ".join(column.name for column in DISPATCH_COLUMNS)
+STANDING_SELECT: Final = ", ".join(column.name for column in STANDING_COLUMNS)
+
+# A won row that the UPDATE did not leave where its decision puts it (no hint, or a hint the row
+# did not match), and one that runs nothing now (misfire "skip", a slot that ran already).
+_CLAIM_MOVE: Final = "UPDATE persched_jobs SET next_run_at = ?, running_for = ?, run_now_at = ? WHERE job_id = ?"
+_CLAIM_REVERT: Final = (
+    "UPDATE persched_jobs SET state = ?, owner = NULL, lease_until = NULL, running_for = NULL, next_run_at = ?"
+    " WHERE job_id = ?"
+)
+
+# How soon an entry looks again after SKIP LOCKED passed its due row by (`_retry_at`): a claim
+# transaction commits well within it; a row locked for longer costs 20 claims a second.
+PASSED_BY_RETRY: Final = Micros(50_000)
+
+# The claim's RETURNING columns, by position in the driver's rows.
+_NAMES: Final = tuple(column.name for column in DISPATCH_COLUMNS)
+_AT: Final = {name: index for index, name in enumerate(_NAMES)}
+# What a row's plan is made of (`mappers.plan_of`): the key of `_RAW_PLANS`.
+_PLAN_COLUMNS: Final = tuple(_AT[name] for name in ("job_id", "generation", "first_run_at", *CLAIM_POLICY_COLUMNS))
+_RAW_PLANS: dict[tuple[Any, ...], JobPlan] = {}  # plans by the raw values they were read from (see _plan_of_raw)
+_RAW_PLANS_KEPT: Final = 65_536  # then it starts again (as the plans' own caches in `mappers`)
+
+
+def _plan_of_raw(raw: tuple[Any, ...], engine: str) -> JobPlan | None:
+    """The plan of a row as the driver returned it, or None if its values cannot be read (the caller
+    then reads the row defensively). Plans are kept by the raw values they were read from: those
+    values, read once by `read_row` and checked, give the same plan again without being read."""
+    try:
+        key = (engine, *map(raw.__getitem__, _PLAN_COLUMNS))
+        plan = _RAW_PLANS.get(key)
+    except TypeError:  # an unhashable value (a hand-written BLOB)
+        return None
+    if plan is None:
+        row = read_row(DISPATCH_COLUMNS, dict(zip(_NAMES, raw, strict=True)))
+        if row.problems:
+            return None
+        try:
+            plan = plan_of(row)
+        except (ValueError, TypeError, OverflowError):  # InvalidJobError is a ValueError
+            return None
+        if len(_RAW_PLANS) >= _RAW_PLANS_KEPT:
+            _RAW_PLANS.clear()
+        _RAW_PLANS[key] = plan
+    return plan
+
+
+class ClaimedRow(NamedTuple):
+    """A row the claim's UPDATE won, as it holds now (after the UPDATE), and its plan."""
+
+    job_id: str
+    generation: int
+    target: str
+    args: str
+    kwargs: str
+    next_at: Instant
+    running_for: Instant | None
+    run_now_at: Instant | None
+    max_runtime: Micros | None
+    plan: JobPlan
+
+
+def _claimed_row(raw: tuple[Any, ...], dialect: Dialect) -> ClaimedRow | None:
+    """A won row from the driver's values; None if any is not what persched writes (read it defensively)."""
+    plan = _plan_of_raw(raw, dialect.name)
+    if plan is None:
+        return None
+    target, args, kwargs = raw[_AT["target"]], raw[_AT["args"]], raw[_AT["kwargs"]]
+    running_for, run_now_at = raw[_AT["running_for"]], raw[_AT["run_now_at"]]
+    max_runtime = raw[_AT["max_runtime_seconds"]]  # read with the plan's columns: a number or None
+    if not (isinstance(target, str) and isinstance(args, str) and isinstance(kwargs, str)):
+        return None
+    try:
+        return ClaimedRow(
+            plan.job_id,
+            plan.generation,
+            target,
+            args,
+            kwargs,
+            dialect.raw_instant(raw[_AT["next_run_at"]]),
+            None if running_for is None else dialect.raw_instant(running_for),
+            None if run_now_at is None else dialect.raw_instant(run_now_at),
+            None if max_runtime is None else column_micros(max_runtime),
+            plan,
+        )
+    except (ValueError, TypeError, OverflowError):
+        return None
+
+
+class Guess(NamedTuple):
+    """A claim decided before its UPDATE from a completion's hint: the plan, the row's next_run_at
+    the hint says (`seen`), and the decision the UPDATE writes if the row still holds it."""
+
+    plan: JobPlan
+    seen: Instant
+    decision: ClaimPlan
+
+
+def _retry_at(row: StoredRow, bound: Instant, now: Instant) -> Instant | None:
+    """When an entry that lost its claim on `row` at `now` should look again (see `ClaimMiss`)."""
+    if row.problems:
+        # Not by this entry: jobs() and `persched jobs` report the row until it is scheduled again.
+        logger.error("job %s is not retried: its stored row cannot be read: %s", row.job_id, row.describe())
+        return None
+    plan = None if row.paused or row.state not in (SCHEDULED, RUNNING) else readable_plan(row)
+    if plan is None:
+        return None
+    next_at, run_now_at = from_datetime(row.next_run_at), instant_or_none(row.run_now_at)
+    if row.state == SCHEDULED and (next_at > bound or run_now_at is not None):
+        return plan.due_at(next_at, run_now_at)  # moved on (by another instance, or a skip)
+    if row.state == RUNNING:
+        # Another instance runs it: look again at its next slot, in case that
+        # instance dies (its completion is not seen here). A next slot that is
+        # already due (the run outlasted it) is the owner's to run when its run
+        # ends: look again one slot later, or every loser retries at once, in
+        # a loop, until that completion commits (issue 12, item 7).
+        return plan.due_at(next_at if next_at > bound else plan.slot_after(max(next_at, bound)), None)
+    # Still waiting and due: SKIP LOCKED passed it by. The lock may be another instance's
+    # claim of this slot, or a write that changes nothing (an unchanged schedule(),
+    # declare() at start-up): look again in a moment, or that slot would be lost.
+    return Instant(max(now, bound) + PASSED_BY_RETRY)
+
+
+def _taken(row: StoredRow, bound: Instant) -> bool:
+    """Whether another claim has the slot of an entry bounded by `bound` that lost on `row`
+    (`ClaimMiss.taken`): the row runs, or waits, readable and not paused, with no run-now
+    request, past the entry's slot. (Passed by while due, it may be a lock of anything.)"""
+    if row.problems:
+        return False
+    if row.state == RUNNING:
+        return True
+    waiting = row.state == SCHEDULED and not row.paused and row.run_now_at is None
+    return waiting and from_datetime(row.next_run_at) > bound
+
+
+def standing(conn: Connection, dialect: Dialect, job_ids: Collection[str]) -> dict[str, StoredRow]:
+    """Where each of these jobs stands now (`STANDING_COLUMNS`), by job id; a job gone is absent."""
+    if not job_ids:
+        return {}
+    ids = tuple(job_ids)
+    query = f"SELECT {STANDING_SELECT} FROM persched_jobs WHERE job_id IN ({marks(len(ids))})"  # noqa: S608
+    return {row.job_id: row for row in stored(dialect.execute(conn, Sql(query, ids)), STANDING_COLUMNS)}
+
+
+def misses(
+    conn: Connection, dialect: Dialect, bounds: dict[tuple[str, int], Instant], now: Instant
+) -> dict[tuple[str, int], ClaimMiss]:
+    """What each lost entry ``(job_id, generation)`` found: the row as it is now, and when to look again."""
+    found = standing(conn, dialect, {job_id for job_id, _ in bounds})
+    return {
+        key: ClaimMiss(row.state, row.generation, row.owner, _retry_at(row, bound, now), _taken(row, bound))
+        for key, bound in bounds.items()
+        if (row := found.get(key[0])) is not None
+    }
+
+
+@dataclass
+class Writes:
+    """The statements a claim or completion batch queues as it decides, executed at once (executemany)."""
+
+    moves: list[tuple[Instant, Instant, Instant | None, str]] = field(default_factory=list)  # _CLAIM_MOVE
+    reverts: list[tuple[str, Instant, str]] = field(default_factory=list)  # _CLAIM_REVERT
+    quarantined: list[dict[str, Any]] = field(default_factory=list)  # QUARANTINE
+    missed: list[dict[str, Any]] = field(default_factory=list)  # history rows: "missed" and "error" records
+
+    def apply(self, conn: Connection, cur: DriverCursor, dialect: Dialect, insert_runs: Insert) -> None:
+        at = dialect.bind_instant
+        for sql, params in (
+            (_CLAIM_MOVE, [(at(n), at(r), None if a is None else at(a), j) for n, r, a, j in self.moves]),
+            (_CLAIM_REVERT, [(state, at(n), j) for state, n, j in self.reverts]),
+        ):
+            if params:
+                cur.executemany(sql, params)
+        for statement, rows in ((QUARANTINE, self.quarantined), (insert_runs, self.missed)):  # rare: Core
+            if rows:
+                conn.execute(statement, rows)
+
+    def revert(
+        self, plan: JobPlan, job_id: str, generation: int, next_at: Instant, run_now_at: Instant | None
+    ) -> ClaimMiss:
+        """A won row that runs nothing now: queue its return to waiting at `next_at`; the result for its entry."""
+        over = plan.is_over(next_at, run_now_at)
+        self.reverts.append((FINISHED if over else SCHEDULED, next_at, job_id))
+        return ClaimMiss(
+            FINISHED if over else SCHEDULED, generation, None, None if over else plan.due_at(next_at, run_now_at)
+        )
+
+
+class Won(NamedTuple):
+    """A won row that runs a slot: the row (as the UPDATE left it) and its decision, and the row's
+    run_now_at and next_run_at before the claim; the `claim` once its history row is inserted."""
+
+    row: ClaimedRow
+    decision: ClaimPlan
+    run_now_at: Instant | None
+    next_at: Instant
+    claim: Claim | None = None
+
+
+class ClaimBatch:
+    """One claim transaction's decisions: first per won row (`decide`), then per history insert
+    (`record_starts`); `writes` holds what they queued, `results` answers each entry."""
+
+    def __init__(
+        self,
+        expected: dict[tuple[str, int], tuple[Instant, Instant]],
+        claimed_at: Instant,
+        instance_id: str,
+        guesses: dict[tuple[str, int], Guess],
+    ) -> None:
+        self.expected = expected
+        self.claimed_at = claimed_at
+        self.instance_id = instance_id
+        self.guesses = guesses
+        self.writes = Writes()
+        self.claims: dict[tuple[str, int], Won] = {}
+        self.skipped: dict[tuple[str, int], ClaimMiss] = {}
+
+    def read(self, raw: tuple[Any, ...], dialect: Dialect) -> ClaimedRow | None:
+        """A won row as returned by the driver; None (settled: paused, its history says why) if it
+        cannot be read (SPEC §2: one job never holds back another)."""
+        row = _claimed_row(raw, dialect)
+        if row is not None:
+            return row
+        stored_row = read_row(DISPATCH_COLUMNS, dict(zip(_NAMES, raw, strict=True)))
+        w = self.writes
+        plan = plan_or_quarantine(stored_row, self.claimed_at, self.instance_id, w.quarantined, w.missed)
+        if plan is None:
+            self.skipped[(stored_row.job_id, stored_row.generation)] = ClaimMiss(
+                SCHEDULED, stored_row.generation, None, None
+            )
+            return None
+        return ClaimedRow(
+            stored_row.job_id,
+            stored_row.generation,
+            stored_row.target,
+            stored_row.args,
+            stored_row.kwargs,
+            from_datetime(stored_row.next_run_at),
+            instant_or_none(stored_row.running_for),
+            instant_or_none(stored_row.run_now_at),
+            nullable_micros(stored_row.max_runtime_seconds),
+            plan,
+        )
+
+    def decide(self, row: ClaimedRow) -> None:
+        """What a won row does now, by its policies: run a slot, or go back to waiting."""
+        key = (row.job_id, row.generation)
+        w = self.writes
+        plan = row.plan
+        bound, taken_at = self.expected[key]
+        guess = self.guesses.get(key)
+        decision: ClaimPlan | None = None
+        if guess is not None and (row.running_for, row.next_at) == (guess.decision.run_for, guess.decision.next_run_at):
+            # The UPDATE wrote the guess: the row held `seen` and no run-now request before it.
+            next_at, run_now_at = guess.seen, None
+            if plan is guess.plan or plan == guess.plan:
+                decision = guess.decision
+        else:
+            next_at, run_now_at = row.next_at, row.run_now_at  # the UPDATE left both as they were
+        if decision is None:
+            decision = plan.claim(next_at, run_now_at, bound, self.claimed_at, taken_at)
+        if decision.missed is not None:
+            w.missed.append(missed_record(*key, decision.missed, self.claimed_at, self.instance_id))
+        if decision.run_for is None:
+            # The policy drops the late slots (misfire "skip"): nothing runs now.
+            self.skipped[key] = w.revert(plan, *key, decision.next_run_at, run_now_at)
+            return
+        self.claims[key] = Won(row, decision, run_now_at, next_at)
+
+    def won(self) -> list[Won]:
+        return list(self.claims.values())
+
+    def record_starts(self, run_ids: dict[str, int]) -> None:
+        """Give each claim its run id, or settle alone a job whose slot has a run recorded already."""
+        w = self.writes
+        for key, won in list(self.claims.items()):
+            row, decision = won.row, won.decision
+            plan, slot = row.plan, decision.run_for
+            assert slot is not None  # decide() keeps only the rows that run a slot
+            run_id = run_ids.get(row.job_id)
+            if run_id is None:
+                # SPEC §2 "Clock corrections": this slot ran already; move on past it, alone
+                # (a fixed-delay claim leaves next_run_at on it: one interval on, then).
+                past = max(decision.next_run_at, plan.slot_after(slot))
+                logger.warning(
+                    "job %s generation %d: the slot %s has run already (written by a clock behind the one "
+                    "that ran it?); moving on to %s",
+                    *key,
+                    to_datetime(slot).isoformat(),
+                    to_datetime(past).isoformat(),
+                )
+                del self.claims[key]
+                self.skipped[key] = w.revert(plan, *key, past, won.run_now_at)
+                continue
+            run_now_at = None if decision.run_now else won.run_now_at  # a run-now run takes its request
+            if (slot, decision.next_run_at, run_now_at) != (row.running_for, row.next_at, row.run_now_at):
+                w.moves.append((decision.next_run_at, slot, run_now_at, row.job_id))  # the UPDATE did not
+            claim = Claim(
+                row.job_id,
+                row.generation,
+                row.target,
+                row.args,
+                row.kwargs,
+                slot,
+                self.claimed_at,
+                run_id,
+                decision.run_now,
+                row.max_runtime,
+                Carried(plan, decision.next_run_at, run_now_at),
+            )
+            self.claims[key] = won._replace(claim=claim)
+
+    def undecided(self) -> dict[tuple[str, int], Instant]:
+        """The entries' rows the UPDATE did not win (another instance, a change), with their bounds."""
+        return {
+            key: bound
+            for key, (bound, _) in self.expected.items()
+            if key not in self.claims and key not in self.skipped
+        }
+
+    def results(
+        self, entries: Sequence[ClaimEntry], misses: dict[tuple[str, int], ClaimMiss]
+    ) -> list[Claim | ClaimMiss]:
+        results: list[Claim | ClaimMiss] = []
+        handed: set[tuple[str, int]] = set()
+        for job_id, generation, _, _ in entries:
+            key = (job_id, generation)
+            if key in self.claims and key not in handed:
+                handed.add(key)
+                claim = self.claims[key].claim
+                assert claim is not None  # record_starts gave every claim left its run id
+                results.append(claim)
+            elif key in self.claims:  # a repeated entry wins once; the repeat sees our own run
+                results.append(ClaimMiss(RUNNING, generation, self.instance_id))
+            elif key in self.skipped:
+                results.append(self.skipped.pop(key))
+            else:
+                results.append(misses.get(key, ClaimMiss(None)))
+        return results

@@ -1,0 +1,231 @@
+"""Completions: the end of runs, and the hints they leave for the next claim.
+
+`finish_runs` records the outcomes of a dispatch cycle in one transaction. The job UPDATE is conditional on generation,
+state, owner and the slot in flight (`running_for`), so the completion of
+a replaced, descheduled or recovered run changes nothing (FIELD-REPORTS #5).
+Its next slot was decided by the plan its claim carried (`records.Carried`),
+and the UPDATE is conditional on the row still standing where the claim left
+it; a row that anything else changed meanwhile is read and decided anew.
+
+A completion that wrote its carried decision leaves a *hint* (its plan and
+the ``next_run_at`` it wrote) for the job's next claim (`CompletionsStore._hints`,
+read by `ClaimsStore`): only a guess, which the claim's UPDATE checks.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Final
+
+from .._model.instant import Instant, from_datetime
+from ._tx import Transactions
+from .claim_batch import DISPATCH_SELECT, Writes, standing
+from .dialects import Sql, marks
+from .mappers import (
+    DISPATCH_COLUMNS,
+    FINISHED,
+    SCHEDULED,
+    due_of,
+    instant_or_none,
+    missed_record,
+    plan_or_quarantine,
+    stored,
+)
+from .records import MAX_ERROR_TEXT, Completion
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sqlalchemy import Connection
+
+    from .._model.policy import JobPlan
+    from .dialects import DriverCursor
+
+logger = logging.getLogger(__name__)
+
+# Completion statements (executemany over every completion of a cycle).
+# started_at too: an async job's coroutine may start after its claim (its loop was busy), and
+# the record says when it did (`Claim.started_at`, as the run ran; persched._interfaces.async_front).
+_FINISH_RUN: Final = (
+    "UPDATE persched_runs SET started_at = ?, finished_at = ?, outcome = ?, error = ?, lease_until = NULL"
+    " WHERE run_id = ? AND outcome IS NULL"
+)
+_FINISH_JOB: Final = (
+    "UPDATE persched_jobs SET state = ?, owner = NULL, lease_until = NULL, running_for = NULL, next_run_at = ?,"
+    " run_count = run_count + 1, error_count = error_count + ?, last_outcome = ?, updated_at = ?"
+    " WHERE job_id = ? AND generation = ? AND state = 'running' AND owner = ? AND running_for = ?"
+)
+# The completion decided by its claim's plan (`Carried`): also only while the row stands where the
+# claim left it, not paused and with no run-now request (else it is read and decided again).
+_FINISH_CARRIED: Final = _FINISH_JOB + " AND next_run_at = ? AND run_now_at IS NULL AND paused = ?"
+
+_HINTS_KEPT: Final = 65_536  # completions' hints kept for the next claim (see CompletionsStore._hints)
+
+
+class CompletionsStore(Transactions):
+    """Completions, and the hints they leave (module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: ANN401 - `Transactions`' arguments
+        super().__init__(*args, **kwargs)
+        # (job_id, generation) -> (plan, next_run_at) that a completion wrote: the next claim's guess
+        # (module docstring). Only a guess, checked by the UPDATE and against the row: a stale one
+        # costs a second write. Bounded: past `_HINTS_KEPT` a job is claimed without one.
+        self._hints: dict[tuple[str, int], tuple[JobPlan, Instant]] = {}
+
+    def finish_runs(self, completions: Sequence[Completion], instance_id: str) -> list[Instant | None]:
+        """Record outcomes in one transaction; for each, when its job is due next.
+
+        None when the job is not to be queued: descheduled, replaced or its
+        run recovered meanwhile (the completion then changes no job row,
+        FIELD-REPORTS #5; its run record is still completed unless recovery
+        already marked it lost), or paused, or finished.
+
+        A completion whose claim carried its decision (`Carried`) is written
+        as decided there, conditional on the row standing where the claim
+        left it; the others, and those whose row moved meanwhile, are read
+        and decided again (`_finish_read`).
+        """
+        if not completions:
+            return []
+        at = self.dialect.bind_instant
+        finished = [at(c.finished_at) for c in completions]
+        params = [
+            (
+                at(c.claim.started_at),
+                finished[i],
+                c.outcome,
+                None if c.error is None else c.error[:MAX_ERROR_TEXT],
+                c.claim.run_id,
+            )
+            for i, c in enumerate(completions)
+        ]
+        # Decided before the transaction (pure): (index, next_run_at, finished?, plan) of each carried
+        # one, and its _FINISH_CARRIED parameters.
+        carried: list[tuple[int, Instant, bool, JobPlan]] = []
+        moves: list[tuple[Any, ...]] = []
+        for i, c in enumerate(completions):
+            kept = c.claim.carried
+            if kept is None or kept.run_now_at is not None:
+                continue
+            next_at, dropped = kept.plan.after_run(kept.next_run_at, c.finished_at)
+            if dropped is not None:  # overlap "skip" dropped slots: a record to write, decided again below
+                continue
+            over = kept.plan.is_over(next_at, None)
+            carried.append((i, next_at, over, kept.plan))
+            left = at(kept.next_run_at)
+            moves.append(
+                (
+                    FINISHED if over else SCHEDULED,
+                    left if next_at == kept.next_run_at else at(next_at),
+                    1 if c.outcome == "error" else 0,
+                    c.outcome,
+                    finished[i],
+                    c.claim.job_id,
+                    c.claim.generation,
+                    instance_id,
+                    at(c.claim.scheduled_for),
+                    left,
+                    False,
+                )
+            )
+
+        as_carried: list[bool] = [False]  # whether the last attempt wrote the carried ones as decided
+
+        def body(conn: Connection) -> list[Instant | None]:
+            cur = self.dialect.cursor(conn)
+            cur.executemany(_FINISH_RUN, params)
+            due: list[Instant | None] = [None] * len(completions)
+            rest: Sequence[int] = range(len(completions))
+            # One executemany: one call into the driver however many rows (each call gives the
+            # GIL away, then waits for it behind the workers). If every row matched, each stood
+            # where its claim left it and goes on to its carried slot; else every completion is
+            # read (`_finish_read`), and one that this UPDATE moved reads as queued at that slot.
+            as_carried[0] = bool(moves) and cur.executemany(_FINISH_CARRIED, moves).rowcount == len(moves)
+            if as_carried[0]:
+                for i, next_at, over, plan in carried:
+                    due[i] = None if over else plan.due_at(next_at, None)
+                done = {i for i, _, _, _ in carried}
+                rest = [i for i in rest if i not in done]
+            if rest:
+                read = self._finish_read(conn, cur, [completions[i] for i in rest], instance_id)
+                for i, due_at in zip(rest, read, strict=True):
+                    due[i] = due_at
+            return due
+
+        due = self._write(body, "finish runs")
+        if as_carried[0]:
+            for i, next_at, _, plan in carried:
+                if due[i] is not None and len(self._hints) < _HINTS_KEPT:
+                    claim = completions[i].claim
+                    self._hints[(claim.job_id, claim.generation)] = (plan, next_at)
+        return due
+
+    def _finish_read(
+        self, conn: Connection, cur: DriverCursor, completions: Sequence[Completion], instance_id: str
+    ) -> list[Instant | None]:
+        """`finish_runs` of completions whose row must be read: under the write lock (SQLite) and
+        written with the same predicate again, so a row recovered, descheduled or replaced
+        meanwhile is never moved. Their run records are written already."""
+        at = self.dialect.bind_instant
+        job_ids = tuple({c.claim.job_id for c in completions})
+        ours = f"SELECT {DISPATCH_SELECT} FROM persched_jobs WHERE job_id IN ({marks(len(job_ids))})"  # noqa: S608
+        mine = stored(
+            self.dialect.execute(conn, Sql(f"{ours} AND state = 'running' AND owner = ?", (*job_ids, instance_id))),
+            DISPATCH_COLUMNS,
+        )
+        # A row of ours edited by hand while its run was in flight: settled alone below.
+        unreadable = {(row.job_id, row.generation): row for row in mine if row.problems}
+        owned = {
+            (row.job_id, row.generation, from_datetime(row.running_for)): row
+            for row in mine
+            if not row.problems and row.running_for is not None
+        }
+        moves: list[tuple[Any, ...]] = []  # _FINISH_JOB
+        w = Writes()  # quarantines and history records
+        due: list[Instant | None] = []
+        others = standing(
+            conn,
+            self.dialect,
+            {c.claim.job_id for c in completions} - {key[0] for key in owned} - {k[0] for k in unreadable},
+        )
+        for c in completions:
+            row = owned.get((c.claim.job_id, c.claim.generation, c.claim.scheduled_for))
+            broken = unreadable.pop((c.claim.job_id, c.claim.generation), None)
+            if broken is not None:
+                plan_or_quarantine(broken, c.finished_at, instance_id, w.quarantined, w.missed)
+                due.append(None)
+                continue
+            if row is None:
+                # Not ours any more. If the job is scheduled in the same generation,
+                # this is a retry after a commit that did land: queue it again.
+                other = others.get(c.claim.job_id)
+                due.append(due_of(other) if other is not None and other.generation == c.claim.generation else None)
+                continue
+            plan = plan_or_quarantine(row, c.finished_at, instance_id, w.quarantined, w.missed)
+            if plan is None:
+                due.append(None)
+                continue
+            next_at, dropped = plan.after_run(from_datetime(row.next_run_at), c.finished_at)
+            if dropped is not None:
+                w.missed.append(missed_record(row.job_id, row.generation, dropped, c.finished_at, instance_id))
+            run_now_at = instant_or_none(row.run_now_at)
+            over = plan.is_over(next_at, run_now_at)
+            moves.append(
+                (
+                    FINISHED if over else SCHEDULED,
+                    at(next_at),
+                    1 if c.outcome == "error" else 0,
+                    c.outcome,
+                    at(c.finished_at),
+                    row.job_id,
+                    row.generation,
+                    instance_id,
+                    at(c.claim.scheduled_for),  # == the row's running_for (`owned`)
+                )
+            )
+            due.append(None if over or row.paused else plan.due_at(next_at, run_now_at))
+        if moves:
+            cur.executemany(_FINISH_JOB, moves)
+        w.apply(conn, cur, self.dialect, self._insert_runs)
+        self._after_commit(w.missed)
+        return due
