@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from .._model.instant import US_PER_SECOND, Micros
 from .._store.db import store_errors
+from .._store.fork_gate import FORK_GATE
 from ..errors import StoreError
 from .tracebacks import describe
 
@@ -71,7 +72,7 @@ class CommitWatch:
     def changed(self) -> bool:
         """True if another connection committed since the last call (also the first call, and after an error)."""
         try:
-            with store_errors(self._engine):
+            with FORK_GATE.share(), store_errors(self._engine):
                 if self._conn is None:
                     self._conn = self._engine.raw_connection()
                 version = self._dialect.data_version(self._conn.dbapi_connection)  # type: ignore[arg-type]  # open
@@ -96,7 +97,8 @@ class CommitWatch:
         """Give the connection back (idempotent); the next look opens one again."""
         conn, self._conn, self._version = self._conn, None, None
         if conn is not None:
-            conn.close()
+            with FORK_GATE.share():
+                conn.close()
 
 
 class ChangeListener:

@@ -58,6 +58,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from .._model.models import DEFAULT_NAMESPACE
 from ..errors import StoreError
 from .dialects import Sql, dialect_for
+from .fork_gate import FORK_GATE
 from .observer import Observer, notify
 from .schema import changes, jobs, runs
 
@@ -144,6 +145,8 @@ class Transactions:
         self._joined = threading.local()
         # This process's queue for SQLite's one writer (module docstring).
         self._sqlite_writer = threading.Lock() if self.dialect.serialise_local_writers else None
+        # No fork while this process is inside SQLite (persched._store.fork_gate).
+        self._fork_share = FORK_GATE.share if self.dialect.in_process else contextlib.nullcontext
         self._low_space = False  # after SQLITE_FULL: checkpoint after every write (see _reclaim_wal)
         # Change-counter values this store committed, so that the heartbeat's
         # log names only the changes made elsewhere (see changes_made_elsewhere).
@@ -175,7 +178,7 @@ class Transactions:
         for attempt in range(1, self._retry_attempts + 1):
             committed: list[Callable[[], None]] = []
             try:
-                with self._writer(readonly), self.engine.connect() as conn:
+                with self._writer(readonly), self._fork_share(), self.engine.connect() as conn:
                     if readonly:
                         conn.execution_options(persched_readonly=True)
                     with conn.begin():
@@ -239,7 +242,7 @@ class Transactions:
         the volume has `LOW_SPACE_EXIT_BYTES` free.
         """
         try:
-            with self._writer(False), self.engine.connect() as conn:
+            with self._writer(False), self._fork_share(), self.engine.connect() as conn:
                 raw = conn.connection.dbapi_connection
                 assert raw is not None
                 # The raw connection: no BEGIN (a checkpoint cannot run in a transaction).

@@ -4,6 +4,7 @@ Usage::
 
     python -m tests.support.fork_child job --url URL --out PATH --how exit|return|raise
     python -m tests.support.fork_child methods --url URL --out PATH
+    python -m tests.support.fork_child busy --url URL --out PATH
 
 ``job``: a scheduler runs job "forker", which forks; the forked child's code
 raises ``SystemExit(7)``, returns, or raises ``ValueError``. The job (in the
@@ -17,6 +18,12 @@ child calls every public method, records what each raised, and exits through
 ``sys.exit`` (so that atexit hooks run); the parent then checks that its
 scheduler carries on, and that no pooled connection was checked out or
 closed by the child. Both write JSON lines to PATH.
+
+``busy``: a scheduler runs a job every millisecond, so that its threads are
+inside SQLite much of the time, and the process forks `BUSY_FORKS` times
+from its main thread; each child makes a scheduler of its own on the same
+database, lists its jobs and shuts it down. One line lists the children's
+statuses (``"hung"`` for a child still alive after `WAIT` seconds).
 
 Forking runs here rather than in the pytest process: a forked copy of pytest
 would run its own teardown and reporting.
@@ -45,6 +52,7 @@ FORKER: Final = "tests.support.fork_child:fork_and"
 TICK: Final = "tests.support.fork_child:tick"
 WAIT: Final = 10.0  # real seconds a forked child gets to end before it counts as hung
 FORKED_CODE: Final = 7
+BUSY_FORKS: Final = 20
 
 
 def _append(path: str, record: dict[str, Any]) -> None:
@@ -181,16 +189,41 @@ def _methods_mode(url: str, out: str) -> None:
     _append(out, {"child_status": status, "parent_carried_on": True})
 
 
+def _busy_mode(url: str, out: str) -> None:
+    sched = JobScheduler(url, workers=2)
+    sched.start()
+    sched.schedule("tick", TICK, 0.001, start_in=0)
+    _wait(lambda: any(r.outcome == "ok" for r in sched.runs("tick")), "a first run")
+    statuses = []
+    for _ in range(BUSY_FORKS):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork() of a threaded process
+            pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                own = JobScheduler(url)
+                code = 0 if [j.job_id for j in own.jobs()] == ["tick"] else 2
+                own.shutdown()
+            finally:
+                os._exit(code)
+        statuses.append(_reap(pid))
+    sched.shutdown(wait=True, timeout=WAIT)
+    _append(out, {"busy_children": statuses})
+
+
 def main(argv: list[str]) -> int:
     """Run one scenario; see the module docstring."""
     p = argparse.ArgumentParser(prog="fork_child")
-    p.add_argument("mode", choices=["job", "methods"])
+    p.add_argument("mode", choices=["job", "methods", "busy"])
     p.add_argument("--url", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--how", choices=["exit", "return", "raise"], default="exit")
     args = p.parse_args(argv)
     if args.mode == "job":
         _job_mode(args.url, args.out, args.how)
+    elif args.mode == "busy":
+        _busy_mode(args.url, args.out)
     else:
         _methods_mode(args.url, args.out)
     return 0

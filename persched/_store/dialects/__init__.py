@@ -138,6 +138,9 @@ class Dialect:
     #: This process's writers queue for the database's single write lock in
     #: the store (SQLite), rather than in the engine's busy handler.
     serialise_local_writers: ClassVar[bool] = False
+    #: The database engine is a library inside this process (SQLite), whose
+    #: mutexes a fork must not copy while held (persched._store.fork_gate).
+    in_process: ClassVar[bool] = False
     #: How an instance learns cheaply that another one committed, so that it
     #: reads the change counter soon (persched._engine.pickup): "notify" (a listening
     #: connection, `change_listener`), "data_version" (a cheap check,

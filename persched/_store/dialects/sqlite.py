@@ -36,6 +36,7 @@ class SQLiteDialect(Dialect):
     name: ClassVar[str] = "sqlite"
     change_signal: ClassVar[Literal["notify", "data_version"] | None] = "data_version"
     serialise_local_writers: ClassVar[bool] = True
+    in_process: ClassVar[bool] = True
 
     def is_transient(self, exc: DBAPIError) -> bool:
         if exc.connection_invalidated:
