@@ -8,6 +8,11 @@ every further signal and never stops (seen as a service that did not stop
 within 30 s of SIGTERM, and in a stress of 2,000 signals a second: 5 of 5
 hung). The handler here only puts on a `queue.SimpleQueue`, whose ``put`` is
 reentrant (documented for signal handlers), and the wait reads from it.
+
+The kernel delivers a signal sent to the process to any of its threads; the
+handler then runs once the main thread is back in the interpreter, which an
+untimed wait (a thread's join) delays until it ends. So the main thread only
+ever waits in timed slices (`wait`, `run_responsively`).
 """
 
 from __future__ import annotations
@@ -15,15 +20,17 @@ from __future__ import annotations
 import contextlib
 import queue
 import signal
+import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from types import FrameType
 
-__all__ = ["StopSignals"]
+__all__ = ["StopSignals", "run_responsively"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SLICE_SECONDS = 0.5  # the longest a signal handled elsewhere waits for the main thread
 
 
 class StopSignals:
@@ -64,3 +71,25 @@ class StopSignals:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+def run_responsively(action: Callable[[], None]) -> None:
+    """Call `action` on a thread of its own while this (main) thread waits for it in timed slices.
+
+    Signal handlers run meanwhile within `SLICE_SECONDS` (module docstring); an exception of
+    `action` is raised here.
+    """
+    raised: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            action()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            raised.append(exc)
+
+    thread = threading.Thread(target=call, name="persched-responsive")
+    thread.start()
+    while thread.is_alive():
+        thread.join(SLICE_SECONDS)
+    if raised:
+        raise raised[0]

@@ -19,7 +19,7 @@ import threading
 from typing import TYPE_CHECKING, Final
 
 from .._interfaces.present import plural
-from .._interfaces.signals import StopSignals
+from .._interfaces.signals import StopSignals, run_responsively
 from ..errors import PerschedError
 from .exits import EXIT_OK, CliError, one_line
 from .output import say
@@ -115,7 +115,7 @@ def _run_until_stopped(args: argparse.Namespace, module: ModuleType, scheduler: 
             pass
         name = signal.Signals(stop.received[0]).name if stop.received else "signal"
         logger.info("%s received: shutting down, in-flight runs finish (send it again to force exit)", name)
-        scheduler.shutdown(wait=True)
+        run_responsively(scheduler.shutdown)  # a second signal forces the exit at once, wherever it lands
         logger.info("persched stopped")
         _warn_of_lingering_threads(args.module)
         return EXIT_OK

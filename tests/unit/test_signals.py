@@ -19,8 +19,8 @@ import threading
 
 import pytest
 
-from persched._interfaces.signals import StopSignals
-from tests.support.helpers import TIMEOUT
+from persched._interfaces.signals import StopSignals, run_responsively
+from tests.support.helpers import TIMEOUT, wait_until
 
 REENTRANT = textwrap.dedent(
     """
@@ -90,3 +90,53 @@ def test_on_signal_sees_the_signals_received_before_it() -> None:
     stop.handler(signal.SIGINT, None)
     stop.handler(signal.SIGTERM, None)
     assert seen == [[], [signal.SIGINT]]  # the CLI's "second signal: exit now" reads this
+
+
+def test_run_responsively_returns_after_the_action_and_raises_what_it_raised() -> None:
+    done: list[str] = []
+    run_responsively(lambda: done.append(threading.current_thread().name))
+    assert done == ["persched-responsive"]  # on a thread of its own, joined before the return
+
+    def fail() -> None:
+        raise ValueError("in the action")
+
+    with pytest.raises(ValueError, match="in the action"):
+        run_responsively(fail)
+
+
+def _main_thread_waits_in_a_join() -> bool:
+    frame = sys._current_frames().get(threading.main_thread().ident or 0)
+    while frame is not None:
+        if frame.f_code is threading.Thread.join.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_a_signal_handled_on_another_thread_runs_its_handler_during_run_responsively() -> None:
+    # The signal is delivered to the action's thread; the main thread is in a timed join slice.
+    handled: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: handled.append(signum))
+    release = threading.Event()
+    seen_by_the_action: list[bool] = []
+
+    def action() -> None:
+        wait_until(_main_thread_waits_in_a_join, message="the main thread in its join")  # as a shutdown's
+        signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)
+        release.wait(TIMEOUT)  # until the main thread ran the handler (an untimed join: never)
+        seen_by_the_action.append(bool(handled))
+
+    def watch() -> None:
+        wait_until(lambda: bool(handled), message="the handler in the main thread")
+        release.set()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        run_responsively(action)
+    finally:
+        release.set()
+        signal.signal(signal.SIGUSR1, previous)
+    watcher.join(TIMEOUT)
+    assert seen_by_the_action == [True]  # the handler ran while the action was still going
+    assert handled == [signal.SIGUSR1]
