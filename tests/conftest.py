@@ -80,11 +80,14 @@ def _one_worker_for_processes(items: list[pytest.Item]) -> None:
 
     They count slots run against slots offered, and each keeps about a core busy
     (three schedulers and a database): two at once on a 2-core machine starve
-    each other. Those of tests/multi and those marked ``processes`` form one
-    xdist group (``--dist loadgroup``), put at the front so that the longest
-    run of the session starts at once while the other workers share the rest.
+    each other. Those marked ``processes`` form one xdist group (``--dist
+    loadgroup``), put at the front so that the longest run of the session starts
+    at once while the other workers share the rest. Tests of several processes
+    that count nothing against the clock (forks, racing declarations, one
+    process driven by hand) are not marked: the group is the session's longest
+    run, and they would only lengthen it.
     """
-    grouped = [item for item in items if item.nodeid.startswith("tests/multi/") or item.get_closest_marker("processes")]
+    grouped = [item for item in items if item.get_closest_marker("processes")]
     for item in grouped:
         item.add_marker(pytest.mark.xdist_group("processes"))
     chosen = set(map(id, grouped))
@@ -160,19 +163,12 @@ def migrated_databases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mig
 
 
 @pytest.fixture
-def db_url(engine_name: str, tmp_path: Path, migrated_databases: MigratedDatabases) -> Iterator[str]:
-    """An empty database of `engine_name`: a new SQLite file, or the emptied session database of a server.
+def db_url(engine_name: str, tmp_path: Path, migrated_databases: MigratedDatabases) -> str:
+    """An empty, migrated database of `engine_name`: a new SQLite file, or the emptied session database of a server.
 
-    A SQLite file is not migrated yet (the first scheduler migrates it); a
-    server database already is. Tests that need a database nobody has
-    migrated ask for `empty_db_url`.
+    Tests that need a database nobody has migrated ask for `empty_db_url`.
     """
-    engine = engine_named(engine_name)
-    if engine.baseline is None:
-        with engine.fresh(tmp_path, "t") as url:
-            yield url
-    else:
-        yield migrated_databases.empty(engine)
+    return migrated_databases.empty(engine_named(engine_name), tmp_path)
 
 
 @pytest.fixture

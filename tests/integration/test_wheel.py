@@ -29,7 +29,8 @@ import persched
 from persched._store.migrate import HEAD
 from persched._store.schema import metadata
 
-pytestmark = pytest.mark.slow
+# One worker builds the wheel for all three tests (module-scoped fixtures are per worker).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheel")]
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 300.0  # seconds; a wheel build can be slow on a loaded CI box

@@ -1,8 +1,10 @@
 """Racing declarations from several processes at a deploy converge to one definition per job (issue 16).
 
-Real processes (spawned) declare with prune at the same moment (a
-multiprocessing Barrier), on every engine; the database is then read through
-the public API.
+Real processes declare with prune at the same moment (a multiprocessing
+Barrier), on every engine; the database is then read through the public API.
+They are forked from multiprocessing's fork server, which imported their
+module (and persched) once: single-threaded processes with nothing open, as
+spawned ones are, without a new interpreter's imports each.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from persched import JobScheduler, JobState
 from tests.support.declare_child import declare_in_child
 
 TIMEOUT: Final = 60.0
+CONTEXT: Final = multiprocessing.get_context("forkserver")
+CONTEXT.set_forkserver_preload(["tests.support.declare_child"])
 
 
 def race(url: str, versions: list[str]) -> list[tuple[str, dict[str, int]]]:
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(len(versions))
-    results = ctx.Queue()
-    children = [ctx.Process(target=declare_in_child, args=(url, v, barrier, results)) for v in versions]
+    barrier = CONTEXT.Barrier(len(versions))
+    results = CONTEXT.Queue()
+    children = [CONTEXT.Process(target=declare_in_child, args=(url, v, barrier, results)) for v in versions]
     for child in children:
         child.start()
     try:

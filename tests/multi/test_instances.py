@@ -40,7 +40,7 @@ from tests.support.multi_child import EFFECT_TARGET
 if TYPE_CHECKING:
     from pathlib import Path
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.processes]
 logger = logging.getLogger(__name__)
 
 INTERVALS: Final = (0.1, 0.15, 0.2, 0.25, 0.3)

@@ -21,7 +21,7 @@ from tests.support.helpers import TIMEOUT, wait_until
 if TYPE_CHECKING:
     from pathlib import Path
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.processes]
 
 NOOP: Final = "tests.support.race_jobs:noop"
 SKEW: Final = timedelta(milliseconds=20)  # instants from different processes' clocks

@@ -36,7 +36,7 @@ from tests.multi._cluster import (
 if TYPE_CHECKING:
     from pathlib import Path
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.processes]
 logger = logging.getLogger(__name__)
 
 INTERVALS: Final = (0.1, 0.15, 0.2, 0.25, 0.3)

@@ -22,7 +22,7 @@ from tests.support.helpers import TIMEOUT, sql, wait_until
 if TYPE_CHECKING:
     from pathlib import Path
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.processes]
 
 WORKERS: Final = 4
 INTERVAL: Final = 0.2

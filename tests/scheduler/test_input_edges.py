@@ -84,18 +84,19 @@ def test_the_earliest_instant_is_accepted_and_read_back_exactly(db_url: str, sch
 
 
 @pytest.mark.parametrize("namespace", ["a\udc80", "\ud800", "ok-\udfff-not"])
-def test_a_namespace_with_a_lone_surrogate_is_refused_by_the_constructor(db_url: str, namespace: str) -> None:
+def test_a_namespace_with_a_lone_surrogate_is_refused_by_the_constructor(empty_db_url: str, namespace: str) -> None:
+    # A database nobody opened yet: for SQLite, the test sees that no file was made.
     with pytest.raises(InvalidJobError) as raised:
-        JobScheduler(db_url, namespace=namespace)
+        JobScheduler(empty_db_url, namespace=namespace)
     assert raised.value.argument == "namespace"
     assert "surrogate" in str(raised.value)
     with pytest.raises(InvalidJobError) as front:
-        AsyncJobScheduler(db_url, namespace=namespace)
+        AsyncJobScheduler(empty_db_url, namespace=namespace)
     assert front.value.argument == "namespace"
     # Nothing was opened or written: a valid scheduler on the same database starts empty and works.
-    if db_url.startswith("sqlite:///"):
-        assert not Path(db_url.removeprefix("sqlite:///")).exists()
-    good = JobScheduler(db_url, namespace="a")
+    if empty_db_url.startswith("sqlite:///"):
+        assert not Path(empty_db_url.removeprefix("sqlite:///")).exists()
+    good = JobScheduler(empty_db_url, namespace="a")
     try:
         good.schedule("x", RECORD, 10.0)
         assert [j.job_id for j in good.jobs()] == ["x"]

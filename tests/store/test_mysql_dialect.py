@@ -25,6 +25,7 @@ from tests.support.helpers import EPOCH, TIMEOUT, at_us
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 pytestmark = pytest.mark.mariadb
 
@@ -35,9 +36,9 @@ SLOTS: Final = 100
 
 
 @pytest.fixture
-def store(migrated_databases: MigratedDatabases) -> Iterator[Store]:
+def store(migrated_databases: MigratedDatabases, tmp_path: Path) -> Iterator[Store]:
     """A `Store` on the emptied session MariaDB database (the contract suite's `store`, MariaDB only)."""
-    engine = _db.make_engine(migrated_databases.empty(engine_named("mariadb")))
+    engine = _db.make_engine(migrated_databases.empty(engine_named("mariadb"), tmp_path))
     try:
         yield Store(engine, _db.mask(engine.url))
     finally:

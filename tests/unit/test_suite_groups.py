@@ -17,7 +17,11 @@ import pytest
 def test_the_tests_of_processes_form_one_xdist_group(request: pytest.FixtureRequest) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER") is None or not request.config.getvalue("loadgroup"):
         pytest.skip("not under pytest-xdist --dist loadgroup: every test runs in this one process")
-    grouped = [item.nodeid for item in request.session.items if item.get_closest_marker("xdist_group")]
-    assert request.node.nodeid in grouped
-    lost = [nodeid for nodeid in grouped if not nodeid.endswith("@processes")]
-    assert not lost, f"{len(lost)} of {len(grouped)} tests of the group are not in it, e.g. {lost[0]}"
+    grouped = {
+        item.nodeid: marker.args[0]
+        for item in request.session.items
+        if (marker := item.get_closest_marker("xdist_group")) is not None
+    }
+    assert grouped[request.node.nodeid] == "processes"
+    lost = [nodeid for nodeid, group in grouped.items() if not nodeid.endswith(f"@{group}")]
+    assert not lost, f"{len(lost)} of {len(grouped)} tests of a group are not in it, e.g. {lost[0]}"
