@@ -70,7 +70,7 @@ class ForkGate:
 
     def before_fork(self) -> None:
         """Wait until only this thread holds a share; the gate stays locked through the fork."""
-        own = 1 if getattr(self._depth, "n", 0) else 0
+        own = self._held_here()
         self._cond.acquire()
         self._forking = True
         deadline = time.monotonic() + FORK_WAIT
@@ -95,8 +95,12 @@ class ForkGate:
     def after_fork_in_child(self) -> None:
         # The only thread here is the one that forked: only its own share, if any, is held.
         self._cond = threading.Condition()
-        self._shares = 1 if getattr(self._depth, "n", 0) else 0
+        self._shares = self._held_here()
         self._forking = False
+
+    def _held_here(self) -> int:
+        """The shares this thread holds: 1 inside `share` (however deeply nested), else 0."""
+        return 1 if getattr(self._depth, "n", 0) else 0
 
 
 FORK_GATE: Final = ForkGate()

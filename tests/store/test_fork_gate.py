@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 from typing import TYPE_CHECKING, Final
 
 from persched._store import fork_gate
 from persched._store.fork_gate import FORK_GATE, ForkGate
-from tests.support.helpers import TIMEOUT, wait_until
+from tests.support.helpers import TIMEOUT, thread_runs, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -65,7 +64,9 @@ def test_a_fork_waits_for_another_threads_share_and_new_shares_wait_for_the_fork
     threads.append(_thread(forker))
     wait_until(lambda: FORK_GATE._forking, message="the fork to wait at the gate")
     threads.append(_thread(latecomer))
-    wait_until(lambda: _inside_share(threads[2]), message="the latecomer to wait in share()")
+    # The latecomer runs share()'s own code, not the block it guards: it waits there.
+    share_code = ForkGate.share.__wrapped__.__code__  # type: ignore[attr-defined]  # contextmanager's
+    wait_until(lambda: thread_runs(threads[2], share_code), message="the latecomer to wait in share()")
     assert codes == []
     assert inside == {"holder"}  # the late share waits for the fork
     release.set()
@@ -74,16 +75,6 @@ def test_a_fork_waits_for_another_threads_share_and_new_shares_wait_for_the_fork
     assert codes == [CHILD_OK]  # at the fork neither the holder nor the latecomer was inside SQLite
     assert inside == {"latecomer"}  # which had its share after the fork
     assert (FORK_GATE._shares, FORK_GATE._forking) == (0, False)
-
-
-def _inside_share(thread: threading.Thread) -> bool:
-    """`thread` is running ForkGate.share's own code (not the block it guards): it waits there."""
-    frame = sys._current_frames().get(thread.ident or 0)
-    while frame is not None:
-        if frame.f_code is ForkGate.share.__wrapped__.__code__:  # type: ignore[attr-defined]  # contextmanager's
-            return True
-        frame = frame.f_back
-    return False
 
 
 def test_a_thread_that_forks_inside_its_own_share_waits_for_no_one() -> None:

@@ -83,11 +83,16 @@ def _reap(pid: int) -> str:
     return "hung"
 
 
+def _fork() -> int:
+    """``os.fork()``, without 3.12's DeprecationWarning for a fork of a threaded process (the point here)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return os.fork()
+
+
 def fork_and(how: str, out: str) -> None:
     """The job: fork; the child's code then raises SystemExit, returns or raises (`how`)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork() of a threaded process
-        pid = os.fork()
+    pid = _fork()
     if pid == 0:
         if how == "exit":
             raise SystemExit(FORKED_CODE)
@@ -175,9 +180,7 @@ def _methods_mode(url: str, out: str) -> None:
     sched.start()
     sched.schedule("tick", TICK, 0.2, start_in=0)
     _wait(lambda: any(r.outcome == "ok" for r in sched.runs("tick")), "a first run")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork() of a threaded process
-        pid = os.fork()
+    pid = _fork()
     if pid == 0:
         results = {name: _outcome(call) for name, call in _child_calls(sched).items()}
         _append(out, {"child_results": results})
@@ -196,9 +199,7 @@ def _busy_mode(url: str, out: str) -> None:
     _wait(lambda: any(r.outcome == "ok" for r in sched.runs("tick")), "a first run")
     statuses = []
     for _ in range(BUSY_FORKS):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork() of a threaded process
-            pid = os.fork()
+        pid = _fork()
         if pid == 0:
             code = 1
             try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from contextlib import closing
 from typing import TYPE_CHECKING, Any, Final
@@ -23,8 +24,10 @@ from persched import _realtime
 from persched._model.instant import Instant, micros, to_datetime
 
 if TYPE_CHECKING:
+    import threading
     from collections.abc import Callable
     from datetime import datetime
+    from types import CodeType
 
     from persched import JobScheduler, Run
     from persched.testing import FakeClock
@@ -40,6 +43,7 @@ __all__ = [
     "sql",
     "sqlite_path",
     "stop_gracefully",
+    "thread_runs",
     "wait_finished",
     "wait_until",
 ]
@@ -76,6 +80,16 @@ def heartbeat_settled(sched: JobScheduler, clock: FakeClock) -> None:
     """Wait until `sched`'s heartbeat waits on `clock`: its first round, which picks up at once
     whatever changed since start(), is over, so a later change is found only by a signal or a poll."""
     wait_until(lambda: sched._heartbeat._cond in clock._conds, message="the heartbeat waits on the clock")
+
+
+def thread_runs(thread: threading.Thread, code: CodeType) -> bool:
+    """`thread` is running `code` right now (anywhere on its stack): it waits there, say."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = TIMEOUT, message: str = "") -> None:

@@ -20,7 +20,7 @@ import threading
 import pytest
 
 from persched._interfaces.signals import StopSignals, run_responsively
-from tests.support.helpers import TIMEOUT, wait_until
+from tests.support.helpers import TIMEOUT, thread_runs, wait_until
 
 REENTRANT = textwrap.dedent(
     """
@@ -104,15 +104,6 @@ def test_run_responsively_returns_after_the_action_and_raises_what_it_raised() -
         run_responsively(fail)
 
 
-def _main_thread_waits_in_a_join() -> bool:
-    frame = sys._current_frames().get(threading.main_thread().ident or 0)
-    while frame is not None:
-        if frame.f_code is threading.Thread.join.__code__:
-            return True
-        frame = frame.f_back
-    return False
-
-
 def test_a_signal_handled_on_another_thread_runs_its_handler_during_run_responsively() -> None:
     # The signal is delivered to the action's thread; the main thread is in a timed join slice.
     handled: list[int] = []
@@ -121,7 +112,8 @@ def test_a_signal_handled_on_another_thread_runs_its_handler_during_run_responsi
     seen_by_the_action: list[bool] = []
 
     def action() -> None:
-        wait_until(_main_thread_waits_in_a_join, message="the main thread in its join")  # as a shutdown's
+        joining = threading.Thread.join.__code__  # the main thread waits there, as for a shutdown
+        wait_until(lambda: thread_runs(threading.main_thread(), joining), message="the main thread in its join")
         signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)
         release.wait(TIMEOUT)  # until the main thread ran the handler (an untimed join: never)
         seen_by_the_action.append(bool(handled))
