@@ -31,7 +31,14 @@ from persched import JobScheduler
 from persched.errors import SchedulerStateError
 from persched.testing import FakeClock
 from tests.support import jobs
-from tests.support.engines import ENGINES, MigratedDatabases, engine_named, engine_params, required_in_ci
+from tests.support.engines import (
+    ENGINES,
+    SQLITE_FILE,
+    MigratedDatabases,
+    engine_named,
+    engine_params,
+    required_in_ci,
+)
 from tests.support.helpers import EPOCH, TIMEOUT, wait_until
 from tests.support.mariadb import mariadb_base_url
 from tests.support.pools import CheckoutTracker
@@ -181,7 +188,7 @@ def empty_db_url(engine_name: str, tmp_path: Path) -> Iterator[str]:
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     """A SQLAlchemy URL of a fresh SQLite file in the test's temp dir."""
-    return f"sqlite:///{tmp_path / 'jobs.db'}"
+    return f"sqlite:///{tmp_path / SQLITE_FILE}"
 
 
 @pytest.fixture

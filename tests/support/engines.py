@@ -44,7 +44,16 @@ if TYPE_CHECKING:
 
     from _pytest.mark.structures import ParameterSet
 
-__all__ = ["ENGINES", "EngineSpec", "MigratedDatabases", "engine_named", "engine_params", "migrate", "required_in_ci"]
+__all__ = [
+    "ENGINES",
+    "SQLITE_FILE",
+    "EngineSpec",
+    "MigratedDatabases",
+    "engine_named",
+    "engine_params",
+    "migrate",
+    "required_in_ci",
+]
 
 
 @dataclass(frozen=True)
@@ -74,12 +83,15 @@ class EngineSpec:
         return None if self.url_env is None else getattr(pytest.mark, self.name)
 
 
+SQLITE_FILE: Final = "jobs.db"
+"""A test's SQLite database in its tmp_path, whatever the tag: `db_url`, `empty_db_url` and
+`sqlite_url` all name it, so a test that reads the file behind `db_url` can ask for `sqlite_url` too."""
+
+
 @contextlib.contextmanager
 def _sqlite_file(tmp_path: Path, tag: str) -> Iterator[str]:
-    # "jobs.db", whatever the tag: the file the `sqlite_url` fixture names, so a
-    # test that reads the file behind `db_url` can ask for `sqlite_url` too.
     del tag
-    yield f"sqlite:///{tmp_path / 'jobs.db'}"
+    yield f"sqlite:///{tmp_path / SQLITE_FILE}"
 
 
 def _pg_fresh(tmp_path: Path, tag: str) -> AbstractContextManager[str]:
@@ -148,7 +160,7 @@ class MigratedDatabases:
 
     def empty(self, engine: EngineSpec, tmp_path: Path) -> str:
         """The URL of a database of `engine` as a fresh migration leaves it: for SQLite a new file
-        in `tmp_path` (``jobs.db``, as `EngineSpec.fresh` names it), else the session database."""
+        in `tmp_path` (`SQLITE_FILE`), else the session database."""
         if engine.baseline is None:
             return self._sqlite_copy(tmp_path)
         made = self._made.get(engine.name)
@@ -168,7 +180,7 @@ class MigratedDatabases:
             # The last connection's close checkpointed the WAL into the file: the file is all of it.
             assert not template.with_name(template.name + "-wal").exists()
             self._sqlite_template = template
-        target = tmp_path / "jobs.db"
+        target = tmp_path / SQLITE_FILE
         shutil.copy(self._sqlite_template, target)  # its mode too: owner-only, as persched makes files
         return f"sqlite:///{target}"
 
