@@ -43,12 +43,15 @@ from tests.support.helpers import EPOCH, TIMEOUT, wait_until
 from tests.support.mariadb import mariadb_base_url
 from tests.support.pools import CheckoutTracker
 from tests.support.postgres import pg_base_url
+from tests.support.seeds import name_seed_in_failure, seed
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-__all__ = ["EPOCH", "TIMEOUT", "SchedulerFactory", "wait_until"]
+__all__ = ["EPOCH", "TIMEOUT", "SchedulerFactory", "seed", "wait_until"]
+
+pytest_runtest_makereport = name_seed_in_failure  # a randomised test's failure names its seed
 
 THREAD_PREFIX = "persched-"
 

@@ -35,9 +35,9 @@ clock = FakeClock(1_700_000_000.25)
 with JobScheduler(sys.argv[1], clock=clock) as sched:
     sched.schedule("plain", failing_jobs.fail_sync, 60.0, args=("missing",), start_in=0)
     sched.schedule("coroutine", failing_jobs.fail_async, 60.0, args=("missing",), start_in=0)
-    for _ in range(2):
-        clock.advance(60)
-        assert sched.wait_idle(30)
+    assert sched.wait_idle(30)  # the first run of each, due at once
+    clock.advance(60)
+    assert sched.wait_idle(30)  # the second
 """
 LINE: Final = (
     "job {job} generation 1 raised tests.support.failing_jobs.LookupFailed: no setting 'missing'"

@@ -18,11 +18,13 @@ def scale(default: int, soak: int) -> int:
 
 
 def fuzz_settings(examples: int, soak_examples: int | None = None, **kw: object) -> settings:
-    """A bounded hypothesis profile: no deadline, no database, scaled by PERSCHED_SOAK."""
+    """A bounded hypothesis profile: no deadline, no database, scaled by PERSCHED_SOAK; a failure
+    prints the ``@reproduce_failure`` line that replays it."""
     return settings(
         max_examples=scale(examples, soak_examples or examples * 20),
         deadline=None,
         database=None,
+        print_blob=True,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
         **kw,  # type: ignore[arg-type]
     )

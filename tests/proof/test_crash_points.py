@@ -47,8 +47,8 @@ recover-after-commit       the run is "lost" (by the child); "r" runs again
 =========================  =================================================================
 
 Seeded random kill points: the child replaces, deschedules and re-schedules jobs
-at a random pace and is killed after a random real delay (the seed is printed;
-replay with ``PERSCHED_CRASH_SEED``). ``PERSCHED_SOAK=1`` runs more of them.
+at a random pace and is killed after a random real delay (the seed is
+named in a failure, replay with ``PERSCHED_SEED``). ``PERSCHED_SOAK=1`` runs more of them.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ from persched import JobScheduler
 from tests.proof._settings import scale
 from tests.support.crash_child import JOBS, POINTS, RECOVER_JOB, REPLACED_INTERVAL
 from tests.support.helpers import TIMEOUT, wait_until
-from tests.support.history import Op, check, runs_from_db
+from tests.support.history import Op, OpLog, assert_consistent, runs_from_db
 from tests.support.proof_jobs import read_file_starts
 
 if TYPE_CHECKING:
@@ -129,16 +129,6 @@ def _sql(db: Path, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[A
         return conn.execute(statement, params).fetchall()
 
 
-def _read_ops(path: Path) -> list[Op]:
-    if not path.exists():
-        return []
-    ops: list[Op] = []
-    for line in path.read_text().splitlines():
-        d = json.loads(line)
-        ops.append(Op(d["kind"], d["job_id"], d["invoked"], d["returned"], d["result"], d["interval"]))
-    return ops
-
-
 def _kill_child(tmp_path: Path, point: str, *, seed: int = 0, delay: float = 0.0) -> Crash:
     db, starts, ops, marker = (tmp_path / n for n in ("jobs.db", "starts.log", "ops.jsonl", "marker.json"))
     env = dict(os.environ)
@@ -164,7 +154,7 @@ def _kill_child(tmp_path: Path, point: str, *, seed: int = 0, delay: float = 0.0
     killed_at = time.monotonic()
     info: dict[str, Any] = json.loads(marker.read_text())
     open_runs = {int(r[0]) for r in _sql(db, "SELECT run_id FROM persched_runs WHERE outcome IS NULL")}
-    return Crash(db, starts, _read_ops(ops), info, f"child-{child.pid}", killed_at, open_runs)
+    return Crash(db, starts, OpLog(ops).read(cut_at=killed_at), info, f"child-{child.pid}", killed_at, open_runs)
 
 
 def _restart(crash: Crash) -> None:
@@ -222,8 +212,7 @@ def _verify(crash: Crash) -> None:
     by_id = {r.run_id: r for r in runs}
     starts = read_file_starts(str(crash.starts))
     ops = crash.ops + _pending_op(crash)
-    problems = check(ops, runs, starts, end=time.monotonic(), live_after=0.0, timed=False)
-    assert problems == [], problems
+    assert_consistent(ops, runs, starts, end=time.monotonic(), live_after=0.0, timed=False)
 
     assert all(by_id[i].outcome == "lost" for i in crash.open_at_kill), [by_id[i] for i in crash.open_at_kill]
     restart_runs = [r for r in runs if r.instance_id == RESTART_ID]
@@ -348,15 +337,9 @@ def test_sigkill_at_a_named_point_then_restart(tmp_path: Path, point: str) -> No
     _verify(crash)
 
 
-def _seed() -> int:
-    value = int(os.environ.get("PERSCHED_CRASH_SEED", "0")) or random.SystemRandom().randrange(1, 2**31)
-    print(f"crash seed: PERSCHED_CRASH_SEED={value}")  # noqa: T201 - the way to replay a failure
-    return value
-
-
 @pytest.mark.parametrize("round_", range(scale(3, 30)))
-def test_sigkill_at_a_random_moment_then_restart(tmp_path: Path, round_: int) -> None:
-    rng = random.Random(_seed() + round_)
+def test_sigkill_at_a_random_moment_then_restart(tmp_path: Path, round_: int, seed: int) -> None:
+    rng = random.Random(seed)
     delay = rng.uniform(0.0, MAX_KILL_DELAY)
     crash = _kill_child(tmp_path, "random", seed=rng.randrange(2**31), delay=delay)
     EXERCISED.append(f"random+{delay:.3f}s")

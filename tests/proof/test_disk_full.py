@@ -36,7 +36,7 @@ from persched.errors import StoreError
 from persched.testing import FakeClock
 from tests.support import proof_jobs
 from tests.support.helpers import EPOCH, TIMEOUT, sql, sqlite_path, wait_until
-from tests.support.history import History, check, runs_from_db
+from tests.support.history import History, assert_consistent, runs_from_db
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -189,4 +189,4 @@ def test_disk_full_refuses_schedules_pauses_claims_and_recovers(
     ops, starts = history.snapshot()
     runs = runs_from_db(path, offset_us=sched._timebase._offset)
     # R1-R3, R5 (liveness was driven above: the fill jobs, due in an hour, never ran on purpose).
-    assert check(ops, runs, starts) == []
+    assert_consistent(ops, runs, starts)

@@ -44,7 +44,7 @@ from persched.errors import PerschedError, StoreError
 from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.helpers import EPOCH, TIMEOUT, sql, sqlite_path, wait_until
-from tests.support.history import check, runs_from_db
+from tests.support.history import assert_consistent, runs_from_db
 from tests.support.store_calls import claim_one
 
 if TYPE_CHECKING:
@@ -195,8 +195,7 @@ class Bench:
         assert {j for j, s in rows if s != "descheduled"} == live, rows
         assert all(s != "running" for _, s in rows), f"row stuck in 'running' after a clean shutdown: {rows}"
         assert open_runs == [], f"runs left open after a clean shutdown: {open_runs}"
-        problems = check([], runs_from_db(path, micros(EPOCH) - 1_000_000_000), [], starts_complete=False)
-        assert problems == [], problems
+        assert_consistent([], runs_from_db(path, micros(EPOCH) - 1_000_000_000), [], starts_complete=False)
 
 
 @pytest.fixture

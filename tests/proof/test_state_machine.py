@@ -29,7 +29,7 @@ from persched.errors import SchedulerStateError
 from persched.testing import FakeClock
 from tests.proof._settings import fuzz_settings
 from tests.support.helpers import EPOCH, TIMEOUT, sql, wait_until
-from tests.support.history import History, check, runs_from_db, ts
+from tests.support.history import History, assert_consistent, runs_from_db, ts
 
 JOB_IDS = ("a", "b", "c")
 # (interval, argument): the definition of a job; two equal ones are "the same definition".
@@ -160,8 +160,7 @@ class SchedulerMachine(RuleBasedStateMachine):
                 self.sched.shutdown(wait=True, timeout=TIMEOUT)
             ops, _ = self.history.snapshot()
             runs = runs_from_db(self.path, micros(EPOCH) - 1_000_000_000)  # FakeClock: wall - monotonic offset
-            problems = check(ops, runs, [], starts_complete=False)
-            assert problems == [], problems
+            assert_consistent(ops, runs, [], starts_complete=False)
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
 

@@ -626,9 +626,9 @@ class Op:
 
 
 @pytest.mark.stress
-def test_concurrent_schedule_deschedule_stress(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
-    seed = random.randrange(2**32)
-    print(f"stress seed: {seed}")  # noqa: T201  # printed so a failure can be replayed
+def test_concurrent_schedule_deschedule_stress(
+    make_scheduler: SchedulerFactory, fake_clock: FakeClock, seed: int
+) -> None:
     ids = ["s0", "s1", "s2", "s3"]
     intervals = [0.25, 0.5, 1.0]
     sched = make_scheduler(start=True, workers=4)

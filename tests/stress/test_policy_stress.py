@@ -21,7 +21,7 @@ import pytest
 
 from persched._model.instant import from_datetime
 from persched.errors import SchedulerStateError
-from tests.stress.test_stress import scale, seed
+from tests.stress.test_stress import scale
 from tests.support import race_jobs
 from tests.support.helpers import TIMEOUT
 
@@ -33,8 +33,8 @@ pytestmark = pytest.mark.stress
 IDS = [f"p{i}" for i in range(6)]
 
 
-def test_pause_resume_run_now_and_deschedule_from_many_threads(make_scheduler: SchedulerFactory) -> None:
-    rng_seed = seed()
+def test_pause_resume_run_now_and_deschedule_from_many_threads(make_scheduler: SchedulerFactory, seed: int) -> None:
+    rng_seed = seed
     sched = make_scheduler(real_clock=True, workers=4, start=True)
     for job_id in IDS:
         sched.schedule(job_id, race_jobs.work, 0.004, args=(0.001,), start_in=0)

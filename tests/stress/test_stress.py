@@ -2,7 +2,7 @@
 real clock with intervals of a few milliseconds, while the scheduler runs them.
 
 The budget is small by default and scales with ``PERSCHED_STRESS_SCALE``; the
-seed is printed (``-s``) and can be replayed with ``PERSCHED_STRESS_SEED``.
+seed is named in a failure and can be replayed with ``PERSCHED_SEED``.
 Invariants are read from ``persched_runs`` after a clean shutdown.
 
 What can be asserted soundly
@@ -69,12 +69,6 @@ DEFINITIONS: list[tuple[str, tuple[Any, ...], float]] = [
 
 def scale() -> float:
     return float(os.environ.get("PERSCHED_STRESS_SCALE", "1"))
-
-
-def seed() -> int:
-    value = int(os.environ.get("PERSCHED_STRESS_SEED", str(random.randrange(2**32))))
-    print(f"stress seed: PERSCHED_STRESS_SEED={value}")  # noqa: T201 - the way to replay a failure
-    return value
 
 
 @dataclass(frozen=True)
@@ -220,8 +214,7 @@ def final_generations(sched: JobScheduler) -> dict[str, int]:
     return {job.job_id: job.generation for job in sched.jobs() if job.job_id in IDS}
 
 
-def run_stress(make_scheduler: SchedulerFactory, url: str) -> None:
-    rng_seed = seed()
+def run_stress(make_scheduler: SchedulerFactory, url: str, rng_seed: int) -> None:
     sched = make_scheduler(url, real_clock=True, workers=4, start=True)
     ops = hammer(sched, rng_seed)
     # Every job still scheduled at the end has a run after its last change.
@@ -240,8 +233,8 @@ def run_stress(make_scheduler: SchedulerFactory, url: str) -> None:
 
 
 @pytest.mark.every_engine
-def test_stress_schedule_replace_deschedule(make_scheduler: SchedulerFactory) -> None:
-    run_stress(make_scheduler, make_scheduler.url)
+def test_stress_schedule_replace_deschedule(make_scheduler: SchedulerFactory, seed: int) -> None:
+    run_stress(make_scheduler, make_scheduler.url, seed)
 
 
 def test_invariant_checker_rejects_a_run_after_its_generation_ended() -> None:

@@ -46,6 +46,7 @@ from persched._engine.runs import RunBook
 from persched._model.instant import Instant, Micros, from_datetime, micros
 from persched._store import Claim, Recovery, Store
 from tests.support import proof_jobs
+from tests.support.history import OpLog
 from tests.support.store_calls import claim_one
 
 if TYPE_CHECKING:
@@ -127,17 +128,6 @@ def write_marker(marker: Path, payload: dict[str, Any]) -> None:
     tmp = marker.with_suffix(".tmp")
     tmp.write_text(json.dumps(payload))
     os.replace(tmp, marker)
-
-
-def _append_op(ops: Path, kind: str, job_id: str, invoked: float, result: object, interval: float | None) -> None:
-    line = json.dumps(
-        {"kind": kind, "job_id": job_id, "invoked": invoked, "returned": time.monotonic(), "result": result}
-        | {"interval": interval}
-    )
-    with ops.open("a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def _install(crash: _Crash) -> None:
@@ -289,25 +279,31 @@ def _wait_for_starts(path: Path, count: int, deadline: float) -> None:
         time.sleep(0.01)  # polling with a deadline
 
 
-def _random_workload(sched: JobScheduler, ops: Path, starts: Path, seed: int, deadline: float) -> None:
-    """Replace "a", deschedule and re-schedule "c", at a seeded random pace, until killed."""
+def _random_workload(sched: JobScheduler, ops: OpLog, starts: Path, seed: int, deadline: float) -> None:
+    """Replace "a", deschedule and re-schedule "c", at a seeded random pace, until killed.
+
+    Each call is logged before it starts too: the kill may land after its commit and
+    before its return is logged (the history then holds it as in flight).
+    """
     rng = random.Random(seed)
     end = time.monotonic() + deadline
     pace = threading.Event()
     while time.monotonic() < end:
         pace.wait(rng.uniform(0.01, 0.1))  # workload pacing, not synchronisation
         choice = rng.random()
-        invoked = time.monotonic()
         if choice < 0.4:
             interval = rng.choice((0.05, 0.06))
+            invoked = ops.invoked("schedule", "a", interval)
             job = sched.schedule("a", TARGET, interval, args=(str(starts),))
-            _append_op(ops, "schedule", "a", invoked, job.generation, interval)
+            ops.returned("schedule", "a", invoked, job.generation, interval)
         elif choice < 0.7:
+            invoked = ops.invoked("deschedule", "c")
             removed = sched.deschedule("c")
-            _append_op(ops, "deschedule", "c", invoked, removed, None)
+            ops.returned("deschedule", "c", invoked, removed)
         else:
+            invoked = ops.invoked("schedule", "c", JOBS["c"])
             job = sched.schedule("c", TARGET, JOBS["c"], args=(str(starts),))
-            _append_op(ops, "schedule", "c", invoked, job.generation, JOBS["c"])
+            ops.returned("schedule", "c", invoked, job.generation, JOBS["c"])
     os._exit(EXIT_DEADLINE)
 
 
@@ -325,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--pickup", type=float, default=0.2)
     parser.add_argument("--deadline", type=float, default=60.0)
     args = parser.parse_args(argv)
-    starts, ops, marker = Path(args.starts), Path(args.ops), Path(args.marker)
+    starts, ops, marker = Path(args.starts), OpLog(Path(args.ops)), Path(args.marker)
 
     crash = _Crash(args.point, marker, args.deadline)
     if args.point != "random":
@@ -343,9 +339,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         _listen(crash, sched)
 
     def schedule(job_id: str, interval: float, start_in: float | None = None) -> int:
-        invoked = time.monotonic()
+        invoked = ops.invoked("schedule", job_id, interval)
         job = sched.schedule(job_id, TARGET, interval, args=(str(starts),), start_in=start_in)
-        _append_op(ops, "schedule", job_id, invoked, job.generation, interval)
+        ops.returned("schedule", job_id, invoked, job.generation, interval)
         return job.generation
 
     for job_id, interval in JOBS.items():

@@ -44,6 +44,9 @@ R5 bookkeeping: every callable start matches a stored claim of the same
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import sqlite3
 import threading
 import time
@@ -52,12 +55,13 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from itertools import pairwise
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
+    from pathlib import Path
 
-__all__ = ["History", "Op", "RunRow", "Start", "check", "runs_from_db", "ts"]
+__all__ = ["History", "Op", "OpLog", "RunRow", "Start", "assert_consistent", "check", "describe", "runs_from_db", "ts"]
 
 OUTCOMES: Final = frozenset({"ok", "error", "lost", None})
 
@@ -70,7 +74,7 @@ class Op:
     job_id: str
     invoked: float
     returned: float
-    result: int | bool | None  # None: the call raised
+    result: int | bool | None  # None: the call raised, or was cut short (its effect unknown)
     interval: float | None = None
 
 
@@ -144,6 +148,55 @@ class History:
         """Copies of the operations and starts recorded so far."""
         with self._lock:
             return list(self.ops), list(self.starts)
+
+
+@dataclass(frozen=True)
+class OpLog:
+    """Public calls of another process, one JSON line each, written so that a SIGKILL loses none.
+
+    `invoked` writes a line before the call and `returned` another after it: a
+    call that a kill cut short (it may have committed) stays in the history as
+    in flight until the kill, with an unknown result, so that no rule judges a
+    generation it may have replaced.
+    """
+
+    path: Path
+
+    def invoked(self, kind: str, job_id: str, interval: float | None = None) -> float:
+        """Record that a call starts now; return its invocation time."""
+        at = time.monotonic()
+        self._write({"kind": kind, "job_id": job_id, "invoked": at, "returned": None, "interval": interval})
+        return at
+
+    def returned(
+        self, kind: str, job_id: str, invoked: float, result: int | bool, interval: float | None = None
+    ) -> None:
+        """Record that the call invoked at `invoked` returned `result` now."""
+        line = {"kind": kind, "job_id": job_id, "invoked": invoked, "returned": time.monotonic(), "result": result}
+        self._write(line | {"interval": interval})
+
+    def read(self, cut_at: float) -> list[Op]:
+        """The calls, those still in flight ending at `cut_at` (the kill) with an unknown result."""
+        if not self.path.exists():
+            return []
+        ops: list[Op] = []
+        in_flight: dict[tuple[str, str, float], dict[str, Any]] = {}
+        for line in self.path.read_text().splitlines():
+            d = json.loads(line)
+            key = (d["kind"], d["job_id"], d["invoked"])
+            if d["returned"] is None:
+                in_flight[key] = d
+                continue
+            in_flight.pop(key, None)
+            ops.append(Op(d["kind"], d["job_id"], d["invoked"], d["returned"], d["result"], d["interval"]))
+        ops += [Op(d["kind"], d["job_id"], d["invoked"], cut_at, None, d["interval"]) for d in in_flight.values()]
+        return ops
+
+    def _write(self, line: dict[str, Any]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(line) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
 
 
 def ts(value: object) -> float:
@@ -329,3 +382,32 @@ def check(
             if not ok:
                 problems.append(f"R4 {job_id} g{gen} stayed scheduled from {op.returned} to {end} but never ran")
     return problems
+
+
+def assert_consistent(ops: list[Op], runs: list[RunRow], starts: list[Start], **options: Any) -> None:  # noqa: ANN401
+    """`check` the history (with `options`); on a violation, fail with the problems and the history judged."""
+    problems = check(ops, runs, starts, **options)
+    if problems:
+        raise AssertionError(describe(problems, ops, runs, starts))
+
+
+def describe(problems: list[str], ops: list[Op], runs: list[RunRow], starts: list[Start], most: int = 200) -> str:
+    """The problems, then the history of each job they name (all jobs if they name none): its
+    calls, stored runs and callable starts, each in time order, at most `most` lines of each."""
+    jobs = {o.job_id for o in ops} | {r.job_id for r in runs} | {s.job_id for s in starts}
+    text = "\n".join(problems)
+    named = {j for j in jobs if re.search(rf"(?<![\w-]){re.escape(j)}(?![\w-])", text)} or jobs
+    lines = [f"{len(problems)} problems:", *problems[:most]]
+
+    def section(title: str, rows: list[str]) -> None:
+        lines.append(f"  {title} ({len(rows)}):")
+        lines.extend(f"    {row}" for row in rows[:most])
+        if len(rows) > most:
+            lines.append(f"    ... {len(rows) - most} more")
+
+    for job_id in sorted(named):
+        lines.append(f"history of {job_id}:")
+        section("calls", [repr(o) for o in sorted(ops, key=lambda o: o.invoked) if o.job_id == job_id])
+        section("stored runs", [repr(r) for r in sorted(runs, key=lambda r: r.run_id) if r.job_id == job_id])
+        section("callable starts", [repr(x) for x in sorted(starts, key=lambda x: x.start) if x.job_id == job_id])
+    return "\n".join(lines)
