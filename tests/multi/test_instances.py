@@ -68,7 +68,7 @@ def test_three_instances_run_every_slot_once(db_url: str, tmp_path: Path) -> Non
         stopped_at = deschedule_all(db_url, list(jobs))
         c.stop_all()
     runs = fetch_runs(db_url)
-    report = check_once(runs, effects_of(c), jobs, first)
+    report = check_once(runs, effects_of(c), jobs, first, starved=c.pressure.share())
     logger.info("%s: %s", "measured", report.summary())
     assert report.lost == 0
     assert set(report.by_instance) == {"a", "b", "c"}, "every instance should have claimed some runs"
@@ -147,7 +147,9 @@ def _sigkill_mid_run(db_url: str, tmp_path: Path, *, race: bool) -> None:
     # the work, the victim's waiting jobs also wait for a survivor's search (0.5-1 s, several of
     # these short intervals) until the survivors drop it from their views, a lease after the kill
     # (docs/multi.md, the kill loops): 0.30 seen once in CI with the other tests beside it.
-    report = check_once(runs, effects_of(c), intervals, first, max_coalesced_fraction=0.3 if race else 0.4)
+    report = check_once(
+        runs, effects_of(c), intervals, first, max_coalesced_fraction=0.3 if race else 0.4, starved=c.pressure.share()
+    )
     logger.info("%s: %s", "measured", report.summary())
 
 
@@ -218,6 +220,6 @@ def test_changes_through_one_instance_reach_the_others(db_url: str, tmp_path: Pa
         assert not started_late, f"{job_id} started after its deschedule returned: {started_late}"
         assert not _effects_after(c.effects, job_id, done), f"{job_id}: a slot after the deschedule ran"
         assert {r.instance_id for r in runs if r.job_id == job_id} & {"b", "c"}
-    report = check_once(runs, effects_of(c), intervals, first)
+    report = check_once(runs, effects_of(c), intervals, first, starved=c.pressure.share())
     logger.info("%s: %s", "measured", report.summary())
     assert report.lost == 0

@@ -95,7 +95,9 @@ def _connection_cuts(server_url: str, tmp_path: Path, *, race: bool) -> None:
     # its view (a lease): its search finds them 0.5-1 s late meanwhile, so more slots may coalesce
     # during the cuts than when both race for every slot. After the recovery, below, the bound is
     # the same for both.
-    report = check_once(runs, effects_of(c), jobs, first, max_coalesced_fraction=0.25 if race else 0.35)
+    report = check_once(
+        runs, effects_of(c), jobs, first, max_coalesced_fraction=0.25 if race else 0.35, starved=c.pressure.share()
+    )
     logger.info("measured: %s cut=%d", report.summary(), cut)
     # A cut can leave the proxied instance unable to renew a lease in time, or
     # unsure whether a claim's commit landed (the reply was cut): such a run is
@@ -112,5 +114,5 @@ def _connection_cuts(server_url: str, tmp_path: Path, *, race: bool) -> None:
     assert set(after_first) == set(jobs)
     # After the recovery every slot runs: coalescing only behind an explained late start (a loaded 2-core
     # machine does start late now and then; the bound is liveness, the exact checks are in check_once).
-    after_report = check_once(after, None, jobs, after_first, max_coalesced_fraction=0.25)
+    after_report = check_once(after, None, jobs, after_first, max_coalesced_fraction=0.25, starved=c.pressure.share())
     logger.info("after recovery: %s", after_report.summary())

@@ -14,6 +14,7 @@ import random
 from typing import TYPE_CHECKING, Final
 
 import pytest
+from _pytest._code.code import ExceptionRepr
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -42,9 +43,9 @@ def name_seed_in_failure(
     if value is None or not report.failed:
         return report
     longrepr = report.longrepr
-    crash = getattr(longrepr, "reprcrash", None)
-    if crash is not None:
-        crash.message = f"[{SEED_ENV}={value}] {crash.message}"
-    if hasattr(longrepr, "addsection"):
+    if isinstance(longrepr, ExceptionRepr):  # an exception's report (not a skip's tuple or a plain text)
+        crash = getattr(longrepr, "reprcrash", None)
+        if crash is not None:
+            crash.message = f"[{SEED_ENV}={value}] {crash.message}"
         longrepr.addsection("seed", f"replay: {SEED_ENV}={value} python -m pytest -n0 '{item.nodeid}'")
     return report
