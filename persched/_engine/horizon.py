@@ -46,6 +46,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Final
 
+from .. import _loggers
 from .._model import triggers as _triggers
 from .._model.instant import to_datetime
 
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_HORIZON_SECONDS", "REFILL_ROWS", "SWEEP_ROWS", "Horizon"]
 
-logger = logging.getLogger("persched._scheduler")  # the correction warnings keep their logger
+logger = logging.getLogger(_loggers.LIBRARY)
 
 DEFAULT_HORIZON_SECONDS: Final = 60.0
 MIN_HORIZON_SECONDS: Final = 2.0  # above the dispatcher's claim retry (1 s), which pushes "now + 1 s"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from .. import _loggers
 from .._model.checks import positive
 from .._model.declare import DeclareResult, JobSpec, check_specs
 from .._model.models import (
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = ["JobOperations"]
 
-logger = logging.getLogger("persched")
+logger = logging.getLogger(_loggers.LIBRARY)
 
 
 class JobOperations:

@@ -64,7 +64,7 @@ import threading
 from collections import Counter
 from typing import TYPE_CHECKING, Final, Protocol
 
-from .. import _realtime
+from .. import _loggers, _realtime
 from .._model.instant import Instant, Micros, seconds, to_datetime
 from .._model.models import JobState
 from .._store.observer import notify
@@ -86,7 +86,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RunBook"]
 
-logger = logging.getLogger("persched")
+logger = logging.getLogger(_loggers.LIBRARY)
 
 _RUNNING: Final = JobState.RUNNING.value
 CLAIM_RETRY: Final = Micros(1_000_000)  # back-off before a claim that hit a store error is tried again

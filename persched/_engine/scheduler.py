@@ -43,7 +43,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Final
 
-from .. import _realtime
+from .. import _loggers, _realtime
 from .._model.instant import Instant, seconds, to_datetime
 from .._model.models import (
     DEFAULT_MAX_ARGS_BYTES,
@@ -78,7 +78,7 @@ if TYPE_CHECKING:
 
 __all__ = ["JobScheduler", "current_run"]
 
-logger = logging.getLogger("persched")
+logger = logging.getLogger(_loggers.LIBRARY)
 
 DEFAULT_URL: Final = "sqlite:///persched.db"
 ATEXIT_TIMEOUT_SECONDS: Final = 10.0  # how long interpreter exit waits for in-flight runs

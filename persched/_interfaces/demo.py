@@ -17,6 +17,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from .. import _loggers
 from .._engine.scheduler import JobScheduler, current_run
 from ..errors import PerschedError
 
@@ -109,7 +110,7 @@ def main(path: str | None = None, *, ignored: str | None = None) -> int:
     _say()
     url = path
     handler = _IndentedHandler(logging.WARNING)
-    persched_logger = logging.getLogger("persched")
+    persched_logger = logging.getLogger(_loggers.LIBRARY)
     persched_logger.addHandler(handler)
     # The demo shows each warning once, as one line, rather than a traceback
     # through whatever handler the command line set up.

@@ -18,6 +18,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Final
 
+from .. import _loggers
 from .._interfaces.present import plural
 from .._interfaces.signals import StopSignals, run_responsively
 from ..errors import PerschedError
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SETUP_HOOK", "cmd_run", "cmd_web", "run_allowed_modules"]
 
-logger = logging.getLogger("persched.cli")  # one name for the command line's log lines (docs/operations.md)
+logger = logging.getLogger(_loggers.CLI)
 SETUP_HOOK: Final = "persched_setup"  # `run --import`: called with the started scheduler
 
 
