@@ -4,7 +4,7 @@ Each operation checks its arguments first (a bad one raises `InvalidJobError`
 and writes nothing), makes its change in one store transaction, and only
 after the commit logs it, queues the job's next slot on the running
 dispatcher and emits its event. No lock of this module: the store's
-transaction is each operation's linearization point (SPEC §2).
+transaction is each operation's linearization point.
 
 It is one half of `JobScheduler`, mixed into it: the other half
 (`persched._engine.scheduler`) owns the lifecycle, the threads and their
