@@ -76,7 +76,7 @@ logger = logging.getLogger(__name__)
 #: the next transaction on a SQLite connection a deferred ``BEGIN``.
 READONLY: Final = "persched_readonly"
 
-_FILE_MODE: Final = 0o600  # Owner only
+_FILE_MODE: Final = 0o600  # owner only
 BUSY_SLICE_MS: Final = 5  # SQLite's own busy wait per statement (its first tries: 1, 2 ms)
 BEGIN_FIRST_DELAY: Final = 0.0005  # seconds between BEGIN IMMEDIATE tries, doubled up to
 BEGIN_MAX_DELAY: Final = 0.004  # seconds: well under one 0.1 s slot, and cheap to retry

@@ -247,7 +247,7 @@ class JobsStore(DueStore):
                 if declared and not row.declared:
                     dialect.execute(conn, Sql(_MARK_DECLARED, (True, definition.job_id)))
                     row = read_row(JOB_COLUMNS, {**held, "declared": True})
-                return _Written(row, "unchanged", None)  # Keep generation and grid
+                return _Written(row, "unchanged", None)  # keep generation and grid
             policies = definition.policies
             # A generation is never reused, also after deschedule (no ABA); the row
             # is held (write lock, or FOR UPDATE), so the next one is known here.

@@ -94,7 +94,7 @@ def _run_until_stopped(args: argparse.Namespace, module: ModuleType, scheduler: 
             if callable(setup):
                 try:
                     specs = setup(scheduler)
-                    if specs is not None:  # issue 16: the module's declared set, reconciled
+                    if specs is not None:  # the module's declared set, reconciled
                         scheduler.declare(specs, prune=True)
                 except PerschedError:
                     raise

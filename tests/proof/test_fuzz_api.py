@@ -131,7 +131,7 @@ def test_schedule_succeeds_or_refuses_cleanly(
     before = _jobs(sched)
     try:
         job = sched.schedule(job_id, fn, interval, args=args, kwargs=kwargs, start_in=start_in)
-    except InvalidJobError:  # Bad input is InvalidJobError, never a StoreError
+    except InvalidJobError:  # bad input is InvalidJobError, never a StoreError
         assert _jobs(sched) == before, "a refused schedule() wrote something"
         return
     assert job.job_id == job_id

@@ -155,7 +155,7 @@ def test_an_unchanged_job_keeps_its_row_and_a_declare_marks_it(store: Store) -> 
     definition = _definition("a", ODD)
     job, _, _ = store.upsert_job(definition, ODD)
     later = Instant(ODD + 7_000_001)
-    again, change, due = store.upsert_job(definition, later)  # Same generation, same grid
+    again, change, due = store.upsert_job(definition, later)  # same generation, same grid
     assert (change, due, again) == ("unchanged", None, job)
     declared, change, _ = store.upsert_job(definition, later, declared=True)
     assert change == "unchanged"
