@@ -141,7 +141,7 @@ class JobOperations:
             SchedulerStateError: The scheduler was shut down.
             StoreError: The database cannot be written.
         """
-        options = given_options(locals())  # every keyword option, as given (declared in _models.OPTIONS)
+        options = given_options(locals())  # every keyword option, as given (declared in persched._model.models.OPTIONS)
         self._check_open()
         definition = self._definition(
             job_id, fn, interval_seconds, args=args, kwargs=kwargs, start_in=start_in, **options

@@ -384,7 +384,7 @@ class AsyncJobScheduler:
             args=args,
             kwargs=kwargs,
             start_in=start_in,
-            **given_options(locals()),  # every keyword option, as given (declared in _models.OPTIONS)
+            **given_options(locals()),  # every keyword option, as given (declared in persched._model.models.OPTIONS)
         )
         return await asyncio.to_thread(schedule)
 

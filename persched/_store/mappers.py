@@ -320,7 +320,7 @@ def job_fields(row: StoredRow) -> dict[str, Any]:
         "last_outcome": row.last_outcome,
         "owner": row.owner,
         "lease_until": row.lease_until,
-        **job_policy_fields(row.value_of),  # the options' fields (_models.OPTIONS)
+        **job_policy_fields(row.value_of),  # the options' fields (models.OPTIONS)
         "paused": bool(row.paused),
         "run_now_requested": row.run_now_at is not None,
         "schedule": schedule,

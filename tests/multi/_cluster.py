@@ -275,7 +275,7 @@ class SlotReport:
 
     runs: int = 0
     slots: int = 0  # grid slots from each job's first slot to its last run
-    coalesced: int = 0  # slots that passed without a run of their own (coalesced)
+    coalesced: int = 0  # slots that passed without a run of their own
     lost: int = 0
     by_instance: dict[str, int] = field(default_factory=dict)
 
