@@ -314,7 +314,7 @@ class SchedulerMetrics(Observer):
         if event.kind == "run_started":
             (self.runs_started.labels(*job) if job else self.runs_started).inc()
             if run is not None:
-                # Whole microseconds until here (`_instant`); seconds only for Prometheus.
+                # Whole microseconds until here (`persched._model.instant`); seconds only for Prometheus.
                 late = from_datetime(run.started_at) - from_datetime(run.scheduled_for)
                 self._observe(self.lateness, job, seconds(max(late, 0)))
         elif event.kind == "run_lost":

@@ -10,7 +10,7 @@ A test of one's own schedule needs no sleep and no polling loop::
             assert sched.wait_idle(timeout=10)            # every due run has run and been recorded
         assert len(sched.runs("report")) == 3
 
-Time is exact to the microsecond (SPEC §1): ``advance(seconds)`` is rounded to
+Time is exact to the microsecond: ``advance(seconds)`` is rounded to
 whole microseconds once, and slots are whole microseconds too, so advancing by
 exactly a job's interval makes exactly one more run, at any start instant.
 

@@ -1,4 +1,4 @@
-"""Fixtures shared by the black-box tests of SPEC §1-§2.
+"""Fixtures shared by the black-box tests of the public API.
 
 `TIMEOUT` bounds every blocking call; `fake_clock` starts at a round epoch so
 expected `scheduled_for` values are exact; `make_scheduler` builds schedulers

@@ -15,8 +15,8 @@ popped only by the dispatcher.
 theirs back and go on elsewhere: `release_worker`), the completions handed
 in and the stop flags, and nothing else: no database call, no user code, no
 logging and no join happens while it is held. The dispatcher decides under it
-(pop every due entry it has free workers for, reserving one worker each:
-SPEC §2, so a claimed run never waits for a thread; take the completions
+(pop every due entry it has free workers for, reserving one worker each,
+so a claimed run never waits for a thread; take the completions
 handed in), releases it, and then acts: the `cycle` callback writes the
 completions in one transaction and claims the due entries in another, and
 hands each won run to a reserved worker. Lock order: ``_cond`` before a
@@ -57,9 +57,9 @@ instance queues its next slots too (`persched._engine.runs.RunBook`), racing its
 owner, until a claim of it loses to another claim (its owner is back, or
 another instance adopted it); so the job of an owner that died or was cut off
 runs late once, at the search, and on time after that, while the others
-have not yet dropped the owner from their views (a lease). (A shorter search,
-0.1 s for rows 0.2 s late, was tried and taken back: `next_run_at` is the grid
-slot, so a row with more than 0.2 s of jitter looked late before it was due.)
+have not yet dropped the owner from their views (a lease). The search's bound
+is not shortened below `search_every`: `next_run_at` is the grid slot, without
+the job's jitter, so a short bound would take a jittered row before it is due.
 A single instance, or one that does not share (``share_work=False``: every
 instance tries every slot), never searches.
 
@@ -68,14 +68,14 @@ Waiting
 The dispatcher sleeps on ``_cond`` with a timeout until the head entry is due
 (measured on the monotonic clock through the `Timebase`), or until it is
 notified: a new head, a freed worker, a completion handed in, or stop. An idle scheduler with many
-jobs sleeps until the earliest one (SPEC §2: no busy polling).
+jobs sleeps until the earliest one (no busy polling).
 
 Lateness is measured when an entry is taken up
 -----------------------------------------------
 Each entry popped is stamped with `taken_at`, the instant the scheduler took
-it up, and the claim measures a slot's lateness there (SPEC-policies "Missed
-runs": a small `grace_seconds` must not drop the slots of a scheduler that is
-not behind). An entry that came due while the dispatcher slept waiting for
+it up, and the claim measures a slot's lateness there (docs/how-to/schedules.md,
+"Missed runs": a small `grace_seconds` must not drop the slots of a scheduler
+that is not behind). An entry that came due while the dispatcher slept waiting for
 it, with a worker free, was taken up on time: `taken_at` is its due time,
 however long the claim's commit took. Not so, and `taken_at` is when it was
 popped: an entry that came due while every worker was busy or while a cycle
@@ -86,9 +86,8 @@ a stall, not dispatch latency). Entries of one job and generation that are
 due together take one worker between them (the rest are dropped: the claim
 would refuse them); of two generations of one job due together, the earlier
 entry is claimed and the other waits for the next cycle (the claim's slot
-bound is per job_id: with both in one batch, a stale generation's bound was
-applied to the live one's row and the whole batch failed on an assertion,
-retried every second with the same entries).
+bound is per job_id: with both in one batch, a stale generation's bound would
+apply to the live one's row).
 
 The bounded heap
 ----------------
@@ -97,7 +96,7 @@ what is due soon, never every job. `_cursor` is the key ``(next_run_at,
 job_id)`` of the last row the refills have read: every scheduled row at or
 before it is *covered* (loaded, or pushed by whoever changed it since); rows
 after it are loaded by a later refill. The dispatcher refills, with ``_cond``
-released (STYLE §2), from the cursor up to ``now + horizon`` when less than
+released, from the cursor up to ``now + horizon`` when less than
 half the horizon is left before the cursor and the heap holds fewer than a
 refill's rows, and always once the cursor is reached. A pushed entry is
 dropped when it is certainly not covered (its due time less the largest
@@ -114,8 +113,8 @@ backlog), the next cycle waits, up to `gather` of real time from when a
 worker became free, for every worker to be free before it claims.
 Without it, runs that end fast settle into groups: each cycle claims as many
 as reported back while the one before committed, and two groups of 16 (or 24
-and 8) take turns with 32 workers, two commits where one would do (issue 14,
-10,000 no-op jobs: 1,212-1,351 runs/s split, 1,410-1,582 gathered). Only a
+and 8) take turns with 32 workers, two commits where one would do (the
+figures: docs/explanation/performance.md, "The dispatch path"). Only a
 backlog waits, so a scheduler that keeps up never does; the runs that wait
 are late already, by more than this.
 
@@ -459,7 +458,7 @@ class Dispatcher:
                         continue  # a duplicate entry: one worker is reserved for the job already
                     taken.add((job_id, generation))
                     due.append((job_id, generation, due_at, self._taken_at(due_at, now)))
-                self._free_workers -= len(due)  # SPEC §2: reserve before the claim
+                self._free_workers -= len(due)  # reserve before the claim
                 self._backlog = len(due) == limit and bool(self._heap) and self._heap[0][0] <= now
                 self._gather_until = None
             if due or self._completions:
@@ -469,7 +468,7 @@ class Dispatcher:
             if self._search_due(now):
                 # Nothing of the heap's is due and workers are free: claim what nobody took.
                 limit = min(self._free_workers, self._max_batch)
-                self._free_workers -= limit  # SPEC §2: reserve before the claim
+                self._free_workers -= limit  # reserve before the claim
                 self._searched_at = now
                 self._in_cycle = True
                 return Search(limit, Instant(now - self._search_every))

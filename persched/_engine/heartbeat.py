@@ -5,8 +5,8 @@ Threads
 One ``persched-heartbeat`` thread per scheduler wakes every
 `heartbeat_seconds` (on the scheduler's clock) and, outside any lock:
 
-1. renews the leases of the runs in flight here, and only those (SPEC-multi:
-   a slow but alive run is never recovered, while an open run of this
+1. renews the leases of the runs in flight here, and only those (a slow
+   but alive run is never recovered, while an open run of this
    instance that no worker holds lapses like any other);
 2. reads every open run (outcome NULL) that is not in flight here, and notes
    the lease value it sees together with the *monotonic* time it first saw
@@ -17,12 +17,12 @@ One ``persched-heartbeat`` thread per scheduler wakes every
 Expiry is measured by observation on the local monotonic clock, not by
 comparing the stored ``lease_until`` with the local wall clock: a wall clock
 stepped forward, or skewed against the owner's, cannot fake a death
-(FIELD-REPORTS #19). The price: a fresh instance waits one full lease before
+(docs/multi.md, "Clock skew"). The price: a fresh instance waits one full lease before
 it recovers what a dead instance left behind.
 
 Every `pickup_seconds` the same thread also reads the change counter
 (``persched_changes``) and queues the jobs that other instances, or the
-command line, scheduled or replaced since it last looked (SPEC-multi): one
+command line, scheduled or replaced since it last looked: one
 indexed read per second by default. It reads it sooner when the engine says
 that another connection committed (`persched._engine.pickup`): on SQLite a
 ``PRAGMA data_version`` every `pickup_check_seconds` that reads no file, on
@@ -283,7 +283,7 @@ class Heartbeat:
         logger.debug("picked up %d changed jobs (change %d)", len(changed), self._change_seq)
 
     def _log_changes(self, after: int, upto: int) -> None:
-        """Tell the operator what another process or the CLI changed (issue 15); a bulk change is cut short."""
+        """Tell the operator what another process or the CLI changed; a bulk change is cut short."""
         notes = self._store.changes_made_elsewhere(after, upto)
         for note in notes[:_CHANGES_LOGGED]:
             logger.info(

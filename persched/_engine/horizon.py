@@ -1,4 +1,4 @@
-"""The bounded heap: what is loaded from the jobs table, and when (issue 14).
+"""The bounded heap: what is loaded from the jobs table, and when.
 
 The heap (`persched._engine.dispatcher`) holds only the jobs due within a horizon,
 so that start-up time and memory do not grow with the number of jobs:
@@ -13,24 +13,23 @@ so that start-up time and memory do not grow with the number of jobs:
   loading by next_run_at finds every row whose jittered time is due) and take
   a pending run-now. `start()` runs the first refill itself; the dispatcher
   runs the others on its thread, with its lock released.
-- **Everything else that makes a job due** pushes it as before (schedule(),
+- **Everything else that makes a job due** pushes it (schedule(),
   resume(), run_now(), completions, lost claims, recovery, changes made
   elsewhere) and the dispatcher drops the entries that a later refill will
   load. The change pick-up asks the store only for the changed rows the
   refills have passed (`Dispatcher.pickup_bound`), and those with a pending
   run-now request.
 - **Sweep.** Two things cannot be found through the index: rows written while
-  a wall clock was ahead (SPEC §2 "Clock corrections across a restart":
-  whether a row is ahead depends on its own interval or cron expression) and
-  run-now requests pending on jobs whose slot lies beyond the horizon (no
-  index on ``run_now_at``: one needs an Alembic revision, left to the schema
-  change issue 14 makes anyway). `Horizon.sweep`
-  walks the namespace's scheduled rows in primary-key order, `SWEEP_ROWS` per
-  transaction: `start()` runs the first batch (a small table is swept before
-  start() returns, as before), the heartbeat thread the others, back to back
-  (measured: 6 s per million rows on 2 loaded cores, one 5,000-row batch
-  ~30 ms), outside any lock. A row found ahead is corrected as start-up always did (`JobsStore._inspect`); a
-  pending run-now is queued.
+  a wall clock was ahead (docs/reference/behaviour.md, "Clock corrections
+  across a restart": whether a row is ahead depends on its own interval or
+  cron expression) and run-now requests pending on jobs whose slot lies
+  beyond the horizon (``run_now_at`` has no index). `Horizon.sweep` walks the
+  namespace's scheduled rows in primary-key order, `SWEEP_ROWS` per
+  transaction: `start()` runs the first batch (so a small table is swept
+  before start() returns), the heartbeat thread the others, back to back,
+  outside any lock (what a sweep costs: docs/explanation/performance.md,
+  "Start-up and memory"). A row found ahead is corrected
+  (`persched._store.due.DueStore.sweep`); a pending run-now is queued.
 
 Why nothing due is forgotten: every row at or before the cursor was either
 read by a refill (whose entry is in the heap, or was taken and is then
@@ -46,6 +45,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Final
 
+from .. import _loggers
 from .._model import triggers as _triggers
 from .._model.instant import to_datetime
 
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_HORIZON_SECONDS", "REFILL_ROWS", "SWEEP_ROWS", "Horizon"]
 
-logger = logging.getLogger("persched._scheduler")  # the correction warnings keep their logger
+logger = logging.getLogger(_loggers.LIBRARY)
 
 DEFAULT_HORIZON_SECONDS: Final = 60.0
 MIN_HORIZON_SECONDS: Final = 2.0  # above the dispatcher's claim retry (1 s), which pushes "now + 1 s"
@@ -100,7 +100,7 @@ class Horizon:
 
 
 def log_correction(c: Correction) -> None:
-    """SPEC §2: a WARNING that names the job and the size of the correction."""
+    """A WARNING that names the job and the size of the correction."""
     logger.warning(
         "job %s: its next run (%s) lay %s further ahead than its schedule allows, written while a "
         "wall clock was ahead; it runs again at %s, as generation %d",

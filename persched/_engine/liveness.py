@@ -15,7 +15,7 @@ and uid: with ``hidepid`` another user's processes are invisible, so they
 never count as gone), ``/proc`` that is this namespace's, and then no
 process with that pid, or one that started at another time. Anything else --
 another host, a custom instance id, no ``/proc``, an unreadable field -- is
-"not proven", and the lease decides as before (SPEC-multi: a live instance
+"not proven", and the lease decides as before (a live instance
 is never recovered).
 """
 

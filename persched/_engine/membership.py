@@ -35,6 +35,7 @@ import logging
 from hashlib import blake2b
 from typing import TYPE_CHECKING
 
+from .. import _loggers
 from .liveness import provably_dead
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Membership", "owner_among"]
 
-logger = logging.getLogger("persched")
+logger = logging.getLogger(_loggers.LIBRARY)
 
 
 def _score(member: str, job_id: str) -> bytes:

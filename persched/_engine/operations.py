@@ -4,7 +4,7 @@ Each operation checks its arguments first (a bad one raises `InvalidJobError`
 and writes nothing), makes its change in one store transaction, and only
 after the commit logs it, queues the job's next slot on the running
 dispatcher and emits its event. No lock of this module: the store's
-transaction is each operation's linearization point (SPEC §2).
+transaction is each operation's linearization point.
 
 It is one half of `JobScheduler`, mixed into it: the other half
 (`persched._engine.scheduler`) owns the lifecycle, the threads and their
@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from .. import _loggers
 from .._model.checks import positive
 from .._model.declare import DeclareResult, JobSpec, check_specs
 from .._model.models import (
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = ["JobOperations"]
 
-logger = logging.getLogger("persched")
+logger = logging.getLogger(_loggers.LIBRARY)
 
 
 class JobOperations:
@@ -140,7 +141,7 @@ class JobOperations:
             SchedulerStateError: The scheduler was shut down.
             StoreError: The database cannot be written.
         """
-        options = given_options(locals())  # every keyword option, as given (declared in _models.OPTIONS)
+        options = given_options(locals())  # every keyword option, as given (declared in persched._model.models.OPTIONS)
         self._check_open()
         definition = self._definition(
             job_id, fn, interval_seconds, args=args, kwargs=kwargs, start_in=start_in, **options

@@ -1,7 +1,7 @@
 """The overrun watch: reports runs still going after their job's max_runtime_seconds.
 
 A Python thread cannot be killed, so an overrun is reported, not stopped
-(SPEC-policies "Overrun watch"): the `overran` callback logs, flags the run
+(docs/how-to/schedules.md, "Max runtime"): the `overran` callback logs, flags the run
 record and emits an event. One daemon thread, ``persched-overrun``, sleeps on
 its condition until the earliest deadline (through the scheduler's clock, so
 a `FakeClock` drives it too); it calls the callback on no lock.

@@ -1,7 +1,7 @@
 """Cheap signals that another connection committed, so that the change pick-up runs at once.
 
 The change counter (``persched_changes``, `Store.change_seq`) is what the
-pick-up of SPEC-multi trusts, and the heartbeat still reads it every
+pick-up of docs/multi.md trusts, and the heartbeat still reads it every
 `pickup_seconds`: that poll is the backstop of everything here (a lost
 notification, a listener reconnecting, MariaDB, which has neither signal).
 This module only says when to read it sooner (`Dialect.change_signal`):

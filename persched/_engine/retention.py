@@ -24,6 +24,8 @@ import threading
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from .. import _loggers
+
 if TYPE_CHECKING:
     from .._model.instant import Micros
     from .._store import Store
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Retention"]
 
-logger = logging.getLogger("persched")
+logger = logging.getLogger(_loggers.LIBRARY)
 
 
 class Retention:

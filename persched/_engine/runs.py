@@ -10,7 +10,7 @@ Threads
 -------
 - ``persched-dispatcher`` calls `cycle()`: it writes the outcomes handed back
   and claims the due entries, in one transaction (`claim_due`), and hands each
-  won run to a worker that it reserved before the claim (SPEC §2); and
+  won run to a worker that it reserved before the claim; and
   `claim_overdue()`, the claim by query of rows that no heap's claim took.
 - ``persched-worker-{i}`` calls `complete()` after a run: the outcome goes
   back to the dispatcher, which writes it with its next cycle; if the
@@ -32,8 +32,8 @@ Locks
   sets ``_stopping``. It is held across the database transaction on purpose:
   that makes shutdown's linearization point exact, since a claim either
   committed (and its run was queued for a worker) before ``_stopping`` was
-  set, or it never commits (SPEC §2 "no claim commits after shutdown()
-  begins").
+  set, or it never commits (docs/reference/behaviour.md, "Shutdown": no
+  claim commits after shutdown() begins).
 - ``_inflight_cond`` guards the count of runs in flight per job (for
   deschedule(wait=True)), the set of run ids in flight (for the heartbeat),
   the run ids whose worker was released, and the outcomes whose write
@@ -64,7 +64,7 @@ import threading
 from collections import Counter
 from typing import TYPE_CHECKING, Final, Protocol
 
-from .. import _realtime
+from .. import _loggers, _realtime
 from .._model.instant import Instant, Micros, seconds, to_datetime
 from .._model.models import JobState
 from .._store.observer import notify
@@ -86,7 +86,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RunBook"]
 
-logger = logging.getLogger("persched")
+logger = logging.getLogger(_loggers.LIBRARY)
 
 _RUNNING: Final = JobState.RUNNING.value
 CLAIM_RETRY: Final = Micros(1_000_000)  # back-off before a claim that hit a store error is tried again
@@ -262,7 +262,7 @@ class RunBook:
         return handed_over
 
     def _requeue_missed(self, job_id: str, generation: int, miss: ClaimMiss) -> None:
-        """A lost claim: queue the job again where the store says it stands (see _dispatcher),
+        """A lost claim: queue the job again where the store says it stands (see `persched._engine.dispatcher`),
         if this instance owns the job."""
         if miss.generation != generation or miss.due_at is None:
             return  # descheduled, replaced, paused or finished: the entry was stale

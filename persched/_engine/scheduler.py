@@ -7,17 +7,18 @@ the wiring and the observation (listeners, the observer, wait_idle); the
 operations on jobs are `JobOperations`' (`operations`), mixed in, and the rest
 lives next to it. The
 constructor's options are checked once, into a frozen `SchedulerConfig`
-(`_config`). A run's way from its claim to its recorded outcome, and the
-account of what is in flight, is `RunBook`'s (`_runs`), which owns the
+(`persched._engine.config`). A run's way from its claim to its recorded outcome, and the
+account of what is in flight, is `RunBook`'s (`persched._engine.runs`), which owns the
 dispatcher, the worker pool and the overrun watch. Run-history retention is
-`Retention`'s (`_retention`), called by the heartbeat.
+`Retention`'s (`persched._engine.retention`), called by the heartbeat.
 
 Threads and locks
 -----------------
 Public methods run on the caller's thread and go straight to the store; a
 schedule() that changed the job pushes a heap entry afterwards. The threads
 (``persched-dispatcher``, ``-worker-{i}``, ``-heartbeat``, ``-overrun``,
-``-events``, ``-shutdown``, and `_async`'s ``-async-watch``) call back into `RunBook`, `Retention` and the
+``-events``, ``-shutdown``, and `persched._interfaces.async_front`'s ``-async-watch``) call back into `RunBook`,
+`Retention` and the
 few callbacks here (``_emit``, ``_on_lost``, ``_maintenance``). This module
 holds two locks, never nested with each other except as noted:
 
@@ -27,11 +28,11 @@ holds two locks, never nested with each other except as noted:
   and holds both across the migration.
 
 Shutdown's linearization point is `RunBook.stop_claiming()`, which sets the
-stop flag under the claim gate (see `_runs` for the gate, the in-flight
-condition and their order; `_retention` for its lock, which nests with
+stop flag under the claim gate (see `persched._engine.runs` for the gate, the in-flight
+condition and their order; `persched._engine.retention` for its lock, which nests with
 none). Neither lock here is held while calling into `RunBook`, so the two
 modules' locks never nest. No user code runs under any of them; user code
-runs only in `_workers`.
+runs only in `persched._engine.workers`.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Final
 
-from .. import _realtime
+from .. import _loggers, _realtime
 from .._model.instant import Instant, seconds, to_datetime
 from .._model.models import (
     DEFAULT_MAX_ARGS_BYTES,
@@ -78,7 +79,7 @@ if TYPE_CHECKING:
 
 __all__ = ["JobScheduler", "current_run"]
 
-logger = logging.getLogger("persched")
+logger = logging.getLogger(_loggers.LIBRARY)
 
 DEFAULT_URL: Final = "sqlite:///persched.db"
 ATEXIT_TIMEOUT_SECONDS: Final = 10.0  # how long interpreter exit waits for in-flight runs
@@ -98,7 +99,7 @@ def _shutdown_live_schedulers() -> None:
 
 
 def _after_fork_in_child() -> None:
-    """SPEC §2 "Forks": the parent's schedulers are not this process's to run or shut down.
+    """The parent's schedulers are not this process's to run or shut down (docs/reference/behaviour.md, "Forks").
 
     Their pooled connections are the parent's: a child must neither use nor
     close them (SQLite's "do not carry a connection across fork()"; a
@@ -260,7 +261,7 @@ class JobScheduler(JobOperations):
         self.instance_id: Final = config.instance_id
         self._allowed_modules = config.allowed_modules  # this and the next: read by _definition
         self._max_args_bytes = config.max_args_bytes
-        self._pid = os.getpid()  # SPEC §2 "Forks": the process this scheduler belongs to
+        self._pid = os.getpid()  # the process this scheduler belongs to (docs/reference/behaviour.md, "Forks")
         self._timebase = Timebase(config.clock)
         engine = _db.open_engine(config.url, config.engine)  # the options were checked above, once
         self._store = Store(engine, _db.mask(engine.url), namespace=self.namespace)
@@ -412,7 +413,7 @@ class JobScheduler(JobOperations):
 
         busy = self._runs.busy_jobs()
         if busy:
-            # Name what the operator is waiting for (issue 15).
+            # Name what the operator is waiting for.
             logger.info(
                 "scheduler %s waits for %d run%s in flight to finish: %s%s",
                 self.instance_id,
@@ -531,7 +532,7 @@ class JobScheduler(JobOperations):
         self._runs.retry_unwritten()
         self._retention.prune()
 
-    # -- events and observation (issue 3) ------------------------------------------
+    # -- events and observation ------------------------------------------
 
     def add_listener(self, callback: Listener, kinds: Iterable[EventKind] | None = None) -> None:
         """Call `callback(event)` for each event of `kinds` (default: every kind).
@@ -589,7 +590,7 @@ class JobScheduler(JobOperations):
         job: Job | None = None,
         run: Run | Callable[[], Run | None] | None = None,
     ) -> None:
-        # A run's payload is built only when a listener wants the event (issue 14: 20 µs a run otherwise).
+        # A run's payload is built only when a listener wants the event (20 µs a run otherwise).
         if not self._events.wants(kind):
             return
         payload = run() if callable(run) else run

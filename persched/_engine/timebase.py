@@ -4,7 +4,7 @@ A scheduler reads the wall clock once, when it is made, and from then on tells
 time as ``monotonic + offset``, in whole microseconds. Grid slots are stored as
 UTC instants (other processes and restarts read them), but a running scheduler
 keeps to elapsed time: a step of the system clock (NTP, an operator) neither
-bursts runs nor stalls them (SPEC §2 "Time", FIELD-REPORTS #12). A restart
+bursts runs nor stalls them (docs/reference/behaviour.md, "Time"). A restart
 re-reads the wall clock, so the frame follows a corrected clock from then on.
 """
 

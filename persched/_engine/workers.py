@@ -3,7 +3,7 @@
 Threads
 -------
 ``persched-worker-{i}`` threads take won claims from one `SimpleQueue`. The
-dispatcher reserved a worker before it claimed (SPEC §2), so a queued claim
+dispatcher reserved a worker before it claimed, so a queued claim
 never waits for a thread. A worker resolves the target, runs it with no
 persched lock held, and passes the outcome to the `complete` callback (which
 writes it to the store and queues the next slot). Then it drops its
@@ -36,7 +36,7 @@ which would end the application's ``asyncio.run()``; the worker (or the
 runner) unwraps them again, so the run records what the job raised. Each
 worker stops when it takes ``None`` from the queue.
 
-A job that forks (SPEC §2 "Forks"): the child continues on the worker thread
+A job that forks (docs/reference/behaviour.md, "Forks"): the child continues on the worker thread
 that called ``fork()``, but the scheduler around it is the parent's. When the
 job's code returns or raises in the child, the worker ends that process
 (``SystemExit`` keeps its code) instead of going back to a queue that nothing
@@ -252,7 +252,7 @@ def _execute(
         args = json.loads(claim.args_json)
         kwargs = json.loads(claim.kwargs_json)
         # A row edited by hand may hold JSON of another shape: never call with it
-        # (f(*{"a": 1}) would pass "a"); the run records why (SPEC §2).
+        # (f(*{"a": 1}) would pass "a"); the run records why.
         if not isinstance(args, list):
             raise TypeError(f"the stored args are not a JSON array: {claim.args_json[:80]!r}")
         if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
@@ -278,7 +278,7 @@ def _execute(
             exc,
         )
         return "error", f"{type(exc).__name__}: {exc}"
-    except BaseException as exc:  # noqa: BLE001 - SPEC §2: user code never kills a worker
+    except BaseException as exc:  # noqa: BLE001 - user code never kills a worker
         exc = unwrapped(exc)
         if os.getpid() != pid:
             _end_forked_child(exc)
@@ -309,7 +309,7 @@ def _end_forked_child(exc: BaseException | None) -> NoReturn:
 
     Like multiprocessing's fork start method: flush stdio, then ``os._exit``,
     so that neither persched's worker loop nor the parent's atexit hooks run
-    in the child (SPEC §2 "Forks").
+    in the child (docs/reference/behaviour.md, "Forks").
     """
     code = 0
     if isinstance(exc, SystemExit):

@@ -5,13 +5,13 @@ Threads and the event loop
 Every method that touches the database awaits ``asyncio.to_thread``: the
 blocking work (SQL, migrations, joining threads at shutdown) runs on the
 loop's default executor, never on the event loop, and the threaded
-scheduler underneath keeps every guarantee of SPEC §2 (the claim, the
-history, leases, shutdown's linearization point).
+scheduler underneath keeps every guarantee of docs/reference/behaviour.md
+(the claim, the history, leases, shutdown's linearization point).
 
 Async job callables run, by default (``jobs_on_loop=True``), **on the
 application's own event loop** (the one running at `start()`), so they can
 share its connection pools, clients and locks. A worker thread still claims
-the run (SPEC §2: a worker is reserved before the claim), calls the job to
+the run (a worker is reserved before the claim), calls the job to
 get its coroutine and hands it to the loop (``run_coroutine_threadsafe``);
 then it gives its worker back at once (`persched._engine.workers`), so the pool is
 free for the sync jobs whatever the loop does. At most `workers` async runs
@@ -384,7 +384,7 @@ class AsyncJobScheduler:
             args=args,
             kwargs=kwargs,
             start_in=start_in,
-            **given_options(locals()),  # every keyword option, as given (declared in _models.OPTIONS)
+            **given_options(locals()),  # every keyword option, as given (declared in persched._model.models.OPTIONS)
         )
         return await asyncio.to_thread(schedule)
 

@@ -3,7 +3,7 @@
 Self-contained and finishes by itself in about 10 seconds. The jobs are the
 functions below, found by reference like any user's job. The demo works on a
 database of its own, a new file in a new temporary directory, never the one
-named by ``--db`` or ``PERSCHED_DB`` (SPEC §4): its ids ("report", ...) are
+named by ``--db`` or ``PERSCHED_DB``: its ids ("report", ...) are
 ones a user may well have, and it reschedules and deschedules them.
 """
 
@@ -17,6 +17,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from .. import _loggers
 from .._engine.scheduler import JobScheduler, current_run
 from ..errors import PerschedError
 
@@ -72,7 +73,7 @@ def _show_jobs(scheduler: JobScheduler) -> None:
 
 def _declare(scheduler: JobScheduler) -> None:
     # An application declares its schedules at every start; an unchanged
-    # declaration keeps the job's generation and grid (FIELD-REPORTS #1).
+    # declaration keeps the job's generation and grid.
     scheduler.schedule("greet", greet, 1.0, args=("world",), start_in=0)
     scheduler.schedule("flaky", flaky, 1.5, start_in=0.5)
     scheduler.schedule("report", slow_report, 1.0, start_in=0.2)
@@ -109,7 +110,7 @@ def main(path: str | None = None, *, ignored: str | None = None) -> int:
     _say()
     url = path
     handler = _IndentedHandler(logging.WARNING)
-    persched_logger = logging.getLogger("persched")
+    persched_logger = logging.getLogger(_loggers.LIBRARY)
     persched_logger.addHandler(handler)
     # The demo shows each warning once, as one line, rather than a traceback
     # through whatever handler the command line set up.

@@ -79,7 +79,7 @@ def relative(at: datetime, now: datetime) -> str:
 def job_state(job: AnyJob) -> str:
     """Say where a job stands: "scheduled", "paused", "running, paused", "finished", "..., run-now pending"."""
     if job.unreadable is not None:
-        return "unreadable"  # SPEC §2: shown on its own line; `persched show` says why
+        return "unreadable"  # shown on its own line; `persched show` says why
     words = [job.state.value]
     if job.paused and job.state != JobState.PAUSED:
         words.append("paused")  # its last run is still finishing (JobState)

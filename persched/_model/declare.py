@@ -1,4 +1,4 @@
-"""`JobSpec`: one job of an application's declared set, for ``declare(specs, prune=...)`` (issue 16);
+"""`JobSpec`: one job of an application's declared set, for ``declare(specs, prune=...)``;
 `DeclareResult`: what a ``declare()`` did."""
 
 from __future__ import annotations

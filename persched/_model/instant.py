@@ -1,4 +1,6 @@
-"""Whole-microsecond instants and durations, and their only conversions (SPEC §1 "Time is exact").
+"""Whole-microsecond instants and durations, and their only conversions.
+
+docs/reference/behaviour.md, "Time is exact to the microsecond", is the rule they keep.
 
 Inside persched an instant is an ``int`` of microseconds since the Unix epoch (UTC) and a
 duration an ``int`` of microseconds, from the clock through the heap, the triggers and the

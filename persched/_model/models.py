@@ -95,9 +95,9 @@ def __getattr__(name: str) -> Any:  # noqa: ANN401 - PEP 562
 
 @dataclass(frozen=True)
 class Policies:
-    """The SPEC-policies options of a job, validated (all part of its definition).
+    """The policy options of a job (docs/how-to/schedules.md), validated (all part of its definition).
 
-    Durations and instants are whole microseconds (`_instant`), rounded once, at `schedule()`.
+    Durations and instants are whole microseconds (`persched._model.instant`), rounded once, at `schedule()`.
     Each field is the `Option.attr` of one of `OPTIONS`, which maps it to and from its column.
     """
 
@@ -164,15 +164,15 @@ Unit = Literal["seconds", "instant", "plain"]
 
 @dataclass(frozen=True)
 class Option:
-    """One argument of ``schedule()`` that is part of a job's definition (SPEC-policies).
+    """One argument of ``schedule()`` that is part of a job's definition.
 
     Its keyword, its `Job` field and its persched_jobs column are all `name`; `attr` is its
     `Policies` field (None: kept in other fields, see `read`). `unit` says how a value maps
     between the two: float seconds <-> whole µs, aware datetime <-> instant, or as it is.
-    Adding an option is one entry here, its column (`_schema`, a revision), its fields in
+    Adding an option is one entry here, its column (`persched._store.schema`, a revision), its fields in
     `Job` and `Policies`, its keyword on `schedule()` and `AsyncJobScheduler.schedule()`
     (explicit, for users and mypy: tests/unit/test_options.py checks them all against this),
-    and the decision it stands for (`_policy`).
+    and the decision it stands for (`persched._model.policy`).
     """
 
     name: str
@@ -499,7 +499,7 @@ def given_options(arguments: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def validate_policies(interval_seconds: object = None, **options: object) -> Policies:
-    """Check the schedule and policy arguments of `schedule()` (SPEC-policies; `OPTIONS` are the keywords).
+    """Check the schedule and policy arguments of `schedule()` (`OPTIONS` are the keywords).
 
     First the kind of trigger: exactly one kind's argument, and nothing that does not apply to that
     kind; then each option, in the order of `OPTIONS`.

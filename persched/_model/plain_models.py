@@ -2,7 +2,7 @@
 
 `persched jobs`, `show` and `runs` print rows and validate nothing, so they
 read them into these instead of the pydantic models, and never import
-pydantic (issue 15: it was a fifth of the command's start-up). Both are
+pydantic (it was a fifth of the command's start-up). Both are
 built from the one mapping of a stored row (`_store.mappers.job_fields`,
 `run_fields`), which builds the public models too; the fields, their types
 and defaults are those of `Job` and `Run` (tests/store/test_plain_models.py

@@ -1,4 +1,4 @@
-"""What a job's policies decide at each step of its life (SPEC-policies), pure.
+"""What a job's policies decide at each step of its life, pure.
 
 The store calls these inside its transactions, on the row it holds locked, so
 every decision is made once, by the instance whose commit wins, from the row
@@ -103,7 +103,7 @@ class JobPlan:
         return self.end_at is not None and next_run_at > self.end_at and run_now_at is None
 
     def jitter_for(self, slot: Instant) -> Micros:
-        """The offset of `slot`'s run, the same in every instance (SPEC-policies: jitter)."""
+        """The offset of `slot`'s run, the same in every instance (docs/how-to/schedules.md, "Jitter")."""
         return _triggers.jitter_offset(self.job_id, self.generation, slot, self.jitter) if self.jitter else Micros(0)
 
     def due_at(self, next_run_at: Instant, run_now_at: Instant | None) -> Instant:
@@ -122,7 +122,8 @@ class JobPlan:
         """The first slot of a resume at `now`: slots that passed while paused are not
         run, one falling exactly at `now` is (as for a new grid). Never before the row's
         `next_run_at`, the next slot still to run: a resume on a clock behind the one
-        that ran the last slot must not put the job back on it (SPEC §2 "Clock corrections")."""
+        that ran the last slot must not put the job back on it (docs/reference/behaviour.md,
+        "Clock corrections across a restart")."""
         if self.trigger is None:
             return max(self.slot_after(now), next_run_at)  # fixed delay: one interval from the resume
         return max(self.trigger.next_after(Instant(now - 1)), next_run_at)
@@ -166,7 +167,7 @@ class JobPlan:
         # A slot that came due after the entry was taken up waited for this claim: its lateness counts from now.
         on_time = (now if latest > taken else taken) - latest - self.jitter_for(latest) <= self.grace
         if self.misfire == "coalesce":
-            # SPEC §2: one run stands for every slot since next_run_at.
+            # One run stands for every slot since next_run_at.
             return ClaimPlan(latest, False, self.trigger.next_after(latest), None)
         if self.misfire == "skip":
             after = self.trigger.next_after(latest)
@@ -205,7 +206,8 @@ class JobPlan:
 
     def after_loss(self, next_run_at: Instant, slot: Instant, recovered_at: Instant) -> Instant:
         """The row's next slot once the run for `slot` was recovered as lost at `recovered_at`:
-        never `slot` again (SPEC §2 "Restart"), also on a clock behind the one that claimed it."""
+        never `slot` again (docs/reference/behaviour.md, "Restart and crashes"), also on a clock
+        behind the one that claimed it."""
         if self.trigger is None:
             return max(self.slot_after(recovered_at), self.slot_after(slot))  # fixed delay: from the loss
         return next_run_at if next_run_at > slot else self.trigger.next_after(slot)

@@ -1,7 +1,7 @@
 """The public models `Job` and `Run` (pydantic), imported from `persched._model.models` on first use.
 
-They live apart so that a read command, which prints `_plain_models.PlainJob`
-and `PlainRun` instead, never imports pydantic (issue 15).
+They live apart so that a read command, which prints `persched._model.plain_models.PlainJob`
+and `PlainRun` instead, never imports pydantic.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A job's callable is stored as a reference that another process can import
 again after a restart. `reference_of` refuses what cannot be found that way
-and says what to pass instead (FIELD-REPORTS #13); `resolve` imports it back.
+and says what to pass instead; `resolve` imports it back.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def resolve(reference: str, allowed: tuple[str, ...] | None = None) -> Callable[
     With `allowed`, a module outside it is refused before anything is
     imported: whoever can write the database must not be able to run
     arbitrary code through a row's target. The callable must also be
-    *defined* in an allowed module (SPEC §1): the qualified name may not pass
+    *defined* in an allowed module: the qualified name may not pass
     through another module (``"allowed:os.system"``), and what it names must
     have an allowed ``__module__`` (``"allowed:system"`` after
     ``from os import system`` is refused too).

@@ -1,13 +1,13 @@
-"""When a job's slots fall: fixed-rate grids, cron expressions and one-shot instants (SPEC-policies), pure.
+"""When a job's slots fall: fixed-rate grids, cron expressions and one-shot instants, pure.
 
 The kinds of trigger are a registry (`TRIGGERS`): one class each (`IntervalTrigger`, `CronTrigger`,
 `OneShotTrigger`) behind one protocol (`Trigger`). Its instance side gives the slots of one job; its
 class side says which argument of ``schedule()`` chooses the kind, what does not apply to it, how a
 job's first slot is placed and how its slots are built from the job's policies. Nothing else asks
 "interval or cron?": a new kind of trigger is one more class in `TRIGGERS` (and its argument one more
-option in `_models.OPTIONS`).
+option in `persched._model.models.OPTIONS`).
 
-Instants and durations are whole microseconds (`_instant`), so an interval grid is exact integer
+Instants and durations are whole microseconds (`persched._model.instant`), so an interval grid is exact integer
 arithmetic and a slot is the same number in memory, in the store and in every process. Cron slots fall on
 whole seconds. Nothing here loops over missed slots: after a ten-year clock jump the next or latest slot
 costs one step (an interval is arithmetic, a cron one iterator step).
@@ -80,7 +80,7 @@ NEVER: Final = Instant(2**62)  # "no further slot": past any datetime (year 9999
 
 
 class TriggerSpec(Protocol):
-    """What a kind of trigger reads of a job's validated policies (`_models.Policies`)."""
+    """What a kind of trigger reads of a job's validated policies (`persched._model.models.Policies`)."""
 
     @property
     def interval(self) -> Micros | None: ...
@@ -151,7 +151,7 @@ class Trigger(Protocol):
 
 @dataclass(frozen=True)
 class IntervalTrigger:
-    """Slots ``anchor + k * interval`` for whole ``k >= 0`` (SPEC §2): exact integer arithmetic."""
+    """Slots ``anchor + k * interval`` for whole ``k >= 0``: exact integer arithmetic."""
 
     anchor: Instant
     interval: Micros
@@ -177,7 +177,7 @@ class IntervalTrigger:
 
     @classmethod
     def place(cls, spec: TriggerSpec, now: Instant, start_in: Micros | None) -> tuple[Instant, Instant]:
-        # SPEC §2 default: one interval from now; `start_at` if given.
+        # The default: one interval from now; `start_at` if given.
         interval, start_at = spec.interval, spec.start_at
         assert interval is not None
         if start_at is None:

@@ -3,24 +3,35 @@
 Callers pass `now` (an `Instant` in their own time frame) in, or, where the
 order of commits matters (claims, recovery), a clock that is read once the
 transaction holds its write lock. Instants travel as whole microseconds
-inside persched (`_instant`) and as UTC timestamps in the database, which
+inside persched (`persched._model.instant`) and as UTC timestamps in the database, which
 keep microseconds too: the round trip is exact, never rounded.
 
 The map (docs/design.md draws it):
 
+- `store`: `Store`, the facade, composed of the parts below.
+- `jobs` / `due`: definitions (schedule, declare, deschedule, pause, resume,
+  run-now) and what the engine reads of them (the change counter and feed,
+  the heap's refills, the start-up sweep).
+- `claims` / `claim_batch`: the start of runs (one conditional UPDATE per
+  batch) and the decisions over the rows it won; `completions`: the end of
+  runs and the hints they leave for the next claim.
+- `leases`: lease renewal and the recovery of expired runs; `members`: which
+  instances share a namespace's work.
+- `history`: run listings, overrun flags and retention; `views`: read-only
+  queries for the dashboard, the metrics and the command line.
 - `_tx`: transactions, retries, joined writes, the SQLite writer queue and
-  group commit: the store's only threading, explained on top of it.
-- `jobs`: definitions (schedule, deschedule, pause, resume, run-now), the
-  change counter, and start-up's read of every scheduled job.
-- `claims`: the start (one conditional UPDATE per batch) and the end of runs.
-- `leases`: lease renewal and the recovery of expired runs.
-- `history`: run listings and retention.
+  group commit: the store's only threading, explained on top of it;
+  `fork_gate`: a fork waits until no thread is inside SQLite.
 - `mappers` / `_rows`: stored rows read defensively into records and plans.
-- `records`: the values handed in and out (no SQL).
-- `dialects`: every engine difference, one module per engine.
+- `records`: the values handed in and out (no SQL); `observer`: the hook for
+  claim conflicts, missed slots and retries.
+- `db` / `options`: URLs, engines and their SQLite settings; `dialects`: every
+  engine difference, one module per engine.
+- `schema` / `migrate` / `revision`: the tables, the migrations run on
+  first use, and the revision a database is at.
 
-Linearization points (SPEC §2) are the commits of the methods; each
-module's docstring names its own.
+Linearization points are the commits of the methods; each module's
+docstring names its own.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stored rows read defensively: a hand-edited value is reported on its own row (SPEC §2).
+"""Stored rows read defensively: a hand-edited value is reported on its own row.
 
 SQLAlchemy converts a column's value while it builds a row, so one value that
 cannot be converted (a ``next_run_at`` of ``'garbage'``, an ``interval_seconds``
@@ -8,7 +8,7 @@ selected instead (`raw_columns`), and `read_row` converts them one by one into
 what the column types would have given, noting what it could not read. A
 broken value is replaced by a placeholder and named in `StoredRow.problems`,
 so the caller decides for that row alone: report it, pause it, skip it. The
-row itself is never changed here (FIELD-REPORTS #6).
+row itself is never changed here.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class StoredRow:
 
     The values are the instance's ``__dict__``, so that a column is a plain attribute
     (``row.next_run_at``): the claims read some twenty a run, and a lookup that first
-    fails over to ``__getattr__`` costs about a microsecond each (issue 14).
+    fails over to ``__getattr__`` costs about a microsecond each.
     """
 
     __slots__ = ("__dict__", "problems")
@@ -57,7 +57,7 @@ class StoredRow:
 
     @property
     def value_of(self) -> Callable[[str], Any]:
-        """A column's value by name, for the mappers that go over `_models.OPTIONS` (a C-level lookup:
+        """A column's value by name, for the mappers that go over `persched._model.models.OPTIONS` (a C-level lookup:
         the claims read each won row's policies this way)."""
         return self.__dict__.__getitem__
 

@@ -129,7 +129,7 @@ class Transactions:
     ) -> None:
         self.engine = engine
         self.url = url
-        # Issue 16: every read of jobs is limited to this namespace; writes by job_id check it.
+        # Every read of jobs is limited to this namespace; writes by job_id check it.
         self.namespace = namespace
         self._mine = jobs.c.namespace == namespace
         self._retry_attempts = retry_attempts
@@ -226,7 +226,7 @@ class Transactions:
     def _reclaim_wal(self, what: str) -> bool:
         """Checkpoint the WAL into the database and truncate it; True if that freed space.
 
-        Why a full volume did not recover (issue 12): SQLite checkpoints only
+        Why a full volume did not recover: SQLite checkpoints only
         from the commit of a write that left 1000 pages (4 MB) in the WAL,
         and a checkpoint never shrinks the WAL file. Each small transaction
         appends whole pages, so on a volume with less free space than that
@@ -311,7 +311,7 @@ class Transactions:
         each caller returns only after the commit that holds its own write,
         so each still linearizes at that commit. If any body fails, whatever
         it raised, the group is rolled back and each body runs alone, so only
-        the failing one fails (SPEC §1: one caller's bad input never fails
+        the failing one fails (one caller's bad input never fails
         another caller's valid call).
         """
         mine = _Pending(body)
@@ -339,7 +339,7 @@ class Transactions:
     def _commit_group(self, group: list[_Pending], what: str) -> None:
         def together(conn: Connection) -> list[Any]:
             # The bodies queued while this transaction began (the writer lock, BEGIN) join it too
-            # (issue 14: 3.4 instead of 2.4 writes per commit with 4 threads); a retry of the
+            # (3.4 instead of 2.4 writes per commit with 4 threads); a retry of the
             # transaction takes those that came since as well. A body alone that fails is not
             # run again (below): its error is its caller's.
             with self._group_cond:

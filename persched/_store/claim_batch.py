@@ -168,7 +168,7 @@ def _retry_at(row: StoredRow, bound: Instant, now: Instant) -> Instant | None:
         # instance dies (its completion is not seen here). A next slot that is
         # already due (the run outlasted it) is the owner's to run when its run
         # ends: look again one slot later, or every loser retries at once, in
-        # a loop, until that completion commits (issue 12, item 7).
+        # a loop, until that completion commits.
         return plan.due_at(next_at if next_at > bound else plan.slot_after(max(next_at, bound)), None)
     # Still waiting and due: SKIP LOCKED passed it by. The lock may be another instance's
     # claim of this slot, or a write that changes nothing (an unchanged schedule(),
@@ -273,7 +273,7 @@ class ClaimBatch:
 
     def read(self, raw: tuple[Any, ...], dialect: Dialect) -> ClaimedRow | None:
         """A won row as returned by the driver; None (settled: paused, its history says why) if it
-        cannot be read (SPEC §2: one job never holds back another)."""
+        cannot be read (one job never holds back another)."""
         row = _claimed_row(raw, dialect)
         if row is not None:
             return row
@@ -335,7 +335,8 @@ class ClaimBatch:
             assert slot is not None  # decide() keeps only the rows that run a slot
             run_id = run_ids.get(row.job_id)
             if run_id is None:
-                # SPEC §2 "Clock corrections": this slot ran already; move on past it, alone
+                # This slot ran already (docs/reference/behaviour.md, "Clock corrections across a
+                # restart"): move on past it, alone
                 # (a fixed-delay claim leaves next_run_at on it: one interval on, then).
                 past = max(decision.next_run_at, plan.slot_after(slot))
                 logger.warning(

@@ -11,7 +11,7 @@
               OR run_now_at <= <the same bound>)
       RETURNING <the row>
 
-  It is the linearization point of a run's start (SPEC §2); how an engine
+  It is the linearization point of a run's start; how an engine
   locks the rows it decides and names the winners is its `Dialect`'s
   (SQLite: the write lock and RETURNING; PostgreSQL: FOR UPDATE SKIP LOCKED
   and RETURNING). The predicate on `generation` makes a stale heap entry
@@ -20,7 +20,7 @@
   two generations in the batch, ``CASE generation …`` picks the row's own
   entry's bound); the one on `paused` makes pause() linearize like
   deschedule().
-- Where the row goes next is its policies' decision (`_policy.JobPlan.claim`),
+- Where the row goes next is its policies' decision (`persched._model.policy.JobPlan.claim`),
   from the row as it stood. The UPDATE makes that decision itself where it
   was known in advance: a job whose last completion this store wrote left a
   *hint* (its plan and the `next_run_at` it wrote), from which the slot and
@@ -28,7 +28,8 @@
   the row still holds that `next_run_at` and no run-now request
   (``CASE job_id WHEN :id THEN CASE WHEN generation = :gen AND next_run_at
   = :seen AND run_now_at IS NULL THEN :slot ELSE next_run_at END … END``).
-  Each won row is then checked against what it returned (`_ClaimBatch.decide`):
+  Each won row is then checked against what it returned
+  (`persched._store.claim_batch.ClaimBatch.decide`):
   its plan read from its own columns must be the hint's, or the decision is
   made again from the row and a second write (`_CLAIM_MOVE`) puts it right
   in the same transaction. So a hint can cost a write, never a wrong slot.
@@ -177,7 +178,7 @@ class ClaimsStore(CompletionsStore):
 
         One conditional UPDATE decides every row by its own predicate
         (module docstring); the dialect names the winners. Each won row's plan
-        (`_policy.JobPlan.claim`) then decides which slot runs, by the job's
+        (`persched._model.policy.JobPlan.claim`) then decides which slot runs, by the job's
         misfire policy, or that none does (its late slots are dropped and the
         row goes back to waiting). `taken_at` is when the dispatcher took the
         entry up: lateness is measured there. Results are in the order of
@@ -185,7 +186,7 @@ class ClaimsStore(CompletionsStore):
         `now` may be a clock, read once the transaction holds its write lock,
         so that start times follow the order of commits.
 
-        One job never holds back another (SPEC §2): a row whose slot has a run
+        One job never holds back another: a row whose slot has a run
         recorded already (a clock behind the one that ran it, a hand-edited
         row) is settled alone: its history insert does nothing, and the row
         moves on past that slot while the rest of the batch is claimed.

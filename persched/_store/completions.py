@@ -2,7 +2,7 @@
 
 `finish_runs` records the outcomes of a dispatch cycle in one transaction. The job UPDATE is conditional on generation,
 state, owner and the slot in flight (`running_for`), so the completion of
-a replaced, descheduled or recovered run changes nothing (FIELD-REPORTS #5).
+a replaced, descheduled or recovered run changes nothing.
 Its next slot was decided by the plan its claim carried (`records.Carried`),
 and the UPDATE is conditional on the row still standing where the claim left
 it; a row that anything else changed meanwhile is read and decided anew.
@@ -76,8 +76,8 @@ class CompletionsStore(Transactions):
         """Record outcomes in one transaction; for each, when its job is due next.
 
         None when the job is not to be queued: descheduled, replaced or its
-        run recovered meanwhile (the completion then changes no job row,
-        FIELD-REPORTS #5; its run record is still completed unless recovery
+        run recovered meanwhile (the completion then changes no job row;
+        its run record is still completed unless recovery
         already marked it lost), or paused, or finished.
 
         A completion whose claim carried its decision (`Carried`) is written

@@ -2,7 +2,7 @@
 
 Everything that turns a user's ``--db`` value into a working SQLAlchemy
 ``Engine`` lives here, and so does the boundary that turns driver errors into
-`StoreError` with the password masked (STYLE §3).
+`StoreError` with the password masked.
 
 SQLite notes. PRAGMAs are per connection, so they are set in a ``connect``
 listener. pysqlite's own transaction handling is switched off
@@ -76,7 +76,7 @@ logger = logging.getLogger(__name__)
 #: the next transaction on a SQLite connection a deferred ``BEGIN``.
 READONLY: Final = "persched_readonly"
 
-_FILE_MODE: Final = 0o600  # SPEC §3: owner only
+_FILE_MODE: Final = 0o600  # owner only
 BUSY_SLICE_MS: Final = 5  # SQLite's own busy wait per statement (its first tries: 1, 2 ms)
 BEGIN_FIRST_DELAY: Final = 0.0005  # seconds between BEGIN IMMEDIATE tries, doubled up to
 BEGIN_MAX_DELAY: Final = 0.004  # seconds: well under one 0.1 s slot, and cheap to retry
@@ -140,7 +140,7 @@ def to_url(url_or_path: str) -> URL:
                 mask(url),
                 f"unsupported PostgreSQL driver {driver!r}; use postgresql+psycopg://",
             )
-        # SPEC: PostgreSQL goes through psycopg 3 (the `postgres` extra).
+        # PostgreSQL goes through psycopg 3 (the `postgres` extra).
         url = url.set(drivername="postgresql+psycopg")
     elif backend in _MYSQL_BACKENDS:
         if driver not in ("", "pymysql"):
@@ -273,7 +273,7 @@ def make_engine(
     """Create an engine for a persched store and check that it can be used.
 
     For a SQLite file, a missing file is created readable and writable by its
-    owner only (SPEC §3), and every connection gets WAL, ``synchronous``, a
+    owner only, and every connection gets WAL, ``synchronous``, a
     busy timeout and ``foreign_keys=ON``. Write transactions begin with
     ``BEGIN IMMEDIATE``; pass execution option ``persched_readonly=True`` for a
     deferred ``BEGIN``. ``sqlite://`` (in memory) uses a single shared
@@ -310,7 +310,7 @@ def open_engine(url_or_path: str, options: EngineOptions, *, create: bool = True
     else:
         engine = _postgres_engine(url)
     # The partial indexes' WHERE for this engine's DDL (Alembic, create_all), now that its
-    # dialect is imported anyway; declared lazily so that no other dialect is (issue 15).
+    # dialect is imported anyway; declared lazily so that no other dialect is.
     attach_index_predicates(engine.dialect.name)
     try:
         with store_errors(url), engine.connect() as conn:
@@ -339,7 +339,7 @@ def _sqlite_file(url: URL) -> str | None:
 def _uri_file(database: str, url: URL) -> str | None:
     """The file of a URI filename (``file:jobs.db?mode=rwc``) that SQLite would create, or None.
 
-    SPEC §3: a file persched creates is owner-only, also when it is named by
+    A file persched creates is owner-only, also when it is named by
     URI; so the file is made here, 0600, before SQLite opens it. ``mode=ro``
     and ``mode=rw`` never create, ``mode=memory`` is no file.
     """
@@ -483,7 +483,7 @@ def _on_read_only_begin(conn: Connection) -> None:
 def _begin_immediate(conn: Connection, busy_timeout_seconds: float) -> None:
     """``BEGIN IMMEDIATE``, waiting for the write lock with short, jittered sleeps.
 
-    SPEC-multi "Sharing costs no slots": SQLite's busy handler sleeps 1, 2,
+    Sharing one file must not cost slots: SQLite's busy handler sleeps 1, 2,
     5, ... then 100 ms between tries, so a process that waited a little
     sleeps through the moments the lock is free while the holder's next
     transaction takes it again: three processes on one file ran 60% of the

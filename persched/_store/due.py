@@ -4,12 +4,12 @@ Each public method is one transaction (`_tx`):
 
 - `change_seq`, `changes_since`, `changes_made_elsewhere`: the change counter
   (`persched_changes`) and the jobs changed after a value of it, which the
-  heartbeat picks up (SPEC-multi) and logs when another store made them.
+  heartbeat picks up and logs when another store made them.
 - `load_due`: the bounded heap's refill (`persched._engine.horizon`), through
   the ``(state, next_run_at)`` index.
 - `sweep`: the start-up sweep in primary-key order: pending run-now requests,
   and rows written while a wall clock was ahead, corrected into a new
-  generation (SPEC §2 "Clock corrections across a restart").
+  generation (docs/reference/behaviour.md, "Clock corrections across a restart").
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ class DueStore(Transactions):
 
         A row whose next slot lies further ahead of `now` than its schedule allows,
         by more than `CLOCK_STEP_FLOOR`, was written while a wall clock was ahead
-        (then corrected: SPEC §2 "Clock corrections across a restart") if its grid
+        (then corrected: docs/reference/behaviour.md, "Clock corrections across a restart") if its grid
         has moved past its first slot, or, still at its first slot, if it was last
         written at an instant ahead of `now` by more than the floor too: a first
         slot placed far ahead on purpose (start_in, start_at) is not a clock error,
@@ -162,7 +162,7 @@ class DueStore(Transactions):
                 if paused:
                     continue
                 due = self._due_at(job_id, generation, slot, jitter, run_now_at)
-            except Exception as exc:  # noqa: BLE001 - SPEC §2: one unreadable row never stops start()
+            except Exception as exc:  # noqa: BLE001 - one unreadable row never stops start()
                 # Not queued; jobs() and `persched jobs` show why (Job.unreadable).
                 logger.error("job %s is not scheduled: its stored row cannot be read: %s", job_id, exc)
                 continue

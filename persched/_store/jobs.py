@@ -2,7 +2,7 @@
 
 Each public method is one transaction (`_tx`); schedule, deschedule, pause,
 resume and run-now go through the group commit, so calls that arrive
-together share one commit and each still linearizes at it (SPEC §2):
+together share one commit and each still linearizes at it:
 
 - `upsert_job`: schedule(): insert, replace (generation + 1) or no change.
 - `declare_jobs`: declare(): the upserts of a whole set and its prune in one
@@ -17,7 +17,7 @@ together share one commit and each still linearizes at it (SPEC §2):
 - `request_run_now`: one extra run as soon as possible, off the grid.
 
 Every change bumps the change counter (`persched_changes`), which other
-instances poll to pick changes up (SPEC-multi). What the engine reads of the
+instances poll to pick changes up. What the engine reads of the
 definitions (the change feed, the heap's refills, the start-up sweep) is
 `due.DueStore`, which `JobsStore` builds on.
 """
@@ -66,14 +66,14 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-# schedule() and deschedule() in driver SQL, built once (issue 14, "Speed 2"): per call, SQLAlchemy's
+# schedule() and deschedule() in driver SQL, built once: per call, SQLAlchemy's
 # statement construction, cache keys and bind processing cost more than the database's work (as on
 # the dispatch path, claims.py). Timestamps are bound raw (`Dialect.bind_instant`); rows are read raw
 # by `read_row`, as `RAW_JOBS` reads them.
 _JOB_SELECT: Final = ", ".join(column.name for column in JOB_COLUMNS)
 _FIND_JOB: Final = f"SELECT {_JOB_SELECT} FROM persched_jobs WHERE job_id = ?"  # noqa: S608 - ours
 # Whether the id has a row, locking it (`locking_sql`): a result's columns cost SQLAlchemy about 1.5 µs
-# each to describe, also when no row comes back, so a new id is looked for with one (issue 14).
+# each to describe, also when no row comes back, so a new id is looked for with one.
 _PROBE_JOB: Final = "SELECT state FROM persched_jobs WHERE job_id = ?"
 _INSTANT_COLUMNS: Final = frozenset(column.name for column in jobs.c if isinstance(column.type, UTCDateTime))
 _MARK_DECLARED: Final = "UPDATE persched_jobs SET declared = ? WHERE job_id = ?"
@@ -229,7 +229,7 @@ class JobsStore(DueStore):
 
         # The body returns the row (read, or the driver values written) and the Job is made from it
         # after the commit, on the caller's thread: the group's transaction holds SQLite's write lock
-        # and the other callers of its group, and need not wait for pydantic (issue 14).
+        # and the other callers of its group, and need not wait for pydantic.
         def body(conn: Connection) -> _Written | str:  # str: the namespace that holds the id
             # A probe first, holding the row: a new id (the usual schedule()) reads one column, not all.
             known = next(iter(dialect.execute(conn, probe)), None) is not None
@@ -247,7 +247,7 @@ class JobsStore(DueStore):
                 if declared and not row.declared:
                     dialect.execute(conn, Sql(_MARK_DECLARED, (True, definition.job_id)))
                     row = read_row(JOB_COLUMNS, {**held, "declared": True})
-                return _Written(row, "unchanged", None)  # FIELD-REPORTS #1: keep generation and grid
+                return _Written(row, "unchanged", None)  # keep generation and grid
             policies = definition.policies
             # A generation is never reused, also after deschedule (no ABA); the row
             # is held (write lock, or FOR UPDATE), so the next one is known here.

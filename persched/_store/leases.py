@@ -4,7 +4,7 @@
 - `recover_run`: a run whose lease was not renewed becomes 'lost' and its
   job goes back to 'scheduled' on the next slot; conditional on the lease
   value the caller observed, so a renewal in between wins, and on the job
-  still being that run's, so a deschedule in between wins (SPEC-multi).
+  still being that run's, so a deschedule in between wins.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ class LeasesStore(Transactions):
                 conn.execute(QUARANTINE, quarantined)
                 conn.execute(self._insert_runs, records)
                 return Recovery(lost=True)
-            # SPEC §2: the lost slot is not run again; the job carries on. Never the lost slot
+            # The lost slot is not run again; the job carries on. Never the lost slot
             # again, also on a clock behind the claimer's (and for a run
             # claimed before schema 0003, which kept its slot in next_run_at).
             next_at = plan.after_loss(from_datetime(row.next_run_at), from_datetime(lost.scheduled_for), recovered_at)

@@ -3,9 +3,9 @@
 A row is read defensively first (`_rows`: a hand-edited value becomes a
 placeholder named in `StoredRow.problems`); here it becomes a `Job`, a `Run`,
 its `Policies` or its `JobPlan`, and a row that cannot be read is quarantined
-for its job alone (SPEC §2). A row's fields are mapped once (`job_fields`,
+for its job alone. A row's fields are mapped once (`job_fields`,
 `run_fields`), into the public pydantic models or, for the read commands,
-their plain twins (`_plain_models`), which need no pydantic.
+their plain twins (`persched._model.plain_models`), which need no pydantic.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ DISPATCH_COLUMNS: Final = tuple(
         "running_for",
         "run_now_at",
         "paused",
-        *CLAIM_POLICY_COLUMNS,  # the options' columns (_models.OPTIONS), but start_at
+        *CLAIM_POLICY_COLUMNS,  # the options' columns (models.OPTIONS), but start_at
     )
 )
 
@@ -122,7 +122,7 @@ def plan_or_quarantine(
     row: StoredRow, at: Instant, instance_id: str, quarantined: list[dict[str, Any]], records: list[dict[str, Any]]
 ) -> JobPlan | None:
     """`plan_of(row)`; or None, with the job's pause and an "error" record queued, if its
-    stored row or schedule cannot be read (SPEC §2: settled for that job alone)."""
+    stored row or schedule cannot be read (settled for that job alone)."""
     if row.problems:
         what, reason = "stored row", row.describe()
     else:
@@ -163,7 +163,9 @@ def instant_or_none(value: datetime | None) -> Instant | None:
 
 
 def policies_of(row: StoredRow, *, with_start: bool = True) -> Policies:
-    """The policies of a row (`_models.OPTIONS` maps each column); without start_at unless `with_start`."""
+    """The policies of a row (`persched._model.models.OPTIONS` maps each column).
+
+    Without start_at unless `with_start`."""
     return Policies.from_columns(row.value_of, for_claims=not with_start)
 
 
@@ -180,7 +182,7 @@ def plan_of(row: StoredRow) -> JobPlan:
 def plan_at(row: StoredRow, generation: int, *, with_start: bool = False) -> JobPlan:
     # start_at placed the grid's anchor once; only a correction reads it again (so claims need not).
     if not with_start:
-        # The claims' path: by the row's values as read, before any Policies is built (issue 14).
+        # The claims' path: by the row's values as read, before any Policies is built.
         return _plan_of_columns(
             row.job_id, generation, row.first_run_at, tuple(map(row.value_of, CLAIM_POLICY_COLUMNS))
         )
@@ -207,7 +209,7 @@ def _cached_plan(job_id: str, generation: int, anchor: Instant, stored: Policies
 def _checked(stored: Policies) -> None:
     # `check_stored` depends on the policies alone (a failure raises, and is not cached): a job
     # scheduled anew (a new id, a new generation) shares its policies' check with the others
-    # (issue 14: half of `to_job` in schedule()/deschedule() churn).
+    # (half of `to_job` in schedule()/deschedule() churn).
     check_stored(stored)
 
 
@@ -281,7 +283,7 @@ def _json_value(row: StoredRow, column: str, kind: type, problems: dict[str, str
 
 
 def to_job(row: StoredRow) -> Job:
-    """The `Job` of a row; a row that cannot be read is still listed, with `unreadable` saying why (SPEC §2)."""
+    """The `Job` of a row; a row that cannot be read is still listed, with `unreadable` saying why."""
     from .._model.public_models import Job  # pydantic, which the read commands do without (`plain_job`)
 
     return Job(**job_fields(row))
@@ -318,7 +320,7 @@ def job_fields(row: StoredRow) -> dict[str, Any]:
         "last_outcome": row.last_outcome,
         "owner": row.owner,
         "lease_until": row.lease_until,
-        **job_policy_fields(row.value_of),  # the options' fields (_models.OPTIONS)
+        **job_policy_fields(row.value_of),  # the options' fields (models.OPTIONS)
         "paused": bool(row.paused),
         "run_now_requested": row.run_now_at is not None,
         "schedule": schedule,

@@ -1,7 +1,7 @@
 """Schema migrations at run time: upgrade to head, or refuse a newer schema.
 
 The migrations are the top-level ``migrations/`` directory, shipped as the
-package ``persched._migrations`` (STYLE §1), so one lookup,
+package ``persched._migrations``, so one lookup,
 ``importlib.resources.files("persched._migrations")``, finds them in editable
 and wheel installs alike. The Alembic ``Config`` is built in code (no ini
 file; ``%`` in the path escaped as ``%%``, as Optuna and MLflow do), and the
@@ -28,7 +28,7 @@ Alembic is imported only when something is to be migrated (or a revision
 this code does not know is to be named): the recorded revision is read by a
 table check and one SELECT (`persched._store.revision.stored_revisions`), so
 `upgrade` of a schema at head, `check_at_head` and `current_revision` never
-import it (start-up time, issue 15). `HEAD` is `persched._store.revision.HEAD_REVISION`; before
+import it (start-up time). `HEAD` is `persched._store.revision.HEAD_REVISION`; before
 migrating, Alembic's own head is checked against it.
 
 Nothing here configures logging: ``env.py`` calls ``fileConfig`` only on the

@@ -1,6 +1,6 @@
 """An optional hook for what the events do not carry: claim conflicts, missed slots, store retries.
 
-The events bus (`_events`) tells listeners about runs; metrics also want to
+The events bus (`persched._engine.events`) tells listeners about runs; metrics also want to
 count things that are not runs: a claim another instance won, a transaction
 retried after a transient failure, slots recorded as missed. The store and
 the scheduler call an `Observer` for those. The default one does nothing, so

@@ -1,6 +1,7 @@
 """The records the store hands out and takes in: plain values, no SQL.
 
-`_workers`, `_overrun`, `_heartbeat` and the dispatcher import these, not the
+The engine's workers, overrun watch, heartbeat and dispatcher
+(`persched._engine`) import these, not the
 statements: what a claim, a completion or a lost run is does not depend on
 how it is stored.
 """
@@ -131,7 +132,7 @@ class Overdue(NamedTuple):
 @dataclass(frozen=True)
 class Correction:
     """A row whose next slot lay further ahead than its schedule allows (written while a wall
-    clock was ahead), moved back by the start-up sweep (`JobsStore.sweep`) into a new generation (SPEC §2)."""
+    clock was ahead), moved back by the start-up sweep (`JobsStore.sweep`) into a new generation."""
 
     job_id: str
     generation: int  # the new one

@@ -3,7 +3,7 @@
 `persched jobs` and the other read commands only need to know that the
 database is at the head revision, and a scheduler starting on a migrated
 database only that there is nothing to migrate; importing Alembic to find
-out costs more than the rest of the command (issue 15). `HEAD_REVISION` is
+out costs more than the rest of the command. `HEAD_REVISION` is
 the newest revision in ``migrations/versions`` (a migration test checks that
 it is Alembic's head), so the usual case is one indexed read; anything else
 goes to `persched._store.migrate` for the precise error, or the upgrade.

@@ -175,7 +175,7 @@ jobs = Table(
     Column("max_runtime_seconds", _Seconds, nullable=True),
     Column("first_run_at", UTCDateTime, nullable=False),  # grid anchor
     # The next slot still to run; it moves on when a run of the grid is
-    # claimed, and stays put for a run-now run (SPEC-policies).
+    # claimed, and stays put for a run-now run.
     Column("next_run_at", UTCDateTime, nullable=False),
     Column("paused", Boolean, nullable=False, server_default=false()),
     Column("run_now_at", UTCDateTime, nullable=True),  # a pending run_now() request
@@ -201,7 +201,7 @@ jobs = Table(
 
 # One row (id 1): a counter bumped by every change of a job's definition or
 # state by schedule()/deschedule(), so that other instances find changes by
-# polling one value (SPEC-multi).
+# polling one value.
 changes = Table(
     "persched_changes",
     metadata,
@@ -248,7 +248,7 @@ runs = Table(
 # `sqlite_where` / `postgresql_where` by `attach_index_predicates` when persched makes an engine
 # of that kind (`persched._store.db`), not here: an `Index(..., postgresql_where=...)` makes SQLAlchemy
 # import its PostgreSQL dialect to check the keyword, about 0.03 s of every `persched jobs` on
-# SQLite (issue 15). Only DDL reads the predicates (Alembic's autogenerate, `create_all`); the
+# SQLite. Only DDL reads the predicates (Alembic's autogenerate, `create_all`); the
 # queries never do. The migration tests compare them with the indexes the revisions create.
 _PARTIAL_INDEXES: Final[tuple[tuple[Index, ColumnElement[bool] | TextClause], ...]] = (
     # One run per grid slot; run-now runs are off the grid and may share an instant with a slot.

@@ -38,6 +38,6 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     demo = importlib.import_module("persched._interfaces.demo")
-    # SPEC §4: never the database of --db or PERSCHED_DB; it only says so.
+    # Never the database of --db or PERSCHED_DB; it only says so.
     result = demo.main(ignored=args.db_given)
     return int(result or EXIT_OK)

@@ -2,7 +2,7 @@
 
 A user error is one line on stderr and exit code 1 (``--debug`` adds the
 traceback); Ctrl-C is 130; a reader of stdout that went away ends quietly
-with 141 (SPEC §4). Only here is logging configured (STYLE §5).
+with 141. Only here is logging configured.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _configure_logging(args: argparse.Namespace) -> None:
 
 
 def _closed_pipe() -> int:
-    """End quietly after the reader of stdout went away (SPEC §4)."""
+    """End quietly after the reader of stdout went away."""
     # Python flushes stdout again at exit and would complain on stderr;
     # point it at /dev/null first (the recipe in the `signal` docs).
     try:

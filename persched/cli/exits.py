@@ -1,4 +1,4 @@
-"""Exit codes, and the error a user is told in one line (SPEC §4: never a traceback).
+"""Exit codes, and the error a user is told in one line (never a traceback).
 
 `CliError` is a user error of the command line's own (a bad job id, a module
 that does not import); persched's own errors (`PerschedError`) are told the

@@ -175,7 +175,7 @@ _SHOWN: Final = {"misfire": _misfire_line, "start_at": _window_line}
 
 
 def policies(job: PlainJob) -> list[tuple[str, str]]:
-    """The `show` lines, as (name, value), of each policy that differs from its default (SPEC-policies)."""
+    """The `show` lines, as (name, value), of each policy that differs from its default."""
     lines: list[tuple[str, str]] = []
     for option in OPTIONS:
         line: tuple[str, str] | None = None

@@ -18,6 +18,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Final
 
+from .. import _loggers
 from .._interfaces.present import plural
 from .._interfaces.signals import StopSignals, run_responsively
 from ..errors import PerschedError
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SETUP_HOOK", "cmd_run", "cmd_web", "run_allowed_modules"]
 
-logger = logging.getLogger("persched.cli")  # one name for the command line's log lines (docs/operations.md)
+logger = logging.getLogger(_loggers.CLI)
 SETUP_HOOK: Final = "persched_setup"  # `run --import`: called with the started scheduler
 
 
@@ -93,7 +94,7 @@ def _run_until_stopped(args: argparse.Namespace, module: ModuleType, scheduler: 
             if callable(setup):
                 try:
                     specs = setup(scheduler)
-                    if specs is not None:  # issue 16: the module's declared set, reconciled
+                    if specs is not None:  # the module's declared set, reconciled
                         scheduler.declare(specs, prune=True)
                 except PerschedError:
                     raise

@@ -1,4 +1,4 @@
-"""The command line with namespaces and declared jobs (issue 16), through real subprocesses."""
+"""The command line with namespaces and declared jobs, through real subprocesses."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The command line as an operator meets it (issue 15), through the real console script.
+"""The command line as an operator meets it, through the real console script.
 
 Each test runs ``python -m persched`` in a subprocess: the demo on a database
 of its own, a closed pipe, tables fitted to a terminal (``COLUMNS`` and a

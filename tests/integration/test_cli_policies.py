@@ -1,4 +1,4 @@
-"""The command line over SPEC-policies: schedules in words, policies, pause/resume/run-now, missed runs.
+"""The command line over docs/how-to/schedules.md: schedules in words, policies, pause/resume/run-now, missed runs.
 
 Like ``test_cli.py`` (whose helpers run ``python -m persched`` as a subprocess),
 each test drives the CLI as a user would; the databases are seeded in-process

@@ -1,4 +1,4 @@
-"""`persched run` tells its operator what happens (issue 15), through the real console script.
+"""`persched run` tells its operator what happens, through the real console script.
 
 The service logs, at INFO, each change another process made (here: the
 command line), names the runs it waits for at shutdown, logs a line per run

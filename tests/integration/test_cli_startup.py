@@ -1,4 +1,4 @@
-"""What the command line imports at start-up (issue 15: `persched jobs` within 0.25 s).
+"""What the command line imports at start-up (`persched jobs` within 0.25 s).
 
 The time itself is measured by ``benchmarks/cli_startup.py`` (tests never
 assert on timing); these tests pin down the imports that made it slow, so
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT = 60.0  # seconds for one process
 POSTGRESQL_DIALECT = "sqlalchemy.dialects.postgresql"
-MYSQL_DIALECT = "sqlalchemy.dialects.mysql"  # nor the MySQL one (persched._store.schema's MySQL types, issue 17)
+MYSQL_DIALECT = "sqlalchemy.dialects.mysql"  # nor the MySQL one (persched._store.schema's MySQL types)
 
 
 def _imported(args: Sequence[str], cwd: Path) -> set[str]:
@@ -55,7 +55,7 @@ def _under(modules: set[str], package: str) -> set[str]:
     return {m for m in modules if m == package or m.startswith(package + ".")}
 
 
-# What `persched jobs`, `show` and `runs` do without (issue 15): pydantic (plain rows), SQLAlchemy's ORM and
+# What `persched jobs`, `show` and `runs` do without: pydantic (plain rows), SQLAlchemy's ORM and
 # asyncio extension, and the scheduler's machinery.
 NOT_FOR_READING: Final = (
     "pydantic",

@@ -7,7 +7,7 @@
   nothing, and each worker makes its scheduler on its first request.
 - With ``--preload`` and `examples/wsgi_app.py` (the mistake): the scheduler started at import
   in the master stays the master's. Each worker logs the fork WARNING and its requests fail with
-  SchedulerStateError (SPEC §2 "Forks"); the jobs run in the master, once per slot.
+  SchedulerStateError (docs/reference/behaviour.md, "Forks"); the jobs run in the master, once per slot.
 
 Each: the 0.2 s job runs, no slot twice in the history, SIGTERM to the master ends everything
 with exit 0 and no run left open. In CI a missing gunicorn fails (tests/support/frameworks.py).

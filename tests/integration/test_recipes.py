@@ -1,4 +1,4 @@
-"""The framework recipes (issue 16), driven through the ASGI and WSGI protocols directly (no framework needed)."""
+"""The framework recipes, driven through the ASGI and WSGI protocols directly (no framework needed)."""
 
 from __future__ import annotations
 

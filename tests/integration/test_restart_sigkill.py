@@ -1,6 +1,6 @@
-"""SPEC §2 Restart, FIELD-REPORTS #18: a process SIGKILLed mid-run leaves a run
-that a restarted scheduler records as "lost" once its lease expired; the job
-goes on and that slot is not run again."""
+"""A process SIGKILLed mid-run leaves a run that a restarted scheduler records
+as "lost" once its lease expired; the job goes on and that slot is not run
+again (docs/reference/behaviour.md, "Restart and crashes")."""
 
 from __future__ import annotations
 

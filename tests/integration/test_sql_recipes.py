@@ -1,4 +1,4 @@
-"""The SQL the docs give users runs on every engine (SPEC §3, issue 17).
+"""The SQL the docs give users runs on every engine.
 
 docs/how-to/sql.md's queries "that run unchanged" and docs/operations.md's recipes
 (one block per engine where the date arithmetic differs) are read from the

@@ -3,7 +3,7 @@
 A scheduler process (tests/support/wallclock_child.py) runs while the test steps its
 wall clock: +1 h, then -2 h, then +1 h; then a process started while the clock is an
 hour ahead writes its rows, and one started after the correction must take the job
-up within one interval (SPEC §2 "Time", "Clock corrections across a restart"). Run
+up within one interval (docs/reference/behaviour.md, "Time" and "Clock corrections across a restart"). Run
 times are taken on CLOCK_MONOTONIC, which is never stepped. Asserted: no burst, no
 stall longer than one interval (plus a margin for a loaded machine), no
 (generation, scheduled_for) twice.

@@ -1,4 +1,4 @@
-"""The built wheel works outside the source tree (SPEC §3: it finds its migrations).
+"""The built wheel works outside the source tree (it finds its migrations).
 
 A wheel is built from a copy of the repository, installed into a fresh venv
 in tmp_path, and exercised from a directory outside the repository so that
@@ -177,7 +177,7 @@ def test_installed_wheel_migrates_outside_the_repo(venv_python: Path, tmp_path: 
 
 
 def test_installed_cli_migrates_outside_the_repo(venv_python: Path, tmp_path: Path) -> None:
-    # STYLE §9: the console script of the installed wheel, outside the repo.
+    # The console script of the installed wheel, outside the repo.
     work = tmp_path / "elsewhere"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}

@@ -1,4 +1,4 @@
-"""persched.metrics, tested by scraping a real HTTP endpoint (issue 18).
+"""persched.metrics, tested by scraping a real HTTP endpoint.
 
 Time comes from a FakeClock at an odd instant; `wait_idle()` waits for the
 runs and their events, so a scrape afterwards sees every count.

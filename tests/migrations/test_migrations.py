@@ -100,7 +100,7 @@ def test_one_head_and_head_constant() -> None:
 
 
 def test_revisions_do_not_import_persched() -> None:
-    # STYLE §3: a revision must keep working after the models move on.
+    # A revision must keep working after the models move on.
     script = ScriptDirectory(_migrate.script_location())
     for rev in script.walk_revisions():
         assert rev.path is not None

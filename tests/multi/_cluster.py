@@ -4,7 +4,7 @@
   that signal readiness through a marker file; every child is killed at
   teardown whatever happened.
 - `fetch_runs` + `check_once`: the run history and the side-effect file
-  agree, and no slot ran twice (SPEC-multi "exactly one claim per slot").
+  agree, and no slot ran twice (exactly one claim per slot).
 """
 
 from __future__ import annotations
@@ -278,7 +278,7 @@ class SlotReport:
 
     runs: int = 0
     slots: int = 0  # grid slots from each job's first slot to its last run
-    coalesced: int = 0  # slots that passed without a run of their own (SPEC §2 coalescing)
+    coalesced: int = 0  # slots that passed without a run of their own
     lost: int = 0
     by_instance: dict[str, int] = field(default_factory=dict)
     starved: float = 0.0  # the share of the test's time in which a task waited for a core

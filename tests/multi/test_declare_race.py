@@ -1,4 +1,4 @@
-"""Racing declarations from several processes at a deploy converge to one definition per job (issue 16).
+"""Racing declarations from several processes at a deploy converge to one definition per job.
 
 Real processes declare with prune at the same moment (a multiprocessing
 Barrier), on every engine; the database is then read through the public API.

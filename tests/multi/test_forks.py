@@ -1,4 +1,6 @@
-"""SPEC §2 "Forks" with real ``os.fork()``: a scheduler belongs to the process that made it.
+"""Forks with real ``os.fork()``: a scheduler belongs to the process that made it.
+
+docs/reference/behaviour.md, "Forks", is the rule tested here.
 
 Each scenario runs in a `tests.support.fork_child` process (forking pytest
 itself would fork its reporting too). The child script waits for its forked

@@ -1,5 +1,5 @@
-"""SPEC-multi with real processes: several scheduler instances on one SQLite file or one
-PostgreSQL schema (FIELD-REPORTS #3, #4, #18, #19).
+"""docs/multi.md with real processes: several scheduler instances on one SQLite file or one
+PostgreSQL schema.
 
 Every test starts `tests.support.multi_child` processes (real clocks, lease 1 s,
 heartbeat 0.2 s, pick-up 0.2 s) and checks afterwards, from `persched_runs` *and*

@@ -1,4 +1,4 @@
-"""Namespaces (issue 16): applications sharing one database each see, run and change only their own jobs.
+"""Namespaces: applications sharing one database each see, run and change only their own jobs.
 
 Two schedulers in one process stand for two applications (a gunicorn app and
 a FastAPI app on one PostgreSQL database, as in the field report); both run
@@ -77,7 +77,7 @@ def test_an_application_cannot_change_another_applications_job(
 ) -> None:
     web, worker, _, clock = apps
     before = worker.schedule("worker-sync", TARGET, 10.0, args=("worker-sync",))
-    assert web.deschedule("worker-sync") is False  # idempotent removal: never an error (SPEC §1)
+    assert web.deschedule("worker-sync") is False  # idempotent removal: never an error
     for verb in (web.pause, web.resume, web.run_now):
         with pytest.raises(JobNotFoundError, match="in namespace 'web': it is a job of namespace 'worker'") as found:
             verb("worker-sync")

@@ -1,4 +1,4 @@
-"""SPEC-multi faults: a TCP proxy of our own (`tests.support.tcp_proxy`, loopback only)
+"""Network faults: a TCP proxy of our own (`tests.support.tcp_proxy`, loopback only)
 between one instance and the server (PostgreSQL, MariaDB) cuts every connection mid-run, transactions in
 flight included, and once refuses new connections for half a second. The instance
 logs, backs off, reconnects and goes on: no slot runs twice, no run is lost, and the

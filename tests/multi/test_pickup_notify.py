@@ -1,4 +1,4 @@
-"""Change pick-up across processes (SPEC-multi): a change made by another process is picked up at
+"""Change pick-up across processes: a change made by another process is picked up at
 the next signal, not the poll; on PostgreSQL the listening connection survives being killed
 (``pg_terminate_backend``), the poll covers while it cannot reconnect, and shutdown closes it.
 

@@ -1,4 +1,4 @@
-"""Pause, resume and run-now across processes (SPEC-policies with SPEC-multi).
+"""Pause, resume and run-now across processes.
 
 Two `tests.support.multi_child` instances run the jobs; the test pauses,
 resumes and asks run-now through a scheduler that is never started (as the

@@ -1,4 +1,4 @@
-"""SPEC-multi "Sharing costs no slots" on one SQLite file (issue 12, item 7).
+"""Sharing the work costs no slots, on one SQLite file.
 
 One instance, then three instances on a fresh file, under the same load
 (30 jobs at 0.1-0.3 s, real clocks): three must run at least 85% of the
@@ -10,7 +10,7 @@ bound is generous on purpose (the real figures are in the report and in
 multi test, from the run history and from the side effects. The load is
 well below what one instance can run on a busy 2-core machine: at 50 jobs,
 with the other core spinning and the suite running beside it, one instance
-ran 83% and three, which race for every slot (issue 19), 66%: a measure of
+ran 83% and three, which race for every slot, 66%: a measure of
 CPU, not of the busy handler.
 """
 

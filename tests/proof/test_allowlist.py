@@ -1,4 +1,4 @@
-"""Security of the store (issue 5): allowed_modules, and no pickle / eval / exec path in persched.
+"""Security of the store: allowed_modules, and no pickle / eval / exec path in persched.
 
 Whoever can write the database can change a row's ``target``. With
 ``allowed_modules`` set, a target outside it is refused at schedule() and,
@@ -146,7 +146,7 @@ def test_the_source_scan_can_fail(tmp_path: Path) -> None:
     assert {t.string for t in _code_tokens('"""never pickle"""\n# eval(x)\n')} == set()
 
 
-# SPEC §1: an allowed callable is *defined* in an allowed module. These all start in
+# An allowed callable is *defined* in an allowed module. These all start in
 # one (tests.support.allow_bridge) and reach a callable of another module.
 BRIDGE = "tests.support.allow_bridge"
 REACHED = [

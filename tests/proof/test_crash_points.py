@@ -1,5 +1,6 @@
-"""Crash points (issue 5, SPEC §2 Restart, SPEC-multi Faults): SIGKILL at named points of a claim, a run,
-a completion, schedule(), deschedule() and a recovery; then restart on the same file and check the history.
+"""Crash points: SIGKILL at named points of a claim, a run,
+a completion, schedule(), deschedule() and a recovery; then restart on the same file and check the history
+(docs/reference/behaviour.md, "Restart and crashes"; docs/multi.md, "When an instance dies").
 
 A child (`tests/support/crash_child.py`, real clock, lease 1 s, heartbeat and
 pick-up 0.2 s) runs jobs at 0.05-0.2 s intervals whose callable records every

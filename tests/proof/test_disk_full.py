@@ -1,4 +1,4 @@
-"""Disk full (issue 5): SQLite's ``PRAGMA max_page_count`` pinned low on every connection of the scheduler.
+"""Disk full: SQLite's ``PRAGMA max_page_count`` pinned low on every connection of the scheduler.
 
 The scheduler is built, then an engine ``connect`` listener sets
 ``max_page_count`` from `Limit` and the pool is disposed, so every connection

@@ -1,4 +1,4 @@
-"""Fault injection at the store (issue 5): I/O errors in every transaction, disk full, locked, read-only.
+"""Fault injection at the store: I/O errors in every transaction, disk full, locked, read-only.
 
 Seams, no library changes:
 

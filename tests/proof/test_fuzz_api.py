@@ -1,5 +1,5 @@
 # ruff: noqa: ANN401 - fuzzed arguments are deliberately of any type
-"""Fuzzed public input (issue 5): every argument of schedule / deschedule / get_job / runs / JobScheduler.
+"""Fuzzed public input: every argument of schedule / deschedule / get_job / runs / JobScheduler.
 
 Allowed outcomes: success, or a `PerschedError` (InvalidJobError, ...);
 never another exception, and never a partial write: a refused call leaves
@@ -37,7 +37,7 @@ def _nested(depth: int) -> Any:
     return value
 
 
-# Shapes that are wrong, not only odd values (issue 12 item 4): numbers beyond any
+# Shapes that are wrong, not only odd values: numbers beyond any
 # float, nesting past the recursion limit, strings no database can store, sizes past
 # max_args_bytes. Each must be InvalidJobError naming its argument, never a raw
 # OverflowError / RecursionError / UnicodeEncodeError, nor a StoreError.
@@ -131,7 +131,7 @@ def test_schedule_succeeds_or_refuses_cleanly(
     before = _jobs(sched)
     try:
         job = sched.schedule(job_id, fn, interval, args=args, kwargs=kwargs, start_in=start_in)
-    except InvalidJobError:  # SPEC §1: bad input is InvalidJobError, never a StoreError
+    except InvalidJobError:  # bad input is InvalidJobError, never a StoreError
         assert _jobs(sched) == before, "a refused schedule() wrote something"
         return
     assert job.job_id == job_id

@@ -1,4 +1,4 @@
-"""Fuzzed command line (issue 5): `persched.cli.main(argv)` in process, a few cases as subprocesses.
+"""Fuzzed command line: `persched.cli.main(argv)` in process, a few cases as subprocesses.
 
 Allowed: exit code 0, 1 or 2, and never a traceback on stderr. ``run`` and
 ``demo`` are left out of the in-process fuzz (they run until stopped / for a
@@ -42,7 +42,7 @@ COMMANDS = [
 ]
 OPTIONS = ["--json", "--limit", "--db", "--debug", "-v", "--verbose", "--workers", "--import", "--", "-x"]
 words = st.sampled_from(["a", "0", "-1", "99999999999999999999", "nan", "x" * 300, "\x00", "é", "", "job-1", "ok"])
-# Wrong shapes (issue 12 item 4): a 5,000-digit number (int() refuses it), 2**31, a
+# Wrong shapes: a 5,000-digit number (int() refuses it), 2**31, a
 # lone surrogate (what Python makes of undecodable argv bytes), NUL inside a word.
 wrong = st.sampled_from(["9" * 5000, str(2**31), "job-\udcff", "\udc80", "a\x00b", "x" * 70_000, "--limit=" + "9" * 30])
 argvs = st.lists(st.sampled_from(COMMANDS) | st.sampled_from(OPTIONS) | words | wrong | st.text(max_size=6), max_size=6)

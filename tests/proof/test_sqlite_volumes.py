@@ -1,4 +1,4 @@
-"""SQLite on real small volumes (issue 12, item 6): disk full, then space freed; a read-only directory.
+"""SQLite on real small volumes: disk full, then space freed; a read-only directory.
 
 `tests.support.volumes` mounts a tmpfs for each test: its size is a real
 "disk full" (ENOSPC from the kernel, not ``max_page_count``), and a

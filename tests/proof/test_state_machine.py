@@ -2,7 +2,7 @@
 
 The scheduler runs on a `FakeClock` and a SQLite file that survives the
 restarts. Intervals, start delays and clock steps are multiples of 1/4 s, so
-every instant is exact in binary floating point and the grid of SPEC §2 is
+every instant is exact in binary floating point and the fixed-rate grid is
 exact: after each step the model says which jobs are scheduled (generation,
 next_run_at) and which (job, generation, slot) runs should have happened,
 and the database must say the same. Every step waits (bounded) until the
@@ -54,7 +54,7 @@ class ModelJob:
 
 
 class Model:
-    """The reference model of SPEC §2 on an exact grid."""
+    """The reference model of docs/reference/behaviour.md on an exact grid."""
 
     def __init__(self, now: float) -> None:
         self.now = now

@@ -1,4 +1,4 @@
-"""`AsyncJobScheduler` (issue 16) under a real asyncio event loop, on SQLite and PostgreSQL.
+"""`AsyncJobScheduler` under a real asyncio event loop, on SQLite and PostgreSQL.
 
 Each test runs one ``asyncio.run`` bounded by ``asyncio.wait_for``; time comes
 from a FakeClock at an odd instant and ``await sched.wait_idle()`` waits for

@@ -1,4 +1,4 @@
-"""The dispatcher gathers a batch while behind (issue 14; persched._engine.dispatcher "Gathering a batch").
+"""The dispatcher gathers a batch while behind (persched._engine.dispatcher "Gathering a batch").
 
 The dispatcher is driven directly: its cycle callback records what each cycle
 was given and hands every claimed entry to a "worker" that the test plays,

@@ -1,4 +1,4 @@
-"""A row edited by hand into something unreadable costs only its own job (SPEC §2, issue 12 item 3).
+"""A row edited by hand into something unreadable costs only its own job.
 
 Whoever can write the database can put anything in any column (SQLite's type
 affinity lets text into a numeric column). Such a row is reported on its own

@@ -1,4 +1,4 @@
-"""Declarative schedules (issue 16): ``declare(specs, prune=...)`` reconciles an application's job set.
+"""Declarative schedules: ``declare(specs, prune=...)`` reconciles an application's job set.
 
 Through the public API on SQLite and PostgreSQL, with a FakeClock at an odd instant.
 """

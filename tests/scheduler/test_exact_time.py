@@ -1,4 +1,4 @@
-"""SPEC §1 "Time is exact to the microsecond", and the clock traps of SPEC §2.
+"""Time is exact to the microsecond, and the clock traps (docs/reference/behaviour.md, "Time").
 
 The first test is the one a new user writes first ("every 60 s; advance 60 s; it ran
 once"), at many start instants (the real time now, odd fractions) and intervals. Each
@@ -36,7 +36,7 @@ HOUR = 3600.0
 @pytest.mark.parametrize("start", STARTS, ids=["now", *(f"{s:.7f}" for s in STARTS[1:] if s is not None)])
 def test_advancing_by_exactly_the_interval_runs_exactly_once_more(tmp_path: Path, start: float | None) -> None:
     """The user's first test, for a dozen intervals at 50 start instants: 3 advances by
-    exactly the interval -> exactly 3 runs, run k at ``first + k * interval`` (SPEC §1)."""
+    exactly the interval -> exactly 3 runs, run k at ``first + k * interval``."""
     clock = FakeClock(start)
     with JobScheduler(tmp_path / "jobs.db", clock=clock) as sched:
         for n, interval in enumerate(INTERVALS):
@@ -152,7 +152,7 @@ def test_a_resume_on_a_clock_behind_never_goes_back_to_a_slot_that_ran(tmp_path:
 
 def test_a_claim_that_fails_for_one_job_is_settled_for_that_job_alone(tmp_path: Path) -> None:
     """Seen: one row put back on a slot that ran failed the whole batch, every job in it,
-    retried once a second (SPEC §2 "One job never holds back another")."""
+    retried once a second (one job never holds back another)."""
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
     clock = FakeClock(1_700_000_000.777777)
     with JobScheduler(url, clock=clock) as sched:
@@ -221,7 +221,7 @@ def test_a_first_slot_placed_far_ahead_on_purpose_is_not_corrected(
 
 
 def test_a_correction_never_moves_a_job_before_its_start_at(tmp_path: Path) -> None:
-    """SPEC-policies "Window": no run before start_at, also when the row was written by a clock an
+    """docs/how-to/schedules.md, "Window": no run before start_at, also when the row was written by a clock an
     hour ahead and a restart corrects it (found by review: all three kinds ran 7 days early)."""
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
     real = 1_700_000_000.313131
@@ -285,7 +285,7 @@ def test_a_row_moved_on_and_then_touched_by_the_corrected_clock_is_still_correct
 
 def test_skew_between_live_instances_is_not_a_correction(tmp_path: Path) -> None:
     """An instance 5 s ahead ran a slot; one with the right clock starting just after must not run that
-    instant again in a new generation (SPEC-multi: skew moves runs, never runs a slot twice)."""
+    instant again in a new generation (skew moves runs, never runs a slot twice)."""
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
     t = 1_700_000_000.333333
     ahead = FakeClock(t + 5)

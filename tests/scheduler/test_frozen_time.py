@@ -1,4 +1,6 @@
-"""Schedulers inside frozen time: freezegun and time-machine (SPEC §1 "freezegun and time-machine").
+"""Schedulers inside frozen time: freezegun and time-machine.
+
+docs/tutorials/testing.md, "With freezegun or time-machine", says what a user may expect.
 
 With ``clock=FrozenTimeClock()`` a scheduler follows the time the test froze:
 after ``tick``/``move_to``/``shift``, ``wait_idle()`` alone brings it to the new
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 
 TOOLS: Final = ["freezegun", "time-machine"]
 START: Final = datetime(2026, 6, 1, 12, 0, 0, 123457, tzinfo=timezone.utc)  # not a round instant
-REAL_BOUND: Final = 1.0  # real seconds wait_idle may take after a move (SPEC §1)
+REAL_BOUND: Final = 1.0  # real seconds wait_idle may take after a move
 
 
 class Mover(Protocol):
@@ -72,7 +74,7 @@ class _Freezegun:
 
 @contextlib.contextmanager
 def frozen(tool: str, at: datetime = START) -> Iterator[Mover]:
-    """Freeze time at `at` with `tool` (time-machine without ticking, as SPEC §1 says)."""
+    """Freeze time at `at` with `tool` (time-machine without ticking, as docs/tutorials/testing.md says)."""
     if tool == "freezegun":
         with freezegun.freeze_time(at) as f:
             yield _Freezegun(f)

@@ -1,4 +1,4 @@
-"""The bounded heap (issue 14, persched._engine.horizon): only jobs due within the horizon are in memory.
+"""The bounded heap (persched._engine.horizon): only jobs due within the horizon are in memory.
 
 Every test runs on a FakeClock at an odd instant, with a horizon of a few seconds, and checks
 the runs in the database: jobs beyond the horizon run exactly on their slot when the horizon

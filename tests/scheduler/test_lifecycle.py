@@ -1,4 +1,4 @@
-"""SPEC §1-§2 lifecycle: start, shutdown(wait=True/False), the context manager,
+"""The lifecycle: start, shutdown(wait=True/False), the context manager,
 use after shutdown, shutdown from inside a job, and what a clean shutdown
 leaves in the store (no row stuck in RUNNING). On every engine (``every_engine``)."""
 
@@ -52,7 +52,7 @@ def test_use_after_shutdown_refused(make_scheduler: SchedulerFactory) -> None:
 
 
 def test_shutdown_is_idempotent(make_scheduler: SchedulerFactory) -> None:
-    """STYLE §2: shutdown() is idempotent (a second call is not an error)."""
+    """shutdown() is idempotent (a second call is not an error)."""
     sched = make_scheduler(start=True)
     sched.shutdown(wait=True, timeout=TIMEOUT)
     sched.shutdown(wait=True, timeout=TIMEOUT)

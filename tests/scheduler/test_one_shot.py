@@ -1,4 +1,4 @@
-"""One-shot jobs (issue 16): ``schedule(job_id, fn, run_at=instant)`` runs once, then the job is finished.
+"""One-shot jobs: ``schedule(job_id, fn, run_at=instant)`` runs once, then the job is finished.
 
 Through the public API, on SQLite and PostgreSQL, driven by a FakeClock at an
 odd instant; ``wait_idle()`` waits for the runs that became due.
@@ -94,7 +94,7 @@ def test_a_one_shot_job_runs_once_at_its_instant_and_is_finished(
 def test_an_instant_that_passed_while_the_process_was_down_runs_once_at_start_up(
     db_url: str, clock: FakeClock, opened: list[JobScheduler]
 ) -> None:
-    sched = open_scheduler(opened, db_url, clock, start=False)  # scheduled before start(): SPEC §1
+    sched = open_scheduler(opened, db_url, clock, start=False)  # scheduled before start()
     when = now(clock) + timedelta(seconds=10)
     sched.schedule("late", TARGET, args=("late",), run_at=when)
     sched.schedule("late-skip", TARGET, args=("late-skip",), run_at=when, misfire="skip")

@@ -1,4 +1,4 @@
-"""schedule() of a window that is already over is accepted, finished at once, and said (issue 15)."""
+"""schedule() of a window that is already over is accepted, finished at once, and said."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Change pick-up (SPEC-multi): a change made through another scheduler's store is picked up at the
+"""Change pick-up: a change made through another scheduler's store is picked up at the
 next signal (SQLite's data_version check, PostgreSQL's NOTIFY), well before the counter's poll, and
 by the poll alone where no signal arrives (lost, or MariaDB, which has none).
 
@@ -180,7 +180,7 @@ def test_a_quiet_database_is_checked_less_and_less_often_down_to_once_a_second_t
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Idle CPU (issue 14): each check that finds no commit doubles the wait (0.1 s, 0.2, 0.4, 0.8,
+    """Idle CPU: each check that finds no commit doubles the wait (0.1 s, 0.2, 0.4, 0.8,
     then every 1 s); a change made elsewhere is picked up at the next of those checks, and the
     check is back at `pickup_check_seconds` right after it."""
     running = make_scheduler(clock=clock, start=True, pickup_seconds=POLL, pickup_check_seconds=0.1)

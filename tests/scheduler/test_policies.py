@@ -1,4 +1,4 @@
-"""SPEC-policies, black-box through the public API and driven by FakeClock: cron
+"""Black-box through the public API and driven by FakeClock: cron
 with time zones and daylight saving, clock jumps, misfire (coalesce, skip,
 catch_up), fixed delay, overlap, jitter, the start/end window, pause and
 resume, run_now, the overrun watch, async callables, validation, and

@@ -1,4 +1,4 @@
-"""Deterministic races of pause, resume and run-now (SPEC-policies; SPEC §2 linearization).
+"""Deterministic races of pause, resume and run-now (each linearizes at its commit).
 
 Like tests/scheduler/test_races.py: time comes only from `FakeClock`, the
 interleaving is forced by seams that hold a store call before or after its

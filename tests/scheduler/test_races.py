@@ -1,4 +1,4 @@
-"""Deterministic races between the scheduler's linearization points (SPEC §2, SPEC-multi).
+"""Deterministic races between the scheduler's linearization points.
 
 Time comes only from `FakeClock`; interleavings are forced with seams
 (`tests.support.race_jobs.Seam`) that hold a store call before or after its
@@ -515,7 +515,7 @@ def test_a_dead_instances_run_is_recovered_after_a_lease_of_observation(
 def test_a_wall_clock_step_does_not_make_a_live_run_look_expired(
     make_scheduler: SchedulerFactory, fake_clock: FakeClock, wall_clock_expiry: bool
 ) -> None:
-    """FIELD-REPORTS #19: a live node must not be declared dead by a clock step."""
+    """A live node must not be declared dead by a clock step."""
     observer = make_scheduler(start=True, instance_id="observer", lease_seconds=30.0)
     owner = make_scheduler(start=True, instance_id="owner", lease_seconds=30.0)
     quiet_heartbeat(observer)

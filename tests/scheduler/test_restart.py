@@ -1,4 +1,4 @@
-"""SPEC §2 Restart and §1 errors on open: a new scheduler on the same database
+"""Restart, and the errors of opening a store: a new scheduler on the same database
 resumes every job on its grid, keeps unchanged re-declarations, never
 reuses a generation, keeps rows it cannot use, and refuses stores it cannot
 use (StoreError) or a schema from the future (SchemaVersionError).
@@ -53,7 +53,7 @@ def test_jobs_resume_on_their_grid(make_scheduler: SchedulerFactory, fake_clock:
 
 
 def test_long_downtime_is_one_coalesced_run(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
-    """FIELD-REPORTS #9: no catch-up storm after a restart."""
+    """No catch-up storm after a restart."""
     first = make_scheduler(start=True)
     first.schedule("a", jobs.record, 10.0, args=("a",))
     fake_clock.advance(10.0)
@@ -73,7 +73,7 @@ def test_long_downtime_is_one_coalesced_run(make_scheduler: SchedulerFactory, fa
 def test_identical_redeclaration_across_restart_keeps_next_run(
     make_scheduler: SchedulerFactory, fake_clock: FakeClock
 ) -> None:
-    """FIELD-REPORTS #1: a job due during downtime still runs after re-declaration."""
+    """A job due during downtime still runs after re-declaration."""
     first = make_scheduler(start=True)
     original = first.schedule("a", jobs.record, 10.0, args=("a",), kwargs={"to": "ops"})
     first.shutdown(wait=True, timeout=TIMEOUT)
@@ -136,7 +136,7 @@ def test_unresolvable_target_after_restart_is_kept_and_marked(
     db_url: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """FIELD-REPORTS #6: a row that cannot be used is marked and logged, never deleted."""
+    """A row that cannot be used is marked and logged, never deleted."""
     caplog.set_level(logging.WARNING, logger="persched")
     first = make_scheduler(start=True)
     first.schedule("good", jobs.record, 10.0, args=("good",))
@@ -167,7 +167,7 @@ def test_unresolvable_target_after_restart_is_kept_and_marked(
 
 
 def test_plain_file_path_url(tmp_path: Path, fake_clock: FakeClock) -> None:
-    """SPEC §1: a plain file path works as the URL."""
+    """A plain file path works as the URL."""
     path = tmp_path / "plain.db"
     with JobScheduler(str(path), clock=fake_clock) as sched:
         sched.schedule("a", jobs.record, 10.0, args=("a",))
@@ -228,7 +228,7 @@ def test_read_only_file_is_a_store_error(
 
 
 def test_locked_database_is_a_store_error_after_busy_timeout(make_scheduler: SchedulerFactory, sqlite_url: str) -> None:
-    """FIELD-REPORTS #7: locked past the busy timeout -> StoreError naming the URL, not a hang."""
+    """Locked past the busy timeout -> StoreError naming the URL, not a hang."""
     sched = make_scheduler(busy_timeout_seconds=0.2)
     sched.schedule("keep", jobs.record, 10.0, args=("keep",))
     with closing(sqlite3.connect(sqlite_path(sqlite_url), timeout=TIMEOUT)) as locker:
@@ -250,7 +250,7 @@ def test_locked_database_is_a_store_error_after_busy_timeout(make_scheduler: Sch
 def test_schema_from_the_future_is_refused(
     make_scheduler: SchedulerFactory, sqlite_url: str, fake_clock: FakeClock
 ) -> None:
-    """FIELD-REPORTS #6: refuse a schema from the future; touch nothing."""
+    """Refuse a schema from the future; touch nothing."""
     first = make_scheduler(start=True)
     first.schedule("keep", jobs.record, 10.0, args=("keep",))
     first.shutdown(wait=True, timeout=TIMEOUT)

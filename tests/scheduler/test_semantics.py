@@ -1,4 +1,4 @@
-"""SPEC §2 semantics, driven by FakeClock: grid, coalescing, no self-overlap,
+"""The semantics of docs/reference/behaviour.md, driven by FakeClock: grid, coalescing, no self-overlap,
 replace / deschedule linearization, no ABA, error isolation, current_run(),
 wall-clock steps, the bounded worker pool, and a concurrency stress test.
 
@@ -127,7 +127,7 @@ def test_schedule_from_another_thread_is_picked_up(make_scheduler: SchedulerFact
     assert slots(wait_finished(sched, "a", 1)) == [at(5)]
 
 
-# --- coalescing (FIELD-REPORTS #8, #9, #10) -----------------------------------------------
+# --- coalescing ---------------------------------------------------------------------------
 
 
 def test_late_slots_coalesce_into_one_run(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
@@ -155,7 +155,7 @@ def test_huge_advance_is_one_run_and_cheap(make_scheduler: SchedulerFactory, fak
     assert len(sched.runs("a")) == 1
 
 
-# --- no self-overlap (FIELD-REPORTS #10, #11) ------------------------------------------
+# --- no self-overlap ----------------------------------------------------------------------
 
 
 def test_job_never_overlaps_itself(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
@@ -197,7 +197,7 @@ def test_blocked_job_does_not_hold_back_others(make_scheduler: SchedulerFactory,
         wait_finished(sched, "fast", k)
     assert g.started.is_set()
     assert len(jobs.calls("slow")) == 1
-    # Deschedule is never blocked by a hung run (FIELD-REPORTS #11).
+    # Deschedule is never blocked by a hung run.
     assert sched.deschedule("slow") is True
 
 
@@ -229,7 +229,7 @@ def test_one_worker_runs_both_due_jobs_in_turn(make_scheduler: SchedulerFactory,
     fake_clock.advance(10.5)
     assert g.started.wait(TIMEOUT)
     # The only worker is busy: "second" is not even claimed (a worker is
-    # reserved before the claim, SPEC §2), so it has no run row yet.
+    # reserved before the claim), so it has no run row yet.
     assert jobs.calls("second") == []
     assert sched.runs("second") == []
     g.release.set()
@@ -250,11 +250,11 @@ def test_many_due_jobs_all_run(make_scheduler: SchedulerFactory, fake_clock: Fak
         assert slots(wait_finished(sched, job_id, 1)) == [at(10)]
 
 
-# --- replace (SPEC §2 schedule()) ---------------------------------------------------
+# --- replace ------------------------------------------------------------------------
 
 
 def test_identical_redeclaration_changes_nothing(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
-    """FIELD-REPORTS #1: re-declaring an unchanged job does not push it back."""
+    """Re-declaring an unchanged job does not push it back."""
     sched = make_scheduler(start=True)
     first = sched.schedule("a", jobs.record, 10.0, args=("a",), kwargs={"x": 1})
     fake_clock.advance(7.0)
@@ -269,7 +269,7 @@ def test_identical_redeclaration_changes_nothing(make_scheduler: SchedulerFactor
 
 
 def test_same_id_twice_before_start_is_one_job(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
-    """FIELD-REPORTS #2: one row, one heap entry."""
+    """One row, one heap entry."""
     sched = make_scheduler()
     sched.schedule("a", jobs.record, 10.0, args=("a",))
     sched.schedule("a", jobs.record, 10.0, args=("a",))
@@ -565,7 +565,7 @@ def test_current_run_is_none_in_main_thread_during_a_run(
     g.release.set()
 
 
-# --- wall-clock steps (FIELD-REPORTS #12, SPEC §2 Time) ------------------------------
+# --- wall-clock steps ---------------------------------------------
 
 
 def test_wall_step_forward_causes_no_burst(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:

@@ -4,7 +4,7 @@ pause(), resume() and run_now() of an id this namespace does not have (never
 scheduled, descheduled, or a job of another namespace) raise
 `JobNotFoundError`, naming the id, the namespace and, when another namespace
 holds the id, that one. A job that is there but needs no change answers
-False. deschedule() stays idempotent (SPEC §1: "True if an active job was
+False. deschedule() stays idempotent ("True if an active job was
 removed"): an unknown or descheduled id is False, never an error. On every
 engine, through `JobScheduler` and `AsyncJobScheduler`.
 """
@@ -49,7 +49,7 @@ def changes(url: str) -> list[tuple[object, ...]]:
 
 
 def test_the_error_is_a_lookup_error_with_its_message_unquoted() -> None:
-    # SPEC §1's import line (at the top of this module) still works, with the new name beside it.
+    # The documented import line (at the top of this module) still works, with the new name beside it.
     assert all(issubclass(e, PerschedError) for e in (InvalidJobError, SchemaVersionError, StoreError))
     exc = JobNotFoundError("reprot", "default")
     assert isinstance(exc, LookupError)
@@ -76,7 +76,7 @@ def test_an_unknown_id_raises_naming_the_id_and_the_namespace_and_writes_nothing
         False,
     )
     assert changes(db_url) == before
-    assert sched.get_job("reprot") is None  # get_job keeps answering None (SPEC §1)
+    assert sched.get_job("reprot") is None  # get_job keeps answering None
 
 
 @pytest.mark.parametrize("verb", VERBS)

@@ -1,4 +1,4 @@
-"""schedule() and deschedule() in driver SQL write what SQLAlchemy Core would have written (issue 14, "Speed 2").
+"""schedule() and deschedule() in driver SQL write what SQLAlchemy Core would have written.
 
 `JobsStore.upsert_job`, `deschedule_job` and the change counter's bump bind
 timestamps raw (`Dialect.bind_instant`) and build the row they return from
@@ -155,7 +155,7 @@ def test_an_unchanged_job_keeps_its_row_and_a_declare_marks_it(store: Store) -> 
     definition = _definition("a", ODD)
     job, _, _ = store.upsert_job(definition, ODD)
     later = Instant(ODD + 7_000_001)
-    again, change, due = store.upsert_job(definition, later)  # FIELD-REPORTS #1: same generation, same grid
+    again, change, due = store.upsert_job(definition, later)  # same generation, same grid
     assert (change, due, again) == ("unchanged", None, job)
     declared, change, _ = store.upsert_job(definition, later, declared=True)
     assert change == "unchanged"
@@ -184,7 +184,7 @@ def test_a_row_edited_into_something_unreadable_is_replaced_and_reads_back(store
 
 def test_schedule_and_deschedule_build_no_sqlalchemy_statement(store: Store) -> None:
     """The churn path runs driver SQL only: per call, Core's construction and cache keys cost
-    more than the database's work (issue 14)."""
+    more than the database's work."""
     constructs: list[object] = []  # what Core executed (driver SQL does not reach before_execute)
     statements: list[str] = []  # everything sent to the database
 

@@ -1,4 +1,4 @@
-"""The claim by query (issue 19): `Store.claim_overdue` and `ClaimMiss.taken`, on every engine.
+"""The claim by query: `Store.claim_overdue` and `ClaimMiss.taken`, on every engine.
 
 An instance hands `claim_overdue` a number of free workers and a bound; the
 database hands back up to that many waiting rows due before the bound,

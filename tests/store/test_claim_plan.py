@@ -1,4 +1,4 @@
-"""The claim finds its batch's rows by primary key, at any table size (issue 14).
+"""The claim finds its batch's rows by primary key, at any table size.
 
 A claim names at most a batch of job ids; if the planner took the
 ``(state, next_run_at)`` index instead, each claim would walk every scheduled

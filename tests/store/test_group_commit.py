@@ -136,7 +136,7 @@ def test_a_failing_write_in_a_group_fails_alone(store: Store) -> None:
 
 
 def test_a_write_the_driver_refuses_fails_alone_in_its_group(store: Store) -> None:
-    """Issue 12 item 2: any exception of one body (here the driver's UnicodeEncodeError,
+    """Any exception of one body (here the driver's UnicodeEncodeError,
     not an IntegrityError) fails that body alone; the others commit."""
     release, calls, write = _hold_first_write(store)
     policies = validate_policies(10.0)
@@ -166,7 +166,7 @@ def test_a_write_the_driver_refuses_fails_alone_in_its_group(store: Store) -> No
 
 @pytest.mark.parametrize("engine", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_bad_ids_among_many_concurrent_schedules_fail_alone(engine: str, tmp_path: Path) -> None:
-    """SPEC §1: bad input is InvalidJobError before any write, and never fails the valid
+    """Bad input is InvalidJobError before any write, and never fails the valid
     calls that would have shared its transaction (160 threads released together)."""
     valid, bad = 160, 20
     with contextlib.ExitStack() as stack:

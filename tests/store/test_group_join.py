@@ -1,4 +1,4 @@
-"""Group commit takes its group as late as it can (issue 14, "Speed 2").
+"""Group commit takes its group as late as it can.
 
 The leader of a group commit (`Transactions._write_grouped`) takes the queued
 writes once its transaction has begun (SQLite's writer lock held, BEGIN

@@ -1,4 +1,4 @@
-"""The read commands' plain rows (`_plain_models`) hold what the public models hold (issue 15).
+"""The read commands' plain rows (`persched._model.plain_models`) hold what the public models hold.
 
 `persched jobs`, `show` and `runs` print `PlainJob` / `PlainRun`, read by the
 store's ``*_as`` listings, so that they never import pydantic. These tests

@@ -1,4 +1,4 @@
-"""The store contract (SPEC §2, SPEC-multi), over SQLite and PostgreSQL.
+"""The store contract, over SQLite and PostgreSQL.
 
 Every method gets `now` explicitly, so no clock and no scheduler is involved;
 threads appear only where a `threading.Barrier` lines two transactions up
@@ -142,7 +142,7 @@ def test_upsert_unchanged_keeps_generation_and_next_run(store: Store) -> None:
 
 
 def test_unchanged_redeclaration_keeps_a_job_that_is_overdue(store: Store) -> None:
-    # FIELD-REPORTS #1: an application re-declaring at start-up after downtime.
+    # An application re-declaring at start-up after downtime.
     first = schedule(store)
     again, change, _ = store.upsert_job(definition(), at(3600))
     assert change == "unchanged"
@@ -263,7 +263,7 @@ def _race(n: int, fn: Callable[[], Any]) -> tuple[list[Any], list[BaseException]
     ],
 )
 def test_claim_wins_once(store: Store, impl: ClaimImpl) -> None:
-    """SPEC-multi "exactly one claim per slot": two instances, one slot, one winner."""
+    """Exactly one claim per slot: two instances, one slot, one winner."""
     for k in range(6):
         # A fixed-delay job keeps its slot while it runs: only the state predicate stops a second claim.
         job = schedule(store, job_id=f"j{k}", start_in=0, recurrence=("fixed_rate", "fixed_delay")[k % 2])
@@ -353,7 +353,7 @@ def test_claim_while_running_misses_and_names_the_owner(store: Store) -> None:
 
 
 def test_claim_while_a_run_outlasts_its_next_slot_looks_again_a_slot_later(store: Store) -> None:
-    """Issue 12 item 7: the owner's overrun makes the next slot due; a loser must not retry it at once.
+    """The owner's overrun makes the next slot due; a loser must not retry it at once.
 
     Before, its due_at was that slot, already past: the loser's dispatcher
     tried again at once, in a loop, taking SQLite's write lock each time,
@@ -403,7 +403,7 @@ def test_a_claim_after_a_ten_year_gap_coalesces_into_one_run(store: Store) -> No
 
 def test_a_slot_is_never_claimed_twice(store: Store) -> None:
     """A row put back on a slot that ran (a hand edit, a clock behind) is settled alone:
-    no second run of the slot, the row moves past it (SPEC §2 "One job never holds back another")."""
+    no second run of the slot, the row moves past it (one job never holds back another)."""
     job = schedule(store)
     other = schedule(store, job_id="b")
     c = won(claim(store, job, at(10)))
@@ -675,7 +675,7 @@ def test_a_deschedule_committed_during_a_recovery_wins(store: Store) -> None:
 
 
 def test_a_claim_at_exactly_the_slot_of_a_grid_made_at_an_odd_instant_wins(store: Store) -> None:
-    """Instants are whole microseconds everywhere (SPEC §1): the slot stored is the slot
+    """Instants are whole microseconds everywhere: the slot stored is the slot
     computed, so a claim at that very instant is due (no rounding gap either way)."""
     now = at(0.123457)
     job = schedule(store, now, start_in=0)

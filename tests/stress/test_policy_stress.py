@@ -1,7 +1,6 @@
 """Many threads pausing, resuming, asking run-now and descheduling at once (real clock).
 
-The invariants come from SPEC-policies "pause ... linearized like
-deschedule" and SPEC §2: no run of a job is claimed while it is paused (from
+The invariants: pause is linearized like deschedule, so no run of a job is claimed while it is paused (from
 the moment pause() returned until resume() was called), none after
 deschedule() returned, and runs of one job never overlap. `Run.started_at`
 is the claim's time, read under the store's write lock in the scheduler's

@@ -20,7 +20,7 @@ transaction commits).
 - A run of g was claimed before g ended (the claim is conditional on the
   generation and on state 'scheduled'), and its ``started_at`` was read before
   that claim committed. So every run of g has ``started_at`` <= that bound.
-  The callable itself may start later (SPEC §2 allows the one run whose claim
+  The callable itself may start later (the contract allows the one run whose claim
   committed first to start just after deschedule returns), which is why the
   check is on ``started_at`` and not on when the callable ran.
 - Likewise a run of g has ``started_at`` >= the start of the earliest call

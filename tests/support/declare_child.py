@@ -1,7 +1,7 @@
 """Child process of the declare race test: declare one version of an application's job set.
 
 `declare_in_child` runs in a process of its own: it opens a scheduler of
-namespace "app" on the URL (not started: declare() writes the store, SPEC §1),
+namespace "app" on the URL (not started: declare() writes the store),
 waits at the shared barrier so that every child declares at once, declares
 the set of `version` with prune, and reports the generation of each job.
 """

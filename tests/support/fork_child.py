@@ -1,4 +1,4 @@
-"""Child process of the fork tests (SPEC §2 "Forks"): real ``os.fork()`` away from pytest.
+"""Child process of the fork tests (docs/reference/behaviour.md, "Forks"): real ``os.fork()`` away from pytest.
 
 Usage::
 

@@ -23,7 +23,7 @@ compare directly. Only one scheduler's frame can be used per history (a
 restarted scheduler on a FakeClock keeps the same offset; across processes
 the checker uses only the frame-free rules, see `check(..., timed=False)`).
 
-Rules checked (SPEC §2, SPEC-multi)
+Rules checked
 -----------------------------------
 R1 no start after death: a generation is *dead* once a ``deschedule`` of its
    job, invoked after that generation's ``schedule`` returned, has returned,

@@ -1,4 +1,4 @@
-"""Module-level coroutine targets for the SPEC-policies tests, importable by reference.
+"""Module-level coroutine targets for the policy tests, importable by reference.
 
 Each one awaits once before it records its call (in `tests.support.jobs`'s
 registry, with what `persched.current_run()` said), so a coroutine that is

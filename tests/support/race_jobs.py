@@ -346,7 +346,7 @@ def finish_by_job_id_only(
 ) -> Instant | None:
     """A broken `Store.finish_run`: its job UPDATE is keyed on job_id alone.
 
-    The classic bug (FIELD-REPORTS #5): a stale completion moves whatever
+    The classic bug: a stale completion moves whatever
     definition now holds the id.
     """
 
@@ -378,7 +378,7 @@ def finish_by_job_id_only(
 
 def wall_clock_beat(heartbeat: Heartbeat) -> None:
     """A broken `Heartbeat.beat`: expiry judged by comparing the stored
-    ``lease_until`` with the local *wall* clock (FIELD-REPORTS #19)."""
+    ``lease_until`` with the local *wall* clock."""
     running_here = heartbeat._in_flight()
     timebase = heartbeat._timebase
     if running_here:

@@ -1,4 +1,4 @@
-"""`SchedulerConfig`: the constructor options, checked once into frozen values (issue 13)."""
+"""`SchedulerConfig`: the constructor options, checked once into frozen values."""
 
 from __future__ import annotations
 

@@ -133,7 +133,7 @@ def test_new_file_is_owner_only(in_tmp: Path, engines: list[Engine]) -> None:
     ],
 )
 def test_new_file_named_by_uri_is_owner_only(in_tmp: Path, engines: list[Engine], url: str) -> None:
-    """SPEC §3 also for a URI filename (was created 0644 by SQLite itself)."""
+    """Owner-only also for a URI filename (was created 0644 by SQLite itself)."""
     engines.append(_db.make_engine(url))
     assert stat.S_IMODE(os.stat(in_tmp / "new.db").st_mode) == 0o600
     _migrate.upgrade(engines[0])
@@ -229,7 +229,7 @@ def test_pragmas_read_back(in_tmp: Path, engines: list[Engine]) -> None:
 
 
 def test_begin_immediate_waits_for_the_write_lock_and_takes_it_once_free(in_tmp: Path, engines: list[Engine]) -> None:
-    """Issue 12 item 7: the write lock is retried in short steps up to busy_timeout_seconds."""
+    """The write lock is retried in short steps up to busy_timeout_seconds."""
     eng = _db.make_engine("w.db", busy_timeout_seconds=TIMEOUT)
     engines.append(eng)
     with eng.begin() as conn:

@@ -1,4 +1,4 @@
-"""SPEC §1 `persched.testing.FakeClock`: time moves only with advance(); waiters wake."""
+"""`persched.testing.FakeClock`: time moves only with advance(); waiters wake."""
 
 from __future__ import annotations
 

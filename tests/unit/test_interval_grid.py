@@ -1,4 +1,6 @@
-"""The fixed-rate grid of `persched._model.triggers.interval_trigger` (SPEC §1 "Time is exact", SPEC §2), pure and O(1).
+"""The fixed-rate grid of `persched._model.triggers.interval_trigger`, pure and O(1).
+
+docs/reference/behaviour.md, "Fixed-rate" and "Time is exact to the microsecond", are the rules.
 
 Slots are ``anchor + k * interval``, ``k >= 0``, in whole microseconds: exact integer arithmetic, so the
 properties below compare with ``==`` at any anchor (an odd microsecond, the real time now), for any interval
@@ -98,7 +100,7 @@ def test_sub_second_intervals_land_exactly_on_slots(interval: int) -> None:
 
 @pytest.mark.parametrize("interval", [1, 1000])
 def test_a_ten_year_jump_is_constant_time(interval: int) -> None:
-    """FIELD-REPORTS #12: no loop over missed slots (3e14 of them at 1 µs; a loop
+    """No loop over missed slots (3e14 of them at 1 µs; a loop
     would run into pytest-timeout instead of returning), and the answer is exact."""
     t = A + TEN_YEARS + interval // 2
     n = next_slot_after(A, interval, t)

@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "persched"
 
 # Lowest first: (layer, the modules it holds: a name, or a folder's name ending in ".*").
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("persched.errors", "persched.clock", "persched._realtime")),
+    ("foundation", ("persched.errors", "persched.clock", "persched._realtime", "persched._loggers")),
     ("model", ("persched._model", "persched._model.*")),
     ("store", ("persched._store", "persched._store.*")),
     ("engine", ("persched._engine", "persched._engine.*")),

@@ -1,4 +1,4 @@
-"""persched._engine.liveness: a gone process on this host is proven gone; anything unsure is not (issue 15).
+"""persched._engine.liveness: a gone process on this host is proven gone; anything unsure is not.
 
 "Provably dead" must never be wrong for a live instance: every doubt (another
 host, boot, pid namespace or uid, a custom id, a malformed proof) answers

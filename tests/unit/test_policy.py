@@ -1,4 +1,4 @@
-"""`persched._model.policy.JobPlan`: the decisions of SPEC-policies, pure (no store, no clock).
+"""`persched._model.policy.JobPlan`: the decisions of docs/how-to/schedules.md, pure (no store, no clock).
 
 Instants and durations are whole microseconds (`persched._model.instant`): the worked examples give them as
 ``at(seconds)`` (T plus that many seconds, exact), the properties draw them at any microsecond.
@@ -147,7 +147,7 @@ def test_skip_drops_a_late_slot_and_runs_nothing() -> None:
 
 
 def test_skip_measures_lateness_when_the_slot_was_taken_up() -> None:
-    """SPEC-policies: the scheduler's own dispatch latency for a slot taken up on time is not late."""
+    """The scheduler's own dispatch latency for a slot taken up on time is not late."""
     p = plan(misfire="skip", grace_seconds=0.0)
     assert p.claim(at(40), None, at(40), at(40), at(40)) == ClaimPlan(at(40), False, at(50), None)
     assert p.claim(at(40), None, at(40), at(42), at(40)) == ClaimPlan(at(40), False, at(50), None)
@@ -367,8 +367,9 @@ def test_a_row_from_a_clock_ahead_is_corrected_to_one_interval() -> None:
     [(10.0, {}), (10.0, {"recurrence": "fixed_delay"}), (None, {"cron": "0 * * * *"})],
 )
 def test_a_future_start_at_is_not_a_clock_error(interval: float | None, policies: dict[str, Any]) -> None:
-    """SPEC-policies "Window": no run before start_at. A row waiting for a start_at a day ahead is
-    where the user put it, not where a clock that ran ahead put it (SPEC §2 "Clock corrections")."""
+    """docs/how-to/schedules.md, "Window": no run before start_at. A row waiting for a start_at a day ahead is
+    where the user put it, not where a clock that ran ahead put it (docs/reference/behaviour.md,
+    "Clock corrections across a restart")."""
     start_at = at(86_400)
     p = plan(interval, anchor=start_at, start_at=to_datetime(start_at), **policies)
     first = place_grid(validate_policies(interval, start_at=to_datetime(start_at), **policies), T, None)[1]

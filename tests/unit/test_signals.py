@@ -27,7 +27,7 @@ REENTRANT = textwrap.dedent(
     import sys, threading
     from persched._interfaces.signals import StopSignals
 
-    class EventStop:  # what STYLE's "handlers only set an Event" gives
+    class EventStop:  # what a handler that only sets an Event gives
         def __init__(self):
             self.event = threading.Event()
         def handler(self, signum, frame):

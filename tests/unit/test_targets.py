@@ -1,4 +1,4 @@
-"""`persched._model.targets`: callables <-> ``"module:qualname"`` (FIELD-REPORTS #13).
+"""`persched._model.targets`: callables <-> ``"module:qualname"``.
 
 A reference is accepted only if importing it again gives back the very same
 callable; everything else is refused at `schedule()` time with a message that

@@ -1,4 +1,4 @@
-"""Which database failures the store retries (SPEC-multi "faults")."""
+"""Which database failures the store retries (docs/multi.md, "When an instance dies")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """`persched._model.triggers`: interval and cron slots, the DST rules, validation, jitter, descriptions.
 
 Instants are whole microseconds since the epoch (`persched._model.instant`), so every expected slot is an
-exact ``int`` compared with ``==``. The DST tests check the rules of SPEC-policies "Cron" against
-instants worked out by hand and against a brute-force oracle written from the rules, not against what
-a cron library happens to do; query instants are drawn at any microsecond, not on whole seconds.
+exact ``int`` compared with ``==``. The DST tests check the rules of docs/how-to/schedules.md,
+"Cron with a time zone", against instants worked out by hand and against a brute-force oracle written
+from the rules, not against what a cron library happens to do; query instants are drawn at any microsecond,
+not on whole seconds.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC §1 `schedule()` validation: bad input raises InvalidJobError naming the
+"""`schedule()` validation: bad input raises InvalidJobError naming the
 argument, and writes nothing.
 
 Every refused call is made on a store that already holds one job ("keep"), so
@@ -211,7 +211,7 @@ def test_good_interval_accepted(make_scheduler: SchedulerFactory, interval: floa
     s = make_scheduler()
     job = s.schedule("new", jobs.record, interval)
     assert job.interval_seconds == interval
-    # Default start_in is one interval (SPEC §1).
+    # Default start_in is one interval.
     assert job.next_run_at == at(0) + timedelta(seconds=interval)
 
 
@@ -325,7 +325,7 @@ def test_workers_is_a_bounded_whole_number(tmp_path: Path, workers: object) -> N
     assert not (tmp_path / "w.db").exists()
 
 
-# --- input that escaped validation (issue 12 item 4) ---------------------------------
+# --- input that escaped validation ---------------------------------
 
 HUGE = 10**400  # beyond any float: float(HUGE) raises OverflowError
 MINUTES = ",".join(str(m) for m in range(60))  # a valid cron field of 170 characters

@@ -16,6 +16,7 @@ import logging
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Final
 
+from ... import _loggers
 from ..._model.instant import Instant
 from ..._store.records import RunNowVerdict
 from .request import BadRequest, Response, View, job_id_of, namespace_of
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ACTIONS", "MESSAGES", "Actions", "message_of", "refuse"]
 
-logger = logging.getLogger("persched._web")  # the name the docs give its log lines (docs/observability.md)
+logger = logging.getLogger(_loggers.WEB)
 
 ACTIONS: Final = ("pause", "resume", "run-now", "deschedule")
 

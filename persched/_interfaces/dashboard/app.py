@@ -21,7 +21,7 @@ import logging
 from http import HTTPStatus
 from typing import TYPE_CHECKING
 
-from ... import _realtime
+from ... import _loggers, _realtime
 from ...clock import SystemClock
 from ...errors import PerschedError, StoreError
 from .actions import Actions, refuse
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["WebApp"]
 
-logger = logging.getLogger("persched._web")  # the name the docs give its log lines (docs/observability.md)
+logger = logging.getLogger(_loggers.WEB)
 
 
 class WebApp:

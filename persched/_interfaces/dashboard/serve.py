@@ -15,6 +15,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Final
 
+from ... import _loggers
 from ...errors import PerschedError
 from ..existing import open_existing
 from ..signals import StopSignals
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "ENV_TOKEN", "make_web_server", "serve"]
 
-logger = logging.getLogger("persched._web")  # the name the docs give its log lines (docs/observability.md)
+logger = logging.getLogger(_loggers.WEB)
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8765

@@ -15,6 +15,7 @@ import math
 from http import HTTPStatus
 from typing import TYPE_CHECKING
 
+from ... import _loggers
 from .actions import refuse
 from .auth import same_secret
 from .layout import e
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SignIn"]
 
-logger = logging.getLogger("persched._web")  # the name the docs give its log lines (docs/observability.md)
+logger = logging.getLogger(_loggers.WEB)
 
 
 class SignIn:

@@ -228,7 +228,7 @@ class Dialect:
         """The conditional claim, on the driver's cursor: ``UPDATE table SET assignments WHERE predicate``;
         the `columns` (a select list) of the rows it changed, as the driver returns them.
 
-        This UPDATE is the linearization point of a run's start (SPEC §2):
+        This UPDATE is the linearization point of a run's start:
         each row is claimed at most once, by whoever's UPDATE matches it first.
         """
         sql = f"UPDATE {table.name} SET {assignments.text} WHERE {predicate.text} RETURNING {columns}"  # noqa: S608 - ours

@@ -14,14 +14,14 @@ latest commit, as on PostgreSQL, and locking reads take no gap locks.
 2. ``SELECT job_id … WHERE <predicate> AND job_id IN (<those>) FOR UPDATE
    SKIP LOCKED`` locks the due rows that no other instance holds (a locking
    read sees the latest committed row version); rows another instance is
-   claiming are passed by, not waited for (SPEC-multi);
+   claiming are passed by, not waited for;
 3. ``UPDATE persched_jobs SET state = 'running', … WHERE <predicate> AND
    job_id IN (<the locked keys>)`` re-checks the predicate on rows that
    nobody else can change until this transaction ends;
 4. ``SELECT <columns> FROM persched_jobs WHERE job_id IN (<the locked keys>)``
    reads the won rows back, which is what ``RETURNING`` gives elsewhere.
 
-A run still starts at the COMMIT of that transaction (SPEC §2): the row
+A run still starts at the COMMIT of that transaction: the row
 locks taken in step 2 are held to the commit, so the rows read in step 4
 are exactly what the UPDATE wrote, and a deschedule() or another
 instance's claim either committed before step 2 (the predicate fails) or

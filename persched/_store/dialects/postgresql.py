@@ -2,7 +2,7 @@
 
 A claim's UPDATE takes its rows from a ``FOR UPDATE SKIP LOCKED`` read
 (a materialized CTE): a row another instance is claiming right now is passed
-by, not waited for (SPEC-multi), and the UPDATE re-checks the predicate on
+by, not waited for, and the UPDATE re-checks the predicate on
 the rows it locked. Reads that decide a write (`lock_rows`) lock with ``FOR UPDATE``.
 Timestamps are ``timestamptz``.
 

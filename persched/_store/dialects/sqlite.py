@@ -3,7 +3,7 @@
 A write transaction holds the database's write lock from its first
 statement, so a plain conditional ``UPDATE … RETURNING`` decides a claim: no
 other writer can change a row between the predicate and the write, and
-select-then-update races cannot happen (FIELD-REPORTS #4). Timestamps are
+select-then-update races cannot happen. Timestamps are
 stored as naive UTC text, which sorts like the instants it names.
 
 ``PRAGMA data_version`` tells a connection that another one committed, in
@@ -42,7 +42,7 @@ class SQLiteDialect(Dialect):
         if exc.connection_invalidated:
             return True
         text = str(exc.orig).lower()
-        return "locked" in text or "busy" in text  # busy past busy_timeout (FIELD-REPORTS #7)
+        return "locked" in text or "busy" in text  # busy past busy_timeout
 
     def lock_rows(self, query: Select[Any]) -> Select[Any]:
         return query  # BEGIN IMMEDIATE holds the write lock already (SQLite ignores FOR UPDATE)
