@@ -29,15 +29,17 @@ from typing import TYPE_CHECKING
 
 from ._interfaces.dashboard.actions import MESSAGES
 from ._interfaces.dashboard.app import WebApp
+from ._interfaces.dashboard.pending import AwaitingDatabase, until_the_database_exists
 from ._interfaces.existing import open_existing
 from ._model.models import DEFAULT_NAMESPACE
 
 if TYPE_CHECKING:
     from ._interfaces.dashboard.auth import Authorize
 
-__all__ = ["MESSAGES", "WebApp", "dashboard"]
+__all__ = ["MESSAGES", "AwaitingDatabase", "WebApp", "dashboard"]
 
 
+@until_the_database_exists
 def dashboard(
     db: str,
     *,
@@ -56,8 +58,12 @@ def dashboard(
         secret: Keys the forms' CSRF tokens; pass the application's own
             secret (the same in every process that serves it).
 
+    A database that does not exist yet, or has no current schema yet, or
+    cannot be reached, does not fail the application's start: until it can
+    be opened each request is answered 503 with the reason (a scheduler
+    makes the database when it starts, or ``persched migrate`` does).
+
     Raises:
-        StoreError: The database does not exist, is not at the current schema, or cannot be used.
         SchemaVersionError: The database was made by a newer persched.
     """
     return WebApp(open_existing(db, namespace), authorize=authorize, secret=secret)

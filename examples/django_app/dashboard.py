@@ -18,7 +18,7 @@ from django.conf import settings
 from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from persched.web import WebApp, dashboard
+from persched.web import AwaitingDatabase, WebApp, dashboard
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -29,7 +29,7 @@ ACTOR: Final = "persched.actor"  # the environ key the view sets and the hook re
 
 
 @functools.cache
-def _dashboard() -> WebApp:
+def _dashboard() -> WebApp | AwaitingDatabase:
     # Made on the first request, in the process that serves it (never at import, before a fork).
     return dashboard(
         settings.PERSCHED_DB,

@@ -1,0 +1,23 @@
+"""persched in a Django project: add ``"persched.integrations.django"`` to ``INSTALLED_APPS``.
+
+Settings (all optional)::
+
+    PERSCHED = {
+        "URL": "postgresql+psycopg://app@db/app",  # default: Django's default database
+        "NAMESPACE": "myproject",                 # default: "default"
+        "JOBS": "myproject.schedules.JOBS",      # a list of JobSpec, or a callable that returns one
+        "START": True,                            # False: web processes run no jobs (test settings, or
+                                                  # a dedicated `manage.py persched run` process)
+        "OPTIONS": {"workers": 4},                # JobScheduler's keywords
+        "AUTHORIZE": "myproject.ops.who_may_act", # the dashboard view: request -> name or None
+    }
+
+Each process that serves starts its scheduler as the project starts (in
+``AppConfig.ready``): ``runserver``'s child, each gunicorn or uvicorn worker
+(after the fork, with or without ``--preload``). Processes that serve
+nothing start none: ``runserver``'s autoreloader parent and every other
+management command. ``python manage.py persched ARGS`` is the ``persched``
+command line on these settings (``migrate``, ``jobs``, ``check``, ``run``
+...); the persched tables are made and upgraded by persched's own
+migrations, through that command or a scheduler's start, never by Django's.
+"""

@@ -1,0 +1,85 @@
+"""The dashboard as a Django view, behind the project's own sign-in (`persched.integrations.django.urls`).
+
+Reading needs a staff user (``request.user.is_staff``); acting needs a
+superuser, or whoever ``PERSCHED["AUTHORIZE"]`` (a function of the request)
+names. Django decides who acts before the dashboard sees the request, in an
+environ key no client can set. The view is exempt from Django's CSRF check
+because the dashboard checks its own token, keyed by ``SECRET_KEY``.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING, Any, Final
+
+from django.conf import settings
+from django.http import HttpResponse, HttpResponseForbidden
+from django.views.decorators.csrf import csrf_exempt
+
+from .._dashboard import ProcessDashboard
+from . import conf
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from django.http import HttpRequest
+
+__all__ = ["dashboard"]
+
+ACTOR: Final = "persched.actor"  # the environ key of who acts, set here after Django's own authentication
+_dashboard: ProcessDashboard | None = None
+
+
+def _no_write(data: bytes) -> None:
+    raise NotImplementedError("the dashboard returns its body; it never calls write()")
+
+
+def _actor(request: HttpRequest) -> str | None:
+    hook = conf.authorize()
+    if hook is not None:
+        return hook(request)
+    user = getattr(request, "user", None)
+    return user.get_username() if user is not None and user.is_superuser else None
+
+
+def _app() -> ProcessDashboard:
+    global _dashboard
+    if _dashboard is None:
+        _dashboard = ProcessDashboard(
+            conf.url(),
+            namespace=conf.namespace(),
+            authorize=lambda environ: environ.get(ACTOR),
+            secret=settings.SECRET_KEY.encode(),
+        )
+    return _dashboard
+
+
+@csrf_exempt
+def dashboard(request: HttpRequest, path: str = "") -> HttpResponse:
+    """Answer one request of the dashboard mounted at this view's prefix."""
+    actor = _actor(request)
+    user = getattr(request, "user", None)
+    if actor is None and not (user is not None and user.is_staff):
+        return HttpResponseForbidden("the persched dashboard is for staff users\n")
+    prefix = request.path[: len(request.path) - len(path)].rstrip("/")
+    environ: dict[str, Any] = {
+        **request.environ,
+        "SCRIPT_NAME": prefix,
+        "PATH_INFO": "/" + path,
+        "wsgi.input": io.BytesIO(request.body),
+        ACTOR: actor,
+    }
+    started: list[Any] = []
+
+    def start_response(
+        status: str, headers: list[tuple[str, str]], exc_info: object = None
+    ) -> Callable[[bytes], object]:
+        started[:] = [status, headers]
+        return _no_write
+
+    body = b"".join(_app()(environ, start_response))
+    status, headers = started
+    response = HttpResponse(body, status=int(status.split(" ", 1)[0]))
+    for name, value in headers:
+        response.headers[name] = value
+    return response
