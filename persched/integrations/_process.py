@@ -163,9 +163,8 @@ class ProcessScheduler:
         parent, self._forks_from = self._forks_from, None  # this child's own forks start nothing
         if parent is None or parent != os.getppid():
             return
-        self._placement = Placement("here", f"a worker forked from process {parent}")
         try:
-            self.start()
+            self.place(Placement("here", f"a worker forked from process {parent}"))
         except Exception:  # an exception in a fork hook would only be printed, without context
             logger.exception("persched: the scheduler of worker process %d did not start", os.getpid())
 

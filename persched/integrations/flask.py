@@ -28,8 +28,10 @@ the ``persched`` command line on the same database and namespace.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -94,7 +96,7 @@ class Persched:
         self._jobs = jobs
         self._authorize = authorize
         self._options = options
-        self._processes: dict[str, ProcessScheduler] = {}  # by app name: one extension may serve several apps
+        self._processes: weakref.WeakKeyDictionary[Flask, ProcessScheduler] = weakref.WeakKeyDictionary()
         if app is not None:
             self.init_app(app)
 
@@ -110,9 +112,9 @@ class Persched:
         process = ProcessScheduler(
             lambda: JobScheduler(url, namespace=self.namespace, **self._options),
             self._jobs if callable(self._jobs) else lambda: list(self._jobs),  # type: ignore[arg-type]  # a sequence
-            started=lambda sched: app.extensions.__setitem__("persched", sched),
+            started=functools.partial(_keep, weakref.ref(app)),
         )
-        self._processes[app.name] = process
+        self._processes[app] = process
         app.cli.add_command(_cli_command(url, self.namespace))
         if self.dashboard_path is not None:
             app.wsgi_app = DispatcherMiddleware(  # type: ignore[method-assign]  # Flask's documented way
@@ -129,11 +131,11 @@ class Persched:
         Raises:
             SchedulerStateError: This process runs no jobs; the message says why.
         """
-        return self._processes[app.name].scheduler
+        return self._processes[app].scheduler
 
     def shutdown(self, app: Flask, timeout: float | None = None) -> None:
         """Shut `app`'s scheduler in this process down (persched does it at exit by itself)."""
-        self._processes[app.name].shutdown(timeout)
+        self._processes[app].shutdown(timeout)
         app.extensions.pop("persched", None)
 
     def _dashboard(self, app: Flask, url: str) -> ProcessDashboard:
@@ -147,6 +149,13 @@ class Persched:
 
         secret = app.secret_key.encode() if isinstance(app.secret_key, str) else app.secret_key
         return ProcessDashboard(url, namespace=self.namespace, authorize=in_context, secret=secret)
+
+
+def _keep(app: weakref.ref[Flask], sched: JobScheduler) -> None:
+    """Make `sched` the app's ``extensions["persched"]`` (a weak reference: the app's scheduler must not keep it)."""
+    found = app()
+    if found is not None:
+        found.extensions["persched"] = sched
 
 
 def _placement() -> Placement:

@@ -135,9 +135,9 @@ def test_flask_mounts_the_dashboard_behind_its_session(tmp_path: Path, monkeypat
     require("flask")
     db = _database(tmp_path, "flask-example")
     monkeypatch.setenv("PERSCHED_DB", db)
-    from examples import dashboard_flask
+    from examples import flask_app
 
-    app = dashboard_flask.create_app()
+    app = flask_app.create_app()  # Persched(dashboard_path="/persched", authorize=...): the integration
 
     def sign_in(client: Client, user: str) -> None:
         assert client.send("POST", "/login", {"user": user})[0] == 302
@@ -146,7 +146,7 @@ def test_flask_mounts_the_dashboard_behind_its_session(tmp_path: Path, monkeypat
         for port in _serve_wsgi(app):
             _check_mounted(Client(port), db, sign_in, "the app's own pages")
     finally:
-        app.extensions["persched-dashboard"].close()
+        flask_app.persched.shutdown(app, timeout=TIMEOUT)
 
 
 # -- Django ---------------------------------------------------------------------------------------------
@@ -212,13 +212,13 @@ def test_django_mounts_the_dashboard_behind_its_authentication(tmp_path: Path) -
 
 
 @pytest.mark.slow
-def test_fastapi_mounts_the_dashboard_through_a2wsgi(tmp_path: Path) -> None:
-    require("fastapi", "uvicorn", "a2wsgi")
+def test_fastapi_mounts_the_asgi_dashboard(tmp_path: Path) -> None:
+    require("fastapi", "uvicorn")
     db = _database(tmp_path, "fastapi-example")
     log = tmp_path / "uvicorn.log"
     env = child_env()
     env["PERSCHED_DB"] = db
-    command = [sys.executable, "-m", "uvicorn", "examples.dashboard_fastapi:app", "--host", "127.0.0.1", "--port", "0"]
+    command = [sys.executable, "-m", "uvicorn", "examples.fastapi_app:app", "--host", "127.0.0.1", "--port", "0"]
     with log.open("wb") as out:
         server = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
