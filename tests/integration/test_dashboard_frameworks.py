@@ -23,6 +23,7 @@ import pytest
 from persched import JobScheduler
 from persched.testing import FakeClock
 from tests.multi._cluster import REPO, child_env, throttled
+from tests.support.django_example import example_settings, persched_setting
 from tests.support.frameworks import require
 from tests.support.helpers import TIMEOUT, sql, wait_until
 
@@ -153,38 +154,11 @@ def test_flask_mounts_the_dashboard_behind_its_session(tmp_path: Path, monkeypat
 
 
 def test_django_mounts_the_dashboard_behind_its_authentication(tmp_path: Path) -> None:
-    require("django")
     db = _database(tmp_path, "django-example")
-    import django
-    from django.conf import settings
-
-    from examples.django_app import dashboard as django_dashboard
-
-    if not settings.configured:
-        settings.configure(
-            SECRET_KEY="test-secret-of-the-dashboard-recipe",
-            ALLOWED_HOSTS=["127.0.0.1"],
-            ROOT_URLCONF="examples.django_app.urls",
-            INSTALLED_APPS=["examples.django_app.apps.PerschedExampleConfig"],
-            MIDDLEWARE=[],
-            DATABASES={},
-            USE_TZ=True,
-            PERSCHED_DB=db,
-            PERSCHED_NAMESPACE="django-example",
-            PERSCHED_IN_WEB_PROCESSES=False,
-            PERSCHED_WORKERS=2,
-            EXAMPLE_INTERVAL=60.0,
-            EXAMPLE_LOG=None,
-        )
-        django.setup()
-    elif settings.PERSCHED_NAMESPACE != "django-example":
-        pytest.skip("Django is configured otherwise in this process")
+    example_settings()
     from django.core import signing
     from django.core.handlers.wsgi import WSGIHandler
-
-    django_dashboard._dashboard.cache_clear()
-    original_db = settings.PERSCHED_DB
-    settings.PERSCHED_DB = db  # a test before may have configured another database
+    from django.test.utils import override_settings
 
     def sign_in(client: Client, user: str) -> None:
         # Stands for the project's login view: a cookie signed with SECRET_KEY (get_signed_cookie's format).
@@ -199,13 +173,9 @@ def test_django_mounts_the_dashboard_behind_its_authentication(tmp_path: Path) -
     def app(environ: dict[str, str], start_response: Callable[..., object]) -> object:
         return (home if environ.get("PATH_INFO") == "/" else django_app)(environ, start_response)
 
-    try:
+    with override_settings(PERSCHED=persched_setting(db)):
         for port in _serve_wsgi(app):  # type: ignore[arg-type]  # a WSGI callable
             _check_mounted(Client(port), db, sign_in, "the project's own pages")
-    finally:
-        settings.PERSCHED_DB = original_db
-        django_dashboard._dashboard().close()
-        django_dashboard._dashboard.cache_clear()
 
 
 # -- FastAPI, under a real uvicorn process ----------------------------------------------------------------

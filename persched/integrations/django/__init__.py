@@ -9,7 +9,8 @@ Settings (all optional)::
         "START": True,                            # False: web processes run no jobs (test settings, or
                                                   # a dedicated `manage.py persched run` process)
         "OPTIONS": {"workers": 4},                # JobScheduler's keywords
-        "AUTHORIZE": "myproject.ops.who_may_act", # the dashboard view: request -> name or None
+        "AUTHORIZE": "myproject.ops.who_may_act", # the dashboard: request -> who acts, or None
+        "MAY_READ": "myproject.ops.may_read",     # the dashboard: request -> bool
     }
 
 Each process that serves starts its scheduler as the project starts (in
@@ -20,4 +21,26 @@ management command. ``python manage.py persched ARGS`` is the ``persched``
 command line on these settings (``migrate``, ``jobs``, ``check``, ``run``
 ...); the persched tables are made and upgraded by persched's own
 migrations, through that command or a scheduler's start, never by Django's.
+``scheduler()`` is the process's started scheduler, for views.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..._engine.scheduler import JobScheduler
+
+__all__ = ["scheduler"]
+
+
+def scheduler() -> JobScheduler:
+    """This process's started scheduler.
+
+    Raises:
+        SchedulerStateError: This process runs no jobs (a management command,
+            ``PERSCHED["START"]`` False); the message says why.
+    """
+    from .apps import process  # the app registry imports apps.py; this module stays light
+
+    return process.scheduler

@@ -16,9 +16,9 @@ from ...errors import PerschedError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["authorize", "jobs", "namespace", "options", "start", "url"]
+__all__ = ["authorize", "jobs", "may_read", "namespace", "options", "start", "url"]
 
-KEYS = frozenset({"URL", "NAMESPACE", "JOBS", "START", "OPTIONS", "AUTHORIZE"})
+KEYS = frozenset({"URL", "NAMESPACE", "JOBS", "START", "OPTIONS", "AUTHORIZE", "MAY_READ"})
 
 
 def _setting() -> dict[str, Any]:
@@ -91,3 +91,12 @@ def authorize() -> Callable[[Any], str | None] | None:
     """``PERSCHED["AUTHORIZE"]``, imported: who may act in the dashboard view, from the request."""
     path = _setting().get("AUTHORIZE")
     return None if path is None else import_string(path)
+
+
+def may_read(request: Any) -> bool:  # noqa: ANN401 - Django's HttpRequest (Django ships no types)
+    """Whether `request` may read the dashboard: ``PERSCHED["MAY_READ"]``, or else a staff user."""
+    path = _setting().get("MAY_READ")
+    if path is not None:
+        return bool(import_string(path)(request))
+    user = getattr(request, "user", None)
+    return bool(user is not None and user.is_staff)

@@ -1,6 +1,7 @@
 """The dashboard as a Django view, behind the project's own sign-in (`persched.integrations.django.urls`).
 
-Reading needs a staff user (``request.user.is_staff``); acting needs a
+Reading needs a staff user (``request.user.is_staff``), or whom
+``PERSCHED["MAY_READ"]`` (a function of the request) admits; acting needs a
 superuser, or whoever ``PERSCHED["AUTHORIZE"]`` (a function of the request)
 names. Django decides who acts before the dashboard sees the request, in an
 environ key no client can set. The view is exempt from Django's CSRF check
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["dashboard"]
 
 ACTOR: Final = "persched.actor"  # the environ key of who acts, set here after Django's own authentication
-_dashboard: ProcessDashboard | None = None
+_dashboards: dict[tuple[str, str], ProcessDashboard] = {}  # by database and namespace: settings may change
 
 
 def _no_write(data: bytes) -> None:
@@ -42,24 +43,33 @@ def _actor(request: HttpRequest) -> str | None:
     return user.get_username() if user is not None and user.is_superuser else None
 
 
+def _actor_of(environ: dict[str, Any]) -> str | None:
+    """The dashboard's hook: who Django decided acts (`ACTOR`, set by the view)."""
+    actor: str | None = environ.get(ACTOR)
+    return actor
+
+
 def _app() -> ProcessDashboard:
-    global _dashboard
-    if _dashboard is None:
-        _dashboard = ProcessDashboard(
-            conf.url(),
-            namespace=conf.namespace(),
-            authorize=lambda environ: environ.get(ACTOR),
-            secret=settings.SECRET_KEY.encode(),
+    key = (conf.url(), conf.namespace())
+    found = _dashboards.get(key)
+    if found is None:
+        found = _dashboards.setdefault(
+            key,
+            ProcessDashboard(
+                key[0],
+                namespace=key[1],
+                authorize=lambda environ: environ.get(ACTOR),
+                secret=settings.SECRET_KEY.encode(),
+            ),
         )
-    return _dashboard
+    return found
 
 
 @csrf_exempt
 def dashboard(request: HttpRequest, path: str = "") -> HttpResponse:
     """Answer one request of the dashboard mounted at this view's prefix."""
     actor = _actor(request)
-    user = getattr(request, "user", None)
-    if actor is None and not (user is not None and user.is_staff):
+    if actor is None and not conf.may_read(request):
         return HttpResponseForbidden("the persched dashboard is for staff users\n")
     prefix = request.path[: len(request.path) - len(path)].rstrip("/")
     environ: dict[str, Any] = {

@@ -23,10 +23,19 @@ RUN_JOBS = "persched.integrations.django.run"  # the module `run` imports: its p
 
 
 def _args(args: Sequence[str]) -> list[str]:
+    """`args`, with ``run`` given the project's jobs: imported from `RUN_JOBS`, their modules allowed."""
     args = list(args)
-    if args[:1] == ["run"] and not any(arg.split("=", 1)[0] == "--import" for arg in args):
-        args[1:1] = ["--import", RUN_JOBS]
+    given = {arg.split("=", 1)[0] for arg in args}
+    if args[:1] == ["run"] and "--import" not in given:
+        allowed = [] if "--allow-any-module" in given else [f"--allow={package}" for package in _packages()]
+        args[1:1] = ["--import", RUN_JOBS, *allowed]
     return args
+
+
+def _packages() -> list[str]:
+    """The top-level packages of the project's jobs (the settings name them, so they are trusted)."""
+    modules = {spec.fn.split(":", 1)[0] if isinstance(spec.fn, str) else spec.fn.__module__ for spec in conf.jobs()}
+    return sorted({module.split(".", 1)[0] for module in modules})
 
 
 class Command(BaseCommand):
