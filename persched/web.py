@@ -10,11 +10,10 @@ own authentication decides who may act::
                     authorize=lambda environ: user_name_or_none(environ),
                     secret=SECRET_KEY)
 
-- Flask: ``DispatcherMiddleware(flask_app.wsgi_app, {"/persched": app})``
-  (examples/dashboard_flask.py);
-- Django: a view that passes the request on (examples/django_app/dashboard.py);
-- FastAPI / Starlette: ``fastapi_app.mount("/persched", a2wsgi.WSGIMiddleware(app))``
-  (examples/dashboard_fastapi.py).
+- Flask: ``Persched(dashboard_path="/persched", authorize=...)`` (`persched.integrations.flask`);
+- Django: ``include("persched.integrations.django.urls")``;
+- FastAPI / Starlette: ``app.mount("/persched", persched.integrations.asgi.dashboard(url, ...))``;
+- any other WSGI framework: this function, under a prefix.
 
 Everyone who reaches the mount may read the pages; `authorize` returns the
 name of whoever may also pause, resume, run now and deschedule (it is
