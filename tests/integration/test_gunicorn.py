@@ -2,9 +2,11 @@
 
 - Without ``--preload``: `examples/wsgi_app.py`, the app docs/multi.md recommends for
   ``gunicorn -w 4`` (each worker imports it after the fork and starts its own scheduler).
-- The Flask integration (`examples/flask_app.py`), with and without ``--preload``, on one SQLite
-  file and (with ``--preload``) on PostgreSQL: each worker starts its scheduler as it begins,
-  before any request; under ``--preload`` the master loads the app and starts none.
+- The Flask integration (`examples/flask_app.py`) with ``--preload``, on one SQLite file and on
+  PostgreSQL: the master loads the app and starts no scheduler; each worker starts its own as
+  it is forked, before any request. (Without ``--preload`` a worker loads the app itself: the
+  process that serves, as in tests/integration/test_integration_flask.py.)
+- The Django integration (`examples/django_app`) with ``--preload``: the same placement.
 - With ``--preload`` and `examples/wsgi_app.py` (the mistake): the scheduler started at import
   in the master stays the master's. Each worker logs the fork WARNING and its requests fail with
   SchedulerStateError (SPEC §2 "Forks"); the jobs run in the master, once per slot.
@@ -139,27 +141,17 @@ def test_without_preload_each_worker_starts_its_scheduler_at_import_and_every_sl
     assert {_pid(r) for r in runs} <= workers
 
 
-PLACED: Final = re.compile(
-    r"INFO \[(\d+)\] persched\.integrations\._process: persched: jobs of process \d+: ([a-z ]+) \("
-)
+PLACED: Final = re.compile(r"persched: jobs of process (\d+): ([a-z ]+) \(")
 
 
-@pytest.mark.parametrize(
-    ("engine", "preload"),
-    [
-        pytest.param("sqlite", True, id="sqlite-preload"),
-        pytest.param("sqlite", False, id="sqlite"),
-        pytest.param("postgres", True, id="postgres-preload", marks=pytest.mark.postgres),
-    ],
-)
-def test_the_flask_integration_runs_the_jobs_in_each_worker_before_any_request_and_every_slot_once(
-    tmp_path: Path, served: list[Gunicorn], engine: str, preload: bool
+@pytest.mark.parametrize("engine", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_the_flask_integration_under_preload_runs_the_jobs_in_each_worker_before_any_request_and_every_slot_once(
+    tmp_path: Path, served: list[Gunicorn], engine: str
 ) -> None:
     require("gunicorn", "flask")
     with contextlib.ExitStack() as stack:
         db = f"sqlite:///{tmp_path / 'app.db'}" if engine == "sqlite" else stack.enter_context(pg_schema("gunicorn"))
-        options = ["--preload"] if preload else []
-        server = Gunicorn(tmp_path, "tests.support.flask_logged:app", *options, env=_env(db))
+        server = Gunicorn(tmp_path, "tests.support.flask_logged:app", "--preload", env=_env(db))
         served.append(server)
         master = server.proc.pid
         # No request: each worker started its scheduler as it began (after the fork).
@@ -174,10 +166,7 @@ def test_the_flask_integration_runs_the_jobs_in_each_worker_before_any_request_a
         workers = {int(pid) for pid in re.findall(r"Booting worker with pid: (\d+)", out)}
         assert len(workers) == 2, out
         placed = {int(pid): where for pid, where in PLACED.findall(out)}
-        expected = dict.fromkeys(workers, "here")
-        if preload:
-            expected[master] = "forked workers"  # the master loaded the app and runs no jobs
-        assert placed == expected, out
+        assert placed == {master: "forked workers", **dict.fromkeys(workers, "here")}, out  # none in the master
         started = {int(p) for p in re.findall(r"INFO \[(\d+)\] persched: scheduler \S+ started", out)}
         stopped = {int(p) for p in re.findall(r"INFO \[(\d+)\] persched: scheduler \S+ shut down", out)}
         assert started == stopped == workers, out  # one per worker, shut down at its exit
@@ -185,6 +174,25 @@ def test_the_flask_integration_runs_the_jobs_in_each_worker_before_any_request_a
         assert "Traceback" not in out, out
         runs = _check_history(db, "flask.sync")
         assert {_pid(r) for r in runs} <= workers
+
+
+def test_the_django_integration_under_preload_runs_the_jobs_in_each_worker_and_none_in_the_master(
+    tmp_path: Path, served: list[Gunicorn]
+) -> None:
+    require("gunicorn", "django")
+    db = f"sqlite:///{tmp_path / 'app.db'}"
+    server = Gunicorn(tmp_path, "examples.django_app.wsgi:application", "--preload", env=_env(db))
+    served.append(server)
+    wait_until(throttled(lambda: "declared 1 job" in server.output()), message="jobs declared")
+    wait_until(throttled(lambda: len(_finished(db)) >= RUNS), timeout=3 * TIMEOUT, message=f"{RUNS} runs")
+    assert server.terminate() == 0, server.output()
+    out = server.output()
+    workers = {int(pid) for pid in re.findall(r"Booting worker with pid: (\d+)", out)}
+    placed = {int(pid): where for pid, where in PLACED.findall(out)}
+    assert placed == {server.proc.pid: "forked workers", **dict.fromkeys(workers, "here")}, out
+    assert FORK_WARNING not in out, out
+    runs = _check_history(db, "django.cleanup")
+    assert {_pid(r) for r in runs} <= workers
 
 
 def test_preload_with_a_scheduler_started_at_import_is_refused_in_the_workers(
