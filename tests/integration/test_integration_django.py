@@ -6,12 +6,14 @@ command line on the project's settings; the ``PERSCHED`` setting and
 Django's default database give the URL, bad settings a clear error. As
 processes (slow): ``runserver``'s autoreloader child runs the jobs from its
 start and its parent none; ``manage.py persched run`` is a dedicated
-scheduler process; each stops cleanly on SIGTERM. The dashboard view:
+scheduler process; each stops cleanly on SIGTERM; the admin, in a project
+of its own, follows Django's permissions. The dashboard view:
 tests/integration/test_dashboard_frameworks.py.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -226,3 +228,24 @@ def test_manage_py_persched_run_is_a_dedicated_process_and_stops_gracefully(tmp_
     runs = _runs(db)
     assert [outcome for outcome, _ in runs] == ["ok"] * len(runs)
     assert {instance.split(":")[1] for _, instance in runs} == {str(proc.pid)}
+
+
+@pytest.mark.slow
+def test_the_admin_lists_jobs_and_runs_and_its_actions_follow_django_permissions(tmp_path: Path) -> None:
+    require("django")
+    db = tmp_path / "admin.db"
+    command = [sys.executable, "-m", "tests.support.django_admin_check", str(db)]
+    done = subprocess.run(command, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=3 * TIMEOUT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    facts = json.loads(done.stdout.splitlines()[-1])
+    assert "upgraded from empty" in facts["persched_migrate"]  # persched's revisions, in Django's database
+    assert facts["permissions"] == ["deschedule_job", "operate_job", "view_job", "view_run"]
+    assert facts["viewer_list"] == [200, True, True]
+    assert facts["viewer_actions"] == []  # view permission only: no action offered ...
+    assert facts["after_viewer_pause"] == ["scheduled", 0]  # ... nor taken
+    assert facts["after_operator_pause"] == ["scheduled", 1]  # operate_job: paused through persched
+    assert facts["after_operator_deschedule"] == ["scheduled", 0]  # not deschedule_job
+    assert facts["root_actions"] == ["pause", "resume", "run_now", "deschedule"]  # never Django's bulk delete
+    assert facts["after_root_deschedule"] == ["descheduled", 0]
+    assert (facts["runs_ok"], facts["runs_error"]) == (1, 0)  # the runs, filtered by outcome
+    assert facts["change_page"] == 200  # a read-only page: nothing is edited through the ORM

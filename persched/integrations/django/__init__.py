@@ -11,6 +11,7 @@ Settings (all optional)::
         "OPTIONS": {"workers": 4},                # JobScheduler's keywords
         "AUTHORIZE": "myproject.ops.who_may_act", # the dashboard: request -> who acts, or None
         "MAY_READ": "myproject.ops.may_read",     # the dashboard: request -> bool
+        "DATABASE": "default",                    # the admin: the Django database alias of URL's tables
     }
 
 Each process that serves starts its scheduler as the project starts (in
@@ -20,7 +21,9 @@ nothing start none: ``runserver``'s autoreloader parent and every other
 management command. ``python manage.py persched ARGS`` is the ``persched``
 command line on these settings (``migrate``, ``jobs``, ``check``, ``run``
 ...); the persched tables are made and upgraded by persched's own
-migrations, through that command or a scheduler's start, never by Django's.
+migrations, through that command or a scheduler's start, never by Django's
+(`persched.integrations.django.models` are unmanaged: the admin reads them,
+persched's API changes them).
 ``scheduler()`` is the process's started scheduler, for views.
 """
 

@@ -16,9 +16,9 @@ from ...errors import PerschedError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["authorize", "jobs", "may_read", "namespace", "options", "start", "url"]
+__all__ = ["authorize", "database", "jobs", "may_read", "namespace", "options", "start", "url"]
 
-KEYS = frozenset({"URL", "NAMESPACE", "JOBS", "START", "OPTIONS", "AUTHORIZE", "MAY_READ"})
+KEYS = frozenset({"URL", "NAMESPACE", "JOBS", "START", "OPTIONS", "AUTHORIZE", "MAY_READ", "DATABASE"})
 
 
 def _setting() -> dict[str, Any]:
@@ -57,6 +57,11 @@ def url() -> str:
         port=int(port) if port else None,
         database=str(name),
     ).render_as_string(hide_password=False)
+
+
+def database() -> str:
+    """``PERSCHED["DATABASE"]``: the alias of Django's database that holds persched's tables (the admin reads it)."""
+    return str(_setting().get("DATABASE", "default"))
 
 
 def namespace() -> str:
