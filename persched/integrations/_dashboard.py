@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 from ..web import dashboard
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
-__all__ = ["ProcessDashboard"]
+__all__ = ["ProcessDashboard", "whole_response"]
 
 
 class ProcessDashboard:
@@ -41,3 +41,28 @@ class ProcessDashboard:
             if self._app is None or self._pid != os.getpid():
                 self._app, self._pid = dashboard(self._url, **self._keywords), os.getpid()
             return self._app
+
+
+def whole_response(app: WSGIApplication, environ: WSGIEnvironment) -> tuple[int, list[tuple[str, str]], bytes]:
+    """Run `app` on `environ` to the end: its status code, headers and body (the dashboard never streams)."""
+    started: list[tuple[str, list[tuple[str, str]]]] = []
+
+    def start_response(
+        status: str, headers: list[tuple[str, str]], exc_info: object = None
+    ) -> Callable[[bytes], object]:
+        started[:] = [(status, headers)]
+        return _no_write
+
+    chunks = app(environ, start_response)
+    try:
+        body = b"".join(chunks)
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+    status, headers = started[0]
+    return int(status.split(" ", 1)[0]), headers, body
+
+
+def _no_write(data: bytes) -> None:
+    raise NotImplementedError("the dashboard returns its body; it never calls write()")

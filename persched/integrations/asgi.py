@@ -25,10 +25,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .._interfaces.async_front import AsyncJobScheduler
 from .._model.models import DEFAULT_NAMESPACE
-from ._dashboard import ProcessDashboard
+from ._dashboard import ProcessDashboard, whole_response
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
+
+    from _typeshed.wsgi import WSGIApplication
 
     from .._model.declare import JobSpec
 
@@ -97,7 +99,7 @@ class Dashboard:
     request runs whole on a thread (`asyncio.to_thread`) and its response is sent at once.
     """
 
-    def __init__(self, wsgi: Callable[..., Iterable[bytes]]) -> None:
+    def __init__(self, wsgi: WSGIApplication) -> None:
         self._wsgi = wsgi
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -115,31 +117,8 @@ class Dashboard:
         await _send(send, status, headers, content)
 
     def _answer(self, environ: dict[str, Any]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        started: list[tuple[str, list[tuple[str, str]]]] = []
-
-        def start_response(
-            status: str, headers: list[tuple[str, str]], exc_info: object = None
-        ) -> Callable[[bytes], object]:
-            started[:] = [(status, headers)]
-            return _no_write
-
-        chunks = self._wsgi(environ, start_response)
-        try:
-            content = b"".join(chunks)
-        finally:
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()
-        status, headers = started[0]
-        return (
-            int(status.split(" ", 1)[0]),
-            [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers],
-            content,
-        )
-
-
-def _no_write(data: bytes) -> None:
-    raise NotImplementedError("the dashboard returns its body; it never calls write()")
+        status, headers, content = whole_response(self._wsgi, environ)
+        return status, [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers], content
 
 
 async def _acknowledge_lifespan(receive: Receive, send: Send) -> None:

@@ -17,22 +17,16 @@ from django.conf import settings
 from django.http import HttpResponse, HttpResponseForbidden
 from django.views.decorators.csrf import csrf_exempt
 
-from .._dashboard import ProcessDashboard
+from .._dashboard import ProcessDashboard, whole_response
 from . import conf
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from django.http import HttpRequest
 
 __all__ = ["dashboard"]
 
 ACTOR: Final = "persched.actor"  # the environ key of who acts, set here after Django's own authentication
 _dashboards: dict[tuple[str, str], ProcessDashboard] = {}  # by database and namespace: settings may change
-
-
-def _no_write(data: bytes) -> None:
-    raise NotImplementedError("the dashboard returns its body; it never calls write()")
 
 
 def _actor(request: HttpRequest) -> str | None:
@@ -79,17 +73,8 @@ def dashboard(request: HttpRequest, path: str = "") -> HttpResponse:
         "wsgi.input": io.BytesIO(request.body),
         ACTOR: actor,
     }
-    started: list[Any] = []
-
-    def start_response(
-        status: str, headers: list[tuple[str, str]], exc_info: object = None
-    ) -> Callable[[bytes], object]:
-        started[:] = [status, headers]
-        return _no_write
-
-    body = b"".join(_app()(environ, start_response))
-    status, headers = started
-    response = HttpResponse(body, status=int(status.split(" ", 1)[0]))
+    status, headers, body = whole_response(_app(), environ)
+    response = HttpResponse(body, status=status)
     for name, value in headers:
         response.headers[name] = value
     return response
