@@ -165,7 +165,7 @@ def _placement() -> Placement:
     context = click.get_current_context(silent=True)
     if context is not None and isinstance(context.find_root().command, FlaskGroup):
         if context.info_name != "run":
-            return Placement("nowhere", f"the command 'flask {context.info_name}' serves nothing")
+            return Placement("nowhere", "a flask command other than 'run' serves nothing")
         reload = context.params.get("reload")
         if reload is None:
             reload = get_debug_flag()
