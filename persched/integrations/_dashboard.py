@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING, Any
-
-from ..web import dashboard
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -17,17 +15,17 @@ __all__ = ["ProcessDashboard", "whole_response"]
 
 
 class ProcessDashboard:
-    """A WSGI application that makes ``persched.web.dashboard(url, **keywords)`` once per process, on its first request.
+    """A WSGI application that calls `make` (which returns the dashboard) once per process, on its first request.
 
     The application's start may run in a process that forks its servers
     afterwards (gunicorn ``--preload``): a database engine made there would
     be shared by every worker. Made on a request, it belongs to the process
-    that serves.
+    that serves, and it reads the application's settings (its secret) as
+    they are by then.
     """
 
-    def __init__(self, url: str, **keywords: Any) -> None:  # noqa: ANN401 - persched.web.dashboard's keywords
-        self._url = url
-        self._keywords = keywords
+    def __init__(self, make: Callable[[], WSGIApplication]) -> None:
+        self._make = make
         self._lock = threading.Lock()
         self._app: WSGIApplication | None = None
         self._pid: int | None = None
@@ -39,7 +37,7 @@ class ProcessDashboard:
     def _dashboard(self) -> WSGIApplication:
         with self._lock:
             if self._app is None or self._pid != os.getpid():
-                self._app, self._pid = dashboard(self._url, **self._keywords), os.getpid()
+                self._app, self._pid = self._make(), os.getpid()
             return self._app
 
 

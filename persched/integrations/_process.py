@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from .._engine.scheduler import JobScheduler
     from .._model.declare import JobSpec
 
-__all__ = ["Placement", "ProcessScheduler", "caller", "gunicorn_preloading"]
+__all__ = ["Placement", "ProcessScheduler", "caller", "gunicorn_preloading", "job_set"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +56,11 @@ class Placement:
 
     where: Where
     why: str
+
+
+def job_set(jobs: Sequence[JobSpec] | Callable[[], Sequence[JobSpec]]) -> list[JobSpec]:
+    """The application's jobs: `jobs` itself, or what it returns when it is a callable (read at each start)."""
+    return list(jobs() if callable(jobs) else jobs)
 
 
 def caller(module: str, function: str) -> FrameType | None:

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import io
 import sys
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Final
 
+from .. import web
 from .._interfaces.async_front import AsyncJobScheduler
 from .._model.models import DEFAULT_NAMESPACE
 from ._dashboard import ProcessDashboard, whole_response
+from ._process import job_set
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
@@ -69,7 +72,7 @@ def lifespan(
     @contextlib.asynccontextmanager
     async def persched_lifespan(app: Any) -> AsyncIterator[dict[str, Any]]:  # noqa: ANN401 - any ASGI framework's app
         async with AsyncJobScheduler(url, namespace=namespace, **options) as sched:
-            specs = list(jobs() if callable(jobs) else jobs)
+            specs = job_set(jobs)
             if specs:
                 await sched.declare(specs, prune=True)
             state = getattr(app, "state", None)
@@ -89,7 +92,7 @@ def dashboard(url: str, **keywords: Any) -> Dashboard:  # noqa: ANN401 - persche
     ``scope["user"]`` of Starlette's middleware). The dashboard opens the
     database on its first request, in the process that serves it.
     """
-    return Dashboard(ProcessDashboard(url, **keywords))
+    return Dashboard(ProcessDashboard(functools.partial(web.dashboard, url, **keywords)))
 
 
 class Dashboard:

@@ -42,9 +42,10 @@ from werkzeug.middleware.dispatcher import DispatcherMiddleware
 from .._engine.scheduler import JobScheduler
 from .._model.models import DEFAULT_NAMESPACE
 from ..errors import PerschedError
+from ..web import dashboard
 from ._command import run_cli
 from ._dashboard import ProcessDashboard
-from ._process import Placement, ProcessScheduler, gunicorn_preloading
+from ._process import Placement, ProcessScheduler, gunicorn_preloading, job_set
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 
     from .._interfaces.dashboard.auth import Authorize
     from .._model.declare import JobSpec
+    from ..web import AwaitingDatabase, WebApp
 
 __all__ = ["Persched"]
 
@@ -111,7 +113,7 @@ class Persched:
             raise PerschedError("Persched: no database; pass url= or set the app's PERSCHED_URL setting")
         process = ProcessScheduler(
             lambda: JobScheduler(url, namespace=self.namespace, **self._options),
-            self._jobs if callable(self._jobs) else lambda: list(self._jobs),  # type: ignore[arg-type]  # a sequence
+            functools.partial(job_set, self._jobs),
             started=functools.partial(_keep, weakref.ref(app)),
         )
         self._processes[app] = process
@@ -147,8 +149,11 @@ class Persched:
                 with app.request_context(environ):
                     return authorize(environ)
 
-        secret = app.secret_key.encode() if isinstance(app.secret_key, str) else app.secret_key
-        return ProcessDashboard(url, namespace=self.namespace, authorize=in_context, secret=secret)
+        def make() -> WebApp | AwaitingDatabase:  # on the first request: the app's secret is set by then
+            secret = app.secret_key.encode() if isinstance(app.secret_key, str) else app.secret_key
+            return dashboard(url, namespace=self.namespace, authorize=in_context, secret=secret)
+
+        return ProcessDashboard(make)
 
 
 def _keep(app: weakref.ref[Flask], sched: JobScheduler) -> None:

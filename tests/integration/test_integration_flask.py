@@ -61,14 +61,20 @@ def apps() -> Iterator[list[tuple[Flask, Persched]]]:
         ext.shutdown(app, timeout=TIMEOUT)
 
 
-def _app(db: str, apps: list[tuple[Flask, Persched]], config: dict[str, Any] | None = None, **keywords: Any) -> Flask:  # noqa: ANN401 - Persched's keywords
+def _app(
+    db: str,
+    apps: list[tuple[Flask, Persched]],
+    config: dict[str, Any] | None = None,
+    secret: str | None = "a secret of the tested app",
+    **keywords: Any,  # noqa: ANN401 - Persched's keywords
+) -> Flask:
     require("flask")
     from flask import Flask
 
     from persched.integrations.flask import Persched
 
     app = Flask("tested")
-    app.secret_key = "a secret of the tested app"
+    app.secret_key = secret
     app.config.update(config or {})
     ext = Persched(
         url=db, jobs=[JobSpec(JOB, "tests.support.jobs:record", INTERVAL, args=("f",), start_in=0)], **keywords
@@ -151,6 +157,25 @@ def test_the_dashboard_is_mounted_behind_the_apps_session(db: str, apps: list[tu
     assert answer.status_code == 303, answer.data
     assert sql(db, "SELECT paused FROM persched_jobs WHERE job_id = ?", (JOB,)) == [(1,)]
     assert client.get("/nowhere").status_code == 404  # the app's own routes are untouched
+
+
+def test_the_dashboards_forms_are_keyed_by_the_apps_secret_even_when_it_is_set_after_init_app(
+    db: str, apps: list[tuple[Flask, Persched]]
+) -> None:
+    """Two apps stand for two worker processes: a form one renders is accepted by the other."""
+    one, two = (_app(db, apps, secret=None, dashboard_path="/persched", authorize=lambda environ: "ops") for _ in "12")
+    for app in (one, two):
+        app.secret_key = "set after init_app, the same in every process"
+    job = one.test_client().get(f"/persched/job?id={JOB}").data.decode()
+    token = re.search(r'name="csrf" value="([0-9a-f]+)"', job)
+    assert token is not None, job
+    answer = two.test_client().post(
+        "/persched/action",
+        data={"id": JOB, "action": "pause", "csrf": token[1]},
+        headers={"Origin": "http://localhost"},
+    )
+    assert answer.status_code == 303, answer.data
+    assert sql(db, "SELECT paused FROM persched_jobs WHERE job_id = ?", (JOB,)) == [(1,)]
 
 
 def test_flask_persched_is_the_command_line_on_the_apps_database(db: str, apps: list[tuple[Flask, Persched]]) -> None:

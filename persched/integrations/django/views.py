@@ -10,6 +10,7 @@ because the dashboard checks its own token, keyed by ``SECRET_KEY``.
 
 from __future__ import annotations
 
+import functools
 import io
 from typing import TYPE_CHECKING, Any, Final
 
@@ -17,6 +18,7 @@ from django.conf import settings
 from django.http import HttpResponse, HttpResponseForbidden
 from django.views.decorators.csrf import csrf_exempt
 
+from ... import web
 from .._dashboard import ProcessDashboard, whole_response
 from . import conf
 
@@ -37,26 +39,23 @@ def _actor(request: HttpRequest) -> str | None:
     return user.get_username() if user is not None and user.is_superuser else None
 
 
-def _actor_of(environ: dict[str, Any]) -> str | None:
-    """The dashboard's hook: who Django decided acts (`ACTOR`, set by the view)."""
-    actor: str | None = environ.get(ACTOR)
-    return actor
-
-
 def _app() -> ProcessDashboard:
     key = (conf.url(), conf.namespace())
     found = _dashboards.get(key)
     if found is None:
-        found = _dashboards.setdefault(
-            key,
-            ProcessDashboard(
-                key[0],
-                namespace=key[1],
-                authorize=lambda environ: environ.get(ACTOR),
-                secret=settings.SECRET_KEY.encode(),
-            ),
-        )
+        make = functools.partial(web.dashboard, key[0], namespace=key[1], authorize=_actor_of, secret=_secret())
+        found = _dashboards.setdefault(key, ProcessDashboard(make))
     return found
+
+
+def _actor_of(environ: dict[str, Any]) -> str | None:
+    """The dashboard's hook: who the view decided acts (`ACTOR`, set after Django's authentication)."""
+    actor: str | None = environ.get(ACTOR)
+    return actor
+
+
+def _secret() -> bytes:
+    return str(settings.SECRET_KEY).encode()
 
 
 @csrf_exempt
