@@ -3,7 +3,7 @@
 A fresh deploy starts the web application before (or while) its first
 scheduler makes the database: the dashboard answers 503 with one line that
 says what is missing, creates nothing, and serves the pages once the
-database is there (docs/reference/behaviour.md#the-dashboard-before-the-database).
+database is there (docs/reference/behaviour.md#the-dashboard-before-its-database-exists).
 """
 
 from __future__ import annotations
