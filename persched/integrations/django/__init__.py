@@ -19,7 +19,7 @@ Each process that serves starts its scheduler as the project starts (in
 (after the fork, with or without ``--preload``). Processes that serve
 nothing start none: ``runserver``'s autoreloader parent and every other
 management command. ``python manage.py persched ARGS`` is the ``persched``
-command line on these settings (``migrate``, ``jobs``, ``check``, ``run``
+command line on these settings (``migrate``, ``jobs``, ``pause``, ``run``
 ...); the persched tables are made and upgraded by persched's own
 migrations, through that command or a scheduler's start, never by Django's
 (`persched.integrations.django.models` are unmanaged: the admin reads them,
