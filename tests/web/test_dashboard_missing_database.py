@@ -9,6 +9,7 @@ database is there (docs/reference/behaviour.md#the-dashboard-before-its-database
 from __future__ import annotations
 
 import sqlite3
+import threading
 from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
@@ -16,8 +17,9 @@ import pytest
 
 from persched import JobScheduler
 from persched._store.revision import VERSION_TABLE
-from persched.errors import SchemaVersionError
-from persched.web import dashboard
+from persched.errors import SchemaVersionError, StoreError
+from persched.web import AwaitingDatabase, dashboard
+from tests.support.helpers import TIMEOUT
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -77,3 +79,37 @@ def test_a_newer_schema_still_raises_at_once(tmp_path: Path) -> None:
         conn.commit()
     with pytest.raises(SchemaVersionError):  # old code on a newer database: a deploy error, said at start
         dashboard(f"sqlite:///{path}")
+
+
+def test_an_attempt_that_hangs_holds_up_no_other_request_and_one_dashboard_is_kept() -> None:
+    """A database server that does not answer: one request waits on it, the others are answered meanwhile."""
+    entered, release = threading.Event(), threading.Event()
+    opened: list[FakeDashboard] = []
+
+    class FakeDashboard:
+        closed = False
+
+        def __call__(self, environ: object, start_response: Any) -> list[bytes]:  # noqa: ANN401 - WSGI's
+            start_response("200 OK", [])
+            return [b"the dashboard"]
+
+        def close(self) -> None:
+            self.closed = True
+
+    def open_dashboard() -> FakeDashboard:
+        if threading.current_thread().name == "hangs":
+            entered.set()
+            assert release.wait(TIMEOUT)
+        opened.append(FakeDashboard())
+        return opened[-1]
+
+    app = AwaitingDatabase(open_dashboard, StoreError("sqlite:///x.db", "no such file"))  # type: ignore[arg-type]  # a fake WebApp
+    answers: list[tuple[str, bytes]] = []
+    hanging = threading.Thread(target=lambda: answers.append(_get(app)), name="hangs")
+    hanging.start()
+    assert entered.wait(TIMEOUT)
+    assert _get(app) == ("200 OK", b"the dashboard")  # not held up by the hanging attempt
+    release.set()
+    hanging.join(TIMEOUT)
+    assert answers == [("200 OK", b"the dashboard")]
+    assert [d.closed for d in opened] == [False, True]  # the first opened is kept, the late one closed

@@ -37,20 +37,15 @@ class AwaitingDatabase:
 
     def __init__(self, open_dashboard: Callable[[], WebApp], why: StoreError) -> None:
         self._open = open_dashboard
-        self._lock = threading.Lock()  # one attempt at a time; the others wait for its answer
+        self._lock = threading.Lock()  # guards _app only: an attempt to open runs outside it
         self._app: WebApp | None = None
         self._why = why
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         """Answer with the dashboard if the database can be opened now, else 503 with the reason."""
-        with self._lock:
-            if self._app is None:
-                try:
-                    self._app = self._open()
-                except StoreError as exc:
-                    self._why = exc
-        if self._app is not None:
-            return self._app(environ, start_response)
+        app = self._opened()
+        if app is not None:
+            return app(environ, start_response)
         body = (
             f"no persched database yet ({self._why}); a scheduler makes it when it starts, or run `persched migrate`\n"
         ).encode()
@@ -64,6 +59,28 @@ class AwaitingDatabase:
             ],
         )
         return [body]
+
+    def _opened(self) -> WebApp | None:
+        """The dashboard, opened now if it can be (requests that race each try; the first one kept)."""
+        with self._lock:
+            if self._app is not None:
+                return self._app
+        try:
+            opened = self._open()  # outside the lock: a server that does not answer holds up no other request
+        except StoreError as exc:
+            self._why = exc
+            return None
+        kept = self._keep(opened)
+        if kept is not opened:
+            opened.close()  # another request opened it first
+        return kept
+
+    def _keep(self, opened: WebApp) -> WebApp:
+        """The dashboard from now on: the first one opened."""
+        with self._lock:
+            if self._app is None:
+                self._app = opened
+            return self._app
 
     def close(self) -> None:
         """Close the database connections of the dashboard, if it was opened."""
