@@ -10,11 +10,10 @@ own authentication decides who may act::
                     authorize=lambda environ: user_name_or_none(environ),
                     secret=SECRET_KEY)
 
-- Flask: ``DispatcherMiddleware(flask_app.wsgi_app, {"/persched": app})``
-  (examples/dashboard_flask.py);
-- Django: a view that passes the request on (examples/django_app/dashboard.py);
-- FastAPI / Starlette: ``fastapi_app.mount("/persched", a2wsgi.WSGIMiddleware(app))``
-  (examples/dashboard_fastapi.py).
+- Flask: ``Persched(dashboard_path="/persched", authorize=...)`` (`persched.integrations.flask`);
+- Django: ``include("persched.integrations.django.urls")``;
+- FastAPI / Starlette: ``app.mount("/persched", persched.integrations.asgi.dashboard(url, ...))``;
+- any other WSGI framework: this function, under a prefix.
 
 Everyone who reaches the mount may read the pages; `authorize` returns the
 name of whoever may also pause, resume, run now and deschedule (it is
@@ -29,15 +28,17 @@ from typing import TYPE_CHECKING
 
 from ._interfaces.dashboard.actions import MESSAGES
 from ._interfaces.dashboard.app import WebApp
+from ._interfaces.dashboard.pending import AwaitingDatabase, until_the_database_exists
 from ._interfaces.existing import open_existing
 from ._model.models import DEFAULT_NAMESPACE
 
 if TYPE_CHECKING:
     from ._interfaces.dashboard.auth import Authorize
 
-__all__ = ["MESSAGES", "WebApp", "dashboard"]
+__all__ = ["MESSAGES", "AwaitingDatabase", "WebApp", "dashboard"]
 
 
+@until_the_database_exists
 def dashboard(
     db: str,
     *,
@@ -56,8 +57,12 @@ def dashboard(
         secret: Keys the forms' CSRF tokens; pass the application's own
             secret (the same in every process that serves it).
 
+    A database that does not exist yet, or has no current schema yet, or
+    cannot be reached, does not fail the application's start: until it can
+    be opened each request is answered 503 with the reason (a scheduler
+    makes the database when it starts, or ``persched migrate`` does).
+
     Raises:
-        StoreError: The database does not exist, is not at the current schema, or cannot be used.
         SchemaVersionError: The database was made by a newer persched.
     """
     return WebApp(open_existing(db, namespace), authorize=authorize, secret=secret)
