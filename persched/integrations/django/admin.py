@@ -1,8 +1,8 @@
 """The Django admin's pages of persched: jobs and runs, read-only, with pause, resume, run-now and deschedule.
 
-Who sees what is Django's permissions: ``persched.view_job`` and
-``persched.view_run`` read; ``persched.operate_job`` pauses, resumes and
-runs now; ``persched.deschedule_job`` deschedules. The actions go through
+Who sees what is Django's permissions: ``"persched.view_job"`` and
+``"persched.view_run"`` read; ``"persched.operate_job"`` pauses, resumes and
+runs now; ``"persched.deschedule_job"`` deschedules. The actions go through
 persched's API (`persched.JobScheduler`, on the settings' URL, in each
 job's namespace), so every instance sees them at once, as with ``persched
 pause``; the rows are never edited or deleted through the ORM.
@@ -88,11 +88,11 @@ class JobAdmin(_ReadOnly):
         return found
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        """``persched.operate_job``: pause, resume, run now."""
+        """``"persched.operate_job"``: pause, resume, run now."""
         return bool(request.user.has_perm("persched.operate_job"))
 
     def has_deschedule_permission(self, request: HttpRequest) -> bool:
-        """``persched.deschedule_job``."""
+        """``"persched.deschedule_job"``."""
         return bool(request.user.has_perm("persched.deschedule_job"))
 
     @admin.action(description="Pause the selected jobs", permissions=["operate"])
