@@ -97,6 +97,22 @@ def test_web_takes_the_token_from_a_file_and_warns_of_the_flag(db: str, tmp_path
         assert flagged.stop() == 0
 
 
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_a_token_file_that_is_not_a_regular_file_is_refused_at_once(db: str, tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "token"
+    if kind == "fifo":
+        os.mkfifo(path)  # opening it to read would wait for a writer: the start-up hung, silently
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path = tmp_path / "zero"
+        path.symlink_to("/dev/zero")
+    argv = [sys.executable, "-m", "persched", "--db", db, "web", "--port", "0", "--token-file", str(path)]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines() == [f"persched: error: --token-file: {path} is not a regular file"]
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args: object, **kwargs: object) -> None:
         return None

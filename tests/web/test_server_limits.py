@@ -161,6 +161,10 @@ def test_a_body_over_the_limit_is_413_before_it_is_sent(dashboard: Dashboard) ->
         (b"GET / HTTP/2.0\r\nHost: {host}\r\n\r\n", 505),
         (b"GET /\r\n\r\n", 400),
         (b"GET / HTTP/1.1\r\nHost: {host}\r\n folded\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\nHost: {host}\r\nX-Note: a\x00b\r\n\r\n", 400),  # a NUL in a header value
+        (b"GET / HTTP/1.1\r\nHost: {host}\x00\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\nHost: {host}\r\nX-Note: a\rb\r\n\r\n", 400),  # a bare CR
+        (b"GET / HTTP/1.1\r\nHost: {host}\r\nX-Note: a\x1b[2Jb\r\n\r\n", 400),
     ],
 )
 def test_malformed_requests_are_refused_in_one_line(limited: Dashboard, head: bytes, status: int) -> None:

@@ -218,14 +218,22 @@ def read_token_file(path: str) -> tuple[str, str | None]:
     """The token in file `path` (its first line, stripped) and a warning if others may read the file.
 
     Raises:
-        PerschedError: The file cannot be read, is empty or too large.
+        PerschedError: The file cannot be read, is not a regular file, is empty or too large.
     """
     try:
-        with open(path, "rb") as file:
-            mode = os.fstat(file.fileno()).st_mode
-            data = file.read(MAX_TOKEN_FILE_BYTES + 1)
+        # O_NONBLOCK: opening a FIFO to read would wait for a writer (a silent hang at start-up).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise PerschedError(f"--token-file: cannot read {path}: {exc.strerror or exc}") from exc
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):  # a FIFO, a device, a directory: never a token file
+        os.close(fd)
+        raise PerschedError(f"--token-file: {path} is not a regular file")
+    with open(fd, "rb") as file:
+        try:
+            data = file.read(MAX_TOKEN_FILE_BYTES + 1)
+        except OSError as exc:
+            raise PerschedError(f"--token-file: cannot read {path}: {exc.strerror or exc}") from exc
     if len(data) > MAX_TOKEN_FILE_BYTES:
         raise PerschedError(f"--token-file: {path} is larger than {MAX_TOKEN_FILE_BYTES} bytes: not a token file")
     try:
