@@ -8,7 +8,10 @@ Two ways, one per deployment:
   copied cookie stops working then, and every session ends with the
   process. Failed sign-ins are limited per client address and in all
   (`SignInLimiter`), and the token is compared in constant time (the
-  digests, so its length does not show either).
+  digests, so its length does not show either). A browser that signed in
+  once holds a device cookie (`Devices`, an HMAC under the token): its
+  sign-ins are counted against that cookie alone, so a guesser sharing its
+  address (every local user on 127.0.0.1) cannot lock it out.
 - **An application's own authentication** (the dashboard mounted in a
   Flask, Django or FastAPI app): a hook called with the request's WSGI
   environ says who is acting (a name for the log) or None (may only read).
@@ -43,13 +46,23 @@ if TYPE_CHECKING:
     #: The hook of an application that mounts the dashboard: who acts (a name for the log), or None: may only read.
     Authorize: TypeAlias = Callable[[WSGIEnvironment], str | None]
 
-__all__ = ["Access", "Authorize", "Sessions", "SignInLimiter", "csrf_token", "read_token_file", "same_secret"]
+__all__ = [
+    "Access",
+    "Authorize",
+    "Devices",
+    "Sessions",
+    "SignInLimiter",
+    "csrf_token",
+    "read_token_file",
+    "same_secret",
+]
 
 SESSION_SECONDS: Final = 8 * 3600.0  # a session's lifetime from its sign-in
 MAX_SESSIONS: Final = 1_000  # sessions kept at once; a new one beyond ends the oldest
 SIGN_IN_WINDOW: Final = 60.0  # seconds over which failed sign-ins are counted
 SIGN_IN_FAILURES_PER_CLIENT: Final = 5  # failures per client address per window
-SIGN_IN_FAILURES_TOTAL: Final = 30  # failures from all addresses per window
+SIGN_IN_FAILURES_TOTAL: Final = 30  # failures from all addresses per window (not of trusted browsers)
+DEVICE_SECONDS: Final = 30 * 24 * 3600.0  # a device cookie's lifetime (Max-Age)
 MAX_TOKEN_FILE_BYTES: Final = 4_096
 
 
@@ -117,11 +130,41 @@ class Sessions:
             return self._expiry.pop(_digest(value), None) is not None
 
 
-class SignInLimiter:
-    """Failed sign-ins counted over `SIGN_IN_WINDOW`: per client address, and from all addresses.
+class Devices:
+    """The device cookies of browsers that signed in with the token: a nonce and its HMAC under the token.
 
-    While a limit is reached every sign-in is refused, the right token too,
-    so that guessing gets no answer; `retry_after` says how long for.
+    Keyed by the token, so a device cookie outlives the process (and a
+    restart) but not a change of token, and no one without the token can
+    make one. It grants nothing by itself: it only has its sign-ins counted
+    against itself rather than against its address (`SignInLimiter`).
+    """
+
+    def __init__(self, token: bytes) -> None:
+        self._key = hmac.new(token, b"persched device cookies", hashlib.sha256).digest()
+
+    def _mac(self, nonce: str) -> str:
+        return hmac.new(self._key, nonce.encode(), hashlib.sha256).hexdigest()
+
+    def issue(self) -> str:
+        """A new device cookie value."""
+        nonce = secrets.token_urlsafe(16)
+        return f"{nonce}.{self._mac(nonce)}"
+
+    def check(self, value: str | None) -> str | None:
+        """The device's nonce if `value` is one of this token's device cookies, else None."""
+        nonce, dot, mac = (value or "").partition(".")
+        if not dot or not nonce or not hmac.compare_digest(mac, self._mac(nonce)):
+            return None
+        return nonce
+
+
+class SignInLimiter:
+    """Failed sign-ins counted over `SIGN_IN_WINDOW`: per client, and from all untrusted clients.
+
+    A client is an address, or a trusted browser's device (`trusted`: its
+    failures count against it alone, not in all). While a limit is reached
+    every sign-in of that client is refused, the right token too, so that
+    guessing gets no answer; `retry_after` says how long for.
     """
 
     def __init__(
@@ -136,31 +179,42 @@ class SignInLimiter:
         self._total = total
         self._window = window
         self._lock = threading.Lock()
-        self._failures: collections.deque[tuple[float, str]] = collections.deque()  # (when, address), oldest first
+        # (when, client), oldest first: the untrusted ones, and each trusted device's.
+        self._failures: collections.deque[tuple[float, str]] = collections.deque()
+        self._trusted: dict[str, collections.deque[float]] = {}
 
     def _forget_old(self, now: float) -> None:
         while self._failures and self._failures[0][0] <= now - self._window:
             self._failures.popleft()
+        for client in [c for c, times in self._trusted.items() if times[-1] <= now - self._window]:
+            del self._trusted[client]  # every failure of it is old: nothing to keep
 
-    def retry_after(self, address: str) -> float | None:
-        """Seconds until `address` may try again, or None if it may now."""
+    def retry_after(self, client: str, *, trusted: bool = False) -> float | None:
+        """Seconds until `client` may try again, or None if it may now."""
         now = self._monotonic()
         with self._lock:
             self._forget_old(now)
-            mine = [at for at, who in self._failures if who == address]
+            if trusted:
+                mine = list(self._trusted.get(client, ()))
+            else:
+                mine = [at for at, who in self._failures if who == client]
             waits = []
             if len(mine) >= self._per_client:
                 waits.append(mine[-self._per_client] + self._window - now)
-            if len(self._failures) >= self._total:
+            if not trusted and len(self._failures) >= self._total:
                 waits.append(self._failures[-self._total][0] + self._window - now)
         return max(waits) if waits else None
 
-    def failed(self, address: str) -> None:
-        """Count a failed sign-in from `address`."""
+    def failed(self, client: str, *, trusted: bool = False) -> None:
+        """Count a failed sign-in of `client`."""
         now = self._monotonic()
         with self._lock:
             self._forget_old(now)
-            self._failures.append((now, address))
+            if trusted:
+                times = self._trusted.setdefault(client, collections.deque(maxlen=self._per_client))
+                times.append(now)
+                return
+            self._failures.append((now, client))
             while len(self._failures) > self._total:  # older ones no longer decide anything
                 self._failures.popleft()
 
@@ -185,6 +239,7 @@ class Access:
         monotonic: Callable[[], float],
     ) -> None:
         self.token = None if token is None else token.encode()
+        self.devices = None if self.token is None else Devices(self.token)
         self.authorize = authorize
         self._secret = secret if secret is not None else secrets.token_bytes(32)
         self.sessions = Sessions(session_seconds, monotonic)

@@ -1,10 +1,14 @@
 """Signing in with the access token (``persched web``): the form (``/login``), the sign-in and the sign-out.
 
 A right token makes a session (`persched._interfaces.dashboard.auth.Sessions`) whose id is
-the cookie's; a wrong one counts against the client's address and against
-all (`SignInLimiter`), and while a limit is reached every sign-in is refused,
-the right token too. The redirect after a sign-in is always this dashboard's
-jobs page: no target is ever taken from the request. A dashboard mounted
+the cookie's, and gives the browser a device cookie (`Devices`). A wrong one
+counts against the client's address and against all (`SignInLimiter`), or,
+from a browser with a device cookie, against that device alone; while a
+client's limit is reached its every sign-in is refused, the right token
+too. So a guesser on the operator's address (every local user shares
+127.0.0.1) cannot keep a browser that signed in before from signing in.
+The redirect after a sign-in is always this dashboard's jobs page: no
+target is ever taken from the request. A dashboard mounted
 behind an application's own sign-in (`authorize`) has no such pages.
 """
 
@@ -16,9 +20,9 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING
 
 from .actions import refuse
-from .auth import same_secret
+from .auth import DEVICE_SECONDS, same_secret
 from .layout import e
-from .request import Response, cookie
+from .request import COOKIE, DEVICE_COOKIE, Response, cookie
 
 if TYPE_CHECKING:
     from .auth import Access
@@ -64,7 +68,10 @@ class SignIn:
             return self._frame.error(request, HTTPStatus.NOT_FOUND, "Sign in through the application.")
         if self._access.token is None:
             return refuse(self._frame, request, "this dashboard was started without an access token: it is read-only")
-        wait = self._access.sign_ins.retry_after(request.client)
+        assert self._access.devices is not None  # made with the token
+        device = self._access.devices.check(request.device)
+        client, trusted = (request.client, False) if device is None else (f"device:{device}", True)
+        wait = self._access.sign_ins.retry_after(client, trusted=trusted)
         if wait is not None:
             logger.warning("web: sign-in refused from %s: too many failed sign-ins", request.client)
             seconds_left = max(1, math.ceil(wait))
@@ -73,18 +80,22 @@ class SignIn:
             )
             return Response(page.status, page.body, (("Retry-After", str(seconds_left)),))
         if not same_secret(form.get("token", ""), self._access.token):
-            self._access.sign_ins.failed(request.client)
+            self._access.sign_ins.failed(client, trusted=trusted)
             logger.warning("web: sign-in refused (wrong token) from %s", request.client)
             return self.form(request, "That is not the access token.", HTTPStatus.FORBIDDEN)
         value = self._access.sessions.create()
         logger.info("web: signed in from %s", request.client)
-        session_cookie = cookie(request, value, round(self._access.sessions.lifetime))
+        session_cookie = cookie(request, COOKIE, value, round(self._access.sessions.lifetime))
+        # A trusted browser keeps its device cookie (its count of failures with it); a new one gets one.
+        device_value = request.device if device is not None and request.device else self._access.devices.issue()
+        device_cookie = cookie(request, DEVICE_COOKIE, device_value, round(DEVICE_SECONDS))
         # Always this dashboard's own jobs page: no redirect target is ever taken from the request.
-        return Response(HTTPStatus.SEE_OTHER, "", (("Location", request.url("/")), ("Set-Cookie", session_cookie)))
+        headers = (("Location", request.url("/")), ("Set-Cookie", session_cookie), ("Set-Cookie", device_cookie))
+        return Response(HTTPStatus.SEE_OTHER, "", headers)
 
     def sign_out(self, request: Request) -> Response:
         """``POST /logout``: end the session (a copied cookie stops working too)."""
         if request.cookie is not None and self._access.sessions.revoke(request.cookie):
             logger.info("web: signed out from %s", request.client)
-        headers = (("Location", request.url("/")), ("Set-Cookie", cookie(request, "", 0)))
+        headers = (("Location", request.url("/")), ("Set-Cookie", cookie(request, COOKIE, "", 0)))
         return Response(HTTPStatus.SEE_OTHER, "", headers)
