@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING
 from ... import _realtime
 from ...clock import SystemClock
 from ...errors import PerschedError, StoreError
-from .actions import Actions, refuse
+from .actions import Actions, Refuse
 from .auth import SESSION_SECONDS, Access
 from .layout import Frame
 from .namespaces import Namespaces
 from .pages import Pages
+from .refusals import RefusalLog
 from .request import BadRequest, cross_site, query_of, read_form, request_of
 from .signin import SignIn
 
@@ -63,7 +64,8 @@ class WebApp:
             right for ``persched web``; an application served by several
             processes passes its own secret (the same in each) with `authorize`.
         session_seconds: How long a sign-in with the token lasts.
-        monotonic: The clock of session expiry and the sign-in limit (seconds); tests pass their own.
+        monotonic: The clock of session expiry, the sign-in limit and the log of refusals (seconds);
+            tests pass their own.
 
     Raises:
         PerschedError: Both `token` and `authorize` given.
@@ -86,11 +88,13 @@ class WebApp:
         self.namespace = store.namespace
         now = now or SystemClock().now_us
         namespaces = Namespaces(store)
-        self._access = Access(token, authorize, secret, session_seconds, monotonic or _realtime.monotonic)
+        monotonic = monotonic or _realtime.monotonic
+        self._access = Access(token, authorize, secret, session_seconds, monotonic)
         self._frame = Frame(self._access, store.url)
+        self._refuse = Refuse(self._frame, RefusalLog(logger, monotonic))
         self._pages = Pages(namespaces, self._access, self._frame, now)
-        self._sign_in = SignIn(self._access, self._frame)
-        self._actions = Actions(namespaces, self._access, self._frame, now)
+        self._sign_in = SignIn(self._access, self._frame, self._refuse)
+        self._actions = Actions(namespaces, self._access, now, self._refuse)
 
     def close(self) -> None:
         """Close the database connections (the dashboard answers no request after it)."""
@@ -103,7 +107,15 @@ class WebApp:
         try:
             response = self._route(request)
         except BadRequest as exc:
-            logger.info("web: %s %s from %s: %s", request.method, request.path[:200], request.client, exc)
+            self._refuse.log.refused(
+                "bad request",
+                logging.INFO,
+                "web: %s %s from %s: %s",
+                request.method,
+                request.path[:200],
+                request.client,
+                exc,
+            )
             response = self._frame.error(request, exc.status, str(exc))
         except StoreError as exc:
             logger.warning("web: %s", exc)
@@ -139,7 +151,7 @@ class WebApp:
         if method == "POST":
             why = cross_site(request.environ)
             if why is not None:
-                return refuse(self._frame, request, why)
+                return self._refuse(request, why)
             form = read_form(request.environ)
             if path == "/login":
                 return self._sign_in.sign_in(request, form)

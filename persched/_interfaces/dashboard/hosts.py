@@ -4,7 +4,7 @@
 server's own names (DNS rebinding: a web page whose name an attacker
 re-points at 127.0.0.1 would read the dashboard, or the metrics, as its own
 origin). The dashboard and the metrics endpoint each put one in front of
-their application.
+their application; its refusals are logged without flooding (`RefusalLog`).
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ import ipaddress
 import logging
 from typing import TYPE_CHECKING, Final
 
+from ... import _realtime
 from ...errors import PerschedError
+from .refusals import RefusalLog
 from .wire import DIGITS
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable
+    from collections.abc import Callable, Collection, Iterable
 
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
@@ -116,25 +118,36 @@ class HostRules:
 
 
 class HostCheck:
-    """WSGI middleware: 400 with a one-line reason, logged, for a Host that `rules` refuse.
+    """WSGI middleware: 400 with a one-line reason, logged (`RefusalLog`), for a Host that `rules` refuse.
 
     Args:
         app: The application behind it.
         rules: The allowed names.
         what: Names the server in the log line ("web", "metrics").
+        monotonic: The clock of the log's intervals (seconds); tests pass their own.
     """
 
-    def __init__(self, app: WSGIApplication, rules: HostRules, what: str) -> None:
+    def __init__(
+        self,
+        app: WSGIApplication,
+        rules: HostRules,
+        what: str,
+        *,
+        monotonic: Callable[[], float] = _realtime.monotonic,
+    ) -> None:
         self.app = app
         self.rules = rules
         self.what = what
+        self._refusals = RefusalLog(logger, monotonic)
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         """Refuse or pass on one request."""
         why = self.rules.refusal(environ.get("HTTP_HOST"))
         if why is None:
             return self.app(environ, start_response)
-        logger.warning(
+        self._refusals.refused(
+            "host",
+            logging.WARNING,
             "%s: refused %s %s from %s: %s",
             self.what,
             environ.get("REQUEST_METHOD"),

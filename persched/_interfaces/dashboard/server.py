@@ -52,6 +52,7 @@ from wsgiref.handlers import SimpleHandler
 
 from ... import _realtime
 from ...errors import PerschedError
+from .refusals import RefusalLog
 from .wire import HEAD_END, Refusal, content_length, parse_head, plain_response
 
 if TYPE_CHECKING:
@@ -171,6 +172,7 @@ class Server:
         self._done.set()
         # Connections being read, oldest first: deadlines come in this order (one read_timeout each).
         self._reading: collections.OrderedDict[int, _Connection] = collections.OrderedDict()
+        self._refusals = RefusalLog(logger)  # the reader's: a flood of refused requests logs a line a minute
 
     # -- lifecycle (the socketserver interface) ------------------------------------------
 
@@ -313,7 +315,15 @@ class Server:
         return _Request(method, target, version, headers, body)
 
     def _refuse(self, selector: selectors.BaseSelector, conn: _Connection, refusal: Refusal) -> None:
-        logger.info("%s: refused a request from %s: %s %s", self.name, conn.address, refusal.status, refusal.why)
+        self._refusals.refused(
+            f"http {refusal.status}",
+            logging.INFO,
+            "%s: refused a request from %s: %s %s",
+            self.name,
+            conn.address,
+            refusal.status,
+            refusal.why,
+        )
         _send_nowait(conn.sock, plain_response(refusal.status, refusal.phrase, refusal.why))
         try:
             conn.sock.shutdown(socket.SHUT_WR)

@@ -19,12 +19,12 @@ import math
 from http import HTTPStatus
 from typing import TYPE_CHECKING
 
-from .actions import refuse
 from .auth import DEVICE_SECONDS, same_secret
 from .layout import e
 from .request import COOKIE, DEVICE_COOKIE, Response, cookie
 
 if TYPE_CHECKING:
+    from .actions import Refuse
     from .auth import Access
     from .layout import Frame
     from .request import Request
@@ -37,9 +37,10 @@ logger = logging.getLogger("persched._web")  # the name the docs give its log li
 class SignIn:
     """The sign-in pages of one dashboard (`access` says whether it has a token to sign in with)."""
 
-    def __init__(self, access: Access, frame: Frame) -> None:
+    def __init__(self, access: Access, frame: Frame, refuse: Refuse) -> None:
         self._access = access
         self._frame = frame
+        self._refuse = refuse
 
     def form(self, request: Request, problem: str | None, status: HTTPStatus = HTTPStatus.OK) -> Response:
         """``GET /login``: the sign-in form (with `problem` said above it), or the sign-out button."""
@@ -67,13 +68,21 @@ class SignIn:
         if self._access.authorize is not None:
             return self._frame.error(request, HTTPStatus.NOT_FOUND, "Sign in through the application.")
         if self._access.token is None:
-            return refuse(self._frame, request, "this dashboard was started without an access token: it is read-only")
+            return self._refuse(
+                request,
+                "this dashboard was started without an access token: it is read-only",
+            )
         assert self._access.devices is not None  # made with the token
         device = self._access.devices.check(request.device)
         client, trusted = (request.client, False) if device is None else (f"device:{device}", True)
         wait = self._access.sign_ins.retry_after(client, trusted=trusted)
         if wait is not None:
-            logger.warning("web: sign-in refused from %s: too many failed sign-ins", request.client)
+            self._refuse.log.refused(
+                "sign-in limited",
+                logging.WARNING,
+                "web: sign-in refused from %s: too many failed sign-ins",
+                request.client,
+            )
             seconds_left = max(1, math.ceil(wait))
             page = self.form(
                 request, f"Too many failed sign-ins: try again in {seconds_left} s.", HTTPStatus.TOO_MANY_REQUESTS
@@ -81,7 +90,9 @@ class SignIn:
             return Response(page.status, page.body, (("Retry-After", str(seconds_left)),))
         if not same_secret(form.get("token", ""), self._access.token):
             self._access.sign_ins.failed(client, trusted=trusted)
-            logger.warning("web: sign-in refused (wrong token) from %s", request.client)
+            self._refuse.log.refused(
+                "sign-in", logging.WARNING, "web: sign-in refused (wrong token) from %s", request.client
+            )
             return self.form(request, "That is not the access token.", HTTPStatus.FORBIDDEN)
         value = self._access.sessions.create()
         logger.info("web: signed in from %s", request.client)
