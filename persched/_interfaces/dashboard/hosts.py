@@ -28,6 +28,7 @@ __all__ = ["HostCheck", "HostRules", "allow_every_host_warning", "url_host"]
 logger = logging.getLogger(__name__)
 
 WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::"})
+LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "[::1]")
 
 
 def url_host(host: str) -> str:
@@ -74,28 +75,45 @@ class HostRules:
     port or none, ``name:port`` exactly, ``*`` anything); and, when bound to
     every address (0.0.0.0, ::), any IP address: a page cannot be served to a
     browser under an IP address it does not own, so only a name can be rebound.
+    Without `bind_host` and `port` (a dashboard mounted in an application,
+    whose server is the application's), the loopback names at any port, and
+    `extra`.
 
     Args:
-        bind_host: The address the server binds.
-        port: Its port (the bound one, not 0).
+        bind_host: The address the server binds; None: mounted.
+        port: Its port (the bound one, not 0); None: mounted.
         extra: More names (``--allowed-host``).
+        option: Names `extra` in messages (``--allowed-host``, ``allowed_hosts=``).
+
+    Raises:
+        PerschedError: An entry of `extra` is not a host name or host:port.
     """
 
-    def __init__(self, bind_host: str, port: int, extra: Iterable[str] = ()) -> None:
-        self.port = port
-        self.exact: set[tuple[str, str]] = {(n, str(port)) for n in ("127.0.0.1", "localhost", "[::1]")}
+    def __init__(
+        self, bind_host: str | None, port: int | None, extra: Iterable[str] = (), option: str = "--allowed-host"
+    ) -> None:
+        self.option = option
+        self.exact: set[tuple[str, str]] = set()
         self.any_port: set[str] = set()
         self.anything = False
         self.any_ip = bind_host in WILDCARD_HOSTS
-        if not self.any_ip:
-            self.exact.add((url_host(bind_host).lower(), str(port)))
+        if bind_host is None or port is None:
+            self.any_port.update(LOOPBACK_NAMES)
+        else:
+            self.exact.update((name, str(port)) for name in LOOPBACK_NAMES)
+            if not self.any_ip:
+                self.exact.add((url_host(bind_host).lower(), str(port)))
+        if isinstance(extra, str):
+            raise PerschedError(f"{option}: must be a list of host names, got the string {extra!r}")
         for entry in extra:
+            if not isinstance(entry, str):
+                raise PerschedError(f"{option}: not a host name or host:port: {entry!r}")
             if entry.strip() == "*":
                 self.anything = True
                 continue
             split = _split_host(entry)
             if split is None:
-                raise PerschedError(f"--allowed-host: not a host name or host:port: {entry!r}")
+                raise PerschedError(f"{option}: not a host name or host:port: {entry!r}")
             name, entry_port = split
             if entry_port is None:
                 self.any_port.add(name)
@@ -114,7 +132,11 @@ class HostRules:
         name, port = split
         if (name, port or "80") in self.exact or name in self.any_port or (self.any_ip and _is_ip(name)):
             return None
-        return f"Host {host[:100]!r} is not one of this server's names; start it with --allowed-host NAME to allow it"
+        if self.option.startswith("--"):
+            return (
+                f"Host {host[:100]!r} is not one of this server's names; start it with {self.option} NAME to allow it"
+            )
+        return f"Host {host[:100]!r} is not one of this dashboard's names; add it to {self.option}"
 
 
 class HostCheck:
