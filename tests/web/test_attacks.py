@@ -99,6 +99,36 @@ def test_the_cookie_is_named_after_the_port_and_never_outlives_the_process(db: s
         assert "btn-pause" not in page
 
 
+@pytest.mark.parametrize("name", ["127.0.0.1", "localhost", "[::1]", "LOCALHOST"])
+def test_signing_in_under_a_name_every_local_service_shares_is_refused(dashboard: Dashboard, name: str) -> None:
+    """Cookies ignore ports: one set for 127.0.0.1 would reach every service on it, which could replay it."""
+    host = {"Host": f"{name}:{dashboard.port}"}
+    own = f"http://persched.localhost:{dashboard.port}/login"
+    refused = request(dashboard.url, "POST", "/login", {"token": TOKEN}, host)
+    assert refused.status == 403
+    assert "Set-Cookie" not in refused.headers
+    assert own in refused.body
+    form = request(dashboard.url, "GET", "/login", headers=host)
+    assert form.status == 200
+    assert f'href="{own}"' in form.body  # where to sign in instead
+    assert 'name="token"' not in form.body
+    assert request(dashboard.url, "GET", "/", headers=host).status == 200  # reading is fine there
+
+
+def test_a_session_is_bound_to_the_host_it_was_signed_in_under(db: str) -> None:
+    for dashboard in serve_app(db, TOKEN, allowed_hosts=["jobs.example"]):
+        cookie = sign_in(dashboard)  # under persched.localhost:PORT
+        for host, signed_in in ((f"persched.localhost:{dashboard.port}", True), ("jobs.example", False)):
+            headers = {"Cookie": cookie, "Host": host}
+            page = request(dashboard.url, "GET", "/job?id=good", headers=headers).body
+            assert ("btn-pause" in page) is signed_in, host
+        csrf = csrf_of(request(dashboard.url, "GET", "/job?id=good", headers={"Cookie": cookie}).body)
+        form = {"id": "good", "action": "pause", "csrf": csrf}
+        replayed = request(dashboard.url, "POST", "/action", form, {"Cookie": cookie, "Host": "jobs.example"})
+        assert replayed.status == 403
+        assert not paused(db, "good")
+
+
 # -- sign-in guessing ------------------------------------------------------------------------------
 
 

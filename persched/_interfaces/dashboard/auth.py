@@ -4,9 +4,10 @@ Two ways, one per deployment:
 
 - **The access token** (``persched web``): a browser signs in with it and
   gets a session cookie holding a random id. The ids live in this process
-  (`Sessions`, hashed), each with an expiry; signing out deletes it, so a
-  copied cookie stops working then, and every session ends with the
-  process. Failed sign-ins are limited per client address and in all
+  (`Sessions`, hashed), each with an expiry and the Host it was signed in
+  under (a cookie presented under another name or port is no session);
+  signing out deletes it, so a copied cookie stops working then, and every
+  session ends with the process. Failed sign-ins are limited per client address and in all
   (`SignInLimiter`), and the token is compared in constant time (the
   digests, so its length does not show either). A browser that signed in
   once holds a device cookie (`Devices`, an HMAC under the token): its
@@ -94,40 +95,39 @@ class Sessions:
         self._monotonic = monotonic
         self._limit = limit
         self._lock = threading.Lock()
-        self._expiry: collections.OrderedDict[bytes, float] = (
-            collections.OrderedDict()
-        )  # digest -> expiry, oldest first
+        # digest -> (expiry, the Host it was signed in under), oldest first
+        self._live: collections.OrderedDict[bytes, tuple[float, str]] = collections.OrderedDict()
 
     @property
     def lifetime(self) -> float:
         """Seconds a session lasts (the cookie's Max-Age)."""
         return self._lifetime
 
-    def create(self) -> str:
-        """A new session; return the cookie value (only its digest is kept)."""
+    def create(self, host: str) -> str:
+        """A new session signed in under `host`; return the cookie value (only its digest is kept)."""
         value = secrets.token_urlsafe(32)
         with self._lock:
-            self._expiry[_digest(value)] = self._monotonic() + self._lifetime
-            while len(self._expiry) > self._limit:
-                self._expiry.popitem(last=False)
+            self._live[_digest(value)] = (self._monotonic() + self._lifetime, host)
+            while len(self._live) > self._limit:
+                self._live.popitem(last=False)
         return value
 
-    def check(self, value: str) -> str | None:
-        """The session's key (for its CSRF token) if `value` is a live session, else None."""
+    def check(self, value: str, host: str) -> str | None:
+        """The session's key (for its CSRF token) if `value` is a live session of `host`, else None."""
         key = _digest(value)
         with self._lock:
-            expiry = self._expiry.get(key)
-            if expiry is None:
+            live = self._live.get(key)
+            if live is None:
                 return None
-            if self._monotonic() >= expiry:
-                del self._expiry[key]
+            if self._monotonic() >= live[0]:
+                del self._live[key]
                 return None
-        return key.hex()
+        return key.hex() if hmac.compare_digest(live[1], host) else None
 
     def revoke(self, value: str) -> bool:
         """End the session `value` (sign-out); True if it was live."""
         with self._lock:
-            return self._expiry.pop(_digest(value), None) is not None
+            return self._live.pop(_digest(value), None) is not None
 
 
 class Devices:
@@ -257,7 +257,7 @@ class Access:
             return None if not name else Actor(str(name), f"user:{name}")
         if self.token is None or request.cookie is None:
             return None
-        session = self.sessions.check(request.cookie)
+        session = self.sessions.check(request.cookie, request.host)
         return None if session is None else Actor("a token session", f"session:{session}")
 
     def csrf(self, actor: Actor) -> str:

@@ -23,12 +23,15 @@ if TYPE_CHECKING:
 
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
-__all__ = ["HostCheck", "HostRules", "allow_every_host_warning", "url_host"]
+__all__ = ["LOOPBACK_NAMES", "OWN_NAME", "HostCheck", "HostRules", "allow_every_host_warning", "split_host", "url_host"]
 
 logger = logging.getLogger(__name__)
 
 WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::"})
-LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "[::1]")
+LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "[::1]")  # every local service answers to these
+#: ``persched web``'s name of its own: browsers resolve every ``*.localhost`` to loopback (RFC 6761),
+#: and a cookie set under it reaches no service that is reached as 127.0.0.1 or localhost.
+OWN_NAME: Final = "persched.localhost"
 
 
 def url_host(host: str) -> str:
@@ -36,7 +39,7 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def _split_host(value: str) -> tuple[str, str | None] | None:
+def split_host(value: str) -> tuple[str, str | None] | None:
     """("name", "port" or None) of a Host header value, lower case; None if it is malformed."""
     value = value.strip().lower()
     if not value or any(ord(c) <= 32 or ord(c) >= 127 or c in "/\\@?#" for c in value):
@@ -70,8 +73,8 @@ def _is_ip(name: str) -> bool:
 class HostRules:
     """Which ``Host`` values a server answers (module docstring: DNS rebinding).
 
-    Allowed: ``127.0.0.1``, ``localhost`` and ``[::1]`` with the server's
-    port; the bound address with the port; each of `extra` (``name`` with any
+    Allowed: ``127.0.0.1``, ``localhost``, ``[::1]`` and `OWN_NAME` with the
+    server's port; the bound address with the port; each of `extra` (``name`` with any
     port or none, ``name:port`` exactly, ``*`` anything); and, when bound to
     every address (0.0.0.0, ::), any IP address: a page cannot be served to a
     browser under an IP address it does not own, so only a name can be rebound.
@@ -100,7 +103,7 @@ class HostRules:
         if bind_host is None or port is None:
             self.any_port.update(LOOPBACK_NAMES)
         else:
-            self.exact.update((name, str(port)) for name in LOOPBACK_NAMES)
+            self.exact.update((name, str(port)) for name in (*LOOPBACK_NAMES, OWN_NAME))
             if not self.any_ip:
                 self.exact.add((url_host(bind_host).lower(), str(port)))
         if isinstance(extra, str):
@@ -111,7 +114,7 @@ class HostRules:
             if entry.strip() == "*":
                 self.anything = True
                 continue
-            split = _split_host(entry)
+            split = split_host(entry)
             if split is None:
                 raise PerschedError(f"{option}: not a host name or host:port: {entry!r}")
             name, entry_port = split
@@ -126,7 +129,7 @@ class HostRules:
             return None
         if host is None:
             return "the request has no Host header"
-        split = _split_host(host)
+        split = split_host(host)
         if split is None:
             return f"malformed Host header {host[:100]!r}"
         name, port = split

@@ -95,6 +95,7 @@ class Request:
     path: str
     base: str  # SCRIPT_NAME: the prefix the dashboard is mounted under ("" stand-alone)
     client: str
+    host: str  # the Host header, lower case ("" without one)
     port_suffix: str  # "_PORT" of the cookie names ("" without a port)
     cookie: str | None  # the session cookie's value, if sent
     device: str | None  # the device cookie's value, if sent
@@ -126,6 +127,7 @@ def request_of(environ: WSGIEnvironment) -> Request:
         path=str(environ.get("PATH_INFO", "/") or "/"),
         base=str(environ.get("SCRIPT_NAME", "")).rstrip("/"),
         client=str(environ.get("REMOTE_ADDR", "?")),
+        host=str(environ.get("HTTP_HOST", "")).strip().lower(),
         port_suffix=suffix,
         cookie=cookies.get(COOKIE + suffix),
         device=cookies.get(DEVICE_COOKIE + suffix),

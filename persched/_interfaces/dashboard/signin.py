@@ -1,6 +1,10 @@
 """Signing in with the access token (``persched web``): the form (``/login``), the sign-in and the sign-out.
 
-A right token makes a session (`persched._interfaces.dashboard.auth.Sessions`) whose id is
+Signing in under a name that every local service shares (127.0.0.1,
+localhost, [::1]) is refused with a link to the dashboard's own name,
+``persched.localhost`` (`persched._interfaces.dashboard.hosts.OWN_NAME`):
+cookies ignore ports, so a cookie set there would reach them all. A right
+token makes a session (`persched._interfaces.dashboard.auth.Sessions`) whose id is
 the cookie's, and gives the browser a device cookie (`Devices`). A wrong one
 counts against the client's address and against all (`SignInLimiter`), or,
 from a browser with a device cookie, against that device alone; while a
@@ -17,9 +21,10 @@ from __future__ import annotations
 import logging
 import math
 from http import HTTPStatus
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from .auth import DEVICE_SECONDS, same_secret
+from .hosts import LOOPBACK_NAMES, OWN_NAME, split_host
 from .layout import e
 from .request import COOKIE, DEVICE_COOKIE, Response, cookie
 
@@ -29,7 +34,12 @@ if TYPE_CHECKING:
     from .layout import Frame
     from .request import Request
 
-__all__ = ["SignIn"]
+__all__ = ["SHARED_NAME_WHY", "SignIn"]
+
+SHARED_NAME_WHY: Final = (
+    "a session cookie set under 127.0.0.1 or localhost would reach every service on this machine,"
+    " whatever its port, and any of them could replay it"
+)
 
 logger = logging.getLogger("persched._web")  # the name the docs give its log lines (docs/observability.md)
 
@@ -53,6 +63,11 @@ class SignIn:
                 f'<h1>Signed in</h1><form method="post" action="{e(request.url("/logout"))}">'
                 '<button id="btn-logout">Sign out</button></form>'
             )
+        elif (own := self._own_url(request)) is not None:
+            body = (
+                f'<h1>Sign in</h1><p class="note" id="own-name">Sign in at <a href="{e(own)}">{e(own)}</a>:'
+                f" {e(SHARED_NAME_WHY)}</p>"
+            )
         else:
             note = f'<p class="note">{e(problem)}</p>' if problem else ""
             body = (
@@ -72,6 +87,9 @@ class SignIn:
                 request,
                 "this dashboard was started without an access token: it is read-only",
             )
+        own = self._own_url(request)
+        if own is not None:
+            return self._refuse(request, f"sign in at {own}: {SHARED_NAME_WHY}")
         assert self._access.devices is not None  # made with the token
         device = self._access.devices.check(request.device)
         client, trusted = (request.client, False) if device is None else (f"device:{device}", True)
@@ -94,7 +112,7 @@ class SignIn:
                 "sign-in", logging.WARNING, "web: sign-in refused (wrong token) from %s", request.client
             )
             return self.form(request, "That is not the access token.", HTTPStatus.FORBIDDEN)
-        value = self._access.sessions.create()
+        value = self._access.sessions.create(request.host)
         logger.info("web: signed in from %s", request.client)
         session_cookie = cookie(request, COOKIE, value, round(self._access.sessions.lifetime))
         # A trusted browser keeps its device cookie (its count of failures with it); a new one gets one.
@@ -103,6 +121,15 @@ class SignIn:
         # Always this dashboard's own jobs page: no redirect target is ever taken from the request.
         headers = (("Location", request.url("/")), ("Set-Cookie", session_cookie), ("Set-Cookie", device_cookie))
         return Response(HTTPStatus.SEE_OTHER, "", headers)
+
+    @staticmethod
+    def _own_url(request: Request) -> str | None:
+        """Where to sign in instead when `request` came under a name every local service shares; else None."""
+        split = split_host(request.host)
+        if split is None or split[0] not in LOOPBACK_NAMES:
+            return None
+        port = f":{split[1]}" if split[1] else ""
+        return f"http://{OWN_NAME}{port}{request.url('/login')}"
 
     def sign_out(self, request: Request) -> Response:
         """``POST /logout``: end the session (a copied cookie stops working too)."""
