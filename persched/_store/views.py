@@ -24,8 +24,8 @@ not in a namespace: `whereabouts` (one job's namespace, by primary key),
 `all_runs_as` (``--all-namespaces``: whole listings, as the store's own).
 
 The dashboard shows one namespace, some (a set: a dashboard confined to
-them) or all of them (`namespace=None`). Of one
-namespace, jobs are still walked by primary key (the namespace term is kept
+them) or all of them (`namespace=None`). Of one namespace, jobs are still
+walked by primary key (the namespace term is kept
 off its index, as the store does: `Dialect.unindexed`), and a run's namespace
 is its job's, looked up by primary key for each run of the page.
 """

@@ -35,6 +35,12 @@ HAND_EDITED_ID: Final = "edited\x1b[2J\x07"
 RAW_CONTROLS: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # what a terminal acts on (tab, newline kept)
 
 
+@pytest.fixture(autouse=True)
+def _full_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables are never cut to a width here: the escaped cells are shown whole (pytest-xdist sets COLUMNS)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 @pytest.fixture
 def hostile_db(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> str:
     """A job whose runs failed with HOSTILE text, and a job whose id was edited by hand to hold escapes."""

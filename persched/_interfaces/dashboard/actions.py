@@ -70,8 +70,12 @@ def message_of(code: str | None) -> str | None:
 
 
 class Refuse:
-    """403 with its reason, logged through `log` (a POST from another site, without a valid CSRF token, or
-    that may not act); `log` is the dashboard's log of refusals, for the sign-in's too."""
+    """The 403 of a refused POST, with its reason, logged through `log`.
+
+    A POST is refused when it comes from another site, lacks a valid CSRF
+    token, or comes from someone who may not act. `log` is the dashboard's
+    log of refusals, which the sign-in writes to as well.
+    """
 
     def __init__(self, frame: Frame, log: RefusalLog) -> None:
         self._frame = frame
@@ -97,7 +101,6 @@ class Actions:
     Args:
         namespaces: The stores that carry out an action, one per namespace.
         access: Who may act.
-        frame: The frame of the refusals.
         now: The wall clock (microseconds): the actions' `now`.
         refuse: Answers a refused form.
     """

@@ -7,9 +7,9 @@ Two ways, one per deployment:
   (`Sessions`, hashed), each with an expiry and the Host it was signed in
   under (a cookie presented under another name or port is no session);
   signing out deletes it, so a copied cookie stops working then, and every
-  session ends with the process. Failed sign-ins are limited per client address and in all
-  (`SignInLimiter`), and the token is compared in constant time (the
-  digests, so its length does not show either). A browser that signed in
+  session ends with the process. Failed sign-ins are limited per client
+  address and in all (`SignInLimiter`), and the token is compared in
+  constant time (the digests, so its length does not show either). A browser that signed in
   once holds a device cookie (`Devices`, an HMAC under the token): its
   sign-ins are counted against that cookie alone, so a guesser sharing its
   address (every local user on 127.0.0.1) cannot lock it out.
@@ -122,7 +122,7 @@ class Sessions:
             if self._monotonic() >= live[0]:
                 del self._live[key]
                 return None
-        return key.hex() if hmac.compare_digest(live[1], host) else None
+        return key.hex() if live[1] == host else None
 
     def revoke(self, value: str) -> bool:
         """End the session `value` (sign-out); True if it was live."""

@@ -74,8 +74,8 @@ class HostRules:
     """Which ``Host`` values a server answers (module docstring: DNS rebinding).
 
     Allowed: ``127.0.0.1``, ``localhost``, ``[::1]`` and `OWN_NAME` with the
-    server's port; the bound address with the port; each of `extra` (``name`` with any
-    port or none, ``name:port`` exactly, ``*`` anything); and, when bound to
+    server's port; the bound address with the port; each of `extra`
+    (``name`` with any port or none, ``name:port`` exactly, ``*`` anything); and, when bound to
     every address (0.0.0.0, ::), any IP address: a page cannot be served to a
     browser under an IP address it does not own, so only a name can be rebound.
     Without `bind_host` and `port` (a dashboard mounted in an application,

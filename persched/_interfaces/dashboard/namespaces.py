@@ -10,8 +10,8 @@ namespace's rows. A dashboard confined to some namespaces (`served`,
 a 404 in `view` and in `store_for` (through which every action goes), the
 counts and the header leave the others out, and "all" means all of its own.
 The counts by namespace and state scan the jobs table, so they are cached
-for `COUNTS_CACHE_NS`; the counts and the stores are guarded
-by one lock, the only state shared between requests here.
+for `COUNTS_CACHE_NS`; the counts and the stores are guarded by one lock,
+the only state shared between requests here.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ class Limits:
 
     Attributes:
         workers: Threads that run the application (requests served at once).
-        max_connections: Connections being read at once; a new one beyond it closes the oldest unfinished one.
+        max_connections: Connections being read at once; a new one beyond it closes one (`Server._make_room`).
         read_timeout: Seconds from a connection's accept to the end of its request (then 408 and closed).
         write_timeout: Seconds a client has to take its response.
         max_header_bytes: Request line and headers together (over it: 431).
