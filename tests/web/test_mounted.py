@@ -67,7 +67,8 @@ def _operator(environ: object) -> str:
 
 
 @pytest.fixture
-def opened(namespaced: str) -> Iterator[list[WebApp]]:
+def opened() -> Iterator[list[WebApp]]:
+    """The dashboards a test opened, closed at its end."""
     apps: list[WebApp] = []
     yield apps
     for app in apps:
@@ -173,3 +174,21 @@ def test_several_namespaces_and_the_one_shown_first(namespaced: str, opened: lis
 def test_bad_namespaces_are_refused_by_name(namespaced: str, options: dict[str, Any], message: str) -> None:
     with pytest.raises(PerschedError, match=message):
         dashboard(namespaced, **options)
+
+
+@pytest.mark.every_engine
+class TestOnEveryEngine:
+    """The confinement is SQL (the views' ``IN`` over the served namespaces): it holds on every engine."""
+
+    def test_a_confined_dashboard_reads_its_namespaces_only(self, db_url: str, opened: list[WebApp]) -> None:
+        two_namespaces(db_url)
+        both = _mount(opened, db_url, namespace="default", namespaces=["web", "default"])
+        assert _ids(call(both, "/?all=1")[1]) == {"good", "bad", "skipper", "web.a", "web.b"}
+        assert "web failure" in call(both, "/runs?all=1")[1]
+        confined = _mount(opened, db_url, namespaces=["web"])
+        assert _ids(call(confined, "/?all=1")[1]) == {"web.a", "web.b"}
+        status, page = call(confined, "/runs?all=1")
+        assert status == 200
+        assert "web failure" in page
+        assert "boom" not in page
+        assert call(confined, "/?ns=default")[0] == 404
