@@ -419,7 +419,7 @@ def serve(
     except PerschedError as exc:
         raise PerschedError(f"--metrics-port: {exc}") from exc
     try:
-        rules = HostRules(host, server.server_port, allowed_hosts)
+        rules = HostRules(host, server.server_port, allowed_hosts, "--metrics-allowed-host")
     except BaseException:
         server.server_close()
         raise

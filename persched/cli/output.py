@@ -7,11 +7,19 @@ leaves out the droppable ones, least useful first (`Column`); a cell that
 has a short form (`Cell`: a one-shot job's "at 01-15 08:00") shows it,
 never cut, in a column too narrow for its text. The words in the cells are
 `persched._interfaces.present`'s, shared with the dashboard.
+
+Everything printed passes `printable`: text from the database or from user
+code (a job's error, an id edited by hand) may hold terminal escapes, which
+reach the operator as ``\x1b``-style escapes, never as escapes a terminal
+acts on (docs/operations.md#terminal-output). ``--json`` (`json_text`) keeps
+every value exact: its control characters are JSON escapes.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -28,13 +36,39 @@ if TYPE_CHECKING:
 
     from .._model.plain_models import PlainJob, PlainRun
 
-__all__ = ["Column", "jobs_table", "runs_table", "say", "table_width"]
+__all__ = ["Column", "jobs_table", "json_text", "printable", "runs_table", "say", "table_width"]
 
 ERROR_COLUMN: Final = 60  # characters of error text in a runs table
 
+# What a terminal acts on: C0 controls (ESC, BEL, CR, ...), DEL and C1 controls (U+009B is CSI).
+_CONTROLS: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROLS_BUT_LINES: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # newline and tab kept
+_NOT_JSON_ESCAPED: Final = re.compile(r"[\x7f-\x9f]")  # json.dumps escapes C0 itself
+
+
+def _escape(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """`text` safe on a terminal: control characters and lone surrogates as backslash escapes.
+
+    With `lines`, newlines and tabs are kept (the output's own lines, a traceback's).
+    """
+    text = (_CONTROLS_BUT_LINES if lines else _CONTROLS).sub(_escape, text)
+    # argv may hold lone surrogates (undecodable bytes): escaped too, so any stream can print them.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def json_text(value: object) -> str:
+    """`value` as ``--json`` prints it: exact, with every control character a JSON escape."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return _NOT_JSON_ESCAPED.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
 
 def say(text: str = "") -> None:
-    print(text, flush=True)  # noqa: T201 - the command line talks to a person
+    """Print `text` for a person (or ``--json`` for a program), terminal escapes escaped."""
+    print(printable(text, lines=True), flush=True)  # noqa: T201 - the command line talks to a person
 
 
 def table_width(args: argparse.Namespace) -> int | None:
@@ -87,6 +121,9 @@ def _fit_table(columns: Sequence[Column | str], rows: Sequence[Sequence[str | Ce
     """Align `rows` under `columns`; with `width`, fit it: cut the shrinkable
     columns first, then leave out droppable ones, least useful first."""
     specs = [Column(c) if isinstance(c, str) else c for c in columns]
+    # Escaped before measuring, so the columns line up as printed.
+    rows = [[Cell(printable(c.text), printable(c.short)) if isinstance(c, Cell) else printable(c) for c in row]
+            for row in rows]  # fmt: skip
     by_column = list(zip([c.header for c in specs], *rows, strict=True))
     natural = [max(len(str(cell)) for cell in column) for column in by_column]
     # A column is cut no narrower than its cells' short forms: those are shown whole.

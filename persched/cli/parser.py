@@ -18,8 +18,9 @@ from .. import __version__
 from .._engine.config import DEFAULT_WORKERS
 from .._model.models import DEFAULT_NAMESPACE
 from .database import cmd_demo, cmd_migrate
-from .exits import EXIT_USAGE, printable
+from .exits import EXIT_USAGE
 from .listing import cmd_jobs, cmd_runs, cmd_show
+from .output import printable
 from .service import SETUP_HOOK, cmd_run, cmd_web
 from .steering import cmd_deschedule, cmd_pause, cmd_resume, cmd_run_now
 

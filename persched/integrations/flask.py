@@ -74,6 +74,9 @@ class Persched:
         authorize: Who may act in the dashboard: called with the request's WSGI environ,
             inside a Flask request context (``session`` and ``flask_login.current_user`` work),
             it returns a name or None. Without it the dashboard is read-only.
+        allowed_hosts: The ``Host`` names the dashboard answers besides the loopback names
+            (`persched.web.dashboard`'s `allowed_hosts`); default: the app's ``TRUSTED_HOSTS``
+            setting. The dashboard checks them itself: Flask's own check never sees the mount.
         **options: Passed to `persched.JobScheduler` (``workers=``, ``lease_seconds=``, ...).
 
     The app's ``PERSCHED_START`` setting (default True) set to False starts no scheduler (test settings).
@@ -88,6 +91,7 @@ class Persched:
         namespace: str = DEFAULT_NAMESPACE,
         dashboard_path: str | None = None,
         authorize: Authorize | None = None,
+        allowed_hosts: Sequence[str] | None = None,
         **options: Any,  # noqa: ANN401 - JobScheduler's keywords
     ) -> None:
         if dashboard_path is not None and not (dashboard_path.startswith("/") and len(dashboard_path) > 1):
@@ -97,6 +101,7 @@ class Persched:
         self.dashboard_path = None if dashboard_path is None else dashboard_path.rstrip("/")
         self._jobs = jobs
         self._authorize = authorize
+        self._allowed_hosts = allowed_hosts
         self._options = options
         self._processes: weakref.WeakKeyDictionary[Flask, ProcessScheduler] = weakref.WeakKeyDictionary()
         if app is not None:
@@ -151,7 +156,10 @@ class Persched:
 
         def make() -> WebApp | AwaitingDatabase:  # on the first request: the app's secret is set by then
             secret = app.secret_key.encode() if isinstance(app.secret_key, str) else app.secret_key
-            return dashboard(url, namespace=self.namespace, authorize=in_context, secret=secret)
+            hosts = self._allowed_hosts if self._allowed_hosts is not None else app.config.get("TRUSTED_HOSTS")
+            return dashboard(
+                url, namespace=self.namespace, authorize=in_context, secret=secret, allowed_hosts=hosts or ()
+            )
 
         return ProcessDashboard(make)
 

@@ -57,10 +57,12 @@ class Client:
         self.port = port
         self.cookies: dict[str, str] = {}
 
-    def send(self, method: str, path: str, form: dict[str, str] | None = None) -> tuple[int, dict[str, str], str]:
+    def send(
+        self, method: str, path: str, form: dict[str, str] | None = None, host: str | None = None
+    ) -> tuple[int, dict[str, str], str]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=TIMEOUT)
         try:
-            headers = {"Host": f"127.0.0.1:{self.port}"}
+            headers = {"Host": host or f"127.0.0.1:{self.port}"}
             if self.cookies:
                 headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
             body = None
@@ -92,6 +94,11 @@ def _check_mounted(client: Client, db: str, sign_in: Callable[[Client, str], Non
     status, _, job = client.send("GET", f"/persched/job?id={JOB}")
     assert status == 200
     assert "btn-pause" not in job  # not signed in: read-only
+    # A name the app was not given (DNS rebinding): the mount answers 400 whatever the app checks.
+    for path in ("/persched/", f"/persched/job?id={JOB}"):
+        status, _, refused = client.send("GET", path, host="evil.example")
+        assert status == 400, (path, refused)
+        assert JOB not in refused
     assert client.send("POST", "/persched/action", {"id": JOB, "action": "pause", "csrf": "x"})[0] == 403
 
     sign_in(client, "bob")  # signed in by the app, but not allowed to act

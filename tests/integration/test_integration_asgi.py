@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 JOB: Final = "asgi.record"
 SPECS: Final = [JobSpec(JOB, "tests.support.jobs:record", 0.2, args=("a",), start_in=0)]
 
+CLIENT_HOST = "testserver"  # the Host that Starlette's TestClient sends
+
 
 def _persched_threads() -> set[str]:
     return {t.name for t in threading.enumerate() if t.name.startswith("persched-")}
@@ -76,7 +78,10 @@ def test_fastapi_takes_the_lifespan_and_the_mounted_dashboard(tmp_path: Path) ->
         return "ops" if environ.get("HTTP_X_USER") == "ops" else None
 
     app = FastAPI(lifespan=asgi.lifespan(db, jobs=SPECS))
-    app.mount("/persched", asgi.dashboard(db, authorize=may_act, secret=b"a secret of the tested app"))
+    app.mount(
+        "/persched",
+        asgi.dashboard(db, authorize=may_act, secret=b"a secret of the tested app", allowed_hosts=[CLIENT_HOST]),
+    )
 
     with TestClient(app) as client:
         sched = app.state.persched
@@ -112,7 +117,7 @@ def test_the_mounted_dashboard_answers_503_until_the_database_exists(tmp_path: P
 
     path = tmp_path / "later.db"
     db = f"sqlite:///{path}"
-    app = Starlette(routes=[Mount("/persched", asgi.dashboard(db))])
+    app = Starlette(routes=[Mount("/persched", asgi.dashboard(db, allowed_hosts=[CLIENT_HOST]))])
     client = TestClient(app)  # no lifespan: nothing makes the database
     answer = client.get("/persched/")
     assert answer.status_code == 503

@@ -40,7 +40,7 @@ _UNFOLLOWABLE = re.compile(
     )
 )
 _DOTTED = re.compile(r"`(persched(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`")
-_FILE_NAME = re.compile(r"\.(?:db|py|md|toml|ini|cfg|txt|json|sqlite3?)$")
+_FILE_NAME = re.compile(r"\.(?:db|py|md|toml|ini|cfg|txt|json|sqlite3?|localhost)$")  # and host names
 _FRAMEWORK_MODULES = ("persched.integrations.django.",)
 _LOGGER_NAMES = frozenset(value for name, value in vars(_loggers).items() if name.isupper() and isinstance(value, str))
 

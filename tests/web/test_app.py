@@ -40,12 +40,15 @@ class Reply:
 def request(
     base: str, method: str, path: str, form: dict[str, str] | None = None, headers: dict[str, str] | None = None
 ) -> Reply:
-    """One request, no redirects followed, no cookies kept (the test passes them)."""
-    netloc = urllib.parse.urlsplit(base).netloc
-    conn = http.client.HTTPConnection(netloc, timeout=TIMEOUT)
+    """One request, no redirects followed, no cookies kept (the test passes them).
+
+    Its Host is the dashboard's own name, ``persched.localhost:PORT``, unless `headers` give one.
+    """
+    split = urllib.parse.urlsplit(base)
+    conn = http.client.HTTPConnection(split.netloc, timeout=TIMEOUT)
     try:
         body = None if form is None else urllib.parse.urlencode(form)
-        sent = dict(headers or {})
+        sent = {"Host": f"persched.localhost:{split.port}", **(headers or {})}
         if body is not None:
             sent["Content-Type"] = "application/x-www-form-urlencoded"
         conn.request(method, path, body=body, headers=sent)
@@ -157,9 +160,8 @@ def test_actions_need_the_token_a_session_and_the_csrf_token(dashboard: Dashboar
     assert request(dashboard.url, "POST", "/action", {**form, "csrf": csrf}, evil).status == 403
     assert not paused(dashboard.db, "good")
 
-    host = urllib.parse.urlsplit(dashboard.url).netloc
     ok = request(
-        dashboard.url, "POST", "/action", {**form, "csrf": csrf}, {"Cookie": cookie, "Origin": f"http://{host}"}
+        dashboard.url, "POST", "/action", {**form, "csrf": csrf}, {"Cookie": cookie, "Origin": dashboard.own_url}
     )
     assert ok.status == 303
     assert paused(dashboard.db, "good")

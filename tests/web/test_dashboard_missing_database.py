@@ -31,7 +31,12 @@ def _get(app: Any, path: str = "/") -> tuple[str, bytes]:  # noqa: ANN401 - any 
     def start_response(status: str, headers: list[tuple[str, str]], exc_info: object = None) -> None:
         statuses.append(status)
 
-    body = b"".join(app({"REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": ""}, start_response))
+    body = b"".join(
+        app(
+            {"REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": "", "HTTP_HOST": "127.0.0.1:8000"},
+            start_response,
+        )
+    )
     return statuses[0], body
 
 

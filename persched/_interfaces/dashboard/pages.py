@@ -55,7 +55,7 @@ class Pages:
         view = self._namespaces.view(query, all_allowed=True)
         after = job_id_of("after", query["after"]) if "after" in query else None
         msg = message_of(query.get("msg"))
-        jobs = _views.jobs_page(self._store, after, PAGE_SIZE + 1, namespace=view.namespace)
+        jobs = _views.jobs_page(self._store, after, PAGE_SIZE + 1, namespace=self._namespaces.scope(view))
         more, jobs = len(jobs) > PAGE_SIZE, jobs[:PAGE_SIZE]
         by_namespace = self._namespaces.counts()
         if view.namespace is None:
@@ -115,7 +115,7 @@ class Pages:
         if job is None:
             elsewhere = _views.namespaces_of(self._store, [job_id]).get(job_id)
             hint = ""
-            if elsewhere is not None and elsewhere != view.namespace:
+            if elsewhere is not None and elsewhere != view.namespace and self._namespaces.serves(elsewhere):
                 other = self._namespaces.store_for(elsewhere).get_job(job_id)
                 if other is not None:
                     link = self._job_link(request, job_id, elsewhere)
@@ -190,7 +190,7 @@ class Pages:
             raise BadRequest(f"outcome must be one of {', '.join(_views.OUTCOMES)}")
         before = whole("before", query.get("before"))
         runs = _views.runs_page(
-            self._store, outcome=outcome, before=before, limit=PAGE_SIZE + 1, namespace=view.namespace
+            self._store, outcome=outcome, before=before, limit=PAGE_SIZE + 1, namespace=self._namespaces.scope(view)
         )
         more, runs = len(runs) > PAGE_SIZE, runs[:PAGE_SIZE]
         if view.namespace is None:

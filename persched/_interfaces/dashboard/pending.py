@@ -16,6 +16,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, ParamSpec
 
+from ... import _loggers
 from ...errors import StoreError
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AwaitingDatabase", "until_the_database_exists"]
 
-logger = logging.getLogger("persched._web")
+logger = logging.getLogger(_loggers.WEB)
 
 P = ParamSpec("P")
 

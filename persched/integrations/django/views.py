@@ -4,7 +4,8 @@ Reading needs a staff user (``request.user.is_staff``), or whom
 ``PERSCHED["MAY_READ"]`` (a function of the request) admits; acting needs a
 superuser, or whoever ``PERSCHED["AUTHORIZE"]`` (a function of the request)
 names. Django decides who acts before the dashboard sees the request, in an
-environ key no client can set. The view is exempt from Django's CSRF check
+environ key no client can set, and checks the Host against ``ALLOWED_HOSTS``
+(which a bare view would otherwise never do). The view is exempt from Django's CSRF check
 because the dashboard checks its own token, keyed by ``SECRET_KEY``.
 """
 
@@ -43,7 +44,10 @@ def _app() -> ProcessDashboard:
     key = (conf.url(), conf.namespace())
     found = _dashboards.get(key)
     if found is None:
-        make = functools.partial(web.dashboard, key[0], namespace=key[1], authorize=_actor_of, secret=_secret())
+        # Every Host was checked against ALLOWED_HOSTS by Django (`dashboard` below) before it gets here.
+        make = functools.partial(
+            web.dashboard, key[0], namespace=key[1], authorize=_actor_of, secret=_secret(), allowed_hosts=["*"]
+        )
         found = _dashboards.setdefault(key, ProcessDashboard(make))
     return found
 
@@ -61,6 +65,7 @@ def _secret() -> bytes:
 @csrf_exempt
 def dashboard(request: HttpRequest, path: str = "") -> HttpResponse:
     """Answer one request of the dashboard mounted at this view's prefix."""
+    request.get_host()  # Django's own Host check (ALLOWED_HOSTS): DisallowedHost, a 400, for any other
     actor = _actor(request)
     if actor is None and not conf.may_read(request):
         return HttpResponseForbidden("the persched dashboard is for staff users\n")
