@@ -159,6 +159,31 @@ def test_the_dashboard_is_mounted_behind_the_apps_session(db: str, apps: list[tu
     assert client.get("/nowhere").status_code == 404  # the app's own routes are untouched
 
 
+@pytest.mark.parametrize(
+    ("config", "keywords"),
+    [({"TRUSTED_HOSTS": ["app.example.com"]}, {}), ({}, {"allowed_hosts": ["app.example.com"]})],
+    ids=["TRUSTED_HOSTS", "allowed_hosts"],
+)
+def test_the_mounted_dashboard_answers_the_apps_host_names_only(
+    db: str, apps: list[tuple[Flask, Persched]], config: dict[str, Any], keywords: dict[str, Any]
+) -> None:
+    app = _app(db, apps, config, dashboard_path="/persched", **keywords)
+    client = app.test_client()
+    assert client.get("/persched/", base_url="http://app.example.com").status_code == 200
+    assert client.get("/persched/", base_url="http://127.0.0.1:5000").status_code == 200
+    assert client.get("/persched/", base_url="http://evil.example").status_code == 400  # DNS rebinding
+
+
+def test_without_host_names_the_mounted_dashboard_answers_loopback_only(
+    db: str, apps: list[tuple[Flask, Persched]]
+) -> None:
+    client = _app(db, apps, dashboard_path="/persched").test_client()
+    assert client.get("/persched/", base_url="http://localhost").status_code == 200
+    page = client.get("/persched/", base_url="http://app.example.com")
+    assert page.status_code == 400
+    assert b"app.example.com" in page.data
+
+
 def test_the_dashboards_forms_are_keyed_by_the_apps_secret_even_when_it_is_set_after_init_app(
     db: str, apps: list[tuple[Flask, Persched]]
 ) -> None:
