@@ -317,6 +317,23 @@ def test_deschedule_says_an_application_declares_it_again(seeded: str) -> None:
     assert "schedules it again when it next starts" in proc.stdout
 
 
+def test_deschedule_exits_1_for_an_unknown_job_where_the_api_returns_false(seeded: str) -> None:
+    """Both kept on purpose: a shell script needs the exit code, code gets a bool; the help says so."""
+    unstarted = JobScheduler(seeded)  # runs nothing: the row alone
+    try:
+        proc = persched("--db", seeded, "deschedule", "nope")
+        assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
+        assert unstarted.deschedule("nope") is False
+        assert unstarted.deschedule("report") is True
+        assert persched("--db", seeded, "deschedule", "report").returncode == 0  # already as asked
+        assert unstarted.deschedule("report") is False
+    finally:
+        unstarted.shutdown()
+    help_text = " ".join(persched("deschedule", "--help").stdout.split())
+    assert "an unknown job exits 1" in help_text
+    assert "JobScheduler.deschedule() returns False for both" in help_text
+
+
 # -- messages ----------------------------------------------------------------------------
 
 
