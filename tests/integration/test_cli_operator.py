@@ -22,7 +22,7 @@ import sys
 import termios
 import time
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import pytest
 
@@ -211,6 +211,58 @@ def test_a_one_shot_schedule_fits_a_terminal_whole(sqlite_url: str) -> None:
     assert exact in persched("--db", sqlite_url, "jobs").stdout
     listed = json.loads(persched("--db", sqlite_url, "jobs", "--json", env={"COLUMNS": "80"}).stdout)
     assert {job["job_id"]: job["schedule"] for job in listed}["launch-of-spring-campaign"] == exact
+
+
+LONG_IDS: Final = (
+    "nightly-invoice-reconcile-eu",  # 28 characters: the header alone was 81 wide
+    "launch-of-the-spring-campaign-2027-in-every-region",
+    "x" * 79,  # as wide as a line of its own can be
+)
+
+
+@pytest.fixture
+def long_ids(make_scheduler: SchedulerFactory, fake_clock: FakeClock, sqlite_url: str) -> str:
+    """Long ids with every kind of schedule (interval, cron in a zone, one-shot, paused), runs, two namespaces."""
+    sched = make_scheduler(start=True, workers=2)
+    sched.schedule(LONG_IDS[0], cli_jobs.fail_always, 86_400.0, args=("upstream refused: 503",), start_in=0)
+    sched.schedule(LONG_IDS[1], cli_jobs.noop, run_at=datetime.now(timezone.utc) + timedelta(days=3))
+    sched.schedule(LONG_IDS[2], cli_jobs.noop, cron="0 3 * * *", timezone="America/Argentina/Buenos_Aires")
+    sched.schedule("report", cli_jobs.noop, 300.0, start_in=0)
+    wait_until(lambda: len(finished_runs(sched, LONG_IDS[0])) == 1, message="the failing run")
+    wait_until(lambda: len(finished_runs(sched, "report")) == 1, message="report run")
+    sched.pause("report")
+    sched.shutdown(wait=True, timeout=TIMEOUT)
+    other = JobScheduler(sqlite_url, namespace="billing-and-invoicing-eu-west")  # not started: the row alone
+    try:
+        other.schedule("billing-and-invoicing-eu-west.nightly-invoice-reconcile", cli_jobs.noop, cron="@daily")
+    finally:
+        other.shutdown()
+    return sqlite_url
+
+
+LONG_ID_TABLES: Final = (
+    ["jobs"],
+    ["jobs", "--all-namespaces"],
+    ["runs"],
+    ["runs", "--all-namespaces"],
+    ["show", LONG_IDS[0]],
+    ["show", "report"],
+)
+
+
+@pytest.mark.parametrize("argv", LONG_ID_TABLES, ids=" ".join)
+def test_tables_with_long_ids_fit_80_columns_at_a_terminal_and_in_a_pipe(long_ids: str, argv: list[str]) -> None:
+    """Every table fits; a job id too long for its column is on a line of its own, whole."""
+    piped = persched("--db", long_ids, *argv, env={"COLUMNS": "80"})
+    assert piped.returncode == 0, piped.stderr
+    for out in (piped.stdout, _run_in_pty(["--db", long_ids, *argv], 80)):
+        assert max(map(len, out.splitlines())) <= 80, out
+        shown = (*LONG_IDS, "report") if argv[0] == "jobs" else (LONG_IDS[0], "report") if argv[0] == "runs" else ()
+        for job_id in shown:
+            assert job_id in out.split(), out  # whole, copyable
+        if argv[0] != "show":
+            header = out.splitlines()[0]
+            assert all(word in FULL_HEADERS | {"NAMESPACE"} for word in re.split(r"\s{2,}", header.strip())), header
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
