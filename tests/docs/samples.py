@@ -11,7 +11,10 @@ The conventions a page follows (CONTRIBUTING.md, "Documentation"):
   framework tests).
 - Any other ```python block is a snippet: executed, in the page's order, in
   one namespace per page, after the code of a ``<!-- sample-setup ... -->``
-  comment and before that of ``<!-- sample-teardown ... -->``.
+  comment and before that of ``<!-- sample-teardown ... -->``. README.md is
+  read in terminals too, where such a comment shows: its set-up is a file,
+  ``tests/docs/setup/README.py`` (`SETUPS`), run before the page's first
+  sample in its namespace; the ``teardown()`` it defines runs after the last.
 - A ```console block holds ``$ persched ...`` commands (or ``$ python
   FILE.py``, a file of the page), each followed by its
   output: it runs in the same directory once the blocks above it have, and
@@ -42,6 +45,7 @@ REPO: Final = Path(__file__).resolve().parents[2]
 # Pages whose samples another part of the work keeps (their authors adopt the conventions above).
 NOT_YET: Final = frozenset[str]()
 
+SETUPS: Final = REPO / "tests" / "docs" / "setup"  # a page's set-up as a file: SETUPS / "README.py"
 _FENCE: Final = re.compile(r"^```(\w*)\n(.*?)^```\n", re.S | re.M)
 _COMMENT: Final = re.compile(r"^<!-- sample-(setup|teardown)\n(.*?)^-->\n", re.S | re.M)
 _FILE: Final = re.compile(r"# (\S+\.py)(?: -- (.*))?$")
@@ -87,7 +91,12 @@ def blocks(page: str) -> list[Block]:
             found.append((m.start(), Block("excerpt", code, line, excerpt.group(1))))
         else:
             found.append((m.start(), Block("snippet", code, line)))
-    return [block for _, block in sorted(found, key=lambda item: item[0])]
+    ordered = [block for _, block in sorted(found, key=lambda item: item[0])]
+    setup = SETUPS / Path(page).with_suffix(".py")
+    if setup.exists():
+        code = setup.read_text(encoding="utf-8")
+        ordered = [Block("setup", code, 0, str(setup.relative_to(REPO))), *ordered, Block("teardown", "teardown()", 0)]
+    return ordered
 
 
 def console_matches(shown: list[str], real: list[str]) -> bool:

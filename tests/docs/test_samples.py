@@ -82,6 +82,13 @@ def test_output_comments_are_read_from_print_calls() -> None:
     assert not prints_shown(["b", "a"], ["a", "b"])  # in order
 
 
+def test_the_readme_hides_nothing_from_a_reader_at_a_terminal() -> None:
+    """No HTML comment (a terminal shows it): the README's set-up comes from its file under tests/docs."""
+    assert "<!--" not in (REPO / "README.md").read_text(encoding="utf-8")
+    readme = blocks("README.md")
+    assert (readme[0].kind, readme[0].path, readme[-1].kind) == ("setup", "tests/docs/setup/README.py", "teardown")
+
+
 def test_console_matching() -> None:
     assert console_matches(["a ... c", "...", "z"], ["a b c", "x", "y", "z"])
     assert console_matches(["..."], [])
