@@ -313,7 +313,7 @@ def test_durations_and_plurals(seeded: str) -> None:
     assert "latest run:" in show.stdout  # not "latest 1 runs"
     assert "1 (0 errors)" in show.stdout
     assert " 1.2s " in show.stdout  # not "1s"
-    assert "1 (1 error)," in persched("--db", seeded, "show", "invoices-sync").stdout
+    assert "1 (1 error) of generation 1" in persched("--db", seeded, "show", "invoices-sync").stdout
 
 
 def test_jobs_shows_a_run_now_run_in_flight(make_scheduler: SchedulerFactory, sqlite_url: str) -> None:
@@ -386,6 +386,22 @@ def test_deschedule_exits_1_for_an_unknown_job_where_the_api_returns_false(seede
     assert "JobScheduler.deschedule() returns False for both" in help_text
 
 
+def test_show_says_the_counts_are_of_the_current_definition(
+    make_scheduler: SchedulerFactory, fake_clock: FakeClock, sqlite_url: str
+) -> None:
+    """After a replacement a job with two ok runs counts 0: `show` says whose runs it counts."""
+    sched = make_scheduler(start=True)
+    sched.schedule("report", cli_jobs.noop, 60.0, start_in=0)
+    wait_until(lambda: len(finished_runs(sched, "report")) == 1, message="the first run")
+    fake_clock.advance(60.0)
+    wait_until(lambda: len(finished_runs(sched, "report")) == 2, message="the second run")
+    assert sched.schedule("report", cli_jobs.noop, 120.0).run_count == 0  # replaced: generation 2
+    sched.shutdown(wait=True, timeout=TIMEOUT)
+    shown = " ".join(persched("--db", sqlite_url, "show", "report").stdout.split())
+    assert "runs 0 (0 errors) of generation 2, the current definition; last outcome -" in shown
+    assert "latest 2 runs" in shown  # the older generation's runs are still listed
+
+
 # -- messages ----------------------------------------------------------------------------
 
 
@@ -428,7 +444,9 @@ def test_the_docs_samples_match_real_output(seeded: str) -> None:
             assert set(header) <= set(full), sample[0]
         # Aligned like the real table: each column starts at the same offset in every row.
         starts = [sample[0].index(name) for name in header]
-        for row in sample[1:]:
+        for row, below in zip(sample[1:], [*sample[2:], ""], strict=True):
+            if " " not in row and below.startswith(" "):
+                continue  # a job id too long for its column, on a line of its own; its row is below
             assert all(start == 0 or row[start - 1 : start] in ("", " ") for start in starts), row
 
 
