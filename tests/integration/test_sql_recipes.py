@@ -59,14 +59,19 @@ def _readme_queries() -> list[str]:
         pytest.param("mariadb", marks=pytest.mark.mariadb),
     ]
 )
-def written_db(request: pytest.FixtureRequest, tmp_path: Path, fake_clock: FakeClock) -> Iterator[str]:
-    """A database that a scheduler wrote: two slots of 'good', two failed runs of 'bad', 'idle' paused."""
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database on each engine: a SQLite file, a PostgreSQL schema, a MariaDB database."""
     if request.param == "sqlite":
-        context = None
-        url = f"sqlite:///{tmp_path / 'recipes.db'}"
-    else:
-        context = pg_schema("recipes") if request.param == "postgres" else mariadb_database("recipes")
-        url = context.__enter__()
+        yield f"sqlite:///{tmp_path / 'recipes.db'}"
+        return
+    with pg_schema("recipes") if request.param == "postgres" else mariadb_database("recipes") as url:
+        yield url
+
+
+@pytest.fixture
+def written_db(empty_url: str, fake_clock: FakeClock) -> Iterator[str]:
+    """A database that a scheduler wrote: two slots of 'good', two failed runs of 'bad', 'idle' paused."""
+    url = empty_url
     factory = SchedulerFactory(url, fake_clock)
     try:
         sched = factory(start=True)
@@ -83,8 +88,6 @@ def written_db(request: pytest.FixtureRequest, tmp_path: Path, fake_clock: FakeC
         yield url
     finally:
         factory.close()
-        if context is not None:
-            context.__exit__(None, None, None)
 
 
 def _run(url: str, query: str) -> list[tuple[Any, ...]]:
@@ -127,23 +130,10 @@ def test_the_operations_recipes_run_in_each_dialect(written_db: str) -> None:
     assert [row[:2] for row in rows] == [("good", 2)]
 
 
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("mariadb", marks=pytest.mark.mariadb),
-    ]
-)
-def every_state(
-    request: pytest.FixtureRequest, tmp_path: Path, fake_clock: FakeClock
-) -> Iterator[tuple[JobScheduler, str]]:
+@pytest.fixture
+def every_state(empty_url: str, fake_clock: FakeClock) -> Iterator[tuple[JobScheduler, str]]:
     """A started scheduler with a job in each state, a paused one whose run is still in flight among them."""
-    if request.param == "sqlite":
-        context = None
-        url = f"sqlite:///{tmp_path / 'states.db'}"
-    else:
-        context = pg_schema("states") if request.param == "postgres" else mariadb_database("states")
-        url = context.__enter__()
+    url = empty_url
     factory = SchedulerFactory(url, fake_clock)
     try:
         sched = factory(start=True)
@@ -161,8 +151,6 @@ def every_state(
     finally:
         jobs.release_all()
         factory.close()
-        if context is not None:
-            context.__exit__(None, None, None)
 
 
 def test_the_job_states_view_says_what_job_state_says(every_state: tuple[JobScheduler, str]) -> None:
