@@ -25,12 +25,12 @@ once. So a member that joins or shuts down is seen by the others within a
 pick-up (`pickup_seconds`, 1 s by default; on PostgreSQL and on one SQLite
 file usually within milliseconds, when a commit signal wakes the pick-up), not
 at their next beat a heartbeat period later. One that dies is seen after a
-lease, as before.
+lease.
 
-Views differ for at most that long (a departure without a leave: a lease). Meanwhile a job may have
-two owners, whose claims race and one wins (the database decides, as always),
-or none, and then the search for overdue rows (`persched._engine.dispatcher`) runs
-it 0.5 s late. Neither can run a slot twice: that guarantee is the claim's,
+Views differ for at most that long (a departure without a leave: a lease).
+Meanwhile a job may have two owners, whose claims race and one wins (the
+database decides, as always), or none, and then the search for overdue rows
+(`persched._engine.dispatcher`) runs it 0.5 s late. Neither can run a slot twice: that guarantee is the claim's,
 not the view's.
 
 The view is a tuple replaced whole by the heartbeat thread; other threads read
@@ -125,6 +125,6 @@ class Membership:
         return self.beat()
 
     def leave(self) -> None:
-        """Delete this instance's row (shutdown): the others take its jobs at their next beat."""
+        """Delete this instance's row (shutdown): the others take its jobs at their next pick-up."""
         self._store.leave_membership(self._instance_id)
         self.members = (self._instance_id,)

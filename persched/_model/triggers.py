@@ -13,9 +13,9 @@ whole seconds. Nothing here loops over missed slots: after a ten-year clock jump
 costs one step (an interval is arithmetic, a cron one iterator step).
 
 Cron is standard 5-field syntax (minute hour day-of-month month day-of-week), or 6 fields with the
-seconds field FIRST (that is what cronsim parses), or one of Vixie cron's shortcuts (`@daily`: kept as
-written, matched as the fields it stands for, `CRON_SHORTCUTS`), evaluated on local wall time in an IANA zone. The
-DST rules are ours, not the library's, and the tests check them as rules:
+seconds field FIRST (that is what cronsim parses), or one of Vixie cron's shortcuts (`@daily`: kept
+as written, matched as the fields it stands for, `CRON_SHORTCUTS`), evaluated on local wall time in
+an IANA zone. The DST rules are ours, not the library's, and the tests check them as rules:
 
 - a local time that does not exist (spring forward) fires once, at the first valid instant after it
   (Europe/Paris 2026-03-29 02:30 fires at 03:00 CEST); several such times collapse into that one slot;
