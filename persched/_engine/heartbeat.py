@@ -39,7 +39,9 @@ quiet spell is picked up within a second.
 With `membership` (the instances share the work, `persched._engine.membership`),
 each round also renews this instance's membership row and reads the others';
 when the view of the members changes, `repartition` hands the dispatcher the
-new view (it keeps only the jobs this instance owns).
+new view (it keeps only the jobs this instance owns). A member's join or
+leave moves the change counter too, so a pick-up that sees the counter move
+also asks the membership whether a member came or went (`Membership.notice`).
 
 With the bounded heap (`persched._engine.horizon`), the pick-up asks only for the
 changed jobs the heap's refills have passed (later ones are loaded by a
@@ -272,6 +274,8 @@ class Heartbeat:
         """
         if self._store.change_seq() == self._change_seq:
             return
+        if self._membership is not None and self._membership.notice() and self._repartition is not None:
+            self._repartition(self._membership.shared)  # a member joined or left (persched._engine.membership)
         before = self._change_seq
         # Read before the changes: a row due later is loaded by a refill not begun yet (persched._engine.horizon).
         upto = None if self._bound is None else self._bound()

@@ -18,11 +18,19 @@ member with the highest ``blake2b(member, job_id)``. A member that joins or
 leaves moves only its own share of the jobs (about 1/N each), and every
 instance with the same view computes the same owner with no coordination.
 
-Views differ for at most a heartbeat or so (a member is seen at the next
-beat of each other one, a departure after a lease). Meanwhile a job may have
-two owners, whose claims race and one wins (the database decides, as always),
-or none, and then the search for overdue rows (`persched._engine.dispatcher`) runs
-it 0.5 s late. Neither can run a slot twice: that guarantee is the claim's,
+A join or a leave moves the change counter (`persched._store.members`), and
+each instance's heartbeat thread, which watches that counter for job changes,
+then reads the member rows (`notice`): if a row came or went, it beats at
+once. So a member that joins or shuts down is seen by the others within a
+pick-up (`pickup_seconds`, 1 s by default; on PostgreSQL and on one SQLite
+file usually within milliseconds, when a commit signal wakes the pick-up), not
+at their next beat a heartbeat period later. One that dies is seen after a
+lease.
+
+Views differ for at most that long (a departure without a leave: a lease).
+Meanwhile a job may have two owners, whose claims race and one wins (the
+database decides, as always), or none, and then the search for overdue rows
+(`persched._engine.dispatcher`) runs it 0.5 s late. Neither can run a slot twice: that guarantee is the claim's,
 not the view's.
 
 The view is a tuple replaced whole by the heartbeat thread; other threads read
@@ -111,7 +119,13 @@ class Membership:
         self.members = view
         return True
 
+    def notice(self) -> bool:
+        """The change counter moved: beat now if a member's row came or went; return True if the view changed."""
+        if self._store.member_ids() == frozenset(self.members):
+            return False
+        return self.beat()
+
     def leave(self) -> None:
-        """Delete this instance's row (shutdown): the others take its jobs at their next beat."""
+        """Delete this instance's row (shutdown): the others take its jobs at their next pick-up."""
         self._store.leave_membership(self._instance_id)
         self.members = (self._instance_id,)

@@ -141,6 +141,13 @@ def current_run() -> Run | None:
 class JobScheduler(JobOperations):
     """Runs callables at fixed intervals; every schedule lives in SQL.
 
+    A scheduler runs jobs only once started (`start()`, or ``with
+    JobScheduler(...)``), and then it runs every job that is due, an overdue
+    one at once. One that is not started runs nothing: its methods
+    (`schedule()`, `deschedule()`, `pause()`, `get_job()`, `runs()`, ...)
+    read and write the tables, which is what a script that looks at or
+    steers jobs wants; `shutdown()` then releases its connections.
+
     Args:
         url: A SQLAlchemy URL or a plain SQLite file path (a `str` or a `pathlib.Path`).
         workers: How many runs may execute at once (worker threads), at most
@@ -309,6 +316,9 @@ class JobScheduler(JobOperations):
 
     def start(self) -> None:
         """Migrate the schema to head, load the jobs and start dispatching.
+
+        From here on every due job runs, those that were due while no
+        scheduler ran them at once (coalesced); before it, nothing runs.
 
         Raises:
             SchedulerStateError: Already started, or shut down.

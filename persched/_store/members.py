@@ -6,6 +6,11 @@ every row of the namespace in the same transaction. Another instance deletes a
 row only once its count stopped moving (`forget_member`, conditional on the
 count it saw, so a member that came back in between keeps its row); the
 owner deletes its own at shutdown (`leave_membership`).
+
+A join (the row made) and a leave move the change counter, as a job's change
+does: the other instances watch it (`persched._engine.heartbeat`) and read
+`member_ids` then, so they see a member come or go within a pick-up rather
+than at their next beat.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ class MembersStore(Transactions):
                         namespace=self.namespace, instance_id=instance_id, started_at=at, renewed_at=at, beats=1
                     )
                 )
+                self._bump_change_seq(conn)  # tell the others now, not at their next beat
             rows = conn.execute(
                 select(instances.c.instance_id, instances.c.beats).where(instances.c.namespace == self.namespace)
             )
@@ -57,6 +63,21 @@ class MembersStore(Transactions):
         return bool(self._write(lambda conn: conn.execute(delete(instances).where(*row)).rowcount, "forget a member"))
 
     def leave_membership(self, instance_id: str) -> None:
-        """Delete this instance's own row (shutdown): the others take its jobs at their next beat."""
+        """Delete this instance's own row (shutdown): the others take its jobs at their next pick-up."""
         mine = (instances.c.namespace == self.namespace, instances.c.instance_id == instance_id)
-        self._write(lambda conn: conn.execute(delete(instances).where(*mine)), "leave membership")
+
+        def body(conn: Connection) -> None:
+            if conn.execute(delete(instances).where(*mine)).rowcount:
+                self._bump_change_seq(conn)
+
+        self._write(body, "leave membership")
+
+    def member_ids(self) -> frozenset[str]:
+        """The instances that have a membership row in this namespace (a read, no renewal)."""
+        where = instances.c.namespace == self.namespace
+        return self._read(
+            lambda conn: frozenset(
+                str(m) for m in conn.execute(select(instances.c.instance_id).where(where)).scalars()
+            ),
+            "read members",
+        )

@@ -153,7 +153,9 @@ class UTCDateTime(types.TypeDecorator[datetime]):
 
 
 # One row per job_id, never deleted: a descheduled job keeps its row (state
-# 'descheduled') so that its generation counter survives (no ABA).
+# 'descheduled') so that its generation counter survives (no ABA). The view
+# persched_job_states (revision 0007, not in this metadata) reads it for SQL
+# users, giving a job's state as `Job.state` does; persched itself never reads it.
 jobs = Table(
     "persched_jobs",
     metadata,

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final
 
 from .._engine.liveness import display_id
-from .._interfaces.present import iso, job_state, plural, relative
+from .._interfaces.present import iso, job_state, relative, run_counts
 from .._model.instant import micros
 from .._model.models import OPTIONS, JobState
 from .._model.triggers import describe_duration
@@ -86,10 +86,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             ("next run", _next_run_words(job, now)),
             ("state", job_state(job) + _owner_words(job, now)),
             ("generation", str(job.generation)),
-            (
-                "runs",
-                f"{job.run_count} ({plural(job.error_count, 'error')}), last outcome {job.last_outcome or '-'}",
-            ),
+            ("runs", run_counts(job)),
             ("created", iso(job.created_at)),
             ("updated", iso(job.updated_at)),
         ]

@@ -3,10 +3,13 @@
 A table is fitted only for a person: at a terminal, or with ``COLUMNS`` set
 (`table_width`); ``--wide``, a file or a pipe get every cell in full, and
 ``--json`` is never cut. Fitting cuts the shrinkable columns first, then
-leaves out the droppable ones, least useful first (`Column`); a cell that
-has a short form (`Cell`: a one-shot job's "at 01-15 08:00") shows it,
-never cut, in a column too narrow for its text. The words in the cells are
-`persched._interfaces.present`'s, shared with the dashboard.
+leaves out the droppable ones, least useful first, and last narrows the
+column whose cells are never cut (`Column.own_line`: the job ids), putting a
+cell too long for it on a line of its own, whole, as ``df`` does with a long
+file system name; a cell that has a short form (`Cell`: a one-shot job's
+"at 01-15 08:00") shows it, never cut, in a column too narrow for its
+text. The words in the cells are `persched._interfaces.present`'s, shared
+with the dashboard.
 
 Everything printed passes `printable`: text from the database or from user
 code (a job's error, an id edited by hand) may hold terminal escapes, which
@@ -32,7 +35,7 @@ from .._model.models import JobState
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
 
     from .._model.plain_models import PlainJob, PlainRun
 
@@ -98,12 +101,17 @@ class Column:
 
     `drop` ranks the columns that may be left out (1 goes first); `shrink` is
     the narrowest a column may be cut to (the end of a cut cell is ELLIPSIS).
-    A column with neither is always shown in full (ids, counts).
+    An `own_line` column is narrowed last, down to its header, and never cut:
+    a cell longer than it is printed whole on a line of its own, and the
+    row's other cells on the next line (a cell wider than the terminal
+    itself is the one thing that wraps there). A column with none of these
+    is always shown in full (counts).
     """
 
     header: str
     drop: int | None = None
     shrink: int | None = None
+    own_line: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,6 +157,10 @@ def _fit_table(columns: Sequence[Column | str], rows: Sequence[Sequence[str | Ce
             if excess <= 0 or not droppable:
                 break
             shown.remove(droppable.pop(0)[1])
+        for i in (i for i in shown if specs[i].own_line and excess > 0):
+            narrower = max(len(specs[i].header), widths[i] - excess)
+            excess -= widths[i] - narrower
+            widths[i] = narrower
 
     def cell(value: str | Cell, i: int) -> str:
         text = str(value)
@@ -158,8 +170,14 @@ def _fit_table(columns: Sequence[Column | str], rows: Sequence[Sequence[str | Ce
             text = text[: widths[i] - 1] + ELLIPSIS
         return text.ljust(widths[i])
 
-    lines = ["  ".join(cell(row[i], i) for i in shown).rstrip() for row in [[c.header for c in specs], *rows]]
-    return "\n".join(lines)
+    def lines(row: Sequence[str | Cell]) -> Iterator[str]:
+        long = next((i for i in shown if specs[i].own_line and len(str(row[i])) > widths[i]), None)
+        if long is not None:  # that cell alone and whole, then the row without it
+            yield str(row[long])
+            row = [*row[:long], "", *row[long + 1 :]]
+        yield "  ".join(cell(row[i], i) for i in shown).rstrip()
+
+    return "\n".join(line for row in [[c.header for c in specs], *rows] for line in lines(row))
 
 
 def _waits(job: PlainJob) -> bool:
@@ -168,7 +186,7 @@ def _waits(job: PlainJob) -> bool:
 
 
 JOBS_COLUMNS: Final = (
-    Column("ID"),
+    Column("ID", own_line=True),
     Column("TARGET", drop=2, shrink=12),
     Column("SCHEDULE", shrink=14),
     Column("NEXT RUN (UTC)", drop=1),  # WHEN says the same, relative to now
@@ -246,7 +264,7 @@ def _error_summary(error: str | None) -> str:
 
 RUNS_COLUMNS: Final = (
     Column("RUN"),
-    Column("JOB", shrink=10),
+    Column("JOB", own_line=True),
     Column("GEN", drop=3),
     Column("SCHEDULED FOR (UTC)", drop=4),
     Column("STARTED (UTC)", drop=2),

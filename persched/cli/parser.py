@@ -157,8 +157,10 @@ def build_parser() -> Parser:
         "persched deschedule report",
         cmd_deschedule,
         "Descheduling a job that is already descheduled changes nothing, says so and exits 0; an"
-        " unknown job exits 1. An application that declares the job at its start-up (persched_setup)"
-        " schedules it again when it next starts: remove the declaration too.",
+        " unknown job exits 1 (an error a shell script can test). JobScheduler.deschedule() returns"
+        " False for both: in code, no active job removed is an answer, not an error. An application"
+        " that declares the job at its start-up (persched_setup) schedules it again when it next"
+        " starts: remove the declaration too.",
     )
     sub.add_argument("job_id", metavar="JOB_ID")
     sub = command(

@@ -131,6 +131,14 @@ def test_jobs_are_paginated_by_id(tmp_path: Path) -> None:
         assert seen == [f"job-{i:03d}" for i in range(120)]
 
 
+def test_the_counts_say_they_are_of_the_current_definition(readonly: Dashboard) -> None:
+    page = request(readonly.url, "GET", "/job?id=good").body
+    counts = r'<dd id="job-runs">\d+ \(0 errors\) of generation 1, the current definition; last outcome ok<'
+    assert re.search(counts, page), page
+    listing = request(readonly.url, "GET", "/").body
+    assert 'title="runs of the current definition (generation); replacing a job starts them again"' in listing
+
+
 def test_readonly_dashboard_has_no_buttons_and_refuses_actions(readonly: Dashboard) -> None:
     page = request(readonly.url, "GET", "/job?id=good")
     assert "btn-pause" not in page.body

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Final
 
 from ..._model.instant import to_datetime
 from ..._store import views as _views
-from ..present import iso, job_state, relative
+from ..present import COUNTS_NOTE, iso, job_state, relative, run_counts
 from .actions import message_of
 from .chart import chart
 from .layout import e, next_run, note, runs_table
@@ -90,7 +90,8 @@ class Pages:
             "<table id=jobs><tr><th>Job</th>"
             + ("<th>Namespace</th>" if everything else "")
             + "<th>State</th><th>Schedule</th><th>Next run (UTC)</th>"
-            f"<th>Last outcome</th><th>Runs</th><th>Errors</th></tr>{rows}</table>"
+            f'<th>Last outcome</th><th title="{e(COUNTS_NOTE)}">Runs</th><th title="{e(COUNTS_NOTE)}">Errors</th>'
+            f"</tr>{rows}</table>"
             if jobs
             else "<p>No jobs.</p>"
         )
@@ -137,7 +138,7 @@ class Pages:
                 else f"{iso(job.next_run_at)} ({relative(job.next_run_at, now)})",
             ),
             ("target", job.target),
-            ("runs", f"{job.run_count} ({job.error_count} errors), last outcome {job.last_outcome or '-'}"),
+            ("runs", run_counts(job)),
             ("generation", str(job.generation)),
             ("updated", iso(job.updated_at)),
         ]
