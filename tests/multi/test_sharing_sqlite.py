@@ -44,6 +44,7 @@ JOBS: Final = 30
 WARMUP: Final = 1.0  # seconds of slots before the window
 WINDOW: Final = 5.0  # seconds of slots measured (about 860 slots at 30 jobs)
 BOUND: Final = 0.85  # three instances run at least this share of what one runs
+FLOOR: Final = 0.5  # ... on a machine whose other work left them no CPU at all
 
 
 def _fraction_run(tmp: Path, instances: int) -> tuple[float, float]:
@@ -72,9 +73,11 @@ def _fraction_run(tmp: Path, instances: int) -> tuple[float, float]:
 def test_three_instances_on_one_sqlite_file_run_the_slots_one_runs(tmp_path: Path) -> None:
     one, starved_one = _fraction_run(tmp_path / "one", 1)
     three, starved_three = _fraction_run(tmp_path / "three", 3)
-    # Compared at equal CPU: a machine busier during the second window gave the three less of it.
-    fair = min(1.0, (1 - starved_three) / (1 - starved_one)) if starved_one < 1 else 1.0
-    assert three >= BOUND * one * fair, (
+    # Three instances spend more CPU on the same slots than one: where the machine denied the
+    # CPU, the share they keep up with falls towards FLOOR (the busy handler's fault showed on
+    # an idle machine, 55-60 %).
+    starved = max(starved_one, starved_three)
+    assert three >= (BOUND - (BOUND - FLOOR) * starved) * one, (
         f"3 instances ran {three:.1%} of the offered slots, 1 instance {one:.1%} "
         f"(CPU denied: {starved_three:.0%} and {starved_one:.0%})"
     )

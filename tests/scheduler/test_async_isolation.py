@@ -17,7 +17,7 @@ from typing import Any, Final
 import pytest
 
 from tests.support.async_child import BLOCK_MAX, INTERVAL, SYNC_RUNS
-from tests.support.pressure import CpuPressure
+from tests.support.pressure import CpuPressure, slower_by
 
 REPO: Final = Path(__file__).resolve().parents[2]
 CHILD_TIMEOUT: Final = 60.0  # real seconds a child takes at most
@@ -68,7 +68,7 @@ def test_a_blocked_application_loop_stalls_the_async_jobs_not_the_workers(db_url
     blocked = block["end"] - block["start"]
     # Near its rate: SYNC_RUNS runs at INTERVAL take SYNC_RUNS * INTERVAL, slower by the share of the
     # CPU that other work denied; a starved job takes BLOCK_MAX (the bound stays below it).
-    near_its_rate = min(2 * SYNC_RUNS * INTERVAL / (1 - min(pressure.share(), 0.9)), BLOCK_MAX - 0.5)
+    near_its_rate = slower_by(2 * SYNC_RUNS * INTERVAL, pressure, at_most=BLOCK_MAX - 0.5)
     assert blocked < near_its_rate, f"{blocked:.2f} s (CPU denied: {pressure.share():.0%})"
     # No coroutine started while the loop was blocked, and the runs that waited for it (claimed
     # before or during the block: which ones depends on how busy the machine is) say they started late.
