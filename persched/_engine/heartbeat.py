@@ -153,6 +153,8 @@ class Heartbeat:
         self._stopping = False
         # run_id -> (lease value seen, monotonic microseconds when it was first seen)
         self._seen: dict[int, tuple[object, int]] = {}
+        # Open runs whose recovery failed (logged once each): the others' recovery goes on meanwhile.
+        self._unrecovered: set[int] = set()
         self._thread = threading.Thread(target=self._loop, name="persched-heartbeat", daemon=True)
 
     def start(
@@ -207,6 +209,7 @@ class Heartbeat:
         if running_here:
             self._store.renew_leases(self._instance_id, Instant(self._timebase.now() + self._lease), running_here)
         open_runs = [run for run in self._store.open_runs() if run.run_id not in running_here]
+        self._unrecovered.intersection_update(run.run_id for run in open_runs)
         open_runs = self._recover_dead_owners(open_runs)
         mono = self._timebase.clock.monotonic_us()
         seen: dict[int, tuple[object, int]] = {}
@@ -248,7 +251,21 @@ class Heartbeat:
         return waiting
 
     def _recover(self, run: OpenRun, why: str = "lost its lease") -> None:
-        result = self._store.recover_run(run, self._timebase.now)  # read under the write lock
+        try:
+            result = self._store.recover_run(run, self._timebase.now)  # read under the write lock
+        except Exception as exc:  # noqa: BLE001 - one run that cannot be recovered must not hold back the others
+            if run.run_id not in self._unrecovered:
+                self._unrecovered.add(run.run_id)
+                logger.warning(
+                    "recovering run %d of %s generation %d (instance %s) failed; tried again each round: %s",
+                    run.run_id,
+                    run.job_id,
+                    run.generation,
+                    run.instance_id,
+                    exc if isinstance(exc, StoreError) else describe(exc),
+                )
+            return
+        self._unrecovered.discard(run.run_id)
         if not result.lost:
             return
         logger.warning(

@@ -82,6 +82,30 @@ _OWN_CHANGES_KEPT: Final = 10_000  # own change values remembered for the heartb
 _BUMP: Final = Sql("seq = seq + 1")  # the change counter's row, id 1 (`_bump_change_seq`)
 
 
+class RefusedWrite(StoreError):
+    """The database refused a statement of a write: not a passing failure (a value out of
+    range, a constraint, a trigger), so the same write fails again the same way. A write of many
+    rows may then write them apart, so that one row costs only its own job (`refusal_of`).
+
+    Attributes:
+        detail: The database's own message.
+    """
+
+    def __init__(self, url: str, reason: str, detail: str) -> None:
+        super().__init__(url, reason)
+        self.detail = detail
+
+
+#: What a write of many rows catches to write them apart: the refusals, and the constraint
+#: violations that `_transaction` hands to its callers unwrapped.
+REFUSED: Final = (RefusedWrite, IntegrityError)
+
+
+def refusal_of(exc: RefusedWrite | IntegrityError) -> str:
+    """The database's message for a refused write (one of `REFUSED`)."""
+    return exc.detail if isinstance(exc, RefusedWrite) else str(exc.orig)
+
+
 def read_time(now: Instant | Callable[[], Instant]) -> Instant:
     return now() if callable(now) else now
 
@@ -204,7 +228,10 @@ class Transactions:
                     reclaimed = True
                     if self._reclaim_wal(what):
                         continue  # the WAL's space is free again: try once more at once
-                if not self.dialect.is_transient(exc) or attempt == self._retry_attempts:
+                if not self.dialect.is_transient(exc):
+                    notify(lambda: self.observer.store_error(what), "store error")
+                    raise RefusedWrite(self.url, f"{what} failed: {exc.orig}", str(exc.orig)) from exc
+                if attempt == self._retry_attempts:
                     notify(lambda: self.observer.store_error(what), "store error")
                     raise StoreError(self.url, f"{what} failed: {exc.orig}") from exc
                 notify(lambda: self.observer.store_retry(what), "store retry")
@@ -295,6 +322,10 @@ class Transactions:
                         lambda: self.observer.slots_missed(job_id, slots), "missed slots"
                     )
                 )
+
+    def _in_write(self) -> bool:
+        """Whether a write transaction is open on this thread (a nested write joins it: see dispatch)."""
+        return getattr(self._joined, "conn", None) is not None
 
     def _write(self, body: Callable[[Connection], T], what: str) -> T:
         return self._transaction(body, readonly=False, what=what)

@@ -52,7 +52,7 @@ from sqlalchemy.exc import IntegrityError
 
 from .._model.instant import Instant, Micros, from_datetime, to_datetime
 from ..errors import StoreError
-from ._tx import read_time
+from ._tx import REFUSED, read_time
 from .claim_batch import DISPATCH_SELECT, ClaimBatch, Guess, misses
 from .completions import CompletionsStore
 from .dialects import Sql, marks
@@ -154,6 +154,9 @@ class ClaimsStore(CompletionsStore):
 
         A crash loses both or neither; the completions are written before the
         claims, so a job that finished can be claimed again in the same cycle.
+        If the database refuses the transaction (`RefusedWrite`: a row it will
+        not update), the two are written apart, so that the completions settle
+        the refused row alone (`finish_runs`) and the claims go on.
         """
         if not completions:
             return [], self.claim_runs(entries, now, instance_id, lease)
@@ -164,7 +167,12 @@ class ClaimsStore(CompletionsStore):
             # Both join this transaction (`_transaction`); a failure in either rolls back both.
             return self.finish_runs(completions, instance_id), self.claim_runs(entries, now, instance_id, lease)
 
-        return self._write(body, "dispatch")
+        try:
+            return self._write(body, "dispatch")
+        except REFUSED:
+            if self._in_write():
+                raise
+        return self.finish_runs(completions, instance_id), self.claim_runs(entries, now, instance_id, lease)
 
     def claim_runs(
         self,

@@ -12,23 +12,26 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, select, update
+from sqlalchemy import and_, literal_column, select, update
 
 from .._model import triggers as _triggers
 from .._model.instant import Instant, from_datetime, to_datetime
 from ._rows import read_row
-from ._tx import Transactions, read_time
+from ._tx import REFUSED, Transactions, read_time, refusal_of
 from .mappers import (
     CLOCK_STEP_FLOOR,
     FINISHED,
     JOB_COLUMNS,
+    PARK,
     QUARANTINE,
     RAW_JOBS,
     RUNNING,
     SCHEDULED,
+    counted,
     instant_or_none,
     plan_or_quarantine,
     readable_plan,
+    refused_record,
     regrid,
 )
 from .records import OpenRun, Recovery
@@ -37,7 +40,7 @@ from .schema import jobs, runs
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
 
-    from sqlalchemy import Connection
+    from sqlalchemy import Connection, Row
 
 logger = logging.getLogger(__name__)
 
@@ -98,21 +101,7 @@ class LeasesStore(Transactions):
 
         def body(conn: Connection) -> Recovery:
             recovered_at = read_time(now)  # under the write lock: see claim_runs
-            lease_match = (
-                runs.c.lease_until.is_(None) if run.lease_until is None else runs.c.lease_until == run.lease_until
-            )
-            lost = self.dialect.update_returning_one(
-                conn,
-                update(runs)
-                .where(runs.c.run_id == run.run_id, runs.c.outcome.is_(None), lease_match)
-                .values(
-                    outcome="lost",
-                    finished_at=to_datetime(recovered_at),
-                    lease_until=None,
-                    error=f"instance {run.instance_id} stopped renewing its lease",
-                ),
-                runs.c.scheduled_for,
-            )
+            lost = self._mark_lost(conn, run, recovered_at)
             if lost is None:
                 return Recovery(lost=False)  # renewed, finished or recovered meanwhile
             mine = and_(
@@ -168,7 +157,7 @@ class LeasesStore(Transactions):
                     lease_until=None,
                     running_for=None,
                     next_run_at=to_datetime(next_at),
-                    run_count=jobs.c.run_count + 1,
+                    run_count=literal_column(counted("run_count", "1")),
                     last_outcome="lost",
                     updated_at=to_datetime(recovered_at),
                     **values,
@@ -178,4 +167,60 @@ class LeasesStore(Transactions):
                 return Recovery(lost=True)
             return Recovery(lost=True, due=plan.due_at(next_at, run_now_at))
 
-        return self._write(body, "recover run")
+        try:
+            return self._write(body, "recover run")
+        except REFUSED as exc:
+            if self._in_write():
+                raise
+            return self._park_lost(run, now, refusal_of(exc))
+
+    def _park_lost(self, run: OpenRun, now: Instant | Callable[[], Instant], detail: str) -> Recovery:
+        """`recover_run` of a run whose job row the database refused to move on: the run is marked
+        lost all the same and its job paused, with an "error" record saying why (`mappers.PARK`),
+        so that the recovery of every other run goes on."""
+
+        def body(conn: Connection) -> Recovery:
+            recovered_at = read_time(now)
+            lost = self._mark_lost(conn, run, recovered_at)
+            if lost is None:
+                return Recovery(lost=False)
+            slot = from_datetime(lost.scheduled_for)
+            parked = conn.execute(
+                PARK,
+                {
+                    "b_job_id": run.job_id,
+                    "b_generation": run.generation,
+                    "b_owner": run.instance_id,
+                    "b_running_for": lost.scheduled_for,
+                },
+            )
+            if parked.rowcount == 1:
+                logger.error(
+                    "job %s generation %d paused: the database refused to record its lost run: %s",
+                    run.job_id,
+                    run.generation,
+                    detail,
+                )
+                record = refused_record(
+                    run.job_id, run.generation, slot, "its lost run", detail, recovered_at, run.instance_id
+                )
+                conn.execute(self._insert_runs, [record])
+            return Recovery(lost=True)
+
+        return self._write(body, "park a job")
+
+    def _mark_lost(self, conn: Connection, run: OpenRun, recovered_at: Instant) -> Row[Any] | None:
+        """Mark `run` lost if its lease is still the one observed; its ``scheduled_for``, or None."""
+        lease_match = runs.c.lease_until.is_(None) if run.lease_until is None else runs.c.lease_until == run.lease_until
+        return self.dialect.update_returning_one(
+            conn,
+            update(runs)
+            .where(runs.c.run_id == run.run_id, runs.c.outcome.is_(None), lease_match)
+            .values(
+                outcome="lost",
+                finished_at=to_datetime(recovered_at),
+                lease_until=None,
+                error=f"instance {run.instance_id} stopped renewing its lease",
+            ),
+            runs.c.scheduled_for,
+        )

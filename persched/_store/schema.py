@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from sqlalchemy import ColumnElement, TextClause
 
 __all__ = [
+    "COUNTER_MAX",
     "MYSQL_SLOT_COLUMN",
     "MYSQL_SLOT_EXPRESSION",
     "PARTIAL_INDEX_DIALECTS",
@@ -106,6 +107,12 @@ def _not_mysql(
     """DDL condition: not on MySQL/MariaDB (the slot index there is the revisions' own)."""
     return kw["dialect"].name not in _MYSQL
 
+
+#: The bound of the counters (run_count, error_count, beats): 64-bit on every engine (revision 0007;
+#: SQLite's INTEGER always was). The completions saturate at it instead of failing (`persched._store.mappers`).
+COUNTER_MAX: Final = 2**63 - 1
+# A 64-bit integer column; SQLite's INTEGER is one already, and only an INTEGER primary key is its rowid.
+_Wide = BigInteger().with_variant(Integer(), "sqlite")
 
 metadata = MetaData(
     naming_convention={
@@ -184,8 +191,8 @@ jobs = Table(
     Column("state", String(16), nullable=False),
     Column("owner", String(255), nullable=True),  # instance_id holding the claim
     Column("lease_until", UTCDateTime, nullable=True),
-    Column("run_count", Integer, nullable=False, server_default="0"),
-    Column("error_count", Integer, nullable=False, server_default="0"),
+    Column("run_count", _Wide, nullable=False, server_default="0"),
+    Column("error_count", _Wide, nullable=False, server_default="0"),
     Column("last_outcome", String(16), nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
@@ -226,7 +233,7 @@ instances = Table(
 runs = Table(
     "persched_runs",
     metadata,
-    Column("run_id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", _Wide, primary_key=True, autoincrement=True),
     Column("job_id", String(200), nullable=False),
     Column("generation", Integer, nullable=False),
     Column("scheduled_for", UTCDateTime, nullable=False),

@@ -1,0 +1,78 @@
+"""64-bit counters: persched_jobs.run_count, error_count and persched_runs.run_id.
+
+Revision ID: 0007
+Revises: 0006
+Create Date: 2026-12-04
+
+On PostgreSQL and MariaDB/MySQL these were 32-bit: a job that runs every
+10 ms reaches 2**31 - 1 runs in 248 days, and 2**31 runs of all jobs exhaust
+``run_id``; past that every completion (or every claim) failed. They become
+BIGINT, and ``run_id``'s sequence (PostgreSQL) with them. SQLite's INTEGER
+is 64-bit already: nothing changes there. The downgrade brings the counters
+back under the 32-bit bound first; it fails if a ``run_id`` is above it.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0007"
+down_revision = "0006"
+branch_labels = None
+depends_on = None
+
+_COUNTERS = ("run_count", "error_count")
+
+
+def _dialect() -> str:
+    return op.get_context().dialect.name
+
+
+def _run_id(type_, existing_type) -> None:
+    # MySQL/MariaDB's MODIFY restates the whole column: AUTO_INCREMENT too (the others keep their default).
+    mysql = {"autoincrement": True, "existing_autoincrement": True} if _dialect() in ("mysql", "mariadb") else {}
+    op.alter_column(
+        "persched_runs", "run_id", type_=type_, existing_type=existing_type, existing_nullable=False, **mysql
+    )
+
+
+def upgrade() -> None:
+    if _dialect() == "sqlite":
+        return
+    for name in _COUNTERS:
+        op.alter_column(
+            "persched_jobs",
+            name,
+            type_=sa.BigInteger(),
+            existing_type=sa.Integer(),
+            existing_nullable=False,
+            existing_server_default="0",
+        )
+    _run_id(sa.BigInteger(), sa.Integer())
+    if _dialect() == "postgresql":
+        op.execute(
+            "DO $$ BEGIN EXECUTE format('ALTER SEQUENCE %s AS bigint', "
+            "pg_get_serial_sequence('persched_runs', 'run_id')); END $$"
+        )
+
+
+def downgrade() -> None:
+    if _dialect() == "sqlite":
+        return
+    if _dialect() == "postgresql":
+        op.execute(
+            "DO $$ BEGIN EXECUTE format('ALTER SEQUENCE %s AS integer', "
+            "pg_get_serial_sequence('persched_runs', 'run_id')); END $$"
+        )
+    _run_id(sa.Integer(), sa.BigInteger())
+    for name in _COUNTERS:
+        op.execute(f"UPDATE persched_jobs SET {name} = 2147483647 WHERE {name} > 2147483647")  # noqa: S608
+        op.alter_column(
+            "persched_jobs",
+            name,
+            type_=sa.Integer(),
+            existing_type=sa.BigInteger(),
+            existing_nullable=False,
+            existing_server_default="0",
+        )
