@@ -14,6 +14,12 @@ One ``persched-heartbeat`` thread per scheduler wakes every
    of this thread's monotonic time is recovered: marked "lost", its job back
    on its grid (`Store.recover_run`, conditional on the observed value).
 
+3. reads the job rows that no recovery would ever move on (stranded: a
+   ``running`` row with no open run, or a state that is not a job state: only
+   a hand edit leaves one) and frees each one that stood unchanged for
+   `lease_seconds` the same way (`Store.free_stranded_job`, conditional on
+   the row as seen): back on its grid, or paused, with a record saying why.
+
 Expiry is measured by observation on the local monotonic clock, not by
 comparing the stored ``lease_until`` with the local wall clock: a wall clock
 stepped forward, or skewed against the owner's, cannot fake a death
@@ -65,7 +71,7 @@ from .pickup import ChangeListener, CommitWatch
 from .tracebacks import describe
 
 if TYPE_CHECKING:
-    from .._store import OpenRun, Store
+    from .._store import OpenRun, Store, Stranded
     from .membership import Membership
     from .timebase import Timebase
 
@@ -155,6 +161,9 @@ class Heartbeat:
         self._seen: dict[int, tuple[object, int]] = {}
         # Open runs whose recovery failed (logged once each): the others' recovery goes on meanwhile.
         self._unrecovered: set[int] = set()
+        # stranded row as seen -> monotonic µs when it was first seen so (see the module docstring)
+        self._stranded: dict[Stranded, int] = {}
+        self._unfreed: set[Stranded] = set()  # stranded rows whose freeing failed (logged once each)
         self._thread = threading.Thread(target=self._loop, name="persched-heartbeat", daemon=True)
 
     def start(
@@ -220,6 +229,24 @@ class Heartbeat:
             if mono - first_seen >= self._lease:
                 self._recover(run)
         self._seen = seen
+        self._free_stranded(mono)
+
+    def _free_stranded(self, mono: int) -> None:
+        stranded = {row: self._stranded.get(row, mono) for row in self._store.stranded_jobs()}
+        self._stranded = stranded
+        self._unfreed.intersection_update(stranded)
+        for row, first_seen in stranded.items():
+            if mono - first_seen < self._lease:
+                continue
+            try:
+                due = self._store.free_stranded_job(row, self._timebase.now(), self._instance_id)
+            except StoreError as exc:  # one row must not hold back the others; it is tried again each round
+                if row not in self._unfreed:
+                    self._unfreed.add(row)
+                    logger.warning("freeing the stranded job %s failed; tried again each round: %s", row.job_id, exc)
+                continue
+            if due is not None:
+                self._queue(due, row.job_id, row.generation)
 
     def renew_membership(self) -> None:
         """Renew this instance's membership and read the others'; repartition on a new view."""

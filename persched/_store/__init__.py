@@ -39,6 +39,7 @@ from .records import (
     Recovery,
     RunNowAnswer,
     RunNowVerdict,
+    Stranded,
     Upserted,
     bound_error_text,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "RunNowAnswer",
     "RunNowVerdict",
     "Store",
+    "Stranded",
     "Upserted",
     "bound_error_text",
 ]
