@@ -29,50 +29,38 @@ def _dialect() -> str:
     return op.get_context().dialect.name
 
 
-def _run_id(type_, existing_type) -> None:
+def _retype(type_, existing_type) -> None:
+    """The counters and run_id as `type_` (from `existing_type`); on PostgreSQL run_id's sequence too."""
+    for name in _COUNTERS:
+        op.alter_column(
+            "persched_jobs",
+            name,
+            type_=type_,
+            existing_type=existing_type,
+            existing_nullable=False,
+            existing_server_default="0",
+        )
     # MySQL/MariaDB's MODIFY restates the whole column: AUTO_INCREMENT too (the others keep their default).
     mysql = {"autoincrement": True, "existing_autoincrement": True} if _dialect() in ("mysql", "mariadb") else {}
+    if _dialect() == "postgresql":  # a SERIAL column's sequence has a type of its own
+        sequence = "bigint" if isinstance(type_, sa.BigInteger) else "integer"
+        op.execute(
+            f"DO $$ BEGIN EXECUTE format('ALTER SEQUENCE %s AS {sequence}', "
+            "pg_get_serial_sequence('persched_runs', 'run_id')); END $$"
+        )
     op.alter_column(
         "persched_runs", "run_id", type_=type_, existing_type=existing_type, existing_nullable=False, **mysql
     )
 
 
 def upgrade() -> None:
-    if _dialect() == "sqlite":
-        return
-    for name in _COUNTERS:
-        op.alter_column(
-            "persched_jobs",
-            name,
-            type_=sa.BigInteger(),
-            existing_type=sa.Integer(),
-            existing_nullable=False,
-            existing_server_default="0",
-        )
-    _run_id(sa.BigInteger(), sa.Integer())
-    if _dialect() == "postgresql":
-        op.execute(
-            "DO $$ BEGIN EXECUTE format('ALTER SEQUENCE %s AS bigint', "
-            "pg_get_serial_sequence('persched_runs', 'run_id')); END $$"
-        )
+    if _dialect() != "sqlite":
+        _retype(sa.BigInteger(), sa.Integer())
 
 
 def downgrade() -> None:
     if _dialect() == "sqlite":
         return
-    if _dialect() == "postgresql":
-        op.execute(
-            "DO $$ BEGIN EXECUTE format('ALTER SEQUENCE %s AS integer', "
-            "pg_get_serial_sequence('persched_runs', 'run_id')); END $$"
-        )
-    _run_id(sa.Integer(), sa.BigInteger())
-    for name in _COUNTERS:
+    for name in _COUNTERS:  # back under the 32-bit bound (a run_id above it makes the downgrade fail)
         op.execute(f"UPDATE persched_jobs SET {name} = 2147483647 WHERE {name} > 2147483647")  # noqa: S608
-        op.alter_column(
-            "persched_jobs",
-            name,
-            type_=sa.Integer(),
-            existing_type=sa.BigInteger(),
-            existing_nullable=False,
-            existing_server_default="0",
-        )
+    _retype(sa.Integer(), sa.BigInteger())

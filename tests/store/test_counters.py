@@ -16,11 +16,9 @@ from sqlalchemy import select, update
 
 from persched import JobState
 from persched._model.instant import Instant, Micros, micros, to_datetime
-from persched._model.models import validate_definition, validate_policies
 from persched._store import Claim, OpenRun, Recovery, Store
 from persched._store.schema import jobs
-from tests.support import race_jobs
-from tests.support.store_calls import claim_one, finish_one
+from tests.support.store_calls import claim_won, finish_one, schedule_each
 
 T: Final = Instant(micros(1_700_000_000.25))
 ME: Final = "me:1:aaaaaa"
@@ -35,8 +33,7 @@ def at(offset: float) -> Instant:
 
 
 def schedule(store: Store, job_id: str) -> None:
-    policies = validate_policies(10.0)
-    store.upsert_job(validate_definition(job_id, race_jobs.RECORD, policies, (job_id,), {}, None), T)
+    schedule_each(store, [job_id], T)
 
 
 def plant(store: Store, job_id: str, runs: int, errors: int) -> None:
@@ -51,9 +48,7 @@ def counters(store: Store, job_id: str) -> tuple[int, int]:
 
 
 def claimed(store: Store, job_id: str, who: str = ME) -> Claim:
-    result = claim_one(store, job_id, 1, at(10), at(10), who, LEASE)
-    assert isinstance(result, Claim), result
-    return result
+    return claim_won(store, job_id, at(10), who, LEASE)
 
 
 @pytest.mark.parametrize(

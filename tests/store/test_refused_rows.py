@@ -19,11 +19,9 @@ import pytest
 
 from persched import JobState
 from persched._model.instant import Instant, Micros, micros
-from persched._model.models import validate_definition, validate_policies
 from persched._store import Claim, Completion, Recovery, Store
-from tests.support import race_jobs
 from tests.support.refusals import REFUSAL, refused_counting
-from tests.support.store_calls import claim_one
+from tests.support.store_calls import claim_won, schedule_each
 
 T: Final = Instant(micros(1_700_000_000.25))
 ME: Final = "me:1:aaaaaa"
@@ -36,15 +34,11 @@ def at(offset: float) -> Instant:
 
 
 def schedule(store: Store, *job_ids: str) -> None:
-    for job_id in job_ids:
-        definition = validate_definition(job_id, race_jobs.RECORD, validate_policies(10.0), (job_id,), {}, None)
-        store.upsert_job(definition, T)
+    schedule_each(store, job_ids, T)
 
 
 def claimed(store: Store, job_id: str, who: str = ME) -> Claim:
-    result = claim_one(store, job_id, 1, at(10), at(10), who, LEASE)
-    assert isinstance(result, Claim), result
-    return result
+    return claim_won(store, job_id, at(10), who, LEASE)
 
 
 def assert_parked(store: Store, job_id: str, outcome: str) -> None:

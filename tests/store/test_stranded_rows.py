@@ -18,11 +18,9 @@ from sqlalchemy import update
 
 from persched import JobState
 from persched._model.instant import Instant, Micros, micros, to_datetime
-from persched._model.models import validate_definition, validate_policies
 from persched._store import Claim, Stranded
 from persched._store.schema import jobs
-from tests.support import race_jobs
-from tests.support.store_calls import claim_one, finish_one
+from tests.support.store_calls import claim_one, claim_won, finish_one, schedule_each
 
 if TYPE_CHECKING:
     from typing import Any
@@ -39,9 +37,7 @@ def at(offset: float) -> Instant:
 
 
 def schedule(store: Store, *job_ids: str) -> None:
-    for job_id in job_ids:
-        definition = validate_definition(job_id, race_jobs.RECORD, validate_policies(10.0), (job_id,), {}, None)
-        store.upsert_job(definition, T)
+    schedule_each(store, job_ids, T)
 
 
 def edit(store: Store, job_id: str, **values: Any) -> None:  # noqa: ANN401 - column values
@@ -50,9 +46,7 @@ def edit(store: Store, job_id: str, **values: Any) -> None:  # noqa: ANN401 - co
 
 
 def claimed(store: Store, job_id: str) -> Claim:
-    result = claim_one(store, job_id, 1, at(10), at(10), ME, LEASE)
-    assert isinstance(result, Claim), result
-    return result
+    return claim_won(store, job_id, at(10), ME, LEASE)
 
 
 def test_a_running_job_with_its_run_open_is_not_stranded(store: Store) -> None:
