@@ -228,11 +228,10 @@ class Transactions:
                     reclaimed = True
                     if self._reclaim_wal(what):
                         continue  # the WAL's space is free again: try once more at once
-                if not self.dialect.is_transient(exc):
+                if not self.dialect.is_transient(exc) or attempt == self._retry_attempts:
                     notify(lambda: self.observer.store_error(what), "store error")
-                    raise RefusedWrite(self.url, f"{what} failed: {exc.orig}", str(exc.orig)) from exc
-                if attempt == self._retry_attempts:
-                    notify(lambda: self.observer.store_error(what), "store error")
+                    if not readonly and not self.dialect.is_transient(exc):  # the same write fails again
+                        raise RefusedWrite(self.url, f"{what} failed: {exc.orig}", str(exc.orig)) from exc
                     raise StoreError(self.url, f"{what} failed: {exc.orig}") from exc
                 notify(lambda: self.observer.store_retry(what), "store retry")
                 logger.warning(

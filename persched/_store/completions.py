@@ -117,15 +117,9 @@ class CompletionsStore(Transactions):
         """Record a refused completion's outcome and pause its job, with an "error" record saying why
         (`mappers.PARK`; a row of another owner or generation by now is left alone)."""
         claim = completion.claim
-        logger.error(
-            "job %s generation %d paused: the database refused to record its run's outcome: %s",
-            claim.job_id,
-            claim.generation,
-            detail,
-        )
         at = self.dialect.bind_instant
 
-        def body(conn: Connection) -> None:
+        def body(conn: Connection) -> bool:
             error = None if completion.error is None else completion.error[:MAX_ERROR_TEXT]
             run = (at(claim.started_at), at(completion.finished_at), completion.outcome, error, claim.run_id)
             self.dialect.cursor(conn).execute(_FINISH_RUN, run)
@@ -149,8 +143,15 @@ class CompletionsStore(Transactions):
                     instance_id,
                 )
                 conn.execute(self._insert_runs, [record])
+            return parked.rowcount == 1
 
-        self._write(body, "park a job")
+        if self._write(body, "park a job"):
+            logger.error(
+                "job %s generation %d paused: the database refused to record its run's outcome: %s",
+                claim.job_id,
+                claim.generation,
+                detail,
+            )
 
     def _finish_batch(self, completions: Sequence[Completion], instance_id: str) -> list[Instant | None]:
         """`finish_runs` in one transaction, refused whole if one row is."""

@@ -37,7 +37,7 @@ from .mappers import (
     SCHEDULED,
     counted,
     instant_or_none,
-    parked_record,
+    notice_record,
     plan_or_quarantine,
     readable_plan,
     refused_record,
@@ -204,11 +204,11 @@ class LeasesStore(Transactions):
         lost all the same and its job paused, with an "error" record saying why (`mappers.PARK`),
         so that the recovery of every other run goes on."""
 
-        def body(conn: Connection) -> Recovery:
+        def body(conn: Connection) -> tuple[Recovery, bool]:
             recovered_at = read_time(now)
             lost = self._mark_lost(conn, run, recovered_at)
             if lost is None:
-                return Recovery(lost=False)
+                return Recovery(lost=False), False
             slot = from_datetime(lost.scheduled_for)
             parked = conn.execute(
                 PARK,
@@ -220,19 +220,21 @@ class LeasesStore(Transactions):
                 },
             )
             if parked.rowcount == 1:
-                logger.error(
-                    "job %s generation %d paused: the database refused to record its lost run: %s",
-                    run.job_id,
-                    run.generation,
-                    detail,
-                )
                 record = refused_record(
                     run.job_id, run.generation, slot, "its lost run", detail, recovered_at, run.instance_id
                 )
                 conn.execute(self._insert_runs, [record])
-            return Recovery(lost=True)
+            return Recovery(lost=True), parked.rowcount == 1
 
-        return self._write(body, "park a job")
+        recovery, parked = self._write(body, "park a job")
+        if parked:
+            logger.error(
+                "job %s generation %d paused: the database refused to record its lost run: %s",
+                run.job_id,
+                run.generation,
+                detail,
+            )
+        return recovery
 
     def _mark_lost(self, conn: Connection, run: OpenRun, recovered_at: Instant) -> Row[Any] | None:
         """Mark `run` lost if its lease is still the one observed; its ``scheduled_for``, or None."""
@@ -281,16 +283,16 @@ class LeasesStore(Transactions):
         )
         freed_at = to_datetime(now)
 
-        def body(conn: Connection) -> Instant | None:
+        def body(conn: Connection) -> tuple[Instant | None, str | None]:
             found = conn.execute(select(*RAW_JOBS).where(same)).first()
             if found is None:
-                return None  # it moved since it was seen: whoever moved it decides
+                return None, None  # it moved since it was seen: whoever moved it decides
             row = read_row(JOB_COLUMNS, found._mapping)
             quarantined: list[dict[str, Any]] = []
             records: list[dict[str, Any]] = []
             plan = plan_or_quarantine(row, now, instance_id, quarantined, records) if seen.state == RUNNING else None
             values: dict[str, Any] = {"owner": None, "lease_until": None, "running_for": None, "updated_at": freed_at}
-            due = None
+            due, why = None, None
             if plan is not None:
                 slot = from_datetime(row.running_for if row.running_for is not None else row.next_run_at)
                 next_at = plan.after_loss(from_datetime(row.next_run_at), slot, now)  # never its slot again
@@ -300,23 +302,25 @@ class LeasesStore(Transactions):
                 due = None if over or row.paused else plan.due_at(next_at, run_now_at)
                 why = (
                     f"the job's row said it was running (owner {seen.owner}) but no run of it was open; "
-                    f"it was put back on its schedule"
+                    "it was put back on its schedule"
                 )
-                logger.warning("job %s generation %d: %s", row.job_id, row.generation, why)
-                records.append(parked_record(row.job_id, row.generation, slot, why, now, instance_id))
             else:
                 values.update(state=SCHEDULED, paused=True, run_now_at=None)
-                if not records:  # not already said by plan_or_quarantine (an unreadable schedule)
+                if not records:  # not said already by plan_or_quarantine (an unreadable schedule)
                     why = (
                         f"the job's stored state {seen.state!r} is not a job state; it was paused: "
                         "resume it, or schedule it again"
                     )
-                    logger.error("job %s generation %d: %s", row.job_id, row.generation, why)
                     slot = from_datetime(row.next_run_at)
-                    records.append(parked_record(row.job_id, row.generation, slot, why, now, instance_id))
+            if why is not None:
+                records.append(notice_record(row.job_id, row.generation, slot, why, now, instance_id))
             if conn.execute(update(jobs).where(same).values(**values)).rowcount != 1:
-                return None  # PostgreSQL's read took no lock: a change since wins
+                return None, None  # PostgreSQL's read took no lock: a change since wins
             conn.execute(self._insert_runs, records)
-            return due
+            return due, why
 
-        return self._write(body, "free a stranded job")
+        due, why = self._write(body, "free a stranded job")
+        if why is not None:
+            level = logging.WARNING if seen.state == RUNNING else logging.ERROR
+            logger.log(level, "job %s generation %d: %s", seen.job_id, seen.generation, why)
+        return due

@@ -109,7 +109,7 @@ QUARANTINE: Final = (
 
 
 # Pause a job whose row the database refused to move on, while it is still that run's (see
-# `parked_record`): the refused run's job waits for an operator, and every other job goes on.
+# `refused_record`): the refused run's job waits for an operator, and every other job goes on.
 PARK: Final = (
     update(jobs)
     .where(
@@ -392,7 +392,7 @@ def run_fields(row: StoredRow) -> dict[str, Any]:
 
 def _unreadable_record(row: StoredRow, what: str, reason: str, at: Instant, instance_id: str) -> dict[str, Any]:
     """A persched_runs row (outcome "error") saying why a job with an unreadable schedule or row was paused."""
-    return parked_record(
+    return notice_record(
         row.job_id,
         row.generation,
         at if "next_run_at" in row.problems else from_datetime(row.next_run_at),
@@ -408,7 +408,7 @@ def refused_record(
 ) -> dict[str, Any]:
     """A persched_runs row (outcome "error") saying why a job whose row the database refused to update
     (to record `what`) was paused (`PARK`)."""
-    return parked_record(
+    return notice_record(
         job_id,
         generation,
         slot,
@@ -419,10 +419,10 @@ def refused_record(
     )
 
 
-def parked_record(
+def notice_record(
     job_id: str, generation: int, slot: Instant, error: str, at: Instant, instance_id: str
 ) -> dict[str, Any]:
-    """A persched_runs row (outcome "error") saying why a job was paused by persched."""
+    """A persched_runs row (outcome "error") in which persched says what it did to a job, and why."""
     return {
         "job_id": job_id,
         "generation": generation,

@@ -30,7 +30,7 @@ __all__ = ["BeatCount", "MembersStore"]
 
 #: A member's count as read: an int, or what SQLite let in instead (a float it made of one, text).
 BeatCount = int | float | str
-# The next count: one more, or 1 again past the bound (a float past it included).
+# The next count: one more, or 1 again at the bound (and past it: a float or text that SQLite let in).
 _NEXT_BEAT: Final = case((instances.c.beats < COUNTER_MAX, instances.c.beats + 1), else_=1)
 
 
