@@ -39,7 +39,10 @@ is held while user code or a caller's callback runs.
 
 Retries. Transient failures (the `Dialect` says which) are retried with
 capped backoff, on no lock; anything else, or a transient failure that
-outlasts the retries, becomes `StoreError` with the masked URL.
+outlasts the retries, becomes `StoreError` with the masked URL: a
+`RefusedWrite` for a write the database refused outright, which a write of
+many rows (a dispatch, a completion batch, a recovery) then writes apart, so
+that one refused row costs only its own job (docs/reference/behaviour.md).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ import os
 import sqlite3
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 from sqlalchemy import exists
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
@@ -325,6 +328,19 @@ class Transactions:
     def _in_write(self) -> bool:
         """Whether a write transaction is open on this thread (a nested write joins it: see dispatch)."""
         return getattr(self._joined, "conn", None) is not None
+
+    def _raise_refusal(self, what: str, exc: RefusedWrite | IntegrityError) -> NoReturn:
+        """Raise `exc` as a `RefusedWrite` (an IntegrityError, which `_transaction` leaves to its callers, too)."""
+        if isinstance(exc, IntegrityError):
+            raise RefusedWrite(self.url, f"{what} failed: {exc.orig}", str(exc.orig)) from exc
+        raise exc
+
+    def _write_park(self, body: Callable[[Connection], T]) -> T:
+        """`_write` of the fallback that parks one refused row: its own refusal is a `RefusedWrite` too."""
+        try:
+            return self._write(body, "park a job")
+        except IntegrityError as exc:
+            self._raise_refusal("park a job", exc)
 
     def _write(self, body: Callable[[Connection], T], what: str) -> T:
         return self._transaction(body, readonly=False, what=what)

@@ -99,8 +99,8 @@ class CompletionsStore(Transactions):
         try:
             return self._finish_batch(completions, instance_id)
         except REFUSED as exc:
-            if self._in_write():
-                raise  # part of an enclosing write (dispatch), which writes its parts apart
+            if self._in_write():  # part of an enclosing write (dispatch), which writes its parts apart
+                self._raise_refusal("finish runs", exc)
             if len(completions) == 1:
                 self._park(completions[0], instance_id, refusal_of(exc))
                 return [None]
@@ -145,7 +145,7 @@ class CompletionsStore(Transactions):
                 conn.execute(self._insert_runs, [record])
             return parked.rowcount == 1
 
-        if self._write(body, "park a job"):
+        if self._write_park(body):
             logger.error(
                 "job %s generation %d paused: the database refused to record its run's outcome: %s",
                 claim.job_id,

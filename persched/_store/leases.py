@@ -195,8 +195,8 @@ class LeasesStore(Transactions):
         try:
             return self._write(body, "recover run")
         except REFUSED as exc:
-            if self._in_write():
-                raise
+            if self._in_write():  # part of an enclosing write, which writes its parts apart
+                self._raise_refusal("recover run", exc)
             return self._park_lost(run, now, refusal_of(exc))
 
     def _park_lost(self, run: OpenRun, now: Instant | Callable[[], Instant], detail: str) -> Recovery:
@@ -226,7 +226,7 @@ class LeasesStore(Transactions):
                 conn.execute(self._insert_runs, [record])
             return Recovery(lost=True), parked.rowcount == 1
 
-        recovery, parked = self._write(body, "park a job")
+        recovery, parked = self._write_park(body)
         if parked:
             logger.error(
                 "job %s generation %d paused: the database refused to record its lost run: %s",

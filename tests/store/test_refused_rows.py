@@ -5,9 +5,10 @@ together) whose job UPDATE the database refuses for one row is written again
 one completion at a time: the others are recorded and queued, and the refused
 one's job is paused, with its run's outcome and an "error" record saying why
 (docs/reference/behaviour.md#one-row-the-database-refuses). A recovery
-refused the same way marks the run lost and pauses its job. The refusal comes
-from a trigger (tests/support/refusals.py) that acts as a 32-bit column did
-at 2**31 - 1.
+refused the same way marks the run lost and pauses its job; a claim batch is
+claimed entry by entry, and the refused entry's job is paused. The refusals
+come from a trigger (tests/support/refusals.py) that acts as a 32-bit column
+did at 2**31 - 1, or refuses the claim's move to running.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 from persched import JobState
 from persched._model.instant import Instant, Micros, micros
 from persched._store import Claim, Completion, Recovery, Store
-from tests.support.refusals import REFUSAL, refused_counting
+from tests.support.refusals import CLAIMING, COUNTING, REFUSAL, refused
 from tests.support.store_calls import claim_won, schedule_each
 
 T: Final = Instant(micros(1_700_000_000.25))
@@ -41,13 +42,14 @@ def claimed(store: Store, job_id: str, who: str = ME) -> Claim:
     return claim_won(store, job_id, at(10), who, LEASE)
 
 
-def assert_parked(store: Store, job_id: str, outcome: str) -> None:
-    """`job_id` is paused (not running), its run has `outcome`, and an "error" record says why."""
+def assert_parked(store: Store, job_id: str, outcome: str | None) -> None:
+    """`job_id` is paused (not running), its run has `outcome` (None: it has none), and an "error"
+    record says why."""
     job = store.get_job(job_id)
     assert job is not None
     assert (job.state, job.owner, job.run_count) == (JobState.PAUSED, None, 0)
     records = store.list_runs(job_id)
-    assert sorted(str(r.outcome) for r in records) == sorted(["error", outcome])
+    assert sorted(str(r.outcome) for r in records) == sorted(["error"] + ([] if outcome is None else [outcome]))
     (why,) = [r for r in records if r.run_now]
     assert why.outcome == "error"
     assert why.error is not None
@@ -64,7 +66,7 @@ def test_a_refused_completion_is_parked_and_the_others_are_written(
     runs = {job_id: claimed(store, job_id) for job_id in ("a", "bad", "c")}
     order = ["bad", "a", "c"] if bad_first else ["a", "c", "bad"]
     completions = [Completion(runs[job_id], "ok", None, at(11)) for job_id in order]
-    with refused_counting(store.engine, "bad"), caplog.at_level(logging.ERROR, logger="persched"):
+    with refused(store.engine, "bad", COUNTING), caplog.at_level(logging.ERROR, logger="persched"):
         due = dict(zip(order, store.finish_runs(completions, ME), strict=True))
     assert due == {"a": at(20), "bad": None, "c": at(20)}
     for job_id in ("a", "c"):
@@ -80,7 +82,7 @@ def test_a_refused_completion_is_parked_and_the_others_are_written(
 def test_a_refused_completion_in_a_dispatch_still_lets_the_claims_through(store: Store) -> None:
     schedule(store, "a", "bad", "next")
     done = [Completion(claimed(store, job_id), "error", "boom", at(11)) for job_id in ("a", "bad")]
-    with refused_counting(store.engine, "bad"):
+    with refused(store.engine, "bad", COUNTING):
         due, results = store.dispatch(done, [("next", 1, at(10), at(12))], at(12), ME, LEASE)
     assert due == [at(20), None]
     (won,) = results
@@ -95,7 +97,7 @@ def test_a_refused_recovery_marks_the_run_lost_and_parks_the_job(store: Store) -
     claimed(store, "a", who=OTHER)
     open_runs = sorted(store.open_runs(), key=lambda r: r.run_id)
     assert [r.job_id for r in open_runs] == ["bad", "a"]
-    with refused_counting(store.engine, "bad"):
+    with refused(store.engine, "bad", COUNTING):
         assert [store.recover_run(r, at(50)) for r in open_runs] == [
             Recovery(lost=True),
             Recovery(lost=True, due=at(20)),
@@ -104,3 +106,16 @@ def test_a_refused_recovery_marks_the_run_lost_and_parks_the_job(store: Store) -
     job = store.get_job("a")
     assert job is not None
     assert (job.state, job.run_count, job.last_outcome) == (JobState.SCHEDULED, 1, "lost")
+
+
+def test_a_refused_claim_is_parked_and_the_others_are_claimed(store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    schedule(store, "a", "bad", "c")
+    entries = [(job_id, 1, at(10), at(10)) for job_id in ("a", "bad", "c")]
+    with refused(store.engine, "bad", CLAIMING), caplog.at_level(logging.ERROR, logger="persched"):
+        results = store.claim_runs(entries, at(10), ME, LEASE)
+    won = {r.job_id for r in results if isinstance(r, Claim)}
+    assert won == {"a", "c"}
+    assert_parked(store, "bad", None)
+    (logged,) = [r.getMessage() for r in caplog.records if "bad" in r.getMessage()]
+    assert "refused its claim" in logged
+    assert REFUSAL in logged
