@@ -86,8 +86,8 @@ _BUMP: Final = Sql("seq = seq + 1")  # the change counter's row, id 1 (`_bump_ch
 
 
 class RefusedWrite(StoreError):
-    """The database refused a statement of a write: not a passing failure (a value out of
-    range, a constraint, a trigger), so the same write fails again the same way. A write of many
+    """The database refused a value or a row of a write (a value out of range, a constraint, a
+    trigger: `Dialect.refuses_row`), so the same write fails again the same way. A write of many
     rows may then write them apart, so that one row costs only its own job (`refusal_of`).
 
     Attributes:
@@ -233,7 +233,7 @@ class Transactions:
                         continue  # the WAL's space is free again: try once more at once
                 if not self.dialect.is_transient(exc) or attempt == self._retry_attempts:
                     notify(lambda: self.observer.store_error(what), "store error")
-                    if not readonly and not self.dialect.is_transient(exc):  # the same write fails again
+                    if not readonly and self.dialect.refuses_row(exc):  # its other rows may not be refused
                         raise RefusedWrite(self.url, f"{what} failed: {exc.orig}", str(exc.orig)) from exc
                     raise StoreError(self.url, f"{what} failed: {exc.orig}") from exc
                 notify(lambda: self.observer.store_retry(what), "store retry")
