@@ -14,6 +14,12 @@ One ``persched-heartbeat`` thread per scheduler wakes every
    of this thread's monotonic time is recovered: marked "lost", its job back
    on its grid (`Store.recover_run`, conditional on the observed value).
 
+3. reads the job rows that no recovery would ever move on (stranded: a
+   ``running`` row with no open run, or a state that is not a job state: only
+   a hand edit leaves one) and frees each one that stood unchanged for
+   `lease_seconds` the same way (`Store.free_stranded_job`, conditional on
+   the row as seen): back on its grid, or paused, with a record saying why.
+
 Expiry is measured by observation on the local monotonic clock, not by
 comparing the stored ``lease_until`` with the local wall clock: a wall clock
 stepped forward, or skewed against the owner's, cannot fake a death
@@ -67,7 +73,7 @@ from .pickup import ChangeListener, CommitWatch
 from .tracebacks import describe
 
 if TYPE_CHECKING:
-    from .._store import OpenRun, Store
+    from .._store import OpenRun, Store, Stranded
     from .membership import Membership
     from .timebase import Timebase
 
@@ -155,6 +161,11 @@ class Heartbeat:
         self._stopping = False
         # run_id -> (lease value seen, monotonic microseconds when it was first seen)
         self._seen: dict[int, tuple[object, int]] = {}
+        # Open runs whose recovery failed (logged once each): the others' recovery goes on meanwhile.
+        self._unrecovered: set[int] = set()
+        # stranded row as seen -> monotonic µs when it was first seen so (see the module docstring)
+        self._stranded: dict[Stranded, int] = {}
+        self._unfreed: set[Stranded] = set()  # stranded rows whose freeing failed (logged once each)
         self._thread = threading.Thread(target=self._loop, name="persched-heartbeat", daemon=True)
 
     def start(
@@ -209,6 +220,7 @@ class Heartbeat:
         if running_here:
             self._store.renew_leases(self._instance_id, Instant(self._timebase.now() + self._lease), running_here)
         open_runs = [run for run in self._store.open_runs() if run.run_id not in running_here]
+        self._unrecovered.intersection_update(run.run_id for run in open_runs)
         open_runs = self._recover_dead_owners(open_runs)
         mono = self._timebase.clock.monotonic_us()
         seen: dict[int, tuple[object, int]] = {}
@@ -219,6 +231,24 @@ class Heartbeat:
             if mono - first_seen >= self._lease:
                 self._recover(run)
         self._seen = seen
+        self._free_stranded(mono)
+
+    def _free_stranded(self, mono: int) -> None:
+        stranded = {row: self._stranded.get(row, mono) for row in self._store.stranded_jobs()}
+        self._stranded = stranded
+        self._unfreed.intersection_update(stranded)
+        for row, first_seen in stranded.items():
+            if mono - first_seen < self._lease:
+                continue
+            try:
+                due = self._store.free_stranded_job(row, self._timebase.now(), self._instance_id)
+            except StoreError as exc:  # one row must not hold back the others; it is tried again each round
+                if row not in self._unfreed:
+                    self._unfreed.add(row)
+                    logger.warning("freeing the stranded job %s failed; tried again each round: %s", row.job_id, exc)
+                continue
+            if due is not None:
+                self._queue(due, row.job_id, row.generation)
 
     def renew_membership(self) -> None:
         """Renew this instance's membership and read the others'; repartition on a new view."""
@@ -250,7 +280,21 @@ class Heartbeat:
         return waiting
 
     def _recover(self, run: OpenRun, why: str = "lost its lease") -> None:
-        result = self._store.recover_run(run, self._timebase.now)  # read under the write lock
+        try:
+            result = self._store.recover_run(run, self._timebase.now)  # read under the write lock
+        except Exception as exc:  # noqa: BLE001 - one run that cannot be recovered must not hold back the others
+            if run.run_id not in self._unrecovered:
+                self._unrecovered.add(run.run_id)
+                logger.warning(
+                    "recovering run %d of %s generation %d (instance %s) failed; tried again each round: %s",
+                    run.run_id,
+                    run.job_id,
+                    run.generation,
+                    run.instance_id,
+                    exc if isinstance(exc, StoreError) else describe(exc),
+                )
+            return
+        self._unrecovered.discard(run.run_id)
         if not result.lost:
             return
         logger.warning(

@@ -44,11 +44,13 @@ from hashlib import blake2b
 from typing import TYPE_CHECKING
 
 from .. import _loggers
+from ..errors import StoreError
 from .liveness import provably_dead
 
 if TYPE_CHECKING:
     from .._model.instant import Micros
     from .._store import Store
+    from .._store.members import BeatCount
     from .timebase import Timebase
 
 __all__ = ["Membership", "owner_among"]
@@ -82,7 +84,7 @@ class Membership:
         self._lease = lease
         self.members: tuple[str, ...] = (instance_id,)
         # member -> (count seen, monotonic µs when that count was first seen)
-        self._seen: dict[str, tuple[int, int]] = {}
+        self._seen: dict[str, tuple[BeatCount, int]] = {}
 
     @property
     def shared(self) -> bool:
@@ -99,14 +101,20 @@ class Membership:
         counts = self._store.beat_membership(self._instance_id, self._timebase.now())
         mono = self._timebase.clock.monotonic_us()
         live = [self._instance_id]
-        seen: dict[str, tuple[int, int]] = {}
+        seen: dict[str, tuple[BeatCount, int]] = {}
         for member, beats in counts.items():
             if member == self._instance_id:
                 continue
             previous = self._seen.get(member)
             first_seen = previous[1] if previous is not None and previous[0] == beats else mono
             if provably_dead(member) or mono - first_seen >= self._lease:
-                if self._store.forget_member(member, beats):
+                try:
+                    forgotten = self._store.forget_member(member, beats)
+                except StoreError as exc:  # out of the view all the same, and forgotten at the next beat
+                    logger.warning("forgetting instance %s failed, will retry: %s", member, exc)
+                    seen[member] = (beats, first_seen)
+                    continue
+                if forgotten:
                     logger.info("instance %s stopped renewing its membership; its jobs move to the others", member)
                 continue
             seen[member] = (beats, first_seen)

@@ -48,12 +48,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import select, tuple_
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import select, tuple_, update
 
 from .._model.instant import Instant, Micros, from_datetime, to_datetime
-from ..errors import StoreError
-from ._tx import read_time
+from ._tx import REFUSED, read_time, refusal_of
 from .claim_batch import DISPATCH_SELECT, ClaimBatch, Guess, misses
 from .completions import CompletionsStore
 from .dialects import Sql, marks
@@ -62,6 +60,7 @@ from .mappers import (
     RAW_DISPATCH,
     SCHEDULED,
     readable_plan,
+    refused_record,
     stored,
 )
 from .records import Claim, ClaimEntry, ClaimMiss, Completion, Overdue
@@ -155,6 +154,9 @@ class ClaimsStore(CompletionsStore):
 
         A crash loses both or neither; the completions are written before the
         claims, so a job that finished can be claimed again in the same cycle.
+        If the database refuses the transaction (`RefusedWrite`: a row it will
+        not update), the two are written apart, so that the completions settle
+        the refused row alone (`finish_runs`) and the claims go on.
         """
         if not completions:
             return [], self.claim_runs(entries, now, instance_id, lease)
@@ -165,7 +167,12 @@ class ClaimsStore(CompletionsStore):
             # Both join this transaction (`_transaction`); a failure in either rolls back both.
             return self.finish_runs(completions, instance_id), self.claim_runs(entries, now, instance_id, lease)
 
-        return self._write(body, "dispatch")
+        try:
+            return self._write(body, "dispatch")
+        except REFUSED:
+            if self._in_write():
+                raise
+        return self.finish_runs(completions, instance_id), self.claim_runs(entries, now, instance_id, lease)
 
     def claim_runs(
         self,
@@ -216,9 +223,41 @@ class ClaimsStore(CompletionsStore):
 
         try:
             return self._write(body, "claim")
-        except IntegrityError as exc:
-            # The schema refused a write that the claim should never make: claim nothing, retry later.
-            raise StoreError(self.url, f"claim failed: {exc.orig}") from exc
+        except REFUSED as exc:
+            if self._in_write():  # part of an enclosing write (dispatch), which writes its parts apart
+                self._raise_refusal("claim", exc)
+            if len(entries) == 1:
+                return [self._park_claim(entries[0], now, instance_id, refusal_of(exc))]
+        # The database refused one of the rows: each entry alone, so that only that one is settled apart.
+        return [self.claim_runs([entry], now, instance_id, lease)[0] for entry in entries]
+
+    def _park_claim(
+        self, entry: ClaimEntry, now: Instant | Callable[[], Instant], instance_id: str, detail: str
+    ) -> ClaimMiss:
+        """A claim refused alone: pause its job (while it still waits in that generation), with an "error"
+        record saying why; claims pass a paused job by, so it is not tried again until resumed."""
+        job_id, generation, expected_at, _ = entry
+
+        def body(conn: Connection) -> bool:
+            at = read_time(now)
+            parked = conn.execute(
+                update(jobs)
+                .where(
+                    jobs.c.job_id == job_id,
+                    jobs.c.generation == generation,
+                    jobs.c.state == SCHEDULED,
+                    jobs.c.paused.is_(False),
+                )
+                .values(paused=True, run_now_at=None, updated_at=to_datetime(at))
+            )
+            if parked.rowcount == 1:
+                record = refused_record(job_id, generation, expected_at, "its claim", detail, at, instance_id)
+                conn.execute(self._insert_runs, [record])
+            return parked.rowcount == 1
+
+        if self._write_park(body):
+            logger.error("job %s generation %d paused: the database refused its claim: %s", job_id, generation, detail)
+        return ClaimMiss(state=SCHEDULED, generation=generation)
 
     def claim_overdue(
         self,

@@ -11,34 +11,44 @@ A join (the row made) and a leave move the change counter, as a job's change
 does: the other instances watch it (`persched._engine.heartbeat`) and read
 `member_ids` then, so they see a member come or go within a pick-up rather
 than at their next beat.
+
+A count only has to move: at `COUNTER_MAX` it starts again from 1 (so does a
+count that is not a whole number: SQLite turns an integer overflow into a
+float, and lets text in), and the others get it as read, so that
+`forget_member` compares it exactly.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import case, delete, insert, select, update
 
 from .._model.instant import Instant, to_datetime
 from ._tx import Transactions
-from .schema import instances
+from .schema import COUNTER_MAX, instances
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-__all__ = ["MembersStore"]
+__all__ = ["BeatCount", "MembersStore"]
+
+#: A member's count as read: an int, or what SQLite let in instead (a float it made of one, text).
+BeatCount = int | float | str
+# The next count: one more, or 1 again at the bound (and past it: a float or text that SQLite let in).
+_NEXT_BEAT: Final = case((instances.c.beats < COUNTER_MAX, instances.c.beats + 1), else_=1)
 
 
 class MembersStore(Transactions):
     """The membership rows of this store's namespace (module docstring)."""
 
-    def beat_membership(self, instance_id: str, now: Instant) -> dict[str, int]:
+    def beat_membership(self, instance_id: str, now: Instant) -> dict[str, BeatCount]:
         """Renew `instance_id`'s row (made if missing) and return every member's beat count."""
         at = to_datetime(now)
         mine = (instances.c.namespace == self.namespace, instances.c.instance_id == instance_id)
 
-        def body(conn: Connection) -> dict[str, int]:
-            renewed = conn.execute(update(instances).where(*mine).values(beats=instances.c.beats + 1, renewed_at=at))
+        def body(conn: Connection) -> dict[str, BeatCount]:
+            renewed = conn.execute(update(instances).where(*mine).values(beats=_NEXT_BEAT, renewed_at=at))
             if renewed.rowcount == 0:  # joining, or forgotten while cut off
                 conn.execute(
                     insert(instances).values(
@@ -49,11 +59,11 @@ class MembersStore(Transactions):
             rows = conn.execute(
                 select(instances.c.instance_id, instances.c.beats).where(instances.c.namespace == self.namespace)
             )
-            return {str(member): int(beats) for member, beats in rows}
+            return {str(member): beats if isinstance(beats, (int, float)) else str(beats) for member, beats in rows}
 
         return self._write(body, "renew membership")
 
-    def forget_member(self, instance_id: str, beats: int) -> bool:
+    def forget_member(self, instance_id: str, beats: BeatCount) -> bool:
         """Delete `instance_id`'s row if its count is still `beats` (the member stopped beating)."""
         row = (
             instances.c.namespace == self.namespace,

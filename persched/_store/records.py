@@ -34,6 +34,7 @@ __all__ = [
     "Recovery",
     "RunNowAnswer",
     "RunNowVerdict",
+    "Stranded",
     "Upserted",
     "bound_error_text",
 ]
@@ -150,6 +151,18 @@ class OpenRun:
     generation: int
     instance_id: str
     lease_until: datetime | None
+
+
+class Stranded(NamedTuple):
+    """A job row that no scheduler would move on (`Store.stranded_jobs`), as it was seen: ``running``
+    with no run of its job open, or a state that is not a job state."""
+
+    job_id: str
+    generation: int
+    state: str
+    owner: str | None
+    lease_until: datetime | None
+    running_for: datetime | None
 
 
 # (job_id, generation, expected_at, taken_at): a heap entry the dispatcher took up at `taken_at`.

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from sqlalchemy import ColumnElement, TextClause
 
 __all__ = [
+    "COUNTER_MAX",
     "MYSQL_SLOT_COLUMN",
     "MYSQL_SLOT_EXPRESSION",
     "PARTIAL_INDEX_DIALECTS",
@@ -107,6 +108,12 @@ def _not_mysql(
     return kw["dialect"].name not in _MYSQL
 
 
+#: The bound of the counters (run_count, error_count, beats): 64-bit on every engine (revision 0007;
+#: SQLite's INTEGER always was). The completions saturate at it instead of failing (`persched._store.mappers`).
+COUNTER_MAX: Final = 2**63 - 1
+# A 64-bit integer column; SQLite's INTEGER is one already, and only an INTEGER primary key is its rowid.
+_Wide = BigInteger().with_variant(Integer(), "sqlite")
+
 metadata = MetaData(
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -154,7 +161,7 @@ class UTCDateTime(types.TypeDecorator[datetime]):
 
 # One row per job_id, never deleted: a descheduled job keeps its row (state
 # 'descheduled') so that its generation counter survives (no ABA). The view
-# persched_job_states (revision 0007, not in this metadata) reads it for SQL
+# persched_job_states (revision 0008, not in this metadata) reads it for SQL
 # users, giving a job's state as `Job.state` does; persched itself never reads it.
 jobs = Table(
     "persched_jobs",
@@ -186,8 +193,8 @@ jobs = Table(
     Column("state", String(16), nullable=False),
     Column("owner", String(255), nullable=True),  # instance_id holding the claim
     Column("lease_until", UTCDateTime, nullable=True),
-    Column("run_count", Integer, nullable=False, server_default="0"),
-    Column("error_count", Integer, nullable=False, server_default="0"),
+    Column("run_count", _Wide, nullable=False, server_default="0"),
+    Column("error_count", _Wide, nullable=False, server_default="0"),
     Column("last_outcome", String(16), nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
@@ -228,7 +235,7 @@ instances = Table(
 runs = Table(
     "persched_runs",
     metadata,
-    Column("run_id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", _Wide, primary_key=True, autoincrement=True),
     Column("job_id", String(200), nullable=False),
     Column("generation", Integer, nullable=False),
     Column("scheduled_for", UTCDateTime, nullable=False),

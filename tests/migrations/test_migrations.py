@@ -94,7 +94,7 @@ def _tables(engine: Engine) -> set[str]:
 def test_one_head_and_head_constant() -> None:
     script = ScriptDirectory(_migrate.script_location())
     assert script.get_heads() == [_migrate.HEAD]
-    assert _migrate.HEAD == "0007"
+    assert _migrate.HEAD == "0008"
     # The read commands check the revision without Alembic (persched._store.revision).
     assert _revision.HEAD_REVISION == _migrate.HEAD
 
@@ -227,14 +227,14 @@ def test_comparison_can_fail(engine: Engine) -> None:
 
 
 def test_the_job_states_view_comes_and_goes_with_its_revision(engine: Engine) -> None:
-    """Revision 0007 creates persched_job_states (a view, so not in the metadata compared above) and its
-    downgrade drops it, leaving the tables as 0006 made them."""
+    """Revision 0008 creates persched_job_states (a view, so not in the metadata compared above) and its
+    downgrade drops it, leaving the tables as 0007 made them."""
     from alembic import command
 
     _migrate.upgrade(engine)
     assert inspect(engine).get_view_names() == ["persched_job_states"]
     with engine.begin() as conn:
-        command.downgrade(_migrate._config(conn), "0006")
+        command.downgrade(_migrate._config(conn), "0007")
     assert inspect(engine).get_view_names() == []
     assert "persched_jobs" in _tables(engine)
     _migrate.upgrade(engine)

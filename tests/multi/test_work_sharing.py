@@ -226,6 +226,7 @@ def test_forgetting_a_member_is_conditional_on_the_count_seen(me: JobScheduler, 
     (count,) = [beats for member, beats in other.beat_membership(OTHER, me._timebase.now()).items() if member == OTHER]
     beat(other, me)  # it beat again after the count was seen
     assert other.forget_member(OTHER, count) is False
+    assert isinstance(count, int)
     assert other.forget_member(OTHER, count + 1) is True
 
 

@@ -42,6 +42,10 @@ class PostgreSQLDialect(Dialect):
     name: ClassVar[str] = "postgresql"
     change_signal: ClassVar[Literal["notify", "data_version"] | None] = "notify"
 
+    def refuses_row(self, exc: DBAPIError) -> bool:
+        sqlstate = getattr(exc.orig, "sqlstate", None)  # P0: raised by a PL/pgSQL trigger, as InternalError
+        return super().refuses_row(exc) or (isinstance(sqlstate, str) and sqlstate.startswith("P0"))
+
     def is_transient(self, exc: DBAPIError) -> bool:
         if exc.connection_invalidated:
             return True

@@ -1,7 +1,7 @@
 """A view of each job's state as `Job.state` says it, for SQL users.
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-12-04
 
 ``persched_jobs.state`` is the state the claims work with, and a paused job
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0007"
-down_revision = "0006"
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
