@@ -36,6 +36,9 @@ first commit it sees brings it back to `pickup_check_seconds`: an idle
 scheduler wakes about once a second, not ten times, and a change after a
 quiet spell is picked up within a second.
 
+Each round also reads the database's clock (`persched._engine.skew`): an
+instance whose time is too far from it keeps to the database's time.
+
 With `membership` (the instances share the work, `persched._engine.membership`),
 each round also renews this instance's membership row and reads the others';
 when the view of the members changes, `repartition` hands the dispatcher the
@@ -67,6 +70,7 @@ from .tracebacks import describe
 if TYPE_CHECKING:
     from .._store import OpenRun, Store
     from .membership import Membership
+    from .skew import ClockCheck
     from .timebase import Timebase
 
 __all__ = ["Heartbeat"]
@@ -110,6 +114,8 @@ class Heartbeat:
         membership: This instance's view of the members sharing the work
             (None: it does not share), renewed every round.
         repartition: Called with `Membership.shared` when the view changed.
+        clock_check: Measures this instance's time against the database's clock, every round,
+            before the membership row is renewed (`persched._engine.skew`).
     """
 
     def __init__(
@@ -128,8 +134,10 @@ class Heartbeat:
         maintenance: Callable[[], None] | None = None,
         membership: Membership | None = None,
         repartition: Callable[[bool], None] | None = None,
+        clock_check: ClockCheck | None = None,
     ) -> None:
         self._store = store
+        self._clock_check = clock_check
         self._membership = membership
         self._repartition = repartition
         self._timebase = timebase
@@ -328,6 +336,8 @@ class Heartbeat:
                 next_check = min(now + check_every, max(next_pickup, now + self._pickup_check))
             if clock.monotonic_us() >= next_beat:
                 next_beat = clock.monotonic_us() + self._period
+                if self._clock_check is not None:
+                    _guarded(self._clock_check.check, "reading the database's clock")
                 _guarded(self.renew_membership, "renewing membership")
                 _guarded(self.beat, "heartbeat")
                 if self._maintenance is not None:

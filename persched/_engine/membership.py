@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING
 from .liveness import provably_dead
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .._model.instant import Micros
     from .._store import Store
     from .timebase import Timebase
@@ -64,10 +66,20 @@ class Membership:
         timebase: The scheduler's time frame.
         instance_id: This instance.
         lease: How long a member's count may stand still before it counts as gone.
+        clock_offset: This instance's latest measured clock offset, in seconds, written in its
+            row for people (`persched._engine.skew`); None: not measured.
     """
 
-    def __init__(self, store: Store, timebase: Timebase, instance_id: str, lease: Micros) -> None:
+    def __init__(
+        self,
+        store: Store,
+        timebase: Timebase,
+        instance_id: str,
+        lease: Micros,
+        clock_offset: Callable[[], float | None] = lambda: None,
+    ) -> None:
         self._store = store
+        self._clock_offset = clock_offset
         self._timebase = timebase
         self._instance_id = instance_id
         self._lease = lease
@@ -87,7 +99,7 @@ class Membership:
 
     def beat(self) -> bool:
         """Renew this instance's row and read the others'; return True if the view changed."""
-        counts = self._store.beat_membership(self._instance_id, self._timebase.now())
+        counts = self._store.beat_membership(self._instance_id, self._timebase.now(), self._clock_offset())
         mono = self._timebase.clock.monotonic_us()
         live = [self._instance_id]
         seen: dict[str, tuple[int, int]] = {}

@@ -2,7 +2,10 @@
 
 Each sharing instance owns one row of ``persched_instances`` and is the only
 one that updates it: `beat_membership` counts its ``beats`` up and reads
-every row of the namespace in the same transaction. Another instance deletes a
+every row of the namespace in the same transaction, and writes the clock offset
+the instance measured last (for people: ``clock_offset_seconds``). `server_time`
+reads the database's clock, the reference every instance sharing the database
+can compare its own with (`persched._engine.skew`). Another instance deletes a
 row only once its count stopped moving (`forget_member`, conditional on the
 count it saw, so a member that came back in between keeps its row); the
 owner deletes its own at shutdown (`leave_membership`).
@@ -27,17 +30,37 @@ __all__ = ["MembersStore"]
 class MembersStore(Transactions):
     """The membership rows of this store's namespace (module docstring)."""
 
-    def beat_membership(self, instance_id: str, now: Instant) -> dict[str, int]:
-        """Renew `instance_id`'s row (made if missing) and return every member's beat count."""
+    def server_time(self) -> Instant:
+        """The database's clock now (`Dialect.clock_sql`; SQLite: this machine's, read by the library)."""
+        return self._read(
+            lambda conn: self.dialect.raw_instant(conn.exec_driver_sql(self.dialect.clock_sql).scalar_one()),
+            "read the database's clock",
+        )
+
+    def beat_membership(self, instance_id: str, now: Instant, clock_offset: float | None = None) -> dict[str, int]:
+        """Renew `instance_id`'s row (made if missing) and return every member's beat count.
+
+        `clock_offset` is the instance's latest measured offset from the database's clock,
+        in seconds (None: not measured), shown in the row.
+        """
         at = to_datetime(now)
         mine = (instances.c.namespace == self.namespace, instances.c.instance_id == instance_id)
 
         def body(conn: Connection) -> dict[str, int]:
-            renewed = conn.execute(update(instances).where(*mine).values(beats=instances.c.beats + 1, renewed_at=at))
+            renewed = conn.execute(
+                update(instances)
+                .where(*mine)
+                .values(beats=instances.c.beats + 1, renewed_at=at, clock_offset_seconds=clock_offset)
+            )
             if renewed.rowcount == 0:  # joining, or forgotten while cut off
                 conn.execute(
                     insert(instances).values(
-                        namespace=self.namespace, instance_id=instance_id, started_at=at, renewed_at=at, beats=1
+                        namespace=self.namespace,
+                        instance_id=instance_id,
+                        started_at=at,
+                        renewed_at=at,
+                        beats=1,
+                        clock_offset_seconds=clock_offset,
                     )
                 )
             rows = conn.execute(

@@ -26,9 +26,9 @@ PUBLIC: dict[str, list[str]] = {
         "__version__",
         "current_run",
     ],
-    "persched.testing": ["FakeClock", "FrozenTimeClock"],
+    "persched.testing": ["FakeClock", "FrozenTimeClock", "ShiftedClock"],
     "persched.metrics": ["DURATION_BUCKETS", "LATENESS_BUCKETS", "SchedulerMetrics", "serve"],
-    "persched.clock": ["Clock", "SecondsClock", "SystemClock", "exact_clock"],
+    "persched.clock": ["Clock", "SecondsClock", "SystemClock", "exact_clock", "tells_real_time"],
     "persched.web": ["MESSAGES", "WebApp", "dashboard"],
     "persched.cli": ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_PIPE", "EXIT_USAGE", "main"],
 }

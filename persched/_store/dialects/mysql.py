@@ -97,6 +97,8 @@ def _key(table: Table) -> ColumnElement[Any]:
 
 class MySQLDialect(Dialect):
     name: ClassVar[str] = "mysql"
+    # Naive UTC to the microsecond, whatever the session's time zone.
+    clock_sql: ClassVar[str] = "SELECT UTC_TIMESTAMP(6)"
 
     def is_transient(self, exc: DBAPIError) -> bool:
         if exc.connection_invalidated:  # SQLAlchemy saw a disconnect (PyMySQL's InterfaceError(0, "") too)
