@@ -103,12 +103,11 @@ def log_correction(c: Correction) -> None:
     """SPEC §2: a WARNING that names the job and the size of the correction."""
     logger.warning(
         "job %s: its next run (%s) lay %s further ahead than its schedule allows, written while a "
-        "wall clock was ahead; it runs again at %s, as generation %d",
+        "wall clock was ahead; it runs again at %s (slots that clock ran early are passed by)",
         c.job_id,
         to_datetime(c.was).isoformat(),
         _triggers.describe_duration(c.was - c.now),
         to_datetime(c.now).isoformat(),
-        c.generation,
     )
 
 

@@ -326,8 +326,17 @@ class ClaimBatch:
     def won(self) -> list[Won]:
         return list(self.claims.values())
 
-    def record_starts(self, run_ids: dict[str, int]) -> None:
-        """Give each claim its run id, or settle alone a job whose slot has a run recorded already."""
+    def conflicts(self, run_ids: dict[str, int]) -> list[tuple[str, int]]:
+        """The claims whose slot has a run recorded already (`record_starts` got no run id for them)."""
+        return [key for key in self.claims if key[0] not in run_ids]
+
+    def record_starts(self, run_ids: dict[str, int], last_slots: dict[str, Instant]) -> None:
+        """Give each claim its run id, or settle alone a job whose slot has a run recorded already.
+
+        Such a job moves past the latest slot its generation ran (`last_slots`, by job id): after a
+        correction (rows written by a clock that was ahead), the slots that clock ran early are
+        passed by at once, when the first of them comes, and none runs twice.
+        """
         w = self.writes
         for key, won in list(self.claims.items()):
             row, decision = won.row, won.decision
@@ -335,12 +344,12 @@ class ClaimBatch:
             assert slot is not None  # decide() keeps only the rows that run a slot
             run_id = run_ids.get(row.job_id)
             if run_id is None:
-                # SPEC §2 "Clock corrections": this slot ran already; move on past it, alone
-                # (a fixed-delay claim leaves next_run_at on it: one interval on, then).
-                past = max(decision.next_run_at, plan.slot_after(slot))
+                # SPEC §2 "Clock corrections": this slot ran already; move on past the last slot
+                # that ran, alone (a fixed-delay claim leaves next_run_at on it: one interval on, then).
+                past = max(decision.next_run_at, plan.slot_after(max(slot, last_slots.get(row.job_id, slot))))
                 logger.warning(
-                    "job %s generation %d: the slot %s has run already (written by a clock behind the one "
-                    "that ran it?); moving on to %s",
+                    "job %s generation %d: the slot %s has run already (early, on a clock that was ahead, or "
+                    "written by a clock behind the one that ran it); moving on to %s",
                     *key,
                     to_datetime(slot).isoformat(),
                     to_datetime(past).isoformat(),

@@ -207,7 +207,8 @@ class ClaimsStore(CompletionsStore):
                 row = batch.read(raw, self.dialect)
                 if row is not None:
                     batch.decide(row)
-            batch.record_starts(self._record_starts(cur, batch.won(), claimed_at, lease_until, instance_id))
+            run_ids = self._record_starts(cur, batch.won(), claimed_at, lease_until, instance_id)
+            batch.record_starts(run_ids, self._last_slots(cur, batch.conflicts(run_ids)))
             batch.writes.apply(conn, cur, self.dialect, self._insert_runs)
             self._after_commit(batch.writes.missed)
             lost = batch.undecided()
@@ -309,6 +310,16 @@ class ClaimsStore(CompletionsStore):
             (instance_id, at(lease_until), at(claimed_at), *running_for.params, *next_run_at.params),
         )
         return self.dialect.claim(cur, jobs, assignments, predicate, DISPATCH_SELECT)
+
+    def _last_slots(self, cur: DriverCursor, keys: Sequence[tuple[str, int]]) -> dict[str, Instant]:
+        """The latest slot each ``(job_id, generation)`` ran on its grid (rare: only claims whose slot ran)."""
+        last: dict[str, Instant] = {}
+        for job_id, generation in keys:
+            query = "SELECT MAX(scheduled_for) FROM persched_runs WHERE job_id = ? AND generation = ? AND NOT run_now"
+            [(at,)] = cur.execute(query, (job_id, generation)).fetchall()
+            if at is not None:
+                last[job_id] = self.dialect.raw_instant(at)
+        return last
 
     def _record_starts(
         self, cur: DriverCursor, won: Sequence[Won], started_at: Instant, lease_until: Instant, instance_id: str

@@ -8,8 +8,8 @@ Each public method is one transaction (`_tx`):
 - `load_due`: the bounded heap's refill (`persched._engine.horizon`), through
   the ``(state, next_run_at)`` index.
 - `sweep`: the start-up sweep in primary-key order: pending run-now requests,
-  and rows written while a wall clock was ahead, corrected into a new
-  generation (SPEC §2 "Clock corrections across a restart").
+  and rows written while a wall clock was ahead, moved back onto their grid
+  (SPEC §2 "Clock corrections across a restart").
 """
 
 from __future__ import annotations
@@ -130,11 +130,13 @@ class DueStore(Transactions):
         written at an instant ahead of `now` by more than the floor too: a first
         slot placed far ahead on purpose (start_in, start_at) is not a clock error,
         and skew between live instances (seconds) is left alone, so that no
-        instant runs twice. Its grid slots up to there may have run already, so
-        `_correct_ahead` moves it on into a new generation (never a (generation,
-        scheduled_for) twice) at its next slot from `now` (cron: the next fire
-        after now), keeping its definition, pause and history. Paused rows are
-        corrected too, so that a later resume() is not silenced.
+        instant runs twice. `_correct_ahead` moves it back to its next slot from
+        `now` (cron: the next fire after now), in its generation, keeping its
+        definition, pause and history. Its grid slots up to where it was may have
+        run already (early, on the clock that was ahead): their runs are kept, so
+        when their time comes the claim finds them and passes them by, and no
+        (job_id, scheduled_for) runs twice. Paused rows are corrected too, so that
+        a later resume() is not silenced.
         """
         entries = []
         ahead = []
@@ -255,7 +257,7 @@ class DueStore(Transactions):
         return run_now, corrections, last
 
     def _correct_ahead(self, candidates: Sequence[tuple[str, int, Instant]], now: Instant) -> list[Correction]:
-        """Move rows that lie further ahead than their schedule allows into a new generation (see _inspect)."""
+        """Move rows that lie further ahead than their schedule allows back onto their grid (see _inspect)."""
 
         def body(conn: Connection) -> list[Correction]:
             corrections: list[Correction] = []
@@ -285,13 +287,9 @@ class DueStore(Transactions):
                 )
                 if moved.rowcount != 1:
                     continue
-                # The plan of the new generation: jitter hashes the generation.
-                due = (
-                    None
-                    if row.paused
-                    else plan_at(row, generation + 1).due_at(corrected, instant_or_none(row.run_now_at))
-                )
-                corrections.append(Correction(job_id, generation + 1, was, corrected, due))
+                run_now_at = instant_or_none(row.run_now_at)
+                due = None if row.paused else plan_at(row, generation).due_at(corrected, run_now_at)
+                corrections.append(Correction(job_id, generation, was, corrected, due))
             return corrections
 
         return self._write(body, "correct rows ahead of the clock")
