@@ -114,8 +114,8 @@ class Heartbeat:
         membership: This instance's view of the members sharing the work
             (None: it does not share), renewed every round.
         repartition: Called with `Membership.shared` when the view changed.
-        clock_check: Measures this instance's time against the database's clock, every round,
-            before the membership row is renewed (`persched._engine.skew`).
+        clock_check: Measures this instance's time against the database's clock every round,
+            where there is no `membership` to do it in its beat (`persched._engine.skew`).
     """
 
     def __init__(
@@ -283,7 +283,8 @@ class Heartbeat:
         before = self._change_seq
         # Read before the changes: a row due later is loaded by a refill not begun yet (persched._engine.horizon).
         upto = None if self._bound is None else self._bound()
-        self._change_seq, changed = self._store.changes_since(self._change_seq, upto)
+        # With now: a row written elsewhere by a clock that was ahead is put back on its grid (persched._store.ahead).
+        self._change_seq, changed = self._store.changes_since(self._change_seq, upto, self._timebase.now())
         if logger.isEnabledFor(logging.INFO):
             self._log_changes(before, self._change_seq)  # before queueing: a claim would change the rows
         for due_at, job_id, generation in changed:
@@ -336,7 +337,7 @@ class Heartbeat:
                 next_check = min(now + check_every, max(next_pickup, now + self._pickup_check))
             if clock.monotonic_us() >= next_beat:
                 next_beat = clock.monotonic_us() + self._period
-                if self._clock_check is not None:
+                if self._clock_check is not None and self._membership is None:  # else: in the membership's beat
                     _guarded(self._clock_check.check, "reading the database's clock")
                 _guarded(self.renew_membership, "renewing membership")
                 _guarded(self.beat, "heartbeat")

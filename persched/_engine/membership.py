@@ -38,10 +38,9 @@ from typing import TYPE_CHECKING
 from .liveness import provably_dead
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from .._model.instant import Micros
     from .._store import Store
+    from .skew import ClockCheck
     from .timebase import Timebase
 
 __all__ = ["Membership", "owner_among"]
@@ -66,8 +65,8 @@ class Membership:
         timebase: The scheduler's time frame.
         instance_id: This instance.
         lease: How long a member's count may stand still before it counts as gone.
-        clock_offset: This instance's latest measured clock offset, in seconds, written in its
-            row for people (`persched._engine.skew`); None: not measured.
+        clock_check: Measures this instance's time against the database's clock in each beat's
+            transaction, and gives the offset its row shows (`persched._engine.skew`).
     """
 
     def __init__(
@@ -76,10 +75,10 @@ class Membership:
         timebase: Timebase,
         instance_id: str,
         lease: Micros,
-        clock_offset: Callable[[], float | None] = lambda: None,
+        clock_check: ClockCheck,
     ) -> None:
         self._store = store
-        self._clock_offset = clock_offset
+        self._clock_check = clock_check
         self._timebase = timebase
         self._instance_id = instance_id
         self._lease = lease
@@ -99,7 +98,10 @@ class Membership:
 
     def beat(self) -> bool:
         """Renew this instance's row and read the others'; return True if the view changed."""
-        counts = self._store.beat_membership(self._instance_id, self._timebase.now(), self._clock_offset())
+        offset = self._clock_check.offset_seconds
+        counts = self._clock_check.timed(
+            lambda reads: self._store.beat_membership(self._instance_id, self._timebase.now(), offset, read_clock=reads)
+        )
         mono = self._timebase.clock.monotonic_us()
         live = [self._instance_id]
         seen: dict[str, tuple[int, int]] = {}

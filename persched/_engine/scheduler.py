@@ -283,10 +283,16 @@ class JobScheduler(JobOperations):
         self._state = "new"
         self._events = EventBus()
         self._retention = Retention(self._store, self._timebase, config.keep_runs, config.keep_for)
+        self._clock_check = ClockCheck(
+            self._timebase,
+            self._store.server_time,
+            config.max_clock_skew,
+            follow=not self._store.dialect.in_process,  # SQLite: the machine's clock (persched._engine.skew)
+            instance_id=self.instance_id,
+            retimed=lambda: self._dispatcher.retime(),  # made below
+        )
         self._membership = (
-            Membership(
-                self._store, self._timebase, self.instance_id, config.lease, lambda: self._clock_check.offset_seconds
-            )
+            Membership(self._store, self._timebase, self.instance_id, config.lease, self._clock_check)
             if config.share_work
             else None
         )
@@ -302,14 +308,6 @@ class JobScheduler(JobOperations):
             owns=None if self._membership is None else self._membership.owns,
         )
         self._dispatcher = self._runs.dispatcher
-        self._clock_check = ClockCheck(
-            self._timebase,
-            self._store.server_time,
-            config.max_clock_skew,
-            follow=not self._store.dialect.in_process,  # SQLite: the machine's clock (persched._engine.skew)
-            instance_id=self.instance_id,
-            retimed=self._dispatcher.retime,
-        )
         self._pool = self._runs.pool
         self._overrun = self._runs.overrun
         self._heartbeat = Heartbeat(

@@ -6,7 +6,8 @@ Instances that share a database compare due times with their own time
 ahead, and would take the work over or "correct" rows that are right. So each
 instance measures its time against one clock that every instance sharing the
 database reads alike: the database's (`persched._store.members`, one short
-read at each heartbeat). Where the two differ by more than
+read at each heartbeat, in the membership's transaction where the instance
+shares the work). Where the two differ by more than
 ``max_clock_skew_seconds``, the instance moves its time frame onto the
 database's time and says so in one WARNING; from then on it claims what is
 due by that time, and writes slots on it (docs/multi.md, "What skew does").
@@ -37,7 +38,7 @@ first `schedule()`, under the scheduler's schema lock; then the heartbeat's).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from .._model.instant import US_PER_SECOND, Micros
 from ..clock import tells_real_time
@@ -51,6 +52,8 @@ if TYPE_CHECKING:
 __all__ = ["ClockCheck"]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class ClockCheck:
@@ -94,21 +97,33 @@ class ClockCheck:
 
     def check(self) -> None:
         """Read the database's clock once; move the frame onto it if it is too far off (module docstring)."""
+        self.timed(lambda reads: (None, self._read() if reads else None))
+
+    def timed(self, round_trip: Callable[[bool], tuple[T, Instant | None]]) -> T:
+        """Run `round_trip` (told whether to read the database's clock: `measures`), timed on this
+        instance's clocks, and judge the database's instant it returns as `check` does; return its
+        result. The membership's heartbeat reads the clock so, in the transaction it makes anyway."""
         if not self.measures:
-            return
-        assert self._bound is not None
+            return round_trip(False)[0]
         timebase, clock = self._timebase, self._timebase.clock
         mono, wall, frame = clock.monotonic_us(), clock.now_us(), timebase.now()
-        reference = self._read()
+        result, reference = round_trip(True)
         mono_after, wall_after, frame_after = clock.monotonic_us(), clock.now_us(), timebase.now()
-        slack = Micros(self._bound + (mono_after - mono) // 2)
-        clock_off = (wall + wall_after) // 2 - reference
-        frame_off = (frame + frame_after) // 2 - reference
+        if reference is not None:
+            self._judge(reference, mono_after - mono, (wall + wall_after) // 2, (frame + frame_after) // 2)
+        return result
+
+    def _judge(self, reference: Instant, trip: int, wall: int, frame: int) -> None:
+        """Judge one reading of the database's clock, taken during `trip` µs around `wall` and `frame`."""
+        assert self._bound is not None
+        slack = Micros(self._bound + trip // 2)
+        clock_off = wall - reference
+        frame_off = frame - reference
         self.offset_seconds = clock_off / US_PER_SECOND
         first, self._checked = not self._checked, True
         moved = (first or self._follow) and abs(frame_off) > slack
         if moved:
-            timebase.shift(Micros(-frame_off))
+            self._timebase.shift(Micros(-frame_off))
         beyond = abs(clock_off) > slack
         if moved:
             logger.warning(

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 from .._model.instant import Instant, Micros, from_datetime, to_datetime
 from .._model.models import CLAIM_POLICY_COLUMNS
 from ._rows import read_row
+from .ahead import corrected_slot
 from .dialects import Sql, marks
 from .mappers import (
     DISPATCH_COLUMNS,
@@ -199,14 +200,18 @@ def standing(conn: Connection, dialect: Dialect, job_ids: Collection[str]) -> di
 
 def misses(
     conn: Connection, dialect: Dialect, bounds: dict[tuple[str, int], Instant], now: Instant
-) -> dict[tuple[str, int], ClaimMiss]:
-    """What each lost entry ``(job_id, generation)`` found: the row as it is now, and when to look again."""
+) -> tuple[dict[tuple[str, int], ClaimMiss], set[str]]:
+    """What each lost entry ``(job_id, generation)`` found: the row as it is now, and when to look again;
+    and the jobs whose rows another instance moved further ahead than their schedule allows (a
+    clock that was ahead: `persched._store.ahead` puts them back)."""
     found = standing(conn, dialect, {job_id for job_id, _ in bounds})
-    return {
+    lost = {
         key: ClaimMiss(row.state, row.generation, row.owner, _retry_at(row, bound, now), _taken(row, bound))
         for key, bound in bounds.items()
         if (row := found.get(key[0])) is not None
     }
+    ahead = {job_id for job_id, row in found.items() if corrected_slot(row, now, None) is not None}
+    return lost, ahead
 
 
 @dataclass

@@ -33,6 +33,11 @@
   made again from the row and a second write (`_CLAIM_MOVE`) puts it right
   in the same transaction. So a hint can cost a write, never a wrong slot.
   The history rows are inserted in one statement.
+- A lost entry learns where its row stands (`claim_batch.misses`); a row
+  that another instance moved further ahead than its schedule allows (its
+  clock was ahead) is put back on its grid in the same transaction
+  (`persched._store.ahead`), and a slot that clock ran early is passed by
+  when the claim comes to it (`ClaimBatch.record_starts`).
 - `dispatch`: `finish_runs` (`persched._store.completions`) and `claim_runs`
   of one dispatch cycle in one transaction (nested writes join the transaction open on their thread).
 
@@ -53,6 +58,7 @@ from sqlalchemy.exc import IntegrityError
 from .._model.instant import Instant, Micros, from_datetime, to_datetime
 from ..errors import StoreError
 from ._tx import read_time
+from .ahead import correct_ahead, log_correction
 from .claim_batch import DISPATCH_SELECT, ClaimBatch, Guess, misses
 from .completions import CompletionsStore
 from .dialects import Sql, marks
@@ -63,7 +69,7 @@ from .mappers import (
     readable_plan,
     stored,
 )
-from .records import Claim, ClaimEntry, ClaimMiss, Completion, Overdue
+from .records import Claim, ClaimEntry, ClaimMiss, Completion, Correction, Overdue
 from .schema import jobs, runs
 
 if TYPE_CHECKING:
@@ -212,13 +218,21 @@ class ClaimsStore(CompletionsStore):
             batch.writes.apply(conn, cur, self.dialect, self._insert_runs)
             self._after_commit(batch.writes.missed)
             lost = batch.undecided()
-            return batch.results(entries, misses(conn, self.dialect, lost, claimed_at) if lost else {})
+            found, ahead = misses(conn, self.dialect, lost, claimed_at) if lost else ({}, set())
+            corrected[:] = correct_ahead(conn, ahead, claimed_at, self._bump_change_seq) if ahead else []
+            for c in corrected:  # another instance's clock was ahead: look again at the slot put right
+                found[c.job_id, c.generation] = ClaimMiss(SCHEDULED, c.generation, None, c.due, True)
+            return batch.results(entries, found)
 
+        corrected: list[Correction] = []
         try:
-            return self._write(body, "claim")
+            results = self._write(body, "claim")
         except IntegrityError as exc:
             # The schema refused a write that the claim should never make: claim nothing, retry later.
             raise StoreError(self.url, f"claim failed: {exc.orig}") from exc
+        for c in corrected:
+            log_correction(c)
+        return results
 
     def claim_overdue(
         self,

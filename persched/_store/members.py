@@ -32,13 +32,16 @@ class MembersStore(Transactions):
 
     def server_time(self) -> Instant:
         """The database's clock now (`Dialect.clock_sql`; SQLite: this machine's, read by the library)."""
-        return self._read(
-            lambda conn: self.dialect.raw_instant(conn.exec_driver_sql(self.dialect.clock_sql).scalar_one()),
-            "read the database's clock",
-        )
+        return self._read(self._clock_of, "read the database's clock")
 
-    def beat_membership(self, instance_id: str, now: Instant, clock_offset: float | None = None) -> dict[str, int]:
-        """Renew `instance_id`'s row (made if missing) and return every member's beat count.
+    def _clock_of(self, conn: Connection) -> Instant:
+        return self.dialect.raw_instant(conn.exec_driver_sql(self.dialect.clock_sql).scalar_one())
+
+    def beat_membership(
+        self, instance_id: str, now: Instant, clock_offset: float | None = None, *, read_clock: bool = False
+    ) -> tuple[dict[str, int], Instant | None]:
+        """Renew `instance_id`'s row (made if missing); return every member's beat count, and with
+        `read_clock` the database's clock read in the same transaction (`server_time`).
 
         `clock_offset` is the instance's latest measured offset from the database's clock,
         in seconds (None: not measured), shown in the row.
@@ -46,7 +49,8 @@ class MembersStore(Transactions):
         at = to_datetime(now)
         mine = (instances.c.namespace == self.namespace, instances.c.instance_id == instance_id)
 
-        def body(conn: Connection) -> dict[str, int]:
+        def body(conn: Connection) -> tuple[dict[str, int], Instant | None]:
+            server = self._clock_of(conn) if read_clock else None
             renewed = conn.execute(
                 update(instances)
                 .where(*mine)
@@ -66,7 +70,7 @@ class MembersStore(Transactions):
             rows = conn.execute(
                 select(instances.c.instance_id, instances.c.beats).where(instances.c.namespace == self.namespace)
             )
-            return {str(member): int(beats) for member, beats in rows}
+            return {str(member): int(beats) for member, beats in rows}, server
 
         return self._write(body, "renew membership")
 
