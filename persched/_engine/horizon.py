@@ -29,7 +29,7 @@ so that start-up time and memory do not grow with the number of jobs:
   transaction: `start()` runs the first batch (a small table is swept before
   start() returns, as before), the heartbeat thread the others, back to back
   (measured: 6 s per million rows on 2 loaded cores, one 5,000-row batch
-  ~30 ms), outside any lock. A row found ahead is corrected as start-up always did (`JobsStore._inspect`); a
+  ~30 ms), outside any lock. A row found ahead is corrected as start-up always did (`DueStore._inspect`); a
   pending run-now is queued.
 
 Why nothing due is forgotten: every row at or before the cursor was either

@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 CLOCK_STEP_FLOOR: Final = Micros(
     60_000_000
-)  # corrections smaller than this are skew, left alone (see JobsStore._inspect)
+)  # corrections smaller than this are skew, left alone (see persched._store.ahead)
 SCHEDULED: Final = JobState.SCHEDULED.value
 RUNNING: Final = JobState.RUNNING.value
 FINISHED: Final = JobState.FINISHED.value
