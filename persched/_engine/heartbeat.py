@@ -42,6 +42,9 @@ first commit it sees brings it back to `pickup_check_seconds`: an idle
 scheduler wakes about once a second, not ten times, and a change after a
 quiet spell is picked up within a second.
 
+Each round also reads the database's clock (`persched._engine.skew`): an
+instance whose time is too far from it keeps to the database's time.
+
 With `membership` (the instances share the work, `persched._engine.membership`),
 each round also renews this instance's membership row and reads the others';
 when the view of the members changes, `repartition` hands the dispatcher the
@@ -75,6 +78,7 @@ from .tracebacks import describe
 if TYPE_CHECKING:
     from .._store import OpenRun, Store, Stranded
     from .membership import Membership
+    from .skew import ClockCheck
     from .timebase import Timebase
 
 __all__ = ["Heartbeat"]
@@ -118,6 +122,8 @@ class Heartbeat:
         membership: This instance's view of the members sharing the work
             (None: it does not share), renewed every round.
         repartition: Called with `Membership.shared` when the view changed.
+        clock_check: Measures this instance's time against the database's clock every round,
+            where there is no `membership` to do it in its beat (`persched._engine.skew`).
     """
 
     def __init__(
@@ -136,8 +142,10 @@ class Heartbeat:
         maintenance: Callable[[], None] | None = None,
         membership: Membership | None = None,
         repartition: Callable[[bool], None] | None = None,
+        clock_check: ClockCheck | None = None,
     ) -> None:
         self._store = store
+        self._clock_check = clock_check
         self._membership = membership
         self._repartition = repartition
         self._timebase = timebase
@@ -323,7 +331,8 @@ class Heartbeat:
         before = self._change_seq
         # Read before the changes: a row due later is loaded by a refill not begun yet (persched._engine.horizon).
         upto = None if self._bound is None else self._bound()
-        self._change_seq, changed = self._store.changes_since(self._change_seq, upto)
+        # With now: a row written elsewhere by a clock that was ahead is put back on its grid (persched._store.ahead).
+        self._change_seq, changed = self._store.changes_since(self._change_seq, upto, self._timebase.now())
         if logger.isEnabledFor(logging.INFO):
             self._log_changes(before, self._change_seq)  # before queueing: a claim would change the rows
         for due_at, job_id, generation in changed:
@@ -376,6 +385,8 @@ class Heartbeat:
                 next_check = min(now + check_every, max(next_pickup, now + self._pickup_check))
             if clock.monotonic_us() >= next_beat:
                 next_beat = clock.monotonic_us() + self._period
+                if self._clock_check is not None and self._membership is None:  # else: in the membership's beat
+                    _guarded(self._clock_check.check, "reading the database's clock")
                 _guarded(self.renew_membership, "renewing membership")
                 _guarded(self.beat, "heartbeat")
                 if self._maintenance is not None:

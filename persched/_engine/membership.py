@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from .._model.instant import Micros
     from .._store import Store
     from .._store.members import BeatCount
+    from .skew import ClockCheck
     from .timebase import Timebase
 
 __all__ = ["Membership", "owner_among"]
@@ -75,10 +76,20 @@ class Membership:
         timebase: The scheduler's time frame.
         instance_id: This instance.
         lease: How long a member's count may stand still before it counts as gone.
+        clock_check: Measures this instance's time against the database's clock in each beat's
+            transaction, and gives the offset its row shows (`persched._engine.skew`).
     """
 
-    def __init__(self, store: Store, timebase: Timebase, instance_id: str, lease: Micros) -> None:
+    def __init__(
+        self,
+        store: Store,
+        timebase: Timebase,
+        instance_id: str,
+        lease: Micros,
+        clock_check: ClockCheck,
+    ) -> None:
         self._store = store
+        self._clock_check = clock_check
         self._timebase = timebase
         self._instance_id = instance_id
         self._lease = lease
@@ -98,7 +109,10 @@ class Membership:
 
     def beat(self) -> bool:
         """Renew this instance's row and read the others'; return True if the view changed."""
-        counts = self._store.beat_membership(self._instance_id, self._timebase.now())
+        offset = self._clock_check.offset_seconds
+        counts = self._clock_check.timed(
+            lambda reads: self._store.beat_membership(self._instance_id, self._timebase.now(), offset, read_clock=reads)
+        )
         mono = self._timebase.clock.monotonic_us()
         live = [self._instance_id]
         seen: dict[str, tuple[BeatCount, int]] = {}

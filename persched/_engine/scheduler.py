@@ -58,7 +58,7 @@ from .._store import migrate as _migrate
 from .._store.observer import Observer
 from ..clock import SystemClock
 from ..errors import SchedulerStateError, StoreError
-from .config import DEFAULT_WORKERS, SchedulerConfig, check_wait
+from .config import DEFAULT_MAX_CLOCK_SKEW_SECONDS, DEFAULT_WORKERS, SchedulerConfig, check_wait
 from .events import Event, EventBus
 from .heartbeat import Heartbeat
 from .horizon import DEFAULT_HORIZON_SECONDS, Horizon
@@ -66,6 +66,7 @@ from .membership import Membership
 from .operations import JobOperations
 from .retention import Retention
 from .runs import RunBook
+from .skew import ClockCheck
 from .timebase import Timebase
 from .workers import current_run_claim
 
@@ -217,6 +218,16 @@ class JobScheduler(JobOperations):
             overdue (the documentation, "Several instances"). Default
             True. False: this instance tries every slot of every job, racing
             the others (the database still gives each slot to one claim).
+        max_clock_skew_seconds: How far this host's clock may be from the
+            database's clock (default 2 s). The scheduler reads the
+            database's clock at its first use and at every heartbeat
+            (SQLite: this machine's clock, at its first use); beyond this
+            offset it logs one WARNING and keeps to the database's time, so
+            that a host with a wrong clock neither takes over the others'
+            work nor runs slots early or late by its error (the
+            documentation, "Several instances": what skew does). None: never
+            read it, and run on this host's clock whatever it says. A
+            `persched.testing.FakeClock` is never compared with it.
 
     Raises:
         InvalidJobError: An argument is out of range.
@@ -243,6 +254,7 @@ class JobScheduler(JobOperations):
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         namespace: str = DEFAULT_NAMESPACE,
         share_work: bool = True,
+        max_clock_skew_seconds: float | None = DEFAULT_MAX_CLOCK_SKEW_SECONDS,
     ) -> None:
         config = SchedulerConfig.checked(
             url,
@@ -262,6 +274,7 @@ class JobScheduler(JobOperations):
             max_args_bytes=max_args_bytes,
             namespace=namespace,
             share_work=share_work,
+            max_clock_skew_seconds=max_clock_skew_seconds,
         )
         self._config: Final = config
         self.namespace: Final = config.namespace
@@ -278,8 +291,18 @@ class JobScheduler(JobOperations):
         self._state = "new"
         self._events = EventBus()
         self._retention = Retention(self._store, self._timebase, config.keep_runs, config.keep_for)
+        self._clock_check = ClockCheck(
+            self._timebase,
+            self._store.server_time,
+            config.max_clock_skew,
+            follow=not self._store.dialect.in_process,  # SQLite: the machine's clock (persched._engine.skew)
+            instance_id=self.instance_id,
+            retimed=lambda: self._dispatcher.retime(),  # made below
+        )
         self._membership = (
-            Membership(self._store, self._timebase, self.instance_id, config.lease) if config.share_work else None
+            Membership(self._store, self._timebase, self.instance_id, config.lease, self._clock_check)
+            if config.share_work
+            else None
         )
         self._runs = RunBook(
             self._store,
@@ -309,7 +332,9 @@ class JobScheduler(JobOperations):
             maintenance=self._maintenance,
             membership=self._membership,
             repartition=self._dispatcher.repartition,
+            clock_check=self._clock_check,
         )
+
         _made.add(self)
 
     # -- lifecycle ------------------------------------------------------------
@@ -535,6 +560,9 @@ class JobScheduler(JobOperations):
         with self._schema_lock:
             if not self._schema_ready:
                 _migrate.upgrade(self._store.engine)
+                # Before anything is claimed or written: a host whose clock is wrong keeps to the
+                # database's time from its first slot on (persched._engine.skew).
+                self._clock_check.check()
                 self._schema_ready = True
 
     def _maintenance(self) -> None:

@@ -121,7 +121,7 @@ class LeasesStore(Transactions):
 
         The job's due time is for the caller to queue when it went back to
         'scheduled'; None when it had been descheduled, replaced, paused or
-        finished, or moved into a new generation (the change pick-up queues that).
+        finished.
         """
 
         def body(conn: Connection) -> Recovery:
@@ -155,19 +155,18 @@ class LeasesStore(Transactions):
             over = plan.is_over(next_at, run_now_at)
             values: dict[str, Any] = {}
             # A run claimed by a process whose clock was ahead (and that died) left the grid ahead:
-            # corrected as at start-up (see JobsStore._inspect), into a new generation, which the
-            # change pick-up then queues (hence no due time returned).
+            # corrected as at start-up (see DueStore._inspect), in its generation; the change is
+            # announced, so that the other instances queue it too.
             corrected = None if over else readable_plan(row, with_start=True)
             corrected_at = None if corrected is None else corrected.corrected(next_at, recovered_at)
             if corrected_at is not None and next_at - corrected_at > CLOCK_STEP_FLOOR:
                 logger.warning(
                     "job %s: the lost run's next slot (%s) lay %s further ahead than its schedule allows, written "
-                    "while a wall clock was ahead; it runs again at %s, as generation %d",
+                    "while a wall clock was ahead; it runs again at %s",
                     row.job_id,
                     to_datetime(next_at).isoformat(),
                     _triggers.describe_duration(next_at - corrected_at),
                     to_datetime(corrected_at).isoformat(),
-                    row.generation + 1,
                 )
                 values = regrid(row, plan, corrected_at, self._bump_change_seq(conn))
                 next_at = corrected_at
@@ -188,7 +187,7 @@ class LeasesStore(Transactions):
                     **values,
                 )
             )
-            if freed.rowcount != 1 or over or row.paused or values:
+            if freed.rowcount != 1 or over or row.paused:
                 return Recovery(lost=True)
             return Recovery(lost=True, due=plan.due_at(next_at, run_now_at))
 

@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 CLOCK_STEP_FLOOR: Final = Micros(
     60_000_000
-)  # corrections smaller than this are skew, left alone (see JobsStore._inspect)
+)  # corrections smaller than this are skew, left alone (see persched._store.ahead)
 SCHEDULED: Final = JobState.SCHEDULED.value
 RUNNING: Final = JobState.RUNNING.value
 FINISHED: Final = JobState.FINISHED.value
@@ -236,10 +236,10 @@ def _checked(stored: Policies) -> None:
 
 
 def regrid(row: StoredRow, plan: JobPlan, corrected: Instant, change_seq: int) -> dict[str, Any]:
-    """Columns that move a row written by a clock that was ahead into a new generation at `corrected`
-    (see JobsStore._inspect): an interval grid is anchored anew there, its phase kept; the change is announced."""
+    """Columns that move a row written by a clock that was ahead back to `corrected`, in its generation
+    (see DueStore._inspect): an interval grid is anchored anew there, its phase kept; the change is announced.
+    The slots that clock ran early keep their runs, so the claim passes them by (`ClaimBatch.record_starts`)."""
     return {
-        "generation": row.generation + 1,
         "first_run_at": row.first_run_at if plan.interval is None else to_datetime(corrected),
         "change_seq": change_seq,
     }

@@ -2,7 +2,10 @@
 
 Each sharing instance owns one row of ``persched_instances`` and is the only
 one that updates it: `beat_membership` counts its ``beats`` up and reads
-every row of the namespace in the same transaction. Another instance deletes a
+every row of the namespace in the same transaction, and writes the clock offset
+the instance measured last (for people: ``clock_offset_seconds``). `server_time`
+reads the database's clock, the reference every instance sharing the database
+can compare its own with (`persched._engine.skew`). Another instance deletes a
 row only once its count stopped moving (`forget_member`, conditional on the
 count it saw, so a member that came back in between keeps its row); the
 owner deletes its own at shutdown (`leave_membership`).
@@ -42,24 +45,49 @@ _NEXT_BEAT: Final = case((instances.c.beats < COUNTER_MAX, instances.c.beats + 1
 class MembersStore(Transactions):
     """The membership rows of this store's namespace (module docstring)."""
 
-    def beat_membership(self, instance_id: str, now: Instant) -> dict[str, BeatCount]:
-        """Renew `instance_id`'s row (made if missing) and return every member's beat count."""
+    def server_time(self) -> Instant:
+        """The database's clock now (`Dialect.clock_sql`; SQLite: this machine's, read by the library)."""
+        return self._read(self._clock_of, "read the database's clock")
+
+    def _clock_of(self, conn: Connection) -> Instant:
+        return self.dialect.raw_instant(conn.exec_driver_sql(self.dialect.clock_sql).scalar_one())
+
+    def beat_membership(
+        self, instance_id: str, now: Instant, clock_offset: float | None = None, *, read_clock: bool = False
+    ) -> tuple[dict[str, BeatCount], Instant | None]:
+        """Renew `instance_id`'s row (made if missing); return every member's beat count, and with
+        `read_clock` the database's clock read in the same transaction (`server_time`).
+
+        `clock_offset` is the instance's latest measured offset from the database's clock,
+        in seconds (None: not measured), shown in the row.
+        """
         at = to_datetime(now)
         mine = (instances.c.namespace == self.namespace, instances.c.instance_id == instance_id)
 
-        def body(conn: Connection) -> dict[str, BeatCount]:
-            renewed = conn.execute(update(instances).where(*mine).values(beats=_NEXT_BEAT, renewed_at=at))
+        def body(conn: Connection) -> tuple[dict[str, BeatCount], Instant | None]:
+            server = self._clock_of(conn) if read_clock else None
+            renewed = conn.execute(
+                update(instances)
+                .where(*mine)
+                .values(beats=_NEXT_BEAT, renewed_at=at, clock_offset_seconds=clock_offset)
+            )
             if renewed.rowcount == 0:  # joining, or forgotten while cut off
                 conn.execute(
                     insert(instances).values(
-                        namespace=self.namespace, instance_id=instance_id, started_at=at, renewed_at=at, beats=1
+                        namespace=self.namespace,
+                        instance_id=instance_id,
+                        started_at=at,
+                        renewed_at=at,
+                        beats=1,
+                        clock_offset_seconds=clock_offset,
                     )
                 )
                 self._bump_change_seq(conn)  # tell the others now, not at their next beat
             rows = conn.execute(
                 select(instances.c.instance_id, instances.c.beats).where(instances.c.namespace == self.namespace)
             )
-            return {str(member): beats if isinstance(beats, (int, float)) else str(beats) for member, beats in rows}
+            counts = {str(member): beats if isinstance(beats, (int, float)) else str(beats) for member, beats in rows}
+            return counts, server
 
         return self._write(body, "renew membership")
 

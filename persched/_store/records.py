@@ -133,10 +133,10 @@ class Overdue(NamedTuple):
 @dataclass(frozen=True)
 class Correction:
     """A row whose next slot lay further ahead than its schedule allows (written while a wall
-    clock was ahead), moved back by the start-up sweep (`JobsStore.sweep`) into a new generation."""
+    clock was ahead), moved back onto its grid, in its generation, by the start-up sweep (`DueStore.sweep`)."""
 
     job_id: str
-    generation: int  # the new one
+    generation: int
     was: Instant  # the next slot the row had
     now: Instant  # the next slot it has now
     due: Instant | None  # when the heap should try it (None: paused)

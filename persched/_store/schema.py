@@ -228,6 +228,7 @@ instances = Table(
     Column("started_at", UTCDateTime, nullable=False),
     Column("renewed_at", UTCDateTime, nullable=False),
     Column("beats", BigInteger, nullable=False),
+    Column("clock_offset_seconds", _Seconds, nullable=True),  # NULL: not measured
 )
 
 # Run history. A row is inserted by the claim (outcome NULL while running) and

@@ -33,9 +33,9 @@ def plant_beats(store: Store, member: str, sql_value: str) -> None:
 def test_a_count_at_its_bound_starts_again_and_keeps_moving(store: Store) -> None:
     store.beat_membership(OTHER, T)
     plant_beats(store, OTHER, str(INT64_MAX))
-    seen = store.beat_membership(ME, T)[OTHER]
+    seen = store.beat_membership(ME, T)[0][OTHER]
     assert seen == INT64_MAX
-    moved = store.beat_membership(OTHER, T)[OTHER]  # used to fail: bigint out of range / a REAL on SQLite
+    moved = store.beat_membership(OTHER, T)[0][OTHER]  # used to fail: bigint out of range / a REAL on SQLite
     assert moved == 1
     assert store.forget_member(OTHER, seen) is False  # it moved: alive
     assert store.forget_member(OTHER, moved) is True
@@ -46,13 +46,13 @@ def test_a_count_at_its_bound_starts_again_and_keeps_moving(store: Store) -> Non
 def test_a_count_that_sqlite_let_in_can_be_forgotten(store: Store, planted: str) -> None:
     store.beat_membership(OTHER, T)
     plant_beats(store, OTHER, planted)  # SQLite's integer overflow is a REAL; its affinity lets text in
-    seen = store.beat_membership(ME, T)[OTHER]
+    seen = store.beat_membership(ME, T)[0][OTHER]
     assert store.forget_member(OTHER, seen) is True  # used to raise OverflowError at every heartbeat
-    assert set(store.beat_membership(ME, T)) == {ME}
+    assert set(store.beat_membership(ME, T)[0]) == {ME}
 
 
 @pytest.mark.parametrize("engine_name", ["sqlite"], indirect=True)
 def test_a_float_count_of_ones_own_row_moves_again(store: Store) -> None:
     store.beat_membership(OTHER, T)
     plant_beats(store, OTHER, f"{INT64_MAX} + 1")
-    assert store.beat_membership(OTHER, T)[OTHER] == 1  # a REAL + 1 would stand still: seen as dead
+    assert store.beat_membership(OTHER, T)[0][OTHER] == 1  # a REAL + 1 would stand still: seen as dead

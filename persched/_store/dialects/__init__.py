@@ -148,6 +148,10 @@ class Dialect:
     #: connection, `change_listener`), "data_version" (a cheap check,
     #: `data_version`), or None: only the counter's poll.
     change_signal: ClassVar[Literal["notify", "data_version"] | None] = None
+    #: A query of one row and column: the database's clock, the time every
+    #: instance sharing it can compare its own with (`persched._store.members`).
+    #: Its value is read by `raw_instant`.
+    clock_sql: ClassVar[str] = "SELECT CURRENT_TIMESTAMP"
 
     def is_transient(self, exc: DBAPIError) -> bool:
         """True if retrying the whole transaction may succeed (busy, dropped connection, deadlock)."""

@@ -97,6 +97,8 @@ def _key(table: Table) -> ColumnElement[Any]:
 
 class MySQLDialect(Dialect):
     name: ClassVar[str] = "mysql"
+    # Naive UTC to the microsecond, whatever the session's time zone.
+    clock_sql: ClassVar[str] = "SELECT UTC_TIMESTAMP(6)"
 
     def refuses_row(self, exc: DBAPIError) -> bool:
         args: tuple[object, ...] = getattr(exc.orig, "args", ())

@@ -40,6 +40,7 @@ _ANNOUNCE: Final = Sql("SELECT pg_notify(?, current_schema())", (CHANGES_CHANNEL
 
 class PostgreSQLDialect(Dialect):
     name: ClassVar[str] = "postgresql"
+    clock_sql: ClassVar[str] = "SELECT clock_timestamp()"  # the time now, not the transaction's start
     change_signal: ClassVar[Literal["notify", "data_version"] | None] = "notify"
 
     def refuses_row(self, exc: DBAPIError) -> bool:
