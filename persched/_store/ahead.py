@@ -108,7 +108,8 @@ def correct_ahead(
 
 
 def log_correction(c: Correction) -> None:
-    """A WARNING that names the job and the size of the correction (docs/reference/behaviour.md, "Clock corrections across a restart")."""
+    """A WARNING that names the job and the size of the correction
+    (docs/reference/behaviour.md, "Clock corrections across a restart")."""
     logger.warning(
         "job %s: its next run (%s) lay %s further ahead than its schedule allows, written while a "
         "wall clock was ahead; it runs again at %s (slots that clock ran early are passed by)",
