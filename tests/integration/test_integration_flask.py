@@ -2,6 +2,10 @@
 
 In this process with Flask's test client and CLI runner; `flask run` with its
 reloader as processes (slow). The gunicorn runs are in tests/integration/test_gunicorn.py.
+The jobs' runs at the app's start are checked on every engine
+(``every_engine``); the mounted dashboard's SQL on every engine is
+tests/web/test_mounted.py's, several processes on one database of each
+engine tests/multi's.
 """
 
 from __future__ import annotations
@@ -9,19 +13,19 @@ from __future__ import annotations
 import os
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
 from typing import TYPE_CHECKING, Any, Final
 
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from persched import JobScheduler, JobSpec
 from persched.errors import PerschedError, SchedulerStateError
 from tests.multi._cluster import REPO, child_env, throttled
 from tests.support.frameworks import require
-from tests.support.helpers import TIMEOUT, sql, stop_gracefully, wait_until
+from tests.support.helpers import TIMEOUT, db_sql, sql, stop_gracefully, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -42,8 +46,8 @@ def db(tmp_path: Path) -> str:
 
 def _outcomes(db: str, job_id: str = JOB) -> list[str | None]:
     try:
-        rows = sql(db, "SELECT outcome FROM persched_runs WHERE job_id = ? ORDER BY run_id", (job_id,))
-    except sqlite3.OperationalError:  # no table yet: a child process is still making the database
+        rows = db_sql(db, "SELECT outcome FROM persched_runs WHERE job_id = :job ORDER BY run_id", job=job_id)
+    except OperationalError:  # no SQLite table yet: a child process is still making the database
         return []
     return [row[0] for row in rows]
 
@@ -84,12 +88,13 @@ def _app(
     return app
 
 
-def test_init_app_starts_the_jobs_before_any_request(db: str, apps: list[tuple[Flask, Persched]]) -> None:
-    app = _app(db, apps, namespace="flask-tested")
+@pytest.mark.every_engine
+def test_init_app_starts_the_jobs_before_any_request(db_url: str, apps: list[tuple[Flask, Persched]]) -> None:
+    app = _app(db_url, apps, namespace="flask-tested")
     sched = app.extensions["persched"]
     assert isinstance(sched, JobScheduler)
     assert sched.namespace == "flask-tested"
-    wait_until(throttled(lambda: _outcomes(db).count("ok") >= 2), message="two runs, no request served")
+    wait_until(throttled(lambda: _outcomes(db_url).count("ok") >= 2), message="two runs, no request served")
     assert [j.job_id for j in sched.jobs()] == [JOB]  # declared
 
 

@@ -7,7 +7,9 @@ has no admin, so this runs in a process of its own. It makes Django's
 tables (``migrate``) and persched's (``manage.py persched migrate``) in
 one database, two jobs (one with a run), three users (a viewer, an
 operator, a superuser), then drives the admin with Django's test client,
-and prints one JSON object of what it saw for the test to judge.
+and prints one JSON object of what it saw for the test to judge. The same
+project (`configure`, `populate`) is served over HTTP for a browser by
+tests/support/django_admin_serve.py.
 """
 
 from __future__ import annotations
@@ -26,16 +28,18 @@ from django.urls import path
 urlpatterns: list[Any] = []
 
 
-def _configure(db_path: str) -> None:
+def configure(db_path: str) -> None:
+    """Django's settings of the admin project: its apps, persched's, on the SQLite file `db_path`."""
     settings.configure(
         SECRET_KEY="a secret of the admin test",
-        ALLOWED_HOSTS=["testserver"],
+        ALLOWED_HOSTS=["testserver", "127.0.0.1"],  # Django's test client; a real server on loopback
         INSTALLED_APPS=[
             "django.contrib.admin",
             "django.contrib.auth",
             "django.contrib.contenttypes",
             "django.contrib.sessions",
             "django.contrib.messages",
+            "django.contrib.staticfiles",  # the admin's CSS and scripts, for the browser test
             "persched.integrations.django",
         ],
         MIDDLEWARE=[
@@ -59,6 +63,7 @@ def _configure(db_path: str) -> None:
         ],
         DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": db_path}},
         USE_TZ=True,
+        STATIC_URL="/static/",
         PERSCHED={"START": False},  # the URL: Django's default database
         PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"],  # fast, for a test
     )
@@ -81,11 +86,16 @@ def _actions(page: str) -> list[str]:
     ]
 
 
-def main(db_path: str) -> None:
-    _configure(db_path)
+def populate(db_path: str) -> str:
+    """Make both sets of tables, two jobs in namespace "shop" ("report" with a run), three users.
+
+    Returns the output of ``manage.py persched migrate``.
+
+    The users, each with password "pw": "viewer" (staff, view_job and view_run), "operator" (the same and
+    operate_job), "root" (a superuser).
+    """
     from django.contrib.auth.models import Permission, User
     from django.core.management import call_command
-    from django.test import Client
 
     from persched import JobScheduler
     from persched.testing import FakeClock
@@ -94,7 +104,6 @@ def main(db_path: str) -> None:
     out = io.StringIO()
     with redirect_stdout(out):
         call_command("persched", "migrate")
-    facts: dict[str, Any] = {"persched_migrate": out.getvalue()}
     with redirect_stdout(io.StringIO()):
         call_command("makemigrations", "--check", "--dry-run", verbosity=0)  # exits 1 if it would write one
     sched = JobScheduler(db_path, clock=FakeClock(1_700_000_000.25), namespace="shop")
@@ -109,6 +118,15 @@ def main(db_path: str) -> None:
     operator = User.objects.create_user("operator", password="pw", is_staff=True)
     operator.user_permissions.add(*Permission.objects.filter(codename__in=["view_job", "view_run", "operate_job"]))
     User.objects.create_superuser("root", password="pw")
+    return out.getvalue()
+
+
+def main(db_path: str) -> None:
+    configure(db_path)
+    from django.contrib.auth.models import Permission
+    from django.test import Client
+
+    facts: dict[str, Any] = {"persched_migrate": populate(db_path)}
     facts["permissions"] = sorted(
         Permission.objects.filter(content_type__app_label="persched").values_list("codename", flat=True)
     )

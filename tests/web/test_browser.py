@@ -6,6 +6,11 @@ in, clicks "Run now" and "Pause", and sees both take effect. A screenshot
 of each page goes to ``build/screenshots/`` (or ``$PERSCHED_SCREENSHOTS``);
 they are not committed.
 
+The Django admin of persched.integrations.django, served by a real HTTP
+server in a child process (tests/support/django_admin_serve.py): an
+operator signs in on the admin's login page and pauses the one job they
+select; a viewer is offered no action.
+
 Locally the test is skipped when Chromium, chromedriver or selenium is
 missing; in CI (``CI`` set) that is a failure: ``.ci/run`` installs them.
 """
@@ -15,6 +20,8 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 import threading
 from contextlib import closing
 from pathlib import Path
@@ -23,7 +30,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from persched._interfaces.dashboard.actions import MESSAGES
-from tests.support.helpers import TIMEOUT, wait_until
+from tests.multi._cluster import REPO, child_env
+from tests.support.frameworks import require
+from tests.support.helpers import TIMEOUT, sql, wait_until
 from tests.web.conftest import START, TOKEN, fill, serve_app
 
 if TYPE_CHECKING:
@@ -292,3 +301,61 @@ def test_the_session_cookie_never_reaches_another_local_service(browser: Any, db
         other.shutdown()
         other.server_close()
         thread.join(TIMEOUT)
+
+
+# -- the Django admin -------------------------------------------------------------------------------------
+
+
+def _admin_sign_in(driver: Any, admin: str, user: str) -> None:  # noqa: ANN401 - a selenium WebDriver
+    """Sign in as `user` on the admin's login page, which then leads to persched's jobs list."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    driver.delete_all_cookies()  # the previous user's session
+    driver.get(f"{admin}login/?next=/admin/persched/job/")
+    driver.find_element(By.ID, "id_username").send_keys(user)
+    driver.find_element(By.ID, "id_password").send_keys("pw")
+    driver.find_element(By.CSS_SELECTOR, "#login-form [type=submit]").click()
+    WebDriverWait(driver, TIMEOUT).until(expected_conditions.presence_of_element_located((By.ID, "result_list")))
+
+
+def test_the_django_admin_pauses_the_job_an_operator_selects_and_offers_a_viewer_no_action(
+    browser: Any,  # noqa: ANN401 - a selenium WebDriver
+    tmp_path: Path,
+) -> None:
+    require("django")
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.select import Select
+
+    db, log = tmp_path / "admin.db", tmp_path / "server.log"
+    command = [sys.executable, "-m", "tests.support.django_admin_serve", str(db)]
+    with log.open("wb") as err:
+        server = subprocess.Popen(command, cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=err)
+    try:
+        assert server.stdout is not None
+        port = server.stdout.readline().strip()  # "" if it died before serving
+        assert port.isdigit(), log.read_text()
+        admin = f"http://127.0.0.1:{int(port)}/admin/"
+
+        _admin_sign_in(browser, admin, "operator")
+        assert {"report", "cleanup"} <= set(_ids(browser, "#result_list th.field-job_id"))
+        browser.find_element(By.CSS_SELECTOR, "input.action-select[value='report']").click()
+        Select(browser.find_element(By.NAME, "action")).select_by_value("pause")
+        browser.find_element(By.CSS_SELECTOR, "button[name=index]").click()
+        wait_until(  # the admin's base template capitalises the message
+            lambda: "Paused 1 of 1 jobs" in _ids(browser, "ul.messagelist li"), message="the admin's message"
+        )
+        _shot(browser, "django-admin-paused")
+        paused = sql(f"sqlite:///{db}", "SELECT job_id, paused FROM persched_jobs WHERE namespace = 'shop'")
+        assert dict(paused) == {"report": 1, "cleanup": 0}  # exactly the selected job
+
+        _admin_sign_in(browser, admin, "viewer")
+        assert {"report", "cleanup"} <= set(_ids(browser, "#result_list th.field-job_id"))
+        assert not browser.find_elements(By.NAME, "action")  # view permissions only: no action offered
+        assert not browser.find_elements(By.CSS_SELECTOR, "input.action-select")
+    finally:
+        server.terminate()
+        server.wait(TIMEOUT)
+        assert server.stdout is not None
+        server.stdout.close()
