@@ -40,6 +40,15 @@ class ProcessDashboard:
                 self._app, self._pid = self._make(), os.getpid()
             return self._app
 
+    def close(self) -> None:
+        """Close the database connections of this process's dashboard, if it made one (a request makes it anew)."""
+        with self._lock:
+            app, mine = self._app, self._pid == os.getpid()
+            self._app = self._pid = None
+        close = getattr(app, "close", None) if mine else None  # a forked parent's belongs to the parent
+        if close is not None:
+            close()
+
 
 def whole_response(app: WSGIApplication, environ: WSGIEnvironment) -> tuple[int, list[tuple[str, str]], bytes]:
     """Run `app` on `environ` to the end: its status code, headers and body (the dashboard never streams)."""

@@ -104,6 +104,7 @@ class Persched:
         self._allowed_hosts = allowed_hosts
         self._options = options
         self._processes: weakref.WeakKeyDictionary[Flask, ProcessScheduler] = weakref.WeakKeyDictionary()
+        self._dashboards: weakref.WeakKeyDictionary[Flask, ProcessDashboard] = weakref.WeakKeyDictionary()
         if app is not None:
             self.init_app(app)
 
@@ -124,8 +125,9 @@ class Persched:
         self._processes[app] = process
         app.cli.add_command(_cli_command(url, self.namespace))
         if self.dashboard_path is not None:
+            mounted = self._dashboards[app] = self._dashboard(app, url)
             app.wsgi_app = DispatcherMiddleware(  # type: ignore[method-assign]  # Flask's documented way
-                app.wsgi_app, {self.dashboard_path: self._dashboard(app, url)}
+                app.wsgi_app, {self.dashboard_path: mounted}
             )
         if app.config.get("PERSCHED_START", True):
             process.place(_placement())
@@ -141,8 +143,12 @@ class Persched:
         return self._processes[app].scheduler
 
     def shutdown(self, app: Flask, timeout: float | None = None) -> None:
-        """Shut `app`'s scheduler in this process down (persched does it at exit by itself)."""
+        """Shut `app`'s scheduler in this process down (persched does it at exit by itself), and close
+        the database connections of its dashboard."""
         self._processes[app].shutdown(timeout)
+        dashboard = self._dashboards.get(app)
+        if dashboard is not None:
+            dashboard.close()
         app.extensions.pop("persched", None)
 
     def _dashboard(self, app: Flask, url: str) -> ProcessDashboard:
