@@ -67,6 +67,7 @@ from .tracebacks import describe
 if TYPE_CHECKING:
     from .._store import OpenRun, Store
     from .membership import Membership
+    from .pause_ends import PauseEnds
     from .timebase import Timebase
 
 __all__ = ["Heartbeat"]
@@ -110,6 +111,7 @@ class Heartbeat:
         membership: This instance's view of the members sharing the work
             (None: it does not share), renewed every round.
         repartition: Called with `Membership.shared` when the view changed.
+        pause_ends: The timed pauses to resume at their end (`persched._engine.pause_ends`).
     """
 
     def __init__(
@@ -128,8 +130,11 @@ class Heartbeat:
         maintenance: Callable[[], None] | None = None,
         membership: Membership | None = None,
         repartition: Callable[[bool], None] | None = None,
+        pause_ends: PauseEnds | None = None,
     ) -> None:
         self._store = store
+        self._pause_ends = pause_ends
+        self._ends_changed = False  # this process paused a job with an end (guarded by _cond)
         self._membership = membership
         self._repartition = repartition
         self._timebase = timebase
@@ -184,6 +189,12 @@ class Heartbeat:
         """Read the change counter at once (another connection committed); from any thread."""
         with self._cond:
             self._requested = True
+            self._cond.notify_all()
+
+    def pause_ending(self) -> None:
+        """Read the earliest end of the timed pauses again (a job was paused with one); from any thread."""
+        with self._cond:
+            self._ends_changed = True
             self._cond.notify_all()
 
     def stop(self) -> None:
@@ -272,6 +283,8 @@ class Heartbeat:
         """
         if self._store.change_seq() == self._change_seq:
             return
+        with self._cond:  # a change made elsewhere may be a pause with an end
+            self._ends_changed = True
         before = self._change_seq
         # Read before the changes: a row due later is loaded by a refill not begun yet (persched._engine.horizon).
         upto = None if self._bound is None else self._bound()
@@ -304,6 +317,7 @@ class Heartbeat:
         next_beat = next_pickup = earliest = clock.monotonic_us()
         next_check = next_beat if self._watch is not None else _NEVER
         next_sweep = _NEVER
+        next_end = _NEVER  # monotonic µs: the earliest end of a timed pause
         if self._sweep is not None:
             next_sweep = next_beat
         owed = False  # a signal asked for a pick-up, which runs at `earliest`
@@ -311,6 +325,9 @@ class Heartbeat:
         while True:
             with self._cond:
                 owed, self._requested = owed or self._requested, False
+                ends_changed, self._ends_changed = self._ends_changed, False
+            if ends_changed:
+                next_end = self._read_pause_ends(next_end, resume=False)
             checked = False
             if self._watch is not None and clock.monotonic_us() >= next_check:
                 checked = True
@@ -330,11 +347,14 @@ class Heartbeat:
                 next_beat = clock.monotonic_us() + self._period
                 _guarded(self.renew_membership, "renewing membership")
                 _guarded(self.beat, "heartbeat")
+                next_end = self._read_pause_ends(next_end, resume=False)
                 if self._maintenance is not None:
                     _guarded(self._maintenance, "run-history maintenance")
+            if clock.monotonic_us() >= next_end:
+                next_end = self._read_pause_ends(next_end, resume=True)
             if self._sweep is not None and clock.monotonic_us() >= next_sweep:
                 next_sweep = self._sweep_once(next_beat)
-            wake_at = min(next_beat, next_pickup, next_check, next_sweep, earliest if owed else _NEVER)
+            wake_at = min(next_beat, next_pickup, next_check, next_sweep, next_end, earliest if owed else _NEVER)
             with self._cond:
                 while (
                     not self._stopping
@@ -344,6 +364,23 @@ class Heartbeat:
                     clock.wait(self._cond, left / US_PER_SECOND)
                 if self._stopping:
                     return
+
+    def _read_pause_ends(self, previous: int, *, resume: bool) -> int:
+        """Resume the pauses that ended (with `resume`), and return when the next one ends
+        (monotonic µs; `previous` again after a failure, retried at the next round)."""
+        if self._pause_ends is None:
+            return _NEVER
+        try:
+            end = self._pause_ends.resume_ended() if resume else self._pause_ends.next_end()
+        except StoreError as exc:
+            logger.warning("resuming the timed pauses failed, will retry: %s", exc)
+            return max(previous, self._timebase.clock.monotonic_us() + self._period) if resume else previous
+        except BaseException as exc:  # noqa: BLE001 - a periodic task must never stop the others
+            logger.error("resuming the timed pauses failed, will retry\n%s", describe(exc))
+            return max(previous, self._timebase.clock.monotonic_us() + self._period) if resume else previous
+        if end is None:
+            return _NEVER
+        return self._timebase.clock.monotonic_us() + max(0, end - self._timebase.now())
 
     def _sweep_once(self, retry_at: int) -> int:
         """One batch of the sweep; return when to run the next (monotonic µs): at once while rows

@@ -36,6 +36,7 @@ from hashlib import blake2b
 from typing import TYPE_CHECKING
 
 from .. import _loggers
+from .._model.instant import Instant
 from .liveness import provably_dead
 
 if TYPE_CHECKING:
@@ -65,10 +66,14 @@ class Membership:
         timebase: The scheduler's time frame.
         instance_id: This instance.
         lease: How long a member's count may stand still before it counts as gone.
+        shares: Whether this instance shares the work. One that does not (``share_work=False``)
+            still keeps its row, so that `persched instances` and `persched check` see it,
+            but its view is itself alone and no sharing member counts it.
     """
 
-    def __init__(self, store: Store, timebase: Timebase, instance_id: str, lease: Micros) -> None:
+    def __init__(self, store: Store, timebase: Timebase, instance_id: str, lease: Micros, *, shares: bool) -> None:
         self._store = store
+        self._shares = shares
         self._timebase = timebase
         self._instance_id = instance_id
         self._lease = lease
@@ -88,11 +93,12 @@ class Membership:
 
     def beat(self) -> bool:
         """Renew this instance's row and read the others'; return True if the view changed."""
-        counts = self._store.beat_membership(self._instance_id, self._timebase.now())
+        now = self._timebase.now()
+        counts = self._store.beat_membership(self._instance_id, now, Instant(now + self._lease), shares=self._shares)
         mono = self._timebase.clock.monotonic_us()
         live = [self._instance_id]
         seen: dict[str, tuple[int, int]] = {}
-        for member, beats in counts.items():
+        for member, (beats, shares) in counts.items():
             if member == self._instance_id:
                 continue
             previous = self._seen.get(member)
@@ -102,7 +108,8 @@ class Membership:
                     logger.info("instance %s stopped renewing its membership; its jobs move to the others", member)
                 continue
             seen[member] = (beats, first_seen)
-            live.append(member)
+            if self._shares and shares:
+                live.append(member)
         self._seen = seen
         view = tuple(sorted(live))
         if view == self.members:

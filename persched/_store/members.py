@@ -27,23 +27,42 @@ __all__ = ["MembersStore"]
 class MembersStore(Transactions):
     """The membership rows of this store's namespace (module docstring)."""
 
-    def beat_membership(self, instance_id: str, now: Instant) -> dict[str, int]:
-        """Renew `instance_id`'s row (made if missing) and return every member's beat count."""
+    def beat_membership(
+        self, instance_id: str, now: Instant, lease_until: Instant, *, shares: bool
+    ) -> dict[str, tuple[int, bool]]:
+        """Renew `instance_id`'s row (made if missing) and return every member's beat count and whether it shares.
+
+        `lease_until` is when the row stops counting as alive for a reader of the
+        database alone (`persched._store.health`); the members judge each other by `beats`.
+        """
         at = to_datetime(now)
+        alive_until = to_datetime(lease_until)
         mine = (instances.c.namespace == self.namespace, instances.c.instance_id == instance_id)
 
-        def body(conn: Connection) -> dict[str, int]:
-            renewed = conn.execute(update(instances).where(*mine).values(beats=instances.c.beats + 1, renewed_at=at))
+        def body(conn: Connection) -> dict[str, tuple[int, bool]]:
+            renewed = conn.execute(
+                update(instances)
+                .where(*mine)
+                .values(beats=instances.c.beats + 1, renewed_at=at, lease_until=alive_until, shares=shares)
+            )
             if renewed.rowcount == 0:  # joining, or forgotten while cut off
                 conn.execute(
                     insert(instances).values(
-                        namespace=self.namespace, instance_id=instance_id, started_at=at, renewed_at=at, beats=1
+                        namespace=self.namespace,
+                        instance_id=instance_id,
+                        started_at=at,
+                        renewed_at=at,
+                        beats=1,
+                        lease_until=alive_until,
+                        shares=shares,
                     )
                 )
             rows = conn.execute(
-                select(instances.c.instance_id, instances.c.beats).where(instances.c.namespace == self.namespace)
+                select(instances.c.instance_id, instances.c.beats, instances.c.shares).where(
+                    instances.c.namespace == self.namespace
+                )
             )
-            return {str(member): int(beats) for member, beats in rows}
+            return {str(member): (int(beats), bool(sharing)) for member, beats, sharing in rows}
 
         return self._write(body, "renew membership")
 

@@ -93,7 +93,8 @@ def round_(sched: JobScheduler) -> None:
 
 def beat(other: Store, sched: JobScheduler) -> None:
     """`OTHER` renews its membership row (joins if it has none)."""
-    other.beat_membership(OTHER, sched._timebase.now())
+    now = sched._timebase.now()
+    other.beat_membership(OTHER, now, Instant(now + 30_000_000), shares=True)
 
 
 def members(db_url: str) -> set[str]:
@@ -223,7 +224,9 @@ def test_a_member_that_joins_takes_its_share(me: JobScheduler, other: Store, clo
 
 def test_forgetting_a_member_is_conditional_on_the_count_seen(me: JobScheduler, other: Store) -> None:
     beat(other, me)
-    (count,) = [beats for member, beats in other.beat_membership(OTHER, me._timebase.now()).items() if member == OTHER]
+    now = me._timebase.now()
+    counts = other.beat_membership(OTHER, now, Instant(now + 30_000_000), shares=True)
+    (count,) = [beats for member, (beats, _) in counts.items() if member == OTHER]
     beat(other, me)  # it beat again after the count was seen
     assert other.forget_member(OTHER, count) is False
     assert other.forget_member(OTHER, count + 1) is True

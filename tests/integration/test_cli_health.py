@@ -1,0 +1,68 @@
+"""``persched instances`` and ``persched check`` through real ``python -m persched``, on every engine.
+
+A scheduler on the real clock keeps its instance row alive: ``check`` exits 0
+and ``instances`` lists it. Once it is gone, ``check`` exits 1 with one line
+per problem (``--json``: the same problems as a list), and ``persched jobs``
+says in its last line that nothing runs the jobs. Neither command writes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Final
+
+import pytest
+
+from persched import JobScheduler
+from tests.support.cli_run import persched
+from tests.support.helpers import db_sql
+
+pytestmark = [pytest.mark.slow, pytest.mark.every_engine]
+
+NOOP: Final = "tests.support.cli_jobs:noop"
+NO_SCHEDULER: Final = "namespace 'default': no live scheduler, and 1 job waits to run"
+
+
+def snapshot(url: str) -> list[list[tuple[object, ...]]]:
+    return [
+        sorted(db_sql(url, f"SELECT * FROM {table}"), key=repr)  # noqa: S608 - our own table names
+        for table in ("persched_jobs", "persched_runs", "persched_changes", "persched_instances")
+    ]
+
+
+def test_check_passes_while_a_scheduler_lives_and_fails_once_none_does(db_url: str) -> None:
+    with JobScheduler(db_url, instance_id="worker-1") as sched:
+        sched.schedule("hourly", NOOP, 3600.0)
+        healthy = persched("--db", db_url, "check")
+        assert (healthy.returncode, healthy.stderr) == (0, ""), healthy
+        assert healthy.stdout.startswith("ok: namespace 'default' of ")
+        listed = persched("--db", db_url, "instances")
+        assert listed.returncode == 0, listed
+        assert listed.stdout.splitlines()[0].split() == ["INSTANCE", "HOST", "PID", "STARTED", "RENEWED"]
+        assert listed.stdout.splitlines()[1].split()[:3] == ["worker-1", "-", "-"]  # a custom id: no host, no pid
+        (row,) = json.loads(persched("--db", db_url, "instances", "--json").stdout)
+        assert (row["instance_id"], row["shares_work"]) == ("worker-1", True)
+        jobs = persched("--db", db_url, "jobs").stdout.splitlines()
+        assert "no scheduler is alive" not in jobs[-1]
+    before = snapshot(db_url)
+    failing = persched("--db", db_url, "check")
+    assert (failing.returncode, failing.stdout.splitlines(), failing.stderr) == (1, [NO_SCHEDULER], "")
+    as_json = persched("--db", db_url, "check", "--json")
+    assert as_json.returncode == 1
+    assert [(p["problem"], p["namespace"], p["message"]) for p in json.loads(as_json.stdout)] == [
+        ("no_scheduler", "default", NO_SCHEDULER)
+    ]
+    assert persched("--db", db_url, "instances").stdout.startswith("no live scheduler in namespace 'default'")
+    last = persched("--db", db_url, "jobs").stdout.splitlines()[-1]
+    assert last.startswith("no scheduler is alive for namespace 'default': these jobs do not run")
+    assert snapshot(db_url) == before  # nothing written
+
+
+def test_check_of_other_namespaces(db_url: str) -> None:
+    with JobScheduler(db_url, namespace="billing") as sched:
+        sched.schedule("invoices", NOOP, 3600.0)
+    assert persched("--db", db_url, "check").returncode == 0  # "default" has no jobs: nothing waits
+    every = persched("--db", db_url, "check", "--all-namespaces")
+    assert every.returncode == 1
+    assert every.stdout.splitlines() == ["namespace 'billing': no live scheduler, and 1 job waits to run"]
+    assert persched("--db", db_url, "check", "--failures", "0").returncode == 2  # a usage error
