@@ -136,7 +136,4 @@ def no_scheduler_note(store: Store) -> str | None:
     """The last line of ``persched jobs`` when no scheduler is alive for the namespace, else None."""
     if live_instances(store, _now()):
         return None
-    return (
-        f"no scheduler is alive for namespace {store.namespace!r}: these jobs do not run"
-        " (`persched check` says what is wrong; `persched run MODULE` starts one)"
-    )
+    return f"no scheduler is alive for namespace {store.namespace!r}: these jobs do not run (see `persched check`)"

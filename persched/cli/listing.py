@@ -52,7 +52,8 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             say(jobs_table(jobs, now, table_width(args), in_flight, namespaces=args.all_namespaces))
             note = None if args.all_namespaces else no_scheduler_note(store)
             if note is not None:
-                say(note)
+                width = table_width(args)
+                say(note if width is None else textwrap.fill(note, max(width, 20), break_on_hyphens=False))
         return EXIT_OK
 
     return with_store(args, body, read_only=True)

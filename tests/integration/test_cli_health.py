@@ -66,3 +66,48 @@ def test_check_of_other_namespaces(db_url: str) -> None:
     assert every.returncode == 1
     assert every.stdout.splitlines() == ["namespace 'billing': no live scheduler, and 1 job waits to run"]
     assert persched("--db", db_url, "check", "--failures", "0").returncode == 2  # a usage error
+
+
+def test_pause_all_until_with_a_note_then_resume_all(db_url: str) -> None:
+    with JobScheduler(db_url) as sched:
+        sched.schedule("invoices", NOOP, 3600.0)
+        sched.schedule("report", NOOP, 86400.0)
+    paused = persched("--db", db_url, "pause", "--all", "--until", "2h", "--note", "database upgrade")
+    assert paused.returncode == 0, paused
+    assert paused.stdout.startswith("paused 2 jobs of namespace 'default' until ")
+    listed = json.loads(persched("--db", db_url, "jobs", "--json").stdout)
+    assert {(j["job_id"], j["paused"], j["pause_note"]) for j in listed} == {
+        ("invoices", True, "database upgrade"),
+        ("report", True, "database upgrade"),
+    }
+    assert all(j["paused_until"] is not None for j in listed)
+    shown = persched("--db", db_url, "show", "report").stdout
+    assert "pause note    database upgrade" in shown
+    assert persched("--db", db_url, "pause", "--all").stdout.startswith("paused 0 jobs")
+    resumed = persched("--db", db_url, "resume", "--all")
+    assert resumed.stdout.startswith("resumed 2 jobs of namespace 'default'")
+    assert all(
+        not j["paused"] and j["pause_note"] is None
+        for j in json.loads(persched("--db", db_url, "jobs", "--json").stdout)
+    )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        (["--until", "2026-12-28T06:00"], "persched: error: bad --until '2026-12-28T06:00': say its UTC offset"),
+        (["--until", "monday"], "persched: error: bad --until 'monday': give a span (90m, 2h, 1d, 45s)"),
+        (["--until", "2001-01-01T00:00Z"], "persched: error: until: must lie ahead: 2001-01-01T00:00:00+00:00"),
+        (["--note", "x" * 501], "persched: error: note: must be at most 500 characters, got 501"),
+    ],
+)
+def test_bad_pause_input_is_one_line_and_writes_nothing(db_url: str, arguments: list[str], error: str) -> None:
+    with JobScheduler(db_url) as sched:
+        sched.schedule("report", NOOP, 86400.0)
+    before = snapshot(db_url)
+    for target in (["report"], ["--all"]):
+        failed = persched("--db", db_url, "pause", *target, *arguments)
+        assert (failed.returncode, failed.stdout) == (1, ""), failed
+        assert failed.stderr.startswith(error), failed.stderr
+        assert len(failed.stderr.splitlines()) == 1
+    assert snapshot(db_url) == before
