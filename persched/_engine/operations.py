@@ -15,11 +15,12 @@ of the class.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from .. import _loggers
 from .._model.checks import positive
 from .._model.declare import DeclareResult, JobSpec, check_specs
+from .._model.instant import to_datetime
 from .._model.models import (
     Job,
     JobState,
@@ -32,6 +33,7 @@ from .._model.models import (
 from .._model.pauses import check_pause
 from .._model.targets import reference_of
 from .._store import RunNowVerdict
+from .._store.coming import coming_slots
 from .._store.views import whereabouts
 from ..errors import InvalidJobError, JobNotFoundError, SchedulerStateError
 from .config import MAX_COUNT, check_wait
@@ -49,7 +51,9 @@ if TYPE_CHECKING:
     from .runs import RunBook
     from .timebase import Timebase
 
-__all__ = ["JobOperations"]
+__all__ = ["MAX_NEXT_RUNS", "JobOperations"]
+
+MAX_NEXT_RUNS: Final = 1000  # slots next_runs() lists at most
 
 logger = logging.getLogger(_loggers.LIBRARY)
 
@@ -449,6 +453,33 @@ class JobOperations:
         validate_job_id(job_id)
         self._ensure_schema()
         return self._store.get_job(job_id)
+
+    def next_runs(self, job_id: str, count: int = 10) -> list[datetime]:
+        """Return the coming slots of a job as it will run them (UTC, aware), soonest first.
+
+        They follow the job's schedule, time zone and daylight-saving rules,
+        its window and a pause with an end (the slots after it). A job paused
+        without an end, or finished, has none; fixed delay knows only its
+        next slot. Runs are not predicted: a slot still to run while one is in
+        flight is listed at its time.
+
+        Args:
+            job_id: The job.
+            count: How many slots, 1 to 1000.
+
+        Raises:
+            InvalidJobError: `count` is not a whole number from 1 to 1000.
+            JobNotFoundError: No such job in this namespace (unknown, or descheduled).
+        """
+        self._check_open()
+        validate_job_id(job_id)
+        wanted = int(positive("count", count, integer=True, maximum=MAX_NEXT_RUNS))
+        self._ensure_schema()
+        slots = self._store.get_job_as(lambda row: coming_slots(row, wanted), job_id)
+        if slots is None:
+            self._check_found(job_id)
+            return []
+        return [to_datetime(slot) for slot in slots]
 
     def jobs(self) -> list[Job]:
         """Return every job not descheduled (scheduled, running, paused, finished), soonest first."""

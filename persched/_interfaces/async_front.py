@@ -423,6 +423,10 @@ class AsyncJobScheduler:
         """Return the job `job_id`, or None (see `JobScheduler.get_job`)."""
         return await asyncio.to_thread(self._sched.get_job, job_id)
 
+    async def next_runs(self, job_id: str, count: int = 10) -> list[datetime]:
+        """The coming slots of a job (see `JobScheduler.next_runs`)."""
+        return await asyncio.to_thread(self._sched.next_runs, job_id, count)
+
     async def jobs(self) -> list[Job]:
         """Return every job not descheduled, soonest first."""
         return await asyncio.to_thread(self._sched.jobs)

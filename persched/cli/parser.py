@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn
 from .. import __version__
 from .._engine.config import DEFAULT_WORKERS
 from .._model.models import DEFAULT_NAMESPACE
+from .coming import cmd_next
 from .database import cmd_demo, cmd_migrate
 from .exits import EXIT_USAGE, printable
 from .health import cmd_check, cmd_instances
@@ -36,7 +37,7 @@ MAX_CLI_INT: Final = 2**31 - 1  # --limit, --workers: what a SQL LIMIT takes eve
 SHOW_RUNS: Final = 10  # runs listed by `show` unless --limit says otherwise
 
 
-JSON_COMMANDS: Final = ("jobs", "show", "runs", "instances", "check")
+JSON_COMMANDS: Final = ("jobs", "show", "runs", "instances", "check", "next")
 DEFAULT_FAILURES: Final = 3  # `check`: failed runs in a row that make a job "failing"  # the commands that print --json
 
 
@@ -152,6 +153,17 @@ def build_parser() -> Parser:
     sub.add_argument("--json", action="store_true", help="print a JSON array of runs (Run field names)")
     _add_all_namespaces(sub, "runs")
     _add_wide(sub)
+    sub = command(
+        "next",
+        "list a job's coming slots in UTC and in its time zone, daylight-saving changes marked (read-only)",
+        "persched next nightly-report --count 5",
+        cmd_next,
+        "The slots the job will run: its schedule in its time zone, its window and a pause with an"
+        " end; none for a job paused without an end or finished.",
+    )
+    sub.add_argument("job_id", metavar="JOB_ID")
+    sub.add_argument("--count", type=_positive_int, default=10, metavar="N", help="slots to list (10; at most 1000)")
+    sub.add_argument("--json", action="store_true", help="print a JSON array of the slots (ISO-8601, UTC)")
     sub = command(
         "instances",
         "list the live schedulers of the namespace: instance id, host, pid, started, last renewal (read-only)",

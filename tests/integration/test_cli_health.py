@@ -9,6 +9,7 @@ says in its last line that nothing runs the jobs. Neither command writes.
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from typing import Final
 
 import pytest
@@ -111,3 +112,23 @@ def test_bad_pause_input_is_one_line_and_writes_nothing(db_url: str, arguments: 
         assert failed.stderr.startswith(error), failed.stderr
         assert len(failed.stderr.splitlines()) == 1
     assert snapshot(db_url) == before
+
+
+def test_next_lists_the_slots_in_utc_and_in_the_zone_with_the_change_marked(db_url: str) -> None:
+    start = datetime(2030, 3, 29, tzinfo=timezone.utc)  # Paris springs forward on 2030-03-31
+    with JobScheduler(db_url) as sched:
+        sched.schedule("nightly", NOOP, cron="30 2 * * *", timezone="Europe/Paris", start_at=start)
+    shown = persched("--db", db_url, "next", "nightly", "--count", "3")
+    assert shown.returncode == 0, shown
+    assert shown.stdout.splitlines() == [
+        "next 3 slots of 'nightly' (cron 30 2 * * * Europe/Paris):",
+        "UTC                   Europe/Paris",
+        "2030-03-29T01:30:00Z  2030-03-29 02:30:00 CET (+01:00)",
+        "2030-03-30T01:30:00Z  2030-03-30 02:30:00 CET (+01:00)",
+        "2030-03-31T01:00:00Z  2030-03-31 03:00:00 CEST (+02:00)  daylight saving: +01:00 -> +02:00",
+    ]
+    as_json = json.loads(persched("--db", db_url, "next", "nightly", "--count", "1", "--json").stdout)
+    assert as_json == ["2030-03-29T01:30:00Z"]
+    missing = persched("--db", db_url, "next", "nightly-typo")
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("persched: error: no job 'nightly-typo'")
