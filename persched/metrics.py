@@ -17,8 +17,9 @@ lateness and duration come from the scheduler's events (a listener on the
 ``persched-events`` thread, never on the dispatch path); claim conflicts,
 store retries and errors and missed slots from its `Observer` hook; runs in
 flight and dropped events are read from the scheduler at scrape time; jobs
-by state from one ``GROUP BY`` on the database at scrape time, cached for
-`jobs_cache_seconds`.
+by state from one ``GROUP BY`` on the database at scrape time, and the live
+instances and (with ``per_job``) each job's next run and latest success
+from `persched._store.health`, each cached for `jobs_cache_seconds`.
 
 Labels are few by default: runs by ``outcome``, store retries and errors by
 ``operation`` (a fixed set of store methods), jobs by ``state``. With
@@ -55,12 +56,14 @@ from ._interfaces.dashboard.hosts import HostCheck, HostRules, allow_every_host_
 from ._interfaces.dashboard.server import Limits, Server
 from ._model.instant import from_datetime, micros, seconds
 from ._model.models import shown
+from ._store import health as _health
 from ._store import views as _views
 from ._store.observer import Observer
 from .errors import InvalidJobError, PerschedError, StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
+    from datetime import datetime
 
     from prometheus_client.metrics_core import Metric
 
@@ -234,6 +237,8 @@ class SchedulerMetrics(Observer):
         self._lock = threading.Lock()
         self._scheduler: JobScheduler | None = None
         self._jobs_cache: tuple[int, dict[str, int]] | None = None  # (monotonic ns, counts)
+        # (monotonic ns, (live instances, job -> (next run, latest success)))
+        self._health_cache: tuple[int, tuple[int, dict[str, tuple[datetime | None, datetime | None]]]] | None = None
         self._live = _LiveCollector(namespace, self)
         self._register(
             self.runs_started,
@@ -349,6 +354,26 @@ class SchedulerMetrics(Observer):
 
     # -- read at scrape time ------------------------------------------------------------
 
+    def _health(self) -> tuple[int, dict[str, tuple[datetime | None, datetime | None]]] | None:
+        """The live instances of the namespace and, with `per_job`, each job's next run and
+        latest success (`persched._store.health`), cached like `_job_counts`."""
+        scheduler = self._scheduler
+        if scheduler is None:
+            return None
+        now = _realtime.monotonic_ns()
+        cached = self._health_cache
+        if cached is not None and now - cached[0] < self._cache_ns:
+            return cached[1]
+        store = scheduler._store  # its store: the scheduler's database and engine
+        try:
+            live = len(_health.live_instances(store, scheduler._timebase.now()))
+            stamps = _health.job_timestamps(store) if self.per_job else {}
+        except StoreError as exc:
+            logger.warning("metrics: cannot read instances and job times (series left out of this scrape): %s", exc)
+            return None
+        self._health_cache = (now, (live, stamps))
+        return live, stamps
+
     def _job_counts(self) -> dict[str, int] | None:
         scheduler = self._scheduler
         if scheduler is None:
@@ -386,6 +411,28 @@ class _LiveCollector(Collector):
             for state, count in sorted(counts.items()):
                 by_state.add_metric((state,), count)
             yield by_state
+        health = self._metrics._health()
+        if health is not None:
+            live, stamps = health
+            yield GaugeMetricFamily(
+                f"{name}_instances_live",
+                "Schedulers of this namespace whose lease is current (from the database; this one included).",
+                live,
+            )
+            for kind, which, help_text in (
+                (
+                    ("next_run", 0, "When the job's next run is due (unix seconds); none while paused or finished."),
+                    ("last_success", 1, "When the job's latest run that ended 'ok' ended (unix seconds)."),
+                )
+                if self._metrics.per_job
+                else ()
+            ):
+                family = GaugeMetricFamily(f"{name}_job_{kind}_timestamp_seconds", help_text, labels=("job",))
+                for job_id, times in sorted(stamps.items()):
+                    at = times[which]
+                    if at is not None:
+                        family.add_metric((job_id,), seconds(from_datetime(at)))
+                yield family
         yield GaugeMetricFamily(
             f"{name}_runs_in_flight",
             "Runs this scheduler claimed and has not recorded yet.",

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 
 from .._model.instant import Instant, Micros, from_datetime, micros, to_datetime
 from .._model.models import JobState
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from . import Store
 
-__all__ = ["DEFAULT_LEASE", "FAILED", "InstanceRow", "Problem", "live_instances", "problems"]
+__all__ = ["DEFAULT_LEASE", "FAILED", "InstanceRow", "Problem", "job_timestamps", "live_instances", "problems"]
 
 #: The lease assumed for a namespace with no instance row (`JobScheduler`'s default lease_seconds).
 DEFAULT_LEASE: Final = Micros(micros(30.0))
@@ -210,3 +210,35 @@ def problems(store: Store, now: Instant, *, all_namespaces: bool = False, failur
         return found + _overdue(conn, namespace, now, lease) + _failing(conn, namespace, failures)
 
     return store._read(body, "check health")
+
+
+def job_timestamps(store: Store) -> dict[str, tuple[datetime | None, datetime | None]]:
+    """For each job of the namespace not descheduled: its next run (None when paused or
+    finished) and the end of its latest "ok" run (None if none is recorded), for the metrics.
+
+    One read transaction: the jobs by ``ix_persched_jobs_namespace_state``, then one
+    ``GROUP BY job_id`` over their "ok" runs (the run history is bounded by retention).
+    """
+
+    def body(conn: Connection) -> dict[str, tuple[datetime | None, datetime | None]]:
+        rows = conn.execute(
+            select(jobs.c.job_id, jobs.c.state, jobs.c.paused, jobs.c.next_run_at).where(
+                jobs.c.namespace == store.namespace, jobs.c.state != JobState.DESCHEDULED.value
+            )
+        ).all()
+        ids = [str(job_id) for job_id, *_ in rows]
+        last_ok: dict[str, datetime] = {}
+        if ids:
+            latest = conn.execute(
+                select(runs.c.job_id, func.max(runs.c.finished_at))
+                .where(runs.c.job_id.in_(ids), runs.c.outcome == "ok")
+                .group_by(runs.c.job_id)
+            )
+            last_ok = {str(job_id): at for job_id, at in latest if at is not None}
+        found: dict[str, tuple[datetime | None, datetime | None]] = {}
+        for job_id, state, paused, next_run_at in rows:
+            waits = state in _WAITING and not paused
+            found[str(job_id)] = (next_run_at if waits else None, last_ok.get(str(job_id)))
+        return found
+
+    return store._read(body, "job timestamps")
