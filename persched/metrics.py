@@ -40,7 +40,7 @@ import math
 import re
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar, cast
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, make_wsgi_app
@@ -62,7 +62,7 @@ from ._store.observer import Observer
 from .errors import InvalidJobError, PerschedError, StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
     from datetime import datetime
 
     from prometheus_client.metrics_core import Metric
@@ -74,6 +74,7 @@ if TYPE_CHECKING:
 __all__ = ["DURATION_BUCKETS", "LATENESS_BUCKETS", "SchedulerMetrics", "serve"]
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Seconds from a run's slot to its start (jitter included).
 LATENESS_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
@@ -236,9 +237,7 @@ class SchedulerMetrics(Observer):
         )
         self._lock = threading.Lock()
         self._scheduler: JobScheduler | None = None
-        self._jobs_cache: tuple[int, dict[str, int]] | None = None  # (monotonic ns, counts)
-        # (monotonic ns, (live instances, job -> (next run, latest success)))
-        self._health_cache: tuple[int, tuple[int, dict[str, tuple[datetime | None, datetime | None]]]] | None = None
+        self._caches: dict[str, tuple[int, object]] = {}  # what was read at scrape time: (monotonic ns, value)
         self._live = _LiveCollector(namespace, self)
         self._register(
             self.runs_started,
@@ -354,41 +353,37 @@ class SchedulerMetrics(Observer):
 
     # -- read at scrape time ------------------------------------------------------------
 
+    def _cached(self, key: str, read: Callable[[JobScheduler], T], what: str) -> T | None:
+        """`read(scheduler)` from the database, at most once per `jobs_cache_seconds`; None (logged) if it failed."""
+        scheduler = self._scheduler
+        if scheduler is None:
+            return None
+        now = _realtime.monotonic_ns()
+        cached = self._caches.get(key)
+        if cached is not None and now - cached[0] < self._cache_ns:
+            return cast("T", cached[1])
+        try:
+            value = read(scheduler)
+        except StoreError as exc:
+            logger.warning("metrics: cannot %s (series left out of this scrape): %s", what, exc)
+            return None
+        self._caches[key] = (now, value)
+        return value
+
     def _health(self) -> tuple[int, dict[str, tuple[datetime | None, datetime | None]]] | None:
         """The live instances of the namespace and, with `per_job`, each job's next run and
-        latest success (`persched._store.health`), cached like `_job_counts`."""
-        scheduler = self._scheduler
-        if scheduler is None:
-            return None
-        now = _realtime.monotonic_ns()
-        cached = self._health_cache
-        if cached is not None and now - cached[0] < self._cache_ns:
-            return cached[1]
-        store = scheduler._store  # its store: the scheduler's database and engine
-        try:
+        latest success (`persched._store.health`)."""
+
+        def read(scheduler: JobScheduler) -> tuple[int, dict[str, tuple[datetime | None, datetime | None]]]:
+            store = scheduler._store  # its store: the scheduler's database and engine
             live = len(_health.live_instances(store, scheduler._timebase.now()))
-            stamps = _health.job_timestamps(store) if self.per_job else {}
-        except StoreError as exc:
-            logger.warning("metrics: cannot read instances and job times (series left out of this scrape): %s", exc)
-            return None
-        self._health_cache = (now, (live, stamps))
-        return live, stamps
+            return live, _health.job_timestamps(store) if self.per_job else {}
+
+        return self._cached("health", read, "read instances and job times")
 
     def _job_counts(self) -> dict[str, int] | None:
-        scheduler = self._scheduler
-        if scheduler is None:
-            return None
-        now = _realtime.monotonic_ns()
-        cached = self._jobs_cache
-        if cached is not None and now - cached[0] < self._cache_ns:
-            return cached[1]
-        try:
-            counts = _views.job_counts(scheduler._store)  # its store: the scheduler's database and engine
-        except StoreError as exc:
-            logger.warning("metrics: cannot count jobs by state (series left out of this scrape): %s", exc)
-            return None
-        self._jobs_cache = (now, counts)
-        return counts
+        # Its store: the scheduler's database and engine.
+        return self._cached("jobs", lambda scheduler: _views.job_counts(scheduler._store), "count jobs by state")
 
 
 class _LiveCollector(Collector):

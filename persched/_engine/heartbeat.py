@@ -372,11 +372,11 @@ class Heartbeat:
             return _NEVER
         try:
             end = self._pause_ends.resume_ended() if resume else self._pause_ends.next_end()
-        except StoreError as exc:
-            logger.warning("resuming the timed pauses failed, will retry: %s", exc)
-            return max(previous, self._timebase.clock.monotonic_us() + self._period) if resume else previous
         except BaseException as exc:  # noqa: BLE001 - a periodic task must never stop the others
-            logger.error("resuming the timed pauses failed, will retry\n%s", describe(exc))
+            if isinstance(exc, StoreError):
+                logger.warning("resuming the timed pauses failed, will retry: %s", exc)
+            else:
+                logger.error("resuming the timed pauses failed, will retry\n%s", describe(exc))
             return max(previous, self._timebase.clock.monotonic_us() + self._period) if resume else previous
         if end is None:
             return _NEVER
