@@ -36,10 +36,13 @@ first commit it sees brings it back to `pickup_check_seconds`: an idle
 scheduler wakes about once a second, not ten times, and a change after a
 quiet spell is picked up within a second.
 
-With `membership` (the instances share the work, `persched._engine.membership`),
-each round also renews this instance's membership row and reads the others';
-when the view of the members changes, `repartition` hands the dispatcher the
-new view (it keeps only the jobs this instance owns).
+With `membership` (`persched._engine.membership`), each round also renews
+this instance's membership row and reads the others'; when the instances
+share the work and the view of the members changes, `repartition` hands the
+dispatcher the new view (it keeps only the jobs this instance owns).
+
+With `pause_ends` (`persched._engine.pause_ends`), the loop also wakes at the
+earliest end of a timed pause and resumes the jobs whose pause has ended.
 
 With the bounded heap (`persched._engine.horizon`), the pick-up asks only for the
 changed jobs the heap's refills have passed (later ones are loaded by a
@@ -108,8 +111,9 @@ class Heartbeat:
         lost: Called with each run this heartbeat recorded as lost (events).
         maintenance: Called after each round (run-history retention); it
             runs here, off the dispatch path.
-        membership: This instance's view of the members sharing the work
-            (None: it does not share), renewed every round.
+        membership: This instance's membership row (every scheduler keeps one, for
+            `persched._store.health`) and its view of the members sharing the work, renewed
+            every round.
         repartition: Called with `Membership.shared` when the view changed.
         pause_ends: The timed pauses to resume at their end (`persched._engine.pause_ends`).
     """
