@@ -106,6 +106,6 @@ def test_json_before_the_command(tmp_path: Path) -> None:
     assert json.loads(runs.stdout) == []
     line = one_line_error(run_cli("--db", db, "--json", "migrate"), 2)
     assert line == (
-        "persched: error: --json is an option of jobs, show, runs, instances, check, not of migrate"
+        "persched: error: --json is an option of jobs, show, runs, instances, check, next, not of migrate"
         " (see persched --help)"
     )
