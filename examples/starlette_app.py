@@ -1,12 +1,12 @@
-"""Starlette with persched in its lifespan (needs ``persched[examples]``).
+"""Starlette with persched's lifespan inside a lifespan of its own (needs ``persched[examples]``).
 
-The same shape as FastAPI's (FastAPI is Starlette underneath): the lifespan
-makes an `AsyncJobScheduler` in the serving process, declares the
-application's jobs with prune, and its ``async with`` shuts the scheduler
-down when the application stops, after the runs in flight finished. The
-async job runs on the application's event loop, so it may use objects bound
-to that loop (here an `asyncio.Event` made in the lifespan, standing for a
-connection pool or an HTTP client).
+The application's lifespan makes what its job needs on the application's
+loop (an `asyncio.Event`, standing for a connection pool or an HTTP
+client), then enters `persched.integrations.asgi.lifespan`: an
+`AsyncJobScheduler` in the serving process, the jobs declared with prune,
+shut down when the application stops, after the runs in flight finished.
+The async job runs on the application's event loop, so it may use what was
+made there.
 
     PERSCHED_DB=sqlite:///jobs.db uvicorn examples.starlette_app:app
 
@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from persched import AsyncJobScheduler, JobSpec
+from persched.integrations import asgi
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -43,7 +44,7 @@ INTERVAL: Final = float(os.environ.get("EXAMPLE_INTERVAL", "60"))
 class State(TypedDict):
     """What the lifespan hands to every request (``request.state``)."""
 
-    scheduler: AsyncJobScheduler
+    persched: AsyncJobScheduler
     refreshed: asyncio.Event
 
 
@@ -62,7 +63,7 @@ async def refresh() -> None:
     _refreshed.set()
 
 
-JOBS: Final = [JobSpec("starlette.refresh", refresh, INTERVAL)]
+JOBS = [JobSpec("starlette.refresh", refresh, INTERVAL)]
 
 
 @contextlib.asynccontextmanager
@@ -70,19 +71,19 @@ async def lifespan(app: Starlette) -> AsyncIterator[State]:
     """Own the scheduler (and the job's loop-bound resources) for the application's lifetime."""
     global _loop, _refreshed
     _loop, _refreshed = asyncio.get_running_loop(), asyncio.Event()
+    persched = asgi.lifespan(
+        os.environ.get("PERSCHED_DB", "sqlite:///example-jobs.db"), jobs=lambda: JOBS, namespace=NAMESPACE
+    )
     try:
-        async with AsyncJobScheduler(
-            os.environ.get("PERSCHED_DB", "sqlite:///example-jobs.db"), namespace=NAMESPACE
-        ) as sched:
-            await sched.declare(JOBS, prune=True)
-            yield {"scheduler": sched, "refreshed": _refreshed}
+        async with persched(app) as state:
+            yield {"persched": state["persched"], "refreshed": _refreshed}
     finally:
         _loop, _refreshed = None, None  # after the scheduler shut down: no run can still be using them
 
 
 async def jobs(request: Request) -> JSONResponse:
     """This application's jobs (its namespace only)."""
-    sched: AsyncJobScheduler = request.state.scheduler
+    sched: AsyncJobScheduler = request.state.persched
     return JSONResponse([job.model_dump(mode="json") for job in await sched.jobs()])
 
 

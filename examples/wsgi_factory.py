@@ -5,17 +5,9 @@ after (no preload, Flask's dev server): either way the scheduler is made
 lazily, by the first request a process serves, for that process. A
 scheduler made before a fork would be unusable in the children (persched
 raises SchedulerStateError in a forked child, SPEC §2 "Forks"), so nothing
-here starts one at import or in the factory. With Flask (the tested version
-is examples/flask_app.py)::
-
-    def create_app():
-        app = Flask(__name__)
-        holder = SchedulerHolder()
-
-        @app.before_request
-        def start_scheduler():  # made in the serving process
-            holder.get()  # returns None: a before_request that returns a value replaces the response
-        return app
+here starts one at import or in the factory. (Flask, FastAPI, Starlette and
+Django have persched's integrations instead, which start the jobs with the
+application: docs/frameworks.md.)
 
 Serve it with ``gunicorn 'examples.wsgi_factory:create_app()'`` (with or
 without ``--preload``). ``GET /jobs`` lists this application's jobs as JSON.

@@ -19,7 +19,7 @@ from typing import Protocol, runtime_checkable
 
 from . import _realtime
 
-__all__ = ["Clock", "SecondsClock", "SystemClock", "exact_clock"]
+__all__ = ["Clock", "SecondsClock", "SystemClock", "exact_clock", "tells_real_time"]
 
 
 @runtime_checkable
@@ -68,6 +68,10 @@ class SystemClock:
     readings (pass `persched.testing.FrozenTimeClock` to follow frozen time).
     """
 
+    #: Its wall time claims to be the world's, so the scheduler checks it
+    #: against the database's clock (`tells_real_time`).
+    real_time: bool = True
+
     def now_us(self) -> int:
         """Return the wall-clock time in whole microseconds since the epoch."""
         return _realtime.time_ns() // 1000
@@ -96,6 +100,7 @@ class _FromSeconds:
 
     def __init__(self, clock: SecondsClock) -> None:
         self._clock = clock
+        self.real_time = tells_real_time(clock)
 
     def now_us(self) -> int:
         return round(self._clock.now() * 1_000_000)
@@ -118,3 +123,15 @@ def exact_clock(clock: Clock | SecondsClock) -> Clock:
     if isinstance(clock, SecondsClock):
         return _FromSeconds(clock)
     raise TypeError(f"clock: needs now_us(), monotonic_us() and wait(cond, timeout), got {clock!r}")
+
+
+def tells_real_time(clock: object) -> bool:
+    """Whether `clock`'s wall time claims to be the world's (its ``real_time`` attribute, default False).
+
+    A scheduler measures such a clock against the database's clock and keeps
+    to the database's time when they disagree by more than its
+    ``max_clock_skew_seconds`` (docs/multi.md, "What skew does"). A clock
+    that tells a test's own time (`persched.testing.FakeClock`,
+    `persched.testing.FrozenTimeClock`) is never compared with it.
+    """
+    return getattr(clock, "real_time", False) is True

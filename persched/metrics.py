@@ -54,6 +54,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 from . import _realtime
 from ._interfaces.dashboard.hosts import HostCheck, HostRules, allow_every_host_warning
 from ._interfaces.dashboard.server import Limits, Server
+from ._model.checks import as_seconds
 from ._model.instant import from_datetime, micros, seconds
 from ._model.models import shown
 from ._store import health as _health
@@ -125,7 +126,8 @@ class SchedulerMetrics(Observer):
         duration_buckets: Histogram buckets of run duration, in seconds (as
             `lateness_buckets`).
         jobs_cache_seconds: How long a count of jobs by state is reused
-            between scrapes (0: read the database at every scrape).
+            between scrapes, in seconds (0: read the database at every scrape; at
+            most 10 years).
 
     Raises:
         InvalidJobError: An option is not acceptable, or `registry` already
@@ -143,9 +145,7 @@ class SchedulerMetrics(Observer):
         duration_buckets: Sequence[float] = DURATION_BUCKETS,
         jobs_cache_seconds: float = JOBS_CACHE_SECONDS,
     ) -> None:
-        cache: object = jobs_cache_seconds
-        if isinstance(cache, bool) or not isinstance(cache, (int, float)) or not 0 <= cache < float("inf"):
-            raise InvalidJobError("jobs_cache_seconds", f"must be a finite number >= 0, got {jobs_cache_seconds!r}")
+        cache = as_seconds("jobs_cache_seconds", jobs_cache_seconds, allow_zero=True)  # >= 0, at most 10 years
         if registry is not None and not isinstance(registry, CollectorRegistry):
             raise InvalidJobError(
                 "registry",
@@ -461,7 +461,7 @@ def serve(
     except PerschedError as exc:
         raise PerschedError(f"--metrics-port: {exc}") from exc
     try:
-        rules = HostRules(host, server.server_port, allowed_hosts)
+        rules = HostRules(host, server.server_port, allowed_hosts, "--metrics-allowed-host")
     except BaseException:
         server.server_close()
         raise

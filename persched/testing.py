@@ -29,11 +29,16 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from typing import TYPE_CHECKING
 
 from . import _realtime
 from ._model.instant import micros, seconds
+from .clock import SystemClock, tells_real_time
 
-__all__ = ["FakeClock", "FrozenTimeClock"]
+if TYPE_CHECKING:
+    from .clock import Clock
+
+__all__ = ["FakeClock", "FrozenTimeClock", "ShiftedClock"]
 
 
 class FakeClock:
@@ -195,3 +200,45 @@ class FrozenTimeClock:
         if timeout is not None and timeout <= 0:
             return
         cond.wait(self._poll if timeout is None else min(timeout, self._poll))
+
+
+class ShiftedClock:
+    """A clock whose wall time is `seconds` off another clock's, its monotonic time untouched.
+
+    A host whose clock is wrong, as after a bad NTP step: pass it as
+    ``JobScheduler(..., clock=ShiftedClock(7200))`` to play an instance two
+    hours ahead of the others, or ``ShiftedClock(-7200)`` one behind. Over
+    the real clock (the default `base`) it claims to tell real time, so the
+    scheduler measures it against the database's clock as it measures a real
+    host's (docs/multi.md, "What skew does"); over a `FakeClock` it tells the
+    test's time, which is never compared with the database's.
+
+    Args:
+        seconds: How far the wall time is ahead (negative: behind), rounded to the microsecond.
+        base: The clock it shifts; default: the real clock (`persched.clock.SystemClock`).
+    """
+
+    def __init__(self, seconds: float, base: Clock | None = None) -> None:
+        self._shift = micros(seconds)
+        self._base: Clock = SystemClock() if base is None else base
+        self.real_time = tells_real_time(self._base)
+
+    def now_us(self) -> int:
+        """Return the base clock's wall time, shifted, in whole microseconds."""
+        return self._base.now_us() + self._shift
+
+    def now(self) -> float:
+        """Return the shifted wall time as epoch seconds."""
+        return seconds(self.now_us())
+
+    def monotonic_us(self) -> int:
+        """Return the base clock's monotonic time (a wrong wall clock leaves it alone)."""
+        return self._base.monotonic_us()
+
+    def monotonic(self) -> float:
+        """Return `monotonic_us` in seconds."""
+        return seconds(self.monotonic_us())
+
+    def wait(self, cond: threading.Condition, timeout: float | None) -> None:
+        """Wait as the base clock waits."""
+        self._base.wait(cond, timeout)

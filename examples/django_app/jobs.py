@@ -2,39 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 import os
-from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings
-from django.db import close_old_connections
 
 from persched import JobSpec, current_run
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-F = TypeVar("F", bound="Callable[..., Any]")
-
-
-def django_job(fn: F) -> F:
-    """Give a job what a request gets: stale database connections closed before and after it.
-
-    persched's worker threads live as long as the scheduler, and Django opens
-    one connection per thread; its request signals close them for requests,
-    nothing does for other threads. ``functools.wraps`` keeps the module and
-    qualified name, so persched finds the decorated job by reference.
-    """
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:  # noqa: ANN401 - the job's own arguments and result
-        close_old_connections()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            close_old_connections()
-
-    return wrapper  # type: ignore[return-value]  # same signature as fn (functools.wraps)
+from persched.integrations.django.jobs import django_job
 
 
 @django_job

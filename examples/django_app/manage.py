@@ -7,7 +7,7 @@ import sys
 
 
 def main() -> None:
-    """Run a management command (``persched_run``, ``runserver``, ``check``, ...)."""
+    """Run a management command (``persched``, ``runserver``, ``check``, ...)."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "examples.django_app.settings")
     from django.core.management import execute_from_command_line
 

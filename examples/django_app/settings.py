@@ -7,7 +7,7 @@ import os
 SECRET_KEY = "example-only-not-a-secret"
 DEBUG = False
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
-INSTALLED_APPS = ["examples.django_app.apps.PerschedExampleConfig"]
+INSTALLED_APPS = ["persched.integrations.django", "examples.django_app"]
 MIDDLEWARE: list[str] = []
 ROOT_URLCONF = "examples.django_app.urls"
 WSGI_APPLICATION = "examples.django_app.wsgi.application"
@@ -20,11 +20,14 @@ LOGGING = {
     "loggers": {"persched": {"handlers": ["console"], "level": "INFO"}},  # a failing job's traceback, with a level
 }
 
-# persched: its database (a SQLAlchemy URL; the same for every process of the project), the
-# namespace of this project's jobs, and whether web processes run jobs too (see __init__.py).
-PERSCHED_DB = os.environ.get("PERSCHED_DB", "sqlite:///example-jobs.db")
-PERSCHED_NAMESPACE = os.environ.get("EXAMPLE_NAMESPACE", "django-example")
-PERSCHED_IN_WEB_PROCESSES = os.environ.get("EXAMPLE_IN_WEB_PROCESSES") == "1"
-PERSCHED_WORKERS = 4
+PERSCHED = {
+    "URL": os.environ.get("PERSCHED_DB", "sqlite:///example-jobs.db"),  # default: Django's default database
+    "NAMESPACE": os.environ.get("EXAMPLE_NAMESPACE", "django-example"),
+    "JOBS": "examples.django_app.jobs.declared_jobs",
+    "START": os.environ.get("EXAMPLE_START", "1") == "1",  # 0: only `manage.py persched run` runs the jobs
+    "OPTIONS": {"workers": 4},
+    "AUTHORIZE": "examples.django_app.auth.who_may_act",
+    "MAY_READ": "examples.django_app.auth.may_read",
+}
 EXAMPLE_INTERVAL = float(os.environ.get("EXAMPLE_INTERVAL", "60"))  # seconds between runs of `cleanup`
 EXAMPLE_LOG = os.environ.get("EXAMPLE_LOG")  # if set, every run appends one line to this file

@@ -1,14 +1,12 @@
-"""The example's one route."""
+"""The example's routes: its jobs, and persched's dashboard under /persched/."""
 
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import include, path
 
-from examples.django_app import dashboard, views
+from examples.django_app import views
 
 urlpatterns = [
     path("jobs/", views.jobs),
-    # persched's dashboard under /persched/ (examples/django_app/dashboard.py)
-    path("persched/", dashboard.persched_dashboard),
-    path("persched/<path:path>", dashboard.persched_dashboard),
+    path("persched/", include("persched.integrations.django.urls")),
 ]

@@ -7,17 +7,17 @@ from typing import TYPE_CHECKING
 
 from django.http import JsonResponse
 
-from examples.django_app.scheduler import process_scheduler
 from persched.errors import SchedulerStateError
+from persched.integrations.django import scheduler
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
 
 
 def jobs(request: HttpRequest) -> JsonResponse:
-    """The jobs of the project's namespace (read through this process's scheduler, started or not)."""
+    """The jobs of the project's namespace, read through this process's scheduler."""
     try:
-        jobs = process_scheduler().jobs()
-    except SchedulerStateError:  # a request served while the process exits (runserver's reload): shut down
-        return JsonResponse({"pid": os.getpid(), "error": "shutting down"}, status=503)
+        jobs = scheduler().jobs()
+    except SchedulerStateError as exc:  # this process runs no jobs (EXAMPLE_START=0), or it is exiting
+        return JsonResponse({"pid": os.getpid(), "error": str(exc)}, status=503)
     return JsonResponse({"pid": os.getpid(), "jobs": [job.model_dump(mode="json") for job in jobs]})

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
     from ..clock import Clock, SecondsClock
 
-__all__ = ["DEFAULT_WORKERS", "SchedulerConfig", "check_wait"]
+__all__ = ["DEFAULT_MAX_CLOCK_SKEW_SECONDS", "DEFAULT_WORKERS", "SchedulerConfig", "check_wait"]
 
 MAX_WORKERS: Final = 4096  # threads are made up front; beyond this, a typo would exhaust memory
 # Measured (README, "Choosing workers"): a dispatch cycle claims at most as many runs as there are
@@ -57,6 +57,9 @@ MAX_DURATION_SECONDS: Final = MAX_INTERVAL_SECONDS  # lease, heartbeat, pickup (
 MAX_TIMEOUT_SECONDS: Final = float(threading.TIMEOUT_MAX)  # shutdown / deschedule waits
 MAX_COUNT: Final = MAX_STORED_INT  # keep_runs, runs(limit): SQL LIMIT / OFFSET values
 MAX_ARGS_BYTES_LIMIT: Final = 64 * 1024 * 1024  # max_args_bytes itself: the store is not a blob store
+# Seconds: hosts synced by NTP or chrony agree to milliseconds; a database round trip on a busy
+# machine takes a good part of a second. Beyond this, the offset is a wrong clock (persched._engine.skew).
+DEFAULT_MAX_CLOCK_SKEW_SECONDS: Final = 2.0
 MAX_INSTANCE_ID_LENGTH: Final = 255  # characters: owner and instance_id are String(255)
 
 
@@ -107,6 +110,7 @@ class SchedulerConfig:
     max_args_bytes: int
     namespace: str
     share_work: bool  # each job has one owner among the live instances (persched._engine.membership)
+    max_clock_skew: Micros | None  # beyond this offset from the database's clock, keep to its time (_engine.skew)
 
     @classmethod
     def checked(
@@ -129,6 +133,7 @@ class SchedulerConfig:
         max_args_bytes: object,
         namespace: object,
         share_work: object = True,
+        max_clock_skew_seconds: object = DEFAULT_MAX_CLOCK_SKEW_SECONDS,
     ) -> SchedulerConfig:
         """Check `JobScheduler`'s arguments (see its docstring), in the order it always checked them.
 
@@ -167,6 +172,11 @@ class SchedulerConfig:
             exact = exact_clock(clock if clock is not None else SystemClock())
         except TypeError as exc:
             raise InvalidJobError("clock", str(exc).removeprefix("clock: ")) from None
+        skew = (
+            None
+            if max_clock_skew_seconds is None
+            else positive("max_clock_skew_seconds", max_clock_skew_seconds, maximum=MAX_DURATION_SECONDS)
+        )
         engine = EngineOptions(busy, synchronous_level(synchronous))  # checked here, not again by open_engine
         return cls(
             url=os.fspath(url) if isinstance(url, os.PathLike) else url,  # a plain file path, as a pathlib.Path
@@ -185,4 +195,5 @@ class SchedulerConfig:
             max_args_bytes=args_bytes,
             namespace=namespace,
             share_work=share_work,
+            max_clock_skew=None if skew is None else Micros(micros(skew)),
         )

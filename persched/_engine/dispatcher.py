@@ -364,6 +364,13 @@ class Dispatcher:
             self._shared = shared
             self._cond.notify_all()
 
+    def retime(self) -> None:
+        """The time frame moved (`persched._engine.skew`): look at the head again, and reload the
+        rows due within the horizon of the new time with the next refill."""
+        with self._cond:
+            self._reload = self._refill is not None
+            self._cond.notify_all()
+
     def release_worker(self) -> None:
         """A run gave its worker back before it ended (it goes on elsewhere: `persched._engine.workers`);
         its completion, handed in with ``frees_worker=False``, frees no other."""

@@ -14,6 +14,12 @@ One ``persched-heartbeat`` thread per scheduler wakes every
    of this thread's monotonic time is recovered: marked "lost", its job back
    on its grid (`Store.recover_run`, conditional on the observed value).
 
+3. reads the job rows that no recovery would ever move on (stranded: a
+   ``running`` row with no open run, or a state that is not a job state: only
+   a hand edit leaves one) and frees each one that stood unchanged for
+   `lease_seconds` the same way (`Store.free_stranded_job`, conditional on
+   the row as seen): back on its grid, or paused, with a record saying why.
+
 Expiry is measured by observation on the local monotonic clock, not by
 comparing the stored ``lease_until`` with the local wall clock: a wall clock
 stepped forward, or skewed against the owner's, cannot fake a death
@@ -37,9 +43,14 @@ scheduler wakes about once a second, not ten times, and a change after a
 quiet spell is picked up within a second.
 
 With `membership` (`persched._engine.membership`), each round also renews
-this instance's membership row and reads the others'; when the instances
+this instance's membership row and reads the others', and the database's
+clock in the same transaction (`persched._engine.skew`: an instance whose
+time is too far from it keeps to the database's time); when the instances
 share the work and the view of the members changes, `repartition` hands the
-dispatcher the new view (it keeps only the jobs this instance owns).
+dispatcher the new view (it keeps only the jobs this instance owns). A
+member's join or leave moves the change counter too, so a pick-up that sees
+the counter move also asks the membership whether a member came or went
+(`Membership.notice`).
 
 With `pause_ends` (`persched._engine.pause_ends`), the loop also wakes at the
 earliest end of a timed pause and resumes the jobs whose pause has ended.
@@ -68,7 +79,7 @@ from .pickup import ChangeListener, CommitWatch
 from .tracebacks import describe
 
 if TYPE_CHECKING:
-    from .._store import OpenRun, Store
+    from .._store import OpenRun, Store, Stranded
     from .membership import Membership
     from .pause_ends import PauseEnds
     from .timebase import Timebase
@@ -162,6 +173,11 @@ class Heartbeat:
         self._stopping = False
         # run_id -> (lease value seen, monotonic microseconds when it was first seen)
         self._seen: dict[int, tuple[object, int]] = {}
+        # Open runs whose recovery failed (logged once each): the others' recovery goes on meanwhile.
+        self._unrecovered: set[int] = set()
+        # stranded row as seen -> monotonic µs when it was first seen so (see the module docstring)
+        self._stranded: dict[Stranded, int] = {}
+        self._unfreed: set[Stranded] = set()  # stranded rows whose freeing failed (logged once each)
         self._thread = threading.Thread(target=self._loop, name="persched-heartbeat", daemon=True)
 
     def start(
@@ -222,6 +238,7 @@ class Heartbeat:
         if running_here:
             self._store.renew_leases(self._instance_id, Instant(self._timebase.now() + self._lease), running_here)
         open_runs = [run for run in self._store.open_runs() if run.run_id not in running_here]
+        self._unrecovered.intersection_update(run.run_id for run in open_runs)
         open_runs = self._recover_dead_owners(open_runs)
         mono = self._timebase.clock.monotonic_us()
         seen: dict[int, tuple[object, int]] = {}
@@ -232,6 +249,24 @@ class Heartbeat:
             if mono - first_seen >= self._lease:
                 self._recover(run)
         self._seen = seen
+        self._free_stranded(mono)
+
+    def _free_stranded(self, mono: int) -> None:
+        stranded = {row: self._stranded.get(row, mono) for row in self._store.stranded_jobs()}
+        self._stranded = stranded
+        self._unfreed.intersection_update(stranded)
+        for row, first_seen in stranded.items():
+            if mono - first_seen < self._lease:
+                continue
+            try:
+                due = self._store.free_stranded_job(row, self._timebase.now(), self._instance_id)
+            except StoreError as exc:  # one row must not hold back the others; it is tried again each round
+                if row not in self._unfreed:
+                    self._unfreed.add(row)
+                    logger.warning("freeing the stranded job %s failed; tried again each round: %s", row.job_id, exc)
+                continue
+            if due is not None:
+                self._queue(due, row.job_id, row.generation)
 
     def renew_membership(self) -> None:
         """Renew this instance's membership and read the others'; repartition on a new view."""
@@ -263,7 +298,21 @@ class Heartbeat:
         return waiting
 
     def _recover(self, run: OpenRun, why: str = "lost its lease") -> None:
-        result = self._store.recover_run(run, self._timebase.now)  # read under the write lock
+        try:
+            result = self._store.recover_run(run, self._timebase.now)  # read under the write lock
+        except Exception as exc:  # noqa: BLE001 - one run that cannot be recovered must not hold back the others
+            if run.run_id not in self._unrecovered:
+                self._unrecovered.add(run.run_id)
+                logger.warning(
+                    "recovering run %d of %s generation %d (instance %s) failed; tried again each round: %s",
+                    run.run_id,
+                    run.job_id,
+                    run.generation,
+                    run.instance_id,
+                    exc if isinstance(exc, StoreError) else describe(exc),
+                )
+            return
+        self._unrecovered.discard(run.run_id)
         if not result.lost:
             return
         logger.warning(
@@ -289,10 +338,13 @@ class Heartbeat:
             return
         with self._cond:  # a change made elsewhere may be a pause with an end
             self._ends_changed = True
+        if self._membership is not None and self._membership.notice() and self._repartition is not None:
+            self._repartition(self._membership.shared)  # a member joined or left (persched._engine.membership)
         before = self._change_seq
         # Read before the changes: a row due later is loaded by a refill not begun yet (persched._engine.horizon).
         upto = None if self._bound is None else self._bound()
-        self._change_seq, changed = self._store.changes_since(self._change_seq, upto)
+        # With now: a row written elsewhere by a clock that was ahead is put back on its grid (persched._store.ahead).
+        self._change_seq, changed = self._store.changes_since(self._change_seq, upto, self._timebase.now())
         if logger.isEnabledFor(logging.INFO):
             self._log_changes(before, self._change_seq)  # before queueing: a claim would change the rows
         for due_at, job_id, generation in changed:

@@ -42,23 +42,17 @@ reached. A stale entry costs one failed claim; the database decides.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Final
 
-from .. import _loggers
-from .._model import triggers as _triggers
-from .._model.instant import to_datetime
+from .._store.ahead import log_correction
 
 if TYPE_CHECKING:
     from .._model.instant import Instant
     from .._store import Store
-    from .._store.records import Correction
     from .dispatcher import Cursor, Entry
     from .timebase import Timebase
 
 __all__ = ["DEFAULT_HORIZON_SECONDS", "REFILL_ROWS", "SWEEP_ROWS", "Horizon"]
-
-logger = logging.getLogger(_loggers.LIBRARY)
 
 DEFAULT_HORIZON_SECONDS: Final = 60.0
 MIN_HORIZON_SECONDS: Final = 2.0  # above the dispatcher's claim retry (1 s), which pushes "now + 1 s"
@@ -97,19 +91,6 @@ class Horizon:
         self._swept = last
         self._sweep_done = last is None
         return not self._sweep_done
-
-
-def log_correction(c: Correction) -> None:
-    """A WARNING that names the job and the size of the correction."""
-    logger.warning(
-        "job %s: its next run (%s) lay %s further ahead than its schedule allows, written while a "
-        "wall clock was ahead; it runs again at %s, as generation %d",
-        c.job_id,
-        to_datetime(c.was).isoformat(),
-        _triggers.describe_duration(c.was - c.now),
-        to_datetime(c.now).isoformat(),
-        c.generation,
-    )
 
 
 if TYPE_CHECKING:

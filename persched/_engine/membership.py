@@ -1,9 +1,11 @@
 """Which live instance owns which job, when several share one namespace's work.
 
-Every sharing scheduler keeps a row in ``persched_instances`` and renews it
-with each heartbeat (its ``beats`` count goes up), reading everyone's row in
-the same transaction (`persched._store.members`). From those reads each
-instance keeps its *view*: itself, and every other member whose count moved
+Every scheduler keeps a row in ``persched_instances`` (one with
+``share_work=False`` too, marked ``shares`` false: seen, but counted by no
+member and given no share) and renews it with each heartbeat (its ``beats``
+count goes up), reading everyone's row in the same transaction
+(`persched._store.members`). From those reads each instance
+keeps its *view*: itself, and every other member whose count moved
 within the last lease. Liveness is judged as leases are (`persched._engine.heartbeat`):
 by observing the count change on the local monotonic clock, never by
 comparing a stored time with the local wall clock, so a stepped or skewed clock
@@ -18,11 +20,19 @@ member with the highest ``blake2b(member, job_id)``. A member that joins or
 leaves moves only its own share of the jobs (about 1/N each), and every
 instance with the same view computes the same owner with no coordination.
 
-Views differ for at most a heartbeat or so (a member is seen at the next
-beat of each other one, a departure after a lease). Meanwhile a job may have
-two owners, whose claims race and one wins (the database decides, as always),
-or none, and then the search for overdue rows (`persched._engine.dispatcher`) runs
-it 0.5 s late. Neither can run a slot twice: that guarantee is the claim's,
+A join or a leave moves the change counter (`persched._store.members`), and
+each instance's heartbeat thread, which watches that counter for job changes,
+then reads the member rows (`notice`): if a row came or went, it beats at
+once. So a member that joins or shuts down is seen by the others within a
+pick-up (`pickup_seconds`, 1 s by default; on PostgreSQL and on one SQLite
+file usually within milliseconds, when a commit signal wakes the pick-up), not
+at their next beat a heartbeat period later. One that dies is seen after a
+lease.
+
+Views differ for at most that long (a departure without a leave: a lease).
+Meanwhile a job may have two owners, whose claims race and one wins (the
+database decides, as always), or none, and then the search for overdue rows
+(`persched._engine.dispatcher`) runs it 0.5 s late. Neither can run a slot twice: that guarantee is the claim's,
 not the view's.
 
 The view is a tuple replaced whole by the heartbeat thread; other threads read
@@ -37,11 +47,14 @@ from typing import TYPE_CHECKING
 
 from .. import _loggers
 from .._model.instant import Instant
+from ..errors import StoreError
 from .liveness import provably_dead
 
 if TYPE_CHECKING:
     from .._model.instant import Micros
     from .._store import Store
+    from .._store.members import BeatCount
+    from .skew import ClockCheck
     from .timebase import Timebase
 
 __all__ = ["Membership", "owner_among"]
@@ -66,20 +79,32 @@ class Membership:
         timebase: The scheduler's time frame.
         instance_id: This instance.
         lease: How long a member's count may stand still before it counts as gone.
+        clock_check: Measures this instance's time against the database's clock in each beat's
+            transaction, and gives the offset its row shows (`persched._engine.skew`).
         shares: Whether this instance shares the work. One that does not (``share_work=False``)
             still keeps its row, so that `persched instances` and `persched check` see it,
             but its view is itself alone and no sharing member counts it.
     """
 
-    def __init__(self, store: Store, timebase: Timebase, instance_id: str, lease: Micros, *, shares: bool) -> None:
+    def __init__(
+        self,
+        store: Store,
+        timebase: Timebase,
+        instance_id: str,
+        lease: Micros,
+        clock_check: ClockCheck,
+        *,
+        shares: bool,
+    ) -> None:
         self._store = store
+        self._clock_check = clock_check
         self._shares = shares
         self._timebase = timebase
         self._instance_id = instance_id
         self._lease = lease
         self.members: tuple[str, ...] = (instance_id,)
         # member -> (count seen, monotonic µs when that count was first seen)
-        self._seen: dict[str, tuple[int, int]] = {}
+        self._seen: dict[str, tuple[BeatCount, int]] = {}
 
     @property
     def shared(self) -> bool:
@@ -93,18 +118,36 @@ class Membership:
 
     def beat(self) -> bool:
         """Renew this instance's row and read the others'; return True if the view changed."""
-        now = self._timebase.now()
-        counts = self._store.beat_membership(self._instance_id, now, Instant(now + self._lease), shares=self._shares)
+        offset = self._clock_check.offset_seconds
+
+        def round_trip(reads: bool) -> tuple[dict[str, tuple[BeatCount, bool]], Instant | None]:
+            now = self._timebase.now()
+            return self._store.beat_membership(
+                self._instance_id,
+                now,
+                Instant(now + self._lease),
+                shares=self._shares,
+                clock_offset=offset,
+                read_clock=reads,
+            )
+
+        counts = self._clock_check.timed(round_trip)
         mono = self._timebase.clock.monotonic_us()
         live = [self._instance_id]
-        seen: dict[str, tuple[int, int]] = {}
+        seen: dict[str, tuple[BeatCount, int]] = {}
         for member, (beats, shares) in counts.items():
             if member == self._instance_id:
                 continue
             previous = self._seen.get(member)
             first_seen = previous[1] if previous is not None and previous[0] == beats else mono
             if provably_dead(member) or mono - first_seen >= self._lease:
-                if self._store.forget_member(member, beats):
+                try:
+                    forgotten = self._store.forget_member(member, beats)
+                except StoreError as exc:  # out of the view all the same, and forgotten at the next beat
+                    logger.warning("forgetting instance %s failed, will retry: %s", member, exc)
+                    seen[member] = (beats, first_seen)
+                    continue
+                if forgotten:
                     logger.info("instance %s stopped renewing its membership; its jobs move to the others", member)
                 continue
             seen[member] = (beats, first_seen)
@@ -118,7 +161,14 @@ class Membership:
         self.members = view
         return True
 
+    def notice(self) -> bool:
+        """The change counter moved: beat now if a member's row came or went; return True if the view changed."""
+        # The rows of the last beat, sharing or not (a non-sharing member's row is not in the view).
+        if self._store.member_ids() == frozenset(self._seen) | {self._instance_id}:
+            return False
+        return self.beat()
+
     def leave(self) -> None:
-        """Delete this instance's row (shutdown): the others take its jobs at their next beat."""
+        """Delete this instance's row (shutdown): the others take its jobs at their next pick-up."""
         self._store.leave_membership(self._instance_id)
         self.members = (self._instance_id,)

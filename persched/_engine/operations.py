@@ -119,7 +119,9 @@ class JobOperations:
             args: JSON-serialisable positional arguments.
             kwargs: JSON-serialisable keyword arguments.
             start_in: Seconds until the first run; default one interval.
-            cron: A 5-field cron expression (or 6 with seconds), instead of
+            cron: A 5-field cron expression (or 6 with seconds), or a
+                shortcut (`@hourly`, `@daily`, `@midnight`, `@weekly`,
+                `@monthly`, `@yearly`, `@annually`), instead of
                 `interval_seconds`.
             timezone: The IANA zone `cron` is read in; default UTC.
             recurrence: "fixed_rate" (a grid) or "fixed_delay" (one interval

@@ -58,7 +58,7 @@ from .._store import migrate as _migrate
 from .._store.observer import Observer
 from ..clock import SystemClock
 from ..errors import SchedulerStateError, StoreError
-from .config import DEFAULT_WORKERS, SchedulerConfig, check_wait
+from .config import DEFAULT_MAX_CLOCK_SKEW_SECONDS, DEFAULT_WORKERS, SchedulerConfig, check_wait
 from .events import Event, EventBus
 from .heartbeat import Heartbeat
 from .horizon import DEFAULT_HORIZON_SECONDS, Horizon
@@ -67,6 +67,7 @@ from .operations import JobOperations
 from .pause_ends import PauseEnds
 from .retention import Retention
 from .runs import RunBook
+from .skew import ClockCheck
 from .timebase import Timebase
 from .workers import current_run_claim
 
@@ -142,6 +143,13 @@ def current_run() -> Run | None:
 class JobScheduler(JobOperations):
     """Runs callables at fixed intervals; every schedule lives in SQL.
 
+    A scheduler runs jobs only once started (`start()`, or ``with
+    JobScheduler(...)``), and then it runs every job that is due, an overdue
+    one at once. One that is not started runs nothing: its methods
+    (`schedule()`, `deschedule()`, `pause()`, `get_job()`, `runs()`, ...)
+    read and write the tables, which is what a script that looks at or
+    steers jobs wants; `shutdown()` then releases its connections.
+
     Args:
         url: A SQLAlchemy URL or a plain SQLite file path (a `str` or a `pathlib.Path`).
         workers: How many runs may execute at once (worker threads), at most
@@ -211,6 +219,16 @@ class JobScheduler(JobOperations):
             overdue (the documentation, "Several instances"). Default
             True. False: this instance tries every slot of every job, racing
             the others (the database still gives each slot to one claim).
+        max_clock_skew_seconds: How far this host's clock may be from the
+            database's clock (default 2 s). The scheduler reads the
+            database's clock at its first use and at every heartbeat
+            (SQLite: this machine's clock, at its first use); beyond this
+            offset it logs one WARNING and keeps to the database's time, so
+            that a host with a wrong clock neither takes over the others'
+            work nor runs slots early or late by its error (the
+            documentation, "Several instances": what skew does). None: never
+            read it, and run on this host's clock whatever it says. A
+            `persched.testing.FakeClock` is never compared with it.
 
     Raises:
         InvalidJobError: An argument is out of range.
@@ -237,6 +255,7 @@ class JobScheduler(JobOperations):
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         namespace: str = DEFAULT_NAMESPACE,
         share_work: bool = True,
+        max_clock_skew_seconds: float | None = DEFAULT_MAX_CLOCK_SKEW_SECONDS,
     ) -> None:
         config = SchedulerConfig.checked(
             url,
@@ -256,6 +275,7 @@ class JobScheduler(JobOperations):
             max_args_bytes=max_args_bytes,
             namespace=namespace,
             share_work=share_work,
+            max_clock_skew_seconds=max_clock_skew_seconds,
         )
         self._config: Final = config
         self.namespace: Final = config.namespace
@@ -272,10 +292,18 @@ class JobScheduler(JobOperations):
         self._state = "new"
         self._events = EventBus()
         self._retention = Retention(self._store, self._timebase, config.keep_runs, config.keep_for)
+        self._clock_check = ClockCheck(
+            self._timebase,
+            self._store.server_time,
+            config.max_clock_skew,
+            follow=not self._store.dialect.in_process,  # SQLite: the machine's clock (persched._engine.skew)
+            instance_id=self.instance_id,
+            retimed=lambda: self._dispatcher.retime(),  # made below
+        )
         # Every instance keeps a membership row (what `persched instances` and `persched check` read);
         # only sharing ones divide the jobs among themselves.
         self._membership = Membership(
-            self._store, self._timebase, self.instance_id, config.lease, shares=config.share_work
+            self._store, self._timebase, self.instance_id, config.lease, self._clock_check, shares=config.share_work
         )
         self._runs = RunBook(
             self._store,
@@ -312,12 +340,16 @@ class JobScheduler(JobOperations):
                 lambda job_id, generation: self._emit("job_resumed", job_id, generation),
             ),
         )
+
         _made.add(self)
 
     # -- lifecycle ------------------------------------------------------------
 
     def start(self) -> None:
         """Migrate the schema to head, load the jobs and start dispatching.
+
+        From here on every due job runs, those that were due while no
+        scheduler ran them at once (coalesced); before it, nothing runs.
 
         Raises:
             SchedulerStateError: Already started, or shut down.
@@ -531,6 +563,9 @@ class JobScheduler(JobOperations):
         with self._schema_lock:
             if not self._schema_ready:
                 _migrate.upgrade(self._store.engine)
+                # Before anything is claimed or written: a host whose clock is wrong keeps to the
+                # database's time from its first slot on (persched._engine.skew).
+                self._clock_check.check()
                 self._schema_ready = True
 
     def _maintenance(self) -> None:

@@ -6,6 +6,8 @@ UTC instants (other processes and restarts read them), but a running scheduler
 keeps to elapsed time: a step of the system clock (NTP, an operator) neither
 bursts runs nor stalls them (docs/reference/behaviour.md, "Time"). A restart
 re-reads the wall clock, so the frame follows a corrected clock from then on.
+An instance whose wall clock is too far from the database's clock moves its
+frame onto the database's time (`shift`, by `persched._engine.skew`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING
 from .._model.instant import Instant
 
 if TYPE_CHECKING:
+    from .._model.instant import Micros
     from ..clock import Clock
 
 __all__ = ["Timebase"]
@@ -30,3 +33,7 @@ class Timebase:
     def now(self) -> Instant:
         """Return the current instant in this scheduler's frame."""
         return Instant(self.clock.monotonic_us() + self._offset)
+
+    def shift(self, by: Micros) -> None:
+        """Move the frame by `by` (`persched._engine.skew`); one attribute, replaced whole."""
+        self._offset += by

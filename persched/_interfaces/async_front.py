@@ -61,7 +61,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Final
 
-from .._engine.config import DEFAULT_WORKERS
+from .._engine.config import DEFAULT_MAX_CLOCK_SKEW_SECONDS, DEFAULT_WORKERS
 from .._engine.horizon import DEFAULT_HORIZON_SECONDS
 from .._engine.scheduler import DEFAULT_URL, JobScheduler
 from .._engine.tracebacks import describe
@@ -241,7 +241,7 @@ class AsyncJobScheduler:
     `heartbeat_seconds`, `busy_timeout_seconds`, `synchronous`, `keep_runs`,
     `keep_runs_for_seconds`, `allowed_modules`, `pickup_seconds`,
     `pickup_check_seconds`, `horizon_seconds`, `max_args_bytes`, `namespace`,
-    `share_work`) are those of `JobScheduler`.
+    `share_work`, `max_clock_skew_seconds`) are those of `JobScheduler`.
 
     Raises:
         InvalidJobError: An argument is out of range.
@@ -269,6 +269,7 @@ class AsyncJobScheduler:
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         namespace: str = DEFAULT_NAMESPACE,
         share_work: bool = True,
+        max_clock_skew_seconds: float | None = DEFAULT_MAX_CLOCK_SKEW_SECONDS,
     ) -> None:
         if not isinstance(jobs_on_loop, bool):
             raise InvalidJobError("jobs_on_loop", f"must be True or False, got {jobs_on_loop!r}")
@@ -291,6 +292,7 @@ class AsyncJobScheduler:
             max_args_bytes=max_args_bytes,
             namespace=namespace,
             share_work=share_work,
+            max_clock_skew_seconds=max_clock_skew_seconds,
         )
         self.instance_id: Final = self._sched.instance_id
         self.namespace: Final = self._sched.namespace

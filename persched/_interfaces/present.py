@@ -24,7 +24,18 @@ if TYPE_CHECKING:
     AnyJob: TypeAlias = Job | PlainJob
     AnyRun: TypeAlias = Run | PlainRun
 
-__all__ = ["RANGE", "human_duration", "iso", "job_state", "missed_slots", "plural", "relative", "run_outcome"]
+__all__ = [
+    "COUNTS_NOTE",
+    "RANGE",
+    "human_duration",
+    "iso",
+    "job_state",
+    "missed_slots",
+    "plural",
+    "relative",
+    "run_counts",
+    "run_outcome",
+]
 
 RANGE: Final = "\u2013"  # EN DASH between the first and last slot of a "missed" record
 
@@ -74,6 +85,19 @@ def relative(at: datetime, now: datetime) -> str:
     if abs(delta) < 0.001:
         return "now"
     return f"in {human_duration(delta)}" if delta > 0 else f"{human_duration(-delta)} ago"
+
+
+COUNTS_NOTE: Final = "runs of the current definition (generation); replacing a job starts them again"
+
+
+def run_counts(job: AnyJob) -> str:
+    """Say a job's counts and whose they are: "4 (1 error) of generation 2, the current definition; last outcome ok".
+
+    `run_count` and `error_count` count the runs of the current generation only (a replacement
+    starts them at 0); the older generations' runs are in the history.
+    """
+    counts = f"{job.run_count} ({plural(job.error_count, 'error')})"
+    return f"{counts} of generation {job.generation}, the current definition; last outcome {job.last_outcome or '-'}"
 
 
 def job_state(job: AnyJob) -> str:

@@ -332,7 +332,8 @@ OPTIONS: Final[tuple[Option, ...]] = (
         unit="plain",
         default=None,
         type=str | None,
-        doc="A 5-field cron expression (or 6 with seconds), instead of `interval_seconds`.",
+        doc="A 5-field cron expression (or 6 with seconds), or a shortcut (`@hourly`, `@daily`, `@midnight`, "
+        "`@weekly`, `@monthly`, `@yearly`, `@annually`), instead of `interval_seconds`.",
         check=_check_cron,
     ),
     Option(

@@ -13,8 +13,9 @@ whole seconds. Nothing here loops over missed slots: after a ten-year clock jump
 costs one step (an interval is arithmetic, a cron one iterator step).
 
 Cron is standard 5-field syntax (minute hour day-of-month month day-of-week), or 6 fields with the
-seconds field FIRST (that is what cronsim parses), evaluated on local wall time in an IANA zone. The
-DST rules are ours, not the library's, and the tests check them as rules:
+seconds field FIRST (that is what cronsim parses), or one of Vixie cron's shortcuts (`@daily`: kept
+as written, matched as the fields it stands for, `CRON_SHORTCUTS`), evaluated on local wall time in
+an IANA zone. The DST rules are ours, not the library's, and the tests check them as rules:
 
 - a local time that does not exist (spring forward) fires once, at the first valid instant after it
   (Europe/Paris 2026-03-29 02:30 fires at 03:00 CEST); several such times collapse into that one slot;
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
 __all__ = [
+    "CRON_SHORTCUTS",
     "TRIGGERS",
     "Trigger",
     "TriggerSpec",
@@ -72,6 +74,15 @@ _FIELDS: Final = (  # (name, what it accepts), for error messages
     ("day of week", "0-7 or SUN-SAT, with L or #n"),
 )
 _SECOND: Final = ("second", "0-59")
+CRON_SHORTCUTS: Final = {  # Vixie cron's (crontab(5)); @reboot has no meaning for a persistent schedule
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
 _REFERENCE: Final = datetime(2024, 1, 1)  # where validate_cron looks for a first firing (naive wall time)
 _ONE_SECOND: Final = timedelta(seconds=1)
 
@@ -267,6 +278,11 @@ class CronTrigger:
         assert spec.cron is not None
         return cron_trigger(spec.cron, spec.timezone)
 
+    @property
+    def _fields(self) -> str:
+        """The expression as cronsim reads it: a shortcut's fields, else the expression itself."""
+        return CRON_SHORTCUTS.get(self.expression, self.expression)
+
     def _wall(self, instant: int) -> datetime:
         return datetime.fromtimestamp(instant, ZoneInfo(self.timezone)).replace(tzinfo=None)
 
@@ -299,27 +315,27 @@ class CronTrigger:
 
     def _forward(self, after: int) -> Iterator[int]:
         """Distinct slots strictly after `after`, ascending."""
-        it = CronSim(self.expression, self._boundary(after))
+        it = CronSim(self._fields, self._boundary(after))
         while True:
             try:
                 wall = next(it)
                 s = self._instant(wall)
                 if self._wall(s) != wall:  # a gap: skip its other wall times, they fire at `s` too
-                    it = CronSim(self.expression, self._wall(s))
+                    it = CronSim(self._fields, self._wall(s))
             except (StopIteration, OverflowError):
                 return
             yield s
 
     def _backward(self, at_or_before: int) -> Iterator[int]:
         """Distinct slots at or before `at_or_before`, descending."""
-        it = CronSim(self.expression, self._boundary(at_or_before) + _ONE_SECOND, reverse=True)
+        it = CronSim(self._fields, self._boundary(at_or_before) + _ONE_SECOND, reverse=True)
         previous = None
         while True:
             try:
                 wall = next(it)
                 s = self._instant(wall)
                 if self._wall(s) != wall:  # a gap: continue before its first wall time
-                    it = CronSim(self.expression, self._wall(s - 1) + _ONE_SECOND, reverse=True)
+                    it = CronSim(self._fields, self._wall(s - 1) + _ONE_SECOND, reverse=True)
             except (StopIteration, OverflowError):
                 return
             if s != previous:  # the wall time that ends a gap and the gap itself share a slot
@@ -488,6 +504,8 @@ def validate_cron(expression: object) -> str:
         raise InvalidJobError("cron", f"must be a string such as '0 3 * * *', got {type(expression).__name__}")
     fields = expression.split()
     normal = " ".join(fields)
+    if normal.startswith("@"):
+        return _validate_shortcut(normal)
     if len(fields) not in (5, 6):
         raise InvalidJobError(
             "cron",
@@ -517,6 +535,21 @@ def validate_cron(expression: object) -> str:
             f"{fields[-1]!r} never match together",
         ) from None
     return normal
+
+
+def _validate_shortcut(normal: str) -> str:
+    shortcut = normal.lower()
+    if shortcut in CRON_SHORTCUTS:
+        return shortcut
+    if shortcut == "@reboot":
+        raise InvalidJobError(
+            "cron",
+            "'@reboot' has no meaning here: a job's schedule outlives every restart; to run a callable at "
+            "each start-up, schedule a one-shot then: schedule(job_id, fn, run_at=datetime.now(timezone.utc))",
+        )
+    raise InvalidJobError(
+        "cron", f"{normal!r} is not a shortcut; use one of {', '.join(CRON_SHORTCUTS)}, or 5 or 6 fields"
+    )
 
 
 def validate_timezone(name: object) -> str:

@@ -50,6 +50,7 @@ from .records import (
     Recovery,
     RunNowAnswer,
     RunNowVerdict,
+    Stranded,
     Upserted,
     bound_error_text,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "RunNowAnswer",
     "RunNowVerdict",
     "Store",
+    "Stranded",
     "Upserted",
     "bound_error_text",
 ]

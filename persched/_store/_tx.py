@@ -39,7 +39,10 @@ is held while user code or a caller's callback runs.
 
 Retries. Transient failures (the `Dialect` says which) are retried with
 capped backoff, on no lock; anything else, or a transient failure that
-outlasts the retries, becomes `StoreError` with the masked URL.
+outlasts the retries, becomes `StoreError` with the masked URL: a
+`RefusedWrite` for a write the database refused outright, which a write of
+many rows (a dispatch, a completion batch, a recovery) then writes apart, so
+that one refused row costs only its own job (docs/reference/behaviour.md).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ import os
 import sqlite3
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 from sqlalchemy import exists
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
@@ -80,6 +83,30 @@ LOW_SPACE_EXIT_BYTES: Final = 64 << 20  # free bytes that end low-space mode (se
 _CHANGES_KEY: Final = "persched_change_seqs"  # Connection.info: [the change-counter value of this transaction]
 _OWN_CHANGES_KEPT: Final = 10_000  # own change values remembered for the heartbeat's log
 _BUMP: Final = Sql("seq = seq + 1")  # the change counter's row, id 1 (`_bump_change_seq`)
+
+
+class RefusedWrite(StoreError):
+    """The database refused a value or a row of a write (a value out of range, a constraint, a
+    trigger: `Dialect.refuses_row`), so the same write fails again the same way. A write of many
+    rows may then write them apart, so that one row costs only its own job (`refusal_of`).
+
+    Attributes:
+        detail: The database's own message.
+    """
+
+    def __init__(self, url: str, reason: str, detail: str) -> None:
+        super().__init__(url, reason)
+        self.detail = detail
+
+
+#: What a write of many rows catches to write them apart: the refusals, and the constraint
+#: violations that `_transaction` hands to its callers unwrapped.
+REFUSED: Final = (RefusedWrite, IntegrityError)
+
+
+def refusal_of(exc: RefusedWrite | IntegrityError) -> str:
+    """The database's message for a refused write (one of `REFUSED`)."""
+    return exc.detail if isinstance(exc, RefusedWrite) else str(exc.orig)
 
 
 def read_time(now: Instant | Callable[[], Instant]) -> Instant:
@@ -206,6 +233,8 @@ class Transactions:
                         continue  # the WAL's space is free again: try once more at once
                 if not self.dialect.is_transient(exc) or attempt == self._retry_attempts:
                     notify(lambda: self.observer.store_error(what), "store error")
+                    if not readonly and self.dialect.refuses_row(exc):  # its other rows may not be refused
+                        raise RefusedWrite(self.url, f"{what} failed: {exc.orig}", str(exc.orig)) from exc
                     raise StoreError(self.url, f"{what} failed: {exc.orig}") from exc
                 notify(lambda: self.observer.store_retry(what), "store retry")
                 logger.warning(
@@ -295,6 +324,23 @@ class Transactions:
                         lambda: self.observer.slots_missed(job_id, slots), "missed slots"
                     )
                 )
+
+    def _in_write(self) -> bool:
+        """Whether a write transaction is open on this thread (a nested write joins it: see dispatch)."""
+        return getattr(self._joined, "conn", None) is not None
+
+    def _raise_refusal(self, what: str, exc: RefusedWrite | IntegrityError) -> NoReturn:
+        """Raise `exc` as a `RefusedWrite` (an IntegrityError, which `_transaction` leaves to its callers, too)."""
+        if isinstance(exc, IntegrityError):
+            raise RefusedWrite(self.url, f"{what} failed: {exc.orig}", str(exc.orig)) from exc
+        raise exc
+
+    def _write_park(self, body: Callable[[Connection], T]) -> T:
+        """`_write` of the fallback that parks one refused row: its own refusal is a `RefusedWrite` too."""
+        try:
+            return self._write(body, "park a job")
+        except IntegrityError as exc:
+            self._raise_refusal("park a job", exc)
 
     def _write(self, body: Callable[[Connection], T], what: str) -> T:
         return self._transaction(body, readonly=False, what=what)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 from .._model.instant import Instant, Micros, from_datetime, to_datetime
 from .._model.models import CLAIM_POLICY_COLUMNS
 from ._rows import read_row
+from .ahead import corrected_slot
 from .dialects import Sql, marks
 from .mappers import (
     DISPATCH_COLUMNS,
@@ -199,14 +200,18 @@ def standing(conn: Connection, dialect: Dialect, job_ids: Collection[str]) -> di
 
 def misses(
     conn: Connection, dialect: Dialect, bounds: dict[tuple[str, int], Instant], now: Instant
-) -> dict[tuple[str, int], ClaimMiss]:
-    """What each lost entry ``(job_id, generation)`` found: the row as it is now, and when to look again."""
+) -> tuple[dict[tuple[str, int], ClaimMiss], set[str]]:
+    """What each lost entry ``(job_id, generation)`` found: the row as it is now, and when to look again;
+    and the jobs whose rows another instance moved further ahead than their schedule allows (a
+    clock that was ahead: `persched._store.ahead` puts them back)."""
     found = standing(conn, dialect, {job_id for job_id, _ in bounds})
-    return {
+    lost = {
         key: ClaimMiss(row.state, row.generation, row.owner, _retry_at(row, bound, now), _taken(row, bound))
         for key, bound in bounds.items()
         if (row := found.get(key[0])) is not None
     }
+    ahead = {job_id for job_id, row in found.items() if corrected_slot(row, now, None) is not None}
+    return lost, ahead
 
 
 @dataclass
@@ -326,8 +331,17 @@ class ClaimBatch:
     def won(self) -> list[Won]:
         return list(self.claims.values())
 
-    def record_starts(self, run_ids: dict[str, int]) -> None:
-        """Give each claim its run id, or settle alone a job whose slot has a run recorded already."""
+    def conflicts(self, run_ids: dict[str, int]) -> list[tuple[str, int]]:
+        """The claims whose slot has a run recorded already (`record_starts` got no run id for them)."""
+        return [key for key in self.claims if key[0] not in run_ids]
+
+    def record_starts(self, run_ids: dict[str, int], last_slots: dict[str, Instant]) -> None:
+        """Give each claim its run id, or settle alone a job whose slot has a run recorded already.
+
+        Such a job moves past the latest slot its generation ran (`last_slots`, by job id): after a
+        correction (rows written by a clock that was ahead), the slots that clock ran early are
+        passed by at once, when the first of them comes, and none runs twice.
+        """
         w = self.writes
         for key, won in list(self.claims.items()):
             row, decision = won.row, won.decision
@@ -336,12 +350,12 @@ class ClaimBatch:
             run_id = run_ids.get(row.job_id)
             if run_id is None:
                 # This slot ran already (docs/reference/behaviour.md, "Clock corrections across a
-                # restart"): move on past it, alone
-                # (a fixed-delay claim leaves next_run_at on it: one interval on, then).
-                past = max(decision.next_run_at, plan.slot_after(slot))
+                # restart"): move on past the last slot that ran, alone (a fixed-delay claim leaves
+                # next_run_at on it: one interval on, then).
+                past = max(decision.next_run_at, plan.slot_after(max(slot, last_slots.get(row.job_id, slot))))
                 logger.warning(
-                    "job %s generation %d: the slot %s has run already (written by a clock behind the one "
-                    "that ran it?); moving on to %s",
+                    "job %s generation %d: the slot %s has run already (early, on a clock that was ahead, or "
+                    "written by a clock behind the one that ran it); moving on to %s",
                     *key,
                     to_datetime(slot).isoformat(),
                     to_datetime(past).isoformat(),

@@ -34,6 +34,11 @@
   made again from the row and a second write (`_CLAIM_MOVE`) puts it right
   in the same transaction. So a hint can cost a write, never a wrong slot.
   The history rows are inserted in one statement.
+- A lost entry learns where its row stands (`claim_batch.misses`); a row
+  that another instance moved further ahead than its schedule allows (its
+  clock was ahead) is put back on its grid in the same transaction
+  (`persched._store.ahead`), and a slot that clock ran early is passed by
+  when the claim comes to it (`ClaimBatch.record_starts`).
 - `dispatch`: `finish_runs` (`persched._store.completions`) and `claim_runs`
   of one dispatch cycle in one transaction (nested writes join the transaction open on their thread).
 
@@ -48,12 +53,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import select, tuple_
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import select, tuple_, update
 
 from .._model.instant import Instant, Micros, from_datetime, to_datetime
-from ..errors import StoreError
-from ._tx import read_time
+from ._tx import REFUSED, read_time, refusal_of
+from .ahead import correct_ahead, log_correction
 from .claim_batch import DISPATCH_SELECT, ClaimBatch, Guess, misses
 from .completions import CompletionsStore
 from .dialects import Sql, marks
@@ -62,9 +66,10 @@ from .mappers import (
     RAW_DISPATCH,
     SCHEDULED,
     readable_plan,
+    refused_record,
     stored,
 )
-from .records import Claim, ClaimEntry, ClaimMiss, Completion, Overdue
+from .records import Claim, ClaimEntry, ClaimMiss, Completion, Correction, Overdue
 from .schema import jobs, runs
 
 if TYPE_CHECKING:
@@ -155,6 +160,9 @@ class ClaimsStore(CompletionsStore):
 
         A crash loses both or neither; the completions are written before the
         claims, so a job that finished can be claimed again in the same cycle.
+        If the database refuses the transaction (`RefusedWrite`: a row it will
+        not update), the two are written apart, so that the completions settle
+        the refused row alone (`finish_runs`) and the claims go on.
         """
         if not completions:
             return [], self.claim_runs(entries, now, instance_id, lease)
@@ -165,7 +173,12 @@ class ClaimsStore(CompletionsStore):
             # Both join this transaction (`_transaction`); a failure in either rolls back both.
             return self.finish_runs(completions, instance_id), self.claim_runs(entries, now, instance_id, lease)
 
-        return self._write(body, "dispatch")
+        try:
+            return self._write(body, "dispatch")
+        except REFUSED:
+            if self._in_write():
+                raise
+        return self.finish_runs(completions, instance_id), self.claim_runs(entries, now, instance_id, lease)
 
     def claim_runs(
         self,
@@ -208,17 +221,59 @@ class ClaimsStore(CompletionsStore):
                 row = batch.read(raw, self.dialect)
                 if row is not None:
                     batch.decide(row)
-            batch.record_starts(self._record_starts(cur, batch.won(), claimed_at, lease_until, instance_id))
+            run_ids = self._record_starts(cur, batch.won(), claimed_at, lease_until, instance_id)
+            batch.record_starts(run_ids, self._last_slots(cur, batch.conflicts(run_ids)))
             batch.writes.apply(conn, cur, self.dialect, self._insert_runs)
             self._after_commit(batch.writes.missed)
             lost = batch.undecided()
-            return batch.results(entries, misses(conn, self.dialect, lost, claimed_at) if lost else {})
+            found, ahead = misses(conn, self.dialect, lost, claimed_at) if lost else ({}, set())
+            corrected[:] = correct_ahead(conn, ahead, claimed_at, self._bump_change_seq) if ahead else []
+            for c in corrected:  # another instance's clock was ahead: look again at the slot put right
+                found[c.job_id, c.generation] = ClaimMiss(SCHEDULED, c.generation, None, c.due, True)
+            return batch.results(entries, found)
 
+        corrected: list[Correction] = []
         try:
-            return self._write(body, "claim")
-        except IntegrityError as exc:
-            # The schema refused a write that the claim should never make: claim nothing, retry later.
-            raise StoreError(self.url, f"claim failed: {exc.orig}") from exc
+            results = self._write(body, "claim")
+        except REFUSED as exc:
+            if self._in_write():  # part of an enclosing write (dispatch), which writes its parts apart
+                self._raise_refusal("claim", exc)
+            if len(entries) == 1:
+                return [self._park_claim(entries[0], now, instance_id, refusal_of(exc))]
+        else:
+            for c in corrected:
+                log_correction(c)
+            return results
+        # The database refused one of the rows: each entry alone, so that only that one is settled apart.
+        return [self.claim_runs([entry], now, instance_id, lease)[0] for entry in entries]
+
+    def _park_claim(
+        self, entry: ClaimEntry, now: Instant | Callable[[], Instant], instance_id: str, detail: str
+    ) -> ClaimMiss:
+        """A claim refused alone: pause its job (while it still waits in that generation), with an "error"
+        record saying why; claims pass a paused job by, so it is not tried again until resumed."""
+        job_id, generation, expected_at, _ = entry
+
+        def body(conn: Connection) -> bool:
+            at = read_time(now)
+            parked = conn.execute(
+                update(jobs)
+                .where(
+                    jobs.c.job_id == job_id,
+                    jobs.c.generation == generation,
+                    jobs.c.state == SCHEDULED,
+                    jobs.c.paused.is_(False),
+                )
+                .values(paused=True, run_now_at=None, updated_at=to_datetime(at))
+            )
+            if parked.rowcount == 1:
+                record = refused_record(job_id, generation, expected_at, "its claim", detail, at, instance_id)
+                conn.execute(self._insert_runs, [record])
+            return parked.rowcount == 1
+
+        if self._write_park(body):
+            logger.error("job %s generation %d paused: the database refused its claim: %s", job_id, generation, detail)
+        return ClaimMiss(state=SCHEDULED, generation=generation)
 
     def claim_overdue(
         self,
@@ -310,6 +365,16 @@ class ClaimsStore(CompletionsStore):
             (instance_id, at(lease_until), at(claimed_at), *running_for.params, *next_run_at.params),
         )
         return self.dialect.claim(cur, jobs, assignments, predicate, DISPATCH_SELECT)
+
+    def _last_slots(self, cur: DriverCursor, keys: Sequence[tuple[str, int]]) -> dict[str, Instant]:
+        """The latest slot each ``(job_id, generation)`` ran on its grid (rare: only claims whose slot ran)."""
+        last: dict[str, Instant] = {}
+        for job_id, generation in keys:
+            query = "SELECT MAX(scheduled_for) FROM persched_runs WHERE job_id = ? AND generation = ? AND NOT run_now"
+            [(at,)] = cur.execute(query, (job_id, generation)).fetchall()
+            if at is not None:
+                last[job_id] = self.dialect.raw_instant(at)
+        return last
 
     def _record_starts(
         self, cur: DriverCursor, won: Sequence[Won], started_at: Instant, lease_until: Instant, instance_id: str

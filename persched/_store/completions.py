@@ -17,18 +17,21 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Final
 
-from .._model.instant import Instant, from_datetime
-from ._tx import Transactions
+from .._model.instant import Instant, from_datetime, to_datetime
+from ._tx import REFUSED, Transactions, refusal_of
 from .claim_batch import DISPATCH_SELECT, Writes, standing
 from .dialects import Sql, marks
 from .mappers import (
     DISPATCH_COLUMNS,
     FINISHED,
+    PARK,
     SCHEDULED,
+    counted,
     due_of,
     instant_or_none,
     missed_record,
     plan_or_quarantine,
+    refused_record,
     stored,
 )
 from .records import MAX_ERROR_TEXT, Completion
@@ -51,8 +54,9 @@ _FINISH_RUN: Final = (
     " WHERE run_id = ? AND outcome IS NULL"
 )
 _FINISH_JOB: Final = (
-    "UPDATE persched_jobs SET state = ?, owner = NULL, lease_until = NULL, running_for = NULL, next_run_at = ?,"
-    " run_count = run_count + 1, error_count = error_count + ?, last_outcome = ?, updated_at = ?"
+    "UPDATE persched_jobs SET state = ?, owner = NULL, lease_until = NULL, running_for = NULL,"  # noqa: S608 - constants
+    f" next_run_at = ?, run_count = {counted('run_count', '1')}, error_count = {counted('error_count', '?')},"
+    " last_outcome = ?, updated_at = ?"
     " WHERE job_id = ? AND generation = ? AND state = 'running' AND owner = ? AND running_for = ?"
 )
 # The completion decided by its claim's plan (`Carried`): also only while the row stands where the
@@ -84,9 +88,73 @@ class CompletionsStore(Transactions):
         as decided there, conditional on the row standing where the claim
         left it; the others, and those whose row moved meanwhile, are read
         and decided again (`_finish_read`).
+
+        One job never holds back another: if the database refuses the batch
+        (`RefusedWrite`: a row it will not update), each completion is
+        written alone, and one refused alone is parked (`_park`) instead of
+        failing, and so being retried, for ever.
         """
         if not completions:
             return []
+        try:
+            return self._finish_batch(completions, instance_id)
+        except REFUSED as exc:
+            if self._in_write():  # part of an enclosing write (dispatch), which writes its parts apart
+                self._raise_refusal("finish runs", exc)
+            if len(completions) == 1:
+                self._park(completions[0], instance_id, refusal_of(exc))
+                return [None]
+        return [self._finish_alone(c, instance_id) for c in completions]
+
+    def _finish_alone(self, completion: Completion, instance_id: str) -> Instant | None:
+        try:
+            return self._finish_batch([completion], instance_id)[0]
+        except REFUSED as exc:
+            self._park(completion, instance_id, refusal_of(exc))
+            return None
+
+    def _park(self, completion: Completion, instance_id: str, detail: str) -> None:
+        """Record a refused completion's outcome and pause its job, with an "error" record saying why
+        (`mappers.PARK`; a row of another owner or generation by now is left alone)."""
+        claim = completion.claim
+        at = self.dialect.bind_instant
+
+        def body(conn: Connection) -> bool:
+            error = None if completion.error is None else completion.error[:MAX_ERROR_TEXT]
+            run = (at(claim.started_at), at(completion.finished_at), completion.outcome, error, claim.run_id)
+            self.dialect.cursor(conn).execute(_FINISH_RUN, run)
+            parked = conn.execute(
+                PARK,
+                {
+                    "b_job_id": claim.job_id,
+                    "b_generation": claim.generation,
+                    "b_owner": instance_id,
+                    "b_running_for": to_datetime(claim.scheduled_for),
+                },
+            )
+            if parked.rowcount == 1:
+                record = refused_record(
+                    claim.job_id,
+                    claim.generation,
+                    claim.scheduled_for,
+                    "its run's outcome",
+                    detail,
+                    completion.finished_at,
+                    instance_id,
+                )
+                conn.execute(self._insert_runs, [record])
+            return parked.rowcount == 1
+
+        if self._write_park(body):
+            logger.error(
+                "job %s generation %d paused: the database refused to record its run's outcome: %s",
+                claim.job_id,
+                claim.generation,
+                detail,
+            )
+
+    def _finish_batch(self, completions: Sequence[Completion], instance_id: str) -> list[Instant | None]:
+        """`finish_runs` in one transaction, refused whole if one row is."""
         at = self.dialect.bind_instant
         finished = [at(c.finished_at) for c in completions]
         params = [

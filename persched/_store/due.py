@@ -4,12 +4,14 @@ Each public method is one transaction (`_tx`):
 
 - `change_seq`, `changes_since`, `changes_made_elsewhere`: the change counter
   (`persched_changes`) and the jobs changed after a value of it, which the
-  heartbeat picks up and logs when another store made them.
+  heartbeat picks up and logs when another store made them; a changed row
+  written by a clock ahead is put back on its grid there
+  (`persched._store.ahead`).
 - `load_due`: the bounded heap's refill (`persched._engine.horizon`), through
   the ``(state, next_run_at)`` index.
 - `sweep`: the start-up sweep in primary-key order: pending run-now requests,
-  and rows written while a wall clock was ahead, corrected into a new
-  generation (docs/reference/behaviour.md, "Clock corrections across a restart").
+  and rows written while a wall clock was ahead, moved back onto their grid
+  (docs/reference/behaviour.md, "Clock corrections across a restart").
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import or_, select
 
 from .._model import triggers as _triggers
 from .._model.instant import Instant, to_datetime
 from ._rows import raw_columns
 from ._tx import Transactions
+from .ahead import correct_ahead, log_correction, written_ahead
 from .mappers import (
     CLOCK_STEP_FLOOR,
     RAW_JOBS,
@@ -30,12 +33,7 @@ from .mappers import (
     change_words,
     column_micros,
     due_of,
-    instant_or_none,
     next_fire,
-    plan_at,
-    readable_plan,
-    regrid,
-    rows_of,
     stored,
 )
 from .records import ChangeNote, Correction
@@ -84,22 +82,48 @@ class DueStore(Transactions):
         """The change counter: it moves whenever any job is scheduled, replaced or descheduled."""
         return self._read(lambda conn: int(conn.execute(select(changes.c.seq)).scalar_one()), "read change counter")
 
-    def changes_since(self, seq: int, upto: Instant | None = None) -> tuple[int, list[tuple[Instant, str, int]]]:
+    def changes_since(
+        self, seq: int, upto: Instant | None = None, now: Instant | None = None
+    ) -> tuple[int, list[tuple[Instant, str, int]]]:
         """Return the counter now and ``(due_at, job_id, generation)`` of every
         scheduled (not paused) job changed after `seq`; with `upto`, only of those
         whose next_run_at is at most `upto` or that have a pending run-now request
-        (the bounded heap loads the others when its horizon gets there)."""
-        where = [jobs.c.change_seq > seq, jobs.c.state == SCHEDULED, jobs.c.paused.is_(False), self._mine]
+        (the bounded heap loads the others when its horizon gets there).
+
+        With `now`, a changed row written by a clock ahead of it by more than the
+        floor (its ``updated_at``) that lies further ahead than its schedule allows
+        is put back on its grid first (`persched._store.ahead`), paused or not, and
+        returned where it is now: a job that an instance whose clock was ahead
+        scheduled or resumed does not wait out that clock's error."""
+        changed_here = [jobs.c.change_seq > seq, jobs.c.state == SCHEDULED, self._mine]
+        where = [*changed_here, jobs.c.paused.is_(False)]
         if upto is not None:
             where.append(or_(jobs.c.next_run_at <= to_datetime(upto), jobs.c.run_now_at.is_not(None)))
+        written_ahead_of_now = None if now is None else jobs.c.updated_at > to_datetime(Instant(now + CLOCK_STEP_FLOOR))
 
-        def body(conn: Connection) -> tuple[int, list[tuple[Instant, str, int]]]:
+        def body(conn: Connection) -> tuple[int, list[tuple[Instant, str, int]], set[str]]:
             now_seq = int(conn.execute(select(changes.c.seq)).scalar_one())
             rows = stored(conn.execute(select(*RAW_JOBS).where(*where)))
             due = [(due_of(row), row.job_id, row.generation) for row in rows]
-            return now_seq, [(at, job_id, generation) for at, job_id, generation in due if at is not None]
+            ahead: set[str] = set()
+            if written_ahead_of_now is not None:
+                query = select(jobs.c.job_id).where(*changed_here, written_ahead_of_now)
+                ahead = {str(job_id) for (job_id,) in conn.execute(query)}
+            return now_seq, [(at, job_id, generation) for at, job_id, generation in due if at is not None], ahead
 
-        return self._read(body, "read changes")
+        now_seq, changed, ahead = self._read(body, "read changes")
+        if not ahead:
+            return now_seq, changed
+        assert now is not None
+        corrections = self._write(
+            lambda conn: correct_ahead(conn, ahead, now, self._bump_change_seq), "correct rows ahead"
+        )
+        for c in corrections:
+            log_correction(c)
+        moved = {c.job_id: c for c in corrections}
+        changed = [entry for entry in changed if entry[1] not in moved]
+        changed += [(c.due, c.job_id, c.generation) for c in corrections if c.due is not None]
+        return now_seq, changed
 
     def changes_made_elsewhere(self, after: int, upto: int) -> list[ChangeNote]:
         """Describe the jobs changed in ``(after, upto]`` of the change counter
@@ -130,11 +154,13 @@ class DueStore(Transactions):
         written at an instant ahead of `now` by more than the floor too: a first
         slot placed far ahead on purpose (start_in, start_at) is not a clock error,
         and skew between live instances (seconds) is left alone, so that no
-        instant runs twice. Its grid slots up to there may have run already, so
-        `_correct_ahead` moves it on into a new generation (never a (generation,
-        scheduled_for) twice) at its next slot from `now` (cron: the next fire
-        after now), keeping its definition, pause and history. Paused rows are
-        corrected too, so that a later resume() is not silenced.
+        instant runs twice. `_correct_ahead` moves it back to its next slot from
+        `now` (cron: the next fire after now), in its generation, keeping its
+        definition, pause and history. Its grid slots up to where it was may have
+        run already (early, on the clock that was ahead): their runs are kept, so
+        when their time comes the claim finds them and passes them by, and no
+        (job_id, scheduled_for) runs twice. Paused rows are corrected too, so that
+        a later resume() is not silenced.
         """
         entries = []
         ahead = []
@@ -156,8 +182,9 @@ class DueStore(Transactions):
                 slot = self.dialect.raw_instant(at)
                 # Cheap tests (the correction re-reads the row): further ahead than the schedule
                 # allows, and written by a clock ahead of this one (docstring).
-                written_ahead = at != first or self.dialect.raw_instant(updated) - now > CLOCK_STEP_FLOOR
-                if written_ahead and beyond_schedule(slot, interval, cron, zone):
+                first_at = None if first is None else self.dialect.raw_instant(first)
+                written = written_ahead(slot, first_at, self.dialect.raw_instant(updated), now)
+                if written and beyond_schedule(slot, interval, cron, zone):
                     ahead.append((job_id, generation, slot))
                 if paused:
                     continue
@@ -255,43 +282,6 @@ class DueStore(Transactions):
         return run_now, corrections, last
 
     def _correct_ahead(self, candidates: Sequence[tuple[str, int, Instant]], now: Instant) -> list[Correction]:
-        """Move rows that lie further ahead than their schedule allows into a new generation (see _inspect)."""
-
-        def body(conn: Connection) -> list[Correction]:
-            corrections: list[Correction] = []
-            held = rows_of(conn, {job_id for job_id, _, _ in candidates})
-            for job_id, generation, was in candidates:
-                was_dt = to_datetime(was)
-                row = held.get(job_id)
-                if row is None or row.generation != generation or row.state != SCHEDULED or row.next_run_at != was_dt:
-                    continue  # changed since it was read: whoever changed it placed it anew
-                plan = readable_plan(row, with_start=True)  # a correction never moves a job before start_at
-                corrected = None if plan is None else plan.corrected(was, now)
-                if plan is None or corrected is None:
-                    continue
-                moved = conn.execute(
-                    update(jobs)
-                    .where(
-                        jobs.c.job_id == job_id,
-                        jobs.c.generation == generation,
-                        jobs.c.state == SCHEDULED,
-                        jobs.c.next_run_at == was_dt,  # PostgreSQL read no lock: anything since wins
-                    )
-                    .values(
-                        next_run_at=to_datetime(corrected),
-                        updated_at=to_datetime(now),
-                        **regrid(row, plan, corrected, self._bump_change_seq(conn)),
-                    )
-                )
-                if moved.rowcount != 1:
-                    continue
-                # The plan of the new generation: jitter hashes the generation.
-                due = (
-                    None
-                    if row.paused
-                    else plan_at(row, generation + 1).due_at(corrected, instant_or_none(row.run_now_at))
-                )
-                corrections.append(Correction(job_id, generation + 1, was, corrected, due))
-            return corrections
-
-        return self._write(body, "correct rows ahead of the clock")
+        """Move rows that lie further ahead than their schedule allows back onto their grid (see _inspect)."""
+        ids = {job_id for job_id, _, _ in candidates}
+        return self._write(lambda conn: correct_ahead(conn, ids, now, self._bump_change_seq), "correct rows ahead")

@@ -15,9 +15,17 @@ other thread holds one; a share asked for meanwhile waits until the fork is
 done. Shares are per thread and nest, so a thread that forks inside its own
 transaction waits only for the others. A fork waits at most `FORK_WAIT`
 seconds (a transaction in SQLite's busy handler may take the busy timeout),
-then goes ahead with a warning. What a caller's own thread does while it
-opens a database or migrates (`open_engine`, `migrate`) is not gated.
-PostgreSQL and MariaDB drivers hold no such mutex: their stores take no share.
+then goes ahead with a warning. PostgreSQL and MariaDB drivers hold no such
+mutex: their stores take no share.
+
+What is gated is persched's own SQLite, and only that: the store's
+transactions, whichever thread runs them (a job that calls ``schedule()``
+included), and the commit watch. Not gated: what a caller's own thread does
+while it opens a database or migrates (`open_engine`, `migrate`), and the
+code of a job, which runs outside any share: a job that uses SQLite itself,
+or any other thread of the application that does, can still be inside SQLite
+at a fork (docs/reference/behaviour.md#forks). Holding a share around a job
+would hold every fork for as long as the longest job runs.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from .._model.plain_models import PlainJob, PlainRun
 from .._model.policy import JobPlan, Missed
 from ..errors import InvalidJobError
 from ._rows import StoredRow, raw_columns, read_row, readable
-from .schema import jobs, runs
+from .schema import COUNTER_MAX, jobs, runs
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Sequence
@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 CLOCK_STEP_FLOOR: Final = Micros(
     60_000_000
-)  # corrections smaller than this are skew, left alone (see JobsStore._inspect)
+)  # corrections smaller than this are skew, left alone (see persched._store.ahead)
 SCHEDULED: Final = JobState.SCHEDULED.value
 RUNNING: Final = JobState.RUNNING.value
 FINISHED: Final = JobState.FINISHED.value
@@ -106,6 +106,28 @@ QUARANTINE: Final = (
     .where(jobs.c.job_id == bindparam("b_job_id"), jobs.c.generation == bindparam("b_generation"))
     .values(state=SCHEDULED, paused=True, run_now_at=None, owner=None, lease_until=None, running_for=None)
 )
+
+
+# Pause a job whose row the database refused to move on, while it is still that run's (see
+# `refused_record`): the refused run's job waits for an operator, and every other job goes on.
+PARK: Final = (
+    update(jobs)
+    .where(
+        jobs.c.job_id == bindparam("b_job_id"),
+        jobs.c.generation == bindparam("b_generation"),
+        jobs.c.state == RUNNING,
+        jobs.c.owner == bindparam("b_owner"),
+        jobs.c.running_for == bindparam("b_running_for"),
+    )
+    .values(state=SCHEDULED, paused=True, run_now_at=None, owner=None, lease_until=None, running_for=None)
+)
+
+
+def counted(column: str, step: str) -> str:
+    """SQL for `column` + `step` (a literal or a ``?``) that stops at `COUNTER_MAX` instead of failing
+    (PostgreSQL, MariaDB) or turning into a float (SQLite); a value past the bound, or not a number
+    at all (written by hand), becomes the bound. Saturated, a counter stays at 2**63 - 1 for good."""
+    return f"CASE WHEN {column} < {COUNTER_MAX} THEN {column} + {step} ELSE {COUNTER_MAX} END"
 
 
 def stored(result: Iterable[Row[Any]], columns: Sequence[Column[Any]] = JOB_COLUMNS) -> list[StoredRow]:
@@ -214,10 +236,10 @@ def _checked(stored: Policies) -> None:
 
 
 def regrid(row: StoredRow, plan: JobPlan, corrected: Instant, change_seq: int) -> dict[str, Any]:
-    """Columns that move a row written by a clock that was ahead into a new generation at `corrected`
-    (see JobsStore._inspect): an interval grid is anchored anew there, its phase kept; the change is announced."""
+    """Columns that move a row written by a clock that was ahead back to `corrected`, in its generation
+    (see DueStore._inspect): an interval grid is anchored anew there, its phase kept; the change is announced.
+    The slots that clock ran early keep their runs, so the claim passes them by (`ClaimBatch.record_starts`)."""
     return {
-        "generation": row.generation + 1,
         "first_run_at": row.first_run_at if plan.interval is None else to_datetime(corrected),
         "change_seq": change_seq,
     }
@@ -374,17 +396,45 @@ def run_fields(row: StoredRow) -> dict[str, Any]:
 
 def _unreadable_record(row: StoredRow, what: str, reason: str, at: Instant, instance_id: str) -> dict[str, Any]:
     """A persched_runs row (outcome "error") saying why a job with an unreadable schedule or row was paused."""
+    return notice_record(
+        row.job_id,
+        row.generation,
+        at if "next_run_at" in row.problems else from_datetime(row.next_run_at),
+        f"the job's {what} cannot be read ({reason}); it was paused: "
+        "schedule it again with a valid definition, then resume it",
+        at,
+        instance_id,
+    )
+
+
+def refused_record(
+    job_id: str, generation: int, slot: Instant, what: str, detail: str, at: Instant, instance_id: str
+) -> dict[str, Any]:
+    """A persched_runs row (outcome "error") saying why a job whose row the database refused to update
+    (to record `what`) was paused (`PARK`)."""
+    return notice_record(
+        job_id,
+        generation,
+        slot,
+        f"the database refused to record {what} ({detail}); the job was paused so that the other jobs go on: "
+        "fix its row, or schedule it again, then resume it",
+        at,
+        instance_id,
+    )
+
+
+def notice_record(
+    job_id: str, generation: int, slot: Instant, error: str, at: Instant, instance_id: str
+) -> dict[str, Any]:
+    """A persched_runs row (outcome "error") in which persched says what it did to a job, and why."""
     return {
-        "job_id": row.job_id,
-        "generation": row.generation,
-        "scheduled_for": to_datetime(at) if "next_run_at" in row.problems else row.next_run_at,
+        "job_id": job_id,
+        "generation": generation,
+        "scheduled_for": to_datetime(slot),
         "started_at": to_datetime(at),
         "finished_at": to_datetime(at),
         "outcome": "error",
-        "error": (
-            f"the job's {what} cannot be read ({reason}); it was paused: "
-            "schedule it again with a valid definition, then resume it"
-        ),
+        "error": error,
         "instance_id": instance_id,
         "lease_until": None,
         "run_now": True,  # off the grid (not under the one-run-per-slot index): a resume may repeat it

@@ -34,6 +34,7 @@ __all__ = [
     "Recovery",
     "RunNowAnswer",
     "RunNowVerdict",
+    "Stranded",
     "Upserted",
     "bound_error_text",
 ]
@@ -132,10 +133,10 @@ class Overdue(NamedTuple):
 @dataclass(frozen=True)
 class Correction:
     """A row whose next slot lay further ahead than its schedule allows (written while a wall
-    clock was ahead), moved back by the start-up sweep (`JobsStore.sweep`) into a new generation."""
+    clock was ahead), moved back onto its grid, in its generation, by the start-up sweep (`DueStore.sweep`)."""
 
     job_id: str
-    generation: int  # the new one
+    generation: int
     was: Instant  # the next slot the row had
     now: Instant  # the next slot it has now
     due: Instant | None  # when the heap should try it (None: paused)
@@ -150,6 +151,18 @@ class OpenRun:
     generation: int
     instance_id: str
     lease_until: datetime | None
+
+
+class Stranded(NamedTuple):
+    """A job row that no scheduler would move on (`Store.stranded_jobs`), as it was seen: ``running``
+    with no run of its job open, or a state that is not a job state."""
+
+    job_id: str
+    generation: int
+    state: str
+    owner: str | None
+    lease_until: datetime | None
+    running_for: datetime | None
 
 
 # (job_id, generation, expected_at, taken_at): a heap entry the dispatcher took up at `taken_at`.

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from sqlalchemy import ColumnElement, TextClause
 
 __all__ = [
+    "COUNTER_MAX",
     "MYSQL_SLOT_COLUMN",
     "MYSQL_SLOT_EXPRESSION",
     "PARTIAL_INDEX_DIALECTS",
@@ -108,6 +109,12 @@ def _not_mysql(
     return kw["dialect"].name not in _MYSQL
 
 
+#: The bound of the counters (run_count, error_count, beats): 64-bit on every engine (revision 0007;
+#: SQLite's INTEGER always was). The completions saturate at it instead of failing (`persched._store.mappers`).
+COUNTER_MAX: Final = 2**63 - 1
+# A 64-bit integer column; SQLite's INTEGER is one already, and only an INTEGER primary key is its rowid.
+_Wide = BigInteger().with_variant(Integer(), "sqlite")
+
 metadata = MetaData(
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -154,7 +161,9 @@ class UTCDateTime(types.TypeDecorator[datetime]):
 
 
 # One row per job_id, never deleted: a descheduled job keeps its row (state
-# 'descheduled') so that its generation counter survives (no ABA).
+# 'descheduled') so that its generation counter survives (no ABA). The view
+# persched_job_states (revision 0008, not in this metadata) reads it for SQL
+# users, giving a job's state as `Job.state` does; persched itself never reads it.
 jobs = Table(
     "persched_jobs",
     metadata,
@@ -179,7 +188,7 @@ jobs = Table(
     # claimed, and stays put for a run-now run.
     Column("next_run_at", UTCDateTime, nullable=False),
     Column("paused", Boolean, nullable=False, server_default=false()),
-    Column("paused_until", UTCDateTime, nullable=True),  # the pause ends by itself then (revision 0007)
+    Column("paused_until", UTCDateTime, nullable=True),  # the pause ends by itself then (revision 0010)
     Column("pause_note", String(500), nullable=True),  # why the job is paused, for people
     Column("run_now_at", UTCDateTime, nullable=True),  # a pending run_now() request
     Column("running_for", UTCDateTime, nullable=True),  # scheduled_for of the run in flight
@@ -187,8 +196,8 @@ jobs = Table(
     Column("state", String(16), nullable=False),
     Column("owner", String(255), nullable=True),  # instance_id holding the claim
     Column("lease_until", UTCDateTime, nullable=True),
-    Column("run_count", Integer, nullable=False, server_default="0"),
-    Column("error_count", Integer, nullable=False, server_default="0"),
+    Column("run_count", _Wide, nullable=False, server_default="0"),
+    Column("error_count", _Wide, nullable=False, server_default="0"),
     Column("last_outcome", String(16), nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
@@ -200,7 +209,7 @@ jobs = Table(
     Index(None, "state", "next_run_at"),
     Index(None, "change_seq"),
     Index(None, "namespace", "state"),
-    Index(None, "paused_until"),  # the earliest end of a timed pause (revision 0007)
+    Index(None, "paused_until"),  # the earliest end of a timed pause (revision 0010)
 )
 
 # One row (id 1): a counter bumped by every change of a job's definition or
@@ -223,7 +232,8 @@ instances = Table(
     Column("started_at", UTCDateTime, nullable=False),
     Column("renewed_at", UTCDateTime, nullable=False),
     Column("beats", BigInteger, nullable=False),
-    # Revision 0007: alive until then by its own clock (for a read-only check), and whether it shares the work.
+    Column("clock_offset_seconds", _Seconds, nullable=True),  # NULL: not measured
+    # Revision 0010: alive until then by its own clock (for a read-only check), and whether it shares the work.
     Column("lease_until", UTCDateTime, nullable=True),
     Column("shares", Boolean, nullable=False, server_default=true()),
 )
@@ -233,7 +243,7 @@ instances = Table(
 runs = Table(
     "persched_runs",
     metadata,
-    Column("run_id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", _Wide, primary_key=True, autoincrement=True),
     Column("job_id", String(200), nullable=False),
     Column("generation", Integer, nullable=False),
     Column("scheduled_for", UTCDateTime, nullable=False),

@@ -23,8 +23,9 @@ not in a namespace: `whereabouts` (one job's namespace, by primary key),
 `job_ids` (one namespace's ids, for "did you mean"), `all_jobs_as` and
 `all_runs_as` (``--all-namespaces``: whole listings, as the store's own).
 
-The dashboard shows one namespace or all of them (`namespace=None`). Of one
-namespace, jobs are still walked by primary key (the namespace term is kept
+The dashboard shows one namespace, some (a set: a dashboard confined to
+them) or all of them (`namespace=None`). Of one namespace, jobs are still
+walked by primary key (the namespace term is kept
 off its index, as the store does: `Dialect.unindexed`), and a run's namespace
 is its job's, looked up by primary key for each run of the page.
 """
@@ -174,8 +175,15 @@ def whereabouts(store: Store, job_id: str) -> tuple[str, bool] | None:
     return store._read(body, "where is a job")
 
 
-def jobs_page(store: Store, after: str | None, limit: int, *, namespace: str | None = None) -> list[Job]:
-    """Up to `limit` active jobs with ids after `after`, in id order, of `namespace` (None: of all)."""
+def _of_namespaces(column: ColumnElement[Any], namespace: str | frozenset[str]) -> ColumnElement[bool]:
+    """`column` is `namespace`, or one of them (a dashboard confined to some namespaces)."""
+    return column == namespace if isinstance(namespace, str) else column.in_(sorted(namespace))
+
+
+def jobs_page(
+    store: Store, after: str | None, limit: int, *, namespace: str | frozenset[str] | None = None
+) -> list[Job]:
+    """Up to `limit` active jobs with ids after `after`, in id order, of `namespace` (a set: of those; None: of all)."""
     query = jobs_query(after, limit, namespace=namespace, unindexed=store.dialect.unindexed)
 
     def body(conn: Connection) -> list[Job]:
@@ -192,7 +200,7 @@ def runs_page(
     outcome: str | None = None,
     before: int | None = None,
     limit: int,
-    namespace: str | None = None,
+    namespace: str | frozenset[str] | None = None,
 ) -> list[Run]:
     """Up to `limit` runs older than run `before`, newest first, of `job_id`, `outcome` and `namespace` if given.
 
@@ -211,7 +219,7 @@ def jobs_query(
     after: str | None,
     limit: int,
     *,
-    namespace: str | None = None,
+    namespace: str | frozenset[str] | None = None,
     unindexed: Callable[[ColumnElement[Any]], ColumnElement[Any]] = lambda column: column,
 ) -> Select[Any]:
     """The SELECT of `jobs_page` (exposed so that a test can check its query plan).
@@ -221,12 +229,17 @@ def jobs_query(
     """
     query = select(*RAW_JOBS).where(jobs.c.state != _DESCHEDULED).order_by(jobs.c.job_id).limit(limit)
     if namespace is not None:
-        query = query.where(unindexed(jobs.c.namespace) == namespace)
+        query = query.where(_of_namespaces(unindexed(jobs.c.namespace), namespace))
     return query if after is None else query.where(jobs.c.job_id > after)
 
 
 def runs_query(
-    *, job_id: str | None, outcome: str | None, before: int | None, limit: int, namespace: str | None = None
+    *,
+    job_id: str | None,
+    outcome: str | None,
+    before: int | None,
+    limit: int,
+    namespace: str | frozenset[str] | None = None,
 ) -> Select[Any]:
     """The SELECT of `runs_page` (exposed so that a test can check its query plan).
 
@@ -239,7 +252,7 @@ def runs_query(
     if namespace is None:
         return query
     # Correlated: each run's job by primary key (a store's `_in_namespace` does the same).
-    return query.where(exists().where(jobs.c.job_id == runs.c.job_id, jobs.c.namespace == namespace))
+    return query.where(exists().where(jobs.c.job_id == runs.c.job_id, _of_namespaces(jobs.c.namespace, namespace)))
 
 
 def _runs_query(*, job_id: str | None, outcome: str | None, before: int | None, limit: int) -> Select[Any]:

@@ -7,7 +7,6 @@ pause with an end, the time zone's rules).
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
@@ -18,7 +17,7 @@ from .._store.coming import coming_slots
 from .._store.mappers import plain_job
 from .exits import EXIT_OK
 from .lookup import missing_job, require_job_id, with_store
-from .output import _fit_table, say
+from .output import fit_table, json_text, printable, say, table_width
 
 if TYPE_CHECKING:
     import argparse
@@ -62,7 +61,7 @@ def cmd_next(args: argparse.Namespace) -> int:
             raise missing_job(store, job_id)
         job, slots = found
         if args.json:
-            say(json.dumps([slot.isoformat().replace("+00:00", "Z") for slot in slots], indent=2))
+            say(json_text([slot.isoformat().replace("+00:00", "Z") for slot in slots]))
             return EXIT_OK
         if not slots:
             why = (
@@ -75,7 +74,7 @@ def cmd_next(args: argparse.Namespace) -> int:
             say(f"no coming slots for {job_id!r}: {why}")
             return EXIT_OK
         say(f"next {len(slots)} slots of {job_id!r} ({job.schedule}):")
-        say(_fit_table(["UTC", job.timezone, ""], _rows(slots, job.timezone)))
+        say(fit_table(["UTC", printable(job.timezone), ""], _rows(slots, job.timezone), table_width(args)))
         return EXIT_OK
 
     return with_store(args, body, read_only=True)

@@ -17,13 +17,22 @@ from typing import TYPE_CHECKING
 from .._model.models import validate_namespace
 from ..errors import PerschedError
 from .exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_PIPE, CliError, one_line
+from .output import printable
 from .parser import parse
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Sequence
 
-__all__ = ["main"]
+__all__ = ["TerminalFormatter", "main"]
+
+
+class TerminalFormatter(logging.Formatter):
+    """The log lines of the command line, with the terminal escapes of a job's error or id escaped."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record's line (and traceback), as `persched.cli.output.printable` shows text."""
+        return printable(super().format(record), lines=True)
 
 
 def _configure_logging(args: argparse.Namespace) -> None:
@@ -34,7 +43,7 @@ def _configure_logging(args: argparse.Namespace) -> None:
     else:
         level = logging.WARNING
     handler = logging.StreamHandler(sys.stderr)
-    formatter = logging.Formatter(
+    formatter = TerminalFormatter(
         "%(asctime)s.%(msecs)03dZ %(levelname)-7s %(name)s [%(threadName)s] %(message)s", "%Y-%m-%dT%H:%M:%S"
     )
     formatter.converter = time.gmtime

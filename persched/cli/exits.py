@@ -2,14 +2,16 @@
 
 `CliError` is a user error of the command line's own (a bad job id, a module
 that does not import); persched's own errors (`PerschedError`) are told the
-same way. `printable` and `one_line` make any text safe for that one line.
+same way. `one_line` makes any text safe for that one line.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_PIPE", "EXIT_USAGE", "CliError", "one_line", "printable"]
+from .output import printable
+
+__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_PIPE", "EXIT_USAGE", "CliError", "one_line"]
 
 EXIT_OK: Final = 0
 EXIT_ERROR: Final = 1  # a user error: unknown job, unusable database, newer schema, bad module
@@ -26,11 +28,6 @@ EXIT_PIPE: Final = 141  # the reader of stdout went away (128 + SIGPIPE), as `ca
 
 class CliError(Exception):
     """A user error: printed as one line, exit code 1."""
-
-
-def printable(text: str) -> str:
-    # argv may hold lone surrogates (undecodable bytes): show them escaped, on any stream.
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def one_line(text: object) -> str:

@@ -10,7 +10,6 @@ problem (``--json``: a JSON array of the problems, ``[]`` when healthy).
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +20,7 @@ from .._store.health import live_instances, problems
 from ..clock import SystemClock
 from .exits import EXIT_ERROR, EXIT_OK
 from .lookup import with_store
-from .output import _fit_table, say
+from .output import NAMESPACE_COLUMN, Column, fit_table, json_text, say, table_width
 
 if TYPE_CHECKING:
     import argparse
@@ -67,20 +66,27 @@ def cmd_instances(args: argparse.Namespace) -> int:
         now = _now()
         rows = live_instances(store, now, all_namespaces=args.all_namespaces)
         if args.json:
-            say(json.dumps([_instance_json(row) for row in rows], indent=2, ensure_ascii=False))
+            say(json_text([_instance_json(row) for row in rows]))
             return EXIT_OK
         if not rows:
             where = "any namespace" if args.all_namespaces else f"namespace {store.namespace!r}"
             say(f"no live scheduler in {where} of {store.url}")
             return EXIT_OK
         at = datetime.fromtimestamp(seconds(now), timezone.utc)
-        columns = [*(["NAMESPACE"] if args.all_namespaces else []), "INSTANCE", "HOST", "PID", "STARTED", "RENEWED"]
+        columns: list[Column | str] = [
+            *([NAMESPACE_COLUMN] if args.all_namespaces else []),
+            Column("INSTANCE", own_line=True),  # a long id on a line of its own, never cut
+            "HOST",
+            "PID",
+            "STARTED",
+            "RENEWED",
+        ]
         table = []
         for row in rows:
             host, pid = _host_and_pid(row.instance_id)
             cells = [display_id(row.instance_id), host, pid, iso(row.started_at), relative(row.renewed_at, at)]
             table.append([*([row.namespace] if args.all_namespaces else []), *cells])
-        say(_fit_table(columns, table))
+        say(fit_table(columns, table, table_width(args)))
         return EXIT_OK
 
     return with_store(args, body, read_only=True)
@@ -121,7 +127,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     def body(store: Store) -> int:
         found = problems(store, _now(), all_namespaces=args.all_namespaces, failures=args.failures)
         if args.json:
-            say(json.dumps([_problem_json(problem) for problem in found], indent=2, ensure_ascii=False))
+            say(json_text([_problem_json(problem) for problem in found]))
         elif not found:
             where = "every namespace" if args.all_namespaces else f"namespace {store.namespace!r}"
             say(f"ok: {where} of {store.url} is healthy")

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final
 
 from .._engine.liveness import display_id
-from .._interfaces.present import iso, job_state, plural, relative
+from .._interfaces.present import iso, job_state, relative, run_counts
 from .._model.instant import micros
 from .._model.models import OPTIONS, JobState
 from .._model.triggers import describe_duration
@@ -23,7 +23,7 @@ from .._store.views import all_jobs_as, all_runs_as, namespaces_of, whereabouts
 from .exits import EXIT_OK, CliError
 from .health import no_scheduler_note
 from .lookup import missing_job, require_job_id, say_empty, with_store
-from .output import jobs_table, runs_table, say, table_width
+from .output import jobs_table, json_text, runs_table, say, table_width
 
 if TYPE_CHECKING:
     import argparse
@@ -44,7 +44,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             if args.json:
                 say("[]")
         elif args.json:
-            say(_json([_job_json(job) for job in jobs]))  # a Job carries its namespace
+            say(json_text([_job_json(job) for job in jobs]))  # a Job carries its namespace
         else:
             running = any(_running(job) for job in jobs)
             in_flight = {run.job_id: run for run in store.runs_in_flight_as(plain_run)} if running else {}
@@ -72,7 +72,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             raise missing_job(store, job_id)
         runs = store.list_runs_as(plain_run, job_id, args.limit)
         if args.json:
-            say(_json({**_job_json(job), "runs": [_run_json(run) for run in runs]}))
+            say(json_text({**_job_json(job), "runs": [_run_json(run) for run in runs]}))
             return EXIT_OK
         now = datetime.now(timezone.utc)
         fields = [
@@ -97,10 +97,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             ),
             *([("pause note", job.pause_note)] if job.pause_note is not None else []),
             ("generation", str(job.generation)),
-            (
-                "runs",
-                f"{job.run_count} ({plural(job.error_count, 'error')}), last outcome {job.last_outcome or '-'}",
-            ),
+            ("runs", run_counts(job)),
             ("created", iso(job.created_at)),
             ("updated", iso(job.updated_at)),
         ]
@@ -214,7 +211,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         if not runs and job_id is None:
             say_empty(store, "no runs recorded", json_output=args.json)
         if args.json:
-            say(_json([_run_json(run) for run in runs]))
+            say(json_text([_run_json(run) for run in runs]))
         elif runs:
             say(runs_table(runs, width=table_width(args)))
         elif job_id is not None:
@@ -231,16 +228,12 @@ def _all_runs(args: argparse.Namespace, store: Store, job_id: str | None) -> int
         raise CliError(f"no job {job_id!r} in any namespace of {store.url}; see `persched jobs --all-namespaces`")
     namespaces = namespaces_of(store, {run.job_id for run in runs})
     if args.json:
-        say(_json([{**_run_json(run), "namespace": namespaces.get(run.job_id)} for run in runs]))
+        say(json_text([{**_run_json(run), "namespace": namespaces.get(run.job_id)} for run in runs]))
     elif runs:
         say(runs_table(runs, width=table_width(args), namespaces=namespaces))
     else:
         say("no runs recorded" + (f" in {store.url}" if job_id is None else f" for {job_id!r}"))
     return EXIT_OK
-
-
-def _json(value: object) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False)
 
 
 def _job_json(job: PlainJob) -> dict[str, Any]:

@@ -3,15 +3,26 @@
 A table is fitted only for a person: at a terminal, or with ``COLUMNS`` set
 (`table_width`); ``--wide``, a file or a pipe get every cell in full, and
 ``--json`` is never cut. Fitting cuts the shrinkable columns first, then
-leaves out the droppable ones, least useful first (`Column`); a cell that
-has a short form (`Cell`: a one-shot job's "at 01-15 08:00") shows it,
-never cut, in a column too narrow for its text. The words in the cells are
-`persched._interfaces.present`'s, shared with the dashboard.
+leaves out the droppable ones, least useful first, and last narrows the
+column whose cells are never cut (`Column.own_line`: the job ids), putting a
+cell too long for it on a line of its own, whole, as ``df`` does with a long
+file system name; a cell that has a short form (`Cell`: a one-shot job's
+"at 01-15 08:00") shows it, never cut, in a column too narrow for its
+text. The words in the cells are `persched._interfaces.present`'s, shared
+with the dashboard.
+
+Everything printed passes `printable`: text from the database or from user
+code (a job's error, an id edited by hand) may hold terminal escapes, which
+reach the operator as ``\x1b``-style escapes, never as escapes a terminal
+acts on (docs/operations.md#terminal-output). ``--json`` (`json_text`) keeps
+every value exact: its control characters are JSON escapes.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -24,17 +35,53 @@ from .._model.models import JobState
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
 
     from .._model.plain_models import PlainJob, PlainRun
 
-__all__ = ["Column", "jobs_table", "runs_table", "say", "table_width"]
+__all__ = [
+    "NAMESPACE_COLUMN",
+    "Column",
+    "fit_table",
+    "jobs_table",
+    "json_text",
+    "printable",
+    "runs_table",
+    "say",
+    "table_width",
+]
 
 ERROR_COLUMN: Final = 60  # characters of error text in a runs table
 
+# What a terminal acts on: C0 controls (ESC, BEL, CR, ...), DEL and C1 controls (U+009B is CSI).
+_CONTROLS: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROLS_BUT_LINES: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # newline and tab kept
+_NOT_JSON_ESCAPED: Final = re.compile(r"[\x7f-\x9f]")  # json.dumps escapes C0 itself
+
+
+def _escape(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """`text` safe on a terminal: control characters and lone surrogates as backslash escapes.
+
+    With `lines`, newlines and tabs are kept (the output's own lines, a traceback's).
+    """
+    text = (_CONTROLS_BUT_LINES if lines else _CONTROLS).sub(_escape, text)
+    # argv may hold lone surrogates (undecodable bytes): escaped too, so any stream can print them.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def json_text(value: object) -> str:
+    """`value` as ``--json`` prints it: exact, with every control character a JSON escape."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return _NOT_JSON_ESCAPED.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
 
 def say(text: str = "") -> None:
-    print(text, flush=True)  # noqa: T201 - the command line talks to a person
+    """Print `text` for a person (or ``--json`` for a program), terminal escapes escaped."""
+    print(printable(text, lines=True), flush=True)  # noqa: T201 - the command line talks to a person
 
 
 def table_width(args: argparse.Namespace) -> int | None:
@@ -64,12 +111,17 @@ class Column:
 
     `drop` ranks the columns that may be left out (1 goes first); `shrink` is
     the narrowest a column may be cut to (the end of a cut cell is ELLIPSIS).
-    A column with neither is always shown in full (ids, counts).
+    An `own_line` column is narrowed last, down to its header, and never cut:
+    a cell longer than it is printed whole on a line of its own, and the
+    row's other cells on the next line (a cell wider than the terminal
+    itself is the one thing that wraps there). A column with none of these
+    is always shown in full (counts).
     """
 
     header: str
     drop: int | None = None
     shrink: int | None = None
+    own_line: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,10 +135,13 @@ class Cell:
         return self.text
 
 
-def _fit_table(columns: Sequence[Column | str], rows: Sequence[Sequence[str | Cell]], width: int | None = None) -> str:
+def fit_table(columns: Sequence[Column | str], rows: Sequence[Sequence[str | Cell]], width: int | None = None) -> str:
     """Align `rows` under `columns`; with `width`, fit it: cut the shrinkable
     columns first, then leave out droppable ones, least useful first."""
     specs = [Column(c) if isinstance(c, str) else c for c in columns]
+    # Escaped before measuring, so the columns line up as printed.
+    rows = [[Cell(printable(c.text), printable(c.short)) if isinstance(c, Cell) else printable(c) for c in row]
+            for row in rows]  # fmt: skip
     by_column = list(zip([c.header for c in specs], *rows, strict=True))
     natural = [max(len(str(cell)) for cell in column) for column in by_column]
     # A column is cut no narrower than its cells' short forms: those are shown whole.
@@ -112,6 +167,10 @@ def _fit_table(columns: Sequence[Column | str], rows: Sequence[Sequence[str | Ce
             if excess <= 0 or not droppable:
                 break
             shown.remove(droppable.pop(0)[1])
+        for i in (i for i in shown if specs[i].own_line and excess > 0):
+            narrower = max(len(specs[i].header), widths[i] - excess)
+            excess -= widths[i] - narrower
+            widths[i] = narrower
 
     def cell(value: str | Cell, i: int) -> str:
         text = str(value)
@@ -121,8 +180,14 @@ def _fit_table(columns: Sequence[Column | str], rows: Sequence[Sequence[str | Ce
             text = text[: widths[i] - 1] + ELLIPSIS
         return text.ljust(widths[i])
 
-    lines = ["  ".join(cell(row[i], i) for i in shown).rstrip() for row in [[c.header for c in specs], *rows]]
-    return "\n".join(lines)
+    def lines(row: Sequence[str | Cell]) -> Iterator[str]:
+        long = next((i for i in shown if specs[i].own_line and len(str(row[i])) > widths[i]), None)
+        if long is not None:  # that cell alone and whole, then the row without it
+            yield str(row[long])
+            row = [*row[:long], "", *row[long + 1 :]]
+        yield "  ".join(cell(row[i], i) for i in shown).rstrip()
+
+    return "\n".join(line for row in [[c.header for c in specs], *rows] for line in lines(row))
 
 
 def _waits(job: PlainJob) -> bool:
@@ -131,7 +196,7 @@ def _waits(job: PlainJob) -> bool:
 
 
 JOBS_COLUMNS: Final = (
-    Column("ID"),
+    Column("ID", own_line=True),
     Column("TARGET", drop=2, shrink=12),
     Column("SCHEDULE", shrink=14),
     Column("NEXT RUN (UTC)", drop=1),  # WHEN says the same, relative to now
@@ -185,8 +250,8 @@ def jobs_table(
         )
     if namespaces:
         rows = [(job.namespace, *row) for job, row in zip(jobs, rows, strict=True)]
-        return _fit_table((NAMESPACE_COLUMN, *JOBS_COLUMNS), rows, width)
-    return _fit_table(JOBS_COLUMNS, rows, width)
+        return fit_table((NAMESPACE_COLUMN, *JOBS_COLUMNS), rows, width)
+    return fit_table(JOBS_COLUMNS, rows, width)
 
 
 HALF_A_YEAR: Final = timedelta(days=182)  # as `ls -l`: nearer than this, a date needs no year
@@ -209,7 +274,7 @@ def _error_summary(error: str | None) -> str:
 
 RUNS_COLUMNS: Final = (
     Column("RUN"),
-    Column("JOB", shrink=10),
+    Column("JOB", own_line=True),
     Column("GEN", drop=3),
     Column("SCHEDULED FOR (UTC)", drop=4),
     Column("STARTED (UTC)", drop=2),
@@ -252,4 +317,4 @@ def runs_table(
         row = row if with_job else row[:1] + row[2:]
         rows.append(row if namespaces is None else [namespaces.get(run.job_id, "-"), *row])
     columns = [c for c in RUNS_COLUMNS if with_job or c.header != "JOB"]
-    return _fit_table(columns if namespaces is None else [NAMESPACE_COLUMN, *columns], rows, width)
+    return fit_table(columns if namespaces is None else [NAMESPACE_COLUMN, *columns], rows, width)

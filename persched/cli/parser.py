@@ -19,9 +19,10 @@ from .._engine.config import DEFAULT_WORKERS
 from .._model.models import DEFAULT_NAMESPACE
 from .coming import cmd_next
 from .database import cmd_demo, cmd_migrate
-from .exits import EXIT_USAGE, printable
+from .exits import EXIT_USAGE
 from .health import cmd_check, cmd_instances
 from .listing import cmd_jobs, cmd_runs, cmd_show
+from .output import printable
 from .service import SETUP_HOOK, cmd_run, cmd_web
 from .steering import cmd_deschedule, cmd_pause, cmd_resume, cmd_run_now
 
@@ -197,8 +198,10 @@ def build_parser() -> Parser:
         "persched deschedule report",
         cmd_deschedule,
         "Descheduling a job that is already descheduled changes nothing, says so and exits 0; an"
-        " unknown job exits 1. An application that declares the job at its start-up (persched_setup)"
-        " schedules it again when it next starts: remove the declaration too.",
+        " unknown job exits 1 (an error a shell script can test). JobScheduler.deschedule() returns"
+        " False for both: in code, no active job removed is an answer, not an error. An application"
+        " that declares the job at its start-up (persched_setup) schedules it again when it next"
+        " starts: remove the declaration too.",
     )
     sub.add_argument("job_id", metavar="JOB_ID")
     sub = command(

@@ -5,7 +5,9 @@ Called as ``python _child.py BLOCKS.json``; prints one line per failing sample a
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import json
 import os
 import shlex
@@ -17,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, os.getcwd())
 sys.path.insert(1, str(Path(__file__).resolve().parents[2]))
 
-from tests.docs.samples import console_matches
+from tests.docs.samples import console_matches, output_comments, prints_shown
 
 
 def report(text: str) -> None:
@@ -31,6 +33,7 @@ def main() -> int:
     failures = 0
     for kind, code, line, path in blocks:
         where = f"{page}:{line}"
+        printed = io.StringIO()
         try:
             if kind in ("file", "test"):
                 target = Path(path)
@@ -39,17 +42,29 @@ def main() -> int:
                 if kind == "file":
                     importlib.invalidate_caches()
                     name = path.removesuffix(".py").replace("/", ".")
-                    if name in sys.modules:
-                        importlib.reload(sys.modules[name])
-                    else:
-                        importlib.import_module(name)
+                    with contextlib.redirect_stdout(printed):
+                        if name in sys.modules:
+                            importlib.reload(sys.modules[name])
+                        else:
+                            importlib.import_module(name)
             elif kind in ("snippet", "setup", "teardown"):
-                exec(compile(code, where, "exec"), namespace)
+                with contextlib.redirect_stdout(printed):
+                    exec(compile(code, where, "exec"), namespace)
             elif kind == "console":
                 failures += console(where, code)
         except Exception:  # noqa: BLE001 - report every failing sample, then go on
             failures += 1
             report(f"{where}: the {kind} sample failed:\n{traceback.format_exc()}")
+            continue
+        shown = output_comments(code) if kind in ("file", "snippet") else []
+        if not prints_shown(shown, printed.getvalue().splitlines()):
+            failures += 1
+            report(
+                f"{where}: the output comments differ from what it printed\n--- shown\n"
+                + "\n".join(shown)
+                + "\n--- printed\n"
+                + printed.getvalue()
+            )
     return 1 if failures else 0
 
 
@@ -64,14 +79,16 @@ def console(where: str, code: str) -> int:
             commands[-1][1].append(text)
     for command, shown in commands:
         argv = shlex.split(command)
-        if argv[0] != "persched":
-            report(f"{where}: only persched commands are run, not {command!r}")
+        if argv[0] == "persched":
+            run = [sys.executable, "-m", "persched", *argv[1:]]
+        elif len(argv) == 2 and argv[0] == "python" and Path(argv[1]).suffix == ".py":
+            run = [sys.executable, argv[1]]  # a file of the page, written by its block above
+        else:
+            report(f"{where}: only persched commands and `python FILE.py` are run, not {command!r}")
             failures += 1
             continue
         env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "PERSCHED_DB", "PERSCHED_NAMESPACE")}
-        done = subprocess.run(
-            [sys.executable, "-m", "persched", *argv[1:]], capture_output=True, text=True, timeout=120, env=env
-        )
+        done = subprocess.run(run, capture_output=True, text=True, timeout=120, env=env)
         real = (done.stdout + done.stderr).splitlines()
         if not console_matches(shown, real):
             failures += 1

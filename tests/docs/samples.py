@@ -11,19 +11,32 @@ The conventions a page follows (CONTRIBUTING.md, "Documentation"):
   framework tests).
 - Any other ```python block is a snippet: executed, in the page's order, in
   one namespace per page, after the code of a ``<!-- sample-setup ... -->``
-  comment and before that of ``<!-- sample-teardown ... -->``.
-- A ```console block holds ``$ persched ...`` commands, each followed by its
+  comment and before that of ``<!-- sample-teardown ... -->``. README.md is
+  read in terminals too, where such a comment shows: its set-up is a file,
+  ``tests/docs/setup/README.py`` (`SETUPS`), run before the page's first
+  sample in its namespace; the ``teardown()`` it defines runs after the last.
+- A ```console block holds ``$ persched ...`` commands (or ``$ python
+  FILE.py``, a file of the page), each followed by its
   output: it runs in the same directory once the blocks above it have, and
   its output must match, a line ``...`` standing for any lines and ``...``
   inside a line for any text.
+- A comment that ends a ``print(...)`` line, and the comment lines right
+  below that call, show what it prints (`output_comments`). Whatever a
+  snippet or a file prints while it runs (its worker threads included) must
+  contain those lines in that order (`prints_shown`), ``...`` inside a line
+  standing for any text: so a value that depends on the clock is written
+  ``...``, and a remark about a call goes in the page's text, not after it.
 
     python -m tests.docs.samples --write-cli    # rewrite docs/reference/cli.md from the parser
 """
 
 from __future__ import annotations
 
+import ast
+import io
 import re
 import sys
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -32,6 +45,7 @@ REPO: Final = Path(__file__).resolve().parents[2]
 # Pages whose samples another part of the work keeps (their authors adopt the conventions above).
 NOT_YET: Final = frozenset[str]()
 
+SETUPS: Final = REPO / "tests" / "docs" / "setup"  # a page's set-up as a file: SETUPS / "README.py"
 _FENCE: Final = re.compile(r"^```(\w*)\n(.*?)^```\n", re.S | re.M)
 _COMMENT: Final = re.compile(r"^<!-- sample-(setup|teardown)\n(.*?)^-->\n", re.S | re.M)
 _FILE: Final = re.compile(r"# (\S+\.py)(?: -- (.*))?$")
@@ -77,7 +91,12 @@ def blocks(page: str) -> list[Block]:
             found.append((m.start(), Block("excerpt", code, line, excerpt.group(1))))
         else:
             found.append((m.start(), Block("snippet", code, line)))
-    return [block for _, block in sorted(found, key=lambda item: item[0])]
+    ordered = [block for _, block in sorted(found, key=lambda item: item[0])]
+    setup = SETUPS / Path(page).with_suffix(".py")
+    if setup.exists():
+        code = setup.read_text(encoding="utf-8")
+        ordered = [Block("setup", code, 0, str(setup.relative_to(REPO))), *ordered, Block("teardown", "teardown()", 0)]
+    return ordered
 
 
 def console_matches(shown: list[str], real: list[str]) -> bool:
@@ -89,6 +108,40 @@ def console_matches(shown: list[str], real: list[str]) -> bool:
         return any(console_matches(rest, real[i:]) for i in range(len(real) + 1))
     pattern = ".*?".join(re.escape(part) for part in head.rstrip().split("..."))
     return bool(real) and re.fullmatch(pattern, real[0].rstrip()) is not None and console_matches(rest, real[1:])
+
+
+def output_comments(code: str) -> list[str]:
+    """The lines that the comments of `code` say its ``print(...)`` calls print, in the order of the calls."""
+    comments = {
+        token.start[0]: token.string.removeprefix("#").strip()
+        for token in tokenize.generate_tokens(io.StringIO(code).readline)
+        if token.type == tokenize.COMMENT
+    }
+    lines = code.splitlines()
+    calls = sorted(
+        node.end_lineno
+        for node in ast.walk(ast.parse(code))
+        if isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Name)
+        and node.value.func.id == "print"
+        and node.end_lineno is not None
+    )
+    shown: list[str] = []
+    for end in calls:
+        if end in comments:
+            shown.append(comments[end])
+        below = end + 1
+        while below <= len(lines) and lines[below - 1].lstrip().startswith("#"):
+            shown.append(comments[below])
+            below += 1
+    return shown
+
+
+def prints_shown(shown: list[str], real: list[str]) -> bool:
+    """Whether the printed lines `real` contain the `shown` ones in order (``...`` in a line: any text)."""
+    rest = iter(real)
+    return all(any(console_matches([line], [printed]) for printed in rest) for line in shown)
 
 
 def cli_reference() -> str:

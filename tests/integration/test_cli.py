@@ -177,7 +177,7 @@ def test_show_prints_the_job_and_its_runs(seeded: str) -> None:
     assert "tests.support.cli_jobs:fail_always" in proc.stdout
     assert "every 1 min (60 s)" in proc.stdout
     assert "ValueError: flaky says no" in proc.stdout
-    assert "1 (1 error), last outcome error" in proc.stdout
+    assert "1 (1 error) of generation 1, the current definition; last outcome error" in proc.stdout
 
 
 def test_show_json(seeded: str) -> None:

@@ -23,6 +23,7 @@ import pytest
 from persched import JobScheduler
 from persched.testing import FakeClock
 from tests.multi._cluster import REPO, child_env, throttled
+from tests.support.django_example import example_settings, persched_setting
 from tests.support.frameworks import require
 from tests.support.helpers import TIMEOUT, sql, wait_until
 
@@ -56,10 +57,12 @@ class Client:
         self.port = port
         self.cookies: dict[str, str] = {}
 
-    def send(self, method: str, path: str, form: dict[str, str] | None = None) -> tuple[int, dict[str, str], str]:
+    def send(
+        self, method: str, path: str, form: dict[str, str] | None = None, host: str | None = None
+    ) -> tuple[int, dict[str, str], str]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=TIMEOUT)
         try:
-            headers = {"Host": f"127.0.0.1:{self.port}"}
+            headers = {"Host": host or f"127.0.0.1:{self.port}"}
             if self.cookies:
                 headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
             body = None
@@ -91,6 +94,11 @@ def _check_mounted(client: Client, db: str, sign_in: Callable[[Client, str], Non
     status, _, job = client.send("GET", f"/persched/job?id={JOB}")
     assert status == 200
     assert "btn-pause" not in job  # not signed in: read-only
+    # A name the app was not given (DNS rebinding): the mount answers 400 whatever the app checks.
+    for path in ("/persched/", f"/persched/job?id={JOB}"):
+        status, _, refused = client.send("GET", path, host="evil.example")
+        assert status == 400, (path, refused)
+        assert JOB not in refused
     assert client.send("POST", "/persched/action", {"id": JOB, "action": "pause", "csrf": "x"})[0] == 403
 
     sign_in(client, "bob")  # signed in by the app, but not allowed to act
@@ -135,9 +143,9 @@ def test_flask_mounts_the_dashboard_behind_its_session(tmp_path: Path, monkeypat
     require("flask")
     db = _database(tmp_path, "flask-example")
     monkeypatch.setenv("PERSCHED_DB", db)
-    from examples import dashboard_flask
+    from examples import flask_app
 
-    app = dashboard_flask.create_app()
+    app = flask_app.create_app()  # Persched(dashboard_path="/persched", authorize=...): the integration
 
     def sign_in(client: Client, user: str) -> None:
         assert client.send("POST", "/login", {"user": user})[0] == 302
@@ -146,45 +154,18 @@ def test_flask_mounts_the_dashboard_behind_its_session(tmp_path: Path, monkeypat
         for port in _serve_wsgi(app):
             _check_mounted(Client(port), db, sign_in, "the app's own pages")
     finally:
-        app.extensions["persched-dashboard"].close()
+        flask_app.persched.shutdown(app, timeout=TIMEOUT)
 
 
 # -- Django ---------------------------------------------------------------------------------------------
 
 
 def test_django_mounts_the_dashboard_behind_its_authentication(tmp_path: Path) -> None:
-    require("django")
     db = _database(tmp_path, "django-example")
-    import django
-    from django.conf import settings
-
-    from examples.django_app import dashboard as django_dashboard
-
-    if not settings.configured:
-        settings.configure(
-            SECRET_KEY="test-secret-of-the-dashboard-recipe",
-            ALLOWED_HOSTS=["127.0.0.1"],
-            ROOT_URLCONF="examples.django_app.urls",
-            INSTALLED_APPS=["examples.django_app.apps.PerschedExampleConfig"],
-            MIDDLEWARE=[],
-            DATABASES={},
-            USE_TZ=True,
-            PERSCHED_DB=db,
-            PERSCHED_NAMESPACE="django-example",
-            PERSCHED_IN_WEB_PROCESSES=False,
-            PERSCHED_WORKERS=2,
-            EXAMPLE_INTERVAL=60.0,
-            EXAMPLE_LOG=None,
-        )
-        django.setup()
-    elif settings.PERSCHED_NAMESPACE != "django-example":
-        pytest.skip("Django is configured otherwise in this process")
+    example_settings()
     from django.core import signing
     from django.core.handlers.wsgi import WSGIHandler
-
-    django_dashboard._dashboard.cache_clear()
-    original_db = settings.PERSCHED_DB
-    settings.PERSCHED_DB = db  # a test before may have configured another database
+    from django.test.utils import override_settings
 
     def sign_in(client: Client, user: str) -> None:
         # Stands for the project's login view: a cookie signed with SECRET_KEY (get_signed_cookie's format).
@@ -199,26 +180,22 @@ def test_django_mounts_the_dashboard_behind_its_authentication(tmp_path: Path) -
     def app(environ: dict[str, str], start_response: Callable[..., object]) -> object:
         return (home if environ.get("PATH_INFO") == "/" else django_app)(environ, start_response)
 
-    try:
+    with override_settings(PERSCHED=persched_setting(db)):
         for port in _serve_wsgi(app):  # type: ignore[arg-type]  # a WSGI callable
             _check_mounted(Client(port), db, sign_in, "the project's own pages")
-    finally:
-        settings.PERSCHED_DB = original_db
-        django_dashboard._dashboard().close()
-        django_dashboard._dashboard.cache_clear()
 
 
 # -- FastAPI, under a real uvicorn process ----------------------------------------------------------------
 
 
 @pytest.mark.slow
-def test_fastapi_mounts_the_dashboard_through_a2wsgi(tmp_path: Path) -> None:
-    require("fastapi", "uvicorn", "a2wsgi")
+def test_fastapi_mounts_the_asgi_dashboard(tmp_path: Path) -> None:
+    require("fastapi", "uvicorn")
     db = _database(tmp_path, "fastapi-example")
     log = tmp_path / "uvicorn.log"
     env = child_env()
     env["PERSCHED_DB"] = db
-    command = [sys.executable, "-m", "uvicorn", "examples.dashboard_fastapi:app", "--host", "127.0.0.1", "--port", "0"]
+    command = [sys.executable, "-m", "uvicorn", "examples.fastapi_app:app", "--host", "127.0.0.1", "--port", "0"]
     with log.open("wb") as out:
         server = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:

@@ -1,5 +1,5 @@
 """The framework recipes with the real frameworks (the ``examples`` extra): FastAPI under a real uvicorn
-process, Starlette's TestClient, aiohttp's test server, Flask's test client.
+process, Starlette's TestClient, aiohttp's test server. (Flask: tests/integration/test_integration_flask.py.)
 
 tests/integration/test_recipes.py drives the framework-free versions through
 the ASGI and WSGI protocols; these check that the recipes hold with each
@@ -26,7 +26,7 @@ from persched import JobSpec
 from persched.errors import SchedulerStateError
 from tests.multi._cluster import REPO, child_env, throttled
 from tests.support.frameworks import require
-from tests.support.helpers import TIMEOUT, finished_runs, sql, wait_until
+from tests.support.helpers import TIMEOUT, sql, wait_until
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -170,31 +170,3 @@ def test_aiohttp_cleanup_ctx_starts_the_scheduler_and_shuts_it_down_at_cleanup(
     outcomes = _outcomes(db, "aiohttp.refresh")
     assert outcomes.count("ok") >= 2
     assert outcomes == ["ok"] * len(outcomes)  # shutdown waited: no run left open
-
-
-# -- Flask's app factory, with its test client ---------------------------------------------------------------
-
-
-def test_flask_factory_starts_nothing_and_the_first_request_starts_the_processs_scheduler(
-    db: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    require("flask")
-    from examples import flask_app
-
-    monkeypatch.setattr(flask_app, "JOBS", [JobSpec("flask.sync", flask_app.sync, INTERVAL, start_in=0)])
-    before = {t.name for t in threading.enumerate()}
-    app = flask_app.create_app()
-    assert {t.name for t in threading.enumerate()} == before  # safe before a fork (gunicorn --preload)
-    client = app.test_client()
-    try:
-        assert client.get("/nowhere").status_code == 404  # the start hook never replaces a response
-        response = client.get("/jobs")
-        assert response.status_code == 200, response.data
-        assert [(j["job_id"], j["namespace"]) for j in response.get_json()] == [("flask.sync", "flask-example")]
-        sched = flask_app.holder(app).get()
-        assert client.get("/jobs").status_code == 200
-        assert flask_app.holder(app).get() is sched
-        wait_until(throttled(lambda: len(finished_runs(sched, "flask.sync")) >= 2), message="two runs")
-        assert {r.outcome for r in finished_runs(sched, "flask.sync")} == {"ok"}
-    finally:
-        flask_app.holder(app).get().shutdown(wait=True, timeout=TIMEOUT)

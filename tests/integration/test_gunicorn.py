@@ -2,9 +2,11 @@
 
 - Without ``--preload``: `examples/wsgi_app.py`, the app docs/multi.md recommends for
   ``gunicorn -w 4`` (each worker imports it after the fork and starts its own scheduler).
-- With ``--preload``: Flask's app factory, `examples/flask_app.py` (the recipe documented as
-  safe there): the master imports the app and calls ``create_app()`` before forking, starts
-  nothing, and each worker makes its scheduler on its first request.
+- The Flask integration (`examples/flask_app.py`) with ``--preload``, on one SQLite file and on
+  PostgreSQL: the master loads the app and starts no scheduler; each worker starts its own as
+  it is forked, before any request. (Without ``--preload`` a worker loads the app itself: the
+  process that serves, as in tests/integration/test_integration_flask.py.)
+- The Django integration (`examples/django_app`) with ``--preload``: the same placement.
 - With ``--preload`` and `examples/wsgi_app.py` (the mistake): the scheduler started at import
   in the master stays the master's. Each worker logs the fork WARNING and its requests fail with
   SchedulerStateError (docs/reference/behaviour.md, "Forks"); the jobs run in the master, once per slot.
@@ -15,6 +17,7 @@ with exit 0 and no run left open. In CI a missing gunicorn fails (tests/support/
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import sys
@@ -28,6 +31,7 @@ import pytest
 from tests.multi._cluster import REPO, check_once, child_env, fetch_runs, throttled
 from tests.support.frameworks import require
 from tests.support.helpers import TIMEOUT, stop_gracefully, wait_until
+from tests.support.postgres import pg_schema
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -137,27 +141,57 @@ def test_without_preload_each_worker_starts_its_scheduler_at_import_and_every_sl
     assert {_pid(r) for r in runs} <= workers
 
 
-def test_preload_with_the_flask_factory_starts_nothing_in_the_master_and_every_slot_runs_once(
-    tmp_path: Path, served: list[Gunicorn]
+PLACED: Final = re.compile(r"persched: jobs of process (\d+): ([a-z ]+) \(")
+
+
+@pytest.mark.parametrize("engine", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_the_flask_integration_under_preload_runs_the_jobs_in_each_worker_before_any_request_and_every_slot_once(
+    tmp_path: Path, served: list[Gunicorn], engine: str
 ) -> None:
     require("gunicorn", "flask")
+    with contextlib.ExitStack() as stack:
+        db = f"sqlite:///{tmp_path / 'app.db'}" if engine == "sqlite" else stack.enter_context(pg_schema("gunicorn"))
+        server = Gunicorn(tmp_path, "tests.support.flask_logged:app", "--preload", env=_env(db))
+        served.append(server)
+        master = server.proc.pid
+        # No request: each worker started its scheduler as it began (after the fork).
+        wait_until(throttled(lambda: "persched: declared 1 job" in server.output()), message="jobs declared")
+        wait_until(throttled(lambda: len(_finished(db)) >= RUNS), timeout=3 * TIMEOUT, message=f"{RUNS} runs")
+        status, body = server.get("/jobs")
+        assert status == 200, server.output()
+        assert b'"flask.sync"' in body
+        assert server.get("/nothing-here")[0] == 404
+        assert server.terminate() == 0, server.output()
+        out = server.output()
+        workers = {int(pid) for pid in re.findall(r"Booting worker with pid: (\d+)", out)}
+        assert len(workers) == 2, out
+        placed = {int(pid): where for pid, where in PLACED.findall(out)}
+        assert placed == {master: "forked workers", **dict.fromkeys(workers, "here")}, out  # none in the master
+        started = {int(p) for p in re.findall(r"INFO \[(\d+)\] persched: scheduler \S+ started", out)}
+        stopped = {int(p) for p in re.findall(r"INFO \[(\d+)\] persched: scheduler \S+ shut down", out)}
+        assert started == stopped == workers, out  # one per worker, shut down at its exit
+        assert FORK_WARNING not in out, out
+        assert "Traceback" not in out, out
+        runs = _check_history(db, "flask.sync")
+        assert {_pid(r) for r in runs} <= workers
+
+
+def test_the_django_integration_under_preload_runs_the_jobs_in_each_worker_and_none_in_the_master(
+    tmp_path: Path, served: list[Gunicorn]
+) -> None:
+    require("gunicorn", "django")
     db = f"sqlite:///{tmp_path / 'app.db'}"
-    server = Gunicorn(tmp_path, "examples.flask_app:create_app()", "--preload", env=_env(db))
+    server = Gunicorn(tmp_path, "examples.django_app.wsgi:application", "--preload", env=_env(db))
     served.append(server)
-    master = server.proc.pid
-    status, body = server.get("/jobs")  # the serving worker's first request makes its scheduler
-    assert status == 200, server.output()
-    assert b'"flask.sync"' in body
+    wait_until(throttled(lambda: "declared 1 job" in server.output()), message="jobs declared")
     wait_until(throttled(lambda: len(_finished(db)) >= RUNS), timeout=3 * TIMEOUT, message=f"{RUNS} runs")
-    assert server.get("/nothing-here")[0] == 404  # the before_request hook does not replace responses
     assert server.terminate() == 0, server.output()
     out = server.output()
     workers = {int(pid) for pid in re.findall(r"Booting worker with pid: (\d+)", out)}
-    assert len(workers) == 2, out
-    assert FORK_WARNING not in out, out  # no scheduler was running in the master when it forked
-    assert "Traceback" not in out, out
-    runs = _check_history(db, "flask.sync")
-    assert master not in {_pid(r) for r in runs}
+    placed = {int(pid): where for pid, where in PLACED.findall(out)}
+    assert placed == {server.proc.pid: "forked workers", **dict.fromkeys(workers, "here")}, out
+    assert FORK_WARNING not in out, out
+    runs = _check_history(db, "django.cleanup")
     assert {_pid(r) for r in runs} <= workers
 
 

@@ -110,6 +110,10 @@ def test_metrics_attach_to_the_async_front_end_once(db_url: str, clock: FakeCloc
         ("namespace", {"namespace": None}),
         ("registry", {"registry": "x"}),
         ("jobs_cache_seconds", {"jobs_cache_seconds": -1}),
+        ("jobs_cache_seconds", {"jobs_cache_seconds": math.nan}),
+        pytest.param("jobs_cache_seconds", {"jobs_cache_seconds": 10**400}, id="jobs_cache_seconds-10**400"),
+        ("jobs_cache_seconds", {"jobs_cache_seconds": 1e300}),
+        ("jobs_cache_seconds", {"jobs_cache_seconds": 11 * 366 * 24 * 3600}),
     ],
     ids=lambda v: v if isinstance(v, str) else repr(next(iter(v.values()))),
 )

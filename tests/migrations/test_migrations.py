@@ -94,7 +94,7 @@ def _tables(engine: Engine) -> set[str]:
 def test_one_head_and_head_constant() -> None:
     script = ScriptDirectory(_migrate.script_location())
     assert script.get_heads() == [_migrate.HEAD]
-    assert _migrate.HEAD == "0007"
+    assert _migrate.HEAD == "0010"
     # The read commands check the revision without Alembic (persched._store.revision).
     assert _revision.HEAD_REVISION == _migrate.HEAD
 
@@ -224,6 +224,25 @@ def test_comparison_can_fail(engine: Engine) -> None:
     other.tables["persched_jobs"].append_column(Column("extra", Integer))
     diff = _diff(engine, other)
     assert any(d[0] == "add_column" and d[3].name == "extra" for d in diff), diff
+
+
+def test_the_job_states_view_comes_and_goes_with_its_revision(engine: Engine) -> None:
+    """Revision 0008 creates persched_job_states (a view, so not in the metadata compared above) and its
+    downgrade drops it, leaving the tables as 0007 made them."""
+    from alembic import command
+
+    _migrate.upgrade(engine)
+    assert inspect(engine).get_view_names() == ["persched_job_states"]
+    with engine.begin() as conn:
+        command.downgrade(_migrate._config(conn), "0007")
+    assert inspect(engine).get_view_names() == []
+    assert "persched_jobs" in _tables(engine)
+    _migrate.upgrade(engine)
+    with engine.connect() as conn:
+        columns = conn.execute(text("SELECT * FROM persched_job_states")).keys()
+        conn.rollback()
+    assert "state" in columns
+    assert "next_run_at" in columns
 
 
 def test_upgrade_is_idempotent(engine: Engine) -> None:

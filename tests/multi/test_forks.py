@@ -87,3 +87,11 @@ def test_a_child_forked_while_sqlite_is_busy_opens_it(tmp_path: Path) -> None:
     # Without the fork gate (persched._store.fork_gate) about four children in ten hung in sqlite3.connect().
     (line,) = _run(tmp_path, "busy", "--url", f"sqlite:///{tmp_path / 'busy.db'}")
     assert line == {"busy_children": ["exit 0"] * BUSY_FORKS}, line
+
+
+def test_a_fork_never_waits_for_a_jobs_own_code(tmp_path: Path) -> None:
+    """The fork gate covers persched's own SQLite transactions, not a job's code: a job that holds a
+    SQLite database of its own open does not delay a fork (docs/reference/behaviour.md#forks)."""
+    lines, stderr = _run_with_stderr(tmp_path, "own-sqlite", "--url", f"sqlite:///{tmp_path / 'jobs.db'}")
+    assert lines == [{"own_sqlite_child": "exit 0", "fork_waited_for_the_job": False}], lines
+    assert "went ahead while" not in stderr  # the gate's warning after FORK_WAIT

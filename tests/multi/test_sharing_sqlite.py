@@ -44,10 +44,12 @@ JOBS: Final = 30
 WARMUP: Final = 1.0  # seconds of slots before the window
 WINDOW: Final = 5.0  # seconds of slots measured (about 860 slots at 30 jobs)
 BOUND: Final = 0.85  # three instances run at least this share of what one runs
+FLOOR: Final = 0.5  # ... on a machine whose other work left them no CPU at all
 
 
-def _fraction_run(tmp: Path, instances: int) -> float:
-    """Run `instances` processes on a fresh file; the fraction of the window's slots that ran."""
+def _fraction_run(tmp: Path, instances: int) -> tuple[float, float]:
+    """Run `instances` processes on a fresh file; the fraction of the window's slots that ran, and
+    the share of the CPU that the machine's other work denied meanwhile (`CpuPressure`)."""
     tmp.mkdir()
     url = f"sqlite:///{tmp / 'jobs.db'}"
     jobs = {f"j{i}": INTERVALS[i % len(INTERVALS)] for i in range(JOBS)}
@@ -65,10 +67,17 @@ def _fraction_run(tmp: Path, instances: int) -> float:
     ran = {(r.job_id, r.scheduled_for) for r in runs if start <= r.scheduled_for < end}
     offered = sum(math.floor(WINDOW / interval) for interval in jobs.values())
     logger.info("%d instances: ran %d of %d offered slots; %s", instances, len(ran), offered, report.summary())
-    return len(ran) / offered
+    return len(ran) / offered, c.pressure.share()
 
 
 def test_three_instances_on_one_sqlite_file_run_the_slots_one_runs(tmp_path: Path) -> None:
-    one = _fraction_run(tmp_path / "one", 1)
-    three = _fraction_run(tmp_path / "three", 3)
-    assert three >= BOUND * one, f"3 instances ran {three:.1%} of the offered slots, 1 instance {one:.1%}"
+    one, starved_one = _fraction_run(tmp_path / "one", 1)
+    three, starved_three = _fraction_run(tmp_path / "three", 3)
+    # Three instances spend more CPU on the same slots than one: where the machine denied the
+    # CPU, the share they keep up with falls towards FLOOR (the busy handler's fault showed on
+    # an idle machine, 55-60 %).
+    starved = max(starved_one, starved_three)
+    assert three >= (BOUND - (BOUND - FLOOR) * starved) * one, (
+        f"3 instances ran {three:.1%} of the offered slots, 1 instance {one:.1%} "
+        f"(CPU denied: {starved_three:.0%} and {starved_one:.0%})"
+    )

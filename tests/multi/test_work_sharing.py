@@ -33,7 +33,7 @@ from persched._store.observer import Observer
 from persched.testing import FakeClock
 from tests.multi._cluster import job_owned_by
 from tests.support import jobs
-from tests.support.helpers import TIMEOUT, db_sql, finished_runs
+from tests.support.helpers import TIMEOUT, db_sql, finished_runs, wait_until
 from tests.support.race_jobs import RECORD
 from tests.support.store_calls import claim_one, finish_one
 
@@ -225,10 +225,11 @@ def test_a_member_that_joins_takes_its_share(me: JobScheduler, other: Store, clo
 def test_forgetting_a_member_is_conditional_on_the_count_seen(me: JobScheduler, other: Store) -> None:
     beat(other, me)
     now = me._timebase.now()
-    counts = other.beat_membership(OTHER, now, Instant(now + 30_000_000), shares=True)
+    counts, _ = other.beat_membership(OTHER, now, Instant(now + 30_000_000), shares=True)
     (count,) = [beats for member, (beats, _) in counts.items() if member == OTHER]
     beat(other, me)  # it beat again after the count was seen
     assert other.forget_member(OTHER, count) is False
+    assert isinstance(count, int)
     assert other.forget_member(OTHER, count + 1) is True
 
 
@@ -330,3 +331,61 @@ def test_a_job_a_search_ran_is_adopted_until_its_owner_is_back(
         run_elsewhere(other, me, THEIRS)
     assert len(ran_here(me, THEIRS)) == 3
     assert conflicts.lost == [THEIRS]  # one lost claim, then it is the owner's again
+
+
+@pytest.fixture
+def beating(db_url: str, clock: FakeClock) -> Iterator[JobScheduler]:
+    """`ME` with its heartbeat thread running (beats every 10 s of clock, pick-ups every 1 s)."""
+    sched = JobScheduler(db_url, clock=clock, instance_id=ME, lease_seconds=LEASE_SECONDS)
+    sched.start()
+    try:
+        yield sched
+    finally:
+        jobs.release_all()
+        sched.shutdown(wait=True, timeout=TIMEOUT)
+
+
+def test_a_join_and_a_leave_are_seen_within_a_pickup_not_a_heartbeat(
+    beating: JobScheduler, db_url: str, clock: FakeClock
+) -> None:
+    """A member's join and leave move the change counter, so the others see them at their next
+    pick-up (1 s; on PostgreSQL at once) instead of their next beat (10 s): ownership settles, and
+    the old owner stops racing the newcomer for its share, in the first second."""
+    engine = _db.make_engine(db_url)
+    try:
+        other = Store(engine, _db.mask(engine.url))
+        me = beating._membership
+        assert me is not None
+        beating.schedule(THEIRS, RECORD, INTERVAL, args=(THEIRS,), start_in=5.0)  # queued here: ME is alone
+        beat(other, beating)
+        clock.advance(1.0)  # one pick-up; the next beat is 9 s away
+        wait_until(lambda: me.members == tuple(sorted(BOTH)), message="ME sees OTHER join")
+        clock.advance(4.0)  # the slot: OTHER's now, so ME does not even try it
+        assert beating.wait_idle(TIMEOUT)
+        assert jobs.calls(THEIRS) == []
+        other.leave_membership(OTHER)
+        clock.advance(1.0)
+        wait_until(lambda: me.members == (ME,), message="ME sees OTHER leave")
+    finally:
+        engine.dispose()
+
+
+def test_a_member_that_does_not_share_is_no_reason_to_beat_at_each_change(
+    me: JobScheduler, other: Store, db_url: str
+) -> None:
+    """A ``share_work=False`` instance keeps a row but is in no view: a pick-up that sees the change
+    counter move compares the rows with those of the last beat, not with the view, and so does not
+    beat again at every job change for that row."""
+    now = me._timebase.now()
+    other.beat_membership(OTHER, now, Instant(now + LEASE), shares=False)
+    round_(me)
+    membership = me._membership
+    assert membership.members == (ME,)  # seen, but given no share
+
+    def my_beats() -> object:
+        (count,) = [b for m, b in db_sql(db_url, "SELECT instance_id, beats FROM persched_instances") if m == ME]
+        return count
+
+    before = my_beats()
+    assert membership.notice() is False
+    assert my_beats() == before  # no beat: no row came or went

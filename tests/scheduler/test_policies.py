@@ -169,6 +169,19 @@ def test_cron_daylight_saving_rules(
     assert [c.scheduled_for for c in jobs.calls("daily")] == wanted[:-1]
 
 
+def test_cron_shortcut_is_kept_as_written_and_runs_at_midnight(make_scheduler: SchedulerFactory) -> None:
+    """`@daily` is a job's cron as written (in `Job`, `persched jobs`); it fires at 00:00 in its zone."""
+    clock = FakeClock(start=utc("2026-03-28T21:13").timestamp() + 0.25)
+    sched = make_scheduler(clock=clock, start=True)
+    job = sched.schedule("daily", jobs.record, args=("daily",), cron="@daily", timezone="Europe/Paris")
+    assert (job.cron, job.schedule) == ("@daily", "cron @daily Europe/Paris")
+    assert job.next_run_at == utc("2026-03-28T23:00")  # 00:00 CET
+    clock.advance(utc("2026-03-28T23:00").timestamp() - clock.now())
+    job = wait_settled(sched, "daily", 1)
+    assert job.next_run_at == utc("2026-03-29T22:00")  # 00:00 CEST, after spring forward
+    assert sched.schedule("daily", jobs.record, args=("daily",), cron="@DAILY", timezone="Europe/Paris") == job
+
+
 def test_cron_fall_back_jump_over_both_occurrences_is_one_run(make_scheduler: SchedulerFactory) -> None:
     """Paris 2026-10-25: 02:30 CEST (00:30 UTC) is the slot; 02:30 CET (01:30 UTC) is not,
     also when the clock jumps over both at once (the coalesced run stands for the first)."""

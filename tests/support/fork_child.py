@@ -5,6 +5,7 @@ Usage::
     python -m tests.support.fork_child job --url URL --out PATH --how exit|return|raise
     python -m tests.support.fork_child methods --url URL --out PATH
     python -m tests.support.fork_child busy --url URL --out PATH
+    python -m tests.support.fork_child own-sqlite --url URL --out PATH
 
 ``job``: a scheduler runs job "forker", which forks; the forked child's code
 raises ``SystemExit(7)``, returns, or raises ``ValueError``. The job (in the
@@ -25,6 +26,13 @@ from its main thread; each child makes a scheduler of its own on the same
 database, lists its jobs and shuts it down. One line lists the children's
 statuses (``"hung"`` for a child still alive after `WAIT` seconds).
 
+``own-sqlite``: a scheduler runs job "own", which opens a SQLite database of
+its own and holds a write transaction on it open until released; meanwhile
+the main thread forks once, and the child opens a SQLite database of its own.
+One line gives the child's status and whether the fork waited for the job:
+persched's fork gate covers persched's own transactions, never a job's code
+(persched._store.fork_gate).
+
 Forking runs here rather than in the pytest process: a forked copy of pytest
 would run its own teardown and reporting.
 """
@@ -32,10 +40,13 @@ would run its own teardown and reporting.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import signal
+import sqlite3
 import sys
+import threading
 import time
 import warnings
 from typing import TYPE_CHECKING, Any, Final
@@ -43,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy import event
 
 from persched import JobScheduler
+from persched._store.fork_gate import FORK_WAIT
 from persched.errors import SchedulerStateError
 
 if TYPE_CHECKING:
@@ -50,6 +62,7 @@ if TYPE_CHECKING:
 
 FORKER: Final = "tests.support.fork_child:fork_and"
 TICK: Final = "tests.support.fork_child:tick"
+OWN_SQLITE: Final = "tests.support.fork_child:own_sqlite"
 WAIT: Final = 10.0  # real seconds a forked child gets to end before it counts as hung
 FORKED_CODE: Final = 7
 BUSY_FORKS: Final = 20
@@ -104,6 +117,24 @@ def fork_and(how: str, out: str) -> None:
 
 def tick() -> None:
     """A trivial job."""
+
+
+_HOLDING: Final = threading.Event()  # own_sqlite holds its transaction
+_RELEASE: Final = threading.Event()  # ... until this is set
+
+
+def own_sqlite(path: str) -> None:
+    """The job: a SQLite database of its own, with a write transaction held open until released."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("CREATE TABLE IF NOT EXISTS t (x)")
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO t VALUES (1)")
+        _HOLDING.set()
+        _RELEASE.wait(3 * WAIT)
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
 
 
 def _wait(predicate: Callable[[], bool], what: str) -> None:
@@ -213,10 +244,35 @@ def _busy_mode(url: str, out: str) -> None:
     _append(out, {"busy_children": statuses})
 
 
+def _own_sqlite_mode(url: str, out: str) -> None:
+    sched = JobScheduler(url, workers=2)
+    sched.start()
+    folder = os.path.dirname(os.path.abspath(out))
+    # The job runs in the module as imported by its reference, not in this __main__: its events.
+    job = importlib.import_module(OWN_SQLITE.partition(":")[0])
+    sched.schedule("own", OWN_SQLITE, 3600.0, args=(os.path.join(folder, "own.db"),), start_in=0)
+    _wait(job._HOLDING.is_set, "the job to hold its own database")
+    started = time.monotonic()
+    pid = _fork()
+    if pid == 0:
+        code = 1
+        try:
+            child = sqlite3.connect(os.path.join(folder, "child.db"))
+            code = 0 if child.execute("SELECT 1").fetchone() == (1,) else 2
+            child.close()
+        finally:
+            os._exit(code)
+    waited = time.monotonic() - started
+    status = _reap(pid)
+    job._RELEASE.set()
+    sched.shutdown(wait=True, timeout=WAIT)
+    _append(out, {"own_sqlite_child": status, "fork_waited_for_the_job": waited >= FORK_WAIT})
+
+
 def main(argv: list[str]) -> int:
     """Run one scenario; see the module docstring."""
     p = argparse.ArgumentParser(prog="fork_child")
-    p.add_argument("mode", choices=["job", "methods", "busy"])
+    p.add_argument("mode", choices=["job", "methods", "busy", "own-sqlite"])
     p.add_argument("--url", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--how", choices=["exit", "return", "raise"], default="exit")
@@ -225,6 +281,8 @@ def main(argv: list[str]) -> int:
         _job_mode(args.url, args.out, args.how)
     elif args.mode == "busy":
         _busy_mode(args.url, args.out)
+    elif args.mode == "own-sqlite":
+        _own_sqlite_mode(args.url, args.out)
     else:
         _methods_mode(args.url, args.out)
     return 0

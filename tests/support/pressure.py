@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Final
 
-__all__ = ["CpuPressure"]
+__all__ = ["CpuPressure", "slower_by"]
 
 STAT: Final = Path("/proc/stat")
 EVERY: Final = 0.02  # seconds between samples
@@ -63,3 +63,10 @@ class CpuPressure:
         """The mean share of the CPU that a runnable task was denied while sampled (0 to 1)."""
         samples = list(self._denied)
         return sum(samples) / len(samples) if samples else 0.0
+
+
+def slower_by(seconds: float, pressure: CpuPressure, *, at_most: float) -> float:
+    """`seconds` of work measured in real time on a machine that denied a share p of the CPU:
+    ``seconds / (1 - p)``, but never more than `at_most`, so that the bound still tells the
+    slowness it is there for (a timed wait of the code under test) from a busy machine."""
+    return min(seconds / max(1e-3, 1 - pressure.share()), at_most)

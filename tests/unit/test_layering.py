@@ -34,6 +34,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "persched.__main__",
             "persched.cli",
             "persched.cli.*",
+            "persched.integrations",
+            "persched.integrations.*",
             "persched.metrics",
             "persched.testing",
             "persched.web",

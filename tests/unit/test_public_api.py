@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import subprocess
+import sys
 
 import pytest
 
@@ -26,10 +28,12 @@ PUBLIC: dict[str, list[str]] = {
         "__version__",
         "current_run",
     ],
-    "persched.testing": ["FakeClock", "FrozenTimeClock"],
+    "persched.testing": ["FakeClock", "FrozenTimeClock", "ShiftedClock"],
     "persched.metrics": ["DURATION_BUCKETS", "LATENESS_BUCKETS", "SchedulerMetrics", "serve"],
-    "persched.clock": ["Clock", "SecondsClock", "SystemClock", "exact_clock"],
-    "persched.web": ["MESSAGES", "WebApp", "dashboard"],
+    "persched.clock": ["Clock", "SecondsClock", "SystemClock", "exact_clock", "tells_real_time"],
+    "persched.web": ["AwaitingDatabase", "MESSAGES", "WebApp", "dashboard"],
+    "persched.integrations.flask": ["Persched"],
+    "persched.integrations.asgi": ["Dashboard", "dashboard", "lifespan"],
     "persched.cli": ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_PIPE", "EXIT_USAGE", "main"],
 }
 # errors.py has no __all__: its public names are the classes it defines.
@@ -65,3 +69,17 @@ def test_the_errors() -> None:
 def test_dir_lists_the_lazy_names() -> None:
     persched = importlib.import_module("persched")
     assert set(PUBLIC["persched"]) <= set(dir(persched))
+
+
+FRAMEWORKS = ("flask", "werkzeug", "click", "django", "starlette", "fastapi")
+
+
+def test_importing_persched_imports_no_framework() -> None:
+    """The integrations are extras: persched and its public modules import none of the frameworks."""
+    code = (
+        "import sys, persched, persched.web, persched.cli, persched.metrics, persched.testing, persched.integrations\n"
+        "persched.JobScheduler, persched.AsyncJobScheduler\n"
+        f"print(sorted(name for name in sys.modules if name.split('.')[0] in {FRAMEWORKS!r}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -40,7 +40,9 @@ _UNFOLLOWABLE = re.compile(
     )
 )
 _DOTTED = re.compile(r"`(persched(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`")
-_FILE_NAME = re.compile(r"\.(?:db|py|md|toml|ini|cfg|txt|json|sqlite3?)$")
+_FILE_NAME = re.compile(r"\.(?:db|py|md|toml|ini|cfg|txt|json|sqlite3?|localhost)$")  # and host names
+_FRAMEWORK_MODULES = ("persched.integrations.django.",)
+_SHIPPED = "persched._migrations"
 _LOGGER_NAMES = frozenset(value for name, value in vars(_loggers).items() if name.isupper() and isinstance(value, str))
 
 
@@ -76,14 +78,21 @@ def docstrings(path: Path) -> list[tuple[int, str]]:
 
 def resolves(dotted: str) -> bool:
     """Whether `dotted` is a module, or a module's attribute (of an attribute ...)."""
+    if dotted.startswith(_SHIPPED) and (ROOT / "migrations").is_dir():
+        return True  # the wheel's name for the checkout's migrations/ (absent from a source tree)
     parts = dotted.split(".")
     for split in range(len(parts), 0, -1):
+        module = ".".join(parts[:split])
         try:
-            value: object = importlib.import_module(".".join(parts[:split]))
+            value: object = importlib.import_module(module)
         except ModuleNotFoundError as exc:
             if exc.name and exc.name.split(".")[0] != "persched":
                 return True  # a module of an extra that is not installed here: not this test's to judge
             continue
+        except Exception:
+            if module.startswith(_FRAMEWORK_MODULES):
+                return True  # a framework's module that needs the framework set up (Django's settings)
+            raise
         try:
             for attribute in parts[split:]:
                 value = getattr(value, attribute)

@@ -418,6 +418,43 @@ def test_validate_cron_names_the_bad_field(expression: object, words: list[str])
         assert word in info.value.reason
 
 
+# Vixie cron's shortcuts (crontab(5)), each with the five fields it stands for.
+SHORTCUTS: Final = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+
+@pytest.mark.parametrize(("shortcut", "fields"), sorted(SHORTCUTS.items()))
+def test_cron_shortcuts_fire_on_the_fields_they_stand_for(shortcut: str, fields: str) -> None:
+    assert validate_cron(f" {shortcut.upper()} ") == shortcut  # kept as written, in lower case
+    start = at(2, 27, 13, 5, 7) + 250_000
+    assert walk(shortcut, "Europe/Paris", start, 30) == walk(fields, "Europe/Paris", start, 30)
+    assert cron_trigger(shortcut).describe() == f"cron {shortcut}"
+
+
+def test_cron_reboot_is_refused_with_what_to_do_instead() -> None:
+    with pytest.raises(InvalidJobError) as info:
+        validate_cron("@reboot")
+    assert info.value.argument == "cron"
+    assert "@reboot" in info.value.reason
+    assert "run_at" in info.value.reason  # the one-shot to declare at start-up instead
+
+
+def test_cron_unknown_shortcut_lists_the_known_ones() -> None:
+    with pytest.raises(InvalidJobError) as info:
+        validate_cron("@fortnightly")
+    assert info.value.argument == "cron"
+    assert "'@fortnightly'" in info.value.reason
+    for shortcut in SHORTCUTS:
+        assert shortcut in info.value.reason
+
+
 def test_validate_cron_normalises_whitespace() -> None:
     assert validate_cron("  0   3 *\t* * ") == "0 3 * * *"
     assert validate_cron("0 0 29 2 *") == "0 0 29 2 *"  # rare is fine

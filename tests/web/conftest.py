@@ -49,7 +49,7 @@ def fill(url: str, clock: FakeClock) -> JobScheduler:
 
 @dataclass
 class Dashboard:
-    """A served dashboard: its base URL, app, database URL and server."""
+    """A served dashboard: its base URL (127.0.0.1), app, database URL and server."""
 
     url: str
     app: WebApp
@@ -60,6 +60,11 @@ class Dashboard:
     def port(self) -> int:
         """The port it listens on."""
         return self.server.server_port
+
+    @property
+    def own_url(self) -> str:
+        """Its URL under its own name, as `persched web` prints it (browsers resolve persched.localhost)."""
+        return f"http://persched.localhost:{self.port}"
 
 
 @pytest.fixture

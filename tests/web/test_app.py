@@ -40,12 +40,15 @@ class Reply:
 def request(
     base: str, method: str, path: str, form: dict[str, str] | None = None, headers: dict[str, str] | None = None
 ) -> Reply:
-    """One request, no redirects followed, no cookies kept (the test passes them)."""
-    netloc = urllib.parse.urlsplit(base).netloc
-    conn = http.client.HTTPConnection(netloc, timeout=TIMEOUT)
+    """One request, no redirects followed, no cookies kept (the test passes them).
+
+    Its Host is the dashboard's own name, ``persched.localhost:PORT``, unless `headers` give one.
+    """
+    split = urllib.parse.urlsplit(base)
+    conn = http.client.HTTPConnection(split.netloc, timeout=TIMEOUT)
     try:
         body = None if form is None else urllib.parse.urlencode(form)
-        sent = dict(headers or {})
+        sent = {"Host": f"persched.localhost:{split.port}", **(headers or {})}
         if body is not None:
             sent["Content-Type"] = "application/x-www-form-urlencoded"
         conn.request(method, path, body=body, headers=sent)
@@ -128,6 +131,14 @@ def test_jobs_are_paginated_by_id(tmp_path: Path) -> None:
         assert seen == [f"job-{i:03d}" for i in range(120)]
 
 
+def test_the_counts_say_they_are_of_the_current_definition(readonly: Dashboard) -> None:
+    page = request(readonly.url, "GET", "/job?id=good").body
+    counts = r'<dd id="job-runs">\d+ \(0 errors\) of generation 1, the current definition; last outcome ok<'
+    assert re.search(counts, page), page
+    listing = request(readonly.url, "GET", "/").body
+    assert 'title="runs of the current definition (generation); replacing a job starts them again"' in listing
+
+
 def test_readonly_dashboard_has_no_buttons_and_refuses_actions(readonly: Dashboard) -> None:
     page = request(readonly.url, "GET", "/job?id=good")
     assert "btn-pause" not in page.body
@@ -157,9 +168,8 @@ def test_actions_need_the_token_a_session_and_the_csrf_token(dashboard: Dashboar
     assert request(dashboard.url, "POST", "/action", {**form, "csrf": csrf}, evil).status == 403
     assert not paused(dashboard.db, "good")
 
-    host = urllib.parse.urlsplit(dashboard.url).netloc
     ok = request(
-        dashboard.url, "POST", "/action", {**form, "csrf": csrf}, {"Cookie": cookie, "Origin": f"http://{host}"}
+        dashboard.url, "POST", "/action", {**form, "csrf": csrf}, {"Cookie": cookie, "Origin": dashboard.own_url}
     )
     assert ok.status == 303
     assert paused(dashboard.db, "good")

@@ -20,7 +20,7 @@ from persched._interfaces.dashboard.auth import SignInLimiter
 from tests.support.helpers import TIMEOUT
 from tests.support.raw_http import get
 from tests.web.conftest import START, TOKEN, serve_app
-from tests.web.test_app import csrf_of, paused, request, sign_in
+from tests.web.test_app import Reply, csrf_of, paused, request, sign_in
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -99,6 +99,36 @@ def test_the_cookie_is_named_after_the_port_and_never_outlives_the_process(db: s
         assert "btn-pause" not in page
 
 
+@pytest.mark.parametrize("name", ["127.0.0.1", "localhost", "[::1]", "LOCALHOST"])
+def test_signing_in_under_a_name_every_local_service_shares_is_refused(dashboard: Dashboard, name: str) -> None:
+    """Cookies ignore ports: one set for 127.0.0.1 would reach every service on it, which could replay it."""
+    host = {"Host": f"{name}:{dashboard.port}"}
+    own = f"http://persched.localhost:{dashboard.port}/login"
+    refused = request(dashboard.url, "POST", "/login", {"token": TOKEN}, host)
+    assert refused.status == 403
+    assert "Set-Cookie" not in refused.headers
+    assert own in refused.body
+    form = request(dashboard.url, "GET", "/login", headers=host)
+    assert form.status == 200
+    assert f'href="{own}"' in form.body  # where to sign in instead
+    assert 'name="token"' not in form.body
+    assert request(dashboard.url, "GET", "/", headers=host).status == 200  # reading is fine there
+
+
+def test_a_session_is_bound_to_the_host_it_was_signed_in_under(db: str) -> None:
+    for dashboard in serve_app(db, TOKEN, allowed_hosts=["jobs.example"]):
+        cookie = sign_in(dashboard)  # under persched.localhost:PORT
+        for host, signed_in in ((f"persched.localhost:{dashboard.port}", True), ("jobs.example", False)):
+            headers = {"Cookie": cookie, "Host": host}
+            page = request(dashboard.url, "GET", "/job?id=good", headers=headers).body
+            assert ("btn-pause" in page) is signed_in, host
+        csrf = csrf_of(request(dashboard.url, "GET", "/job?id=good", headers={"Cookie": cookie}).body)
+        form = {"id": "good", "action": "pause", "csrf": csrf}
+        replayed = request(dashboard.url, "POST", "/action", form, {"Cookie": cookie, "Host": "jobs.example"})
+        assert replayed.status == 403
+        assert not paused(db, "good")
+
+
 # -- sign-in guessing ------------------------------------------------------------------------------
 
 
@@ -117,6 +147,60 @@ def test_failed_sign_ins_are_limited_and_the_right_token_waits_too(
     assert request(timed.url, "POST", "/login", {"token": TOKEN}).status == 303
 
 
+def _device_cookie(reply: Reply) -> str:
+    """The "name=value" of the device cookie a sign-in set."""
+    (found,) = [value for value in reply.headers.get_all("Set-Cookie") or [] if value.startswith("persched_device_")]
+    assert "HttpOnly" in found
+    assert "SameSite=Strict" in found
+    return found.split(";", 1)[0]
+
+
+def _sign_in_status(dashboard: Dashboard, token: str, cookie: str | None = None) -> int:
+    return request(dashboard.url, "POST", "/login", {"token": token}, {"Cookie": cookie} if cookie else {}).status
+
+
+def test_a_guesser_on_the_same_address_never_keeps_a_browser_that_signed_in_before_out(
+    timed: Dashboard, clock: Clock
+) -> None:
+    """A local user guesses 9 tokens a minute from 127.0.0.1 for 10 minutes; the operator signs in every 10 s."""
+    device = _device_cookie(request(timed.url, "POST", "/login", {"token": TOKEN}))
+    clock.now += 8 * 3600  # the session ended; the browser keeps its device cookie
+    refused = {"trusted": 0, "new": 0}
+    guesses = 0
+    start = clock.now
+    for tick in range(600):  # seconds
+        clock.now = start + tick + 0.25
+        if tick % 7 == 0:  # ~9 a minute
+            assert _sign_in_status(timed, f"guess-{guesses:08d}") in (403, 429)
+            guesses += 1
+        if tick % 10 == 5:
+            refused["trusted"] += _sign_in_status(timed, TOKEN, device) != 303
+            refused["new"] += _sign_in_status(timed, TOKEN) != 303
+    assert refused["trusted"] == 0  # a browser that signed in before is never locked out
+    assert refused["new"] > 0  # a new client on the guesser's address still waits (guessing gets no answer)
+
+
+def test_a_trusted_browser_has_a_limit_of_its_own(timed: Dashboard, clock: Clock) -> None:
+    device = _device_cookie(request(timed.url, "POST", "/login", {"token": TOKEN}))
+    for i in range(5):
+        assert _sign_in_status(timed, f"guess-{i:08d}", device) == 403
+    assert _sign_in_status(timed, TOKEN, device) == 429  # guessing with a stolen device cookie is limited too
+    assert _sign_in_status(timed, TOKEN) == 303  # its failures count against it alone
+    clock.now += 60
+    assert _sign_in_status(timed, TOKEN, device) == 303
+
+
+def test_a_forged_or_stale_device_cookie_is_not_trusted(db: str, timed: Dashboard, clock: Clock) -> None:
+    for other in serve_app(db, "another-token-0123456789"):  # a device cookie of another token
+        stale = _device_cookie(request(other.url, "POST", "/login", {"token": "another-token-0123456789"}))
+    name = f"persched_device_{timed.port}"
+    for cookie in (f"{name}=forged.0123", f"{name}={stale.split('=', 1)[1]}", f"{name}="):
+        for i in range(5):
+            assert _sign_in_status(timed, f"guess-{i:08d}", cookie) == 403
+        assert _sign_in_status(timed, TOKEN, cookie) == 429, cookie
+        clock.now += 60  # the limit is over for the next cookie
+
+
 def test_the_limit_is_per_client_and_in_all() -> None:
     clock = Clock()
     limiter = SignInLimiter(clock, per_client=2, total=3, window=60.0)
@@ -126,6 +210,10 @@ def test_the_limit_is_per_client_and_in_all() -> None:
     assert limiter.retry_after("10.0.0.2") is None  # another client may still try
     limiter.failed("10.0.0.2")
     assert limiter.retry_after("10.0.0.3") is not None  # 3 failures in all: every client waits
+    assert limiter.retry_after("device:abc", trusted=True) is None  # a trusted browser: its own count only
+    limiter.failed("device:abc", trusted=True)
+    limiter.failed("device:abc", trusted=True)
+    assert limiter.retry_after("device:abc", trusted=True) == 60.0
     clock.now += 60
     assert limiter.retry_after("10.0.0.1") is None
 

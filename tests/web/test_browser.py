@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import threading
 from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -137,7 +138,7 @@ def test_pages_pause_and_run_now_in_a_browser(browser: Any, tmp_path: Path) -> N
     sched = fill(db, clock)
     try:
         for dashboard in serve_app(db, TOKEN, clock.now_us):  # actions on the scheduler's clock
-            base = dashboard.url
+            base = dashboard.own_url  # as `persched web` prints it
             # The jobs table.
             browser.get(base + "/")
             assert {"good", "bad", "skipper"} <= set(_ids(browser, "#jobs td:first-child a"))
@@ -213,7 +214,7 @@ def test_namespace_views_in_a_browser(browser: Any, tmp_path: Path) -> None:  # 
     db = f"sqlite:///{tmp_path / 'namespaces.db'}"
     two_namespaces(db)
     for dashboard in serve_app(db, TOKEN, namespace="web"):
-        base = dashboard.url
+        base = dashboard.own_url
         browser.get(base + "/")
         assert set(_ids(browser, "#jobs td:first-child a")) == {"web.a", "web.b"}
         assert browser.find_element(By.ID, "namespace").text == "namespace web"
@@ -239,3 +240,55 @@ def test_namespace_views_in_a_browser(browser: Any, tmp_path: Path) -> None:  # 
         with closing(sqlite3.connect(db.removeprefix("sqlite:///"), timeout=TIMEOUT)) as conn:
             flags = dict(conn.execute("SELECT job_id, paused FROM persched_jobs").fetchall())
         assert flags == {"good": 1, "bad": 0, "skipper": 0, "web.a": 0, "web.b": 0}
+
+
+def test_the_session_cookie_never_reaches_another_local_service(browser: Any, db: str) -> None:  # noqa: ANN401
+    """Cookies ignore ports: a cookie set for 127.0.0.1 went to every service on it, which could replay it.
+
+    The browser signs in where `persched web` says (persched.localhost), then visits a service on another
+    port of 127.0.0.1 and of localhost, which records the cookies it is sent: none of persched's.
+    """
+    import http.server
+
+    from selenium.webdriver.common.by import By
+
+    received: list[str] = []
+
+    class Recorder(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            received.append(self.headers.get("Cookie") or "")
+            body = b"<html><title>other</title>another local service</html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    thread = threading.Thread(target=other.serve_forever, daemon=True)
+    thread.start()
+    try:
+        for dashboard in serve_app(db, TOKEN):
+            browser.get(dashboard.url + "/login")  # 127.0.0.1: no form, a link to the dashboard's own name
+            link = browser.find_element(By.CSS_SELECTOR, "#own-name a")
+            assert link.get_attribute("href") == f"{dashboard.own_url}/login"
+            link.click()
+            browser.find_element(By.ID, "token").send_keys(TOKEN)
+            browser.find_element(By.ID, "btn-login").click()
+            wait_until(lambda: browser.find_elements(By.ID, "jobs"), message="signed in, on the jobs page")
+            browser.get(dashboard.own_url + "/job?id=good")
+            assert browser.find_elements(By.ID, "btn-pause")  # signed in
+            names = {cookie["name"] for cookie in browser.get_cookies()}
+            assert f"persched_session_{dashboard.port}" in names
+            for name in ("127.0.0.1", "localhost"):
+                browser.get(f"http://{name}:{other.server_port}/")
+                wait_until(lambda: "another local service" in browser.page_source, message=f"the page at {name}")
+            assert len(received) >= 2  # each page (and the favicon it asks for)
+            assert not any("persched_" in cookies for cookies in received), received
+    finally:
+        other.shutdown()
+        other.server_close()
+        thread.join(TIMEOUT)

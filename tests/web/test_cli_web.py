@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.slow
 def test_web_serves_until_sigterm(db: str, tmp_path: Path) -> None:
     served = Served("--db", db, "web", "--port", "0", cwd=tmp_path)
     try:
-        url = served.wait_for(r"persched web: (http://127\.0\.0\.1:\d+/)").group(1)
+        url = _local(served.wait_for(r"persched web: (http://persched\.localhost:\d+/)").group(1))
         with urllib.request.urlopen(url, timeout=TIMEOUT) as response:
             page = response.read().decode()
         assert ">good</a>" in page
@@ -32,6 +33,11 @@ def test_web_serves_until_sigterm(db: str, tmp_path: Path) -> None:
     finally:
         code = served.stop()
     assert code == 0, served.lines
+
+
+def _local(url: str) -> str:
+    """`url` of the dashboard's own name (persched.localhost, which browsers resolve themselves) at 127.0.0.1."""
+    return url.replace("persched.localhost", "127.0.0.1")
 
 
 def test_web_refuses_a_short_token_in_one_line(db: str, tmp_path: Path) -> None:
@@ -56,7 +62,7 @@ def test_web_honours_the_namespace_of_the_command_line(tmp_path: Path) -> None:
     for args, env in ((("--namespace", "web"), {}), ((), {"PERSCHED_NAMESPACE": "web"})):
         served = Served("--db", db, *args, "web", "--port", "0", cwd=tmp_path, env_extra=env)
         try:
-            url = served.wait_for(r"persched web: (http://127\.0\.0\.1:\d+/)").group(1)
+            url = _local(served.wait_for(r"persched web: (http://persched\.localhost:\d+/)").group(1))
             with urllib.request.urlopen(url, timeout=TIMEOUT) as response:
                 page = response.read().decode()
             assert ">web.a</a>" in page
@@ -75,9 +81,14 @@ def test_web_takes_the_token_from_a_file_and_warns_of_the_flag(db: str, tmp_path
     token_file.chmod(0o644)
     served = Served("--db", db, "web", "--port", "0", "--token-file", str(token_file), cwd=tmp_path)
     try:
-        url = served.wait_for(r"persched web: (http://127\.0\.0\.1:\d+/)").group(1)
+        own = served.wait_for(r"persched web: (http://persched\.localhost:\d+/)").group(1)
         served.wait_for(r"WARNING .*--token-file .* can be read by other users")
-        request = urllib.request.Request(url + "login", data=b"token=from-a-file-0123456789", method="POST")
+        request = urllib.request.Request(
+            _local(own) + "login",
+            data=b"token=from-a-file-0123456789",
+            method="POST",
+            headers={"Host": urllib.parse.urlsplit(own).netloc},  # its own name: signing in under 127.0.0.1 is refused
+        )
         opener = urllib.request.build_opener(_NoRedirect())
         with pytest.raises(urllib.error.HTTPError) as redirect:
             opener.open(request, timeout=TIMEOUT)
@@ -95,6 +106,22 @@ def test_web_takes_the_token_from_a_file_and_warns_of_the_flag(db: str, tmp_path
         assert "on-the-command-line" not in "\n".join(flagged.lines)
     finally:
         assert flagged.stop() == 0
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_a_token_file_that_is_not_a_regular_file_is_refused_at_once(db: str, tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "token"
+    if kind == "fifo":
+        os.mkfifo(path)  # opening it to read would wait for a writer: the start-up hung, silently
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path = tmp_path / "zero"
+        path.symlink_to("/dev/zero")
+    argv = [sys.executable, "-m", "persched", "--db", db, "web", "--port", "0", "--token-file", str(path)]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines() == [f"persched: error: --token-file: {path} is not a regular file"]
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

@@ -27,13 +27,14 @@ The modules, from the request in:
 
 - `app`: `WebApp`, the WSGI application: who acts, the route, the headers;
 - `request`: one request and its parameters, parsed strictly (400 with the reason);
-- `auth`: who may act (`Access`): the token's sessions, the sign-in limit, CSRF tokens;
+- `auth`: who may act (`Access`): the token's sessions, device cookies, the sign-in limit, CSRF tokens;
 - `namespaces`: the namespace a page shows, a store for each, the counts of their jobs;
 - `pages`: the pages that read; `chart`: their SVG; `layout`: the frame and the shared HTML;
 - `signin`: ``/login`` and ``/logout``; `actions`: the buttons' POSTs and the notes they leave;
 - `serve`: the ``persched web`` process; `server`: the bounded HTTP server, with
-  `wire` (the request head) and `hosts` (the Host check).
+  `wire` (the request head) and `hosts` (the Host check);
+- `refusals`: the log of refused requests, a line a minute for each kind.
 
-The server, `wire` and `hosts` serve the metrics endpoint too
+The server, `wire`, `hosts` and `refusals` serve the metrics endpoint too
 (`persched.metrics`), which is why this package imports nothing at its top.
 """

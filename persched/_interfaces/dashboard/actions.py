@@ -2,7 +2,7 @@
 
 Only someone who may act (`persched._interfaces.dashboard.auth.Access`) sees the buttons, and
 a POST is carried out only with the form's CSRF token, an HMAC of who acts:
-else it is refused (403, `refuse`), as is a POST from another site (the
+else it is refused (403, `Refuse`), as is a POST from another site (the
 application checks ``Origin`` and ``Sec-Fetch-Site`` first). An action calls
 the store method of the CLI verb of the same name, through a store of the
 form's namespace, and is logged at INFO with who and the client's address.
@@ -28,9 +28,10 @@ if TYPE_CHECKING:
     from .auth import Access
     from .layout import Frame
     from .namespaces import Namespaces
+    from .refusals import RefusalLog
     from .request import Request
 
-__all__ = ["ACTIONS", "MESSAGES", "Actions", "message_of", "refuse"]
+__all__ = ["ACTIONS", "MESSAGES", "Actions", "Refuse", "message_of"]
 
 logger = logging.getLogger(_loggers.WEB)
 
@@ -69,10 +70,30 @@ def message_of(code: str | None) -> str | None:
     return MESSAGES[code]
 
 
-def refuse(frame: Frame, request: Request, why: str) -> Response:
-    """403 with `why`, logged (a POST from another site, without a valid CSRF token, or that may not act)."""
-    logger.warning("web: refused %s %s from %s: %s", request.method, request.path[:200], request.client, why)
-    return frame.error(request, HTTPStatus.FORBIDDEN, f"Refused: {why}.")
+class Refuse:
+    """The 403 of a refused POST, with its reason, logged through `log`.
+
+    A POST is refused when it comes from another site, lacks a valid CSRF
+    token, or comes from someone who may not act. `log` is the dashboard's
+    log of refusals, which the sign-in writes to as well.
+    """
+
+    def __init__(self, frame: Frame, log: RefusalLog) -> None:
+        self._frame = frame
+        self.log = log
+
+    def __call__(self, request: Request, why: str) -> Response:
+        """The refusal page of `request`, logged."""
+        self.log.refused(
+            "forbidden",
+            logging.WARNING,
+            "web: refused %s %s from %s: %s",
+            request.method,
+            request.path[:200],
+            request.client,
+            why,
+        )
+        return self._frame.error(request, HTTPStatus.FORBIDDEN, f"Refused: {why}.")
 
 
 class Actions:
@@ -81,29 +102,25 @@ class Actions:
     Args:
         namespaces: The stores that carry out an action, one per namespace.
         access: Who may act.
-        frame: The frame of the refusals.
         now: The wall clock (microseconds): the actions' `now`.
+        refuse: Answers a refused form.
     """
 
-    def __init__(self, namespaces: Namespaces, access: Access, frame: Frame, now: Callable[[], int]) -> None:
+    def __init__(self, namespaces: Namespaces, access: Access, now: Callable[[], int], refuse: Refuse) -> None:
         self._namespaces = namespaces
         self._access = access
-        self._frame = frame
         self._now = now
+        self._refuse = refuse
 
     def act(self, request: Request, form: dict[str, str]) -> Response:
         """Carry out the posted action, or refuse it; redirect to the page that shows its outcome."""
         actor = request.actor
         if actor is None:
             if self._access.read_only:
-                return refuse(
-                    self._frame, request, "this dashboard was started without an access token: it is read-only"
-                )
-            return refuse(
-                self._frame, request, "sign in first" if self._access.authorize is None else "you may not act here"
-            )
+                return self._refuse(request, "this dashboard was started without an access token: it is read-only")
+            return self._refuse(request, "sign in first" if self._access.authorize is None else "you may not act here")
         if not self._access.csrf_matches(actor, form.get("csrf", "")):
-            return refuse(self._frame, request, "the form's CSRF token is missing or stale; reload the page")
+            return self._refuse(request, "the form's CSRF token is missing or stale; reload the page")
         action = form.get("action", "")
         if action not in ACTIONS:
             raise BadRequest(f"Unknown action {action[:40]!r}; one of {', '.join(ACTIONS)}")

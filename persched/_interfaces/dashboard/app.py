@@ -24,21 +24,24 @@ from typing import TYPE_CHECKING
 from ... import _loggers, _realtime
 from ...clock import SystemClock
 from ...errors import PerschedError, StoreError
-from .actions import Actions, refuse
+from .actions import Actions, Refuse
 from .auth import SESSION_SECONDS, Access
+from .hosts import HostCheck
 from .layout import Frame
 from .namespaces import Namespaces
 from .pages import Pages
+from .refusals import RefusalLog
 from .request import BadRequest, cross_site, query_of, read_form, request_of
 from .signin import SignIn
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Collection, Iterable
 
-    from _typeshed.wsgi import StartResponse, WSGIEnvironment
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
     from ..._store import Store
     from .auth import Authorize
+    from .hosts import HostRules
     from .request import Request, Response
 
 __all__ = ["WebApp"]
@@ -63,7 +66,11 @@ class WebApp:
             right for ``persched web``; an application served by several
             processes passes its own secret (the same in each) with `authorize`.
         session_seconds: How long a sign-in with the token lasts.
-        monotonic: The clock of session expiry and the sign-in limit (seconds); tests pass their own.
+        hosts: Check each request's ``Host`` against these rules first (a dashboard mounted in an
+            application, `persched.web.dashboard`); None: the server checks it (``persched web``).
+        namespaces: The only namespaces it serves (with the store's first); None: every one.
+        monotonic: The clock of session expiry, the sign-in limit and the log of refusals (seconds);
+            tests pass their own.
 
     Raises:
         PerschedError: Both `token` and `authorize` given.
@@ -78,6 +85,8 @@ class WebApp:
         authorize: Authorize | None = None,
         secret: bytes | None = None,
         session_seconds: float = SESSION_SECONDS,
+        hosts: HostRules | None = None,
+        namespaces: Collection[str] | None = None,
         monotonic: Callable[[], float] | None = None,
     ) -> None:
         if token is not None and authorize is not None:
@@ -85,25 +94,41 @@ class WebApp:
         self.store = store
         self.namespace = store.namespace
         now = now or SystemClock().now_us
-        namespaces = Namespaces(store)
-        self._access = Access(token, authorize, secret, session_seconds, monotonic or _realtime.monotonic)
+        served = Namespaces(store, namespaces)
+        monotonic = monotonic or _realtime.monotonic
+        self._access = Access(token, authorize, secret, session_seconds, monotonic)
         self._frame = Frame(self._access, store.url)
-        self._pages = Pages(namespaces, self._access, self._frame, now)
-        self._sign_in = SignIn(self._access, self._frame)
-        self._actions = Actions(namespaces, self._access, self._frame, now)
+        self._refuse = Refuse(self._frame, RefusalLog(logger, monotonic))
+        self._pages = Pages(served, self._access, self._frame, now)
+        self._sign_in = SignIn(self._access, self._frame, self._refuse)
+        self._actions = Actions(served, self._access, now, self._refuse)
+        self._answer: WSGIApplication = self._respond
+        if hosts is not None:
+            self._answer = HostCheck(self._respond, hosts, "web", monotonic=monotonic)
 
     def close(self) -> None:
         """Close the database connections (the dashboard answers no request after it)."""
         self.store.engine.dispose()
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        """Answer one request."""
+        """Answer one request (after the Host check, if it has `hosts`)."""
+        return self._answer(environ, start_response)
+
+    def _respond(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         request = request_of(environ)
         request.actor = self._access.actor(request)
         try:
             response = self._route(request)
         except BadRequest as exc:
-            logger.info("web: %s %s from %s: %s", request.method, request.path[:200], request.client, exc)
+            self._refuse.log.refused(
+                "bad request",
+                logging.INFO,
+                "web: %s %s from %s: %s",
+                request.method,
+                request.path[:200],
+                request.client,
+                exc,
+            )
             response = self._frame.error(request, exc.status, str(exc))
         except StoreError as exc:
             logger.warning("web: %s", exc)
@@ -139,7 +164,7 @@ class WebApp:
         if method == "POST":
             why = cross_site(request.environ)
             if why is not None:
-                return refuse(self._frame, request, why)
+                return self._refuse(request, why)
             form = read_form(request.environ)
             if path == "/login":
                 return self._sign_in.sign_in(request, form)

@@ -4,11 +4,15 @@ Two ways, one per deployment:
 
 - **The access token** (``persched web``): a browser signs in with it and
   gets a session cookie holding a random id. The ids live in this process
-  (`Sessions`, hashed), each with an expiry; signing out deletes it, so a
-  copied cookie stops working then, and every session ends with the
-  process. Failed sign-ins are limited per client address and in all
-  (`SignInLimiter`), and the token is compared in constant time (the
-  digests, so its length does not show either).
+  (`Sessions`, hashed), each with an expiry and the Host it was signed in
+  under (a cookie presented under another name or port is no session);
+  signing out deletes it, so a copied cookie stops working then, and every
+  session ends with the process. Failed sign-ins are limited per client
+  address and in all (`SignInLimiter`), and the token is compared in
+  constant time (the digests, so its length does not show either). A browser that signed in
+  once holds a device cookie (`Devices`, an HMAC under the token): its
+  sign-ins are counted against that cookie alone, so a guesser sharing its
+  address (every local user on 127.0.0.1) cannot lock it out.
 - **An application's own authentication** (the dashboard mounted in a
   Flask, Django or FastAPI app): a hook called with the request's WSGI
   environ says who is acting (a name for the log) or None (may only read).
@@ -43,13 +47,23 @@ if TYPE_CHECKING:
     #: The hook of an application that mounts the dashboard: who acts (a name for the log), or None: may only read.
     Authorize: TypeAlias = Callable[[WSGIEnvironment], str | None]
 
-__all__ = ["Access", "Authorize", "Sessions", "SignInLimiter", "csrf_token", "read_token_file", "same_secret"]
+__all__ = [
+    "Access",
+    "Authorize",
+    "Devices",
+    "Sessions",
+    "SignInLimiter",
+    "csrf_token",
+    "read_token_file",
+    "same_secret",
+]
 
 SESSION_SECONDS: Final = 8 * 3600.0  # a session's lifetime from its sign-in
 MAX_SESSIONS: Final = 1_000  # sessions kept at once; a new one beyond ends the oldest
 SIGN_IN_WINDOW: Final = 60.0  # seconds over which failed sign-ins are counted
 SIGN_IN_FAILURES_PER_CLIENT: Final = 5  # failures per client address per window
-SIGN_IN_FAILURES_TOTAL: Final = 30  # failures from all addresses per window
+SIGN_IN_FAILURES_TOTAL: Final = 30  # failures from all addresses per window (not of trusted browsers)
+DEVICE_SECONDS: Final = 30 * 24 * 3600.0  # a device cookie's lifetime (Max-Age)
 MAX_TOKEN_FILE_BYTES: Final = 4_096
 
 
@@ -81,47 +95,76 @@ class Sessions:
         self._monotonic = monotonic
         self._limit = limit
         self._lock = threading.Lock()
-        self._expiry: collections.OrderedDict[bytes, float] = (
-            collections.OrderedDict()
-        )  # digest -> expiry, oldest first
+        # digest -> (expiry, the Host it was signed in under), oldest first
+        self._live: collections.OrderedDict[bytes, tuple[float, str]] = collections.OrderedDict()
 
     @property
     def lifetime(self) -> float:
         """Seconds a session lasts (the cookie's Max-Age)."""
         return self._lifetime
 
-    def create(self) -> str:
-        """A new session; return the cookie value (only its digest is kept)."""
+    def create(self, host: str) -> str:
+        """A new session signed in under `host`; return the cookie value (only its digest is kept)."""
         value = secrets.token_urlsafe(32)
         with self._lock:
-            self._expiry[_digest(value)] = self._monotonic() + self._lifetime
-            while len(self._expiry) > self._limit:
-                self._expiry.popitem(last=False)
+            self._live[_digest(value)] = (self._monotonic() + self._lifetime, host)
+            while len(self._live) > self._limit:
+                self._live.popitem(last=False)
         return value
 
-    def check(self, value: str) -> str | None:
-        """The session's key (for its CSRF token) if `value` is a live session, else None."""
+    def check(self, value: str, host: str) -> str | None:
+        """The session's key (for its CSRF token) if `value` is a live session of `host`, else None."""
         key = _digest(value)
         with self._lock:
-            expiry = self._expiry.get(key)
-            if expiry is None:
+            live = self._live.get(key)
+            if live is None:
                 return None
-            if self._monotonic() >= expiry:
-                del self._expiry[key]
+            if self._monotonic() >= live[0]:
+                del self._live[key]
                 return None
-        return key.hex()
+        return key.hex() if live[1] == host else None
 
     def revoke(self, value: str) -> bool:
         """End the session `value` (sign-out); True if it was live."""
         with self._lock:
-            return self._expiry.pop(_digest(value), None) is not None
+            return self._live.pop(_digest(value), None) is not None
+
+
+class Devices:
+    """The device cookies of browsers that signed in with the token: a nonce and its HMAC under the token.
+
+    Keyed by the token, so a device cookie outlives the process (and a
+    restart) but not a change of token, and no one without the token can
+    make one. It grants nothing by itself: it only has its sign-ins counted
+    against itself rather than against its address (`SignInLimiter`).
+    """
+
+    def __init__(self, token: bytes) -> None:
+        self._key = hmac.new(token, b"persched device cookies", hashlib.sha256).digest()
+
+    def _mac(self, nonce: str) -> str:
+        return hmac.new(self._key, nonce.encode(), hashlib.sha256).hexdigest()
+
+    def issue(self) -> str:
+        """A new device cookie value."""
+        nonce = secrets.token_urlsafe(16)
+        return f"{nonce}.{self._mac(nonce)}"
+
+    def check(self, value: str | None) -> str | None:
+        """The device's nonce if `value` is one of this token's device cookies, else None."""
+        nonce, dot, mac = (value or "").partition(".")
+        if not dot or not nonce or not hmac.compare_digest(mac, self._mac(nonce)):
+            return None
+        return nonce
 
 
 class SignInLimiter:
-    """Failed sign-ins counted over `SIGN_IN_WINDOW`: per client address, and from all addresses.
+    """Failed sign-ins counted over `SIGN_IN_WINDOW`: per client, and from all untrusted clients.
 
-    While a limit is reached every sign-in is refused, the right token too,
-    so that guessing gets no answer; `retry_after` says how long for.
+    A client is an address, or a trusted browser's device (`trusted`: its
+    failures count against it alone, not in all). While a limit is reached
+    every sign-in of that client is refused, the right token too, so that
+    guessing gets no answer; `retry_after` says how long for.
     """
 
     def __init__(
@@ -136,31 +179,42 @@ class SignInLimiter:
         self._total = total
         self._window = window
         self._lock = threading.Lock()
-        self._failures: collections.deque[tuple[float, str]] = collections.deque()  # (when, address), oldest first
+        # (when, client), oldest first: the untrusted ones, and each trusted device's.
+        self._failures: collections.deque[tuple[float, str]] = collections.deque()
+        self._trusted: dict[str, collections.deque[float]] = {}
 
     def _forget_old(self, now: float) -> None:
         while self._failures and self._failures[0][0] <= now - self._window:
             self._failures.popleft()
+        for client in [c for c, times in self._trusted.items() if times[-1] <= now - self._window]:
+            del self._trusted[client]  # every failure of it is old: nothing to keep
 
-    def retry_after(self, address: str) -> float | None:
-        """Seconds until `address` may try again, or None if it may now."""
+    def retry_after(self, client: str, *, trusted: bool = False) -> float | None:
+        """Seconds until `client` may try again, or None if it may now."""
         now = self._monotonic()
         with self._lock:
             self._forget_old(now)
-            mine = [at for at, who in self._failures if who == address]
+            if trusted:
+                mine = list(self._trusted.get(client, ()))
+            else:
+                mine = [at for at, who in self._failures if who == client]
             waits = []
             if len(mine) >= self._per_client:
                 waits.append(mine[-self._per_client] + self._window - now)
-            if len(self._failures) >= self._total:
+            if not trusted and len(self._failures) >= self._total:
                 waits.append(self._failures[-self._total][0] + self._window - now)
         return max(waits) if waits else None
 
-    def failed(self, address: str) -> None:
-        """Count a failed sign-in from `address`."""
+    def failed(self, client: str, *, trusted: bool = False) -> None:
+        """Count a failed sign-in of `client`."""
         now = self._monotonic()
         with self._lock:
             self._forget_old(now)
-            self._failures.append((now, address))
+            if trusted:
+                times = self._trusted.setdefault(client, collections.deque(maxlen=self._per_client))
+                times.append(now)
+                return
+            self._failures.append((now, client))
             while len(self._failures) > self._total:  # older ones no longer decide anything
                 self._failures.popleft()
 
@@ -185,6 +239,7 @@ class Access:
         monotonic: Callable[[], float],
     ) -> None:
         self.token = None if token is None else token.encode()
+        self.devices = None if self.token is None else Devices(self.token)
         self.authorize = authorize
         self._secret = secret if secret is not None else secrets.token_bytes(32)
         self.sessions = Sessions(session_seconds, monotonic)
@@ -202,7 +257,7 @@ class Access:
             return None if not name else Actor(str(name), f"user:{name}")
         if self.token is None or request.cookie is None:
             return None
-        session = self.sessions.check(request.cookie)
+        session = self.sessions.check(request.cookie, request.host)
         return None if session is None else Actor("a token session", f"session:{session}")
 
     def csrf(self, actor: Actor) -> str:
@@ -218,14 +273,22 @@ def read_token_file(path: str) -> tuple[str, str | None]:
     """The token in file `path` (its first line, stripped) and a warning if others may read the file.
 
     Raises:
-        PerschedError: The file cannot be read, is empty or too large.
+        PerschedError: The file cannot be read, is not a regular file, is empty or too large.
     """
     try:
-        with open(path, "rb") as file:
-            mode = os.fstat(file.fileno()).st_mode
-            data = file.read(MAX_TOKEN_FILE_BYTES + 1)
+        # O_NONBLOCK: opening a FIFO to read would wait for a writer (a silent hang at start-up).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise PerschedError(f"--token-file: cannot read {path}: {exc.strerror or exc}") from exc
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):  # a FIFO, a device, a directory: never a token file
+        os.close(fd)
+        raise PerschedError(f"--token-file: {path} is not a regular file")
+    with open(fd, "rb") as file:
+        try:
+            data = file.read(MAX_TOKEN_FILE_BYTES + 1)
+        except OSError as exc:
+            raise PerschedError(f"--token-file: cannot read {path}: {exc.strerror or exc}") from exc
     if len(data) > MAX_TOKEN_FILE_BYTES:
         raise PerschedError(f"--token-file: {path} is larger than {MAX_TOKEN_FILE_BYTES} bytes: not a token file")
     try:

@@ -4,7 +4,7 @@
 server's own names (DNS rebinding: a web page whose name an attacker
 re-points at 127.0.0.1 would read the dashboard, or the metrics, as its own
 origin). The dashboard and the metrics endpoint each put one in front of
-their application.
+their application; its refusals are logged without flooding (`RefusalLog`).
 """
 
 from __future__ import annotations
@@ -13,19 +13,25 @@ import ipaddress
 import logging
 from typing import TYPE_CHECKING, Final
 
+from ... import _realtime
 from ...errors import PerschedError
+from .refusals import RefusalLog
 from .wire import DIGITS
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable
+    from collections.abc import Callable, Collection, Iterable
 
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
-__all__ = ["HostCheck", "HostRules", "allow_every_host_warning", "url_host"]
+__all__ = ["LOOPBACK_NAMES", "OWN_NAME", "HostCheck", "HostRules", "allow_every_host_warning", "split_host", "url_host"]
 
 logger = logging.getLogger(__name__)
 
 WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::"})
+LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "[::1]")  # every local service answers to these
+#: ``persched web``'s name of its own: browsers resolve every ``*.localhost`` to loopback (RFC 6761),
+#: and a cookie set under it reaches no service that is reached as 127.0.0.1 or localhost.
+OWN_NAME: Final = "persched.localhost"
 
 
 def url_host(host: str) -> str:
@@ -33,7 +39,7 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def _split_host(value: str) -> tuple[str, str | None] | None:
+def split_host(value: str) -> tuple[str, str | None] | None:
     """("name", "port" or None) of a Host header value, lower case; None if it is malformed."""
     value = value.strip().lower()
     if not value or any(ord(c) <= 32 or ord(c) >= 127 or c in "/\\@?#" for c in value):
@@ -67,33 +73,50 @@ def _is_ip(name: str) -> bool:
 class HostRules:
     """Which ``Host`` values a server answers (module docstring: DNS rebinding).
 
-    Allowed: ``127.0.0.1``, ``localhost`` and ``[::1]`` with the server's
-    port; the bound address with the port; each of `extra` (``name`` with any
-    port or none, ``name:port`` exactly, ``*`` anything); and, when bound to
+    Allowed: ``127.0.0.1``, ``localhost``, ``[::1]`` and `OWN_NAME` with the
+    server's port; the bound address with the port; each of `extra`
+    (``name`` with any port or none, ``name:port`` exactly, ``*`` anything); and, when bound to
     every address (0.0.0.0, ::), any IP address: a page cannot be served to a
     browser under an IP address it does not own, so only a name can be rebound.
+    Without `bind_host` and `port` (a dashboard mounted in an application,
+    whose server is the application's), the loopback names at any port, and
+    `extra`.
 
     Args:
-        bind_host: The address the server binds.
-        port: Its port (the bound one, not 0).
+        bind_host: The address the server binds; None: mounted.
+        port: Its port (the bound one, not 0); None: mounted.
         extra: More names (``--allowed-host``).
+        option: Names `extra` in messages (``--allowed-host``, ``allowed_hosts=``).
+
+    Raises:
+        PerschedError: An entry of `extra` is not a host name or host:port.
     """
 
-    def __init__(self, bind_host: str, port: int, extra: Iterable[str] = ()) -> None:
-        self.port = port
-        self.exact: set[tuple[str, str]] = {(n, str(port)) for n in ("127.0.0.1", "localhost", "[::1]")}
+    def __init__(
+        self, bind_host: str | None, port: int | None, extra: Iterable[str] = (), option: str = "--allowed-host"
+    ) -> None:
+        self.option = option
+        self.exact: set[tuple[str, str]] = set()
         self.any_port: set[str] = set()
         self.anything = False
         self.any_ip = bind_host in WILDCARD_HOSTS
-        if not self.any_ip:
-            self.exact.add((url_host(bind_host).lower(), str(port)))
+        if bind_host is None or port is None:
+            self.any_port.update(LOOPBACK_NAMES)
+        else:
+            self.exact.update((name, str(port)) for name in (*LOOPBACK_NAMES, OWN_NAME))
+            if not self.any_ip:
+                self.exact.add((url_host(bind_host).lower(), str(port)))
+        if isinstance(extra, str):
+            raise PerschedError(f"{option}: must be a list of host names, got the string {extra!r}")
         for entry in extra:
+            if not isinstance(entry, str):
+                raise PerschedError(f"{option}: not a host name or host:port: {entry!r}")
             if entry.strip() == "*":
                 self.anything = True
                 continue
-            split = _split_host(entry)
+            split = split_host(entry)
             if split is None:
-                raise PerschedError(f"--allowed-host: not a host name or host:port: {entry!r}")
+                raise PerschedError(f"{option}: not a host name or host:port: {entry!r}")
             name, entry_port = split
             if entry_port is None:
                 self.any_port.add(name)
@@ -106,35 +129,50 @@ class HostRules:
             return None
         if host is None:
             return "the request has no Host header"
-        split = _split_host(host)
+        split = split_host(host)
         if split is None:
             return f"malformed Host header {host[:100]!r}"
         name, port = split
         if (name, port or "80") in self.exact or name in self.any_port or (self.any_ip and _is_ip(name)):
             return None
-        return f"Host {host[:100]!r} is not one of this server's names; start it with --allowed-host NAME to allow it"
+        if self.option.startswith("--"):
+            return (
+                f"Host {host[:100]!r} is not one of this server's names; start it with {self.option} NAME to allow it"
+            )
+        return f"Host {host[:100]!r} is not one of this dashboard's names; add it to {self.option}"
 
 
 class HostCheck:
-    """WSGI middleware: 400 with a one-line reason, logged, for a Host that `rules` refuse.
+    """WSGI middleware: 400 with a one-line reason, logged (`RefusalLog`), for a Host that `rules` refuse.
 
     Args:
         app: The application behind it.
         rules: The allowed names.
         what: Names the server in the log line ("web", "metrics").
+        monotonic: The clock of the log's intervals (seconds); tests pass their own.
     """
 
-    def __init__(self, app: WSGIApplication, rules: HostRules, what: str) -> None:
+    def __init__(
+        self,
+        app: WSGIApplication,
+        rules: HostRules,
+        what: str,
+        *,
+        monotonic: Callable[[], float] = _realtime.monotonic,
+    ) -> None:
         self.app = app
         self.rules = rules
         self.what = what
+        self._refusals = RefusalLog(logger, monotonic)
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         """Refuse or pass on one request."""
         why = self.rules.refusal(environ.get("HTTP_HOST"))
         if why is None:
             return self.app(environ, start_response)
-        logger.warning(
+        self._refusals.refused(
+            "host",
+            logging.WARNING,
             "%s: refused %s %s from %s: %s",
             self.what,
             environ.get("REQUEST_METHOD"),

@@ -5,14 +5,19 @@ The dashboard serves the namespace it was given (``--namespace`` or
 ``ns=NAME`` for another one, or ``all=1`` (jobs, runs) for all of them
 (`view`). Another namespace is read and changed through a `Store` of its
 own on the dashboard's engine (`store_for`), whose methods touch only that
-namespace's rows. The counts by namespace and state scan the jobs table, so
-they are cached for `COUNTS_CACHE_NS`; the counts and the stores are guarded
-by one lock, the only state shared between requests here.
+namespace's rows. A dashboard confined to some namespaces (`served`,
+``dashboard(namespaces=...)``) shows and changes only those: any other is
+a 404 in `view` and in `store_for` (through which every action goes), the
+counts and the header leave the others out, and "all" means all of its own.
+The counts by namespace and state scan the jobs table, so they are cached
+for `COUNTS_CACHE_NS`; the counts and the stores are guarded by one lock,
+the only state shared between requests here.
 """
 
 from __future__ import annotations
 
 import threading
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Final
 
 from ... import _realtime
@@ -22,6 +27,8 @@ from .layout import e
 from .request import BadRequest, View, namespace_of
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from .request import Request
 
 __all__ = ["Namespaces"]
@@ -32,17 +39,41 @@ COUNTS_CACHE_NS: Final = 5_000_000_000  # the counts by namespace and state are 
 
 
 class Namespaces:
-    """The namespaces of the dashboard over `store`, whose namespace is the one shown unless a page asks for another."""
+    """The namespaces of the dashboard over `store`, whose namespace is the one shown unless a page asks for another.
 
-    def __init__(self, store: Store) -> None:
+    Args:
+        store: The dashboard's store; its namespace is the one shown first.
+        served: The only namespaces shown and changed (with the store's); None: every one.
+    """
+
+    def __init__(self, store: Store, served: Collection[str] | None = None) -> None:
         self.store = store
         self.home = store.namespace
+        self.served = None if served is None else frozenset(served) | {store.namespace}
         self._lock = threading.Lock()  # guards the two caches below
         self._counts: tuple[int, dict[str, dict[str, int]]] | None = None  # (monotonic ns, by namespace and state)
         self._stores: dict[str, Store] = {}
 
+    def serves(self, namespace: str) -> bool:
+        """Whether this dashboard shows and changes `namespace`."""
+        return self.served is None or namespace in self.served
+
+    def _check(self, namespace: str) -> str:
+        if not self.serves(namespace):
+            raise BadRequest(f"namespace {namespace[:100]!r} is not served here", HTTPStatus.NOT_FOUND)
+        return namespace
+
+    def scope(self, view: View) -> str | frozenset[str] | None:
+        """What a page of `view` reads: one namespace, the served ones (all of a confined dashboard), or None: all."""
+        return self.served if view.namespace is None else view.namespace
+
     def store_for(self, namespace: str) -> Store:
-        """A store of `namespace` on the dashboard's engine: its methods read and change that namespace only."""
+        """A store of `namespace` on the dashboard's engine: its methods read and change that namespace only.
+
+        Raises:
+            BadRequest: 404, the dashboard does not serve `namespace`.
+        """
+        self._check(namespace)
         if namespace == self.home:
             return self.store
         with self._lock:
@@ -66,7 +97,7 @@ class Namespaces:
             if namespace is not None:
                 raise BadRequest("give ns=NAME or all=1, not both")
             return View(None, self.home)
-        return View(namespace_of("ns", namespace) if namespace is not None else self.home, self.home)
+        return View(self._check(namespace_of("ns", namespace)) if namespace is not None else self.home, self.home)
 
     def counts(self) -> dict[str, dict[str, int]]:
         """Jobs by namespace and state, reused for COUNTS_CACHE_NS: the count scans the jobs table."""
@@ -75,7 +106,7 @@ class Namespaces:
             cached = self._counts
         if cached is not None and now - cached[0] < COUNTS_CACHE_NS:
             return cached[1]
-        counts = _views.namespace_counts(self.store)
+        counts = {ns: states for ns, states in _views.namespace_counts(self.store).items() if self.serves(ns)}
         with self._lock:
             self._counts = (now, counts)
         return counts

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Final
 
 from ..._model.instant import to_datetime
 from ..._store import views as _views
-from ..present import iso, job_state, relative
+from ..present import COUNTS_NOTE, iso, job_state, relative, run_counts
 from .actions import message_of
 from .chart import chart
 from .layout import e, next_run, note, runs_table
@@ -55,7 +55,7 @@ class Pages:
         view = self._namespaces.view(query, all_allowed=True)
         after = job_id_of("after", query["after"]) if "after" in query else None
         msg = message_of(query.get("msg"))
-        jobs = _views.jobs_page(self._store, after, PAGE_SIZE + 1, namespace=view.namespace)
+        jobs = _views.jobs_page(self._store, after, PAGE_SIZE + 1, namespace=self._namespaces.scope(view))
         more, jobs = len(jobs) > PAGE_SIZE, jobs[:PAGE_SIZE]
         by_namespace = self._namespaces.counts()
         if view.namespace is None:
@@ -90,7 +90,8 @@ class Pages:
             "<table id=jobs><tr><th>Job</th>"
             + ("<th>Namespace</th>" if everything else "")
             + "<th>State</th><th>Schedule</th><th>Next run (UTC)</th>"
-            f"<th>Last outcome</th><th>Runs</th><th>Errors</th></tr>{rows}</table>"
+            f'<th>Last outcome</th><th title="{e(COUNTS_NOTE)}">Runs</th><th title="{e(COUNTS_NOTE)}">Errors</th>'
+            f"</tr>{rows}</table>"
             if jobs
             else "<p>No jobs.</p>"
         )
@@ -115,7 +116,7 @@ class Pages:
         if job is None:
             elsewhere = _views.namespaces_of(self._store, [job_id]).get(job_id)
             hint = ""
-            if elsewhere is not None and elsewhere != view.namespace:
+            if elsewhere is not None and elsewhere != view.namespace and self._namespaces.serves(elsewhere):
                 other = self._namespaces.store_for(elsewhere).get_job(job_id)
                 if other is not None:
                     link = self._job_link(request, job_id, elsewhere)
@@ -137,7 +138,7 @@ class Pages:
                 else f"{iso(job.next_run_at)} ({relative(job.next_run_at, now)})",
             ),
             ("target", job.target),
-            ("runs", f"{job.run_count} ({job.error_count} errors), last outcome {job.last_outcome or '-'}"),
+            ("runs", run_counts(job)),
             ("generation", str(job.generation)),
             ("updated", iso(job.updated_at)),
         ]
@@ -190,7 +191,7 @@ class Pages:
             raise BadRequest(f"outcome must be one of {', '.join(_views.OUTCOMES)}")
         before = whole("before", query.get("before"))
         runs = _views.runs_page(
-            self._store, outcome=outcome, before=before, limit=PAGE_SIZE + 1, namespace=view.namespace
+            self._store, outcome=outcome, before=before, limit=PAGE_SIZE + 1, namespace=self._namespaces.scope(view)
         )
         more, runs = len(runs) > PAGE_SIZE, runs[:PAGE_SIZE]
         if view.namespace is None:

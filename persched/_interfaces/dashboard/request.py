@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COOKIE",
+    "DEVICE_COOKIE",
     "Actor",
     "BadRequest",
     "Request",
@@ -40,6 +41,7 @@ __all__ = [
 ]
 
 COOKIE: Final = "persched_session"  # + "_" + the server's port: cookies are not scoped to a port
+DEVICE_COOKIE: Final = "persched_device"  # + "_" + the port: a browser that signed in before (auth.Devices)
 MAX_FORM_BYTES: Final = 10_000
 MAX_QUERY_CHARS: Final = 2_000
 MAX_PARAMETERS: Final = 10
@@ -93,8 +95,10 @@ class Request:
     path: str
     base: str  # SCRIPT_NAME: the prefix the dashboard is mounted under ("" stand-alone)
     client: str
-    cookie_name: str
+    host: str  # the Host header, lower case ("" without one)
+    port_suffix: str  # "_PORT" of the cookie names ("" without a port)
     cookie: str | None  # the session cookie's value, if sent
+    device: str | None  # the device cookie's value, if sent
     actor: Actor | None = None
     query: dict[str, str] = field(default_factory=dict)
 
@@ -112,20 +116,21 @@ def q(**params: object) -> str:
 def request_of(environ: WSGIEnvironment) -> Request:
     """The request of a WSGI environ: its path, the prefix it is mounted under, its session cookie."""
     port = str(environ.get("SERVER_PORT", ""))
-    cookie_name = f"{COOKIE}_{port}" if WHOLE.fullmatch(port) else COOKIE
-    session = None
+    suffix = f"_{port}" if WHOLE.fullmatch(port) else ""
+    cookies: dict[str, str] = {}
     for part in str(environ.get("HTTP_COOKIE", "")).split(";"):
         name, _, value = part.strip().partition("=")
-        if name == cookie_name:
-            session = value
+        cookies[name] = value
     return Request(
         environ=environ,
         method=str(environ.get("REQUEST_METHOD", "GET")),
         path=str(environ.get("PATH_INFO", "/") or "/"),
         base=str(environ.get("SCRIPT_NAME", "")).rstrip("/"),
         client=str(environ.get("REMOTE_ADDR", "?")),
-        cookie_name=cookie_name,
-        cookie=session,
+        host=str(environ.get("HTTP_HOST", "")).strip().lower(),
+        port_suffix=suffix,
+        cookie=cookies.get(COOKIE + suffix),
+        device=cookies.get(DEVICE_COOKIE + suffix),
     )
 
 
@@ -198,10 +203,11 @@ def cross_site(environ: WSGIEnvironment) -> str | None:
     return None
 
 
-def cookie(request: Request, value: str, max_age: int) -> str:
+def cookie(request: Request, name: str, value: str, max_age: int) -> str:
+    """The Set-Cookie value of cookie `name` (`COOKIE`, `DEVICE_COOKIE`) of this dashboard's port and path."""
     secure = "; Secure" if request.environ.get("wsgi.url_scheme") == "https" else ""
     path = request.base + "/"
-    return f"{request.cookie_name}={value}; Path={path}; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}"
+    return f"{name}{request.port_suffix}={value}; Path={path}; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}"
 
 
 def read_form(environ: WSGIEnvironment) -> dict[str, str]:

@@ -20,7 +20,7 @@ from ...errors import PerschedError
 from ..existing import open_existing
 from ..signals import StopSignals
 from .app import WebApp
-from .hosts import HostCheck, HostRules, allow_every_host_warning, url_host
+from .hosts import OWN_NAME, HostCheck, HostRules, allow_every_host_warning, url_host
 from .server import Limits, Server
 
 if TYPE_CHECKING:
@@ -93,7 +93,10 @@ def serve(
         try:
             with stop.installed():
                 thread.start()
-                url = f"http://{url_host(host)}:{server.server_port}/"
+                # On loopback, the dashboard's name of its own: a session cookie set under 127.0.0.1 or
+                # localhost would reach every local service (docs/observability.md: sessions).
+                name = OWN_NAME if host in ("127.0.0.1", "localhost", "::1") else url_host(host)
+                url = f"http://{name}:{server.server_port}/"
                 if not ipaddress_is_loopback(host):
                     logger.warning(
                         "web: listening on %s, reachable from other machines: job data is visible there", host

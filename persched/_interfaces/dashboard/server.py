@@ -25,9 +25,11 @@ Threads and what each owns:
 
 So a slow or idle client costs a buffer, never a thread: at most
 `Limits.max_connections` connections are being read at once, and a new one
-beyond that closes the oldest still unfinished (the slowest), so clients
-that send their request at once, as browsers and Prometheus do, are served
-while slow ones wait their turn to be dropped. Every connection has
+beyond that closes one that has the least to lose (`Server._make_room`):
+one that sent nothing yet, else the oldest still unfinished (the slowest),
+never one whose whole request already waits in its socket. So clients that
+send their request at once, as browsers and Prometheus do, are served while
+idle and slow ones wait their turn to be dropped. Every connection has
 `Limits.read_timeout` seconds from its accept to the end of its request
 (an idle connection is closed then, with 408).
 
@@ -52,6 +54,7 @@ from wsgiref.handlers import SimpleHandler
 
 from ... import _realtime
 from ...errors import PerschedError
+from .refusals import RefusalLog
 from .wire import HEAD_END, Refusal, content_length, parse_head, plain_response
 
 if TYPE_CHECKING:
@@ -75,7 +78,7 @@ class Limits:
 
     Attributes:
         workers: Threads that run the application (requests served at once).
-        max_connections: Connections being read at once; a new one beyond it closes the oldest unfinished one.
+        max_connections: Connections being read at once; a new one beyond it closes one (`Server._make_room`).
         read_timeout: Seconds from a connection's accept to the end of its request (then 408 and closed).
         write_timeout: Seconds a client has to take its response.
         max_header_bytes: Request line and headers together (over it: 431).
@@ -171,6 +174,7 @@ class Server:
         self._done.set()
         # Connections being read, oldest first: deadlines come in this order (one read_timeout each).
         self._reading: collections.OrderedDict[int, _Connection] = collections.OrderedDict()
+        self._refusals = RefusalLog(logger)  # the reader's: a flood of refused requests logs a line a minute
 
     # -- lifecycle (the socketserver interface) ------------------------------------------
 
@@ -256,14 +260,34 @@ class Server:
             sock.setblocking(False)
             conn = _Connection(sock, str(address[0]), _realtime.monotonic() + self.limits.read_timeout)
             while len(self._reading) >= self.limits.max_connections:
-                _, oldest = self._reading.popitem(last=False)
-                logger.debug("%s: %d connections being read: closing the oldest, from %s", self.name,
-                             self.limits.max_connections, oldest.address)  # fmt: skip
-                self._forget(selector, oldest)
+                self._make_room(selector)
             self._reading[sock.fileno()] = conn
             selector.register(sock, selectors.EVENT_READ, conn)
 
+    def _make_room(self, selector: selectors.BaseSelector) -> None:
+        """Free a place among the connections being read: close the one that has the least to lose.
+
+        Oldest first, each is read first (a request may wait in its socket unread, when a flood of
+        connections came in the same accept burst): one that completes goes to the workers, and the
+        room is made. Else the first that was answered already (draining) or has sent nothing is
+        closed; if every one has sent part of a request, the oldest (the slowest).
+        """
+        for conn in list(self._reading.values()):
+            before = len(self._reading)
+            self._on_readable(selector, conn)
+            if len(self._reading) < before:
+                return  # it completed (handed to a worker) or hung up
+            if conn.draining or not conn.buffer:
+                break
+        else:
+            conn = next(iter(self._reading.values()))
+        logger.debug("%s: %d connections being read: closing one from %s", self.name,
+                     self.limits.max_connections, conn.address)  # fmt: skip
+        self._forget(selector, conn)
+
     def _on_readable(self, selector: selectors.BaseSelector, conn: _Connection) -> None:
+        if self._reading.get(conn.sock.fileno()) is not conn:
+            return  # an event of this select() for a connection `_make_room` already closed or handed over
         try:
             data = conn.sock.recv(_RECV_BYTES)
         except (BlockingIOError, InterruptedError):
@@ -313,7 +337,15 @@ class Server:
         return _Request(method, target, version, headers, body)
 
     def _refuse(self, selector: selectors.BaseSelector, conn: _Connection, refusal: Refusal) -> None:
-        logger.info("%s: refused a request from %s: %s %s", self.name, conn.address, refusal.status, refusal.why)
+        self._refusals.refused(
+            f"http {refusal.status}",
+            logging.INFO,
+            "%s: refused a request from %s: %s %s",
+            self.name,
+            conn.address,
+            refusal.status,
+            refusal.why,
+        )
         _send_nowait(conn.sock, plain_response(refusal.status, refusal.phrase, refusal.why))
         try:
             conn.sock.shutdown(socket.SHUT_WR)

@@ -2,7 +2,8 @@
 
 A `Refusal` is a request the reader answers itself with a short plain-text
 response (`plain_response`) and closes: a malformed request line or header,
-an HTTP version other than 1.0 and 1.1, a body framed by anything but
+a control character (NUL, a bare CR) in a header value, an HTTP version
+other than 1.0 and 1.1, a body framed by anything but
 ``Content-Length`` (no chunked decoding, so no request smuggling between the
 two), a body or a head over its limit. No I/O: the reader owns the sockets.
 """
@@ -16,6 +17,8 @@ __all__ = ["DIGITS", "HEAD_END", "Refusal", "content_length", "parse_head", "pla
 
 HEAD_END: Final = re.compile(rb"\r?\n\r?\n")
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token: methods, header names
+# RFC 9110 5.5: a field value holds no control character but HTAB (NUL and a bare CR are refused, 9112 2.2).
+_CONTROL_IN_VALUE: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 DIGITS: Final = re.compile(r"[0-9]{1,18}")
 _MAX_HEADERS: Final = 100  # header lines in one request
 
@@ -55,6 +58,8 @@ def parse_head(head: bytes) -> tuple[str, str, str, list[tuple[str, str]]]:
         name, colon, value = line.partition(":")
         if not colon or not _TOKEN.fullmatch(name):
             raise Refusal(400, "Bad Request", "malformed header line")  # folded lines too (RFC 9112 5.2)
+        if _CONTROL_IN_VALUE.search(value):
+            raise Refusal(400, "Bad Request", f"a control character in the value of header {name[:40]}")
         headers.append((name, value.strip(" \t")))
     return method, target, version, headers
 

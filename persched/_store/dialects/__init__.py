@@ -17,6 +17,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, Protocol
 
+from sqlalchemy.exc import DataError, IntegrityError
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
@@ -146,10 +148,21 @@ class Dialect:
     #: connection, `change_listener`), "data_version" (a cheap check,
     #: `data_version`), or None: only the counter's poll.
     change_signal: ClassVar[Literal["notify", "data_version"] | None] = None
+    #: A query of one row and column: the database's clock, the time every
+    #: instance sharing it can compare its own with (`persched._store.members`).
+    #: Its value is read by `raw_instant`.
+    clock_sql: ClassVar[str] = "SELECT CURRENT_TIMESTAMP"
 
     def is_transient(self, exc: DBAPIError) -> bool:
         """True if retrying the whole transaction may succeed (busy, dropped connection, deadlock)."""
         raise NotImplementedError
+
+    def refuses_row(self, exc: DBAPIError) -> bool:
+        """True if the database refused a value or a row of the statement (a value out of range, a
+        constraint, a trigger): the same write fails again, but its other rows may not
+        (`persched._store._tx.RefusedWrite`). Not a full disk, a read-only or missing table: those
+        are the store's, and no row's."""
+        return isinstance(exc, (DataError, IntegrityError))
 
     def lock_rows(self, query: Select[Any]) -> Select[Any]:
         """`query`, locking the rows it reads until the transaction ends (where reads do not already)."""

@@ -97,6 +97,14 @@ def _key(table: Table) -> ColumnElement[Any]:
 
 class MySQLDialect(Dialect):
     name: ClassVar[str] = "mysql"
+    # Naive UTC to the microsecond, whatever the session's time zone.
+    clock_sql: ClassVar[str] = "SELECT UTC_TIMESTAMP(6)"
+
+    def refuses_row(self, exc: DBAPIError) -> bool:
+        args: tuple[object, ...] = getattr(exc.orig, "args", ())
+        # PyMySQL calls these two OperationalError: a value out of range in an expression (BIGINT
+        # arithmetic), and an error SIGNALled by a trigger without an SQLSTATE of its own.
+        return super().refuses_row(exc) or (len(args) > 0 and args[0] in (1690, 1644))
 
     def is_transient(self, exc: DBAPIError) -> bool:
         if exc.connection_invalidated:  # SQLAlchemy saw a disconnect (PyMySQL's InterfaceError(0, "") too)

@@ -40,7 +40,12 @@ _ANNOUNCE: Final = Sql("SELECT pg_notify(?, current_schema())", (CHANGES_CHANNEL
 
 class PostgreSQLDialect(Dialect):
     name: ClassVar[str] = "postgresql"
+    clock_sql: ClassVar[str] = "SELECT clock_timestamp()"  # the time now, not the transaction's start
     change_signal: ClassVar[Literal["notify", "data_version"] | None] = "notify"
+
+    def refuses_row(self, exc: DBAPIError) -> bool:
+        sqlstate = getattr(exc.orig, "sqlstate", None)  # P0: raised by a PL/pgSQL trigger, as InternalError
+        return super().refuses_row(exc) or (isinstance(sqlstate, str) and sqlstate.startswith("P0"))
 
     def is_transient(self, exc: DBAPIError) -> bool:
         if exc.connection_invalidated:

@@ -34,6 +34,8 @@ _NAIVE_EPOCH: Final = datetime(1970, 1, 1)
 
 class SQLiteDialect(Dialect):
     name: ClassVar[str] = "sqlite"
+    # No server: the SQLite library reads this machine's clock, which every instance on one file shares.
+    clock_sql: ClassVar[str] = "SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')"
     change_signal: ClassVar[Literal["notify", "data_version"] | None] = "data_version"
     serialise_local_writers: ClassVar[bool] = True
     in_process: ClassVar[bool] = True

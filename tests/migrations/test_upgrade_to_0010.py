@@ -1,9 +1,9 @@
-"""Revision 0007 upgrades in place: timed pauses and the instance rows that a read-only check judges.
+"""Revision 0010 upgrades in place: timed pauses and the instance rows that a read-only check judges.
 
-A database at 0006 with an instance row (written by a sharing scheduler, the
+A database at 0009 with an instance row (written by a sharing scheduler, the
 only kind that kept one then) keeps the row, marked as sharing and with no
 ``lease_until`` (not alive to a reader of the database until its scheduler,
-now at 0007, beats again). A job paused before 0007 stays paused, without an
+now at 0010, beats again). A job paused before 0010 stays paused, without an
 end or a note.
 """
 
@@ -29,13 +29,13 @@ if TYPE_CHECKING:
 START = 1_700_000_000.25
 
 
-def test_a_0006_database_keeps_its_rows_and_gains_the_new_columns(tmp_path: Path) -> None:
+def test_a_0009_database_keeps_its_rows_and_gains_the_new_columns(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
     engine = _db.make_engine(url)
     try:
         with engine.begin() as conn:
             cfg = _migrate._config(conn)
-            command.upgrade(cfg, "0006")
+            command.upgrade(cfg, "0009")
         with engine.begin() as conn:
             conn.execute(
                 text(

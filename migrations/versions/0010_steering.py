@@ -1,7 +1,7 @@
 """Timed pauses with a note, and instance rows a read-only check can judge.
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-12-04
 
 persched_jobs gains ``paused_until`` (a pause resumes by itself at that
@@ -23,21 +23,21 @@ from sqlalchemy.dialects import mysql
 # As in revision 0001: microsecond instants on MySQL/MariaDB.
 INSTANT = sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 
-revision = "0007"
-down_revision = "0006"
+revision = "0010"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("persched_jobs") as batch:
-        batch.add_column(sa.Column("paused_until", INSTANT, nullable=True))
-        batch.add_column(sa.Column("pause_note", sa.String(500), nullable=True))
+    # Plain ADD COLUMN (no batch copy on SQLite), so the view persched_job_states
+    # over persched_jobs (revision 0008) stays as it is: it reads none of these.
+    op.add_column("persched_jobs", sa.Column("paused_until", INSTANT, nullable=True))
+    op.add_column("persched_jobs", sa.Column("pause_note", sa.String(500), nullable=True))
     # The schedulers look for the earliest end of a timed pause at every heartbeat.
     op.create_index("ix_persched_jobs_paused_until", "persched_jobs", ["paused_until"])
-    with op.batch_alter_table("persched_instances") as batch:
-        batch.add_column(sa.Column("lease_until", INSTANT, nullable=True))
-        batch.add_column(sa.Column("shares", sa.Boolean(), nullable=False, server_default=sa.true()))
+    op.add_column("persched_instances", sa.Column("lease_until", INSTANT, nullable=True))
+    op.add_column("persched_instances", sa.Column("shares", sa.Boolean(), nullable=False, server_default=sa.true()))
 
 
 def downgrade() -> None:
@@ -46,6 +46,7 @@ def downgrade() -> None:
         batch.drop_column("shares")
         batch.drop_column("lease_until")
     op.drop_index("ix_persched_jobs_paused_until", table_name="persched_jobs")
-    with op.batch_alter_table("persched_jobs") as batch:
-        batch.drop_column("pause_note")
-        batch.drop_column("paused_until")
+    # Plain DROP COLUMN (SQLite 3.35+), not a batch copy of persched_jobs, which
+    # the view persched_job_states reads (the view names neither column).
+    op.drop_column("persched_jobs", "pause_note")
+    op.drop_column("persched_jobs", "paused_until")
