@@ -17,8 +17,9 @@ lateness and duration come from the scheduler's events (a listener on the
 ``persched-events`` thread, never on the dispatch path); claim conflicts,
 store retries and errors and missed slots from its `Observer` hook; runs in
 flight and dropped events are read from the scheduler at scrape time; jobs
-by state from one ``GROUP BY`` on the database at scrape time, cached for
-`jobs_cache_seconds`.
+by state from one ``GROUP BY`` on the database at scrape time, and the live
+instances and (with ``per_job``) each job's next run and latest success
+from `persched._store.health`, each cached for `jobs_cache_seconds`.
 
 Labels are few by default: runs by ``outcome``, store retries and errors by
 ``operation`` (a fixed set of store methods), jobs by ``state``. With
@@ -39,7 +40,7 @@ import math
 import re
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar, cast
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, make_wsgi_app
@@ -56,12 +57,14 @@ from ._interfaces.dashboard.server import Limits, Server
 from ._model.checks import as_seconds
 from ._model.instant import from_datetime, micros, seconds
 from ._model.models import shown
+from ._store import health as _health
 from ._store import views as _views
 from ._store.observer import Observer
 from .errors import InvalidJobError, PerschedError, StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
+    from datetime import datetime
 
     from prometheus_client.metrics_core import Metric
 
@@ -72,6 +75,7 @@ if TYPE_CHECKING:
 __all__ = ["DURATION_BUCKETS", "LATENESS_BUCKETS", "SchedulerMetrics", "serve"]
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Seconds from a run's slot to its start (jitter included).
 LATENESS_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
@@ -233,7 +237,7 @@ class SchedulerMetrics(Observer):
         )
         self._lock = threading.Lock()
         self._scheduler: JobScheduler | None = None
-        self._jobs_cache: tuple[int, dict[str, int]] | None = None  # (monotonic ns, counts)
+        self._caches: dict[str, tuple[int, object]] = {}  # what was read at scrape time: (monotonic ns, value)
         self._live = _LiveCollector(namespace, self)
         self._register(
             self.runs_started,
@@ -349,21 +353,37 @@ class SchedulerMetrics(Observer):
 
     # -- read at scrape time ------------------------------------------------------------
 
-    def _job_counts(self) -> dict[str, int] | None:
+    def _cached(self, key: str, read: Callable[[JobScheduler], T], what: str) -> T | None:
+        """`read(scheduler)` from the database, at most once per `jobs_cache_seconds`; None (logged) if it failed."""
         scheduler = self._scheduler
         if scheduler is None:
             return None
         now = _realtime.monotonic_ns()
-        cached = self._jobs_cache
+        cached = self._caches.get(key)
         if cached is not None and now - cached[0] < self._cache_ns:
-            return cached[1]
+            return cast("T", cached[1])
         try:
-            counts = _views.job_counts(scheduler._store)  # its store: the scheduler's database and engine
+            value = read(scheduler)
         except StoreError as exc:
-            logger.warning("metrics: cannot count jobs by state (series left out of this scrape): %s", exc)
+            logger.warning("metrics: cannot %s (series left out of this scrape): %s", what, exc)
             return None
-        self._jobs_cache = (now, counts)
-        return counts
+        self._caches[key] = (now, value)
+        return value
+
+    def _health(self) -> tuple[int, dict[str, tuple[datetime | None, datetime | None]]] | None:
+        """The live instances of the namespace and, with `per_job`, each job's next run and
+        latest success (`persched._store.health`)."""
+
+        def read(scheduler: JobScheduler) -> tuple[int, dict[str, tuple[datetime | None, datetime | None]]]:
+            store = scheduler._store  # its store: the scheduler's database and engine
+            live = len(_health.live_instances(store, scheduler._timebase.now()))
+            return live, _health.job_timestamps(store) if self.per_job else {}
+
+        return self._cached("health", read, "read instances and job times")
+
+    def _job_counts(self) -> dict[str, int] | None:
+        # Its store: the scheduler's database and engine.
+        return self._cached("jobs", lambda scheduler: _views.job_counts(scheduler._store), "count jobs by state")
 
 
 class _LiveCollector(Collector):
@@ -386,6 +406,28 @@ class _LiveCollector(Collector):
             for state, count in sorted(counts.items()):
                 by_state.add_metric((state,), count)
             yield by_state
+        health = self._metrics._health()
+        if health is not None:
+            live, stamps = health
+            yield GaugeMetricFamily(
+                f"{name}_instances_live",
+                "Schedulers of this namespace whose lease is current (from the database; this one included).",
+                live,
+            )
+            for kind, which, help_text in (
+                (
+                    ("next_run", 0, "When the job's next run is due (unix seconds); none while paused or finished."),
+                    ("last_success", 1, "When the job's latest run that ended 'ok' ended (unix seconds)."),
+                )
+                if self._metrics.per_job
+                else ()
+            ):
+                family = GaugeMetricFamily(f"{name}_job_{kind}_timestamp_seconds", help_text, labels=("job",))
+                for job_id, times in sorted(stamps.items()):
+                    at = times[which]
+                    if at is not None:
+                        family.add_metric((job_id,), seconds(from_datetime(at)))
+                yield family
         yield GaugeMetricFamily(
             f"{name}_runs_in_flight",
             "Runs this scheduler claimed and has not recorded yet.",

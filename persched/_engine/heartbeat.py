@@ -42,15 +42,18 @@ first commit it sees brings it back to `pickup_check_seconds`: an idle
 scheduler wakes about once a second, not ten times, and a change after a
 quiet spell is picked up within a second.
 
-Each round also reads the database's clock (`persched._engine.skew`): an
-instance whose time is too far from it keeps to the database's time.
+With `membership` (`persched._engine.membership`), each round also renews
+this instance's membership row and reads the others', and the database's
+clock in the same transaction (`persched._engine.skew`: an instance whose
+time is too far from it keeps to the database's time); when the instances
+share the work and the view of the members changes, `repartition` hands the
+dispatcher the new view (it keeps only the jobs this instance owns). A
+member's join or leave moves the change counter too, so a pick-up that sees
+the counter move also asks the membership whether a member came or went
+(`Membership.notice`).
 
-With `membership` (the instances share the work, `persched._engine.membership`),
-each round also renews this instance's membership row and reads the others';
-when the view of the members changes, `repartition` hands the dispatcher the
-new view (it keeps only the jobs this instance owns). A member's join or
-leave moves the change counter too, so a pick-up that sees the counter move
-also asks the membership whether a member came or went (`Membership.notice`).
+With `pause_ends` (`persched._engine.pause_ends`), the loop also wakes at the
+earliest end of a timed pause and resumes the jobs whose pause has ended.
 
 With the bounded heap (`persched._engine.horizon`), the pick-up asks only for the
 changed jobs the heap's refills have passed (later ones are loaded by a
@@ -78,7 +81,7 @@ from .tracebacks import describe
 if TYPE_CHECKING:
     from .._store import OpenRun, Store, Stranded
     from .membership import Membership
-    from .skew import ClockCheck
+    from .pause_ends import PauseEnds
     from .timebase import Timebase
 
 __all__ = ["Heartbeat"]
@@ -119,11 +122,11 @@ class Heartbeat:
         lost: Called with each run this heartbeat recorded as lost (events).
         maintenance: Called after each round (run-history retention); it
             runs here, off the dispatch path.
-        membership: This instance's view of the members sharing the work
-            (None: it does not share), renewed every round.
+        membership: This instance's membership row (every scheduler keeps one, for
+            `persched._store.health`) and its view of the members sharing the work, renewed
+            every round.
         repartition: Called with `Membership.shared` when the view changed.
-        clock_check: Measures this instance's time against the database's clock every round,
-            where there is no `membership` to do it in its beat (`persched._engine.skew`).
+        pause_ends: The timed pauses to resume at their end (`persched._engine.pause_ends`).
     """
 
     def __init__(
@@ -142,10 +145,11 @@ class Heartbeat:
         maintenance: Callable[[], None] | None = None,
         membership: Membership | None = None,
         repartition: Callable[[bool], None] | None = None,
-        clock_check: ClockCheck | None = None,
+        pause_ends: PauseEnds | None = None,
     ) -> None:
         self._store = store
-        self._clock_check = clock_check
+        self._pause_ends = pause_ends
+        self._ends_changed = False  # this process paused a job with an end (guarded by _cond)
         self._membership = membership
         self._repartition = repartition
         self._timebase = timebase
@@ -205,6 +209,12 @@ class Heartbeat:
         """Read the change counter at once (another connection committed); from any thread."""
         with self._cond:
             self._requested = True
+            self._cond.notify_all()
+
+    def pause_ending(self) -> None:
+        """Read the earliest end of the timed pauses again (a job was paused with one); from any thread."""
+        with self._cond:
+            self._ends_changed = True
             self._cond.notify_all()
 
     def stop(self) -> None:
@@ -326,6 +336,8 @@ class Heartbeat:
         """
         if self._store.change_seq() == self._change_seq:
             return
+        with self._cond:  # a change made elsewhere may be a pause with an end
+            self._ends_changed = True
         if self._membership is not None and self._membership.notice() and self._repartition is not None:
             self._repartition(self._membership.shared)  # a member joined or left (persched._engine.membership)
         before = self._change_seq
@@ -361,6 +373,7 @@ class Heartbeat:
         next_beat = next_pickup = earliest = clock.monotonic_us()
         next_check = next_beat if self._watch is not None else _NEVER
         next_sweep = _NEVER
+        next_end = _NEVER  # monotonic µs: the earliest end of a timed pause
         if self._sweep is not None:
             next_sweep = next_beat
         owed = False  # a signal asked for a pick-up, which runs at `earliest`
@@ -368,6 +381,9 @@ class Heartbeat:
         while True:
             with self._cond:
                 owed, self._requested = owed or self._requested, False
+                ends_changed, self._ends_changed = self._ends_changed, False
+            if ends_changed:
+                next_end = self._read_pause_ends(next_end, resume=False)
             checked = False
             if self._watch is not None and clock.monotonic_us() >= next_check:
                 checked = True
@@ -385,15 +401,16 @@ class Heartbeat:
                 next_check = min(now + check_every, max(next_pickup, now + self._pickup_check))
             if clock.monotonic_us() >= next_beat:
                 next_beat = clock.monotonic_us() + self._period
-                if self._clock_check is not None and self._membership is None:  # else: in the membership's beat
-                    _guarded(self._clock_check.check, "reading the database's clock")
                 _guarded(self.renew_membership, "renewing membership")
                 _guarded(self.beat, "heartbeat")
+                next_end = self._read_pause_ends(next_end, resume=False)
                 if self._maintenance is not None:
                     _guarded(self._maintenance, "run-history maintenance")
+            if clock.monotonic_us() >= next_end:
+                next_end = self._read_pause_ends(next_end, resume=True)
             if self._sweep is not None and clock.monotonic_us() >= next_sweep:
                 next_sweep = self._sweep_once(next_beat)
-            wake_at = min(next_beat, next_pickup, next_check, next_sweep, earliest if owed else _NEVER)
+            wake_at = min(next_beat, next_pickup, next_check, next_sweep, next_end, earliest if owed else _NEVER)
             with self._cond:
                 while (
                     not self._stopping
@@ -403,6 +420,23 @@ class Heartbeat:
                     clock.wait(self._cond, left / US_PER_SECOND)
                 if self._stopping:
                     return
+
+    def _read_pause_ends(self, previous: int, *, resume: bool) -> int:
+        """Resume the pauses that ended (with `resume`), and return when the next one ends
+        (monotonic µs; `previous` again after a failure, retried at the next round)."""
+        if self._pause_ends is None:
+            return _NEVER
+        try:
+            end = self._pause_ends.resume_ended() if resume else self._pause_ends.next_end()
+        except BaseException as exc:  # noqa: BLE001 - a periodic task must never stop the others
+            if isinstance(exc, StoreError):
+                logger.warning("resuming the timed pauses failed, will retry: %s", exc)
+            else:
+                logger.error("resuming the timed pauses failed, will retry\n%s", describe(exc))
+            return max(previous, self._timebase.clock.monotonic_us() + self._period) if resume else previous
+        if end is None:
+            return _NEVER
+        return self._timebase.clock.monotonic_us() + max(0, end - self._timebase.now())
 
     def _sweep_once(self, retry_at: int) -> int:
         """One batch of the sweep; return when to run the next (monotonic µs): at once while rows

@@ -1,9 +1,11 @@
 """Which live instance owns which job, when several share one namespace's work.
 
-Every sharing scheduler keeps a row in ``persched_instances`` and renews it
-with each heartbeat (its ``beats`` count goes up), reading everyone's row in
-the same transaction (`persched._store.members`). From those reads each
-instance keeps its *view*: itself, and every other member whose count moved
+Every scheduler keeps a row in ``persched_instances`` (one with
+``share_work=False`` too, marked ``shares`` false: seen, but counted by no
+member and given no share) and renews it with each heartbeat (its ``beats``
+count goes up), reading everyone's row in the same transaction
+(`persched._store.members`). From those reads each instance
+keeps its *view*: itself, and every other member whose count moved
 within the last lease. Liveness is judged as leases are (`persched._engine.heartbeat`):
 by observing the count change on the local monotonic clock, never by
 comparing a stored time with the local wall clock, so a stepped or skewed clock
@@ -44,6 +46,7 @@ from hashlib import blake2b
 from typing import TYPE_CHECKING
 
 from .. import _loggers
+from .._model.instant import Instant
 from ..errors import StoreError
 from .liveness import provably_dead
 
@@ -78,6 +81,9 @@ class Membership:
         lease: How long a member's count may stand still before it counts as gone.
         clock_check: Measures this instance's time against the database's clock in each beat's
             transaction, and gives the offset its row shows (`persched._engine.skew`).
+        shares: Whether this instance shares the work. One that does not (``share_work=False``)
+            still keeps its row, so that `persched instances` and `persched check` see it,
+            but its view is itself alone and no sharing member counts it.
     """
 
     def __init__(
@@ -87,9 +93,12 @@ class Membership:
         instance_id: str,
         lease: Micros,
         clock_check: ClockCheck,
+        *,
+        shares: bool,
     ) -> None:
         self._store = store
         self._clock_check = clock_check
+        self._shares = shares
         self._timebase = timebase
         self._instance_id = instance_id
         self._lease = lease
@@ -110,13 +119,23 @@ class Membership:
     def beat(self) -> bool:
         """Renew this instance's row and read the others'; return True if the view changed."""
         offset = self._clock_check.offset_seconds
-        counts = self._clock_check.timed(
-            lambda reads: self._store.beat_membership(self._instance_id, self._timebase.now(), offset, read_clock=reads)
-        )
+
+        def round_trip(reads: bool) -> tuple[dict[str, tuple[BeatCount, bool]], Instant | None]:
+            now = self._timebase.now()
+            return self._store.beat_membership(
+                self._instance_id,
+                now,
+                Instant(now + self._lease),
+                shares=self._shares,
+                clock_offset=offset,
+                read_clock=reads,
+            )
+
+        counts = self._clock_check.timed(round_trip)
         mono = self._timebase.clock.monotonic_us()
         live = [self._instance_id]
         seen: dict[str, tuple[BeatCount, int]] = {}
-        for member, beats in counts.items():
+        for member, (beats, shares) in counts.items():
             if member == self._instance_id:
                 continue
             previous = self._seen.get(member)
@@ -132,7 +151,8 @@ class Membership:
                     logger.info("instance %s stopped renewing its membership; its jobs move to the others", member)
                 continue
             seen[member] = (beats, first_seen)
-            live.append(member)
+            if self._shares and shares:
+                live.append(member)
         self._seen = seen
         view = tuple(sorted(live))
         if view == self.members:
@@ -143,7 +163,8 @@ class Membership:
 
     def notice(self) -> bool:
         """The change counter moved: beat now if a member's row came or went; return True if the view changed."""
-        if self._store.member_ids() == frozenset(self.members):
+        # The rows of the last beat, sharing or not (a non-sharing member's row is not in the view).
+        if self._store.member_ids() == frozenset(self._seen) | {self._instance_id}:
             return False
         return self.beat()
 

@@ -15,11 +15,12 @@ of the class.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from .. import _loggers
 from .._model.checks import positive
 from .._model.declare import DeclareResult, JobSpec, check_specs
+from .._model.instant import to_datetime
 from .._model.models import (
     Job,
     JobState,
@@ -29,8 +30,10 @@ from .._model.models import (
     validate_job_id,
     validate_policies,
 )
+from .._model.pauses import check_pause
 from .._model.targets import reference_of
 from .._store import RunNowVerdict
+from .._store.coming import coming_slots
 from .._store.views import whereabouts
 from ..errors import InvalidJobError, JobNotFoundError, SchedulerStateError
 from .config import MAX_COUNT, check_wait
@@ -44,10 +47,13 @@ if TYPE_CHECKING:
     from .._store import Store
     from .dispatcher import Dispatcher
     from .events import EventKind
+    from .heartbeat import Heartbeat
     from .runs import RunBook
     from .timebase import Timebase
 
-__all__ = ["JobOperations"]
+__all__ = ["MAX_NEXT_RUNS", "JobOperations"]
+
+MAX_NEXT_RUNS: Final = 1000  # slots next_runs() lists at most
 
 logger = logging.getLogger(_loggers.LIBRARY)
 
@@ -59,6 +65,7 @@ class JobOperations:
     _store: Store
     _timebase: Timebase
     _dispatcher: Dispatcher
+    _heartbeat: Heartbeat
     _runs: RunBook
     _state: str
     _allowed_modules: tuple[str, ...] | None
@@ -293,33 +300,69 @@ class JobOperations:
             self._runs.wait_for_job(job_id, timeout)
         return removed
 
-    def pause(self, job_id: str) -> bool:
+    def pause(self, job_id: str, *, until: datetime | None = None, note: str | None = None) -> bool:
         """Pause a job: it keeps its definition and history and starts no run until resumed.
 
         Linearized like deschedule(): once this returns, the paused
         generation starts no run, in any process (a run claimed before may
         finish). Paused jobs stay paused across restarts and replacements.
 
+        Args:
+            job_id: The job.
+            until: A timezone-aware instant after now: the job resumes by itself
+                then, once, in whichever scheduler of the namespace runs
+                (on the scheduler's clock; slots passed while paused do not run).
+            note: Why the job is paused (at most 500 characters), shown in
+                `Job.pause_note`, ``persched show`` and ``persched jobs --json``.
+
         Returns:
             True if the job was paused by this call; False if there was
             nothing to change (paused already, or finished).
 
         Raises:
+            InvalidJobError: `until` naive or not ahead of now, `note` too long (nothing is written).
             JobNotFoundError: No such job in this namespace (unknown, or descheduled).
         """
         self._check_open()
         validate_job_id(job_id)
+        now = self._timebase.now()
+        end, text = check_pause(until, note, now)
         self._ensure_schema()
-        generation = self._store.pause_job(job_id, self._timebase.now())
+        generation = self._store.pause_job(job_id, now, until=end, note=text)
         if generation is None:
             self._check_found(job_id)
             return False
         logger.info("job %s generation %d paused", job_id, generation)
+        if end is not None:
+            self._heartbeat.pause_ending()
         self._emit("job_paused", job_id, generation)
         return True
 
+    def pause_all(self, *, until: datetime | None = None, note: str | None = None) -> int:
+        """Pause every scheduled or running job of the namespace that is not paused, in one transaction.
+
+        Each is paused as by `pause` (with the same `until` and `note`).
+
+        Returns:
+            How many jobs were paused (0 when there was nothing to change).
+
+        Raises:
+            InvalidJobError: `until` naive or not ahead of now, `note` too long (nothing is written).
+        """
+        self._check_open()
+        now = self._timebase.now()
+        end, text = check_pause(until, note, now)
+        self._ensure_schema()
+        count = self._store.pause_all_jobs(now, until=end, note=text)
+        logger.info("paused %d jobs of namespace %s", count, self.namespace)
+        if end is not None and count:
+            self._heartbeat.pause_ending()
+        return count
+
     def resume(self, job_id: str) -> bool:
         """Resume a paused job on its grid from now: slots that passed while it was paused do not run.
+
+        Clears the pause's `until` and note.
 
         Returns:
             True if the job was paused and is resumed now; False if it was not paused.
@@ -334,12 +377,27 @@ class JobOperations:
         if resumed is None:
             self._check_found(job_id)
             return False
-        generation, due = resumed
+        self._resumed(job_id, *resumed)
+        return True
+
+    def resume_all(self) -> int:
+        """Resume every paused job of the namespace, in one transaction, as `resume` does each.
+
+        Returns:
+            How many jobs were resumed (0 when none was paused).
+        """
+        self._check_open()
+        self._ensure_schema()
+        resumed = self._store.resume_all_jobs(self._timebase.now())
+        for job_id, generation, due in resumed:
+            self._resumed(job_id, generation, due)
+        return len(resumed)
+
+    def _resumed(self, job_id: str, generation: int, due: Instant | None) -> None:
         logger.info("job %s generation %d resumed", job_id, generation)
         if due is not None and self._state == "running":
             self._dispatcher.offer(due, job_id, generation)
         self._emit("job_resumed", job_id, generation)
-        return True
 
     def run_now(self, job_id: str) -> bool:
         """Ask for one extra run of the job as soon as a worker is free, without moving its grid.
@@ -397,6 +455,33 @@ class JobOperations:
         validate_job_id(job_id)
         self._ensure_schema()
         return self._store.get_job(job_id)
+
+    def next_runs(self, job_id: str, count: int = 10) -> list[datetime]:
+        """Return the coming slots of a job as it will run them (UTC, aware), soonest first.
+
+        They follow the job's schedule, time zone and daylight-saving rules,
+        its window and a pause with an end (the slots after it). A job paused
+        without an end, or finished, has none; fixed delay knows only its
+        next slot. Runs are not predicted: a slot still to run while one is in
+        flight is listed at its time.
+
+        Args:
+            job_id: The job.
+            count: How many slots, 1 to 1000.
+
+        Raises:
+            InvalidJobError: `count` is not a whole number from 1 to 1000.
+            JobNotFoundError: No such job in this namespace (unknown, or descheduled).
+        """
+        self._check_open()
+        validate_job_id(job_id)
+        wanted = int(positive("count", count, integer=True, maximum=MAX_NEXT_RUNS))
+        self._ensure_schema()
+        slots = self._store.get_job_as(lambda row: coming_slots(row, wanted), job_id)
+        if slots is None:
+            self._check_found(job_id)
+            return []
+        return [to_datetime(slot) for slot in slots]
 
     def jobs(self) -> list[Job]:
         """Return every job not descheduled (scheduled, running, paused, finished), soonest first."""

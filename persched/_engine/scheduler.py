@@ -64,6 +64,7 @@ from .heartbeat import Heartbeat
 from .horizon import DEFAULT_HORIZON_SECONDS, Horizon
 from .membership import Membership
 from .operations import JobOperations
+from .pause_ends import PauseEnds
 from .retention import Retention
 from .runs import RunBook
 from .skew import ClockCheck
@@ -299,10 +300,10 @@ class JobScheduler(JobOperations):
             instance_id=self.instance_id,
             retimed=lambda: self._dispatcher.retime(),  # made below
         )
-        self._membership = (
-            Membership(self._store, self._timebase, self.instance_id, config.lease, self._clock_check)
-            if config.share_work
-            else None
+        # Every instance keeps a membership row (what `persched instances` and `persched check` read);
+        # only sharing ones divide the jobs among themselves.
+        self._membership = Membership(
+            self._store, self._timebase, self.instance_id, config.lease, self._clock_check, shares=config.share_work
         )
         self._runs = RunBook(
             self._store,
@@ -313,7 +314,7 @@ class JobScheduler(JobOperations):
             config.allowed_modules,
             self._emit,
             self._retention.recorded,
-            owns=None if self._membership is None else self._membership.owns,
+            owns=self._membership.owns if config.share_work else None,
         )
         self._dispatcher = self._runs.dispatcher
         self._pool = self._runs.pool
@@ -332,7 +333,12 @@ class JobScheduler(JobOperations):
             maintenance=self._maintenance,
             membership=self._membership,
             repartition=self._dispatcher.repartition,
-            clock_check=self._clock_check,
+            pause_ends=PauseEnds(
+                self._store,
+                self._timebase,
+                self._dispatcher.offer,
+                lambda job_id, generation: self._emit("job_resumed", job_id, generation),
+            ),
         )
 
         _made.add(self)
@@ -370,8 +376,7 @@ class JobScheduler(JobOperations):
         swept: list[tuple[Instant, str, int]] = []
         try:
             # Join the members first: the jobs loaded are the ones this instance owns.
-            if self._membership is not None:
-                self._membership.beat()
+            self._membership.beat()
             # Read the change counter first: a change committed while loading
             # is then picked up again rather than missed.
             change_seq = self._store.change_seq()
@@ -390,7 +395,7 @@ class JobScheduler(JobOperations):
             cursor=cursor,
             horizon=self._config.horizon,
             refill_rows=horizon.rows,
-            shared=self._membership is not None and self._membership.shared,
+            shared=self._membership.shared,
         )
         self._heartbeat.start(
             change_seq,
@@ -483,8 +488,6 @@ class JobScheduler(JobOperations):
     def _leave(self) -> None:
         """Delete this instance's membership row, so that the others take its jobs at once (after
         the heartbeat stopped: its next round would write the row again)."""
-        if self._membership is None:
-            return
         try:
             self._membership.leave()
         except StoreError as exc:

@@ -401,13 +401,21 @@ class AsyncJobScheduler:
         """Remove a job (see `JobScheduler.deschedule`); `wait` awaits its in-flight run without blocking the loop."""
         return await asyncio.to_thread(self._sched.deschedule, job_id, wait, timeout)
 
-    async def pause(self, job_id: str) -> bool:
+    async def pause(self, job_id: str, *, until: datetime | None = None, note: str | None = None) -> bool:
         """Pause a job (see `JobScheduler.pause`; an unknown id raises `JobNotFoundError`)."""
-        return await asyncio.to_thread(self._sched.pause, job_id)
+        return await asyncio.to_thread(functools.partial(self._sched.pause, job_id, until=until, note=note))
+
+    async def pause_all(self, *, until: datetime | None = None, note: str | None = None) -> int:
+        """Pause every job of the namespace that is not paused (see `JobScheduler.pause_all`)."""
+        return await asyncio.to_thread(functools.partial(self._sched.pause_all, until=until, note=note))
 
     async def resume(self, job_id: str) -> bool:
         """Resume a paused job from now (see `JobScheduler.resume`; an unknown id raises `JobNotFoundError`)."""
         return await asyncio.to_thread(self._sched.resume, job_id)
+
+    async def resume_all(self) -> int:
+        """Resume every paused job of the namespace (see `JobScheduler.resume_all`)."""
+        return await asyncio.to_thread(self._sched.resume_all)
 
     async def run_now(self, job_id: str) -> bool:
         """Ask for one extra run soon (see `JobScheduler.run_now`; an unknown id raises `JobNotFoundError`)."""
@@ -416,6 +424,10 @@ class AsyncJobScheduler:
     async def get_job(self, job_id: str) -> Job | None:
         """Return the job `job_id`, or None (see `JobScheduler.get_job`)."""
         return await asyncio.to_thread(self._sched.get_job, job_id)
+
+    async def next_runs(self, job_id: str, count: int = 10) -> list[datetime]:
+        """The coming slots of a job (see `JobScheduler.next_runs`)."""
+        return await asyncio.to_thread(self._sched.next_runs, job_id, count)
 
     async def jobs(self) -> list[Job]:
         """Return every job not descheduled, soonest first."""

@@ -55,6 +55,8 @@ class PlainJob:
     end_at: datetime | None = None
     max_runtime_seconds: float | None = None
     paused: bool = False
+    paused_until: datetime | None = None  # a timed pause resumes by itself then (pause(until=...))
+    pause_note: str | None = None  # why the job is paused (pause(note=...))
     run_now_requested: bool = False
     schedule: str = ""
     unreadable: str | None = None

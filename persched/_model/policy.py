@@ -128,6 +128,23 @@ class JobPlan:
             return max(self.slot_after(now), next_run_at)  # fixed delay: one interval from the resume
         return max(self.trigger.next_after(Instant(now - 1)), next_run_at)
 
+    def coming(self, first: Instant, count: int) -> list[Instant]:
+        """Up to `count` slots from `first` (the next slot still to run) on, within the window.
+
+        Fixed delay has no grid: only `first` is known (each later slot is one
+        interval after the previous run ends).
+        """
+        slots: list[Instant] = []
+        slot = first
+        while len(slots) < count and not self.is_over(slot):
+            slots.append(slot)
+            if self.trigger is None:
+                break
+            slot = self.trigger.next_after(slot)
+            if slot >= _triggers.NEVER:
+                break
+        return slots
+
     def corrected(self, next_run_at: Instant, now: Instant) -> Instant | None:
         """The slot a row should have instead of `next_run_at` if that lies further ahead of `now`
         than the schedule allows (it was written by a clock that was ahead), else None.

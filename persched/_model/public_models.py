@@ -51,6 +51,8 @@ class Job(BaseModel):
     end_at: datetime | None = None
     max_runtime_seconds: float | None = None
     paused: bool = False
+    paused_until: datetime | None = None  # a timed pause resumes by itself then (pause(until=...))
+    pause_note: str | None = None  # why the job is paused (pause(note=...))
     run_now_requested: bool = False
     schedule: str = ""  # the schedule in words: "every 5 min", "cron 0 3 * * * Europe/Paris"
     # Why the stored row cannot be read (a hand edit), or None; the fields it names

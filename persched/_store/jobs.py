@@ -76,6 +76,21 @@ _FIND_JOB: Final = f"SELECT {_JOB_SELECT} FROM persched_jobs WHERE job_id = ?"  
 # each to describe, also when no row comes back, so a new id is looked for with one.
 _PROBE_JOB: Final = "SELECT state FROM persched_jobs WHERE job_id = ?"
 _INSTANT_COLUMNS: Final = frozenset(column.name for column in jobs.c if isinstance(column.type, UTCDateTime))
+# The jobs pause() may pause: scheduled or running (a run in flight finishes), not paused yet.
+_PAUSABLE: Final = (jobs.c.state.in_((SCHEDULED, RUNNING)), jobs.c.paused.is_(False))
+
+
+def _paused(now: Instant, until: Instant | None, note: str | None) -> dict[str, Any]:
+    """The values of a pause (a pending run-now is dropped: a paused job starts no run)."""
+    return {
+        "paused": True,
+        "paused_until": None if until is None else to_datetime(until),
+        "pause_note": note,
+        "run_now_at": None,
+        "updated_at": to_datetime(now),
+    }
+
+
 _MARK_DECLARED: Final = "UPDATE persched_jobs SET declared = ? WHERE job_id = ?"
 _IDS_PER_QUERY: Final = 500  # ids bound in one IN (...): well under every engine's limit of parameters
 
@@ -271,6 +286,9 @@ class JobsStore(DueStore):
                 "generation": generation,
                 "state": FINISHED if plan.is_over(first) else SCHEDULED,
                 "paused": paused,
+                # ... with its end and its note.
+                "paused_until": at(from_datetime(row.paused_until)) if row and paused and row.paused_until else None,
+                "pause_note": row.pause_note if row and paused else None,
                 "run_now_at": None,
                 "running_for": None,
                 "owner": None,
@@ -364,68 +382,113 @@ class JobsStore(DueStore):
 
         return self._read(body, "jobs")
 
-    def pause_job(self, job_id: str, now: Instant) -> int | None:
+    def pause_job(
+        self, job_id: str, now: Instant, *, until: Instant | None = None, note: str | None = None
+    ) -> int | None:
         """Pause the job: no run of it starts after this commits. Return its
         generation, or None if there is no scheduled or running job to pause
-        (unknown, descheduled, finished, or paused already)."""
+        (unknown, descheduled, finished, or paused already).
+
+        `until`: the pause ends by itself then (`resume_job` with ``until``);
+        `note`: why, kept for people. Both are checked by the caller.
+        """
 
         def body(conn: Connection) -> int | None:
             row = self.dialect.update_returning_one(
                 conn,
                 update(jobs)
-                .where(
-                    jobs.c.job_id == job_id,
-                    jobs.c.state.in_((SCHEDULED, RUNNING)),
-                    jobs.c.paused.is_(False),
-                    self._mine,
-                )
-                .values(
-                    paused=True,
-                    run_now_at=None,
-                    updated_at=to_datetime(now),
-                    change_seq=self._bump_change_seq(conn),
-                ),
+                .where(jobs.c.job_id == job_id, *_PAUSABLE, self._mine)
+                .values(**_paused(now, until, note), change_seq=self._bump_change_seq(conn)),
                 *raw_columns([jobs.c.generation]),
             )
             return None if row is None else generation_of(row.generation)
 
         return self._write_grouped(body, "pause")
 
-    def resume_job(self, job_id: str, now: Instant) -> tuple[int, Instant | None] | None:
+    def pause_all_jobs(self, now: Instant, *, until: Instant | None = None, note: str | None = None) -> int:
+        """Pause every scheduled or running job of the namespace that is not paused, in one
+        transaction; return how many were paused."""
+
+        def body(conn: Connection) -> int:
+            query = update(jobs).where(*_PAUSABLE, self._mine)
+            changed = conn.execute(query.values(**_paused(now, until, note), change_seq=self._bump_change_seq(conn)))
+            return int(changed.rowcount)
+
+        return self._write(body, "pause all")
+
+    def resume_job(
+        self, job_id: str, now: Instant, *, until: Instant | None = None
+    ) -> tuple[int, Instant | None] | None:
         """Resume a paused job on its grid from `now` (slots passed while paused do not run,
         nor, on a clock behind the one that ran it, a slot that ran already).
 
+        With `until`, only a pause that ends then (a timed pause coming to
+        its end: `now` is that instant, and whichever instance asks first wins).
         Returns its generation and when it is due (None: running, or its
-        window ended), or None if the job is not paused.
+        window ended), or None if the job is not paused (so).
         """
 
         def body(conn: Connection) -> tuple[int, Instant | None] | None:
             query = select(*RAW_JOBS).where(
                 jobs.c.job_id == job_id, jobs.c.paused.is_(True), jobs.c.state != DESCHEDULED, self._mine
             )
+            if until is not None:
+                query = query.where(jobs.c.paused_until == to_datetime(until))
             found = conn.execute(self.dialect.lock_rows(query)).first()
             if found is None:
                 return None
-            row = readable_or_refuse(read_row(JOB_COLUMNS, found._mapping))
-            plan = plan_of(row)
-            next_at = plan.resumed(now, from_datetime(row.next_run_at))
-            state = row.state
-            if state == SCHEDULED and plan.is_over(next_at):  # pause() cleared any run-now
-                state = FINISHED
-            conn.execute(
-                update(jobs)
-                .where(jobs.c.job_id == job_id, jobs.c.generation == row.generation)
-                .values(
-                    paused=False,
-                    state=state,
-                    next_run_at=to_datetime(next_at),
-                    updated_at=to_datetime(now),
-                    change_seq=self._bump_change_seq(conn),
-                )
-            )
-            return row.generation, plan.due_at(next_at, None) if state == SCHEDULED else None
+            return self._resume_row(conn, readable_or_refuse(read_row(JOB_COLUMNS, found._mapping)), now)
 
         return self._write_grouped(body, "resume")
+
+    def resume_all_jobs(self, now: Instant) -> list[tuple[str, int, Instant | None]]:
+        """Resume every paused job of the namespace, in one transaction; return each one's id,
+        generation and when it is due (rows that cannot be read are left paused)."""
+
+        def body(conn: Connection) -> list[tuple[str, int, Instant | None]]:
+            query = select(*RAW_JOBS).where(jobs.c.paused.is_(True), jobs.c.state != DESCHEDULED, self._mine)
+            rows = read_rows(JOB_COLUMNS, conn.execute(self.dialect.lock_rows(query.order_by(jobs.c.job_id))))
+            return [(str(row.job_id), *self._resume_row(conn, row, now)) for row in rows if not row.problems]
+
+        return self._write(body, "resume all")
+
+    def _resume_row(self, conn: Connection, row: StoredRow, now: Instant) -> tuple[int, Instant | None]:
+        plan = plan_of(row)
+        next_at = plan.resumed(now, from_datetime(row.next_run_at))
+        state = row.state
+        if state == SCHEDULED and plan.is_over(next_at):  # pause() cleared any run-now
+            state = FINISHED
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.job_id == row.job_id, jobs.c.generation == row.generation)
+            .values(
+                paused=False,
+                paused_until=None,
+                pause_note=None,
+                state=state,
+                next_run_at=to_datetime(next_at),
+                updated_at=to_datetime(now),
+                change_seq=self._bump_change_seq(conn),
+            )
+        )
+        return row.generation, plan.due_at(next_at, None) if state == SCHEDULED else None
+
+    def pause_ends(self, upto: Instant | None) -> list[tuple[str, Instant]]:
+        """The timed pauses of the namespace that end by `upto` (None: the earliest one), soonest first."""
+
+        def body(conn: Connection) -> list[tuple[str, Instant]]:
+            query = select(jobs.c.job_id, jobs.c.paused_until).where(
+                jobs.c.paused.is_(True),
+                jobs.c.paused_until.is_not(None),
+                jobs.c.state != DESCHEDULED,
+                self._mine,
+            )
+            if upto is not None:
+                query = query.where(jobs.c.paused_until <= to_datetime(upto))
+            query = query.order_by(jobs.c.paused_until, jobs.c.job_id).limit(None if upto is not None else 1)
+            return [(str(job_id), from_datetime(at)) for job_id, at in conn.execute(query)]
+
+        return self._read(body, "timed pauses")
 
     def request_run_now(self, job_id: str, now: Instant) -> RunNowAnswer:
         """Ask for one extra run of the job as soon as possible (off the grid); `RunNowVerdict` says what came of it."""

@@ -344,6 +344,8 @@ def job_fields(row: StoredRow) -> dict[str, Any]:
         "lease_until": row.lease_until,
         **job_policy_fields(row.value_of),  # the options' fields (models.OPTIONS)
         "paused": bool(row.paused),
+        "paused_until": row.paused_until,
+        "pause_note": row.pause_note,
         "run_now_requested": row.run_now_at is not None,
         "schedule": schedule,
         "unreadable": "; ".join(f"{column}: {reason}" for column, reason in problems.items()) or None,

@@ -1,7 +1,8 @@
 """Membership rows: which instances share a namespace's work (`persched._engine.membership` decides from them).
 
-Each sharing instance owns one row of ``persched_instances`` and is the only
-one that updates it: `beat_membership` counts its ``beats`` up and reads
+Each instance owns one row of ``persched_instances`` (``shares`` says whether
+it takes a share of the jobs) and is the only one that updates it:
+`beat_membership` counts its ``beats`` up, moves its ``lease_until`` on and reads
 every row of the namespace in the same transaction, and writes the clock offset
 the instance measured last (for people: ``clock_offset_seconds``). `server_time`
 reads the database's clock, the reference every instance sharing the database
@@ -53,23 +54,39 @@ class MembersStore(Transactions):
         return self.dialect.raw_instant(conn.exec_driver_sql(self.dialect.clock_sql).scalar_one())
 
     def beat_membership(
-        self, instance_id: str, now: Instant, clock_offset: float | None = None, *, read_clock: bool = False
-    ) -> tuple[dict[str, BeatCount], Instant | None]:
-        """Renew `instance_id`'s row (made if missing); return every member's beat count, and with
-        `read_clock` the database's clock read in the same transaction (`server_time`).
+        self,
+        instance_id: str,
+        now: Instant,
+        lease_until: Instant,
+        *,
+        shares: bool,
+        clock_offset: float | None = None,
+        read_clock: bool = False,
+    ) -> tuple[dict[str, tuple[BeatCount, bool]], Instant | None]:
+        """Renew `instance_id`'s row (made if missing); return every member's beat count and whether
+        it shares, and with `read_clock` the database's clock read in the same transaction (`server_time`).
 
+        `lease_until` is when the row stops counting as alive for a reader of the
+        database alone (`persched._store.health`); the members judge each other by `beats`.
         `clock_offset` is the instance's latest measured offset from the database's clock,
         in seconds (None: not measured), shown in the row.
         """
         at = to_datetime(now)
+        alive_until = to_datetime(lease_until)
         mine = (instances.c.namespace == self.namespace, instances.c.instance_id == instance_id)
 
-        def body(conn: Connection) -> tuple[dict[str, BeatCount], Instant | None]:
+        def body(conn: Connection) -> tuple[dict[str, tuple[BeatCount, bool]], Instant | None]:
             server = self._clock_of(conn) if read_clock else None
             renewed = conn.execute(
                 update(instances)
                 .where(*mine)
-                .values(beats=_NEXT_BEAT, renewed_at=at, clock_offset_seconds=clock_offset)
+                .values(
+                    beats=_NEXT_BEAT,
+                    renewed_at=at,
+                    clock_offset_seconds=clock_offset,
+                    lease_until=alive_until,
+                    shares=shares,
+                )
             )
             if renewed.rowcount == 0:  # joining, or forgotten while cut off
                 conn.execute(
@@ -80,14 +97,21 @@ class MembersStore(Transactions):
                         renewed_at=at,
                         beats=1,
                         clock_offset_seconds=clock_offset,
+                        lease_until=alive_until,
+                        shares=shares,
                     )
                 )
                 self._bump_change_seq(conn)  # tell the others now, not at their next beat
             rows = conn.execute(
-                select(instances.c.instance_id, instances.c.beats).where(instances.c.namespace == self.namespace)
+                select(instances.c.instance_id, instances.c.beats, instances.c.shares).where(
+                    instances.c.namespace == self.namespace
+                )
             )
-            counts = {str(member): beats if isinstance(beats, (int, float)) else str(beats) for member, beats in rows}
-            return counts, server
+            members = {
+                str(member): (beats if isinstance(beats, (int, float)) else str(beats), bool(sharing))
+                for member, beats, sharing in rows
+            }
+            return members, server
 
         return self._write(body, "renew membership")
 

@@ -70,18 +70,13 @@ _PROCESS_LOCK: Final = threading.Lock()
 
 def script_location() -> str:
     """Return the directory holding ``env.py`` and ``versions/``."""
-    try:
-        return str(importlib.resources.files("persched._migrations"))
-    except ModuleNotFoundError:
-        # A source checkout ahead of the install on sys.path (pytest from the
-        # repo root with a non-editable install): the migrations/ ->
-        # persched._migrations mapping exists only in installs, so use the
-        # checkout's own migrations/. pyproject.toml marks a checkout, which
-        # site-packages never is, so a wheel missing its data still fails.
-        root = Path(__file__).resolve().parents[2]  # persched/_store/migrate.py -> the checkout
-        if (root / "pyproject.toml").is_file() and (root / "migrations" / "env.py").is_file():
-            return str(root / "migrations")
-        raise
+    # A source checkout (pyproject.toml beside persched/, which site-packages never has) uses its
+    # own migrations/: the install's persched._migrations may map another checkout's (a git
+    # worktree imported ahead of the editable install), or not exist (a non-editable install).
+    root = Path(__file__).resolve().parents[2]  # persched/_store/migrate.py -> the checkout
+    if (root / "pyproject.toml").is_file() and (root / "migrations" / "env.py").is_file():
+        return str(root / "migrations")
+    return str(importlib.resources.files("persched._migrations"))
 
 
 def _config(connection: Connection | None = None) -> Config:

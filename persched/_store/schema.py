@@ -44,6 +44,7 @@ from sqlalchemy import (
     Text,
     false,
     text,
+    true,
     types,
 )
 from sqlalchemy.ext.compiler import compiles
@@ -187,6 +188,8 @@ jobs = Table(
     # claimed, and stays put for a run-now run.
     Column("next_run_at", UTCDateTime, nullable=False),
     Column("paused", Boolean, nullable=False, server_default=false()),
+    Column("paused_until", UTCDateTime, nullable=True),  # the pause ends by itself then (revision 0010)
+    Column("pause_note", String(500), nullable=True),  # why the job is paused, for people
     Column("run_now_at", UTCDateTime, nullable=True),  # a pending run_now() request
     Column("running_for", UTCDateTime, nullable=True),  # scheduled_for of the run in flight
     Column("generation", Integer, nullable=False),
@@ -206,6 +209,7 @@ jobs = Table(
     Index(None, "state", "next_run_at"),
     Index(None, "change_seq"),
     Index(None, "namespace", "state"),
+    Index(None, "paused_until"),  # the earliest end of a timed pause (revision 0010)
 )
 
 # One row (id 1): a counter bumped by every change of a job's definition or
@@ -229,6 +233,9 @@ instances = Table(
     Column("renewed_at", UTCDateTime, nullable=False),
     Column("beats", BigInteger, nullable=False),
     Column("clock_offset_seconds", _Seconds, nullable=True),  # NULL: not measured
+    # Revision 0010: alive until then by its own clock (for a read-only check), and whether it shares the work.
+    Column("lease_until", UTCDateTime, nullable=True),
+    Column("shares", Boolean, nullable=False, server_default=true()),
 )
 
 # Run history. A row is inserted by the claim (outcome NULL while running) and

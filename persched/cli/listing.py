@@ -21,6 +21,7 @@ from .._model.triggers import describe_duration
 from .._store.mappers import plain_job, plain_run
 from .._store.views import all_jobs_as, all_runs_as, namespaces_of, whereabouts
 from .exits import EXIT_OK, CliError
+from .health import no_scheduler_note
 from .lookup import missing_job, require_job_id, say_empty, with_store
 from .output import jobs_table, json_text, runs_table, say, table_width
 
@@ -49,6 +50,10 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             in_flight = {run.job_id: run for run in store.runs_in_flight_as(plain_run)} if running else {}
             now = datetime.now(timezone.utc)
             say(jobs_table(jobs, now, table_width(args), in_flight, namespaces=args.all_namespaces))
+            note = None if args.all_namespaces else no_scheduler_note(store)
+            if note is not None:
+                width = table_width(args)
+                say(note if width is None else textwrap.fill(note, max(width, 20), break_on_hyphens=False))
         return EXIT_OK
 
     return with_store(args, body, read_only=True)
@@ -85,6 +90,12 @@ def cmd_show(args: argparse.Namespace) -> int:
             *policies(job),
             ("next run", _next_run_words(job, now)),
             ("state", job_state(job) + _owner_words(job, now)),
+            *(
+                [("paused until", f"{iso(job.paused_until)} ({relative(job.paused_until, now)})")]
+                if job.paused_until
+                else []
+            ),
+            *([("pause note", job.pause_note)] if job.pause_note is not None else []),
             ("generation", str(job.generation)),
             ("runs", run_counts(job)),
             ("created", iso(job.created_at)),

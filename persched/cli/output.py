@@ -39,7 +39,17 @@ if TYPE_CHECKING:
 
     from .._model.plain_models import PlainJob, PlainRun
 
-__all__ = ["Column", "jobs_table", "json_text", "printable", "runs_table", "say", "table_width"]
+__all__ = [
+    "NAMESPACE_COLUMN",
+    "Column",
+    "fit_table",
+    "jobs_table",
+    "json_text",
+    "printable",
+    "runs_table",
+    "say",
+    "table_width",
+]
 
 ERROR_COLUMN: Final = 60  # characters of error text in a runs table
 
@@ -125,7 +135,7 @@ class Cell:
         return self.text
 
 
-def _fit_table(columns: Sequence[Column | str], rows: Sequence[Sequence[str | Cell]], width: int | None = None) -> str:
+def fit_table(columns: Sequence[Column | str], rows: Sequence[Sequence[str | Cell]], width: int | None = None) -> str:
     """Align `rows` under `columns`; with `width`, fit it: cut the shrinkable
     columns first, then leave out droppable ones, least useful first."""
     specs = [Column(c) if isinstance(c, str) else c for c in columns]
@@ -240,8 +250,8 @@ def jobs_table(
         )
     if namespaces:
         rows = [(job.namespace, *row) for job, row in zip(jobs, rows, strict=True)]
-        return _fit_table((NAMESPACE_COLUMN, *JOBS_COLUMNS), rows, width)
-    return _fit_table(JOBS_COLUMNS, rows, width)
+        return fit_table((NAMESPACE_COLUMN, *JOBS_COLUMNS), rows, width)
+    return fit_table(JOBS_COLUMNS, rows, width)
 
 
 HALF_A_YEAR: Final = timedelta(days=182)  # as `ls -l`: nearer than this, a date needs no year
@@ -307,4 +317,4 @@ def runs_table(
         row = row if with_job else row[:1] + row[2:]
         rows.append(row if namespaces is None else [namespaces.get(run.job_id, "-"), *row])
     columns = [c for c in RUNS_COLUMNS if with_job or c.header != "JOB"]
-    return _fit_table(columns if namespaces is None else [NAMESPACE_COLUMN, *columns], rows, width)
+    return fit_table(columns if namespaces is None else [NAMESPACE_COLUMN, *columns], rows, width)

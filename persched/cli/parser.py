@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn
 from .. import __version__
 from .._engine.config import DEFAULT_WORKERS
 from .._model.models import DEFAULT_NAMESPACE
+from .coming import cmd_next
 from .database import cmd_demo, cmd_migrate
 from .exits import EXIT_USAGE
+from .health import cmd_check, cmd_instances
 from .listing import cmd_jobs, cmd_runs, cmd_show
 from .output import printable
 from .service import SETUP_HOOK, cmd_run, cmd_web
@@ -36,7 +38,8 @@ MAX_CLI_INT: Final = 2**31 - 1  # --limit, --workers: what a SQL LIMIT takes eve
 SHOW_RUNS: Final = 10  # runs listed by `show` unless --limit says otherwise
 
 
-JSON_COMMANDS: Final = ("jobs", "show", "runs")  # the commands that print --json
+JSON_COMMANDS: Final = ("jobs", "show", "runs", "instances", "check", "next")
+DEFAULT_FAILURES: Final = 3  # `check`: failed runs in a row that make a job "failing"  # the commands that print --json
 
 
 class Parser(argparse.ArgumentParser):
@@ -152,6 +155,44 @@ def build_parser() -> Parser:
     _add_all_namespaces(sub, "runs")
     _add_wide(sub)
     sub = command(
+        "next",
+        "list a job's coming slots in UTC and in its time zone, daylight-saving changes marked (read-only)",
+        "persched next nightly-report --count 5",
+        cmd_next,
+        "The slots the job will run: its schedule in its time zone, its window and a pause with an"
+        " end; none for a job paused without an end or finished.",
+    )
+    sub.add_argument("job_id", metavar="JOB_ID")
+    sub.add_argument("--count", type=_positive_int, default=10, metavar="N", help="slots to list (10; at most 1000)")
+    sub.add_argument("--json", action="store_true", help="print a JSON array of the slots (ISO-8601, UTC)")
+    sub = command(
+        "instances",
+        "list the live schedulers of the namespace: instance id, host, pid, started, last renewal (read-only)",
+        "persched --db jobs.db instances --all-namespaces",
+        cmd_instances,
+        "Read from the database alone: a scheduler is alive while its heartbeat keeps renewing its row.",
+    )
+    sub.add_argument("--json", action="store_true", help="print a JSON array of the instances")
+    _add_all_namespaces(sub, "instances")
+    sub = command(
+        "check",
+        "exit 0 if the namespace is healthy, else 1 with one line per problem (read-only, for monitoring)",
+        "persched --db postgresql+psycopg://app@db/app check --all-namespaces",
+        cmd_check,
+        "Problems: no live scheduler for a namespace whose jobs wait to run; a job overdue (its next"
+        " run older than its grace plus the lease, not paused); a job whose last N runs all failed."
+        " Reads only the database and never writes, so it works when every scheduler is dead.",
+    )
+    sub.add_argument("--json", action="store_true", help="print the problems as a JSON array ([] when healthy)")
+    sub.add_argument(
+        "--failures",
+        type=_positive_int,
+        default=DEFAULT_FAILURES,
+        metavar="N",
+        help=f"failed runs in a row that make a job failing ({DEFAULT_FAILURES})",
+    )
+    _add_all_namespaces(sub, "problems", verb="check")
+    sub = command(
         "deschedule",
         "remove a job: its current definition never starts again, in any process",
         "persched deschedule report",
@@ -165,22 +206,28 @@ def build_parser() -> Parser:
     sub.add_argument("job_id", metavar="JOB_ID")
     sub = command(
         "pause",
-        "pause a job: it keeps its definition and history and starts no run until resumed, in any process",
-        "persched pause report",
+        "pause a job (or --all): it keeps its definition and history and starts no run until resumed, in any process",
+        "persched pause --all --until 2h --note 'database upgrade'",
         cmd_pause,
-        "A run already in flight may finish. Pausing a job that is already paused, or finished, changes"
-        " nothing, says so and exits 0; an unknown or descheduled job exits 1.",
+        "A run already in flight may finish. --until ends the pause by itself at that instant, once, in"
+        " whichever scheduler runs (a span from now: 90m, 2h, 1d; or ISO-8601 with its offset);"
+        " --note says why (shown by show and jobs --json). Pausing a job that is already paused, or"
+        " finished, changes nothing, says so and exits 0; an unknown or descheduled job exits 1.",
     )
-    sub.add_argument("job_id", metavar="JOB_ID")
+    sub.add_argument("job_id", metavar="JOB_ID", nargs="?")
+    sub.add_argument("--all", action="store_true", help="every job of the namespace that is not paused")
+    sub.add_argument("--until", metavar="WHEN", help="resume by itself then: 90m, 2h, 1d, or ISO-8601 with offset")
+    sub.add_argument("--note", metavar="TEXT", help="why the job is paused (at most 500 characters)")
     sub = command(
         "resume",
-        "resume a paused job on its schedule from now (slots passed while paused do not run)",
+        "resume a paused job (or --all) on its schedule from now (slots passed while paused do not run)",
         "persched resume report",
         cmd_resume,
         "Resuming a job that is not paused changes nothing, says so and exits 0; an unknown or"
         " descheduled job exits 1.",
     )
-    sub.add_argument("job_id", metavar="JOB_ID")
+    sub.add_argument("job_id", metavar="JOB_ID", nargs="?")
+    sub.add_argument("--all", action="store_true", help="every paused job of the namespace")
     sub = command(
         "run-now",
         "ask for one extra run of a job as soon as a worker is free, without moving its schedule",
@@ -272,11 +319,12 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _add_all_namespaces(sub: argparse.ArgumentParser, what: str) -> None:
+def _add_all_namespaces(sub: argparse.ArgumentParser, what: str, *, verb: str = "list") -> None:
     sub.add_argument(
         "--all-namespaces",
         action="store_true",
-        help=f"list the {what} of every namespace, with a NAMESPACE column (--json: a 'namespace' key)",
+        help=f"{verb} the {what} of every namespace"
+        + (", with a NAMESPACE column (--json: a 'namespace' key)" if verb == "list" else ""),
     )
 
 
@@ -314,7 +362,7 @@ def _merge_early_options(parser: Parser, args: argparse.Namespace) -> None:
     """Fold the options that may come before the command into the command's own (usage errors exit 2)."""
     if args.json_first:
         if args.command not in JSON_COMMANDS:
-            parser.error(f"--json is an option of jobs, show and runs, not of {args.command}")
+            parser.error(f"--json is an option of {', '.join(JSON_COMMANDS)}, not of {args.command}")
         args.json = True
     if args.command == "run":
         run = parser.commands["run"]

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._interfaces.present import job_state
-from .._model.instant import Instant
+from .._interfaces.present import iso, job_state, plural
+from .._model.instant import Instant, to_datetime
 from .._model.models import JobState
+from .._model.pauses import check_pause
 from .._store import RunNowVerdict
 from .._store.mappers import plain_job
 from ..clock import SystemClock
 from .exits import EXIT_OK, CliError
 from .lookup import missing_job, require_job_id, with_store
 from .output import say
+from .when import parse_until
 
 if TYPE_CHECKING:
     import argparse
@@ -54,15 +56,31 @@ def cmd_deschedule(args: argparse.Namespace) -> int:
     return with_store(args, body)
 
 
+def _pause_of(args: argparse.Namespace) -> tuple[Instant, Instant | None, str | None]:
+    """Now, and the pause's end and note, checked as `JobScheduler.pause` checks them (nothing written before)."""
+    now = _now()
+    until = None if args.until is None else parse_until(args.until, now)
+    end, note = check_pause(None if until is None else to_datetime(until), args.note, now)
+    return now, end, note
+
+
+def _ends(end: Instant | None) -> str:
+    return "" if end is None else f" until {iso(to_datetime(end))}"
+
+
 def cmd_pause(args: argparse.Namespace) -> int:
-    job_id = require_job_id(args.job_id)
+    if args.all:
+        return _pause_all(args)
+    job_id = require_job_id(_one_job(args, "pause"))
+    now, end, note = _pause_of(args)
 
     def body(store: Store) -> int:
-        generation = store.pause_job(job_id, _now())
+        generation = store.pause_job(job_id, now, until=end, note=note)
         if generation is not None:
+            resume = "it resumes by itself then" if end is not None else f"`persched resume {job_id}` continues it"
             say(
-                f"paused {job_id!r} (generation {generation}); a run already in flight may still finish;"
-                f" `persched resume {job_id}` continues it"
+                f"paused {job_id!r} (generation {generation}){_ends(end)}; a run already in flight may still finish;"
+                f" {resume}"
             )
             return EXIT_OK
         job = store.get_job_as(plain_job, job_id)
@@ -79,8 +97,32 @@ def cmd_pause(args: argparse.Namespace) -> int:
     return with_store(args, body)
 
 
+def _pause_all(args: argparse.Namespace) -> int:
+    _one_job(args, "pause")
+    now, end, note = _pause_of(args)
+
+    def body(store: Store) -> int:
+        count = store.pause_all_jobs(now, until=end, note=note)
+        say(f"paused {plural(count, 'job')} of namespace {store.namespace!r}{_ends(end)}")
+        return EXIT_OK
+
+    return with_store(args, body)
+
+
+def _one_job(args: argparse.Namespace, verb: str) -> str:
+    """The JOB_ID, or nothing with ``--all`` (one of the two, else a CliError)."""
+    if args.all and args.job_id is not None:
+        raise CliError(f"name one job or --all, not both: `persched {verb} {args.job_id}` or `persched {verb} --all`")
+    if not args.all and args.job_id is None:
+        raise CliError(f"which job? `persched {verb} JOB_ID`, or `persched {verb} --all` for every job")
+    return "" if args.all else str(args.job_id)
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
-    job_id = require_job_id(args.job_id)
+    if args.all:
+        _one_job(args, "resume")
+        return with_store(args, _resume_all)
+    job_id = require_job_id(_one_job(args, "resume"))
 
     def body(store: Store) -> int:
         resumed = store.resume_job(job_id, _now())
@@ -99,6 +141,12 @@ def cmd_resume(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return with_store(args, body)
+
+
+def _resume_all(store: Store) -> int:
+    resumed = store.resume_all_jobs(_now())
+    say(f"resumed {plural(len(resumed), 'job')} of namespace {store.namespace!r}; slots passed while paused do not run")
+    return EXIT_OK
 
 
 def cmd_run_now(args: argparse.Namespace) -> int:

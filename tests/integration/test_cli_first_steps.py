@@ -105,4 +105,7 @@ def test_json_before_the_command(tmp_path: Path) -> None:
     runs = run_cli("--db", db, "--json", "runs")
     assert json.loads(runs.stdout) == []
     line = one_line_error(run_cli("--db", db, "--json", "migrate"), 2)
-    assert line == "persched: error: --json is an option of jobs, show and runs, not of migrate (see persched --help)"
+    assert line == (
+        "persched: error: --json is an option of jobs, show, runs, instances, check, next, not of migrate"
+        " (see persched --help)"
+    )

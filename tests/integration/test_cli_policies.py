@@ -69,7 +69,8 @@ def policies_db(make_scheduler: SchedulerFactory, sqlite_url: str) -> str:
 
 def _rows(stdout: str) -> tuple[str, dict[str, str]]:
     """The header of a table and its lines by first cell."""
-    lines = stdout.splitlines()
+    # `persched jobs` ends with a line saying that no scheduler runs these jobs: not a row.
+    lines = [line for line in stdout.splitlines() if not line.startswith("no scheduler is alive")]
     return lines[0], {line.split()[0]: line for line in lines[1:]}
 
 

@@ -107,3 +107,37 @@ def test_the_log_of_persched_run_escapes_messages_and_tracebacks() -> None:
     assert not RAW_CONTROLS.search(line), repr(line)
     assert r"\x1b]52;c;ZXZpbA==\x07" in line
     assert "\nTraceback (most recent call last):\n" in line  # the traceback keeps its lines
+
+
+def _hand_edited_instance(url: str, instance_id: str) -> None:
+    """A live instance row (its lease far ahead of the real clock) whose id was edited by hand."""
+    sql(
+        url,
+        "INSERT INTO persched_instances (namespace, instance_id, started_at, renewed_at, beats, lease_until, shares)"
+        " VALUES ('default', ?, '2023-11-14 22:13:20.250000', '2023-11-14 22:13:20.250000', 3,"
+        " '2999-01-01 00:00:00.250000', 1)",
+        (instance_id,),
+    )
+
+
+def test_instances_escape_an_edited_id_and_json_keeps_it_exact(hostile_db: str) -> None:
+    _hand_edited_instance(hostile_db, HOSTILE)
+    code, out, err = _cli("--db", hostile_db, "instances")
+    assert code == 0, err
+    assert not RAW_CONTROLS.search(out), repr(out)
+    assert r"\x1b]52;c;ZXZpbA==\x07" in out
+    code, out, _ = _cli("--db", hostile_db, "instances", "--json")
+    assert code == 0
+    assert not RAW_CONTROLS.search(out), repr(out)  # JSON escapes, never the raw characters
+    assert [row["instance_id"] for row in json.loads(out)] == [HOSTILE]
+
+
+def test_a_long_instance_id_stands_on_a_line_of_its_own(hostile_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    long_id = "worker-" + "x" * 70
+    _hand_edited_instance(hostile_db, long_id)
+    monkeypatch.setenv("COLUMNS", "60")
+    code, out, err = _cli("--db", hostile_db, "instances")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[1] == long_id  # whole, never cut
+    assert lines[2].split()[:2] == ["-", "-"]  # the row goes on: no host, no pid for a custom id

@@ -93,7 +93,8 @@ def round_(sched: JobScheduler) -> None:
 
 def beat(other: Store, sched: JobScheduler) -> None:
     """`OTHER` renews its membership row (joins if it has none)."""
-    other.beat_membership(OTHER, sched._timebase.now())
+    now = sched._timebase.now()
+    other.beat_membership(OTHER, now, Instant(now + 30_000_000), shares=True)
 
 
 def members(db_url: str) -> set[str]:
@@ -223,8 +224,9 @@ def test_a_member_that_joins_takes_its_share(me: JobScheduler, other: Store, clo
 
 def test_forgetting_a_member_is_conditional_on_the_count_seen(me: JobScheduler, other: Store) -> None:
     beat(other, me)
-    counts, _ = other.beat_membership(OTHER, me._timebase.now())
-    (count,) = [beats for member, beats in counts.items() if member == OTHER]
+    now = me._timebase.now()
+    counts, _ = other.beat_membership(OTHER, now, Instant(now + 30_000_000), shares=True)
+    (count,) = [beats for member, (beats, _) in counts.items() if member == OTHER]
     beat(other, me)  # it beat again after the count was seen
     assert other.forget_member(OTHER, count) is False
     assert isinstance(count, int)
@@ -366,3 +368,24 @@ def test_a_join_and_a_leave_are_seen_within_a_pickup_not_a_heartbeat(
         wait_until(lambda: me.members == (ME,), message="ME sees OTHER leave")
     finally:
         engine.dispose()
+
+
+def test_a_member_that_does_not_share_is_no_reason_to_beat_at_each_change(
+    me: JobScheduler, other: Store, db_url: str
+) -> None:
+    """A ``share_work=False`` instance keeps a row but is in no view: a pick-up that sees the change
+    counter move compares the rows with those of the last beat, not with the view, and so does not
+    beat again at every job change for that row."""
+    now = me._timebase.now()
+    other.beat_membership(OTHER, now, Instant(now + LEASE), shares=False)
+    round_(me)
+    membership = me._membership
+    assert membership.members == (ME,)  # seen, but given no share
+
+    def my_beats() -> object:
+        (count,) = [b for m, b in db_sql(db_url, "SELECT instance_id, beats FROM persched_instances") if m == ME]
+        return count
+
+    before = my_beats()
+    assert membership.notice() is False
+    assert my_beats() == before  # no beat: no row came or went

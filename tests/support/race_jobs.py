@@ -410,7 +410,9 @@ def resume_by_job_id_only(store: Store, job_id: str, now: Instant) -> tuple[int,
     return store._write(body, "resume (test variant)")
 
 
-def pause_keeping_run_now(store: Store, job_id: str, now: Instant) -> int | None:
+def pause_keeping_run_now(
+    store: Store, job_id: str, now: Instant, *, until: Instant | None = None, note: str | None = None
+) -> int | None:
     """A broken `Store.pause_job`: it leaves a pending run-now request in place."""
 
     def body(conn: Connection) -> int | None:
@@ -418,7 +420,12 @@ def pause_keeping_run_now(store: Store, job_id: str, now: Instant) -> int | None
             conn,
             update(jobs)
             .where(jobs.c.job_id == job_id, jobs.c.state.in_(("scheduled", "running")), jobs.c.paused.is_(False))
-            .values(paused=True, updated_at=to_datetime(now)),
+            .values(
+                paused=True,
+                paused_until=None if until is None else to_datetime(until),
+                pause_note=note,
+                updated_at=to_datetime(now),
+            ),
             jobs.c.generation,
         )
         return None if row is None else int(row.generation)

@@ -1,0 +1,45 @@
+"""The arguments of a pause: when it ends by itself (`until`) and why (`note`), checked once.
+
+Pure: `now` is passed in. A pause that ends is resumed at exactly its
+`until` instant by whichever scheduler of the namespace runs then
+(`persched._engine.pause_ends`), so `until` must lie ahead of `now`: an end
+already passed would resume at once, which is `resume()`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from ..errors import InvalidJobError
+from .checks import as_instant, check_encodable
+from .instant import to_datetime
+
+if TYPE_CHECKING:
+    from .instant import Instant
+
+__all__ = ["MAX_PAUSE_NOTE", "check_pause"]
+
+MAX_PAUSE_NOTE: Final = 500  # characters of a pause's note (the pause_note column)
+
+
+def check_pause(until: object, note: object, now: Instant) -> tuple[Instant | None, str | None]:
+    """`until` as an instant after `now` (or None) and `note` as a str of at most `MAX_PAUSE_NOTE` characters.
+
+    Raises:
+        InvalidJobError: Naming the argument and what is wrong with it.
+    """
+    end = as_instant("until", until)
+    if end is not None and end <= now:
+        raise InvalidJobError(
+            "until",
+            f"must lie ahead: {to_datetime(end).isoformat()} is not after now ({to_datetime(now).isoformat()});"
+            " to resume at once, call resume()",
+        )
+    if note is None:
+        return end, None
+    if not isinstance(note, str):
+        raise InvalidJobError("note", f"must be a str, got {type(note).__name__}")
+    if len(note) > MAX_PAUSE_NOTE:
+        raise InvalidJobError("note", f"must be at most {MAX_PAUSE_NOTE} characters, got {len(note)}")
+    check_encodable("note", note)
+    return end, note

@@ -1,0 +1,244 @@
+"""Whether the schedulers of a database are alive and its jobs run, judged from the database alone.
+
+`persched instances` and `persched check` read only what is here, so that
+they work when every scheduler is dead: read transactions, never a write,
+never a migration. Each scheduler keeps a row in ``persched_instances`` whose
+``lease_until`` its heartbeat moves on (`persched._engine.membership`); a row
+whose ``lease_until`` is at or after `now` is a live scheduler. `now` is the
+reader's own clock, so a reader whose clock is ahead of the schedulers' by
+more than a lease would see them dead: run the check on a host whose clock is
+kept (docs/operations.md#health-checks).
+
+The problems (`problems`), each a `Problem`:
+
+- ``no_scheduler``: a namespace has jobs waiting to run (scheduled or
+  running, not paused -- or paused with an end, which only a scheduler can
+  carry out) and no live scheduler;
+- ``overdue``: a scheduled job, not paused, whose ``next_run_at`` is older
+  than its ``grace_seconds`` plus the lease (the longest lease among the
+  namespace's instance rows, else the default);
+- ``failing``: a job whose last `failures` finished runs of its current
+  generation all failed ("error" or "lost"; "missed" records are not runs).
+
+Costs: the overdue jobs come from ``ix_persched_jobs_state_next_run_at``
+(``state = 'scheduled' AND next_run_at < now - lease``); the failing ones are
+looked for only among jobs whose ``last_outcome`` is a failure, each by its
+``(job_id, run_id)`` index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from sqlalchemy import func, or_, select
+
+from .._model.instant import Instant, Micros, from_datetime, micros, to_datetime
+from .._model.models import JobState
+from .schema import instances, jobs, runs
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from sqlalchemy import Connection, Row
+
+    from . import Store
+
+__all__ = ["DEFAULT_LEASE", "FAILED", "InstanceRow", "Problem", "job_timestamps", "live_instances", "problems"]
+
+#: The lease assumed for a namespace with no instance row (`JobScheduler`'s default lease_seconds).
+DEFAULT_LEASE: Final = Micros(micros(30.0))
+#: The outcomes that count as a failed slot.
+FAILED: Final = ("error", "lost")
+_SCHEDULED: Final = JobState.SCHEDULED.value
+_WAITING: Final = (JobState.SCHEDULED.value, JobState.RUNNING.value)
+
+ProblemKind = Literal["no_scheduler", "overdue", "failing"]
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRow:
+    """One scheduler's row of ``persched_instances``."""
+
+    namespace: str
+    instance_id: str
+    started_at: datetime
+    renewed_at: datetime
+    lease_until: datetime | None
+    shares: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Problem:
+    """One thing `persched check` reports (the command line puts it in words)."""
+
+    kind: ProblemKind
+    namespace: str
+    job_id: str | None = None
+    count: int = 0  # no_scheduler: the jobs waiting; failing: the failed runs in a row
+    at: datetime | None = (
+        None  # no_scheduler: the latest renewal seen; overdue: the slot due; failing: the latest start
+    )
+    late: Micros | None = None  # overdue: how late the slot is
+    allowed: Micros | None = None  # overdue: its grace plus the lease
+
+
+def _instance(row: Row[Any, Any, Any, Any, Any, Any]) -> InstanceRow:
+    namespace, instance_id, started_at, renewed_at, lease_until, shares = row
+    return InstanceRow(str(namespace), str(instance_id), started_at, renewed_at, lease_until, bool(shares))
+
+
+def _instances(conn: Connection, namespace: str | None) -> list[InstanceRow]:
+    query = select(
+        instances.c.namespace,
+        instances.c.instance_id,
+        instances.c.started_at,
+        instances.c.renewed_at,
+        instances.c.lease_until,
+        instances.c.shares,
+    ).order_by(instances.c.namespace, instances.c.started_at, instances.c.instance_id)
+    if namespace is not None:
+        query = query.where(instances.c.namespace == namespace)
+    return [_instance(row) for row in conn.execute(query)]
+
+
+def _alive(row: InstanceRow, now: Instant) -> bool:
+    return row.lease_until is not None and from_datetime(row.lease_until) >= now
+
+
+def live_instances(store: Store, now: Instant, *, all_namespaces: bool = False) -> list[InstanceRow]:
+    """The live schedulers of the store's namespace (or of every namespace), oldest first."""
+    namespace = None if all_namespaces else store.namespace
+    rows = store._read(lambda conn: _instances(conn, namespace), "read instances")
+    return [row for row in rows if _alive(row, now)]
+
+
+def _lease_of(rows: list[InstanceRow]) -> Micros:
+    leases = [
+        from_datetime(row.lease_until) - from_datetime(row.renewed_at) for row in rows if row.lease_until is not None
+    ]
+    return Micros(max(leases)) if leases else DEFAULT_LEASE
+
+
+def _waiting_namespaces(conn: Connection, namespace: str | None) -> dict[str, int]:
+    """How many jobs wait for a scheduler in each namespace (module docstring)."""
+    query = (
+        select(jobs.c.namespace, jobs.c.job_id)
+        .where(jobs.c.state.in_(_WAITING))
+        .where(or_(jobs.c.paused.is_(False), jobs.c.paused_until.is_not(None)))
+    )
+    if namespace is not None:
+        query = query.where(jobs.c.namespace == namespace)
+    counts: dict[str, int] = {}
+    for found, _ in conn.execute(query):
+        counts[str(found)] = counts.get(str(found), 0) + 1
+    return counts
+
+
+def _overdue(conn: Connection, namespace: str | None, now: Instant, lease: dict[str, Micros]) -> list[Problem]:
+    shortest = min(lease.values(), default=DEFAULT_LEASE)
+    query = select(jobs.c.namespace, jobs.c.job_id, jobs.c.next_run_at, jobs.c.grace_seconds).where(
+        jobs.c.state == _SCHEDULED,
+        jobs.c.paused.is_(False),
+        jobs.c.next_run_at < to_datetime(now - shortest),
+    )
+    if namespace is not None:
+        query = query.where(jobs.c.namespace == namespace)
+    found = []
+    for job_namespace, job_id, next_run_at, grace_seconds in conn.execute(query.order_by(jobs.c.next_run_at)):
+        allowed = micros(float(grace_seconds)) + lease.get(str(job_namespace), DEFAULT_LEASE)
+        late = now - from_datetime(next_run_at)
+        if late > allowed:
+            found.append(
+                Problem(
+                    kind="overdue",
+                    namespace=str(job_namespace),
+                    job_id=str(job_id),
+                    at=next_run_at,
+                    late=Micros(late),
+                    allowed=Micros(allowed),
+                )
+            )
+    return found
+
+
+def _failing(conn: Connection, namespace: str | None, failures: int) -> list[Problem]:
+    query = select(jobs.c.namespace, jobs.c.job_id, jobs.c.generation).where(
+        jobs.c.state != JobState.DESCHEDULED.value, jobs.c.last_outcome.in_(FAILED)
+    )
+    if namespace is not None:
+        query = query.where(jobs.c.namespace == namespace)
+    found = []
+    for job_namespace, job_id, generation in conn.execute(query.order_by(jobs.c.namespace, jobs.c.job_id)):
+        latest = conn.execute(
+            select(runs.c.outcome, runs.c.started_at)
+            .where(
+                runs.c.job_id == job_id,
+                runs.c.generation == generation,
+                runs.c.outcome.is_not(None),
+                runs.c.outcome != "missed",
+            )
+            .order_by(runs.c.run_id.desc())
+            .limit(failures)
+        ).all()
+        if len(latest) == failures and all(outcome in FAILED for outcome, _ in latest):
+            found.append(
+                Problem(
+                    kind="failing", namespace=str(job_namespace), job_id=str(job_id), count=failures, at=latest[0][1]
+                )
+            )
+    return found
+
+
+def problems(store: Store, now: Instant, *, all_namespaces: bool = False, failures: int = 3) -> list[Problem]:
+    """Every problem of the store's namespace (or of every namespace), in one read transaction."""
+    namespace = None if all_namespaces else store.namespace
+
+    def body(conn: Connection) -> list[Problem]:
+        rows = _instances(conn, namespace)
+        by_namespace: dict[str, list[InstanceRow]] = {}
+        for row in rows:
+            by_namespace.setdefault(row.namespace, []).append(row)
+        found = []
+        for waiting, count in sorted(_waiting_namespaces(conn, namespace).items()):
+            alive = [row for row in by_namespace.get(waiting, []) if _alive(row, now)]
+            if not alive:
+                renewed = [row.renewed_at for row in by_namespace.get(waiting, [])]
+                latest = max(renewed) if renewed else None
+                found.append(Problem(kind="no_scheduler", namespace=waiting, count=count, at=latest))
+        lease = {name: _lease_of(members) for name, members in by_namespace.items()}
+        return found + _overdue(conn, namespace, now, lease) + _failing(conn, namespace, failures)
+
+    return store._read(body, "check health")
+
+
+def job_timestamps(store: Store) -> dict[str, tuple[datetime | None, datetime | None]]:
+    """For each job of the namespace not descheduled: its next run (None when paused or
+    finished) and the end of its latest "ok" run (None if none is recorded), for the metrics.
+
+    One read transaction: the jobs by ``ix_persched_jobs_namespace_state``, then one
+    ``GROUP BY job_id`` over their "ok" runs (the run history is bounded by retention).
+    """
+
+    def body(conn: Connection) -> dict[str, tuple[datetime | None, datetime | None]]:
+        rows = conn.execute(
+            select(jobs.c.job_id, jobs.c.state, jobs.c.paused, jobs.c.next_run_at).where(
+                jobs.c.namespace == store.namespace, jobs.c.state != JobState.DESCHEDULED.value
+            )
+        ).all()
+        ids = [str(job_id) for job_id, *_ in rows]
+        last_ok: dict[str, datetime] = {}
+        if ids:
+            latest = conn.execute(
+                select(runs.c.job_id, func.max(runs.c.finished_at))
+                .where(runs.c.job_id.in_(ids), runs.c.outcome == "ok")
+                .group_by(runs.c.job_id)
+            )
+            last_ok = {str(job_id): at for job_id, at in latest if at is not None}
+        found: dict[str, tuple[datetime | None, datetime | None]] = {}
+        for job_id, state, paused, next_run_at in rows:
+            waits = state in _WAITING and not paused
+            found[str(job_id)] = (next_run_at if waits else None, last_ok.get(str(job_id)))
+        return found
+
+    return store._read(body, "job timestamps")
