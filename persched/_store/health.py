@@ -20,6 +20,9 @@ The problems (`problems`), each a `Problem`:
 - ``failing``: a job whose last `failures` finished runs of its current
   generation all failed ("error" or "lost"; "missed" records are not runs).
 
+The dashboard asks about the jobs of one page (`problems` with ``job_ids``):
+the same judgements, the overdue and failing ones looked for among those jobs only.
+
 Costs: the overdue jobs come from ``ix_persched_jobs_state_next_run_at``
 (``state = 'scheduled' AND next_run_at < now - lease``); the failing ones are
 looked for only among jobs whose ``last_outcome`` is a failure, each by its
@@ -38,6 +41,7 @@ from .._model.models import JobState
 from .schema import instances, jobs, runs
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
     from datetime import datetime
 
     from sqlalchemy import Connection, Row
@@ -123,19 +127,23 @@ def _lease_of(rows: list[InstanceRow]) -> Micros:
 def _waiting_namespaces(conn: Connection, namespace: str | None) -> dict[str, int]:
     """How many jobs wait for a scheduler in each namespace (module docstring)."""
     query = (
-        select(jobs.c.namespace, jobs.c.job_id)
+        select(jobs.c.namespace, func.count())
         .where(jobs.c.state.in_(_WAITING))
         .where(or_(jobs.c.paused.is_(False), jobs.c.paused_until.is_not(None)))
+        .group_by(jobs.c.namespace)
     )
     if namespace is not None:
         query = query.where(jobs.c.namespace == namespace)
-    counts: dict[str, int] = {}
-    for found, _ in conn.execute(query):
-        counts[str(found)] = counts.get(str(found), 0) + 1
-    return counts
+    return {str(found): int(count) for found, count in conn.execute(query)}
 
 
-def _overdue(conn: Connection, namespace: str | None, now: Instant, lease: dict[str, Micros]) -> list[Problem]:
+def _overdue(
+    conn: Connection,
+    namespace: str | None,
+    now: Instant,
+    lease: dict[str, Micros],
+    job_ids: Collection[str] | None,
+) -> list[Problem]:
     shortest = min(lease.values(), default=DEFAULT_LEASE)
     query = select(jobs.c.namespace, jobs.c.job_id, jobs.c.next_run_at, jobs.c.grace_seconds).where(
         jobs.c.state == _SCHEDULED,
@@ -144,6 +152,8 @@ def _overdue(conn: Connection, namespace: str | None, now: Instant, lease: dict[
     )
     if namespace is not None:
         query = query.where(jobs.c.namespace == namespace)
+    if job_ids is not None:
+        query = query.where(jobs.c.job_id.in_(job_ids))
     found = []
     for job_namespace, job_id, next_run_at, grace_seconds in conn.execute(query.order_by(jobs.c.next_run_at)):
         allowed = micros(float(grace_seconds)) + lease.get(str(job_namespace), DEFAULT_LEASE)
@@ -162,12 +172,14 @@ def _overdue(conn: Connection, namespace: str | None, now: Instant, lease: dict[
     return found
 
 
-def _failing(conn: Connection, namespace: str | None, failures: int) -> list[Problem]:
+def _failing(conn: Connection, namespace: str | None, failures: int, job_ids: Collection[str] | None) -> list[Problem]:
     query = select(jobs.c.namespace, jobs.c.job_id, jobs.c.generation).where(
         jobs.c.state != JobState.DESCHEDULED.value, jobs.c.last_outcome.in_(FAILED)
     )
     if namespace is not None:
         query = query.where(jobs.c.namespace == namespace)
+    if job_ids is not None:
+        query = query.where(jobs.c.job_id.in_(job_ids))
     found = []
     for job_namespace, job_id, generation in conn.execute(query.order_by(jobs.c.namespace, jobs.c.job_id)):
         latest = conn.execute(
@@ -190,8 +202,16 @@ def _failing(conn: Connection, namespace: str | None, failures: int) -> list[Pro
     return found
 
 
-def problems(store: Store, now: Instant, *, all_namespaces: bool = False, failures: int = 3) -> list[Problem]:
-    """Every problem of the store's namespace (or of every namespace), in one read transaction."""
+def problems(
+    store: Store,
+    now: Instant,
+    *,
+    all_namespaces: bool = False,
+    failures: int = 3,
+    job_ids: Collection[str] | None = None,
+) -> list[Problem]:
+    """Every problem of the store's namespace (or of every namespace), in one read transaction;
+    with `job_ids`, the overdue and failing jobs only among those (a page of the dashboard)."""
     namespace = None if all_namespaces else store.namespace
 
     def body(conn: Connection) -> list[Problem]:
@@ -207,7 +227,7 @@ def problems(store: Store, now: Instant, *, all_namespaces: bool = False, failur
                 latest = max(renewed) if renewed else None
                 found.append(Problem(kind="no_scheduler", namespace=waiting, count=count, at=latest))
         lease = {name: _lease_of(members) for name, members in by_namespace.items()}
-        return found + _overdue(conn, namespace, now, lease) + _failing(conn, namespace, failures)
+        return found + _overdue(conn, namespace, now, lease, job_ids) + _failing(conn, namespace, failures, job_ids)
 
     return store._read(body, "check health")
 
