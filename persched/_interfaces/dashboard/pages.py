@@ -238,7 +238,8 @@ class Pages:
 def _banner(found: list[Problem]) -> str:
     """The banner of each namespace with jobs waiting to run and no live scheduler, or nothing."""
     return "".join(
-        f'<p class="alarm" id="no-scheduler-{e(p.namespace)}">{e(problem_words(p))}: they do not run until a scheduler starts</p>'
+        f'<p class="alarm" id="no-scheduler-{e(p.namespace)}">'
+        f"{e(problem_words(p))}: they do not run until a scheduler starts</p>"
         for p in found
         if p.kind == "no_scheduler"
     )
