@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from persched import JobScheduler
 from persched._model.instant import micros
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT
@@ -72,3 +73,16 @@ def test_a_paused_namespace_has_no_banner_and_its_jobs_no_overdue_mark(tmp_path:
         page = request(dashboard.url, "GET", "/").body
         assert 'class="alarm"' not in page  # nothing waits to run: nothing is wrong with no scheduler
         assert marks(page) == {"bad": ["failing"], "good": [], "skipper": []}
+
+
+def test_a_job_page_lists_the_excluded_dates(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'dates.db'}"
+    clock = FakeClock(START)
+    sched = JobScheduler(url, clock=clock)
+    sched.schedule("holidays", "tests.support.jobs:record", 60.0, exclude=["2023-12-24/2023-12-26", "2024-01-01"])
+    sched.shutdown(wait=True, timeout=TIMEOUT)
+    for dashboard in serve_app(url, None, lambda: micros(clock.now())):
+        page = request(dashboard.url, "GET", "/job?id=holidays").body
+        assert '<dt>excluded dates</dt><dd id="job-excluded-dates">2023-12-24/2023-12-26, 2024-01-01</dd>' in page
+        assert "every 1 min, with excluded dates" in page
+        assert "excluded dates" not in request(dashboard.url, "GET", "/job?id=nope").body
