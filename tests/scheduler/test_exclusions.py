@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from persched import JobScheduler
+from persched import JobScheduler, JobSpec
 from persched.errors import InvalidJobError
 from persched.testing import FakeClock
 from tests.support import jobs
@@ -146,3 +146,17 @@ def test_a_bad_entry_writes_nothing(sched: JobScheduler) -> None:
         sched.schedule("j", RECORD, 60.0, exclude=["2027-12-25", "2027-02-30"])
     assert raised.value.argument == "exclude"
     assert sched.get_job("j") is None
+
+
+def test_declare_keeps_an_unchanged_list_and_replaces_a_changed_one(sched: JobScheduler) -> None:
+    def spec(*entries: object) -> list[JobSpec]:
+        return [JobSpec("declared", RECORD, 60.0, exclude=list(entries))]
+
+    assert sched.declare(spec("2027-12-25")).created == ("declared",)
+    assert sched.declare(spec(date(2027, 12, 25))).unchanged == ("declared",)
+    assert sched.declare(spec("2027-12-24/2027-12-26")).replaced == ("declared",)
+    with pytest.raises(InvalidJobError, match=r"^specs\['declared'\]\.exclude: entry 0 True is not a date"):
+        sched.declare(spec(True))
+    job = sched.get_job("declared")
+    assert job is not None
+    assert job.exclude == ("2027-12-24/2027-12-26",)
