@@ -52,8 +52,8 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     ) from exc
 
 from . import _realtime
-from ._interfaces.dashboard.hosts import HostCheck, HostRules, allow_every_host_warning
-from ._interfaces.dashboard.server import Limits, Server
+from ._interfaces.http.hosts import HostCheck, HostRules, allow_every_host_warning
+from ._interfaces.http.server import Limits, Server
 from ._model.checks import as_seconds
 from ._model.instant import from_datetime, micros, seconds
 from ._model.models import shown
@@ -447,7 +447,7 @@ def serve(
 
     For ``persched run --metrics-port``; an application that has its own
     endpoint attaches `SchedulerMetrics` to its registry instead. Served by
-    persched's bounded server (`persched._interfaces.dashboard.server`: a fixed pool of
+    persched's bounded server (`persched._interfaces.http.server`: a fixed pool of
     threads, read timeouts, size limits) behind its Host check: only
     127.0.0.1, localhost, [::1], the bound address, any IP address when bound
     to all of them, and `allowed_hosts` (``--metrics-allowed-host``). Stop

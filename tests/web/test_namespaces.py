@@ -16,7 +16,7 @@ import pytest
 
 from persched import JobScheduler
 from persched._interfaces.dashboard.actions import MESSAGES
-from persched._interfaces.dashboard.server import Limits
+from persched._interfaces.http.server import Limits
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT
 from tests.support.raw_http import connect

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from persched._interfaces.dashboard.hosts import HostRules
-from persched._interfaces.dashboard.server import Limits, Server
+from persched._interfaces.http.hosts import HostRules
+from persched._interfaces.http.server import Limits, Server
 from persched.metrics import METRICS_LIMITS
 from tests.support.helpers import TIMEOUT, wait_until
 from tests.support.raw_http import connect, get, raw_request, read_reply

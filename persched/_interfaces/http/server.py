@@ -33,8 +33,8 @@ idle and slow ones wait their turn to be dropped. Every connection has
 `Limits.read_timeout` seconds from its accept to the end of its request
 (an idle connection is closed then, with 408).
 
-The request head is read by `persched._interfaces.dashboard.wire`; the Host check is
-`persched._interfaces.dashboard.hosts`'s, a middleware in front of the application.
+The request head is read by `persched._interfaces.http.wire`; the Host check is
+`persched._interfaces.http.hosts`'s, a middleware in front of the application.
 """
 
 from __future__ import annotations
