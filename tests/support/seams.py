@@ -16,14 +16,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from unittest.mock import patch
 
-from persched._engine.scheduler import internals_of
-from persched._interfaces.async_front import AsyncJobScheduler
+from persched._engine.scheduler import JobScheduler, internals_of
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
     from unittest.mock import MagicMock
 
-    from persched import JobScheduler
+    from persched import AsyncJobScheduler
     from persched._model.instant import Instant
     from persched._store import Store
 
@@ -32,7 +31,7 @@ __all__ = ["now_of", "patch_store", "store_of"]
 
 def store_of(sched: JobScheduler | AsyncJobScheduler) -> Store:
     """The store of `sched` (the threaded scheduler's, under an `AsyncJobScheduler`)."""
-    return internals_of(sched.scheduler if isinstance(sched, AsyncJobScheduler) else sched).store
+    return internals_of(sched if isinstance(sched, JobScheduler) else sched.scheduler).store
 
 
 def now_of(sched: JobScheduler) -> Instant:
