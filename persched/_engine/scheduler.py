@@ -59,6 +59,7 @@ from .._store.observer import Observer
 from ..clock import SystemClock
 from ..errors import SchedulerStateError, StoreError
 from .config import DEFAULT_MAX_CLOCK_SKEW_SECONDS, DEFAULT_WORKERS, SchedulerConfig, check_wait
+from .context import current_run
 from .events import Event, EventBus
 from .heartbeat import Heartbeat
 from .horizon import DEFAULT_HORIZON_SECONDS, Horizon
@@ -130,15 +131,6 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def current_run() -> Run | None:
-    """Return the `Run` executing on this thread, or None outside a run.
-
-    A callable can key its own side effects on ``(job_id, scheduled_for)``.
-    """
-    claim = current_run_claim()
-    return None if claim is None else claim.run()
 
 
 def internals_of(scheduler: JobScheduler) -> Internals:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
+import dataclasses
 import inspect
 import json
 import logging
@@ -61,7 +61,9 @@ from typing import Any, NoReturn, Protocol
 
 from .. import _realtime
 from .._model.targets import TargetNotFound, resolve
+from .._model.terms import DEFAULT_NAMESPACE
 from .._store.records import Claim
+from .context import ActiveRun, active_run
 from .tracebacks import describe, log_job_failure
 
 __all__ = [
@@ -77,7 +79,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_current: contextvars.ContextVar[Claim | None] = contextvars.ContextVar("persched_current_run", default=None)
+_current = active_run()  # the run executing in a context: what current_run() reads (persched._engine.context)
 
 # (claim, outcome "ok" | "error", error text or None); called on the worker thread.
 CompleteCallback = Callable[[Claim, str, "str | None"], None]
@@ -109,12 +111,14 @@ class EscapedError(Exception):
 
 def current_run_claim() -> Claim | None:
     """The claim of the run executing on this thread, or None."""
-    return _current.get()
+    active = _current.get()
+    return None if active is None else active.claim
 
 
 def set_current_run_claim(claim: Claim) -> None:
     """Make `claim` what `current_run()` returns in this context (an async job's task, as the runner runs it)."""
-    _current.set(claim)
+    active = _current.get()
+    _current.set(ActiveRun(claim, DEFAULT_NAMESPACE) if active is None else dataclasses.replace(active, claim=claim))
 
 
 async def awaited(awaitable: Any) -> None:  # noqa: ANN401 - whatever an async job returns
@@ -139,8 +143,10 @@ class WorkerPool:
         complete: CompleteCallback,
         allowed_modules: tuple[str, ...] | None = None,
         release: Callable[[Claim], None] | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
     ) -> None:
         self._complete = complete
+        self._namespace = namespace  # what a run's RunContext says
         self._release = release  # a run handed to the awaitable runner gives its worker back (module docstring)
         self._allowed_modules = allowed_modules
         self._pid = os.getpid()  # a worker running in another process is in a job's forked child
@@ -201,7 +207,7 @@ class WorkerPool:
                 claim.generation,
                 " (run-now)" if claim.run_now else "",
             )
-            ended = _execute(claim, self._allowed_modules, loop, self._pid, self._hand_over)
+            ended = _execute(ActiveRun(claim, self._namespace), self._allowed_modules, loop, self._pid, self._hand_over)
             if ended is not None:  # None: handed to the awaitable runner, which calls _finished_elsewhere
                 self._report(claim, *ended)
 
@@ -237,14 +243,15 @@ class WorkerPool:
 
 
 def _execute(
-    claim: Claim,
+    active: ActiveRun,
     allowed_modules: tuple[str, ...] | None,
     loop: list[asyncio.AbstractEventLoop],
     pid: int,
     hand_over: Callable[[Claim, Any], bool],
 ) -> tuple[str, str | None] | None:
-    """Run `claim`'s target; return (outcome, error text), or None once `hand_over` took its awaitable."""
-    token = _current.set(claim)
+    """Run `active`'s target; return (outcome, error text), or None once `hand_over` took its awaitable."""
+    claim = active.claim
+    token = _current.set(active)
     fn: Callable[..., Any] | None = None
     called = False  # from here on a failure comes out of the job (its traceback is trimmed to it)
     try:
