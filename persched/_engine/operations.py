@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from datetime import date, datetime
 
     from .._model.instant import Instant
-    from .._model.models import JobDefinition, Misfire, Overlap, Recurrence
+    from .._model.models import Executor, JobDefinition, Misfire, OnOverrun, Overlap, Recurrence
     from .._store import Store
     from .dispatcher import Dispatcher
     from .events import EventKind
@@ -102,6 +102,9 @@ class JobOperations:
         start_at: datetime | None = None,
         end_at: datetime | None = None,
         max_runtime_seconds: float | None = None,
+        on_overrun: OnOverrun = "warn",
+        executor: Executor = "thread",
+        stop_grace_seconds: float = 5.0,
         exclude: Collection[str | date] | None = None,
         run_at: datetime | None = None,
     ) -> Job:
@@ -140,6 +143,12 @@ class JobOperations:
                 grid is anchored here.
             end_at: No slot after this; then the job is finished.
             max_runtime_seconds: Report a run still going after this long.
+            on_overrun: What a run past `max_runtime_seconds` gets: "warn"
+                (it is reported as overran) or "stop" (it is also asked to stop).
+            executor: Where the callable runs: "thread" (a worker thread) or
+                "process" (a child process per run, which a stop can end).
+            stop_grace_seconds: How long a stopped child process
+                (executor="process") has after SIGTERM before it is killed.
             exclude: Dates ('2026-12-25', datetime.date) and inclusive
                 ranges ('2026-12-24/2026-12-26') in `timezone` on which the
                 job has no slot; at most 1,000 entries.

@@ -79,7 +79,7 @@ if TYPE_CHECKING:
     from .._engine.workers import Finished
     from .._model.declare import DeclareResult, JobSpec
     from .._model.instant import Instant
-    from .._model.models import Job, Misfire, Overlap, Recurrence, Run
+    from .._model.models import Executor, Job, Misfire, OnOverrun, Overlap, Recurrence, Run
     from .._store.observer import Observer
     from .._store.records import Claim
     from ..clock import Clock, SecondsClock
@@ -365,6 +365,9 @@ class AsyncJobScheduler:
         start_at: datetime | None = None,
         end_at: datetime | None = None,
         max_runtime_seconds: float | None = None,
+        on_overrun: OnOverrun = "warn",
+        executor: Executor = "thread",
+        stop_grace_seconds: float = 5.0,
         exclude: Collection[str | date] | None = None,
         run_at: datetime | None = None,
     ) -> Job:

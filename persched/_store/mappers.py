@@ -354,7 +354,7 @@ def job_fields(row: StoredRow) -> dict[str, Any]:
     }
 
 
-_OUTCOMES: Final = frozenset(("ok", "error", "lost", "missed"))
+_OUTCOMES: Final = frozenset(("ok", "error", "lost", "missed", "stopped"))
 
 
 def to_run(row: StoredRow) -> Run:
