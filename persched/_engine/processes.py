@@ -34,13 +34,14 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import TYPE_CHECKING, Final
 
-from .child import main as child_main
+from .._model.instant import US_PER_SECOND
 from .context import stop_text
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
     from multiprocessing.context import BaseContext
 
+    from .._model.policy import RunPolicy
     from .._store.records import Claim
     from .context import StopSignal
 
@@ -57,7 +58,7 @@ class ProcessRun:
     claim: Claim
     namespace: str
     allowed_modules: tuple[str, ...] | None
-    grace_seconds: float  # after SIGTERM, how long before SIGKILL
+    policy: RunPolicy  # its stop_grace: after SIGTERM, how long before SIGKILL
 
     def payload(self) -> str:
         claim = self.claim
@@ -87,6 +88,8 @@ def run_in_process(run: ProcessRun, stop: StopSignal) -> tuple[str, str | None]:
 
     Blocks the calling thread. `stop`: a request ends the child (module docstring).
     """
+    from .child import main as child_main  # it imports the workers' module, which imports this one
+
     context = _context()
     conn, child_conn = context.Pipe(duplex=True)
     wake_reader, wake_writer = context.Pipe(duplex=False)
@@ -104,7 +107,7 @@ def run_in_process(run: ProcessRun, stop: StopSignal) -> tuple[str, str | None]:
     child_conn.close()
     stop.on_request(lambda: _wake(wake_writer))
     try:
-        report = _wait(process, conn, wake_reader, stop, run.grace_seconds)
+        report = _wait(process, conn, wake_reader, stop, run.policy.stop_grace / US_PER_SECOND)
     finally:
         process.join()
         process.close()

@@ -63,7 +63,10 @@ from .. import _realtime
 from .._model.targets import TargetNotFound, resolve
 from .._model.terms import DEFAULT_NAMESPACE
 from .._store.records import Claim
-from .context import ActiveRun, active_run
+from ..errors import RunStopped
+from .context import ActiveRun, StopSignal, active_run, stop_text
+from .processes import ProcessRun, run_in_process
+from .stops import RunStops
 from .tracebacks import describe, log_job_failure
 
 __all__ = [
@@ -147,6 +150,7 @@ class WorkerPool:
     ) -> None:
         self._complete = complete
         self._namespace = namespace  # what a run's RunContext says
+        self.stops = RunStops()  # the runs in flight, each with its stop request
         self._release = release  # a run handed to the awaitable runner gives its worker back (module docstring)
         self._allowed_modules = allowed_modules
         self._pid = os.getpid()  # a worker running in another process is in a job's forked child
@@ -207,7 +211,9 @@ class WorkerPool:
                 claim.generation,
                 " (run-now)" if claim.run_now else "",
             )
-            ended = _execute(ActiveRun(claim, self._namespace), self._allowed_modules, loop, self._pid, self._hand_over)
+            active = ActiveRun(claim, self._namespace, self.stops.started(claim))
+            ended = _execute(active, self._allowed_modules, loop, self._pid, self._hand_over)
+            del active
             if ended is not None:  # None: handed to the awaitable runner, which calls _finished_elsewhere
                 self._report(claim, *ended)
 
@@ -226,10 +232,11 @@ class WorkerPool:
         if exc is None:
             self._report(claim, "ok", None)
         else:
-            self._report(claim, "error", _failure_text(claim, unwrapped(exc)))
+            self._report(claim, *_failed(claim, unwrapped(exc), self.stops.signal_of(claim)))
         del exc
 
     def _report(self, claim: Claim, outcome: str, error: str | None) -> None:
+        self.stops.ended(claim)
         logger.debug("run %d of %s generation %d ended: %s", claim.run_id, claim.job_id, claim.generation, outcome)
         try:
             self._complete(claim, outcome, error)
@@ -252,6 +259,11 @@ def _execute(
     """Run `active`'s target; return (outcome, error text), or None once `hand_over` took its awaitable."""
     claim = active.claim
     token = _current.set(active)
+    if claim.run_policy.executor == "process":
+        try:
+            return run_in_process(ProcessRun(claim, active.namespace, allowed_modules, claim.run_policy), active.stop)
+        finally:
+            _current.reset(token)
     fn: Callable[..., Any] | None = None
     called = False  # from here on a failure comes out of the job (its traceback is trimmed to it)
     try:
@@ -275,7 +287,10 @@ def _execute(
                 # an `await asyncio.sleep()` in a job would never end (persched._realtime).
                 own.time = _realtime.monotonic  # type: ignore[method-assign]
                 loop.append(own)
-            loop[0].run_until_complete(awaited(result))
+            task = loop[0].create_task(awaited(result))
+            active.stop.on_request(_cancelling(loop[0], task))
+            loop[0].run_until_complete(task)
+            del task
     except TargetNotFound as exc:
         logger.error(
             "job %s generation %d: target %s cannot be found: %s",
@@ -289,15 +304,37 @@ def _execute(
         exc = unwrapped(exc)
         if os.getpid() != pid:
             _end_forked_child(exc)
-        text = _failure_text(claim, exc, user_code=called)
+        ended = _failed(claim, exc, active.stop, user_code=called)
         del exc
-        return "error", text
+        return ended
     finally:
         del fn
         _current.reset(token)
     if os.getpid() != pid:
         _end_forked_child(None)
     return "ok", None
+
+
+def _cancelling(loop: asyncio.AbstractEventLoop, task: asyncio.Task[None]) -> Callable[[], None]:
+    """What a stop does to an async job on a worker's loop: cancel its task, from any thread."""
+
+    def cancel() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: the run is over
+            loop.call_soon_threadsafe(task.cancel)
+
+    return cancel
+
+
+def _failed(
+    claim: Claim, exc: BaseException, stop: StopSignal | None, *, user_code: bool = True
+) -> tuple[str, str | None]:
+    """The outcome and error text of a run that raised `exc`: "stopped" for `RunStopped`, and for a
+    cancellation that a stop asked for; else "error" (docs/reference/behaviour.md, "Stopping a run")."""
+    text = _failure_text(claim, exc, user_code=user_code)
+    reason = None if stop is None else stop.reason
+    if isinstance(exc, RunStopped) or (reason is not None and isinstance(exc, asyncio.CancelledError)):
+        return "stopped", text if reason is None else f"{stop_text(reason)}\n{text}"
+    return "error", text
 
 
 def _failure_text(claim: Claim, exc: BaseException, *, user_code: bool = True) -> str:

@@ -36,6 +36,7 @@ from .checks import (
 )
 from .exclusions import validate_exclude
 from .instant import Instant, Micros, from_datetime, seconds, to_datetime
+from .policy import DEFAULT_STOP_GRACE
 from .terms import DEFAULT_NAMESPACE, Executor, JobState, Misfire, OnOverrun, Outcome, Overlap, Recurrence
 
 if TYPE_CHECKING:
@@ -84,7 +85,6 @@ __all__ = [  # with the names of `terms` and `checks` its callers import from he
 
 DEFAULT_GRACE: Final = Micros(1_000_000)  # grace_seconds=1.0
 NO_JITTER: Final = Micros(0)
-DEFAULT_STOP_GRACE: Final = Micros(5_000_000)  # stop_grace_seconds=5.0
 NO_MICROS: Final = 2**62  # µs (146,000 years): stands in for a stored duration beyond any (see _micros_of_column)
 
 

@@ -18,6 +18,8 @@ import pytest
 
 from persched._engine.context import StopSignal
 from persched._engine.processes import ProcessRun, run_in_process
+from persched._model.instant import Micros
+from persched._model.policy import RunPolicy
 from persched._store.records import Claim
 from tests.support.helpers import TIMEOUT
 
@@ -58,7 +60,7 @@ def _run(
         started_at=SCHEDULED_FOR + 17,  # type: ignore[arg-type]  # an Instant
         run_id=41,
     )
-    return ProcessRun(claim, "tenant-a", allowed, grace)
+    return ProcessRun(claim, "tenant-a", allowed, RunPolicy("process", "warn", Micros(round(grace * 1_000_000))))
 
 
 class _InThread:
