@@ -444,6 +444,33 @@ class JobOperations:
                 self._dispatcher.offer(now, job_id, generation)  # a run in flight: its completion queues it too
         return verdict.will_run
 
+    def cancel(self, job_id: str) -> bool:
+        """Ask the run of the job in flight to stop, in whichever instance runs it.
+
+        This instance stops its own run at once; another one notices within
+        its `pickup_seconds`. A thread job sees `persched.current_run()`'s
+        ``stopping`` set, an async job's task is cancelled, a job with
+        ``executor="process"`` is terminated, then killed after its
+        ``stop_grace_seconds`` (docs/reference/behaviour.md, "Stopping a run").
+        The job's schedule is unchanged: its next slot runs as usual.
+
+        Returns:
+            True if a run of the job was in flight; False if none was.
+
+        Raises:
+            JobNotFoundError: No such job in this namespace (unknown, or descheduled).
+        """
+        self._check_open()
+        validate_job_id(job_id)
+        self._ensure_schema()
+        running = self._store.request_cancel(job_id, self._timebase.now())
+        if running is None:
+            raise self._not_found(job_id, whereabouts(self._store, job_id))
+        if running:
+            logger.info("job %s: cancel requested for its run in flight", job_id)
+            self._runs.pool.stops.request(job_id, "cancel")  # this instance's run, if it runs it: at once
+        return running
+
     def _check_found(self, job_id: str) -> None:
         """After a pause or resume that changed nothing: raise unless the job is active in this namespace.
 

@@ -98,6 +98,10 @@ class EmitCallback(Protocol):
     def __call__(self, kind: EventKind, job_id: str, generation: int, *, run: Callable[[], Run]) -> None: ...
 
 
+# The event of a recorded outcome (anything else a worker records is a failure).
+_EVENT_OF: Final[dict[str, EventKind]] = {"ok": "run_finished", "stopped": "run_stopped"}
+
+
 class RunBook:
     """Claims due runs, hands them to workers, records their outcomes; counts what is in flight.
 
@@ -108,7 +112,7 @@ class RunBook:
         lease: How long a claim is owned without a heartbeat.
         workers: The size of the worker pool.
         allowed_modules: As for `WorkerPool`.
-        emit: Emits run_started, run_finished, run_failed and run_overran.
+        emit: Emits run_started, run_finished, run_failed, run_stopped and run_overran.
         recorded: Called with the job of each outcome written (retention counts them).
         owns: Whether this instance owns a job (`persched._engine.membership`); None: the work is not
             shared, and every instance tries every slot.
@@ -151,7 +155,7 @@ class RunBook:
             timebase, workers, self.cycle, search=None if owns is None else self.claim_overdue, owns=owns
         )
         self._released: set[int] = set()  # run ids whose worker was given back before the run ended
-        self.pool = WorkerPool(workers, self.complete, allowed_modules, release=self.release)
+        self.pool = WorkerPool(workers, self.complete, allowed_modules, release=self.release, namespace=store.namespace)
         self.overrun = OverrunWatch(timebase, self.on_overrun)
 
     # -- claims: the dispatcher's side ----------------------------------------------
@@ -351,7 +355,7 @@ class RunBook:
                     }
                 )
 
-            kind: EventKind = "run_finished" if completion.outcome == "ok" else "run_failed"
+            kind: EventKind = _EVENT_OF.get(completion.outcome, "run_failed")
             self._emit(kind, claim.job_id, claim.generation, run=finished)
             self.job_done(claim.job_id, claim.run_id)
 
@@ -368,14 +372,17 @@ class RunBook:
         if not self._store.mark_overran(claim.run_id):
             self._overran_runs.pop(claim.run_id, None)  # it finished in the meantime: no overrun
             return
+        stop = claim.run_policy.on_overrun == "stop"
         logger.warning(
-            "job %s generation %d: the run for %s is still going after %s s (max_runtime_seconds); "
-            "it cannot be stopped and goes on",
+            "job %s generation %d: the run for %s is still going after %s s (max_runtime_seconds); %s",
             claim.job_id,
             claim.generation,
             to_datetime(claim.scheduled_for).isoformat(),
             seconds(claim.max_runtime or 0),
+            "it is asked to stop (on_overrun='stop')" if stop else "it goes on (on_overrun='warn')",
         )
+        if stop and (signal := self.pool.stops.signal_of(claim)) is not None:
+            signal.request("max_runtime")
         self._emit(
             "run_overran",
             claim.job_id,

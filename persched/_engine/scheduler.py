@@ -462,6 +462,8 @@ class JobScheduler(JobOperations):
             )
         self._pool.stop()
         drained = self._pool.join(left)
+        if not drained:
+            drained = self._stop_runs_in_flight()
         self._dispatcher.stop()  # after the workers: it writes their last completions
         self._dispatcher.join(left())
         self._runs.retry_unwritten()
@@ -482,6 +484,23 @@ class JobScheduler(JobOperations):
                 timeout,
             )
             threading.Thread(target=self._close_after_late_runs, name="persched-late-close", daemon=True).start()
+
+    def _stop_runs_in_flight(self) -> bool:
+        """The shutdown's timeout passed: ask the runs in flight to stop, and give them their stop grace to end
+        (docs/reference/behaviour.md, "Stopping a run"); True once every run ended."""
+        grace = seconds(self._pool.stops.longest_grace())
+        stopped = self._pool.stops.request_all("shutdown")
+        if stopped:
+            logger.warning(
+                "scheduler %s asks its %d run%s in flight to stop (the shutdown's timeout passed); "
+                "waiting up to %g s (stop_grace_seconds)",
+                self.instance_id,
+                stopped,
+                "" if stopped == 1 else "s",
+                grace,
+            )
+        deadline = _realtime.monotonic() + grace
+        return self._pool.join(lambda: max(0.0, deadline - _realtime.monotonic()))
 
     def _leave(self) -> None:
         """Delete this instance's membership row, so that the others take its jobs at once (after

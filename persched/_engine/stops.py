@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
+from .._model.instant import Micros
 from .context import StopSignal
 
 if TYPE_CHECKING:
@@ -28,12 +29,14 @@ class RunStops:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._runs: dict[str, dict[int, StopSignal]] = {}
+        self._graces: dict[int, Micros] = {}  # run id -> its job's stop grace
 
     def started(self, claim: Claim) -> StopSignal:
         """Register `claim`'s run; return its (new) stop request."""
         signal = StopSignal()
         with self._lock:
             self._runs.setdefault(claim.job_id, {})[claim.run_id] = signal
+            self._graces[claim.run_id] = claim.run_policy.stop_grace
         return signal
 
     def ended(self, claim: Claim) -> StopSignal | None:
@@ -41,6 +44,7 @@ class RunStops:
         with self._lock:
             runs = self._runs.get(claim.job_id)
             signal = None if runs is None else runs.pop(claim.run_id, None)
+            self._graces.pop(claim.run_id, None)
             if runs is not None and not runs:
                 del self._runs[claim.job_id]
         return signal
@@ -65,6 +69,11 @@ class RunStops:
         for signal in signals:
             signal.request(reason)
         return len(signals)
+
+    def longest_grace(self) -> Micros:
+        """The longest stop grace of the runs in flight (0 without any): how long stopped runs may take to end."""
+        with self._lock:
+            return max(self._graces.values(), default=Micros(0))
 
     def in_flight(self) -> set[str]:
         """The ids of the jobs with a run in flight here."""

@@ -424,6 +424,10 @@ class AsyncJobScheduler:
         """Ask for one extra run soon (see `JobScheduler.run_now`; an unknown id raises `JobNotFoundError`)."""
         return await asyncio.to_thread(self._sched.run_now, job_id)
 
+    async def cancel(self, job_id: str) -> bool:
+        """Ask the job's run in flight to stop (see `JobScheduler.cancel`; an unknown id raises `JobNotFoundError`)."""
+        return await asyncio.to_thread(self._sched.cancel, job_id)
+
     async def get_job(self, job_id: str) -> Job | None:
         """Return the job `job_id`, or None (see `JobScheduler.get_job`)."""
         return await asyncio.to_thread(self._sched.get_job, job_id)

@@ -104,7 +104,15 @@ RUN_COLUMNS, RAW_RUNS = readable(runs)
 QUARANTINE: Final = (
     update(jobs)
     .where(jobs.c.job_id == bindparam("b_job_id"), jobs.c.generation == bindparam("b_generation"))
-    .values(state=SCHEDULED, paused=True, run_now_at=None, owner=None, lease_until=None, running_for=None)
+    .values(
+        state=SCHEDULED,
+        paused=True,
+        run_now_at=None,
+        owner=None,
+        lease_until=None,
+        running_for=None,
+        cancel_requested_at=None,
+    )
 )
 
 
@@ -119,7 +127,15 @@ PARK: Final = (
         jobs.c.owner == bindparam("b_owner"),
         jobs.c.running_for == bindparam("b_running_for"),
     )
-    .values(state=SCHEDULED, paused=True, run_now_at=None, owner=None, lease_until=None, running_for=None)
+    .values(
+        state=SCHEDULED,
+        paused=True,
+        run_now_at=None,
+        owner=None,
+        lease_until=None,
+        running_for=None,
+        cancel_requested_at=None,
+    )
 )
 
 

@@ -93,3 +93,48 @@ async def async_context(port: int) -> None:
     run = persched.current_run()
     assert run is not None
     _started(port, json.dumps({"job_id": run.job_id, "namespace": run.namespace}))
+
+
+# -- jobs run on the scheduler's own threads: they tell the test through events ---------------------
+
+_lock = threading.Lock()
+_started_events: dict[str, threading.Event] = {}
+_seen: dict[str, object] = {}
+_GATE_TIMEOUT = 60.0  # seconds: a job a test forgot to stop ends by itself
+
+
+def started_event(key: str) -> threading.Event:
+    """The event a job of `key` sets once it runs."""
+    with _lock:
+        return _started_events.setdefault(key, threading.Event())
+
+
+def seen(key: str) -> object:
+    """What the job of `key` saw of its run (its RunContext)."""
+    with _lock:
+        return _seen.get(key)
+
+
+def thread_cooperate(key: str) -> None:
+    """Keep its RunContext, say it started, wait for the stop request and leave by raise_if_stopping()."""
+    run = persched.current_run()
+    assert run is not None
+    with _lock:
+        _seen[key] = run
+    started_event(key).set()
+    run.stopping.wait(_GATE_TIMEOUT)
+    run.raise_if_stopping()
+
+
+def thread_ignore(key: str) -> None:
+    """Say it started, see the stop request, and return normally anyway."""
+    run = persched.current_run()
+    assert run is not None
+    started_event(key).set()
+    run.stopping.wait(_GATE_TIMEOUT)
+
+
+async def async_wait(key: str) -> None:
+    """Say it started, then sleep (a stop cancels its task)."""
+    started_event(key).set()
+    await asyncio.sleep(_GATE_TIMEOUT)
