@@ -24,7 +24,7 @@ from .health import cmd_check, cmd_instances
 from .listing import cmd_jobs, cmd_runs, cmd_show
 from .output import printable
 from .service import SETUP_HOOK, cmd_run, cmd_web
-from .steering import cmd_deschedule, cmd_pause, cmd_resume, cmd_run_now
+from .steering import cmd_cancel, cmd_deschedule, cmd_pause, cmd_resume, cmd_run_now
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -237,6 +237,18 @@ def build_parser() -> Parser:
         " database. Exits 0 once a run is pending (asking again adds nothing); exits 1 with one line"
         " on stderr when the job is paused, finished, unknown or descheduled, or when it is running"
         " with overlap 'skip' (the request is dropped).",
+    )
+    sub.add_argument("job_id", metavar="JOB_ID")
+    sub = command(
+        "cancel",
+        "ask the run of a job in flight to stop, in whichever scheduler runs it; its schedule does not move",
+        "persched cancel nightly-export",
+        cmd_cancel,
+        "The scheduler that runs the job notices within its pickup_seconds: a thread job sees its"
+        " stopping event set, an async job's task is cancelled, a process job is terminated, then"
+        " killed after its stop_grace_seconds; a run that ends so is recorded as 'stopped'. Exits 0"
+        " once the stop is requested, and also when no run is in flight (it says so); exits 1 for an"
+        " unknown or descheduled job.",
     )
     sub.add_argument("job_id", metavar="JOB_ID")
     sub = command(
