@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 _NAIVE_EPOCH: Final = datetime(1970, 1, 1)
 
 
+_SQLITE_BUSY: Final = 5
+_SQLITE_LOCKED: Final = 6
+
+
 def _variable_limit() -> int:
     """The SQLite library's limit of parameters per statement (SQLITE_MAX_VARIABLE_NUMBER: 32,766
     since SQLite 3.32, 999 before; a build may set another)."""
@@ -56,8 +60,13 @@ class SQLiteDialect(Dialect):
     def is_transient(self, exc: DBAPIError) -> bool:
         if exc.connection_invalidated:
             return True
+        code = getattr(exc.orig, "sqlite_errorcode", None)  # Python 3.11+
+        if isinstance(code, int):
+            # SQLITE_BUSY (past busy_timeout) or SQLITE_LOCKED, with their extended codes; not a
+            # message that merely names something "locked" (a table, a column).
+            return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
         text = str(exc.orig).lower()
-        return "locked" in text or "busy" in text  # busy past busy_timeout
+        return "locked" in text or "busy" in text
 
     def lock_rows(self, query: Select[Any]) -> Select[Any]:
         return query  # BEGIN IMMEDIATE holds the write lock already (SQLite ignores FOR UPDATE)
