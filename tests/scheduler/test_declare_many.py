@@ -20,6 +20,7 @@ from persched import JobScheduler, JobSpec, JobState
 from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.helpers import TIMEOUT, db_sql
+from tests.support.seams import store_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -61,7 +62,7 @@ def statements(sched: JobScheduler) -> Iterator[list[tuple[str, int]]]:
             rows = params if many else [params]
             sent.extend((sql, len(row or ())) for row in rows)
 
-    engine = sched._store.engine
+    engine = store_of(sched).engine
     event.listen(engine, "before_cursor_execute", grab)
     try:
         yield sent
@@ -71,7 +72,7 @@ def statements(sched: JobScheduler) -> Iterator[list[tuple[str, int]]]:
 
 @contextlib.contextmanager
 def parameter_limit(sched: JobScheduler, limit: int) -> Iterator[None]:
-    with mock.patch.object(type(sched._store.dialect), "max_parameters", limit):
+    with mock.patch.object(type(store_of(sched).dialect), "max_parameters", limit):
         yield
 
 
