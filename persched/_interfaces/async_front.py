@@ -71,8 +71,8 @@ from ..errors import InvalidJobError
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Callable, Iterable
-    from datetime import datetime
+    from collections.abc import Callable, Collection, Iterable
+    from datetime import date, datetime
     from types import TracebackType
 
     from .._engine.events import EventKind, Listener
@@ -365,6 +365,7 @@ class AsyncJobScheduler:
         start_at: datetime | None = None,
         end_at: datetime | None = None,
         max_runtime_seconds: float | None = None,
+        exclude: Collection[str | date] | None = None,
         run_at: datetime | None = None,
     ) -> Job:
         """Schedule `fn` durably; see `JobScheduler.schedule` for every argument.

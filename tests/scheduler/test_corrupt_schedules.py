@@ -32,6 +32,9 @@ if TYPE_CHECKING:
         "grace_seconds = -1e305",
         "misfire = 'whenever'",
         "misfire = 'catch_up'",  # without max_catch_up
+        "exclude = 'not JSON'",
+        "exclude = '[\"2026-13-45\"]'",
+        "exclude = '[\"2027-01-02/2027-01-01\"]'",
     ],
 )
 def test_an_unreadable_schedule_pauses_only_its_job(
