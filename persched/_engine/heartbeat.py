@@ -127,6 +127,7 @@ class Heartbeat:
             every round.
         repartition: Called with `Membership.shared` when the view changed.
         pause_ends: The timed pauses to resume at their end (`persched._engine.pause_ends`).
+        cancels: Called at each pick-up that saw the counter move: stops the runs here that a cancel asked for.
     """
 
     def __init__(
@@ -146,7 +147,9 @@ class Heartbeat:
         membership: Membership | None = None,
         repartition: Callable[[bool], None] | None = None,
         pause_ends: PauseEnds | None = None,
+        cancels: Callable[[], None] | None = None,
     ) -> None:
+        self._cancels = cancels  # at a pick-up: stop the runs here that cancel() asked for elsewhere
         self._store = store
         self._pause_ends = pause_ends
         self._ends_changed = False  # this process paused a job with an end (guarded by _cond)
@@ -350,6 +353,8 @@ class Heartbeat:
         for due_at, job_id, generation in changed:
             self._queue(due_at, job_id, generation)
         logger.debug("picked up %d changed jobs (change %d)", len(changed), self._change_seq)
+        if self._cancels is not None:
+            self._cancels()
 
     def _log_changes(self, after: int, upto: int) -> None:
         """Tell the operator what another process or the CLI changed; a bulk change is cut short."""

@@ -331,6 +331,7 @@ class JobScheduler(JobOperations):
             maintenance=self._maintenance,
             membership=self._membership,
             repartition=self._dispatcher.repartition,
+            cancels=self._pick_up_cancels,
             pause_ends=PauseEnds(
                 self._store,
                 self._timebase,
@@ -484,6 +485,15 @@ class JobScheduler(JobOperations):
                 timeout,
             )
             threading.Thread(target=self._close_after_late_runs, name="persched-late-close", daemon=True).start()
+
+    def _pick_up_cancels(self) -> None:
+        """At a change pick-up: stop the runs here that `cancel()` asked for elsewhere (`persched._store.cancels`)."""
+        stops = self._pool.stops
+        if not stops.in_flight():  # nothing runs here: nothing to read
+            return
+        for job_id in self._store.cancel_requests(self.instance_id):
+            if stops.request(job_id, "cancel"):
+                logger.info("job %s: its run is stopped, as cancel() asked elsewhere", job_id)
 
     def _stop_runs_in_flight(self) -> bool:
         """The shutdown's timeout passed: ask the runs in flight to stop, and give them their stop grace to end
