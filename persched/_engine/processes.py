@@ -28,7 +28,9 @@ from __future__ import annotations
 import contextlib
 import json
 import multiprocessing
+import multiprocessing.forkserver
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait
@@ -79,8 +81,21 @@ class ProcessRun:
         )
 
 
+_CHILD: Final = "persched._engine.child"
+_preload_lock = threading.Lock()
+
+
 def _context() -> BaseContext:
-    return multiprocessing.get_context(START_METHOD)
+    """The start method's context; the forkserver imports the child's module once, so each child starts warm."""
+    context = multiprocessing.get_context(START_METHOD)
+    if START_METHOD == "forkserver":
+        with _preload_lock:
+            # Added to the application's own preload list, never in its place (read from the forkserver,
+            # which has no public getter); it applies when the forkserver starts, if it has not yet.
+            preload = list(getattr(multiprocessing.forkserver._forkserver, "_preload_modules", []))
+            if _CHILD not in preload:
+                context.set_forkserver_preload([*preload, _CHILD])
+    return context
 
 
 def run_in_process(run: ProcessRun, stop: StopSignal) -> tuple[str, str | None]:
