@@ -289,7 +289,7 @@ def build_parser() -> Parser:
         cmd_web,
         "Never creates or migrates the database; works with or without a scheduler running on it."
         " With an access token (--token-file or $PERSCHED_WEB_TOKEN), a browser that signs in with it gets"
-        " pause, resume, run-now and deschedule buttons; every action is logged.",
+        " pause, resume, run-now, cancel and deschedule buttons; every action is logged.",
     )
     sub.add_argument("--port", type=_port, default=8765, metavar="N", help="port to listen on (8765; 0: any free)")
     sub.add_argument("--host", default="127.0.0.1", metavar="HOST", help="address to bind (127.0.0.1)")
