@@ -62,6 +62,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Final
 
 from .._engine.config import DEFAULT_MAX_CLOCK_SKEW_SECONDS, DEFAULT_WORKERS
+from .._engine.context import active_run
 from .._engine.horizon import DEFAULT_HORIZON_SECONDS
 from .._engine.scheduler import DEFAULT_URL, JobScheduler, internals_of
 from .._engine.tracebacks import describe
@@ -126,6 +127,9 @@ class _LoopRunner:
             coroutine.close()  # never started: no "never awaited" warning, for it nor for the job's
             _close(awaitable)
             raise
+        active = active_run().get()  # the worker's run, whose stop cancels the task (from any thread)
+        if active is not None:
+            active.stop.on_request(functools.partial(_cancel, future))
         with self._cond:
             self._pending[future] = (ran, finished)
             self._wake_watch()
@@ -211,6 +215,11 @@ def _raised(future: concurrent.futures.Future[None]) -> BaseException | None:
     if future.cancelled():
         return asyncio.CancelledError()
     return future.exception()
+
+
+def _cancel(future: concurrent.futures.Future[None]) -> None:
+    """A stop of an async job on the application's loop: cancel its task (thread-safe)."""
+    future.cancel()
 
 
 def _close(awaitable: object) -> None:
