@@ -87,6 +87,7 @@ logger = logging.getLogger(_loggers.LIBRARY)
 
 DEFAULT_URL: Final = "sqlite:///persched.db"
 ATEXIT_TIMEOUT_SECONDS: Final = 10.0  # how long interpreter exit waits for in-flight runs
+KILLED_EXIT_SECONDS: Final = 1.0  # after a stop grace, how long a shutdown waits for killed children to exit
 
 _live: weakref.WeakSet[JobScheduler] = weakref.WeakSet()
 _made: weakref.WeakSet[JobScheduler] = weakref.WeakSet()  # every scheduler of this process, for the fork hook
@@ -498,12 +499,13 @@ class JobScheduler(JobOperations):
     def _stop_runs_in_flight(self) -> bool:
         """The shutdown's timeout passed: ask the runs in flight to stop, and give them their stop grace to end
         (docs/reference/behaviour.md, "Stopping a run"); True once every run ended."""
-        grace = seconds(self._pool.stops.longest_grace())
+        # A process job is killed once its grace is over: it then still has to exit and be recorded.
+        grace = seconds(self._pool.stops.longest_grace()) + KILLED_EXIT_SECONDS
         stopped = self._pool.stops.request_all("shutdown")
         if stopped:
             logger.warning(
                 "scheduler %s asks its %d run%s in flight to stop (the shutdown's timeout passed); "
-                "waiting up to %g s (stop_grace_seconds)",
+                "waiting up to %g s (stop_grace_seconds, and a second for a killed process to exit)",
                 self.instance_id,
                 stopped,
                 "" if stopped == 1 else "s",

@@ -330,11 +330,14 @@ def _failed(
 ) -> tuple[str, str | None]:
     """The outcome and error text of a run that raised `exc`: "stopped" for `RunStopped`, and for a
     cancellation that a stop asked for; else "error" (docs/reference/behaviour.md, "Stopping a run")."""
-    text = _failure_text(claim, exc, user_code=user_code)
     reason = None if stop is None else stop.reason
     if isinstance(exc, RunStopped) or (reason is not None and isinstance(exc, asyncio.CancelledError)):
-        return "stopped", text if reason is None else f"{stop_text(reason)}\n{text}"
-    return "error", text
+        text = describe(exc, user_code=user_code)
+        why = stop_text(reason or (exc.reason if isinstance(exc, RunStopped) else "requested"))
+        # Asked for, so no failure of the job's: one WARNING line, the traceback in the record.
+        logger.warning("job %s generation %d %s", claim.job_id, claim.generation, why)
+        return "stopped", text if reason is None else f"{why}\n{text}"
+    return "error", _failure_text(claim, exc, user_code=user_code)
 
 
 def _failure_text(claim: Claim, exc: BaseException, *, user_code: bool = True) -> str:

@@ -186,9 +186,12 @@ def readable_or_refuse(row: StoredRow) -> StoredRow:
 
 
 def change_words(row: StoredRow) -> str:
-    """What a changed row now says, for the log: "descheduled", "paused", "run-now requested", "scheduled"."""
+    """What a changed row now says, for the log: "descheduled", "paused", "run-now requested", "cancel
+    requested", "scheduled"."""
     if row.state == DESCHEDULED:
         return "descheduled"
+    if row.state == RUNNING and row.cancel_requested_at is not None:
+        return "cancel of its run requested"
     if row.paused:
         return "paused"
     if row.run_now_at is not None:

@@ -7,6 +7,7 @@ an event (a process job through a connection), and the test then asks for the st
 
 from __future__ import annotations
 
+import json
 import queue
 import socket
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ import persched
 from persched import Event, RunContext
 from persched.errors import InvalidJobError, JobNotFoundError
 from tests.support import stop_jobs
+from tests.support.cli_run import persched as persched_cli
 from tests.support.helpers import TIMEOUT, wait_until
 
 if TYPE_CHECKING:
@@ -235,3 +237,60 @@ def test_bad_stopping_options_are_refused_and_write_nothing(
         sched.declare([persched.JobSpec("bad", stop_jobs.thread_cooperate, 10.0, **options)])
     assert raised.value.argument == f"specs['bad'].{option}"
     assert sched.get_job("bad") is None
+
+
+def test_max_runtime_with_on_overrun_stop_terminates_a_process_job(
+    make_scheduler: SchedulerFactory, clock: FakeClock, listener: socket.socket
+) -> None:
+    sched = make_scheduler(start=True)
+    port = listener.getsockname()[1]
+    sched.schedule(
+        "proc-slow",
+        stop_jobs.block_until_stopped,
+        10.0,
+        args=(port,),
+        executor="process",
+        max_runtime_seconds=1.5,
+        on_overrun="stop",
+    )
+    clock.advance(10.0)
+    _child_started(listener)
+    clock.advance(1.5)
+    run = _ended(sched, "proc-slow")
+    assert (run.outcome, run.overran) == ("stopped", True)
+    assert run.error is not None
+    assert run.error.startswith("stopped: it ran past its max_runtime_seconds (on_overrun='stop')\n")
+
+
+def test_the_shutdown_timeout_kills_a_process_job_that_ignores_it(
+    make_scheduler: SchedulerFactory, clock: FakeClock, listener: socket.socket
+) -> None:
+    sched = make_scheduler(start=True)
+    port = listener.getsockname()[1]
+    sched.schedule("proc-deaf", stop_jobs.ignore_stop, 10.0, args=(port,), executor="process", stop_grace_seconds=0.2)
+    clock.advance(10.0)
+    _child_started(listener)
+    sched.shutdown(wait=True, timeout=0.0)
+    (run,) = make_scheduler().runs("proc-deaf")
+    assert run.outcome == "stopped"
+    assert run.error == (
+        "stopped: the scheduler shut down and its timeout was reached; the child process was killed by signal SIGKILL"
+    )
+
+
+def test_stopped_runs_count_as_failures_for_persched_check(
+    make_scheduler: SchedulerFactory, clock: FakeClock, sqlite_url: str
+) -> None:
+    sched = make_scheduler(sqlite_url, start=True)
+    sched.schedule("often", stop_jobs.thread_cooperate, 10.0, args=("often",))
+    started = stop_jobs.started_event("often")
+    for _ in range(3):
+        started.clear()
+        clock.advance(10.0)
+        assert started.wait(TIMEOUT)
+        assert sched.cancel("often")
+        assert sched.wait_idle(TIMEOUT)
+    assert [r.outcome for r in sched.runs("often")] == ["stopped"] * 3
+    check = persched_cli("--db", sqlite_url, "check", "--json")
+    assert check.returncode == 1, check.stderr
+    assert [problem["job_id"] for problem in json.loads(check.stdout) if problem["problem"] == "failing"] == ["often"]
