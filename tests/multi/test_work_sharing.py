@@ -87,7 +87,7 @@ def other(me: JobScheduler, db_url: str) -> Iterator[Store]:
 
 def round_(sched: JobScheduler) -> None:
     """One membership round of `sched`'s heartbeat, then let the dispatcher settle."""
-    sched._heartbeat.renew_membership()
+    sched._heartbeat.membership.round()
     assert sched.wait_idle(TIMEOUT)
 
 
