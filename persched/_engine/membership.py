@@ -3,9 +3,10 @@
 Every scheduler keeps a row in ``persched_instances`` (a lone instance is a
 member of one: it owns every job) and renews it with each heartbeat (its
 ``beats`` count goes up), reading everyone's row in the same transaction
-(`persched._store.members`). From those reads each instance
+(`persched._store.members`; the heartbeat's "renewing membership" task,
+`persched._engine.heartbeat`). From those reads each instance
 keeps its *view*: itself, and every other member whose count moved
-within the last lease. Liveness is judged as leases are (`persched._engine.heartbeat`):
+within the last lease. Liveness is judged as leases are (`persched._engine.leases`):
 by observing the count change on the local monotonic clock, never by
 comparing a stored time with the local wall clock, so a stepped or skewed clock
 cannot fake a death. A member whose count stood still for a lease, or whose
