@@ -227,11 +227,15 @@ def _fresh(db: str, instances: int, directory: str) -> str:
     if db == "sqlite":
         path = Path(tempfile.mkdtemp(prefix=f"multi{instances}-", dir=directory)) / "jobs.db"
         return f"sqlite:///{path}"
-    from sqlalchemy import MetaData
+    from sqlalchemy import MetaData, inspect, text
 
     from persched._store.db import make_engine
 
     engine = make_engine(db)
+    with engine.begin() as conn:  # the views first: they depend on the tables (persched_job_states)
+        quote = engine.dialect.identifier_preparer.quote
+        for view in inspect(conn).get_view_names():
+            conn.execute(text(f"DROP VIEW {quote(view)}"))
     meta = MetaData()
     meta.reflect(engine)
     meta.drop_all(engine)
