@@ -235,17 +235,16 @@ class Dialect:
         (name,) = (column.name for column in table.primary_key.columns)
         return next(iter(self.update_sql(conn, table, assignments, Sql(f"{name} = ?", (key,)), columns)), None)
 
-    def claim(
-        self, cur: DriverCursor, table: Table, assignments: Sql, predicate: Sql, columns: str
-    ) -> list[tuple[Any, ...]]:
-        """The conditional claim, on the driver's cursor: ``UPDATE table SET assignments WHERE predicate``;
-        the `columns` (a select list) of the rows it changed, as the driver returns them.
+    def lock_claimable(self, cur: DriverCursor, table: Table, predicate: Sql, columns: str) -> list[tuple[Any, ...]]:
+        """The claim's locking read, on the driver's cursor: the `columns` (a select list) of the rows of
+        `table` where `predicate` holds that no other transaction holds, as the driver returns them,
+        locked until this transaction ends; rows another transaction holds are passed by, not waited for.
 
-        This UPDATE is the linearization point of a run's start:
-        each row is claimed at most once, by whoever's UPDATE matches it first.
+        What it returns is what this claim wins: each row is claimed at most
+        once, by whichever claim's locking read takes it first.
         """
-        sql = f"UPDATE {table.name} SET {assignments.text} WHERE {predicate.text} RETURNING {columns}"  # noqa: S608 - ours
-        return cur.execute(sql, assignments.params + predicate.params).fetchall()
+        sql = f"SELECT {columns} FROM {table.name} WHERE {predicate.text} FOR UPDATE SKIP LOCKED"  # noqa: S608 - ours
+        return cur.execute(sql, predicate.params).fetchall()
 
     def execute(self, conn: Connection, statement: Sql) -> Any:  # noqa: ANN401 - the driver's cursor result
         """Run one statement of driver SQL (its parameters raw: timestamps by `bind_instant`)."""

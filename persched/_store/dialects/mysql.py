@@ -3,7 +3,7 @@
 Sessions run at READ COMMITTED (`persched._store.db`): every statement sees the
 latest commit, as on PostgreSQL, and locking reads take no gap locks.
 
-**The claim** is four statements in the claim's transaction instead of one:
+**The claim's locking read** (`lock_claimable`) is two statements:
 
 1. ``SELECT job_id FROM persched_jobs WHERE <predicate>``, a plain read,
    names the rows that match on the latest commit. Only those are locked
@@ -11,25 +11,19 @@ latest commit, as on PostgreSQL, and locking reads take no gap locks.
    predicate, so a claim of a stale entry (another instance's, of a job
    replaced since) would hold for a moment a row it cannot win, and the
    claim that can win it would pass it by as if taken, a slot lost;
-2. ``SELECT job_id … WHERE <predicate> AND job_id IN (<those>) FOR UPDATE
-   SKIP LOCKED`` locks the due rows that no other instance holds (a locking
-   read sees the latest committed row version); rows another instance is
-   claiming are passed by, not waited for;
-3. ``UPDATE persched_jobs SET state = 'running', … WHERE <predicate> AND
-   job_id IN (<the locked keys>)`` re-checks the predicate on rows that
-   nobody else can change until this transaction ends;
-4. ``SELECT <columns> FROM persched_jobs WHERE job_id IN (<the locked keys>)``
-   reads the won rows back, which is what ``RETURNING`` gives elsewhere.
+2. ``SELECT <columns> … WHERE <predicate> AND job_id IN (<those>) FOR UPDATE
+   SKIP LOCKED`` locks and reads the due rows that no other instance holds
+   (a locking read sees the latest committed row version); rows another
+   instance is claiming are passed by, not waited for.
 
-A run still starts at the COMMIT of that transaction: the row
-locks taken in step 2 are held to the commit, so the rows read in step 4
-are exactly what the UPDATE wrote, and a deschedule() or another
-instance's claim either committed before step 2 (the predicate fails) or
-waits for this commit. (MySQL refuses the PostgreSQL form, an UPDATE whose
-subquery selects from the table it updates: error 1093.)
+A run still starts at the COMMIT of that transaction: the row locks taken
+in step 2 are held to the commit, so the claim's write back changes exactly
+the rows it read, and a deschedule() or another instance's claim either
+committed before step 2 (the predicate fails) or waits for this commit.
 
-Every other ``UPDATE … RETURNING`` is steps 2 to 4 with a plain
-``FOR UPDATE`` (`update_returning`, `update_sql`), but an UPDATE of one
+Every other ``UPDATE … RETURNING`` is three statements: a locking read of
+the keys with a plain ``FOR UPDATE``, the UPDATE of exactly those rows, and
+a read of them back (`update_returning`, `update_sql`), but an UPDATE of one
 row by its primary key that the transaction holds already, or that the
 UPDATE itself locks (the change counter), which is the UPDATE and a read by
 that key (`update_key_sql`); ``INSERT … RETURNING`` is an INSERT and a
@@ -175,9 +169,7 @@ class MySQLDialect(Dialect):
         read = f"SELECT {returning}, {check} FROM {table.name} WHERE {key} IN ({marks(len(ids))})"  # noqa: S608
         return ours(cur.execute(read, ids).fetchall())
 
-    def claim(
-        self, cur: DriverCursor, table: Table, assignments: Sql, predicate: Sql, columns: str
-    ) -> list[tuple[Any, ...]]:
+    def lock_claimable(self, cur: DriverCursor, table: Table, predicate: Sql, columns: str) -> list[tuple[Any, ...]]:
         key = _key(table).name
         # Lock only the rows that match on the latest commit (module docstring, step 1).
         reading = f"SELECT {key} FROM {table.name} WHERE {predicate.text}"  # noqa: S608 - ours
@@ -185,22 +177,14 @@ class MySQLDialect(Dialect):
         if not claimable:
             return []
         candidates = Sql.join((predicate, Sql(f"{key} IN ({marks(len(claimable))})", claimable)), " AND ")
-        locking = f"SELECT {key} FROM {table.name} WHERE {candidates.text} FOR UPDATE SKIP LOCKED"  # noqa: S608
-        free = tuple(row[0] for row in cur.execute(locking, candidates.params).fetchall())
-        if not free:
-            return []
-        # Steps 3 and 4 (module docstring), as `_update_held` on the driver's cursor.
-        mine = Sql(f"{key} IN ({marks(len(free))})", free)
-        where = Sql.join((predicate, mine), " AND ")
-        change = f"UPDATE {table.name} SET {assignments.text} WHERE {where.text}"  # noqa: S608 - ours
-        cur.execute(change, assignments.params + where.params)
-        return cur.execute(f"SELECT {columns} FROM {table.name} WHERE {mine.text}", mine.params).fetchall()  # noqa: S608
+        locking = f"SELECT {columns} FROM {table.name} WHERE {candidates.text} FOR UPDATE SKIP LOCKED"  # noqa: S608
+        return cur.execute(locking, candidates.params).fetchall()
 
     def _update_held(
         self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, held: tuple[Any, ...], columns: str
     ) -> list[Row[Any]]:
-        """The claim's steps 3 and 4 (module docstring): change the rows of the keys `held`, which
-        this transaction has locked, where `predicate` still holds; read them back."""
+        """Change the rows of the keys `held`, which this transaction has locked, where `predicate`
+        still holds; read them back (module docstring)."""
         if not held:
             return []
         key = _key(table).name

@@ -1,9 +1,10 @@
 """PostgreSQL: row locks, so instances never queue behind each other's claims.
 
-A claim's UPDATE takes its rows from a ``FOR UPDATE SKIP LOCKED`` read
-(a materialized CTE): a row another instance is claiming right now is passed
-by, not waited for, and the UPDATE re-checks the predicate on
-the rows it locked. Reads that decide a write (`lock_rows`) lock with ``FOR UPDATE``.
+A claim takes its rows with a ``FOR UPDATE SKIP LOCKED`` read
+(`Dialect.lock_claimable`): a row another instance is claiming right now is
+passed by, not waited for, and a row changed by a commit since the read
+began is checked against the predicate again as it stands after that commit.
+Reads that decide a write (`lock_rows`) lock with ``FOR UPDATE``.
 Timestamps are ``timestamptz``.
 
 A write that moves the change counter also sends ``pg_notify`` in its
@@ -25,7 +26,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import OperationalError
 
 from ..._model.instant import Instant, from_datetime, to_datetime
-from . import Dialect, DriverCursor, Sql
+from . import Dialect, Sql
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Insert, Table
@@ -57,19 +58,6 @@ class PostgreSQLDialect(Dialect):
         if sqlstate is None:
             return isinstance(exc, OperationalError)
         return isinstance(sqlstate, str) and (sqlstate.startswith("08") or sqlstate in ("40001", "40P01", "57P01"))
-
-    def claim(
-        self, cur: DriverCursor, table: Table, assignments: Sql, predicate: Sql, columns: str
-    ) -> list[tuple[Any, ...]]:
-        # The locking read runs once, MATERIALIZED: as a subquery of the UPDATE's WHERE, the planner
-        # (misled by a table not yet analyzed) re-ran it for every row, 32 times for a claim of 32.
-        (key,) = table.primary_key.columns
-        sql = (
-            f"WITH free AS MATERIALIZED (SELECT {key.name} FROM {table.name} WHERE {predicate.text}"  # noqa: S608 - ours
-            f" FOR UPDATE SKIP LOCKED) UPDATE {table.name} SET {assignments.text}"
-            f" WHERE {predicate.text} AND {key.name} IN (SELECT {key.name} FROM free) RETURNING {columns}"
-        )
-        return cur.execute(sql, predicate.params + assignments.params + predicate.params).fetchall()
 
     def unindexed_sql(self, column: str) -> str:
         # The claim's: before ANALYZE (a table just filled, until autovacuum gets to it) the

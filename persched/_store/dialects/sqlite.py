@@ -1,8 +1,8 @@
 """SQLite: one writer at a time, so every write starts with BEGIN IMMEDIATE (`persched._store.db`).
 
 A write transaction holds the database's write lock from its first
-statement, so a plain conditional ``UPDATE … RETURNING`` decides a claim: no
-other writer can change a row between the predicate and the write, and
+statement, so a plain SELECT decides a claim (`lock_claimable`): no
+other writer can change a row between the read and the write, and
 select-then-update races cannot happen. Timestamps are
 stored as naive UTC text, which sorts like the instants it names.
 
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from sqlalchemy.engine.interfaces import DBAPIConnection
     from sqlalchemy.exc import DBAPIError
 
+    from . import DriverCursor, Sql
+
 _NAIVE_EPOCH: Final = datetime(1970, 1, 1)
 
 
@@ -51,6 +53,10 @@ class SQLiteDialect(Dialect):
 
     def locking_sql(self, query: str) -> str:
         return query  # as lock_rows
+
+    def lock_claimable(self, cur: DriverCursor, table: Table, predicate: Sql, columns: str) -> list[tuple[Any, ...]]:
+        sql = f"SELECT {columns} FROM {table.name} WHERE {predicate.text}"  # noqa: S608 - ours; BEGIN IMMEDIATE locks
+        return cur.execute(sql, predicate.params).fetchall()
 
     def lock_first(self, conn: Connection, query: Select[Any], limit: int) -> list[Row[Any]]:
         return list(conn.execute(query.limit(limit)))  # one writer at a time: BEGIN IMMEDIATE holds the lock
