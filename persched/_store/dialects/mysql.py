@@ -1,7 +1,18 @@
 """MySQL 8 and MariaDB 10.6+: row locks like PostgreSQL, but no ``UPDATE … RETURNING``.
 
-Sessions run at READ COMMITTED (`persched._store.db`): every statement sees the
-latest commit, as on PostgreSQL, and locking reads take no gap locks.
+**The engine** (`open_mysql`). ``mysql://`` and ``mariadb://`` go through
+PyMySQL (the ``mysql`` extra), always as ``mysql+pymysql`` so that the code
+sees one dialect name, ``"mysql"``, for both servers. Every session runs at
+READ COMMITTED, like PostgreSQL's default and for the same reason: the store
+is written for "each statement sees the latest commit", and REPEATABLE READ's
+snapshot (taken at a transaction's first read) would show a dispatch cycle
+rows as they were before other instances' commits, while its gap locks on the
+due-rows index range would make ``schedule()`` inserts wait behind a claim
+and deadlock with it. Locking reads and UPDATEs read the latest committed row
+at either level, and take no gap locks at READ COMMITTED. The session is
+strict (``sql_mode``: a value that does not fit is an error, never silently
+truncated), on UTC, utf8mb4, and waits at most `MYSQL_LOCK_WAIT` seconds for
+a row lock.
 
 **The claim's locking read** (`lock_claimable`) is two statements:
 
@@ -46,7 +57,7 @@ import contextlib
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
-from sqlalchemy import select
+from sqlalchemy import create_engine, select
 from sqlalchemy.dialects.mysql import insert
 from sqlalchemy.exc import DBAPIError
 
@@ -58,14 +69,15 @@ from . import Dialect, DriverCursor, Sql, marks, value_rows
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from sqlalchemy import ColumnElement, Connection, Insert, Row, Table, Update
+    from sqlalchemy import ColumnElement, Connection, Engine, Insert, Row, Table, Update
+    from sqlalchemy.engine import URL
 
 # Server and client error numbers after which the whole transaction may succeed when tried
 # again: InnoDB rolled it back (deadlock), a row lock wait timed out, or the connection could
 # not be made or was lost.
 TRANSIENT_ERRORS: Final = frozenset(
     {
-        1205,  # ER_LOCK_WAIT_TIMEOUT (innodb_lock_wait_timeout, persched._store.db.MYSQL_LOCK_WAIT)
+        1205,  # ER_LOCK_WAIT_TIMEOUT (innodb_lock_wait_timeout, MYSQL_LOCK_WAIT)
         1213,  # ER_LOCK_DEADLOCK: InnoDB chose this transaction as the victim and rolled it back
         1040,  # ER_CON_COUNT_ERROR: too many connections
         1053,  # ER_SERVER_SHUTDOWN: the server is shutting down
@@ -77,6 +89,18 @@ TRANSIENT_ERRORS: Final = frozenset(
         2013,  # CR_SERVER_LOST: lost connection during a query
         2055,  # CR_SERVER_LOST_EXTENDED
     }
+)
+
+_MYSQL_CONNECT_TIMEOUT: Final = 10  # seconds, unless the URL says otherwise
+# Seconds a socket read or write may block before PyMySQL gives up (a cut
+# connection that the kernel never reports: half-open TCP); well above any
+# statement persched sends and above MYSQL_LOCK_WAIT. The URL may override it.
+_MYSQL_IO_TIMEOUT: Final = 60
+MYSQL_LOCK_WAIT: Final = 10  # seconds: innodb_lock_wait_timeout of persched's sessions (server default 50)
+# Strict: an over-long value is an error, not truncated; no zero dates; and none of the
+# modes (ANSI_QUOTES, PIPES_AS_CONCAT, ...) a server may set that change how SQL parses.
+_MYSQL_SQL_MODE: Final = (
+    "STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
 )
 
 # GET_LOCK names are server-wide: the database is part of the name (64 characters at most).
@@ -222,3 +246,33 @@ class MySQLDialect(Dialect):
 
 
 DIALECT: Final = MySQLDialect()
+
+
+def open_mysql(url: URL) -> Engine:
+    """A MySQL or MariaDB engine: PyMySQL, READ COMMITTED, a strict UTC session (module docstring)."""
+    connect_args: dict[str, Any] = {
+        # Runs on every new connection, before the dialect's own first queries.
+        "init_command": (
+            f"SET SESSION sql_mode = '{_MYSQL_SQL_MODE}', time_zone = '+00:00',"
+            f" innodb_lock_wait_timeout = {MYSQL_LOCK_WAIT}"
+        ),
+    }
+    timeouts = {"connect_timeout": _MYSQL_CONNECT_TIMEOUT, "read_timeout": _MYSQL_IO_TIMEOUT}
+    timeouts["write_timeout"] = _MYSQL_IO_TIMEOUT
+    connect_args.update({key: seconds for key, seconds in timeouts.items() if key not in url.query})
+    if "charset" not in url.query:
+        connect_args["charset"] = "utf8mb4"  # 4-byte UTF-8: every str a job_id may hold (not in the URL shown)
+    try:
+        return create_engine(
+            url,
+            pool_pre_ping=True,
+            # Below the server's wait_timeout (8 h by default), which closes idle connections.
+            pool_recycle=3600,
+            isolation_level="READ COMMITTED",
+            connect_args=connect_args,
+        )
+    except ImportError as exc:
+        raise StoreError(
+            mask(url),
+            "the MySQL/MariaDB driver is not installed: pip install persched[mysql]",
+        ) from exc

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, cast
 
 import psycopg
 from psycopg.pq import ConnStatus
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import OperationalError
 
@@ -29,13 +29,15 @@ from ..._model.instant import Instant, from_datetime, to_datetime
 from . import Dialect, Sql
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection, Insert, Table
+    from sqlalchemy import Connection, Engine, Insert, Table
+    from sqlalchemy.engine import URL
     from sqlalchemy.engine.interfaces import DBAPIConnection
     from sqlalchemy.exc import DBAPIError
 
 # pg_advisory_xact_lock key of migrations: b"persched" as a 64-bit integer (its top bit is 0).
 _MIGRATION_LOCK_KEY: Final = int.from_bytes(b"persched", "big")
 CHANGES_CHANNEL: Final = "persched_changes"  # LISTEN / NOTIFY channel of the change counter
+_PG_CONNECT_TIMEOUT: Final = 10  # seconds, unless the URL says otherwise
 _ANNOUNCE: Final = Sql("SELECT pg_notify(?, current_schema())", (CHANGES_CHANNEL,))
 
 
@@ -118,3 +120,11 @@ class _Listener:
 
 
 DIALECT: Final = PostgreSQLDialect()
+
+
+def open_postgresql(url: URL) -> Engine:
+    """A PostgreSQL engine: psycopg 3, ``pool_pre_ping``, a connect timeout unless the URL has one."""
+    connect_args: dict[str, Any] = {}
+    if "connect_timeout" not in url.query:
+        connect_args["connect_timeout"] = _PG_CONNECT_TIMEOUT
+    return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
