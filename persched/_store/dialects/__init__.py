@@ -164,10 +164,6 @@ class Dialect:
         are the store's, and no row's."""
         return isinstance(exc, (DataError, IntegrityError))
 
-    def lock_rows(self, query: Select[Any]) -> Select[Any]:
-        """`query`, locking the rows it reads until the transaction ends (where reads do not already)."""
-        return query.with_for_update()
-
     def lock_first(self, conn: Connection, query: Select[Any], limit: int) -> list[Row[Any]]:
         """The first `limit` rows of the ordered `query` that no other transaction holds, locked
         until this one ends (SKIP LOCKED): concurrent callers get disjoint rows, and none waits."""
@@ -194,10 +190,6 @@ class Dialect:
         rows = self.update_returning(conn, stmt, *columns)
         return rows[0] if rows else None
 
-    def insert_returning(self, conn: Connection, stmt: Insert, *columns: ColumnElement[Any]) -> list[Row[Any]]:
-        """Run `stmt` (one row) and return `columns` of the row it inserted."""
-        return list(conn.execute(stmt.returning(*columns)))
-
     def cursor(self, conn: Connection) -> DriverCursor:
         """The driver's cursor in `conn`'s transaction, for the dispatch path's statements."""
         return DriverCursor(conn, self)
@@ -213,7 +205,8 @@ class Dialect:
         return cur.execute(sql, tuple(value for row in rows for value in row)).fetchall()
 
     def locking_sql(self, query: str) -> str:
-        """`lock_rows` in driver SQL: the SELECT `query`, locking the rows it reads until the transaction ends."""
+        """The SELECT `query` (driver SQL), locking the rows it reads until the transaction ends (where reads
+        do not already). In Core, ``Select.with_for_update()`` does it: SQLAlchemy leaves it out on SQLite."""
         return f"{query} FOR UPDATE"
 
     def update_sql(

@@ -37,8 +37,7 @@ the keys with a plain ``FOR UPDATE``, the UPDATE of exactly those rows, and
 a read of them back (`update_returning`, `update_sql`), but an UPDATE of one
 row by its primary key that the transaction holds already, or that the
 UPDATE itself locks (the change counter), which is the UPDATE and a read by
-that key (`update_key_sql`); ``INSERT … RETURNING`` is an INSERT and a
-read by primary key (`insert_returning`); history rows in one multi-row
+that key (`update_key_sql`); history rows in one multi-row
 ``INSERT … RETURNING`` on MariaDB (10.5+), one INSERT each on MySQL 8, which
 has no ``RETURNING`` at all (`insert_new`). History rows skip a slot the
 unique index holds with ``ON DUPLICATE KEY UPDATE run_id = run_id``, a no-op,
@@ -142,10 +141,6 @@ class MySQLDialect(Dialect):
             return []
         conn.execute(stmt.where(key.in_(keys)))
         return list(conn.execute(select(*columns).where(key.in_(keys))))
-
-    def insert_returning(self, conn: Connection, stmt: Insert, *columns: ColumnElement[Any]) -> list[Row[Any]]:
-        (inserted,) = conn.execute(stmt).inserted_primary_key or (None,)
-        return list(conn.execute(select(*columns).where(_key(stmt.table) == inserted)))  # type: ignore[arg-type]  # one table
 
     def update_sql(
         self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, columns: str

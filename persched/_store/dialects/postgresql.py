@@ -4,7 +4,7 @@ A claim takes its rows with a ``FOR UPDATE SKIP LOCKED`` read
 (`Dialect.lock_claimable`): a row another instance is claiming right now is
 passed by, not waited for, and a row changed by a commit since the read
 began is checked against the predicate again as it stands after that commit.
-Reads that decide a write (`lock_rows`) lock with ``FOR UPDATE``.
+Reads that decide a write lock with ``FOR UPDATE``.
 Timestamps are ``timestamptz``.
 
 A write that moves the change counter also sends ``pg_notify`` in its

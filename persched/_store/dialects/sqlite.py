@@ -73,11 +73,8 @@ class SQLiteDialect(Dialect):
         text = str(exc.orig).lower()
         return "locked" in text or "busy" in text  # busy past busy_timeout
 
-    def lock_rows(self, query: Select[Any]) -> Select[Any]:
-        return query  # BEGIN IMMEDIATE holds the write lock already (SQLite ignores FOR UPDATE)
-
     def locking_sql(self, query: str) -> str:
-        return query  # as lock_rows
+        return query  # BEGIN IMMEDIATE holds the write lock already (SQLite has no FOR UPDATE)
 
     def lock_claimable(self, cur: DriverCursor, table: Table, predicate: Sql, columns: str) -> list[tuple[Any, ...]]:
         sql = f"SELECT {columns} FROM {table.name} WHERE {predicate.text}"  # noqa: S608 - ours; BEGIN IMMEDIATE locks
