@@ -1,13 +1,12 @@
-"""Database URLs and engines: URL/path parsing, and the boundary of driver errors.
+"""Database engines: which engine a URL opens, and the boundary of driver errors.
 
-Everything that turns a user's ``--db`` value into a working SQLAlchemy
-``Engine`` starts here (`make_engine`, `open_engine`): the URL is parsed and
-checked here, and the engine is made by its engine's dialect module
-(`persched._store.dialects.sqlite`: PRAGMAs, BEGIN IMMEDIATE, the file;
-`persched._store.dialects.postgresql`, `persched._store.dialects.mysql`:
-their drivers' settings), which is imported only for that engine. The boundary
-that turns driver errors into `StoreError` with the password masked is
-here too (`store_errors`).
+`make_engine` and `open_engine` turn a user's ``--db`` value (parsed by
+`persched._store.urls.to_url`) into a working SQLAlchemy ``Engine``, made by
+that engine's dialect module (`persched._store.dialects.sqlite`: PRAGMAs,
+BEGIN IMMEDIATE, the file; `persched._store.dialects.postgresql`,
+`persched._store.dialects.mysql`: their drivers' settings), which is
+imported only for that engine. `store_errors` turns driver errors into
+`StoreError` with the password masked.
 """
 
 from __future__ import annotations
@@ -15,19 +14,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import sqlite3
 import urllib.parse
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from sqlalchemy import text
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
+from persched._store.dialects import READONLY
 from persched._store.options import EngineOptions
 from persched._store.schema import attach_index_predicates
-from persched.errors import InvalidJobError, StoreError
+from persched._store.urls import MYSQL_BACKENDS, mask, to_url
+from persched.errors import StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -49,100 +49,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Execution option: ``conn.execution_options(persched_readonly=True)`` makes
-#: the next transaction on a SQLite connection a deferred ``BEGIN``.
-READONLY: Final = "persched_readonly"
-
-_MYSQL_BACKENDS: Final = ("mysql", "mariadb")
-_PASSWORD_RE: Final = re.compile(r"(://[^/:@]*:)[^@/]*(@)")
-
-
-def to_url(url_or_path: str) -> URL:
-    """Parse a SQLAlchemy URL or a plain SQLite file path.
-
-    ``"jobs.db"`` and ``"/x/y.db"`` become SQLite file URLs; ``postgresql://``
-    and ``postgres://`` are mapped to the psycopg 3 driver.
-
-    Args:
-        url_or_path: A URL such as ``sqlite:///jobs.db`` or
-            ``postgresql+psycopg://user@host/db``, or a file path.
-
-    Returns:
-        The parsed URL.
-
-    Raises:
-        InvalidJobError: `url_or_path` is not a str.
-        StoreError: The URL cannot be parsed or names an unsupported database.
-    """
-    given: object = url_or_path  # callers may pass anything: refuse it cleanly
-    if not isinstance(given, str):
-        raise InvalidJobError("url", f"must be a str (a database URL or a file path), got {type(given).__name__}")
-    if "\x00" in url_or_path:  # no file name or host can hold one
-        raise StoreError(_mask_text(url_or_path.replace("\x00", "\\x00")), "the database URL or path contains NUL")
-    if not url_or_path.strip():
-        raise StoreError(repr(url_or_path), "empty database URL or path")
-    if "://" not in url_or_path:
-        # A plain path; "C:\\x.db" has a colon but no "://".
-        return URL.create("sqlite", database=url_or_path)
-    try:
-        url = make_url(url_or_path)
-    except (ArgumentError, ValueError) as exc:
-        raise StoreError(_mask_text(url_or_path), f"not a valid database URL: {exc}") from exc
-    backend = url.get_backend_name()
-    driver = url.drivername.partition("+")[2]
-    if backend in ("postgresql", "postgres"):  # "postgres": Heroku-style alias
-        if driver not in ("", "psycopg"):
-            raise StoreError(
-                mask(url),
-                f"unsupported PostgreSQL driver {driver!r}; use postgresql+psycopg://",
-            )
-        # PostgreSQL goes through psycopg 3 (the `postgres` extra).
-        url = url.set(drivername="postgresql+psycopg")
-    elif backend in _MYSQL_BACKENDS:
-        if driver not in ("", "pymysql"):
-            raise StoreError(mask(url), f"unsupported MySQL/MariaDB driver {driver!r}; use mysql+pymysql://")
-        # One dialect name for both servers: the MySQL dialect finds out itself
-        # that the server is MariaDB (dialect.is_mariadb).
-        url = url.set(drivername="mysql+pymysql")
-    elif backend == "sqlite":
-        if driver not in ("", "pysqlite"):
-            raise StoreError(mask(url), f"unsupported SQLite driver {driver!r}; use sqlite:///PATH")
-    else:
-        raise StoreError(
-            mask(url),
-            f"unsupported database {backend!r}; persched supports sqlite:///PATH, postgresql+psycopg://USER@HOST/DB"
-            " and mysql+pymysql://USER@HOST/DB (MySQL or MariaDB)",
-        )
-    try:
-        url.get_dialect()
-    except NoSuchModuleError as exc:
-        raise StoreError(mask(url), f"unknown database driver: {exc}") from exc
-    return url
-
-
-def mask(url: URL | str) -> str:
-    """Render a URL for messages and logs, with its password hidden.
-
-    Args:
-        url: A parsed URL, or a string (a plain path is returned as is).
-
-    Returns:
-        The URL as text, password replaced by ``***``.
-    """
-    if isinstance(url, URL):
-        return url.render_as_string(hide_password=True)
-    if "://" not in url:
-        return url
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except (ArgumentError, ValueError):
-        return _mask_text(url)
-
-
-def _mask_text(text_url: str) -> str:
-    # For strings that make_url refuses: hide anything between "user:" and "@".
-    return _PASSWORD_RE.sub(r"\1***\2", text_url)
-
 
 def is_sqlite(engine: Engine | Connection) -> bool:
     """Return True if `engine` talks to SQLite."""
@@ -156,7 +62,7 @@ def shares_one_connection(engine: Engine) -> bool:
 
 def is_mysql(engine: Engine | Connection) -> bool:
     """Return True if `engine` talks to MySQL or MariaDB."""
-    return engine.dialect.name in _MYSQL_BACKENDS
+    return engine.dialect.name in MYSQL_BACKENDS
 
 
 def _reason(exc: BaseException, url: URL) -> str:
@@ -263,7 +169,7 @@ def open_engine(url_or_path: str, options: EngineOptions, *, create: bool = True
         from .dialects.sqlite import open_sqlite
 
         engine = open_sqlite(url, busy_timeout_seconds, sync, create)
-    elif url.get_backend_name() in _MYSQL_BACKENDS:
+    elif url.get_backend_name() in MYSQL_BACKENDS:
         from .dialects.mysql import open_mysql
 
         engine = open_mysql(url)

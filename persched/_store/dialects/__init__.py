@@ -15,7 +15,7 @@ dialect of SQLAlchemy).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, NamedTuple, Protocol
 
 from sqlalchemy.exc import DataError, IntegrityError
 
@@ -28,7 +28,12 @@ if TYPE_CHECKING:
 
     from ..._model.instant import Instant
 
-__all__ = ["ChangeListener", "Dialect", "DriverCursor", "Sql", "dialect_for", "marks", "value_rows"]
+__all__ = ["READONLY", "ChangeListener", "Dialect", "DriverCursor", "Sql", "dialect_for", "marks", "value_rows"]
+
+
+#: Execution option: ``conn.execution_options(persched_readonly=True)`` makes
+#: the next transaction on a SQLite connection a deferred ``BEGIN``.
+READONLY: Final = "persched_readonly"
 
 
 class Sql(NamedTuple):

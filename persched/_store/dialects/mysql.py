@@ -62,7 +62,7 @@ from sqlalchemy.exc import DBAPIError
 
 from ..._model.instant import Instant, from_datetime, to_datetime
 from ...errors import StoreError
-from ..db import mask
+from ..urls import mask
 from . import Dialect, DriverCursor, Sql, marks, value_rows
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ The engine (`open_sqlite`). PRAGMAs are per connection, so they are set in a
 ``BEGIN IMMEDIATE`` takes the write lock up front, so two transactions that
 both read and then write never deadlock upgrading their locks (Prefect; Huey's
 ``begin exclusive``). A connection with execution option
-``persched_readonly=True`` (`persched._store.db.READONLY`) gets a plain
+``persched_readonly=True`` (`persched._store.dialects.READONLY`) gets a plain
 (deferred) ``BEGIN`` instead, so that readers never queue behind writers.
 """
 
@@ -42,8 +42,8 @@ from sqlalchemy.sql.operators import custom_op
 from ... import _realtime
 from ..._model.instant import Instant, from_datetime, from_naive_utc
 from ...errors import StoreError
-from ..db import READONLY, mask
-from . import Dialect, value_rows
+from ..urls import mask
+from . import READONLY, Dialect, value_rows
 
 if TYPE_CHECKING:
     from sqlalchemy import ColumnElement, Connection, Engine, Insert, Row, Select, Table
