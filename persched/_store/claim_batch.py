@@ -40,6 +40,7 @@ from .mappers import (
     stored,
 )
 from .records import Carried, Claim, ClaimEntry, ClaimMiss
+from .schema import jobs
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
@@ -57,12 +58,11 @@ logger = logging.getLogger(__name__)
 DISPATCH_SELECT: Final = ", ".join(column.name for column in DISPATCH_COLUMNS)
 STANDING_SELECT: Final = ", ".join(column.name for column in STANDING_COLUMNS)
 
-# The claim's one write back: every won row, by its key, where its decision puts it (running a
-# slot, or waiting again: misfire "skip", a slot that ran already). The locking read holds the rows.
-_CLAIM_WRITE: Final = (
-    "UPDATE persched_jobs SET state = ?, owner = ?, lease_until = ?, running_for = ?, next_run_at = ?,"
-    " run_now_at = ?, updated_at = ? WHERE job_id = ? AND generation = ?"
-)
+# The claim's one write back (`Dialect.update_rows`): every won row, by its key, where its decision
+# puts it (running a slot, or waiting again: misfire "skip", a slot that ran already). The locking
+# read holds the rows.
+_CLAIM_SETS: Final = ("state", "owner", "lease_until", "running_for", "next_run_at", "run_now_at", "updated_at")
+_CLAIM_KEY: Final = ("job_id", "generation")
 
 # How soon an entry looks again after SKIP LOCKED passed its due row by (`_retry_at`): a claim
 # transaction commits well within it; a row locked for longer costs 20 claims a second.
@@ -203,7 +203,7 @@ def misses(
 
 
 class _Write(NamedTuple):
-    """Where the claim's write back (`_CLAIM_WRITE`) puts one won row."""
+    """Where the claim's write back puts one won row."""
 
     state: str
     owner: str | None
@@ -220,7 +220,7 @@ class Writes:
     """The statements a claim or completion batch queues as it decides, executed at once (executemany)."""
 
     at: Instant | None = None  # when the claim was made: the won rows' updated_at
-    won: list[_Write] = field(default_factory=list)  # _CLAIM_WRITE
+    won: list[_Write] = field(default_factory=list)  # the claim's write back
     quarantined: list[dict[str, Any]] = field(default_factory=list)  # QUARANTINE
     missed: list[dict[str, Any]] = field(default_factory=list)  # history rows: "missed" and "error" records
 
@@ -242,7 +242,7 @@ class Writes:
                 )
                 for w in self.won
             ]
-            written = cur.executemany(_CLAIM_WRITE, params).rowcount
+            written = dialect.update_rows(cur, jobs, _CLAIM_SETS, _CLAIM_KEY, params)
             if written != len(params):  # the locking read holds them: never, unless a lock did not hold
                 raise RuntimeError(f"the claim locked {len(params)} rows but wrote {written}: rolled back")
         for statement, rows in ((QUARANTINE, self.quarantined), (insert_runs, self.missed)):  # rare: Core

@@ -244,6 +244,18 @@ class Dialect:
         sql = f"SELECT {columns} FROM {table.name} WHERE {predicate.text} FOR UPDATE SKIP LOCKED"  # noqa: S608 - ours
         return cur.execute(sql, predicate.params).fetchall()
 
+    def update_rows(
+        self, cur: DriverCursor, table: Table, names: Sequence[str], key: Sequence[str], rows: list[tuple[Any, ...]]
+    ) -> int:
+        """Set the columns `names` of each row of `table` whose `key` columns hold the row's last values
+        (driver values: ``(*values of names, *values of key)``), every row in one call; the rows changed.
+
+        The driver's executemany: one call, a pipeline on psycopg, in-process on SQLite.
+        """
+        sets = ", ".join(f"{name} = ?" for name in names)
+        where = " AND ".join(f"{name} = ?" for name in key)
+        return cur.executemany(f"UPDATE {table.name} SET {sets} WHERE {where}", rows).rowcount  # noqa: S608 - ours
+
     def execute(self, conn: Connection, statement: Sql) -> Any:  # noqa: ANN401 - the driver's cursor result
         """Run one statement of driver SQL (its parameters raw: timestamps by `bind_instant`)."""
         return conn.exec_driver_sql(self.driver_sql(statement.text), statement.params)

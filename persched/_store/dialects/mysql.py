@@ -199,6 +199,18 @@ class MySQLDialect(Dialect):
         locking = f"SELECT {columns} FROM {table.name} WHERE {candidates.text} FOR UPDATE SKIP LOCKED"  # noqa: S608
         return cur.execute(locking, candidates.params).fetchall()
 
+    def update_rows(
+        self, cur: DriverCursor, table: Table, names: Sequence[str], key: Sequence[str], rows: list[tuple[Any, ...]]
+    ) -> int:
+        # One statement: PyMySQL's executemany sends an UPDATE once per row (a round trip each).
+        columns = (*names, *key)
+        given = f"SELECT {', '.join(f'? AS {name}' for name in columns)}"
+        given += f" UNION ALL SELECT {marks(len(columns))}" * (len(rows) - 1)
+        on = " AND ".join(f"t.{name} = v.{name}" for name in key)
+        sets = ", ".join(f"t.{name} = v.{name}" for name in names)
+        sql = f"UPDATE {table.name} t JOIN ({given}) v ON {on} SET {sets}"  # noqa: S608 - ours
+        return cur.execute(sql, tuple(value for row in rows for value in row)).rowcount
+
     def _update_held(
         self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, held: tuple[Any, ...], columns: str
     ) -> list[Row[Any]]:
