@@ -62,6 +62,7 @@ from .config import DEFAULT_MAX_CLOCK_SKEW_SECONDS, DEFAULT_WORKERS, SchedulerCo
 from .events import Event, EventBus
 from .heartbeat import Heartbeat
 from .horizon import DEFAULT_HORIZON_SECONDS, Horizon
+from .internals import Internals
 from .membership import Membership
 from .operations import JobOperations
 from .pause_ends import PauseEnds
@@ -79,7 +80,7 @@ if TYPE_CHECKING:
     from ..clock import Clock, SecondsClock
     from .events import EventKind, Listener
 
-__all__ = ["JobScheduler", "current_run"]
+__all__ = ["JobScheduler", "current_run", "internals_of"]
 
 logger = logging.getLogger(_loggers.LIBRARY)
 
@@ -138,6 +139,11 @@ def current_run() -> Run | None:
     """
     claim = current_run_claim()
     return None if claim is None else claim.run()
+
+
+def internals_of(scheduler: JobScheduler) -> Internals:
+    """The parts of `scheduler` that persched's front ends use (`persched._engine.internals`): not public API."""
+    return Internals(scheduler._store, scheduler._timebase, scheduler._pool, scheduler._config.workers)
 
 
 class JobScheduler(JobOperations):
