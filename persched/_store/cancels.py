@@ -36,7 +36,7 @@ class CancelsStore(Transactions):
 
         def body(conn: Connection) -> bool | None:
             query = select(jobs.c.state).where(jobs.c.job_id == job_id, jobs.c.state != DESCHEDULED, self._mine)
-            state = conn.execute(self.dialect.lock_rows(query)).scalar()
+            state = conn.execute(query.with_for_update()).scalar()
             if state is None:
                 return None
             if state != RUNNING:
