@@ -261,9 +261,22 @@ def _execute(
     token = _current.set(active)
     if claim.run_policy.executor == "process":
         try:
-            return run_in_process(ProcessRun(claim, active.namespace, allowed_modules, claim.run_policy), active.stop)
+            outcome, error = run_in_process(
+                ProcessRun(claim, active.namespace, allowed_modules, claim.run_policy), active.stop
+            )
         finally:
             _current.reset(token)
+        if outcome != "ok":  # as for a thread: an error at ERROR with its text, a stop at WARNING
+            level = logging.WARNING if outcome == "stopped" else logging.ERROR
+            logger.log(
+                level,
+                "job %s generation %d (executor='process') %s\n%s",
+                claim.job_id,
+                claim.generation,
+                outcome,
+                error,
+            )
+        return outcome, error
     fn: Callable[..., Any] | None = None
     called = False  # from here on a failure comes out of the job (its traceback is trimmed to it)
     try:

@@ -8,6 +8,7 @@ an event (a process job through a connection), and the test then asks for the st
 from __future__ import annotations
 
 import json
+import logging
 import queue
 import socket
 from typing import TYPE_CHECKING, Any
@@ -196,11 +197,15 @@ def test_cancel_terminates_a_process_job(
     assert run.error.startswith("stopped: cancel() asked for it\n")
 
 
-def test_a_process_job_that_exits_records_its_status(make_scheduler: SchedulerFactory, clock: FakeClock) -> None:
+def test_a_process_job_that_exits_records_its_status(
+    make_scheduler: SchedulerFactory, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
     sched = make_scheduler(start=True)
     sched.schedule("exits", stop_jobs.exit_3, 10.0, executor="process")
-    clock.advance(10.0)
-    run = _ended(sched, "exits")
+    with caplog.at_level(logging.ERROR, logger="persched"):
+        clock.advance(10.0)
+        run = _ended(sched, "exits")
+    assert any(r.levelno == logging.ERROR and "job exits generation 1" in r.getMessage() for r in caplog.records)
     assert (run.outcome, run.error) == (
         "error",
         "the job's child process exited with status 3 before it reported an outcome",
