@@ -366,6 +366,7 @@ class AsyncJobScheduler:
         end_at: datetime | None = None,
         max_runtime_seconds: float | None = None,
         exclude: Collection[str | date] | None = None,
+        pause_after_failures: int | None = None,
         run_at: datetime | None = None,
     ) -> Job:
         """Schedule `fn` durably; see `JobScheduler.schedule` for every argument.
