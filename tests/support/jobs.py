@@ -36,6 +36,7 @@ __all__ = [
     "capture_run",
     "exit_with_systemexit",
     "fail",
+    "follow",
     "gate",
     "make_closure",
     "record",
@@ -170,6 +171,14 @@ def fail(key: str, message: str) -> None:
     """Record the call and raise `RuntimeError(message)`."""
     _record(key, (message,), {})
     raise RuntimeError(message)
+
+
+def follow(key: str, script: list[str]) -> None:
+    """Record the call; the n-th call of `key` raises `RuntimeError` if ``script[n]`` is "error" (past it: never)."""
+    _record(key, (script,), {})
+    n = len(calls(key)) - 1  # a job's runs never overlap (overlap "forbid"): this call is the last one
+    if n < len(script) and script[n] == "error":
+        raise RuntimeError(f"call {n + 1} of {key} fails, as scripted")
 
 
 def exit_with_systemexit(key: str) -> None:
