@@ -309,6 +309,8 @@ class JobScheduler(JobOperations):
         self._state_lock = threading.Lock()
         self._state = "new"
         self._events = EventBus()
+        # A job its failures paused (pause_after_failures), in a commit of this instance's store.
+        self._store.failures_paused = lambda job_id, generation: self._emit("job_paused", job_id, generation)
         self._retention = Retention(
             self._store, self._timebase, config.keep_runs, config.keep_for, config.keep_error_runs
         )

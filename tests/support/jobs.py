@@ -32,10 +32,12 @@ __all__ = [
     "Holder",
     "block",
     "block_once_then_record",
+    "block_then_fail",
     "calls",
     "capture_run",
     "exit_with_systemexit",
     "fail",
+    "fail_then_block",
     "follow",
     "gate",
     "make_closure",
@@ -165,6 +167,20 @@ def block(key: str) -> None:
     with _lock:
         g.exited += 1
     g.finished.set()
+
+
+def block_then_fail(key: str) -> None:
+    """`block`, then raise `RuntimeError` once the gate is released."""
+    block(key)
+    raise RuntimeError(f"{key} failed after its gate")
+
+
+def fail_then_block(key: str) -> None:
+    """The first call of `key` raises `RuntimeError` at once; later ones are `block_then_fail`'s."""
+    if not calls(key):
+        _record(key, (), {})
+        raise RuntimeError(f"{key} failed at once")
+    block_then_fail(key)
 
 
 def fail(key: str, message: str) -> None:
