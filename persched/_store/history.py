@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypeVar
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import and_, func, literal_column, select, update
 
 from .._model.instant import to_datetime
 from .._model.pauses import FAILED_OUTCOMES
@@ -40,7 +40,9 @@ def iter_chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
         yield items[start : start + size]
 
 
-_FAILED = runs.c.outcome.in_(FAILED_OUTCOMES)
+# Literal values, not parameters: so the planner sees that the failed runs' partial index
+# (`persched._store.schema`, revision 0012) holds every row the subquery asks for.
+_FAILED = runs.c.outcome.in_([literal_column(f"'{outcome}'") for outcome in FAILED_OUTCOMES])
 
 
 def _kept_failure(job_id: str, keep_error_runs: int | None) -> ColumnElement[bool]:

@@ -286,6 +286,13 @@ _PARTIAL_INDEXES: Final[tuple[tuple[Index, ColumnElement[bool] | TextClause], ..
     # Runs that did not end "ok", by outcome, newest last: the dashboard's runs page filtered by
     # outcome (revision 0004). Partial, so ordinary runs never maintain it.
     (Index("ix_persched_runs_outcome", runs.c.outcome, runs.c.run_id), runs.c.outcome != "ok"),
+    # Each job's failed runs, newest last: retention keeps the newest keep_error_runs of them
+    # (revision 0012). Partial, so runs that ended "ok" never maintain it; MySQL has none (it walks
+    # the job's (job_id, run_id) index instead).
+    (
+        Index("ix_persched_runs_failed", runs.c.job_id, runs.c.run_id).ddl_if(callable_=_not_mysql),
+        text("outcome IN ('error', 'lost', 'stopped')"),
+    ),
 )
 #: The engines whose dialects take a `where` option on an index.
 PARTIAL_INDEX_DIALECTS: Final = ("sqlite", "postgresql")
