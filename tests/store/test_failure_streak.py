@@ -143,3 +143,18 @@ def test_a_hook_that_raises_never_fails_the_completion(store: Store) -> None:
     store.failures_paused = broken_hook
     assert run(store, 0, "error") is None
     assert store.list_jobs()[0].paused
+
+
+def test_a_missed_record_neither_counts_nor_resets(store: Store) -> None:
+    policies = validate_policies(10.0, misfire="skip", pause_after_failures=3)
+    store.upsert_job(validate_definition("a", race_jobs.RECORD, policies, ("a",), {}, 0), T)
+    run(store, 0, "error")
+    # At T+45 the slots 10-40 passed: dropped as missed, and nothing runs until the slot at 50.
+    assert not isinstance(claim_one(store, "a", 1, at(10), at(45), ME, LEASE), Claim)
+    assert streak(store) == 1
+    next_one = claim_one(store, "a", 1, at(50), at(50), ME, LEASE)
+    assert isinstance(next_one, Claim), next_one
+    finish_one(store, next_one, ME, at(51), "error", "boom")
+    outcomes = [r.outcome for r in store.list_runs("a")]
+    assert "missed" in outcomes
+    assert streak(store) == 2
