@@ -59,6 +59,7 @@ from .._store.observer import Observer
 from ..clock import SystemClock
 from ..errors import SchedulerStateError, StoreError
 from .config import DEFAULT_MAX_CLOCK_SKEW_SECONDS, DEFAULT_WORKERS, SchedulerConfig, check_wait
+from .dispatcher import Dispatcher
 from .events import Event, EventBus
 from .heartbeat import Heartbeat
 from .horizon import DEFAULT_HORIZON_SECONDS, Horizon
@@ -306,19 +307,13 @@ class JobScheduler(JobOperations):
             self._store, self._timebase, self.instance_id, config.lease, self._clock_check, shares=config.share_work
         )
         self._runs = RunBook(
-            self._store,
-            self._timebase,
-            self.instance_id,
-            config.lease,
-            config.workers,
-            config.allowed_modules,
-            self._emit,
-            self._retention.recorded,
-            owns=self._membership.owns if config.share_work else None,
+            self._store, self._timebase, self.instance_id, config.lease, self._emit, self._retention.recorded
         )
-        self._dispatcher = self._runs.dispatcher
-        self._pool = self._runs.pool
-        self._overrun = self._runs.overrun
+        # The one thing started and stopped: it makes the window, the worker pool and the overrun watch.
+        self._dispatcher = Dispatcher(
+            self._timebase, self._runs, config.workers, self._membership.owns, config.allowed_modules
+        )
+        self._pool = self._dispatcher.pool  # the awaitable runner is set on it (persched._interfaces.async_front)
         self._heartbeat = Heartbeat(
             self._store,
             self._timebase,
@@ -388,7 +383,6 @@ class JobScheduler(JobOperations):
             self.shutdown(wait=False)
             raise
         _live.add(self)
-        self._pool.start()
         self._dispatcher.start(
             entries + swept,
             refill=horizon.refill,
@@ -428,12 +422,11 @@ class JobScheduler(JobOperations):
             previous, self._state = self._state, "stopped"
         if previous == "stopped":
             return
-        self._runs.stop_claiming()
+        self._dispatcher.stop_claiming()
         if previous == "new":
             self._events.stop(timeout)
             self._store.engine.dispose()
             return
-        self._dispatcher.stop_claiming()
         if wait and not self._pool.owns_current_thread():
             self._finish_shutdown(timeout)
         else:
@@ -462,15 +455,10 @@ class JobScheduler(JobOperations):
                 ", ".join(busy),
                 "" if timeout is None else f" (at most {timeout:g} s)",
             )
-        self._pool.stop()
-        drained = self._pool.join(left)
-        self._dispatcher.stop()  # after the workers: it writes their last completions
-        self._dispatcher.join(left())
-        self._runs.retry_unwritten()
+        drained = self._dispatcher.shutdown(left)
         self._heartbeat.stop()
         self._heartbeat.join(left())
         self._leave()
-        self._overrun.stop()
         self._events.stop(left())
         _live.discard(self)
         if drained:
@@ -499,9 +487,7 @@ class JobScheduler(JobOperations):
         The dispatcher and the heartbeat had no time left to be joined either: the pool is closed only
         once no thread of this scheduler can check a connection out again.
         """
-        self._pool.join(lambda: None)
-        self._dispatcher.join(None)
-        self._runs.retry_unwritten()
+        self._dispatcher.finish_late()
         self._heartbeat.join(None)
         self._store.engine.dispose()
 
@@ -570,7 +556,7 @@ class JobScheduler(JobOperations):
 
     def _maintenance(self) -> None:
         """Heartbeat callback: retry unwritten completions, then prune run history."""
-        self._runs.retry_unwritten()
+        self._dispatcher.retry_unwritten()
         self._retention.prune()
 
     # -- events and observation ------------------------------------------
