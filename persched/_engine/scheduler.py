@@ -7,30 +7,34 @@ the wiring and the observation (listeners, the observer, wait_idle); the
 operations on jobs are `JobOperations`' (`operations`), mixed in, and the rest
 lives next to it. The
 constructor's options are checked once, into a frozen `SchedulerConfig`
-(`persched._engine.config`). A run's way from its claim to its recorded outcome, and the
-account of what is in flight, is `RunBook`'s (`persched._engine.runs`), which owns the
-dispatcher, the worker pool and the overrun watch. Run-history retention is
-`Retention`'s (`persched._engine.retention`), called by the heartbeat.
+(`persched._engine.config`). A run's way, one direction from its due entry to its
+recorded outcome, is the `Dispatcher`'s (`persched._engine.dispatcher`), which makes,
+starts and stops the heap window, the worker pool and the overrun watch: this
+module starts and stops the dispatcher alone (beside the heartbeat and the
+events). The claims, the writes and the account of what is in flight are the
+`RunBook`'s (`persched._engine.runs`). Run-history retention is `Retention`'s
+(`persched._engine.retention`), called by the heartbeat.
 
 Threads and locks
 -----------------
 Public methods run on the caller's thread and go straight to the store; a
 schedule() that changed the job pushes a heap entry afterwards. The threads
 (``persched-dispatcher``, ``-worker-{i}``, ``-heartbeat``, ``-overrun``,
-``-events``, ``-shutdown``, and `persched._interfaces.async_front`'s ``-async-watch``) call back into `RunBook`,
-`Retention` and the
-few callbacks here (``_emit``, ``_on_lost``, ``_maintenance``). This module
-holds two locks, never nested with each other except as noted:
+``-events``, ``-shutdown``, and `persched._interfaces.async_front`'s
+``-async-watch``) call into the `Dispatcher`, the `RunBook`, `Retention` and
+the few callbacks here (``_emit``, ``_on_lost``, ``_maintenance``). This
+module holds two locks, never nested with each other except as noted:
 
 - ``_state_lock`` guards the lifecycle state ("new", "running", "stopped").
 - ``_schema_lock`` makes the first use migrate the schema once; `start()`
   takes it under ``_state_lock`` (order: ``_state_lock`` → ``_schema_lock``),
   and holds both across the migration.
 
-Shutdown's linearization point is `RunBook.stop_claiming()`, which sets the
-stop flag under the claim gate (see `persched._engine.runs` for the gate, the in-flight
-condition and their order; `persched._engine.retention` for its lock, which nests with
-none). Neither lock here is held while calling into `RunBook`, so the two
+Shutdown's linearization point is `RunBook.stop_claiming()` (called by
+`Dispatcher.stop_claiming`), which sets the stop flag under the claim gate
+(see `persched._engine.runs` for the gate, the in-flight condition and their
+order; `persched._engine.retention` for its lock, which nests with none).
+Neither lock here is held while calling into the dispatcher, so the
 modules' locks never nest. No user code runs under any of them; user code
 runs only in `persched._engine.workers`.
 """
