@@ -23,10 +23,11 @@ go on elsewhere), the completions handed in and the stop flags, and nothing
 else: no database call, no user code, no logging and no join happens while it
 is held. The dispatcher decides under it (pop every due entry it has free
 workers for, reserving one worker each, so a claimed run never waits for a
-thread; take the completions handed in), releases it, and then acts. Lock
-order: the `RunBook`'s claim gate before ``_cond`` (the hand-over runs under
-the gate and takes the overrun watch's lock), ``_cond`` before a
-`FakeClock`'s lock, never the reverse.
+thread; take the completions handed in), releases it, and then acts: it
+queues what a claim or a write returned only once the `RunBook` has
+returned, so the claim gate and ``_cond`` never nest (the hand-over, under
+the gate, takes only the overrun watch's lock). Lock order: ``_cond`` before
+a `FakeClock`'s lock, never the reverse.
 
 The account of reserved workers
 -------------------------------

@@ -43,7 +43,7 @@ Locks
   in flight and its lease renewed.
 
 Lock order: ``_claim_gate`` → ``_inflight_cond``, and ``_claim_gate`` → the
-hand-over's locks (the overrun watch's, the dispatcher's). ``_inflight_cond``
+overrun watch's lock (the hand-over watches a run with a max runtime). ``_inflight_cond``
 is innermost: nothing is taken under it. ``_overran_runs`` and ``_adopted``
 need no lock (single dict and set operations are atomic): the overrun thread
 sets a run's flag before it marks the row, the completion pops it. No user
