@@ -45,6 +45,7 @@ def main() -> None:
     p.add_argument("--cprofile", action="store_true", help="also profile the dispatcher thread")
     args = p.parse_args()
     from persched import JobScheduler
+    from persched._engine.scheduler import internals_of
     from persched._store import dialects
 
     c.quiet_logging()
@@ -89,7 +90,7 @@ def main() -> None:
         path, ((f"j{i}", "benchmarks.targets:tick", iv, base + iv * c.phase(i)) for i, iv in enumerate(intervals))
     )
     scheduler = JobScheduler(path, workers=args.workers)
-    engine = scheduler._store.engine
+    engine = internals_of(scheduler).store.engine
     real_commit = engine.dialect.do_commit
 
     def timed_commit(dbapi_connection: Any) -> None:  # noqa: ANN401 - the DB-API connection

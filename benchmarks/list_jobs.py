@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from persched import JobScheduler
+from persched._engine.scheduler import internals_of
 from persched._store.mappers import plain_job
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ def main() -> None:
         path = str(Path(tmp) / "jobs.db")
         with JobScheduler(path, allowed_modules=["benchmarks"]) as sched:
             populate(sched, args.jobs)
-            store = sched._store  # the read commands' path (persched jobs)
+            store = internals_of(sched).store  # the read commands' path (persched jobs)
             print(f"{args.jobs} jobs, SQLite file, {args.runs} runs each")  # noqa: T201 - a benchmark prints its numbers
             print(f"  JobScheduler.jobs()            {timed(sched.jobs, args.runs, args.jobs)}")  # noqa: T201
             listing = timed(lambda: store.list_jobs_as(plain_job), args.runs, args.jobs)

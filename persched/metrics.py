@@ -52,8 +52,8 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     ) from exc
 
 from . import _realtime
-from ._interfaces.dashboard.hosts import HostCheck, HostRules, allow_every_host_warning
-from ._interfaces.dashboard.server import Limits, Server
+from ._interfaces.http.hosts import HostCheck, HostRules, allow_every_host_warning
+from ._interfaces.http.server import Limits, Server
 from ._model.checks import as_seconds
 from ._model.instant import from_datetime, micros, seconds
 from ._model.models import shown
@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from ._engine.events import Event, EventKind
+    from ._engine.internals import Internals
     from ._engine.scheduler import JobScheduler
     from ._interfaces.async_front import AsyncJobScheduler
 
@@ -237,6 +238,7 @@ class SchedulerMetrics(Observer):
         )
         self._lock = threading.Lock()
         self._scheduler: JobScheduler | None = None
+        self._internals: Internals | None = None  # the attached scheduler's, for what is read at scrape time
         self._caches: dict[str, tuple[int, object]] = {}  # what was read at scrape time: (monotonic ns, value)
         self._live = _LiveCollector(namespace, self)
         self._register(
@@ -283,7 +285,7 @@ class SchedulerMetrics(Observer):
             InvalidJobError: `scheduler` is not a scheduler, or these metrics
                 are attached to another scheduler already.
         """
-        from ._engine.scheduler import JobScheduler
+        from ._engine.scheduler import JobScheduler, internals_of
         from ._interfaces.async_front import AsyncJobScheduler  # here: importing the metrics needs no scheduler module
 
         if isinstance(scheduler, AsyncJobScheduler):
@@ -297,7 +299,7 @@ class SchedulerMetrics(Observer):
                 return self  # attached already: a second listener would count every run twice
             if self._scheduler is not None:
                 raise InvalidJobError("scheduler", "these metrics already count another scheduler; make a new one")
-            self._scheduler = scheduler
+            self._scheduler, self._internals = scheduler, internals_of(scheduler)
             scheduler.add_listener(self._on_event, _RUN_KINDS)
             scheduler.set_observer(self)
         return self
@@ -305,7 +307,7 @@ class SchedulerMetrics(Observer):
     def detach(self) -> None:
         """Stop counting; the series keep their values (scrapes still show them)."""
         with self._lock:
-            scheduler, self._scheduler = self._scheduler, None
+            scheduler, self._scheduler, self._internals = self._scheduler, None, None
             if scheduler is not None:
                 scheduler.remove_listener(self._on_event)
                 scheduler.set_observer(None)
@@ -353,17 +355,17 @@ class SchedulerMetrics(Observer):
 
     # -- read at scrape time ------------------------------------------------------------
 
-    def _cached(self, key: str, read: Callable[[JobScheduler], T], what: str) -> T | None:
-        """`read(scheduler)` from the database, at most once per `jobs_cache_seconds`; None (logged) if it failed."""
-        scheduler = self._scheduler
-        if scheduler is None:
+    def _cached(self, key: str, read: Callable[[Internals], T], what: str) -> T | None:
+        """`read(internals)` from the database, at most once per `jobs_cache_seconds`; None (logged) if it failed."""
+        internals = self._internals
+        if internals is None:
             return None
         now = _realtime.monotonic_ns()
         cached = self._caches.get(key)
         if cached is not None and now - cached[0] < self._cache_ns:
             return cast("T", cached[1])
         try:
-            value = read(scheduler)
+            value = read(internals)
         except StoreError as exc:
             logger.warning("metrics: cannot %s (series left out of this scrape): %s", what, exc)
             return None
@@ -374,16 +376,14 @@ class SchedulerMetrics(Observer):
         """The live instances of the namespace and, with `per_job`, each job's next run and
         latest success (`persched._store.health`)."""
 
-        def read(scheduler: JobScheduler) -> tuple[int, dict[str, tuple[datetime | None, datetime | None]]]:
-            store = scheduler._store  # its store: the scheduler's database and engine
-            live = len(_health.live_instances(store, scheduler._timebase.now()))
-            return live, _health.job_timestamps(store) if self.per_job else {}
+        def read(internals: Internals) -> tuple[int, dict[str, tuple[datetime | None, datetime | None]]]:
+            live = len(_health.live_instances(internals.store, internals.now()))
+            return live, _health.job_timestamps(internals.store) if self.per_job else {}
 
         return self._cached("health", read, "read instances and job times")
 
     def _job_counts(self) -> dict[str, int] | None:
-        # Its store: the scheduler's database and engine.
-        return self._cached("jobs", lambda scheduler: _views.job_counts(scheduler._store), "count jobs by state")
+        return self._cached("jobs", lambda internals: _views.job_counts(internals.store), "count jobs by state")
 
 
 class _LiveCollector(Collector):
@@ -447,7 +447,7 @@ def serve(
 
     For ``persched run --metrics-port``; an application that has its own
     endpoint attaches `SchedulerMetrics` to its registry instead. Served by
-    persched's bounded server (`persched._interfaces.dashboard.server`: a fixed pool of
+    persched's bounded server (`persched._interfaces.http.server`: a fixed pool of
     threads, read timeouts, size limits) behind its Host check: only
     127.0.0.1, localhost, [::1], the bound address, any IP address when bound
     to all of them, and `allowed_hosts` (``--metrics-allowed-host``). Stop

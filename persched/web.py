@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING
 
 from ._interfaces.dashboard.actions import MESSAGES
 from ._interfaces.dashboard.app import WebApp
-from ._interfaces.dashboard.hosts import HostRules
 from ._interfaces.dashboard.pending import AwaitingDatabase, until_the_database_exists
 from ._interfaces.existing import open_existing
+from ._interfaces.http.hosts import HostRules
 from ._model.models import DEFAULT_NAMESPACE, validate_namespace
 from .errors import PerschedError
 

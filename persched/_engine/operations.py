@@ -39,8 +39,8 @@ from ..errors import InvalidJobError, JobNotFoundError, SchedulerStateError
 from .config import MAX_COUNT, check_wait
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
-    from datetime import datetime
+    from collections.abc import Callable, Collection, Iterable
+    from datetime import date, datetime
 
     from .._model.instant import Instant
     from .._model.models import JobDefinition, Misfire, Overlap, Recurrence
@@ -102,6 +102,7 @@ class JobOperations:
         start_at: datetime | None = None,
         end_at: datetime | None = None,
         max_runtime_seconds: float | None = None,
+        exclude: Collection[str | date] | None = None,
         run_at: datetime | None = None,
     ) -> Job:
         """Run `fn` every `interval_seconds` (or on a `cron` expression, or once at `run_at`) under `job_id`, durably.
@@ -123,7 +124,8 @@ class JobOperations:
                 shortcut (`@hourly`, `@daily`, `@midnight`, `@weekly`,
                 `@monthly`, `@yearly`, `@annually`), instead of
                 `interval_seconds`.
-            timezone: The IANA zone `cron` is read in; default UTC.
+            timezone: The IANA zone `cron` and `exclude` are read in;
+                default UTC.
             recurrence: "fixed_rate" (a grid) or "fixed_delay" (one interval
                 after the previous run ended).
             misfire: What late slots become: "coalesce" (one run stands for
@@ -138,6 +140,9 @@ class JobOperations:
                 grid is anchored here.
             end_at: No slot after this; then the job is finished.
             max_runtime_seconds: Report a run still going after this long.
+            exclude: Dates ('2026-12-25', datetime.date) and inclusive
+                ranges ('2026-12-24/2026-12-26') in `timezone` on which the
+                job has no slot; at most 1,000 entries.
             run_at: Run once at this instant (aware datetime), instead of
                 `interval_seconds` or `cron`; the job is finished after it.
                 An instant that passed runs at once (misfire "coalesce").

@@ -67,6 +67,7 @@ from .dispatcher import Dispatcher
 from .events import Event, EventBus
 from .heartbeat import Heartbeat
 from .horizon import DEFAULT_HORIZON_SECONDS, Horizon
+from .internals import Internals
 from .membership import Membership
 from .operations import JobOperations
 from .pause_ends import PauseEnds
@@ -84,7 +85,7 @@ if TYPE_CHECKING:
     from ..clock import Clock, SecondsClock
     from .events import EventKind, Listener
 
-__all__ = ["JobScheduler", "current_run"]
+__all__ = ["JobScheduler", "current_run", "internals_of"]
 
 logger = logging.getLogger(_loggers.LIBRARY)
 
@@ -143,6 +144,11 @@ def current_run() -> Run | None:
     """
     claim = current_run_claim()
     return None if claim is None else claim.run()
+
+
+def internals_of(scheduler: JobScheduler) -> Internals:
+    """The parts of `scheduler` that persched's front ends use (`persched._engine.internals`): not public API."""
+    return Internals(scheduler._store, scheduler._timebase, scheduler._dispatcher.pool, scheduler._config.workers)
 
 
 class JobScheduler(JobOperations):
@@ -317,7 +323,6 @@ class JobScheduler(JobOperations):
         self._dispatcher = Dispatcher(
             self._timebase, self._runs, config.workers, self._membership.owns, config.allowed_modules
         )
-        self._pool = self._dispatcher.pool  # the awaitable runner is set on it (persched._interfaces.async_front)
         self._heartbeat = Heartbeat(
             self._store,
             self._timebase,
@@ -431,7 +436,7 @@ class JobScheduler(JobOperations):
             self._events.stop(timeout)
             self._store.engine.dispose()
             return
-        if wait and not self._pool.owns_current_thread():
+        if wait and not self._dispatcher.pool.owns_current_thread():
             self._finish_shutdown(timeout)
         else:
             threading.Thread(

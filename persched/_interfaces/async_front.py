@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .._engine.config import DEFAULT_MAX_CLOCK_SKEW_SECONDS, DEFAULT_WORKERS
 from .._engine.horizon import DEFAULT_HORIZON_SECONDS
-from .._engine.scheduler import DEFAULT_URL, JobScheduler
+from .._engine.scheduler import DEFAULT_URL, JobScheduler, internals_of
 from .._engine.tracebacks import describe
 from .._engine.workers import awaited, current_run_claim, set_current_run_claim
 from .._model.models import DEFAULT_MAX_ARGS_BYTES, DEFAULT_NAMESPACE, given_options
@@ -71,8 +71,8 @@ from ..errors import InvalidJobError
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Callable, Iterable
-    from datetime import datetime
+    from collections.abc import Callable, Collection, Iterable
+    from datetime import date, datetime
     from types import TracebackType
 
     from .._engine.events import EventKind, Listener
@@ -314,9 +314,8 @@ class AsyncJobScheduler:
         """
         if self._jobs_on_loop:
             # Set before the workers start; a second start() is refused by the scheduler below.
-            self._sched._pool.awaitable_runner = _LoopRunner(
-                asyncio.get_running_loop(), self._sched._timebase.now, self._sched._config.workers
-            )
+            internals = internals_of(self._sched)
+            internals.run_awaitables_with(_LoopRunner(asyncio.get_running_loop(), internals.now, internals.workers))
         await asyncio.to_thread(self._sched.start)
 
     async def shutdown(self, wait: bool = True, timeout: float | None = None) -> None:
@@ -366,6 +365,7 @@ class AsyncJobScheduler:
         start_at: datetime | None = None,
         end_at: datetime | None = None,
         max_runtime_seconds: float | None = None,
+        exclude: Collection[str | date] | None = None,
         run_at: datetime | None = None,
     ) -> Job:
         """Schedule `fn` durably; see `JobScheduler.schedule` for every argument.

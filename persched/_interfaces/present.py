@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Final
 
+from .._model.instant import seconds
 from .._model.models import JobState
 
 if TYPE_CHECKING:
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
     from .._model.models import Job, Run
     from .._model.plain_models import PlainJob, PlainRun
+    from .._store.health import Problem
 
     AnyJob: TypeAlias = Job | PlainJob
     AnyRun: TypeAlias = Run | PlainRun
@@ -32,6 +34,7 @@ __all__ = [
     "job_state",
     "missed_slots",
     "plural",
+    "problem_words",
     "relative",
     "run_counts",
     "run_outcome",
@@ -134,3 +137,24 @@ def run_outcome(run: AnyRun) -> str:
     if run.run_now:
         words.append("run-now")
     return ", ".join(words)
+
+
+def problem_words(problem: Problem) -> str:
+    """One line for a problem of `persched._store.health`, saying what is wrong and what to look at."""
+    where = f"namespace {problem.namespace!r}"
+    if problem.kind == "no_scheduler":
+        renewed = "" if problem.at is None else f"; the last one seen renewed its lease at {iso(problem.at)}"
+        waits = "job waits" if problem.count == 1 else "jobs wait"
+        return f"{where}: no live scheduler, and {problem.count} {waits} to run{renewed}"
+    if problem.kind == "overdue":
+        assert problem.late is not None
+        assert problem.allowed is not None
+        return (
+            f"{where}: job {problem.job_id!r} is overdue: its run due at {iso(problem.at)} has not started"
+            f" ({human_duration(seconds(problem.late))} late, more than its grace plus the lease,"
+            f" {human_duration(seconds(problem.allowed))})"
+        )
+    return (
+        f"{where}: job {problem.job_id!r} is failing: its last {plural(problem.count, 'run')} all failed,"
+        f" the latest started at {iso(problem.at)} (`persched runs {problem.job_id}` shows why)"
+    )

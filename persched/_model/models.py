@@ -9,6 +9,7 @@ of single arguments in `checks`; both are named here too, where callers look.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,6 +34,7 @@ from .checks import (
     validate_job_id,
     validate_namespace,
 )
+from .exclusions import validate_exclude
 from .instant import Instant, Micros, from_datetime, seconds, to_datetime
 from .terms import DEFAULT_NAMESPACE, JobState, Misfire, Outcome, Overlap, Recurrence
 
@@ -115,6 +117,7 @@ class Policies:
     start_at: Instant | None = None
     end_at: Instant | None = None
     max_runtime: Micros | None = None
+    exclude: tuple[str, ...] | None = None  # canonical entries (`persched._model.exclusions`)
 
     def columns(self) -> dict[str, Any]:
         """The policy columns of persched_jobs (seconds as floats, instants as datetimes)."""
@@ -136,7 +139,8 @@ class Policies:
         (`check_stored`): the kind's own argument, and every option stored as a number or text."""
         kind = _triggers.kind_of(self).ARGUMENT
         return {
-            option.name: option.to_column(option.read(self))
+            # excluded dates: as schedule() takes them (entries), not as their column keeps them (JSON text)
+            option.name: option.read(self) if option.unit == "dates" else option.to_column(option.read(self))
             for option in OPTIONS
             if option.name == kind or (option.unit != "instant" and option.attr is not None)
         }
@@ -159,7 +163,7 @@ class JobDefinition:
         return (self.target, self.args_json, self.kwargs_json, self.policies)
 
 
-Unit = Literal["seconds", "instant", "plain"]
+Unit = Literal["seconds", "instant", "plain", "dates"]
 
 
 @dataclass(frozen=True)
@@ -168,7 +172,8 @@ class Option:
 
     Its keyword, its `Job` field and its persched_jobs column are all `name`; `attr` is its
     `Policies` field (None: kept in other fields, see `read`). `unit` says how a value maps
-    between the two: float seconds <-> whole µs, aware datetime <-> instant, or as it is.
+    between the two: float seconds <-> whole µs, aware datetime <-> instant, a JSON array of text <->
+    a tuple of excluded dates (its `Job` field: that tuple), or as it is.
     Adding an option is one entry here, its column (`persched._store.schema`, a revision), its fields in
     `Job` and `Policies`, its keyword on `schedule()` and `AsyncJobScheduler.schedule()`
     (explicit, for users and mypy: tests/unit/test_options.py checks them all against this),
@@ -229,15 +234,40 @@ def _instant_of_column(value: datetime | None) -> Instant | None:
     return None if value is None else from_datetime(value)
 
 
+def _dates_column(entries: tuple[str, ...] | None) -> str | None:
+    return None if entries is None else json.dumps(list(entries), separators=(",", ":"))
+
+
+def _dates_of_column(value: str | None) -> object:
+    """A JSON array of text -> a tuple of its entries; anything else (a hand edit) as it is, which the
+    check of `exclude` refuses (`check_stored`: the job is quarantined, alone)."""
+    if value is None:
+        return None
+    try:
+        entries = json.loads(value)
+    except (ValueError, RecursionError):
+        return value
+    return tuple(entries) if isinstance(entries, list) and all(isinstance(e, str) for e in entries) else value
+
+
+def dates_field(value: str | None) -> tuple[str, ...] | None:
+    """The `Job` field of an excluded-dates column: its entries as stored (None if it cannot be read:
+    the job's `unreadable` then says why)."""
+    entries = _dates_of_column(value)
+    return entries if isinstance(entries, tuple) else None
+
+
 _TO_COLUMN: Final[dict[Unit, Callable[[Any], Any]]] = {
     "seconds": _seconds_column,
     "instant": _datetime_column,
     "plain": _plain,
+    "dates": _dates_column,
 }
 _FROM_COLUMN: Final[dict[Unit, Callable[[Any], Any]]] = {
     "seconds": _micros_of_column,
     "instant": _instant_of_column,
     "plain": _plain,
+    "dates": _dates_of_column,
 }
 
 
@@ -307,6 +337,12 @@ def _duration(*, allow_zero: bool, optional: bool = False) -> Check:
     return check
 
 
+def _check_exclude(
+    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
+) -> tuple[str, ...] | None:
+    return validate_exclude(value)
+
+
 def _check_instant(
     argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
 ) -> Instant | None:
@@ -342,7 +378,7 @@ OPTIONS: Final[tuple[Option, ...]] = (
         unit="plain",
         default="UTC",
         type=str,
-        doc="The IANA zone `cron` is read in; default UTC.",
+        doc="The IANA zone `cron` and `exclude` are read in; default UTC.",
         check=_check_timezone,
     ),
     Option(
@@ -435,6 +471,16 @@ OPTIONS: Final[tuple[Option, ...]] = (
         shown=("max runtime", "{} (a longer run is reported as overran)"),
     ),
     Option(
+        name="exclude",
+        attr="exclude",
+        unit="dates",
+        default=None,
+        type=tuple[str, ...] | None,
+        doc="Dates ('2026-12-25', datetime.date) and inclusive ranges ('2026-12-24/2026-12-26') in `timezone` "
+        "on which the job has no slot; at most 1,000 entries.",
+        check=_check_exclude,
+    ),
+    Option(
         name="run_at",
         attr=None,  # kept as a window of one instant: start_at = end_at = run_at (OneShotTrigger)
         unit="instant",
@@ -461,6 +507,7 @@ POLICY_COLUMNS: Final = tuple(name for name, *_ in _COLUMNS)  # the persched_job
 CLAIM_POLICY_COLUMNS: Final = tuple(
     option.name for option in OPTIONS if option.attr is not None and option.read_by_claims
 )
+_DATES_COLUMNS: Final = tuple(option.name for option in OPTIONS if option.unit == "dates")  # shown as entries
 _DERIVED: Final = tuple(option for option in OPTIONS if option.attr is None)  # kept in other fields (run_at)
 _READ_BY_ATTR: Final = {attr: (name, read) for name, attr, read in _READ_ALL}  # for _ColumnSpec
 
@@ -470,6 +517,7 @@ def job_policy_fields(column: Callable[[str], Any]) -> dict[str, Any]:
     gives: each column as it is (a hand-edited value is shown as it stands); an option kept in other
     fields (run_at) as its kind reads it back."""
     fields = {name: column(name) for name in POLICY_COLUMNS}
+    fields.update((name, dates_field(fields[name])) for name in _DATES_COLUMNS)
     if _DERIVED:
         spec = cast("TriggerSpec", _ColumnSpec(column))  # what the kinds read, not a whole Policies a row
         fields.update((option.name, option.to_column(option.read(spec))) for option in _DERIVED)

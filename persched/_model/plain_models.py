@@ -54,6 +54,7 @@ class PlainJob:
     start_at: datetime | None = None
     end_at: datetime | None = None
     max_runtime_seconds: float | None = None
+    exclude: tuple[str, ...] | None = None
     paused: bool = False
     paused_until: datetime | None = None  # a timed pause resumes by itself then (pause(until=...))
     pause_note: str | None = None  # why the job is paused (pause(note=...))

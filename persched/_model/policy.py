@@ -11,6 +11,11 @@ policy says so (fixed delay; overlap "skip"). So slots that passed while a
 run was in flight are simply due when it finishes, and the claim then
 applies the job's missed-run policy to them, as to any other late slots.
 
+Excluded dates (`persched._model.exclusions`) are no slots: the trigger a
+plan holds passes over them, and a job without a grid (fixed delay) moves a
+due time that falls on one to the first instant after it (`JobPlan.allowed`).
+So every next slot below, and `place_grid`'s first, is never on an excluded date.
+
 A slot is late when its run starts more than `grace_seconds` after the slot
 plus its jitter offset (jitter delays a run on purpose, so it does not count
 against the grace).
@@ -22,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import triggers as _triggers
+from .exclusions import ExcludingSlots, Exclusions, exclusions_of
 from .instant import Instant, Micros
 
 if TYPE_CHECKING:
@@ -32,8 +38,17 @@ __all__ = ["ClaimPlan", "JobPlan", "Missed", "place_grid"]
 
 def place_grid(policies: Policies, now: Instant, start_in: Micros | None) -> tuple[Instant, Instant]:
     """Return ``(anchor, next_run_at)`` of a new job's grid: its anchor and its first slot not
-    before `now`, as its kind of trigger places them (`_triggers.Trigger.place`)."""
-    return _triggers.kind_of(policies).place(policies, now, start_in)
+    before `now`, as its kind of trigger places them (`_triggers.Trigger.place`), and not on
+    an excluded date."""
+    kind = _triggers.kind_of(policies)
+    anchor, first = kind.place(policies, now, start_in)
+    if policies.exclude is None:
+        return anchor, first
+    exclusions = exclusions_of(policies.exclude, policies.timezone)
+    grid = kind.of(policies, anchor)
+    if grid is None:  # fixed delay
+        return anchor, exclusions.first_allowed(first)
+    return anchor, ExcludingSlots(grid, exclusions).next_after(Instant(first - 1))
 
 
 @dataclass(frozen=True)
@@ -61,7 +76,7 @@ class JobPlan:
 
     job_id: str
     generation: int
-    trigger: _triggers.Trigger | None
+    trigger: _triggers.Slots | None  # without the excluded dates
     interval: Micros | None
     misfire: str
     max_catch_up: int | None
@@ -70,11 +85,15 @@ class JobPlan:
     jitter: Micros
     end_at: Instant | None
     start_at: Instant | None = None  # only where a decision needs it (see _store.mappers.plan_of): corrections
+    exclusions: Exclusions | None = None
 
     @classmethod
     def of(cls, job_id: str, generation: int, anchor: Instant, policies: Policies) -> JobPlan:
         """Build the plan of a job whose grid is anchored at `anchor` (its first slot)."""
-        trigger = _triggers.kind_of(policies).of(policies, anchor)
+        trigger: _triggers.Slots | None = _triggers.kind_of(policies).of(policies, anchor)
+        exclusions = None if policies.exclude is None else exclusions_of(policies.exclude, policies.timezone)
+        if trigger is not None and exclusions is not None:
+            trigger = ExcludingSlots(trigger, exclusions)
         return cls(
             job_id,
             generation,
@@ -87,6 +106,7 @@ class JobPlan:
             policies.jitter,
             policies.end_at,
             policies.start_at,
+            exclusions,
         )
 
     def describe(self) -> str:
@@ -111,11 +131,15 @@ class JobPlan:
         due = Instant(next_run_at + self.jitter_for(next_run_at))
         return due if run_now_at is None else min(due, run_now_at)
 
+    def allowed(self, t: Instant) -> Instant:
+        """`t`, or the first instant after the excluded dates it falls on (a fixed-delay due time)."""
+        return t if self.exclusions is None else self.exclusions.first_allowed(t)
+
     def slot_after(self, slot: Instant) -> Instant:
         """The slot after `slot` (fixed delay: one interval later, as a guess)."""
         if self.trigger is None:
             assert self.interval is not None
-            return Instant(slot + self.interval)
+            return self.allowed(Instant(slot + self.interval))
         return self.trigger.next_after(slot)
 
     def resumed(self, now: Instant, next_run_at: Instant) -> Instant:
@@ -157,7 +181,15 @@ class JobPlan:
         earliest = Instant(now + 1 if self.start_at is None else max(now + 1, self.start_at))
         if self.interval is not None:
             steps = max(next_run_at - earliest, 0) // self.interval
-            return None if steps == 0 else Instant(next_run_at - steps * self.interval)
+            if steps == 0:
+                return None
+            back = Instant(next_run_at - steps * self.interval)
+            if self.trigger is None:
+                return self.allowed(back)
+            # the same phase, past any excluded dates (the grid's own next_after may stop at its anchor)
+            while self.exclusions is not None and (span := self.exclusions.span_of(back)) is not None:
+                back = Instant(back + -(-(self.exclusions.ends[span] - back) // self.interval) * self.interval)
+            return back if back < next_run_at else None
         assert self.trigger is not None
         allowed = self.trigger.next_after(Instant(earliest - 1))
         return allowed if next_run_at > allowed else None
@@ -205,7 +237,9 @@ class JobPlan:
         assert self.interval is not None
         late = taken - next_run_at - self.jitter_for(next_run_at) > self.grace
         if self.misfire == "skip" and late:
-            return ClaimPlan(None, False, Instant(now + self.interval), Missed(next_run_at, next_run_at, 1))
+            return ClaimPlan(
+                None, False, self.allowed(Instant(now + self.interval)), Missed(next_run_at, next_run_at, 1)
+            )
         # The next slot is set when this run finishes (one interval after its end).
         return ClaimPlan(next_run_at, False, next_run_at, None)
 
@@ -213,7 +247,7 @@ class JobPlan:
         """The row's next slot once a run finished at `finished_at`, and the slots it drops."""
         if self.trigger is None:
             assert self.interval is not None
-            return Instant(finished_at + self.interval), None  # fixed delay: from the run's end
+            return self.allowed(Instant(finished_at + self.interval)), None  # fixed delay: from the run's end
         if self.overlap == "skip" and next_run_at <= finished_at:
             # Slots that passed while the run was in flight are dropped.
             last = self.trigger.latest_at_or_before(finished_at)

@@ -50,6 +50,7 @@ class Job(BaseModel):
     start_at: datetime | None = None
     end_at: datetime | None = None
     max_runtime_seconds: float | None = None
+    exclude: tuple[str, ...] | None = None  # excluded dates and ranges, canonical ("2026-12-24/2026-12-26")
     paused: bool = False
     paused_until: datetime | None = None  # a timed pause resumes by itself then (pause(until=...))
     pause_note: str | None = None  # why the job is paused (pause(note=...))

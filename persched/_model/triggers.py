@@ -50,7 +50,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CRON_SHORTCUTS",
+    "NEVER",
     "TRIGGERS",
+    "Slots",
     "Trigger",
     "TriggerSpec",
     "chosen_kind",
@@ -107,7 +109,27 @@ class TriggerSpec(Protocol):
     def end_at(self) -> Instant | None: ...
 
 
-class Trigger(Protocol):
+class Slots(Protocol):
+    """The slots of one job, as instants (whole microseconds, UTC): what a `Trigger` instance answers, and
+    `persched._model.exclusions.ExcludingSlots` too (a trigger's slots without the excluded dates)."""
+
+    def next_after(self, t: Instant) -> Instant:
+        """Return the first slot strictly after `t` (`NEVER` if there is none)."""
+
+    def latest_at_or_before(self, t: Instant) -> Instant | None:
+        """Return the most recent slot at or before `t`, or None if there is none."""
+
+    def recent_slots(self, floor: Instant, t: Instant, n: int) -> list[Instant]:
+        """Return up to `n` most recent slots ``s`` with ``floor <= s <= t``, oldest first, in O(n)."""
+
+    def count_between(self, a: Instant, b: Instant) -> int | None:
+        """Return how many slots ``s`` have ``a <= s <= b``, or None if that is too costly to know."""
+
+    def describe(self) -> str:
+        """Return the slots in words a person reads, e.g. "every 5 min"."""
+
+
+class Trigger(Slots, Protocol):
     """The slots of one job, as instants (whole microseconds, UTC); its class is one kind of trigger."""
 
     # -- the kind (class side): how schedule() chooses it and a job's policies build it -------------
@@ -142,22 +164,7 @@ class Trigger(Protocol):
     def of(cls, spec: TriggerSpec, anchor: Instant) -> Trigger | None:
         """Return the slots of a job of this kind anchored at `anchor` (None: fixed delay, no grid)."""
 
-    # -- the slots (instance side) ----------------------------------------------------------------
-
-    def next_after(self, t: Instant) -> Instant:
-        """Return the first slot strictly after `t` (`NEVER` if there is none)."""
-
-    def latest_at_or_before(self, t: Instant) -> Instant | None:
-        """Return the most recent slot at or before `t`, or None if there is none."""
-
-    def recent_slots(self, floor: Instant, t: Instant, n: int) -> list[Instant]:
-        """Return up to `n` most recent slots ``s`` with ``floor <= s <= t``, oldest first, in O(n)."""
-
-    def count_between(self, a: Instant, b: Instant) -> int | None:
-        """Return how many slots ``s`` have ``a <= s <= b``, or None if that is too costly to know."""
-
-    def describe(self) -> str:
-        """Return the trigger in words a person reads, e.g. "every 5 min"."""
+    # The slots (instance side): `Slots`.
 
 
 @dataclass(frozen=True)
@@ -402,6 +409,8 @@ class OneShotTrigger:
             return f"a one-shot job (run_at) does not recur, got {value!r}"
         if argument == "start_in":
             return "a one-shot job runs at its run_at; give run_at alone"
+        if argument == "exclude":
+            return "a one-shot job (run_at) has one slot, at run_at; excluded dates apply to interval and cron jobs"
         return None
 
     @classmethod

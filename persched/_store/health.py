@@ -20,6 +20,13 @@ The problems (`problems`), each a `Problem`:
 - ``failing``: a job whose last `failures` finished runs of its current
   generation all failed ("error" or "lost"; "missed" records are not runs).
 
+The dashboard asks about the jobs of one page (`problems` with ``job_ids``):
+the same judgements, the overdue and failing ones looked for among those jobs
+only, read by the primary key and judged here, so a page costs the same at any
+number of jobs. The waiting jobs are counted only for a namespace without a
+live scheduler: a healthy namespace costs no count; one without a scheduler
+costs a pass over its waiting jobs (by ``ix_persched_jobs_namespace_state``).
+
 Costs: the overdue jobs come from ``ix_persched_jobs_state_next_run_at``
 (``state = 'scheduled' AND next_run_at < now - lease``); the failing ones are
 looked for only among jobs whose ``last_outcome`` is a failure, each by its
@@ -38,6 +45,7 @@ from .._model.models import JobState
 from .schema import instances, jobs, runs
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
     from datetime import datetime
 
     from sqlalchemy import Connection, Row
@@ -51,6 +59,7 @@ DEFAULT_LEASE: Final = Micros(micros(30.0))
 #: The outcomes that count as a failed slot.
 FAILED: Final = ("error", "lost")
 _SCHEDULED: Final = JobState.SCHEDULED.value
+_DESCHEDULED: Final = JobState.DESCHEDULED.value
 _WAITING: Final = (JobState.SCHEDULED.value, JobState.RUNNING.value)
 
 ProblemKind = Literal["no_scheduler", "overdue", "failing"]
@@ -120,32 +129,49 @@ def _lease_of(rows: list[InstanceRow]) -> Micros:
     return Micros(max(leases)) if leases else DEFAULT_LEASE
 
 
-def _waiting_namespaces(conn: Connection, namespace: str | None) -> dict[str, int]:
-    """How many jobs wait for a scheduler in each namespace (module docstring)."""
+def _waiting_namespaces(conn: Connection, namespace: str | None, alive: set[str]) -> dict[str, int]:
+    """How many jobs wait for a scheduler in each namespace (module docstring) but those in `alive`
+    (they have a live scheduler: not counted, so that a healthy namespace costs no count)."""
+    if namespace in alive:
+        return {}
     query = (
-        select(jobs.c.namespace, jobs.c.job_id)
+        select(jobs.c.namespace, func.count())
         .where(jobs.c.state.in_(_WAITING))
         .where(or_(jobs.c.paused.is_(False), jobs.c.paused_until.is_not(None)))
+        .group_by(jobs.c.namespace)
     )
     if namespace is not None:
         query = query.where(jobs.c.namespace == namespace)
-    counts: dict[str, int] = {}
-    for found, _ in conn.execute(query):
-        counts[str(found)] = counts.get(str(found), 0) + 1
-    return counts
+    elif alive:
+        query = query.where(jobs.c.namespace.not_in(sorted(alive)))
+    return {str(found): int(count) for found, count in conn.execute(query)}
 
 
-def _overdue(conn: Connection, namespace: str | None, now: Instant, lease: dict[str, Micros]) -> list[Problem]:
+def _overdue(
+    conn: Connection,
+    namespace: str | None,
+    now: Instant,
+    lease: dict[str, Micros],
+    job_ids: Collection[str] | None,
+) -> list[Problem]:
     shortest = min(lease.values(), default=DEFAULT_LEASE)
-    query = select(jobs.c.namespace, jobs.c.job_id, jobs.c.next_run_at, jobs.c.grace_seconds).where(
-        jobs.c.state == _SCHEDULED,
-        jobs.c.paused.is_(False),
-        jobs.c.next_run_at < to_datetime(now - shortest),
+    query = select(
+        jobs.c.namespace, jobs.c.job_id, jobs.c.next_run_at, jobs.c.grace_seconds, jobs.c.state, jobs.c.paused
     )
-    if namespace is not None:
-        query = query.where(jobs.c.namespace == namespace)
+    if job_ids is None:
+        query = query.where(
+            jobs.c.state == _SCHEDULED, jobs.c.paused.is_(False), jobs.c.next_run_at < to_datetime(now - shortest)
+        )
+        if namespace is not None:
+            query = query.where(jobs.c.namespace == namespace)
+    else:  # a page's jobs, by the primary key alone (see _failing): the conditions are judged below
+        query = query.where(jobs.c.job_id.in_(job_ids))
     found = []
-    for job_namespace, job_id, next_run_at, grace_seconds in conn.execute(query.order_by(jobs.c.next_run_at)):
+    for job_namespace, job_id, next_run_at, grace_seconds, state, paused in conn.execute(
+        query.order_by(jobs.c.next_run_at)
+    ):
+        if state != _SCHEDULED or paused or namespace not in (None, job_namespace):
+            continue
         allowed = micros(float(grace_seconds)) + lease.get(str(job_namespace), DEFAULT_LEASE)
         late = now - from_datetime(next_run_at)
         if late > allowed:
@@ -162,14 +188,20 @@ def _overdue(conn: Connection, namespace: str | None, now: Instant, lease: dict[
     return found
 
 
-def _failing(conn: Connection, namespace: str | None, failures: int) -> list[Problem]:
-    query = select(jobs.c.namespace, jobs.c.job_id, jobs.c.generation).where(
-        jobs.c.state != JobState.DESCHEDULED.value, jobs.c.last_outcome.in_(FAILED)
-    )
-    if namespace is not None:
-        query = query.where(jobs.c.namespace == namespace)
+def _failing(conn: Connection, namespace: str | None, failures: int, job_ids: Collection[str] | None) -> list[Problem]:
+    query = select(jobs.c.namespace, jobs.c.job_id, jobs.c.generation, jobs.c.state, jobs.c.last_outcome)
+    if job_ids is None:
+        query = query.where(jobs.c.state != _DESCHEDULED, jobs.c.last_outcome.in_(FAILED))
+        if namespace is not None:
+            query = query.where(jobs.c.namespace == namespace)
+    else:  # a page's jobs, by the primary key alone: the conditions are judged below, on these few rows
+        query = query.where(jobs.c.job_id.in_(job_ids))
     found = []
-    for job_namespace, job_id, generation in conn.execute(query.order_by(jobs.c.namespace, jobs.c.job_id)):
+    for job_namespace, job_id, generation, state, last_outcome in conn.execute(
+        query.order_by(jobs.c.namespace, jobs.c.job_id)
+    ):
+        if state == _DESCHEDULED or last_outcome not in FAILED or namespace not in (None, job_namespace):
+            continue
         latest = conn.execute(
             select(runs.c.outcome, runs.c.started_at)
             .where(
@@ -190,8 +222,16 @@ def _failing(conn: Connection, namespace: str | None, failures: int) -> list[Pro
     return found
 
 
-def problems(store: Store, now: Instant, *, all_namespaces: bool = False, failures: int = 3) -> list[Problem]:
-    """Every problem of the store's namespace (or of every namespace), in one read transaction."""
+def problems(
+    store: Store,
+    now: Instant,
+    *,
+    all_namespaces: bool = False,
+    failures: int = 3,
+    job_ids: Collection[str] | None = None,
+) -> list[Problem]:
+    """Every problem of the store's namespace (or of every namespace), in one read transaction;
+    with `job_ids`, the overdue and failing jobs only among those (a page of the dashboard)."""
     namespace = None if all_namespaces else store.namespace
 
     def body(conn: Connection) -> list[Problem]:
@@ -200,14 +240,13 @@ def problems(store: Store, now: Instant, *, all_namespaces: bool = False, failur
         for row in rows:
             by_namespace.setdefault(row.namespace, []).append(row)
         found = []
-        for waiting, count in sorted(_waiting_namespaces(conn, namespace).items()):
-            alive = [row for row in by_namespace.get(waiting, []) if _alive(row, now)]
-            if not alive:
-                renewed = [row.renewed_at for row in by_namespace.get(waiting, [])]
-                latest = max(renewed) if renewed else None
-                found.append(Problem(kind="no_scheduler", namespace=waiting, count=count, at=latest))
+        alive = {row.namespace for row in rows if _alive(row, now)}
+        for waiting, count in sorted(_waiting_namespaces(conn, namespace, alive).items()):
+            renewed = [row.renewed_at for row in by_namespace.get(waiting, [])]
+            latest = max(renewed) if renewed else None
+            found.append(Problem(kind="no_scheduler", namespace=waiting, count=count, at=latest))
         lease = {name: _lease_of(members) for name, members in by_namespace.items()}
-        return found + _overdue(conn, namespace, now, lease) + _failing(conn, namespace, failures)
+        return found + _overdue(conn, namespace, now, lease, job_ids) + _failing(conn, namespace, failures, job_ids)
 
     return store._read(body, "check health")
 

@@ -183,6 +183,7 @@ jobs = Table(
     Column("start_at", UTCDateTime, nullable=True),
     Column("end_at", UTCDateTime, nullable=True),
     Column("max_runtime_seconds", _Seconds, nullable=True),
+    Column("exclude", Text, nullable=True),  # excluded dates: a JSON array of text, NULL for none (revision 0011)
     Column("first_run_at", UTCDateTime, nullable=False),  # grid anchor
     # The next slot still to run; it moves on when a run of the grid is
     # claimed, and stays put for a run-now run.

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from .._engine.liveness import display_id
-from .._interfaces.present import human_duration, iso, plural, relative
+from .._interfaces.present import iso, problem_words, relative
 from .._model.instant import Instant, seconds
 from .._store.health import live_instances, problems
 from ..clock import SystemClock
@@ -93,24 +93,8 @@ def cmd_instances(args: argparse.Namespace) -> int:
 
 
 def describe(problem: Problem) -> str:
-    """One line for `problem`, saying what is wrong and what to look at."""
-    where = f"namespace {problem.namespace!r}"
-    if problem.kind == "no_scheduler":
-        renewed = "" if problem.at is None else f"; the last one seen renewed its lease at {iso(problem.at)}"
-        waits = "job waits" if problem.count == 1 else "jobs wait"
-        return f"{where}: no live scheduler, and {problem.count} {waits} to run{renewed}"
-    if problem.kind == "overdue":
-        assert problem.late is not None
-        assert problem.allowed is not None
-        return (
-            f"{where}: job {problem.job_id!r} is overdue: its run due at {iso(problem.at)} has not started"
-            f" ({human_duration(seconds(problem.late))} late, more than its grace plus the lease,"
-            f" {human_duration(seconds(problem.allowed))})"
-        )
-    return (
-        f"{where}: job {problem.job_id!r} is failing: its last {plural(problem.count, 'run')} all failed,"
-        f" the latest started at {iso(problem.at)} (`persched runs {problem.job_id}` shows why)"
-    )
+    """One line for `problem`, saying what is wrong and what to look at (the dashboard's words too)."""
+    return problem_words(problem)
 
 
 def _problem_json(problem: Problem) -> dict[str, Any]:

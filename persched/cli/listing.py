@@ -178,8 +178,18 @@ def _window_line(job: PlainJob) -> tuple[str, str] | None:
     return ("window", " ".join(window)) if window else None
 
 
+def _exclude_line(job: PlainJob) -> tuple[str, str] | None:
+    if not job.exclude:
+        return None
+    more = len(job.exclude) - EXCLUDE_SHOWN
+    rest = f" and {more} more (--json lists them all)" if more > 0 else ""
+    return ("excluded", f"{', '.join(job.exclude[:EXCLUDE_SHOWN])}{rest} (no slot on these dates, in {job.timezone})")
+
+
+EXCLUDE_SHOWN: Final = 20  # entries `show` lists on its line
+
 # The `show` lines of the options whose words take more than their own value (the others: Option.shown).
-_SHOWN: Final = {"misfire": _misfire_line, "start_at": _window_line}
+_SHOWN: Final = {"misfire": _misfire_line, "start_at": _window_line, "exclude": _exclude_line}
 
 
 def policies(job: PlainJob) -> list[tuple[str, str]]:

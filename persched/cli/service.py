@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from .._engine.scheduler import JobScheduler
-    from .._interfaces.dashboard.server import Server
+    from .._interfaces.http.server import Server
 
 __all__ = ["SETUP_HOOK", "cmd_run", "cmd_web", "run_allowed_modules"]
 
@@ -156,7 +156,7 @@ def cmd_web(args: argparse.Namespace) -> int:
     token, warnings = auth.resolve_token(args.token, args.token_file, os.environ, web.ENV_TOKEN)
     for warning in warnings:
         logger.warning("web: %s", warning)
-    limits = importlib.import_module("persched._interfaces.dashboard.server").Limits(
+    limits = importlib.import_module("persched._interfaces.http.server").Limits(
         read_timeout=args.read_timeout, max_connections=args.max_connections
     )
     web.serve(

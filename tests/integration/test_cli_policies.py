@@ -9,6 +9,7 @@ through `JobScheduler`.
 from __future__ import annotations
 
 import json
+from datetime import date
 from typing import TYPE_CHECKING
 
 import pytest
@@ -57,6 +58,7 @@ def policies_db(make_scheduler: SchedulerFactory, sqlite_url: str) -> str:
         max_catch_up=3,
         start_at=at(3600),
         end_at=at(7200),
+        exclude=["2027-12-24/2027-12-26", date(2028, 1, 1)],
     )
     sched.schedule("held", cli_jobs.noop, 30.0)
     assert sched.pause("held")
@@ -133,6 +135,8 @@ def test_jobs_json_has_every_job_field_with_its_value(policies_db: str) -> None:
     windowed = data["windowed"]
     assert (windowed["misfire"], windowed["max_catch_up"]) == ("catch_up", 3)
     assert (windowed["start_at"], windowed["end_at"]) == ("2027-01-15T09:00:00Z", "2027-01-15T10:00:00Z")
+    assert windowed["exclude"] == ["2027-12-24/2027-12-26", "2028-01-01"]
+    assert data["every5"]["exclude"] is None
     assert (data["held"]["paused"], data["held"]["state"]) == (True, "paused")
     assert data["done"]["state"] == "finished"
     every5 = data["every5"]
@@ -167,9 +171,10 @@ def test_show_lists_each_policy_that_differs_from_its_default(policies_db: str) 
     windowed = persched("--db", policies_db, "show", "windowed").stdout
     assert "catch_up, at most 3" in windowed
     assert "from 2027-01-15T09:00:00Z until 2027-01-15T10:00:00Z" in windowed
+    assert "excluded    2027-12-24/2027-12-26, 2028-01-01 (no slot on these dates, in UTC)\n" in windowed
     plain = persched("--db", policies_db, "show", "every5").stdout
     assert "every 5 min (300 s)" in plain
-    for name in ("recurrence", "misfire", "grace", "overlap", "jitter", "window", "max runtime"):
+    for name in ("recurrence", "misfire", "grace", "overlap", "jitter", "window", "max runtime", "excluded"):
         assert not any(line.startswith(name) for line in plain.splitlines()), name
 
 

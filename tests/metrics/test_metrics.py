@@ -29,6 +29,7 @@ from persched.errors import StoreError
 from persched.metrics import SchedulerMetrics
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT
+from tests.support.seams import store_of
 from tests.support.store_calls import claim_one
 
 if TYPE_CHECKING:
@@ -267,7 +268,7 @@ def test_a_retried_claim_counts_its_missed_slots_once(make_scheduler: SchedulerF
     sched.set_observer(recorder)
     sched.schedule("skipper", "tests.support.jobs:record", 10.0, args=("s",), misfire="skip")
     sched.start()
-    dialect = sched._store.engine.dialect
+    dialect = store_of(sched).engine.dialect
     real_commit = dialect.do_commit
     armed = [True]
 

@@ -21,6 +21,7 @@ from persched._store.migrate import HEAD
 from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.helpers import EPOCH, at, finished_runs, sql, wait_until
+from tests.support.seams import store_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -53,7 +54,7 @@ def test_the_schema_is_upgraded_and_every_job_kept(upgraded: tuple[JobScheduler,
     assert (minute.next_run_at, minute.run_count, minute.cron, minute.misfire) == (at(240), 3, None, "coalesce")
     assert (minute.paused, minute.overlap, minute.recurrence) == (False, "forbid", "fixed_rate")
     assert len(sched.runs("every-minute")) == 3
-    engine = sched._store.engine
+    engine = store_of(sched).engine
     indexes = {ix["name"] for ix in inspect(engine).get_indexes("persched_runs")}
     assert "uq_persched_runs_slot" in indexes
 

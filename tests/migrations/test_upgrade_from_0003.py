@@ -19,6 +19,7 @@ from persched import JobScheduler, JobSpec, JobState
 from persched._store.migrate import HEAD
 from persched.testing import FakeClock
 from tests.support.helpers import EPOCH, TIMEOUT, at, sql
+from tests.support.seams import store_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -55,7 +56,7 @@ def test_every_job_lands_in_the_default_namespace_and_carries_on(
     opened.append(sched)
     sched.start()
     assert sql(old_db, "SELECT version_num FROM persched_alembic_version") == [(HEAD,)]
-    columns = {c["name"] for c in inspect(sched._store.engine).get_columns("persched_jobs")}
+    columns = {c["name"] for c in inspect(store_of(sched).engine).get_columns("persched_jobs")}
     assert {"namespace", "declared"} <= columns
     listed = {job.job_id: job for job in sched.jobs()}
     assert set(listed) == {"every-minute", "nightly", "held"}

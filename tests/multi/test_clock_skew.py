@@ -29,6 +29,7 @@ from persched import JobScheduler
 from persched.testing import FakeClock, ShiftedClock
 from tests.support.helpers import TIMEOUT, db_sql, wait_until
 from tests.support.race_jobs import RECORD
+from tests.support.seams import store_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -182,7 +183,7 @@ def test_an_instance_behind_corrects_nothing_and_no_instant_runs_twice(
 
 def test_the_database_clock_is_read_and_every_offset_shown(cluster: Cluster) -> None:
     sched = cluster.start("a")
-    assert abs(sched._store.server_time() / 1e6 - time.time()) < SLACK
+    assert abs(store_of(sched).server_time() / 1e6 - time.time()) < SLACK
     assert abs(offsets(cluster.url)["a"] or SLACK) < SLACK
 
 

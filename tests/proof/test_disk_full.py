@@ -37,6 +37,7 @@ from persched.testing import FakeClock
 from tests.support import proof_jobs
 from tests.support.helpers import EPOCH, TIMEOUT, sql, sqlite_path, wait_until
 from tests.support.history import History, assert_consistent, runs_from_db
+from tests.support.seams import store_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -58,7 +59,7 @@ class Limit:
 
     def __init__(self, sched: JobScheduler) -> None:
         self.pages = 0
-        self._engine = sched._store.engine
+        self._engine = store_of(sched).engine
         event.listen(self._engine, "connect", self._on_connect)
 
     def _on_connect(self, dbapi_conn: DBAPIConnection, record: ConnectionPoolEntry) -> None:

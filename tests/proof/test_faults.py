@@ -3,7 +3,7 @@
 Seams, no library changes:
 
 - Each store transaction is *labelled* by wrapping its `Store` method on the
-  scheduler's store instance (``patch.object(sched._store, ...)``); an engine
+  scheduler's store instance (`tests.support.seams.store_of`); an engine
   ``before_cursor_execute`` listener counts the statements of a labelled
   transaction (``BEGIN IMMEDIATE`` is statement 0) and raises
   ``sqlalchemy.exc.OperationalError`` at the chosen index, once.
@@ -45,6 +45,7 @@ from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.helpers import EPOCH, TIMEOUT, sql, sqlite_path, wait_until
 from tests.support.history import assert_consistent, runs_from_db
+from tests.support.seams import store_of
 from tests.support.store_calls import claim_one
 
 if TYPE_CHECKING:
@@ -83,8 +84,8 @@ class Injector:
         self.most = 0  # most statements seen in one call of the transaction
         self.calls = 0
         self._local = threading.local()
-        self._store = sched._store
-        self._engine = sched._store.engine
+        self._store = store_of(sched)
+        self._engine = store_of(sched).engine
         self._patches: list[Any] = []
 
     def settled(self) -> bool:
@@ -270,7 +271,7 @@ def _recover_scenario(b: Bench, inj: Injector) -> None:
     assert job is not None
     b.clock.advance(job.next_run_at.timestamp() - b.clock.now() - 0.25)
     due = from_datetime(job.next_run_at)
-    claim = claim_one(b.sched._store, "b", job.generation, due, due, "dead", Micros(micros(LEASE)))
+    claim = claim_one(store_of(b.sched), "b", job.generation, due, due, "dead", Micros(micros(LEASE)))
     assert not hasattr(claim, "state"), claim
     b.drive_until(inj.settled, "the recovery fault fired")
     b.drive_until(
@@ -355,14 +356,14 @@ def test_a_read_only_database_refuses_writes_and_keeps_reads(tmp_path: Path) -> 
 
     try:
         sched.schedule("a", TARGET, 1.0)
-        event.listen(sched._store.engine, "before_cursor_execute", readonly)
+        event.listen(store_of(sched).engine, "before_cursor_execute", readonly)
         with pytest.raises(StoreError, match="readonly"):
             sched.schedule("b", TARGET, 1.0)
         with pytest.raises(StoreError, match="readonly"):
             sched.deschedule("a")
         FAULTS_INJECTED.append("readonly")
         assert [j.job_id for j in sched.jobs()] == ["a"]
-        event.remove(sched._store.engine, "before_cursor_execute", readonly)
+        event.remove(store_of(sched).engine, "before_cursor_execute", readonly)
         sched.schedule("b", TARGET, 1.0)
         assert sorted(j.job_id for j in sched.jobs()) == ["a", "b"]
     finally:

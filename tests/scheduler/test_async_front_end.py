@@ -23,6 +23,7 @@ from persched.errors import InvalidJobError, SchedulerStateError
 from persched.testing import FakeClock
 from tests.support import async_jobs, jobs
 from tests.support.helpers import TIMEOUT, wait_until
+from tests.support.seams import store_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
@@ -171,7 +172,7 @@ def test_cancelling_the_awaiting_task_does_not_undo_the_call(db_url: str) -> Non
 
     async def scenario() -> None:
         async with AsyncJobScheduler(db_url, clock=clock) as sched:
-            store = sched.scheduler._store
+            store = store_of(sched)
             real = store.upsert_job
 
             def held(*args: Any, **kwargs: Any) -> Any:  # noqa: ANN401 - a seam around the store

@@ -26,6 +26,7 @@ from persched._store.schema import jobs as jobs_table
 from persched.errors import StoreError
 from tests.support import jobs
 from tests.support.helpers import TIMEOUT, at, at_us, db_sql, finished_runs, wait_finished, wait_until
+from tests.support.seams import store_of
 from tests.support.store_calls import claim_one
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ def test_a_run_that_cannot_be_recovered_does_not_hold_back_the_others(
 
 
 def _edit(sched: JobScheduler, job_id: str, **values: Any) -> None:  # noqa: ANN401 - column values
-    with sched._store.engine.begin() as conn:
+    with store_of(sched).engine.begin() as conn:
         conn.execute(update(jobs_table).where(jobs_table.c.job_id == job_id).values(**values))
 
 

@@ -25,6 +25,7 @@ from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.helpers import finished_runs, sql, wait_until
 from tests.support.postgres import pg_schema
+from tests.support.seams import store_of
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -243,7 +244,7 @@ def test_postgres_rows_edited_into_unreadable_text_cost_only_their_job(tmp_path:
             _schedule_all(sched)
             sched.schedule("bad2", jobs.record, 1.0, args=("bad2",))
             sched.schedule("bad3", jobs.record, 1.0, args=("bad3",))
-            engine = sched._store.engine
+            engine = store_of(sched).engine
             with engine.begin() as conn:
                 conn.exec_driver_sql("UPDATE persched_jobs SET args = 'not json' WHERE job_id = 'bad'")
                 conn.exec_driver_sql("UPDATE persched_jobs SET state = 'bogus' WHERE job_id = 'bad2'")

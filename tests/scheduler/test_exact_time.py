@@ -21,6 +21,7 @@ from persched._store import ClaimMiss
 from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.helpers import TIMEOUT, sql
+from tests.support.seams import store_of
 from tests.support.store_calls import claim_one
 
 if TYPE_CHECKING:
@@ -380,7 +381,7 @@ def test_a_run_left_in_flight_by_a_clock_that_was_ahead_is_recovered_onto_a_corr
         job = dead.schedule("j", jobs.record, 60, args=("j",))
         ahead.advance(60)
         slot = from_datetime(job.next_run_at)
-        claim = claim_one(dead._store, "j", job.generation, slot, slot, "dead", Micros(1_000_000))
+        claim = claim_one(store_of(dead), "j", job.generation, slot, slot, "dead", Micros(1_000_000))
         assert not isinstance(claim, ClaimMiss), claim  # in flight, and never finished
     finally:
         dead.shutdown()

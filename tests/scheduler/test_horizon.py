@@ -25,6 +25,7 @@ from persched.errors import InvalidJobError
 from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.helpers import TIMEOUT, sql, wait_until
+from tests.support.seams import store_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -281,7 +282,7 @@ def test_the_refill_reads_through_the_state_next_run_at_index(url: str, clock: F
     sched = JobScheduler(url, clock=clock)
     sched.schedule("a", jobs.record, 10, args=("a",))
     statements: list[str] = []
-    store = sched._store
+    store = store_of(sched)
 
     from sqlalchemy import event
 

@@ -15,6 +15,7 @@ from persched import JobScheduler, JobState
 from persched.errors import PerschedError, SchedulerStateError
 from tests.support import jobs
 from tests.support.helpers import TIMEOUT, at, db_sql, finished_runs, wait_finished, wait_until
+from tests.support.seams import store_of
 
 if TYPE_CHECKING:
     from persched.testing import FakeClock
@@ -195,7 +196,7 @@ def test_a_run_that_outlives_shutdown_leaves_no_connection_open(
         lambda: not [t for t in threading.enumerate() if t.name.startswith("persched-") and t.is_alive()],
         message="the late run's worker gone",
     )
-    engine = sched._store.engine  # the only view of the pool: nothing public says what is open
+    engine = store_of(sched).engine  # the only view of the pool: nothing public says what is open
     try:
         assert isinstance(engine.pool, QueuePool)
         assert engine.pool.checkedout() == 0

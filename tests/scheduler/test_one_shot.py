@@ -17,6 +17,7 @@ from persched.errors import InvalidJobError, SchedulerStateError
 from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.helpers import TIMEOUT
+from tests.support.seams import now_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -193,7 +194,7 @@ def test_a_one_shot_job_refuses_what_does_not_apply(
     make_scheduler: Any,  # noqa: ANN401 - the conftest factory
 ) -> None:
     sched: JobScheduler = make_scheduler()
-    when = to_datetime(sched._timebase.now()) + timedelta(seconds=1)
+    when = to_datetime(now_of(sched)) + timedelta(seconds=1)
     with pytest.raises(InvalidJobError) as info:
         sched.schedule("bad", TARGET, run_at=when, **extra)
     assert info.value.argument == argument
@@ -203,7 +204,7 @@ def test_a_one_shot_job_refuses_what_does_not_apply(
 @pytest.mark.parametrize("window", ["start_at", "end_at"])
 def test_a_one_shot_job_has_no_window(window: str, make_scheduler: Any) -> None:  # noqa: ANN401 - conftest factory
     sched: JobScheduler = make_scheduler()
-    when = to_datetime(sched._timebase.now()) + timedelta(seconds=1)
+    when = to_datetime(now_of(sched)) + timedelta(seconds=1)
     window_arg: dict[str, Any] = {window: when}
     with pytest.raises(InvalidJobError, match="no window") as info:
         sched.schedule("bad", TARGET, run_at=when, **window_arg)
@@ -212,7 +213,7 @@ def test_a_one_shot_job_has_no_window(window: str, make_scheduler: Any) -> None:
 
 def test_run_at_must_be_timezone_aware(make_scheduler: Any) -> None:  # noqa: ANN401 - conftest factory
     sched: JobScheduler = make_scheduler()
-    naive = to_datetime(sched._timebase.now()).replace(tzinfo=None)
+    naive = to_datetime(now_of(sched)).replace(tzinfo=None)
     with pytest.raises(InvalidJobError, match="timezone-aware") as info:
         sched.schedule("bad", TARGET, run_at=naive)
     assert info.value.argument == "run_at"

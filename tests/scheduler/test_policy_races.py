@@ -23,6 +23,7 @@ from tests.scheduler.test_races import broken, claim_seam, job_state, probe, run
 from tests.support import jobs, race_jobs
 from tests.support.helpers import TIMEOUT, at, finished_runs, wait_until
 from tests.support.race_jobs import Seam, batch_claims
+from tests.support.seams import patch_store, store_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -65,7 +66,7 @@ def test_pause_commits_before_the_claim_so_the_run_never_starts(
 ) -> None:
     sched = make_scheduler(start=True)
     seam = claim_seam(seams, sched, "a", impl, before=True)
-    with patch.object(sched._store, "claim_runs", side_effect=batch_claims(seam)):
+    with patch_store(sched, "claim_runs", side_effect=batch_claims(seam)):
         sched.schedule("a", jobs.record, 10.0, args=("a",))
         fake_clock.advance(10.0)
         assert seam.entered.wait(TIMEOUT)  # the dispatcher is about to claim
@@ -87,7 +88,7 @@ def test_claim_commits_before_pause_so_that_run_finishes_and_no_other_starts(
     sched = make_scheduler(start=True)
     seam = claim_seam(seams, sched, "a", after=True)
     gate = jobs.gate("a")
-    with patch.object(sched._store, "claim_runs", side_effect=batch_claims(seam)):
+    with patch_store(sched, "claim_runs", side_effect=batch_claims(seam)):
         sched.schedule("a", jobs.block, 10.0, args=("a",))
         fake_clock.advance(10.0)
         assert seam.returned.wait(TIMEOUT)  # the claim committed, not yet handed to a worker
@@ -124,7 +125,7 @@ def test_deschedule_commits_before_resume_so_the_job_stays_gone(
     resume_impl: Callable[..., Any] | None,
 ) -> None:
     sched = make_scheduler(start=True)
-    store = sched._store
+    store = store_of(sched)
     seam = store_seam(seams, store, "resume_job", resume_impl, before=True)
     sched.schedule("a", jobs.record, 10.0, args=("a",))
     assert sched.pause("a") is True
@@ -157,7 +158,7 @@ def test_resume_commits_before_deschedule_so_its_queued_entry_never_starts(
     """resume() committed and is about to queue the job when the deschedule commits:
     the entry it queues is stale, and its claim must fail."""
     sched = make_scheduler(start=True)
-    store = sched._store
+    store = store_of(sched)
     seam = store_seam(seams, store, "resume_job", after=True)
     sched.schedule("a", jobs.record, 10.0, args=("a",))
     assert sched.pause("a") is True
@@ -190,7 +191,7 @@ def test_pause_commits_before_run_now_so_run_now_is_refused(
     run_now_impl: Callable[..., Any] | None,
 ) -> None:
     sched = make_scheduler(start=True)
-    store = sched._store
+    store = store_of(sched)
     seam = store_seam(seams, store, "request_run_now", run_now_impl, before=True)
     sched.schedule("a", jobs.record, 100.0, args=("a",))
     with patch.object(store, "request_run_now", side_effect=seam):
@@ -237,12 +238,10 @@ def test_run_now_commits_before_pause_so_the_extra_run_never_starts(
     """run_now() committed its request and queued it; the pause commits before the claim."""
     sched = make_scheduler(start=True)
     seam = claim_seam(seams, sched, "a", impl, before=True)
-    pause = None if impl is None else functools.partial(race_jobs.pause_keeping_run_now, sched._store)
+    pause = None if impl is None else functools.partial(race_jobs.pause_keeping_run_now, store_of(sched))
     with (
-        patch.object(sched._store, "claim_runs", side_effect=batch_claims(seam)),
-        patch.object(sched._store, "pause_job", side_effect=pause, autospec=False)
-        if pause
-        else contextlib.nullcontext(),
+        patch_store(sched, "claim_runs", side_effect=batch_claims(seam)),
+        patch_store(sched, "pause_job", side_effect=pause, autospec=False) if pause else contextlib.nullcontext(),
     ):
         sched.schedule("a", jobs.record, 100.0, args=("a",))
         assert sched.run_now("a") is True

@@ -26,6 +26,7 @@ from persched._store import Claim, ClaimMiss, Store
 from tests.support import jobs, race_jobs
 from tests.support.helpers import TIMEOUT, at, at_us, finished_runs, heartbeat_settled, sql, wait_until
 from tests.support.race_jobs import Seam, batch_claims, batch_finishes, for_job, real_claim_run, real_finish_run
+from tests.support.seams import patch_store, store_of
 from tests.support.store_calls import claim_one
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def broken(name: str, value: object, reason: str) -> Any:  # noqa: ANN401 - pyte
 
 def claim_seam(seams: list[Seam], sched: JobScheduler, job_id: str, impl: ClaimImpl | None = None, **kw: bool) -> Seam:
     """A seam around `sched`'s claim of `job_id` (optionally a broken claim)."""
-    store = sched._store
+    store = store_of(sched)
     real = real_claim_run(store) if impl is None else functools.partial(impl, store)
     seam = Seam(real, match=for_job(job_id), **kw)
     seams.append(seam)
@@ -58,7 +59,7 @@ def finish_seam(
     seams: list[Seam], sched: JobScheduler, job_id: str, impl: Callable[..., Instant | None] | None = None, **kw: bool
 ) -> Seam:
     """A seam around `sched`'s completion of `job_id` (optionally a broken one)."""
-    store = sched._store
+    store = store_of(sched)
     real = real_finish_run(store) if impl is None else functools.partial(impl, store)
     seam = Seam(real, match=for_job(job_id), **kw)
     seams.append(seam)
@@ -67,7 +68,7 @@ def finish_seam(
 
 def db(sched: JobScheduler, statement: str, *params: object) -> list[tuple[Any, ...]]:
     """Read the scheduler's SQLite file directly (works after shutdown too)."""
-    return sql(str(sched._store.engine.url), statement, params)
+    return sql(str(store_of(sched).engine.url), statement, params)
 
 
 def run_rows(sched: JobScheduler, job_id: str) -> list[tuple[Any, ...]]:
@@ -114,7 +115,7 @@ def test_deschedule_commits_before_the_claim_so_the_run_never_starts(
 ) -> None:
     sched = make_scheduler(start=True)
     seam = claim_seam(seams, sched, "a", impl, before=True)
-    with patch.object(sched._store, "claim_runs", side_effect=batch_claims(seam)):
+    with patch_store(sched, "claim_runs", side_effect=batch_claims(seam)):
         sched.schedule("a", jobs.record, 10.0, args=("a",))
         fake_clock.advance(10.0)
         assert seam.entered.wait(TIMEOUT)  # the dispatcher is about to claim
@@ -208,7 +209,7 @@ def test_old_generation_claimed_first_finishes_without_disturbing_the_new_one(
 ) -> None:
     sched = make_scheduler(start=True)
     seam = claim_seam(seams, sched, "a", after=True)
-    store = sched._store
+    store = store_of(sched)
     finish = real_finish_run(store) if finish_impl is None else functools.partial(finish_impl, store)
     with (
         patch.object(store, "claim_runs", side_effect=batch_claims(seam)),
@@ -244,7 +245,7 @@ def test_replace_commits_before_the_claim_so_the_old_generation_never_starts(
 ) -> None:
     sched = make_scheduler(start=True)
     seam = claim_seam(seams, sched, "a", impl, before=True)
-    with patch.object(sched._store, "claim_runs", side_effect=batch_claims(seam)):
+    with patch_store(sched, "claim_runs", side_effect=batch_claims(seam)):
         sched.schedule("a", jobs.record, 10.0, args=("old",))
         fake_clock.advance(10.0)
         assert seam.entered.wait(TIMEOUT)  # generation 1 about to be claimed
@@ -282,7 +283,7 @@ def test_completion_of_an_old_generation_vs_a_new_definition(
     sched = make_scheduler(start=True, pickup_seconds=600.0, pickup_check_seconds=600.0)
     heartbeat_settled(sched, fake_clock)
     seam = finish_seam(seams, sched, "a", finish_impl, before=True)
-    with patch.object(sched._store, "finish_runs", side_effect=batch_finishes(seam)):
+    with patch_store(sched, "finish_runs", side_effect=batch_finishes(seam)):
         sched.schedule("a", jobs.record, 10.0, args=("a",))
         fake_clock.advance(10.0)
         assert seam.entered.wait(TIMEOUT)  # generation 1 ran; its completion is pending
@@ -311,9 +312,9 @@ def shutdown_workers_first(sched: JobScheduler, wait: bool = True, timeout: floa
         sched._state = "stopped"
     sched._runs._stopping = True
     sched._dispatcher.stop()
-    sched._pool.stop()
+    sched._dispatcher.pool.stop()
     sched._dispatcher.join(TIMEOUT)
-    sched._pool.join(lambda: TIMEOUT)
+    sched._dispatcher.pool.join(lambda: TIMEOUT)
     sched._heartbeat.stop()
     sched._heartbeat.join(TIMEOUT)
     sched._store.engine.dispose()
@@ -548,9 +549,9 @@ def test_store_seams_forward_everything_else(make_scheduler: SchedulerFactory, s
     """The seam itself: unmatched calls pass straight through to the store."""
     sched = make_scheduler()
     seam = claim_seam(seams, sched, "other", before=True)
-    with patch.object(sched._store, "claim_runs", side_effect=batch_claims(seam)):
+    with patch_store(sched, "claim_runs", side_effect=batch_claims(seam)):
         sched.schedule("a", jobs.record, 10.0, args=("a",), start_in=0)
-        result = claim_one(sched._store, "a", 1, at_us(1e9), at_us(1e9), "x", Micros(30_000_000))
+        result = claim_one(store_of(sched), "a", 1, at_us(1e9), at_us(1e9), "x", Micros(30_000_000))
     assert isinstance(result, Claim)
     assert (seam.calls, seam.results) == (1, [])
-    assert isinstance(sched._store, Store)
+    assert isinstance(store_of(sched), Store)

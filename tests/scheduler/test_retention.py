@@ -14,6 +14,7 @@ from persched._store import MAX_ERROR_TEXT, bound_error_text
 from persched.errors import InvalidJobError
 from tests.support import cli_jobs, jobs
 from tests.support.helpers import TIMEOUT, at, finished_runs, wait_until
+from tests.support.seams import store_of
 
 if TYPE_CHECKING:
     from persched.testing import FakeClock
@@ -95,7 +96,7 @@ def test_runs_in_flight_are_never_pruned(make_scheduler: SchedulerFactory, fake_
     _run_times(sched, fake_clock, 3, "r")
     sched.schedule("blocked", jobs.block, 1.0, args=("blocked",), start_in=0)
     assert jobs.gate("blocked").started.wait(TIMEOUT)
-    store = sched._store  # the pruning contract is the store's
+    store = store_of(sched)  # the pruning contract is the store's
     deleted = store.prune_runs(
         Instant(fake_clock.now_us()), keep_runs=1, keep_seconds=Micros(0), job_ids={"r", "blocked"}
     )
@@ -110,7 +111,7 @@ def test_pruning_does_not_block_dispatch(make_scheduler: SchedulerFactory, fake_
     sched = _scheduler(make_scheduler, keep_runs=2)
     pruning = threading.Event()
     release = threading.Event()
-    store = sched._store  # seam: a prune that hangs
+    store = store_of(sched)  # seam: a prune that hangs
     real_prune = store.prune_runs
 
     def slow_prune(*args: Any, **kwargs: Any) -> int:  # noqa: ANN401 - passes through

@@ -23,6 +23,7 @@ from persched.errors import SchedulerStateError
 from tests.stress.test_stress import scale
 from tests.support import race_jobs
 from tests.support.helpers import TIMEOUT
+from tests.support.seams import now_of
 
 if TYPE_CHECKING:
     from tests.conftest import SchedulerFactory
@@ -45,9 +46,9 @@ def test_pause_resume_run_now_and_deschedule_from_many_threads(make_scheduler: S
     def controller(job_id: str, rng: random.Random) -> None:
         while not stop.is_set():
             if sched.pause(job_id):
-                paused_at = sched._timebase.now()  # pause() has returned
+                paused_at = now_of(sched)  # pause() has returned
                 time.sleep(rng.uniform(0, 0.03))
-                resume_at = sched._timebase.now()  # resume() not called yet
+                resume_at = now_of(sched)  # resume() not called yet
                 paused_windows[job_id].append((paused_at, resume_at))
                 assert sched.resume(job_id) is True
             time.sleep(rng.uniform(0, 0.02))
@@ -82,7 +83,7 @@ def test_pause_resume_run_now_and_deschedule_from_many_threads(make_scheduler: S
     assert errors == []
     for job_id in IDS:
         assert sched.deschedule(job_id, wait=True, timeout=TIMEOUT) is True
-    gone_at = sched._timebase.now()
+    gone_at = now_of(sched)
     time.sleep(0.05)
 
     run_now_runs = 0

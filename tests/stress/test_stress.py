@@ -50,6 +50,7 @@ from persched._store import db as _db
 from persched._store.schema import jobs as jobs_table
 from persched._store.schema import runs as runs_table
 from tests.support.helpers import TIMEOUT, wait_until
+from tests.support.seams import now_of
 
 if TYPE_CHECKING:
     from persched import JobScheduler
@@ -97,7 +98,7 @@ def hammer(sched: JobScheduler, rng_seed: int, threads: int = 8) -> list[Op]:
     ops_per_thread = max(1, int(30 * scale()))
 
     def now() -> float:  # the scheduler's frame, in the seconds the rows are read in
-        return seconds(sched._timebase.now())
+        return seconds(now_of(sched))
 
     ops: list[Op] = []
     lock = threading.Lock()

@@ -16,7 +16,7 @@ writes ``--marker`` (JSON, atomically: the point, ``time.monotonic()`` when it
 got there and what it was doing, e.g. the run ids) and blocks; the parent then
 SIGKILLs the process. Each point is reached by wrapping methods in this
 process only (``patch.object`` on `Store` / `JobScheduler` / `proof_jobs`) and
-by engine events on ``sched._store.engine`` (``after_cursor_execute``,
+by engine events on ``store_of(sched).engine`` (``after_cursor_execute``,
 ``commit``, ``rollback``); the library is not changed. A point fires once;
 later arrivals pass through.
 
@@ -47,6 +47,7 @@ from persched._model.instant import Instant, Micros, from_datetime, micros
 from persched._store import Claim, Recovery, Store
 from tests.support import proof_jobs
 from tests.support.history import OpLog
+from tests.support.seams import now_of, store_of
 from tests.support.store_calls import claim_one
 
 if TYPE_CHECKING:
@@ -264,7 +265,7 @@ def _listen(crash: _Crash, sched: JobScheduler) -> None:
     def on_rollback(conn: object) -> None:
         crash.tx().clear()
 
-    engine = sched._store.engine
+    engine = store_of(sched).engine
     event.listen(engine, "after_cursor_execute", after_execute)
     event.listen(engine, "commit", on_commit)
     event.listen(engine, "rollback", on_rollback)
@@ -353,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         assert job is not None
         due = from_datetime(job.next_run_at)
         lease = Micros(micros(args.lease))
-        claim = claim_one(sched._store, RECOVER_JOB, generation, due, sched._timebase.now(), "dead", lease)
+        claim = claim_one(store_of(sched), RECOVER_JOB, generation, due, now_of(sched), "dead", lease)
         assert isinstance(claim, Claim), claim
     sched.start()
 

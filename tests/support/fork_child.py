@@ -56,6 +56,7 @@ from sqlalchemy import event
 from persched import JobScheduler
 from persched._store.fork_gate import FORK_WAIT
 from persched.errors import SchedulerStateError
+from tests.support.seams import store_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -196,7 +197,7 @@ def _outcome(call: Callable[[], object]) -> str:
 def _methods_mode(url: str, out: str) -> None:
     parent = os.getpid()
     sched = JobScheduler(url, workers=2)
-    engine = sched._store.engine  # the test watches the scheduler's own pool
+    engine = store_of(sched).engine  # the test watches the scheduler's own pool
 
     def note(kind: str) -> Callable[..., None]:
         def on_event(*_: object) -> None:

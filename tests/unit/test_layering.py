@@ -125,6 +125,42 @@ def test_the_graph_is_read() -> None:
     assert "persched._model.public_models" in graph["persched._model.models"]  # a function-level import
 
 
+def copy_of_package(tmp_path: Path) -> Path:
+    """A copy of persched/'s modules under `tmp_path`, for a test to add an import to."""
+    root = tmp_path / "persched"
+    for path in modules().values():
+        copy = root / path.relative_to(PACKAGE)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    return root
+
+
+def outside_the_foundation(graph: dict[str, set[str]], folder: str) -> set[tuple[str, str]]:
+    """The arrows from the modules of `folder` to modules outside it and above the foundation."""
+    return {
+        (source, target)
+        for source, targets in graph.items()
+        if source == folder or source.startswith(folder + ".")
+        for target in targets
+        if not (target == folder or target.startswith(folder + ".")) and layer_of(target) != 0
+    }
+
+
+def test_the_http_server_stands_on_the_foundation_alone() -> None:
+    """The server that the dashboard and the metrics share imports neither of them (docs/architecture.md)."""
+    graph = graph_of()
+    assert "persched._interfaces.http.server" in graph
+    assert not outside_the_foundation(graph, "persched._interfaces.http")
+
+
+def test_an_arrow_out_of_the_http_server_is_found(tmp_path: Path) -> None:
+    root = copy_of_package(tmp_path)
+    changed = root / "_interfaces" / "http" / "hosts.py"
+    changed.write_text(changed.read_text(encoding="utf-8") + "\nfrom ..dashboard import app\n", encoding="utf-8")
+    found = outside_the_foundation(graph_of(root), "persched._interfaces.http")
+    assert found == {("persched._interfaces.http.hosts", "persched._interfaces.dashboard.app")}
+
+
 @pytest.mark.parametrize(
     ("source", "line", "target"),
     [
@@ -145,11 +181,7 @@ def test_the_graph_is_read() -> None:
 )
 def test_a_back_edge_fails(tmp_path: Path, source: str, line: str, target: str) -> None:
     """A copy of the package with one upward import added: the check finds exactly that arrow."""
-    root = tmp_path / "persched"
-    for path in modules().values():
-        copy = root / path.relative_to(PACKAGE)
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        copy.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    root = copy_of_package(tmp_path)
     changed = root / source
     changed.write_text(changed.read_text(encoding="utf-8") + "\n" + line, encoding="utf-8")
     assert back_edges(graph_of(root)) == back_edges(graph_of()) | {(module_name(changed, root), target)}

@@ -42,6 +42,7 @@ KINDS: dict[str, dict[str, Any]] = {
         "start_at": WHEN,
         "end_at": WHEN.replace(year=2031),
         "max_runtime_seconds": 30.0,
+        "exclude": ["2030-06-01/2030-06-03", "2030-12-25"],
     },
 }
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from pathlib import Path
 
-    from persched._interfaces.dashboard.server import Limits, Server
+    from persched._interfaces.http.server import Limits, Server
 
 START = 1_700_000_000.123457
 TOKEN = "s3cret-token-for-tests"

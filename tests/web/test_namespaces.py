@@ -16,7 +16,7 @@ import pytest
 
 from persched import JobScheduler
 from persched._interfaces.dashboard.actions import MESSAGES
-from persched._interfaces.dashboard.server import Limits
+from persched._interfaces.http.server import Limits
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT
 from tests.support.raw_http import connect
@@ -175,7 +175,7 @@ def test_idle_connections_are_closed_while_the_namespace_views_are_served(namesp
     and each idle connection is closed after the read timeout."""
     limits = Limits(workers=2, max_connections=64, read_timeout=1.0)
     for dashboard in serve_app(namespaced, None, namespace="web", limits=limits):
-        assert dashboard.server._running.wait(TIMEOUT)
+        assert dashboard.server.wait_serving(TIMEOUT)
         threads = threading.active_count()
         idle = [connect(dashboard.port) for _ in range(50)]
         try:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from persched._interfaces.dashboard.hosts import HostCheck, HostRules
-from persched._interfaces.dashboard.refusals import REFUSAL_LOG_SECONDS, RefusalLog
+from persched._interfaces.http.hosts import HostCheck, HostRules
+from persched._interfaces.http.refusals import REFUSAL_LOG_SECONDS, RefusalLog
 from tests.web.conftest import TOKEN, serve_app
 from tests.web.test_app import request
 from tests.web.test_attacks import Clock

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from persched._interfaces.dashboard.hosts import HostRules
-from persched._interfaces.dashboard.server import Limits, Server
+from persched._interfaces.http.hosts import HostRules
+from persched._interfaces.http.server import Limits, Server
 from persched.metrics import METRICS_LIMITS
 from tests.support.helpers import TIMEOUT, wait_until
 from tests.support.raw_http import connect, get, raw_request, read_reply
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 
 def _threads(dashboard: Dashboard) -> int:
-    assert dashboard.server._running.wait(TIMEOUT)  # its workers have started
+    assert dashboard.server.wait_serving(TIMEOUT)  # its workers have started
     return threading.active_count()
 
 
@@ -291,7 +291,7 @@ def test_when_every_worker_is_busy_and_the_queue_is_full_it_answers_503() -> Non
         busy.sendall(b"GET / HTTP/1.0\r\n\r\n")
         assert entered.wait(TIMEOUT)
         queued.sendall(b"GET / HTTP/1.0\r\n\r\n")
-        wait_until(lambda: server._queue.qsize() == 1, message="the second request queued")
+        wait_until(lambda: server.requests_waiting() == 1, message="the second request queued")
         refused = raw_request(port, b"GET / HTTP/1.0\r\n\r\n")
         assert refused.status == 503
         release.set()

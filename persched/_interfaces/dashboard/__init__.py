@@ -31,10 +31,7 @@ The modules, from the request in:
 - `namespaces`: the namespace a page shows, a store for each, the counts of their jobs;
 - `pages`: the pages that read; `chart`: their SVG; `layout`: the frame and the shared HTML;
 - `signin`: ``/login`` and ``/logout``; `actions`: the buttons' POSTs and the notes they leave;
-- `serve`: the ``persched web`` process; `server`: the bounded HTTP server, with
-  `wire` (the request head) and `hosts` (the Host check);
-- `refusals`: the log of refused requests, a line a minute for each kind.
-
-The server, `wire`, `hosts` and `refusals` serve the metrics endpoint too
-(`persched.metrics`), which is why this package imports nothing at its top.
+- `serve`: the ``persched web`` process, on the bounded HTTP server that the
+  metrics endpoint shares (`persched._interfaces.http`: the server, the request
+  head, the Host check and the log of refused requests).
 """

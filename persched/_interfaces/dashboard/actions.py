@@ -25,10 +25,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..._store import Store
+    from ..http.refusals import RefusalLog
     from .auth import Access
     from .layout import Frame
     from .namespaces import Namespaces
-    from .refusals import RefusalLog
     from .request import Request
 
 __all__ = ["ACTIONS", "MESSAGES", "Actions", "Refuse", "message_of"]

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING
 from ... import _loggers, _realtime
 from ...clock import SystemClock
 from ...errors import PerschedError, StoreError
+from ..http.hosts import HostCheck
+from ..http.refusals import RefusalLog
 from .actions import Actions, Refuse
 from .auth import SESSION_SECONDS, Access
-from .hosts import HostCheck
 from .layout import Frame
 from .namespaces import Namespaces
 from .pages import Pages
-from .refusals import RefusalLog
 from .request import BadRequest, cross_site, query_of, read_form, request_of
 from .signin import SignIn
 
@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
     from ..._store import Store
+    from ..http.hosts import HostRules
     from .auth import Authorize
-    from .hosts import HostRules
     from .request import Request, Response
 
 __all__ = ["WebApp"]

@@ -40,6 +40,8 @@ th{background:#eef1f5;font-weight:600}td.num{text-align:right}
 .pager a,.filters a{margin-right:1em}.filters a.on{font-weight:700;text-decoration:none;color:#1d2330}
 .actions form{display:inline}.actions button{margin-right:.5em;padding:.3em .9em}
 .note{background:#fff8c5;border:1px solid #e8d77a;padding:.5em .8em;margin:.6em 0}
+.alarm{background:#fde7e9;border:1px solid #e8a0a6;color:#8c1d18;padding:.5em .8em;margin:.6em 0;font-weight:600}
+.mark{font-size:11px;padding:0 .4em;border-radius:3px;background:#fde7e9;color:#8c1d18;margin-left:.4em}
 dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em;background:#fff;padding:.8em}
 dt{color:#667}dd{margin:0}pre{white-space:pre-wrap;margin:0;font-size:12px}
 svg{background:#fff;border:1px solid #e3e6ea}

@@ -4,6 +4,10 @@ Each reads in short read transactions through the keyset-paginated queries
 of `persched._store.views` (a page costs the same at 100,000 jobs), in the
 namespace the page asks for (`Namespaces.view`); a job page shows the
 buttons of `persched._interfaces.dashboard.actions` to whoever may act.
+
+Both say what `persched check` would (`persched._store.health`, its one
+definition): a banner when no scheduler is alive for a namespace that has jobs
+waiting to run, and a mark on each job of the page that is overdue or failing.
 """
 
 from __future__ import annotations
@@ -11,18 +15,20 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Final
 
-from ..._model.instant import to_datetime
+from ..._model.instant import Instant, to_datetime
+from ..._store import health as _health
 from ..._store import views as _views
-from ..present import COUNTS_NOTE, iso, job_state, relative, run_counts
+from ..present import COUNTS_NOTE, iso, job_state, problem_words, relative, run_counts
 from .actions import message_of
 from .chart import chart
 from .layout import e, next_run, note, runs_table
 from .request import BadRequest, View, job_id_of, whole
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Collection, Mapping
 
     from ..._model.models import Job
+    from ..._store.health import Problem
     from .auth import Access
     from .layout import Frame
     from .namespaces import Namespaces
@@ -69,9 +75,11 @@ class Pages:
             )
         now = to_datetime(self._now())
         everything = view.namespace is None
+        found = self._problems(view.namespace, [job.job_id for job in jobs])
         rows = "".join(
             "<tr>"
-            f"<td>{self._job_link(request, job.job_id, job.namespace)}</td>"
+            f"<td>{self._job_link(request, job.job_id, job.namespace)}"
+            f"{_marks(found, job.namespace, job.job_id)}</td>"
             + (f'<td class="ns">{e(job.namespace)}</td>' if everything else "")
             + f'<td class="{e(job.state.value)}">{e(job_state(job))}</td>'
             f"<td>{e(job.schedule)}</td>"
@@ -96,7 +104,10 @@ class Pages:
             else "<p>No jobs.</p>"
         )
         title = "Jobs" + ("" if view.namespace is None else f" of {view.namespace}")
-        body = f'<h1>{e(title)}</h1>{note(msg)}<p class="counts">{summary}</p>{table}<p class="pager">{pager}</p>'
+        body = (
+            f"<h1>{e(title)}</h1>{_banner(found)}{note(msg)}"
+            f'<p class="counts">{summary}</p>{table}<p class="pager">{pager}</p>'
+        )
         return self._frame.page(request, title, body, self._namespaces.nav(request, view, "/"))
 
     def _job_link(self, request: Request, job_id: str, namespace: str | None) -> str:
@@ -123,6 +134,7 @@ class Pages:
                     hint = f'<p id="elsewhere">{link} is a job of namespace {e(elsewhere)}.</p>'
             why = f"No active job {job_id!r} in namespace {view.namespace!r} (never scheduled, or descheduled)."
             return self._frame.error(request, HTTPStatus.NOT_FOUND, why, nav, hint)
+        found = self._problems(view.namespace, [job_id])
         history = _views.runs_page(self._store, job_id=job_id, before=before, limit=PAGE_SIZE + 1)
         more, history = len(history) > PAGE_SIZE, history[:PAGE_SIZE]
         latest = _views.runs_page(self._store, job_id=job_id, limit=CHART_RUNS)
@@ -131,6 +143,7 @@ class Pages:
             ("namespace", job.namespace),
             ("state", job_state(job) + (f" on {job.owner}" if job.owner else "")),
             ("schedule", job.schedule),
+            *([("excluded dates", ", ".join(job.exclude))] if job.exclude else []),
             (
                 "next run",
                 "-"
@@ -153,11 +166,18 @@ class Pages:
             older = request.url("/job", id=job_id, **params, before=history[-1].run_id)
             pager += f'<a href="{e(older)}">older &rarr;</a>'
         body = (
-            f"<h1>Job {e(job.job_id)}</h1>{note(msg)}{self._buttons(request, job)}{details}"
+            f"<h1>Job {e(job.job_id)}{_marks(found, job.namespace, job_id)}</h1>"
+            f"{_banner(found)}{note(msg)}{self._buttons(request, job)}{details}"
             f"<h2>Latest {len(latest)} runs</h2>{chart(latest)}"
             f'<h2>History</h2>{runs_table(history, None)}<p class="pager">{pager}</p>'
         )
         return self._frame.page(request, f"Job {job.job_id}", body, nav)
+
+    def _problems(self, namespace: str | None, job_ids: Collection[str]) -> list[Problem]:
+        """What `persched check` finds for a namespace (None: every one), the jobs `job_ids` only."""
+        store = self._store if namespace is None else self._namespaces.store_for(namespace)
+        found = _health.problems(store, Instant(self._now()), all_namespaces=namespace is None, job_ids=job_ids)
+        return [problem for problem in found if self._namespaces.serves(problem.namespace)]
 
     def _linker(self, request: Request, namespaces: Mapping[str, str]) -> Callable[[str], str]:
         return lambda job_id: self._job_link(request, job_id, namespaces.get(job_id))
@@ -213,3 +233,22 @@ class Pages:
         table = runs_table(runs, self._linker(request, namespaces), namespaces if view.namespace is None else None)
         body = f'<h1>{e(title)}</h1><p class="filters">{filters}</p>{table}<p class="pager">{pager}</p>'
         return self._frame.page(request, title, body, self._namespaces.nav(request, view, "/runs"))
+
+
+def _banner(found: list[Problem]) -> str:
+    """The banner of each namespace with jobs waiting to run and no live scheduler, or nothing."""
+    return "".join(
+        f'<p class="alarm" id="no-scheduler-{e(p.namespace)}">'
+        f"{e(problem_words(p))}: they do not run until a scheduler starts</p>"
+        for p in found
+        if p.kind == "no_scheduler"
+    )
+
+
+def _marks(found: list[Problem], namespace: str, job_id: str) -> str:
+    """The marks of a job that is overdue or failing (each with its words in the title), or nothing."""
+    return "".join(
+        f' <span class="mark {e(p.kind)}" title="{e(problem_words(p))}">{e(p.kind)}</span>'
+        for p in found
+        if p.job_id == job_id and p.namespace == namespace
+    )

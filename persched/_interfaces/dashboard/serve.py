@@ -1,7 +1,7 @@
 """``persched web``: the dashboard of one database on a server of its own, until SIGINT or SIGTERM.
 
 `make_web_server` puts the application behind the Host check
-(`persched._interfaces.dashboard.hosts`) on the bounded server (`persched._interfaces.dashboard.server`);
+(`persched._interfaces.http.hosts`) on the bounded server (`persched._interfaces.http.server`);
 `serve` opens the database (never created, never migrated), serves it on a
 thread of its own and stops at the first stop signal. Bound to an address
 other than loopback, it warns that the job data is visible from other
@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Final
 from ... import _loggers
 from ...errors import PerschedError
 from ..existing import open_existing
+from ..http.hosts import OWN_NAME, HostCheck, HostRules, allow_every_host_warning, url_host
+from ..http.server import Limits, Server
 from ..signals import StopSignals
 from .app import WebApp
-from .hosts import OWN_NAME, HostCheck, HostRules, allow_every_host_warning, url_host
-from .server import Limits, Server
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

@@ -2,7 +2,7 @@
 
 Signing in under a name that every local service shares (127.0.0.1,
 localhost, [::1]) is refused with a link to the dashboard's own name,
-``persched.localhost`` (`persched._interfaces.dashboard.hosts.OWN_NAME`):
+``persched.localhost`` (`persched._interfaces.http.hosts.OWN_NAME`):
 cookies ignore ports, so a cookie set there would reach them all.
 
 A right token makes a session (`persched._interfaces.dashboard.auth.Sessions`,
@@ -27,8 +27,8 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Final
 
 from ... import _loggers
+from ..http.hosts import LOOPBACK_NAMES, OWN_NAME, split_host
 from .auth import DEVICE_SECONDS, same_secret
-from .hosts import LOOPBACK_NAMES, OWN_NAME, split_host
 from .layout import e
 from .request import COOKIE, DEVICE_COOKIE, Response, cookie
 

@@ -33,8 +33,8 @@ idle and slow ones wait their turn to be dropped. Every connection has
 `Limits.read_timeout` seconds from its accept to the end of its request
 (an idle connection is closed then, with 408).
 
-The request head is read by `persched._interfaces.dashboard.wire`; the Host check is
-`persched._interfaces.dashboard.hosts`'s, a middleware in front of the application.
+The request head is read by `persched._interfaces.http.wire`; the Host check is
+`persched._interfaces.http.hosts`'s, a middleware in front of the application.
 """
 
 from __future__ import annotations
@@ -221,6 +221,14 @@ class Server:
             self._wake_w.send(b"x")
         self._done.wait()
 
+    def wait_serving(self, timeout: float | None = None) -> bool:
+        """Wait until `serve_forever` accepts connections, its workers started; False if `timeout` passed first."""
+        return self._running.wait(timeout)
+
+    def requests_waiting(self) -> int:
+        """How many complete requests wait for a worker (at most `Limits.queue_size`; beyond it: 503)."""
+        return self._queue.qsize()
+
     def server_close(self) -> None:
         """Close the listening socket (after `shutdown`)."""
         self.socket.close()
@@ -405,7 +413,7 @@ class Server:
         sock.settimeout(self.limits.write_timeout)  # sendall's whole duration (Python 3.5+)
         out = sock.makefile("wb")  # buffered: each write is whole (wsgiref warns of partial ones)
         try:
-            handler = _Handler(BytesIO(request.body), out, _NoErrors(), self._environ(conn, request))
+            handler = _Handler(BytesIO(request.body), out, _NoErrors(), _environ(self.server_address, conn, request))
             handler.run(self.app)
         finally:
             with contextlib.suppress(OSError):  # the client went away, or took too long
@@ -416,31 +424,6 @@ class Server:
         logger.debug("%s: %s %s %s from %s", self.name, request.method, path, status.split(" ", 1)[0], conn.address)
         with contextlib.suppress(OSError):  # the client went away already
             sock.shutdown(socket.SHUT_WR)
-
-    def _environ(self, conn: _Connection, request: _Request) -> dict[str, str]:
-        path, _, query = request.target.partition("?")
-        environ = {
-            "REQUEST_METHOD": request.method,
-            "SCRIPT_NAME": "",
-            "PATH_INFO": urllib.parse.unquote(path, "iso-8859-1"),  # PEP 3333: bytes as latin-1
-            "QUERY_STRING": query,
-            "SERVER_NAME": str(self.server_address[0]),
-            "SERVER_PORT": str(self.server_port),
-            "SERVER_PROTOCOL": request.version,
-            "REMOTE_ADDR": conn.address,
-            "CONTENT_LENGTH": str(len(request.body)) if request.body else "",
-        }
-        for name, value in request.headers:
-            key = name.upper().replace("-", "_")
-            if "_" in name:
-                continue  # "X_User" would read as "X-User": dropped, as wsgiref does
-            if key == "CONTENT_TYPE":
-                environ["CONTENT_TYPE"] = value
-            elif key != "CONTENT_LENGTH":
-                key = "HTTP_" + key
-                separator = "; " if key == "HTTP_COOKIE" else ", "
-                environ[key] = environ[key] + separator + value if key in environ else value
-        return environ
 
 
 class _Handler(SimpleHandler):
@@ -465,6 +448,33 @@ class _NoErrors:
 
     def flush(self) -> None:
         pass
+
+
+def _environ(server_address: tuple[str, int], conn: _Connection, request: _Request) -> dict[str, str]:
+    """The CGI variables of `request` (PEP 3333); `_Handler` adds the ``wsgi.*`` keys."""
+    path, _, query = request.target.partition("?")
+    environ = {
+        "REQUEST_METHOD": request.method,
+        "SCRIPT_NAME": "",
+        "PATH_INFO": urllib.parse.unquote(path, "iso-8859-1"),  # PEP 3333: bytes as latin-1
+        "QUERY_STRING": query,
+        "SERVER_NAME": str(server_address[0]),
+        "SERVER_PORT": str(server_address[1]),
+        "SERVER_PROTOCOL": request.version,
+        "REMOTE_ADDR": conn.address,
+        "CONTENT_LENGTH": str(len(request.body)) if request.body else "",
+    }
+    for name, value in request.headers:
+        key = name.upper().replace("-", "_")
+        if "_" in name:
+            continue  # "X_User" would read as "X-User": dropped, as wsgiref does
+        if key == "CONTENT_TYPE":
+            environ["CONTENT_TYPE"] = value
+        elif key != "CONTENT_LENGTH":
+            key = "HTTP_" + key
+            separator = "; " if key == "HTTP_COOKIE" else ", "
+            environ[key] = environ[key] + separator + value if key in environ else value
+    return environ
 
 
 def _send_nowait(sock: socket.socket, data: bytes) -> None:
