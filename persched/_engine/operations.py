@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .. import _loggers
 from .._model.checks import positive
-from .._model.declare import DeclareResult, JobSpec, check_specs
+from .._model.declare import DeclareResult, JobSpec, SharedChecks, check_specs
 from .._model.instant import to_datetime
 from .._model.models import (
     Job,
@@ -238,7 +238,8 @@ class JobOperations:
         for name, flag in (("prune", prune), ("allow_empty", allow_empty)):
             if not isinstance(flag, bool):
                 raise InvalidJobError(name, f"must be True or False, got {flag!r}")
-        definitions = [self._spec_definition(spec) for spec in check_specs(specs)]
+        shared = SharedChecks(lambda fn: reference_of(fn, self._allowed_modules), validate_policies)
+        definitions = [self._spec_definition(spec, shared) for spec in check_specs(specs)]
         if prune and not definitions and not allow_empty:
             raise InvalidJobError(
                 "specs",
@@ -259,9 +260,16 @@ class JobOperations:
         logger.info("%s", declared.summary())
         return declared
 
-    def _spec_definition(self, spec: JobSpec) -> JobDefinition:
+    def _spec_definition(self, spec: JobSpec, shared: SharedChecks) -> JobDefinition:
+        """`_definition` of a spec (its id checked by `check_specs`), with the checks specs share made once."""
+        options = dict(spec.options)
+        args, kwargs, start_in = options.pop("args", ()), options.pop("kwargs", None), options.pop("start_in", None)
         try:
-            return self._definition(spec.job_id, spec.fn, spec.interval_seconds, **spec.options)
+            target = shared.reference(spec.fn)
+            policies = shared.policies(spec.interval_seconds, options)
+            return validate_definition(
+                spec.job_id, target, policies, args, kwargs, start_in, max_args_bytes=self._max_args_bytes
+            )
         except InvalidJobError as exc:  # name the spec as well as its argument
             raise InvalidJobError(f"specs[{spec.job_id!r}].{exc.argument}", exc.reason) from None
 

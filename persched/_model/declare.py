@@ -3,17 +3,18 @@
 
 from __future__ import annotations
 
+import types
 from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import InvalidJobError
 from .models import KEYWORD_OPTIONS, validate_job_id
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Hashable, Iterable, Mapping
 
-    from .models import Job
+    from .models import Job, Policies
 
-__all__ = ["SCHEDULE_OPTIONS", "DeclareResult", "JobSpec", "check_specs"]
+__all__ = ["SCHEDULE_OPTIONS", "DeclareResult", "JobSpec", "SharedChecks", "check_specs"]
 
 SUMMARY_IDS: Final = 10  # ids a summary line names per kind of change; the rest are counted
 
@@ -70,6 +71,51 @@ def check_specs(specs: object) -> list[JobSpec]:
         seen.add(spec.job_id)
         checked.append(spec)
     return checked
+
+
+class SharedChecks:
+    """The checks of a declaration's specs that depend only on a value many specs share: a target's
+    reference and a schedule's options are checked once per distinct value (100,000 specs often
+    name a handful of callables and intervals). A value that cannot be a dict key, or a check that
+    raises, is simply checked again each time.
+
+    Args:
+        reference: ``reference_of`` with the scheduler's allowed modules.
+        policies: ``validate_policies``.
+    """
+
+    __slots__ = ("_policies", "_policies_of", "_reference", "_references")
+
+    def __init__(self, reference: Callable[[object], str], policies: Callable[..., Policies]) -> None:
+        self._reference = reference
+        self._policies = policies
+        self._references: dict[Hashable, str] = {}
+        self._policies_of: dict[Hashable, Policies] = {}
+
+    def reference(self, fn: object) -> str:
+        """The checked ``"module:qualname"`` of `fn`."""
+        # Only kinds whose equality is their identity or their text: equal keys, equal references.
+        if not isinstance(fn, (str, types.FunctionType)):
+            return self._reference(fn)
+        key = (type(fn), fn)
+        found = self._references.get(key)
+        if found is None:
+            found = self._references[key] = self._reference(fn)
+        return found
+
+    def policies(self, interval_seconds: object, options: Mapping[str, object]) -> Policies:
+        """The checked `Policies` of a spec's interval and schedule options."""
+        # Type and repr as well as the value: 60 and 60.0 and True, or one instant in two time zones,
+        # are equal values that schedule() may read differently.
+        given = (("interval_seconds", interval_seconds), *options.items())
+        key = tuple((name, type(value), repr(value), value) for name, value in given)
+        try:
+            found = self._policies_of.get(key)
+        except TypeError:  # an unhashable value (a list): checked each time
+            return self._policies(interval_seconds, **options)
+        if found is None:
+            found = self._policies_of[key] = self._policies(interval_seconds, **options)
+        return found
 
 
 class DeclareResult(list["Job"]):

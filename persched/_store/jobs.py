@@ -72,6 +72,7 @@ T = TypeVar("T")
 # by `read_row`, as `RAW_JOBS` reads them.
 _JOB_SELECT: Final = ", ".join(column.name for column in JOB_COLUMNS)
 _FIND_JOB: Final = f"SELECT {_JOB_SELECT} FROM persched_jobs WHERE job_id = ?"  # noqa: S608 - ours
+_FIND_JOBS: Final = f"SELECT {_JOB_SELECT} FROM persched_jobs WHERE job_id"  # noqa: S608 - ours; + IN (...)
 # Whether the id has a row, locking it (`locking_sql`): a result's columns cost SQLAlchemy about 1.5 µs
 # each to describe, also when no row comes back, so a new id is looked for with one.
 _PROBE_JOB: Final = "SELECT state FROM persched_jobs WHERE job_id = ?"
@@ -92,7 +93,11 @@ def _paused(now: Instant, until: Instant | None, note: str | None) -> dict[str, 
 
 
 _MARK_DECLARED: Final = "UPDATE persched_jobs SET declared = ? WHERE job_id = ?"
-_IDS_PER_QUERY: Final = 500  # ids bound in one IN (...): well under every engine's limit of parameters
+# The change counter's row, read locking (`Dialect.locking_sql`): a declaration holds it to its commit
+# without writing it, so an unchanged declaration writes nothing.
+_HOLD_CHANGES: Final = "SELECT seq FROM persched_changes WHERE id = 1"
+_IDS_PER_QUERY: Final = 10_000  # ids bound in one IN (...) at most, and fewer where the engine takes fewer
+_PARAMETERS_SPARE: Final = 8  # a statement's parameters besides its ids
 
 
 @functools.lru_cache(maxsize=16)
@@ -119,6 +124,17 @@ class _Written(NamedTuple):
     row: StoredRow | dict[str, Any]
     change: Literal["created", "replaced", "unchanged"]
     due: Instant | None
+
+
+class _Decision(NamedTuple):
+    """What an upsert writes (`write`: None for nothing) and what it then returns (`written`).
+
+    `replaces`: `write` is an UPDATE of a row known to be there, so it must match exactly one.
+    """
+
+    written: _Written
+    write: Sql | None
+    replaces: bool
 
 
 def _next_generation(conn: Connection, row: StoredRow) -> int:
@@ -171,6 +187,12 @@ class JobsStore(DueStore):
         """declare(): upsert every definition as declared and, with `prune`, deschedule this namespace's
         declared jobs that `definitions` leaves out, all in one transaction: all of it commits, or none.
 
+        The rows are read in bulk and compared in Python; only what changed is
+        written, a statement per kind of write for all its rows (the driver's
+        executemany). No statement binds more parameters than the engine takes
+        (`Dialect.max_parameters`), at any number of definitions. A declaration
+        that changes nothing writes nothing.
+
         Returns:
             Each definition's `Upserted`, in order, and the (job_id, generation) of each job pruned.
 
@@ -178,27 +200,30 @@ class JobsStore(DueStore):
             InvalidJobError: An id belongs to an active job of another namespace (nothing written);
                 its argument is named as declare() names a spec's, ``specs['<id>'].job_id``.
         """
-        bodies = [self._upsert_body(definition, now, declared=True) for definition in definitions]
-        keep = {definition.job_id for definition in definitions}
+        ids = [definition.job_id for definition in definitions]
         # Rows are written in job_id order, so two declarations of overlapping sets lock them in the same
         # order (PostgreSQL, MariaDB: FOR UPDATE) and never deadlock each other.
-        order = sorted(range(len(definitions)), key=lambda i: definitions[i].job_id)
+        order = sorted(range(len(definitions)), key=ids.__getitem__)
 
         def body(conn: Connection) -> tuple[list[_Written], list[tuple[str, int]]]:
-            # The change counter's row first: its lock (held to the commit) orders declarations
-            # that race, so each reads the rows the one before it committed and the last one's set
-            # is what remains (READ COMMITTED would let a prune miss a row inserted meanwhile).
-            self._bump_change_seq(conn)
-            # Before the first write of a row: an id another namespace holds refuses the whole declaration.
-            self._refuse_clashes(conn, [definition.job_id for definition in definitions])
-            written: dict[int, _Written] = {}
+            # The change counter's row first: its lock (held to the commit) orders declarations that
+            # race, so each reads the rows the one before it committed and the last one's set is what
+            # remains. Every other change of a definition (schedule, deschedule, pause...) writes that
+            # row too, so none commits between this read and the commit: the rows read below stay
+            # what they are without a lock of their own.
+            self.dialect.execute(conn, Sql(self.dialect.locking_sql(_HOLD_CHANGES)))
+            held = self._read_jobs(conn, ids)
+            # Before the first write: an id another namespace holds refuses the whole declaration.
+            self._refuse_clashes(ids, held)
+            decided: dict[int, _Decision] = {}
             for i in order:
-                done = bodies[i](conn)
-                if isinstance(done, str):  # came since the check (no lock held it): raising rolls all back
-                    raise self._clash(definitions[i].job_id, done, declared=True)
-                written[i] = done
-            pruned = self._prune_declared(conn, keep, now) if prune else []
-            return [written[i] for i in range(len(definitions))], pruned
+                decision = self._decide(conn, definitions[i], now, held.get(ids[i]), declared=True)
+                if isinstance(decision, str):  # cannot come since the check (the lock): raising rolls all back
+                    raise self._clash(ids[i], decision, declared=True)
+                decided[i] = decision
+            self._write_decisions(conn, [decided[i] for i in order])
+            pruned = self._prune_declared(conn, set(ids), now) if prune else []
+            return [decided[i].written for i in range(len(definitions))], pruned
 
         for _ in range(3):
             try:
@@ -208,20 +233,44 @@ class JobsStore(DueStore):
             return [_upserted(row) for row in rows], pruned
         raise StoreError(self.url, "declare kept conflicting")
 
-    def _refuse_clashes(self, conn: Connection, job_ids: Sequence[str]) -> None:
-        """Raise for the first of `job_ids` (in their order) that an active job of another namespace holds."""
-        owners: dict[str, str] = {}
-        for start in range(0, len(job_ids), _IDS_PER_QUERY):
-            chunk = tuple(job_ids[start : start + _IDS_PER_QUERY])
-            found = Sql(
-                f"SELECT job_id, namespace FROM persched_jobs WHERE job_id IN ({marks(len(chunk))})"  # noqa: S608 - ours
-                " AND state <> ? AND namespace <> ?",
-                (*chunk, DESCHEDULED, self.namespace),
-            )
-            owners.update((str(row.job_id), str(row.namespace)) for row in self.dialect.execute(conn, found))
+    def _ids_per_query(self) -> int:
+        """How many ids one ``IN (...)`` binds: under the engine's limit of parameters, with some spare."""
+        return min(_IDS_PER_QUERY, self.dialect.max_parameters - _PARAMETERS_SPARE)
+
+    def _read_jobs(self, conn: Connection, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The rows of `job_ids` that exist (any namespace, any state), raw, by job_id."""
+        cursor = self.dialect.cursor(conn)
+        names = [column.name for column in JOB_COLUMNS]
+        step = self._ids_per_query()
+        rows: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(job_ids), step):
+            chunk = job_ids[start : start + step]
+            sql = f"{_FIND_JOBS} IN ({marks(len(chunk))})"
+            for values in cursor.execute(sql, chunk).fetchall():
+                row = dict(zip(names, values, strict=True))
+                rows[row["job_id"]] = row
+        return rows
+
+    def _refuse_clashes(self, job_ids: Sequence[str], held: dict[str, dict[str, Any]]) -> None:
+        """Raise for the first of `job_ids` (in their order) whose row in `held` is another namespace's active job."""
         for job_id in job_ids:
-            if job_id in owners:
-                raise self._clash(job_id, owners[job_id], declared=True)
+            found = held.get(job_id)
+            if found is not None and found["state"] != DESCHEDULED and found["namespace"] != self.namespace:
+                raise self._clash(job_id, str(found["namespace"]), declared=True)
+
+    def _write_decisions(self, conn: Connection, decisions: Sequence[_Decision]) -> None:
+        """Run the writes of `decisions`: one executemany per statement, its rows in the order given."""
+        batches: dict[str, list[tuple[Any, ...]]] = {}
+        replacing: dict[str, bool] = {}
+        for decision in decisions:
+            if decision.write is not None:
+                batches.setdefault(decision.write.text, []).append(decision.write.params)
+                replacing[decision.write.text] = decision.replaces
+        cursor = self.dialect.cursor(conn)
+        for sql, rows in batches.items():
+            done = cursor.executemany(sql, rows)
+            if replacing[sql] and done.rowcount != len(rows):  # cannot happen: no row goes away meanwhile
+                raise StoreError(self.url, f"declare: {len(rows) - done.rowcount} of its rows went away")
 
     def _clash(self, job_id: str, namespace: str, *, declared: bool = False) -> InvalidJobError:
         return InvalidJobError(
@@ -238,7 +287,6 @@ class JobsStore(DueStore):
         `declared` marks the job as written by declare(); an unchanged job declared now is marked too.
         """
         dialect = self.dialect
-        at = dialect.bind_instant
         probe = Sql(dialect.locking_sql(_PROBE_JOB), (definition.job_id,))
         find = Sql(_FIND_JOB, (definition.job_id,))
 
@@ -249,79 +297,91 @@ class JobsStore(DueStore):
             # A probe first, holding the row: a new id (the usual schedule()) reads one column, not all.
             known = next(iter(dialect.execute(conn, probe)), None) is not None
             found = next(iter(dialect.execute(conn, find)), None) if known else None
-            held: dict[str, Any] = {} if found is None else dict(found._mapping)  # raw, as `RAW_JOBS` reads it
-            row = None if found is None else read_row(JOB_COLUMNS, held)
-            if row is not None and row.state != DESCHEDULED and row.namespace != self.namespace:
-                return str(row.namespace)  # raised after the (group) commit: see _write_grouped
-            if (
-                row is not None
-                and row.state != DESCHEDULED
-                and not row.problems  # a row edited into something unreadable is replaced: the way out
-                and definition_key(row) == definition.key()
-            ):
-                if declared and not row.declared:
-                    dialect.execute(conn, Sql(_MARK_DECLARED, (True, definition.job_id)))
-                    row = read_row(JOB_COLUMNS, {**held, "declared": True})
-                return _Written(row, "unchanged", None)  # keep generation and grid
-            policies = definition.policies
-            # A generation is never reused, also after deschedule (no ABA); the row
-            # is held (write lock, or FOR UPDATE), so the next one is known here.
-            generation = 1 if row is None else _next_generation(conn, row)
-            anchor, first = place_grid(policies, now, definition.start_in)
-            plan = JobPlan.of(definition.job_id, generation, anchor, policies)
-            columns = policies.columns()
-            # A replacement keeps an operator's pause: a re-deploy must not resume a paused job.
-            paused = row is not None and row.state != DESCHEDULED and bool(row.paused)
-            # Driver values (timestamps by bind_instant, as UTCDateTime stores them: tests/store/test_churn_sql.py).
-            values: dict[str, Any] = {
-                "target": definition.target,
-                "args": definition.args_json,
-                "kwargs": definition.kwargs_json,
-                **{
-                    name: at(from_datetime(value)) if value is not None and name in _INSTANT_COLUMNS else value
-                    for name, value in columns.items()
-                },
-                "first_run_at": at(anchor),
-                "next_run_at": at(first),
-                "generation": generation,
-                "state": FINISHED if plan.is_over(first) else SCHEDULED,
-                "paused": paused,
-                # ... with its end and its note.
-                "paused_until": at(from_datetime(row.paused_until)) if row and paused and row.paused_until else None,
-                "pause_note": row.pause_note if row and paused else None,
-                "run_now_at": None,
-                "running_for": None,
-                "owner": None,
-                "lease_until": None,
-                "run_count": 0,
-                "error_count": 0,
-                "last_outcome": None,
-                "updated_at": at(now),
-                "change_seq": self._bump_change_seq(conn),
-                "namespace": self.namespace,
-                "declared": declared,
-            }
-            # Written without RETURNING: the row as stored is the one read above (held since)
-            # with these values over it, read by the same `read_row` (tests/store/test_churn_sql.py
-            # reads it back on every engine).
-            change: Literal["created", "replaced"]
-            written: dict[str, Any]
-            if row is None:
-                change = "created"
-                written = {"job_id": definition.job_id, "created_at": at(now), **values}
-                dialect.execute(conn, Sql(_insert_job(tuple(written)), tuple(written.values())))
-            else:
-                change = "replaced" if row.state != DESCHEDULED else "created"
-                if "created_at" in row.problems:  # the replacement is the fix the listing asked for
-                    values["created_at"] = at(now)
-                done = dialect.execute(conn, Sql(_replace_job(tuple(values)), (*values.values(), definition.job_id)))
-                if done.rowcount != 1:  # cannot happen: the row is held (write lock, or FOR UPDATE)
+            decision = self._decide(
+                conn, definition, now, None if found is None else dict(found._mapping), declared=declared
+            )
+            if isinstance(decision, str):
+                return decision  # raised after the (group) commit: see _write_grouped
+            if decision.write is not None:
+                done = dialect.execute(conn, decision.write)
+                if decision.replaces and done.rowcount != 1:  # cannot happen: the row is held
                     raise StoreError(self.url, f"schedule of {definition.job_id!r}: its row went away")
-                written = {**held, **values}
-            due = None if values["state"] != SCHEDULED or paused else plan.due_at(first, None)
-            return _Written(written, change, due)
+            return decision.written
 
         return body
+
+    def _decide(
+        self, conn: Connection, definition: JobDefinition, now: Instant, held: dict[str, Any] | None, *, declared: bool
+    ) -> _Decision | str:
+        """What an upsert of `definition` writes over `held` (its row, raw as `RAW_JOBS` reads it; None:
+        there is none), or the namespace that holds the id. The row is held, or cannot change meanwhile."""
+        at = self.dialect.bind_instant
+        row = None if held is None else read_row(JOB_COLUMNS, held)
+        if row is not None and row.state != DESCHEDULED and row.namespace != self.namespace:
+            return str(row.namespace)
+        if (
+            row is not None
+            and held is not None
+            and row.state != DESCHEDULED
+            and not row.problems  # a row edited into something unreadable is replaced: the way out
+            and definition_key(row) == definition.key()
+        ):
+            if declared and not row.declared:
+                kept = read_row(JOB_COLUMNS, {**held, "declared": True})
+                return _Decision(_Written(kept, "unchanged", None), Sql(_MARK_DECLARED, (True, row.job_id)), False)
+            return _Decision(_Written(row, "unchanged", None), None, False)  # keep generation and grid
+        policies = definition.policies
+        # A generation is never reused, also after deschedule (no ABA); the row
+        # is held (write lock, or FOR UPDATE), so the next one is known here.
+        generation = 1 if row is None else _next_generation(conn, row)
+        anchor, first = place_grid(policies, now, definition.start_in)
+        plan = JobPlan.of(definition.job_id, generation, anchor, policies)
+        columns = policies.columns()
+        # A replacement keeps an operator's pause: a re-deploy must not resume a paused job.
+        paused = row is not None and row.state != DESCHEDULED and bool(row.paused)
+        # Driver values (timestamps by bind_instant, as UTCDateTime stores them: tests/store/test_churn_sql.py).
+        values: dict[str, Any] = {
+            "target": definition.target,
+            "args": definition.args_json,
+            "kwargs": definition.kwargs_json,
+            **{
+                name: at(from_datetime(value)) if value is not None and name in _INSTANT_COLUMNS else value
+                for name, value in columns.items()
+            },
+            "first_run_at": at(anchor),
+            "next_run_at": at(first),
+            "generation": generation,
+            "state": FINISHED if plan.is_over(first) else SCHEDULED,
+            "paused": paused,
+            # ... with its end and its note.
+            "paused_until": at(from_datetime(row.paused_until)) if row and paused and row.paused_until else None,
+            "pause_note": row.pause_note if row and paused else None,
+            "run_now_at": None,
+            "running_for": None,
+            "owner": None,
+            "lease_until": None,
+            "run_count": 0,
+            "error_count": 0,
+            "last_outcome": None,
+            "updated_at": at(now),
+            "change_seq": self._bump_change_seq(conn),
+            "namespace": self.namespace,
+            "declared": declared,
+        }
+        due = None if values["state"] != SCHEDULED or paused else plan.due_at(first, None)
+        # Written without RETURNING: the row as stored is the one read above (held since)
+        # with these values over it, read by the same `read_row` (tests/store/test_churn_sql.py
+        # reads it back on every engine).
+        if row is None:
+            written = {"job_id": definition.job_id, "created_at": at(now), **values}
+            insert = Sql(_insert_job(tuple(written)), tuple(written.values()))
+            return _Decision(_Written(written, "created", due), insert, False)
+        if "created_at" in row.problems:  # the replacement is the fix the listing asked for
+            values["created_at"] = at(now)
+        assert held is not None  # a row was read
+        replace = Sql(_replace_job(tuple(values)), (*values.values(), definition.job_id))
+        change: Literal["created", "replaced"] = "replaced" if row.state != DESCHEDULED else "created"
+        return _Decision(_Written({**held, **values}, change, due), replace, True)
 
     def deschedule_job(self, job_id: str, now: Instant) -> int | None:
         """Mark the job descheduled; return the generation descheduled, None if there was no active job."""
@@ -340,15 +400,24 @@ class JobsStore(DueStore):
         return Sql(_DESCHEDULE, (DESCHEDULED, self.dialect.bind_instant(now), self._bump_change_seq(conn)))
 
     def _prune_declared(self, conn: Connection, keep: Collection[str], now: Instant) -> list[tuple[str, int]]:
-        """Deschedule this namespace's declared jobs whose id is not in `keep`; return (job_id, generation) of each."""
-        gone = Sql(_DECLARED_JOBS, (DESCHEDULED, True, self.namespace))
-        if keep:
-            gone = Sql.join((gone, Sql(f"job_id NOT IN ({marks(len(keep))})", tuple(keep))), " AND ")
-        probe = Sql(f"SELECT job_id FROM persched_jobs WHERE {gone.text} LIMIT 1", gone.params)  # noqa: S608 - ours
-        if next(iter(self.dialect.execute(conn, probe)), None) is None:
+        """Deschedule this namespace's declared jobs whose id is not in `keep`; return (job_id, generation) of each.
+
+        The declared ids are read and compared in Python, and those to go are
+        descheduled by id in chunks: no statement binds `keep` whole.
+        """
+        declared = Sql(_DECLARED_JOBS, (DESCHEDULED, True, self.namespace))
+        listed = Sql(f"SELECT job_id FROM persched_jobs WHERE {declared.text}", declared.params)  # noqa: S608 - ours
+        gone = sorted(job_id for (job_id,) in self.dialect.execute(conn, listed) if job_id not in keep)
+        if not gone:
             return []  # nothing to prune: no change to announce
-        rows = self.dialect.update_sql(conn, jobs, self._descheduled(conn, now), gone, "job_id, generation")
-        return sorted((row.job_id, int(row.generation)) for row in rows)
+        pruned: list[tuple[str, int]] = []
+        step = self._ids_per_query() // 2  # MySQL's update_sql binds the ids it locked again
+        for start in range(0, len(gone), step):
+            chunk = tuple(gone[start : start + step])
+            which = Sql(f"{declared.text} AND job_id IN ({marks(len(chunk))})", declared.params + chunk)
+            rows = self.dialect.update_sql(conn, jobs, self._descheduled(conn, now), which, "job_id, generation")
+            pruned.extend((row.job_id, int(row.generation)) for row in rows)
+        return sorted(pruned)
 
     def get_job(self, job_id: str) -> Job | None:
         """Return the active job `job_id`, or None."""

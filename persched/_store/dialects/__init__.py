@@ -152,6 +152,9 @@ class Dialect:
     #: instance sharing it can compare its own with (`persched._store.members`).
     #: Its value is read by `raw_instant`.
     clock_sql: ClassVar[str] = "SELECT CURRENT_TIMESTAMP"
+    #: The most parameters one statement may bind (the engine's or its driver's limit): a
+    #: statement over a set of any size binds it in chunks under this (`persched._store.jobs`).
+    max_parameters: ClassVar[int] = 65_535  # PostgreSQL's protocol (psycopg) and MySQL's prepared statements
 
     def is_transient(self, exc: DBAPIError) -> bool:
         """True if retrying the whole transaction may succeed (busy, dropped connection, deadlock)."""

@@ -38,6 +38,20 @@ CHANGES_CHANNEL: Final = "persched_changes"  # LISTEN / NOTIFY channel of the ch
 _ANNOUNCE: Final = Sql("SELECT pg_notify(?, current_schema())", (CHANGES_CHANNEL,))
 
 
+# SQLSTATEs after which the whole transaction may succeed when tried again.
+_TRANSIENT_SQLSTATES: Final = frozenset(
+    {
+        "40001",  # serialization_failure
+        "40P01",  # deadlock_detected
+        "55P03",  # lock_not_available: lock_timeout, or NOWAIT
+        "53300",  # too_many_connections
+        "57P01",  # admin_shutdown
+        "57P02",  # crash_shutdown
+        "57P03",  # cannot_connect_now: the server is starting
+    }
+)
+
+
 class PostgreSQLDialect(Dialect):
     name: ClassVar[str] = "postgresql"
     clock_sql: ClassVar[str] = "SELECT clock_timestamp()"  # the time now, not the transaction's start
@@ -48,15 +62,15 @@ class PostgreSQLDialect(Dialect):
         return super().refuses_row(exc) or (isinstance(sqlstate, str) and sqlstate.startswith("P0"))
 
     def is_transient(self, exc: DBAPIError) -> bool:
-        if exc.connection_invalidated:
+        if exc.connection_invalidated:  # the connection was lost (psycopg: closed or broken)
             return True
         sqlstate = getattr(exc.orig, "sqlstate", None)
-        # No SQLSTATE: the connection could not be made or was cut (server
-        # restarting, network). Else: connection lost, serialization failure,
-        # deadlock, admin shutdown.
         if sqlstate is None:
-            return isinstance(exc, OperationalError)
-        return isinstance(sqlstate, str) and (sqlstate.startswith("08") or sqlstate in ("40001", "40P01", "57P01"))
+            # No SQLSTATE: the connection could not be made (no statement yet: the server is
+            # restarting, the network), or the driver refused a statement on a connection that
+            # is fine (more parameters than the protocol's 65,535), which fails again each time.
+            return isinstance(exc, OperationalError) and exc.statement is None
+        return isinstance(sqlstate, str) and (sqlstate.startswith("08") or sqlstate in _TRANSIENT_SQLSTATES)
 
     def claim(
         self, cur: DriverCursor, table: Table, assignments: Sql, predicate: Sql, columns: str

@@ -14,6 +14,8 @@ for every few milliseconds (persched._engine.heartbeat).
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
@@ -32,8 +34,23 @@ if TYPE_CHECKING:
 _NAIVE_EPOCH: Final = datetime(1970, 1, 1)
 
 
+_SQLITE_BUSY: Final = 5
+_SQLITE_LOCKED: Final = 6
+
+
+def _variable_limit() -> int:
+    """The SQLite library's limit of parameters per statement (SQLITE_MAX_VARIABLE_NUMBER: 32,766
+    since SQLite 3.32, 999 before; a build may set another)."""
+    getlimit = getattr(sqlite3.Connection, "getlimit", None)  # Python 3.11+, with the constant
+    if getlimit is None:
+        return 999  # the smallest default SQLite ever had
+    with contextlib.closing(sqlite3.connect(":memory:")) as conn:
+        return int(getlimit(conn, sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))  # type: ignore[attr-defined]  # 3.11+
+
+
 class SQLiteDialect(Dialect):
     name: ClassVar[str] = "sqlite"
+    max_parameters: ClassVar[int] = _variable_limit()
     # No server: the SQLite library reads this machine's clock, which every instance on one file shares.
     clock_sql: ClassVar[str] = "SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')"
     change_signal: ClassVar[Literal["notify", "data_version"] | None] = "data_version"
@@ -43,8 +60,13 @@ class SQLiteDialect(Dialect):
     def is_transient(self, exc: DBAPIError) -> bool:
         if exc.connection_invalidated:
             return True
+        code = getattr(exc.orig, "sqlite_errorcode", None)  # Python 3.11+
+        if isinstance(code, int):
+            # SQLITE_BUSY (past busy_timeout) or SQLITE_LOCKED, with their extended codes; not a
+            # message that merely names something "locked" (a table, a column).
+            return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
         text = str(exc.orig).lower()
-        return "locked" in text or "busy" in text  # busy past busy_timeout
+        return "locked" in text or "busy" in text
 
     def lock_rows(self, query: Select[Any]) -> Select[Any]:
         return query  # BEGIN IMMEDIATE holds the write lock already (SQLite ignores FOR UPDATE)
