@@ -1,7 +1,7 @@
 """Instances killed over and over: every slot runs once, or is accounted for.
 
-Three `tests.support.multi_child` instances (lease 1 s, heartbeat 0.2 s, the
-default mode: they share the work; ``--race`` for ``share_work=False``) run
+Three `tests.support.multi_child` instances (lease 1 s, heartbeat 0.2 s;
+they share the work) run
 ``--jobs`` side-effect jobs at 0.1-0.3 s on one database. Every ``--every``
 seconds one of them, picked at random, gets SIGKILL and a replacement starts
 (a new instance id, as a supervisor's restart gives). With
@@ -57,7 +57,6 @@ def main() -> None:
     p.add_argument("--every", type=float, default=3.0, help="seconds between two kills")
     p.add_argument("--jobs", type=int, default=20)
     p.add_argument("--restart-server", default=None, metavar="CMD", help="a shell command run once, halfway")
-    p.add_argument("--race", action="store_true", help="share_work=False in every instance")
     p.add_argument("--seed", type=int, default=7)
     args = p.parse_args()
     rng = random.Random(args.seed)
@@ -65,7 +64,7 @@ def main() -> None:
     url = _fresh(args.db, INSTANCES, str(tmp))
     jobs = {f"j{i}": INTERVALS[i % len(INTERVALS)] for i in range(args.jobs)}
     kills = restarts = 0
-    with cluster(url, tmp, lease=1.0, heartbeat=0.2, pickup=0.2, race=args.race) as cl:
+    with cluster(url, tmp, lease=1.0, heartbeat=0.2, pickup=0.2) as cl:
         live = cl.start(*(f"i{k}" for k in range(INSTANCES)))
         first = schedule_jobs(url, jobs, cl.effects, start_in=1.0)
         began = time.monotonic()
@@ -93,7 +92,6 @@ def main() -> None:
         {
             "workload": "kill_loop",
             "engine": url.split(":", 1)[0].split("+", 1)[0],
-            "share_work": not args.race,
             "seconds": args.seconds,
             "kills": kills,
             "server_restarts": restarts,

@@ -4,8 +4,7 @@ N scheduler processes (``--instances 1 2 3 4``; each count measured on a
 fresh database) share one database and one load, scheduled after they
 started so that every process picks the jobs up. The callable is
 `benchmarks.targets.noop`; every process runs a default `JobScheduler`
-(``--workers`` changes its pool; the instances share the work by default,
-``--race`` sets ``share_work=False``). After `--warmup` seconds of slots, the
+(``--workers`` changes its pool; the instances share the work). After `--warmup` seconds of slots, the
 slots scheduled in the next `--window` seconds are measured; `--settle`
 seconds later every process gets SIGTERM (graceful shutdown).
 
@@ -191,7 +190,7 @@ def count_claims(path: Path) -> None:
     atexit.register(write)
 
 
-def child(url: str, instance: str, ready: str, workers: int | None, counts: str | None, race: bool) -> None:
+def child(url: str, instance: str, ready: str, workers: int | None, counts: str | None) -> None:
     """One instance: start a scheduler, say so, run until SIGTERM."""
     from persched import JobScheduler
 
@@ -205,8 +204,6 @@ def child(url: str, instance: str, ready: str, workers: int | None, counts: str 
 
     signal.signal(signal.SIGTERM, on_term)
     options: dict[str, Any] = {} if workers is None else {"workers": workers}
-    if race:
-        options["share_work"] = False
     sched = JobScheduler(url, instance_id=instance, **options)
     sched.start()
     Path(ready).write_text(instance)
@@ -230,11 +227,15 @@ def _fresh(db: str, instances: int, directory: str) -> str:
     if db == "sqlite":
         path = Path(tempfile.mkdtemp(prefix=f"multi{instances}-", dir=directory)) / "jobs.db"
         return f"sqlite:///{path}"
-    from sqlalchemy import MetaData
+    from sqlalchemy import MetaData, inspect, text
 
     from persched._store.db import make_engine
 
     engine = make_engine(db)
+    with engine.begin() as conn:  # the views first: they depend on the tables (persched_job_states)
+        quote = engine.dialect.identifier_preparer.quote
+        for view in inspect(conn).get_view_names():
+            conn.execute(text(f"DROP VIEW {quote(view)}"))
     meta = MetaData()
     meta.reflect(engine)
     meta.drop_all(engine)
@@ -260,7 +261,6 @@ def measure(
     workers: int | None,
     directory: str,
     counts: bool = False,
-    race: bool = False,
     slow: bool = False,
     analyze: bool = False,
 ) -> dict[str, Any]:
@@ -291,8 +291,6 @@ def measure(
                 cmd += ["--workers", str(workers)]
             if counts:
                 cmd += ["--counts", str(marks / f"i{i}.counts")]
-            if race:
-                cmd.append("--race")
             children.append(subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}))
         deadline = time.monotonic() + START_TIMEOUT
         for i in range(instances):
@@ -336,7 +334,6 @@ def measure(
     return {
         "workload": "multi_instance",
         "engine": url.split(":", 1)[0].split("+", 1)[0],
-        "share_work": not race,
         "instances": instances,
         "jobs": len(load),
         "window_s": window,
@@ -416,11 +413,10 @@ def main() -> None:
         default=None,
         help="count claims tried / won and the seconds spent in the store's claim and finish calls, per instance",
     )
-    p.add_argument("--race", action="store_true", help="JobScheduler(share_work=False) in every instance")
     p.add_argument("--analyze", action="store_true", help="ANALYZE the jobs table once the load is stored")
     args = p.parse_args()
     if args.child:
-        child(*args.child, workers=args.workers, counts=args.counts or None, race=args.race)
+        child(*args.child, workers=args.workers, counts=args.counts or None)
         return
     directory = args.dir or tempfile.mkdtemp(prefix="persched-multi-")
     load = intervals(args.jobs, args.intervals or ("cycle" if args.db == "sqlite" else "random"))
@@ -437,7 +433,6 @@ def main() -> None:
                 workers=args.workers,
                 directory=directory,
                 counts=args.counts is not None,
-                race=args.race,
                 slow=args.intervals == "slow",
                 analyze=args.analyze,
             )

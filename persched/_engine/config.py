@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import warnings
 from typing import TYPE_CHECKING, Final
 
 from .._model.checks import positive
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 
     from ..clock import Clock, SecondsClock
 
-__all__ = ["DEFAULT_MAX_CLOCK_SKEW_SECONDS", "DEFAULT_WORKERS", "SchedulerConfig", "check_wait"]
+__all__ = ["DEFAULT_MAX_CLOCK_SKEW_SECONDS", "DEFAULT_WORKERS", "SchedulerConfig", "check_share_work", "check_wait"]
 
 MAX_WORKERS: Final = 4096  # threads are made up front; beyond this, a typo would exhaust memory
 # Measured (README, "Choosing workers"): a dispatch cycle claims at most as many runs as there are
@@ -74,6 +75,23 @@ def check_wait(wait: object, timeout: object) -> float | None:
             "timeout", f"must be None or a number of seconds from 0 to {MAX_TIMEOUT_SECONDS:g}, got {shown(timeout)}"
         )
     return float(timeout)
+
+
+def check_share_work(share_work: object, *, stacklevel: int) -> None:
+    """Check the deprecated `share_work` option: True or False, and False warns that it has no effect.
+
+    `stacklevel` is `warnings.warn`'s, counted from this function: the warning names the line
+    that made the scheduler (docs/reference/options.md, "share_work").
+    """
+    if not isinstance(share_work, bool):
+        raise InvalidJobError("share_work", f"must be True or False, not {share_work!r}")
+    if not share_work:
+        warnings.warn(
+            "share_work=False has no effect: instances always share the work (each job has one owner "
+            "among the live instances); the option will be removed in the next minor release",
+            DeprecationWarning,
+            stacklevel=stacklevel + 1,
+        )
 
 
 def _instance_id(instance_id: object) -> str:
@@ -109,7 +127,6 @@ class SchedulerConfig:
     horizon: Micros
     max_args_bytes: int
     namespace: str
-    share_work: bool  # each job has one owner among the live instances (persched._engine.membership)
     max_clock_skew: Micros | None  # beyond this offset from the database's clock, keep to its time (_engine.skew)
 
     @classmethod
@@ -132,7 +149,6 @@ class SchedulerConfig:
         horizon_seconds: object,
         max_args_bytes: object,
         namespace: object,
-        share_work: object = True,
         max_clock_skew_seconds: object = DEFAULT_MAX_CLOCK_SKEW_SECONDS,
     ) -> SchedulerConfig:
         """Check `JobScheduler`'s arguments (see its docstring), in the order it always checked them.
@@ -141,8 +157,6 @@ class SchedulerConfig:
             InvalidJobError: An argument is out of range; nothing was opened.
         """
         namespace = validate_namespace(namespace)
-        if not isinstance(share_work, bool):
-            raise InvalidJobError("share_work", f"must be True or False, not {share_work!r}")
         count = int(positive("workers", workers, integer=True, maximum=MAX_WORKERS))  # one thread each
         allowed = normalize_allowed(allowed_modules)
         args_bytes = int(positive("max_args_bytes", max_args_bytes, integer=True, maximum=MAX_ARGS_BYTES_LIMIT))
@@ -194,6 +208,5 @@ class SchedulerConfig:
             horizon=Micros(micros(horizon)),
             max_args_bytes=args_bytes,
             namespace=namespace,
-            share_work=share_work,
             max_clock_skew=None if skew is None else Micros(micros(skew)),
         )

@@ -1,12 +1,12 @@
 """Which live instance owns which job, when several share one namespace's work.
 
-Every scheduler keeps a row in ``persched_instances`` (one with
-``share_work=False`` too, marked ``shares`` false: seen, but counted by no
-member and given no share) and renews it with each heartbeat (its ``beats``
-count goes up), reading everyone's row in the same transaction
-(`persched._store.members`). From those reads each instance
+Every scheduler keeps a row in ``persched_instances`` (a lone instance is a
+member of one: it owns every job) and renews it with each heartbeat (its
+``beats`` count goes up), reading everyone's row in the same transaction
+(`persched._store.members`; the heartbeat's "renewing membership" task,
+`persched._engine.heartbeat`). From those reads each instance
 keeps its *view*: itself, and every other member whose count moved
-within the last lease. Liveness is judged as leases are (`persched._engine.heartbeat`):
+within the last lease. Liveness is judged as leases are (`persched._engine.leases`):
 by observing the count change on the local monotonic clock, never by
 comparing a stored time with the local wall clock, so a stepped or skewed clock
 cannot fake a death. A member whose count stood still for a lease, or whose
@@ -34,6 +34,11 @@ Meanwhile a job may have two owners, whose claims race and one wins (the
 database decides, as always), or none, and then the search for overdue rows
 (`persched._engine.dispatcher`) runs it 0.5 s late. Neither can run a slot twice: that guarantee is the claim's,
 not the view's.
+
+A row marked ``shares`` false was written by an instance of an earlier
+release started with ``share_work=False``, which tries every slot of every
+job: it is seen, and forgotten like any other, but counted in no view (every
+instance of this release writes ``shares`` true).
 
 The view is a tuple replaced whole by the heartbeat thread; other threads read
 it without a lock (one attribute read).
@@ -81,9 +86,6 @@ class Membership:
         lease: How long a member's count may stand still before it counts as gone.
         clock_check: Measures this instance's time against the database's clock in each beat's
             transaction, and gives the offset its row shows (`persched._engine.skew`).
-        shares: Whether this instance shares the work. One that does not (``share_work=False``)
-            still keeps its row, so that `persched instances` and `persched check` see it,
-            but its view is itself alone and no sharing member counts it.
     """
 
     def __init__(
@@ -93,12 +95,9 @@ class Membership:
         instance_id: str,
         lease: Micros,
         clock_check: ClockCheck,
-        *,
-        shares: bool,
     ) -> None:
         self._store = store
         self._clock_check = clock_check
-        self._shares = shares
         self._timebase = timebase
         self._instance_id = instance_id
         self._lease = lease
@@ -126,7 +125,7 @@ class Membership:
                 self._instance_id,
                 now,
                 Instant(now + self._lease),
-                shares=self._shares,
+                shares=True,
                 clock_offset=offset,
                 read_clock=reads,
             )
@@ -151,7 +150,7 @@ class Membership:
                     logger.info("instance %s stopped renewing its membership; its jobs move to the others", member)
                 continue
             seen[member] = (beats, first_seen)
-            if self._shares and shares:
+            if shares:  # not an earlier release's racing instance (module docstring)
                 live.append(member)
         self._seen = seen
         view = tuple(sorted(live))
@@ -163,7 +162,7 @@ class Membership:
 
     def notice(self) -> bool:
         """The change counter moved: beat now if a member's row came or went; return True if the view changed."""
-        # The rows of the last beat, sharing or not (a non-sharing member's row is not in the view).
+        # The rows of the last beat, sharing or not (an earlier release's racing instance is in no view).
         if self._store.member_ids() == frozenset(self._seen) | {self._instance_id}:
             return False
         return self.beat()

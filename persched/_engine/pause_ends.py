@@ -1,11 +1,13 @@
 """Timed pauses coming to their end: ``pause(job_id, until=...)`` resumes the job at `until`, once.
 
-The heartbeat thread (`persched._engine.heartbeat`) keeps the earliest end
-of its namespace's timed pauses (`next_end`, one read of
-``ix_persched_jobs_paused_until`` at every heartbeat round, after a pick-up
-that found changes, and when this process pauses a job with an end) and
-wakes at it on the scheduler's clock, so under a `FakeClock` the resume
-happens at the `advance()` that reaches `until`, to the microsecond.
+`PauseEnds` is one of the heartbeat thread's periodic tasks
+(`persched._engine.periodic`): it keeps the earliest end of its namespace's
+timed pauses (`next_end`, one read of ``ix_persched_jobs_paused_until`` every
+`heartbeat_seconds`, after a pick-up that found changes, and when this process
+pauses a job with an end: `reread`) and is due at it on the scheduler's clock,
+so under a `FakeClock` the resume happens at the `advance()` that reaches
+`until`, to the microsecond. A failed read keeps the end known before; a
+failed resume is tried again a period later.
 
 `resume_ended` resumes each job whose pause has ended as ``resume()`` would
 at the instant `until` itself (not at the wake, which may come later): the
@@ -24,10 +26,12 @@ from typing import TYPE_CHECKING
 
 from .. import _loggers
 from .._model.instant import Instant, to_datetime
+from .periodic import AT_ONCE, NEVER, PeriodicTask
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .._model.instant import Micros
     from .._store import Store
     from .timebase import Timebase
 
@@ -36,7 +40,7 @@ __all__ = ["PauseEnds"]
 logger = logging.getLogger(_loggers.LIBRARY)
 
 
-class PauseEnds:
+class PauseEnds(PeriodicTask):
     """The namespace's timed pauses, resumed at their end (module docstring).
 
     Args:
@@ -44,6 +48,7 @@ class PauseEnds:
         timebase: The scheduler's time frame.
         queue: Called with each resumed job's due instant, id and generation (the dispatcher's offer).
         resumed: Called with each job this instance resumed (the ``job_resumed`` event).
+        period: How often to read the earliest end again (``heartbeat_seconds``).
     """
 
     def __init__(
@@ -52,11 +57,57 @@ class PauseEnds:
         timebase: Timebase,
         queue: Callable[[Instant, str, int], None],
         resumed: Callable[[str, int], None],
+        *,
+        period: Micros,
     ) -> None:
+        super().__init__("resuming the timed pauses", period)
         self._store = store
         self._timebase = timebase
         self._queue = queue
         self._resumed = resumed
+        self._next_read = AT_ONCE  # monotonic µs: the periodic read of the earliest end
+        self._reread = False  # a pause with an end was made: read the earliest end at once
+        self._end = NEVER  # monotonic µs: the earliest end known
+        self._resuming = False  # the round under way resumes (a failure is retried a period later)
+
+    def reread(self) -> None:
+        """Read the earliest end at the next look (a job was paused with one, here or elsewhere)."""
+        self._reread = True
+        self.due = AT_ONCE
+
+    def run(self, now: int) -> None:
+        """Read the earliest end if that is due, then resume the pauses that ended by now."""
+        if self._reread or now >= self._next_read:
+            self._reread = False
+            if now >= self._next_read:
+                self._next_read = now + self.period
+            self._schedule()
+            self._end = self._monotonic(self.next_end())
+        if self._timebase.clock.monotonic_us() >= self._end:
+            self._resuming = True
+            self.round()
+            self._resuming = False
+        self._schedule()
+
+    def failed(self, now: int) -> None:
+        """A failed read keeps the end known; a failed resume is tried again a period on."""
+        if self._resuming:
+            self._resuming = False
+            self._end = max(self._end, self._timebase.clock.monotonic_us() + self.period)
+        self._schedule()
+
+    def round(self) -> None:
+        """Resume the pauses that ended, and note when the next one ends."""
+        self._end = self._monotonic(self.resume_ended())
+
+    def _schedule(self) -> None:
+        self.due = min(self._next_read, self._end)
+
+    def _monotonic(self, end: Instant | None) -> int:
+        """`end` on the monotonic clock (µs), at once if it has passed; NEVER for None."""
+        if end is None:
+            return NEVER
+        return self._timebase.clock.monotonic_us() + max(0, end - self._timebase.now())
 
     def next_end(self) -> Instant | None:
         """The earliest end of a timed pause of the namespace, or None."""

@@ -4,7 +4,8 @@ The change counter (``persched_changes``, `Store.change_seq`) is what the
 pick-up of docs/multi.md trusts, and the heartbeat still reads it every
 `pickup_seconds`: that poll is the backstop of everything here (a lost
 notification, a listener reconnecting, MariaDB, which has neither signal).
-This module only says when to read it sooner (`Dialect.change_signal`):
+This module only says when to read it sooner (`Dialect.change_signal`);
+the pick-up itself is `persched._engine.change_pickup`'s:
 
 - SQLite, `CommitWatch`: ``PRAGMA data_version`` on a connection of its own,
   asked every `pickup_check_seconds` on the heartbeat thread. It changes only

@@ -62,15 +62,18 @@ from .._store import migrate as _migrate
 from .._store.observer import Observer
 from ..clock import SystemClock
 from ..errors import SchedulerStateError, StoreError
-from .config import DEFAULT_MAX_CLOCK_SKEW_SECONDS, DEFAULT_WORKERS, SchedulerConfig, check_wait
+from .change_pickup import ChangePickup
+from .config import DEFAULT_MAX_CLOCK_SKEW_SECONDS, DEFAULT_WORKERS, SchedulerConfig, check_share_work, check_wait
 from .dispatcher import Dispatcher
 from .events import Event, EventBus
 from .heartbeat import Heartbeat
 from .horizon import DEFAULT_HORIZON_SECONDS, Horizon
 from .internals import Internals
+from .leases import Leases
 from .membership import Membership
 from .operations import JobOperations
 from .pause_ends import PauseEnds
+from .periodic import Every
 from .retention import Retention
 from .runs import RunBook
 from .skew import ClockCheck
@@ -222,14 +225,11 @@ class JobScheduler(JobOperations):
             and changes only the jobs of its namespace, so several
             applications can share one database. Default "default" (every
             job made before namespaces existed is there).
-        share_work: With several instances on one database (one namespace):
-            each job has one owner among the live instances, which alone
-            queues it; an instance that joins, leaves or dies moves only its
-            own share of the jobs, and a job that its owner cannot run in
-            time is taken by an instance with free workers once 0.5 s
-            overdue (the documentation, "Several instances"). Default
-            True. False: this instance tries every slot of every job, racing
-            the others (the database still gives each slot to one claim).
+        share_work: Deprecated, with no effect: several instances on one
+            database (one namespace) always share the work, each job having
+            one owner among the live instances (the documentation, "Several
+            instances"). False warns (`DeprecationWarning`) and shares all the
+            same; the option will be removed in the next minor release.
         max_clock_skew_seconds: How far this host's clock may be from the
             database's clock (default 2 s). The scheduler reads the
             database's clock at its first use and at every heartbeat
@@ -268,6 +268,7 @@ class JobScheduler(JobOperations):
         share_work: bool = True,
         max_clock_skew_seconds: float | None = DEFAULT_MAX_CLOCK_SKEW_SECONDS,
     ) -> None:
+        check_share_work(share_work, stacklevel=2)
         config = SchedulerConfig.checked(
             url,
             workers,
@@ -285,7 +286,6 @@ class JobScheduler(JobOperations):
             horizon_seconds=horizon_seconds,
             max_args_bytes=max_args_bytes,
             namespace=namespace,
-            share_work=share_work,
             max_clock_skew_seconds=max_clock_skew_seconds,
         )
         self._config: Final = config
@@ -311,11 +311,8 @@ class JobScheduler(JobOperations):
             instance_id=self.instance_id,
             retimed=lambda: self._dispatcher.retime(),  # made below
         )
-        # Every instance keeps a membership row (what `persched instances` and `persched check` read);
-        # only sharing ones divide the jobs among themselves.
-        self._membership = Membership(
-            self._store, self._timebase, self.instance_id, config.lease, self._clock_check, shares=config.share_work
-        )
+        # Every instance is a member (what `persched instances` and `persched check` read); a lone one owns every job.
+        self._membership = Membership(self._store, self._timebase, self.instance_id, config.lease, self._clock_check)
         self._runs = RunBook(
             self._store, self._timebase, self.instance_id, config.lease, self._emit, self._retention.recorded
         )
@@ -323,29 +320,51 @@ class JobScheduler(JobOperations):
         self._dispatcher = Dispatcher(
             self._timebase, self._runs, config.workers, self._membership.owns, config.allowed_modules
         )
-        self._heartbeat = Heartbeat(
-            self._store,
-            self._timebase,
-            self.instance_id,
-            config.lease,
-            config.heartbeat,
-            self._runs.in_flight,
-            self._dispatcher.offer,
-            pickup=config.pickup,
-            pickup_check=config.pickup_check,
-            lost=self._on_lost,
-            maintenance=self._maintenance,
-            membership=self._membership,
-            repartition=self._dispatcher.repartition,
-            pause_ends=PauseEnds(
-                self._store,
-                self._timebase,
-                self._dispatcher.offer,
-                lambda job_id, generation: self._emit("job_resumed", job_id, generation),
-            ),
-        )
+        self._heartbeat = self._make_heartbeat(config)
 
         _made.add(self)
+
+    def _make_heartbeat(self, config: SchedulerConfig) -> Heartbeat:
+        """The heartbeat thread's periodic tasks (`persched._engine.heartbeat`), wired to the engine."""
+        offer, membership = self._dispatcher.offer, self._membership
+
+        def renew_membership() -> None:
+            if membership.beat():
+                self._dispatcher.repartition(membership.shared)
+
+        pause_ends = PauseEnds(
+            self._store,
+            self._timebase,
+            offer,
+            lambda job_id, generation: self._emit("job_resumed", job_id, generation),
+            period=config.heartbeat,
+        )
+        return Heartbeat(
+            self._timebase.clock,
+            pickup=ChangePickup(
+                self._store,
+                self._timebase,
+                offer,
+                membership,
+                self._dispatcher.repartition,
+                pause_ends.reread,
+                pickup=config.pickup,
+                pickup_check=config.pickup_check,
+            ),
+            membership=Every("renewing membership", config.heartbeat, renew_membership),
+            leases=Leases(
+                self._store,
+                self._timebase,
+                self.instance_id,
+                config.lease,
+                config.heartbeat,
+                self._runs.in_flight,
+                offer,
+                self._on_lost,
+            ),
+            pause_ends=pause_ends,
+            maintenance=Every("run-history maintenance", config.heartbeat, self._maintenance),
+        )
 
     # -- lifecycle ------------------------------------------------------------
 

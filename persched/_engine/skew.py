@@ -6,8 +6,7 @@ Instances that share a database compare due times with their own time
 ahead, and would take the work over or "correct" rows that are right. So each
 instance measures its time against one clock that every instance sharing the
 database reads alike: the database's (`persched._store.members`, one short
-read at each heartbeat, in the membership's transaction where the instance
-shares the work). Where the two differ by more than
+read at each heartbeat, in the membership's transaction). Where the two differ by more than
 ``max_clock_skew_seconds``, the instance moves its time frame onto the
 database's time and says so in one WARNING; from then on it claims what is
 due by that time, and writes slots on it (docs/multi.md, "What skew does").

@@ -61,7 +61,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Final
 
-from .._engine.config import DEFAULT_MAX_CLOCK_SKEW_SECONDS, DEFAULT_WORKERS
+from .._engine.config import DEFAULT_MAX_CLOCK_SKEW_SECONDS, DEFAULT_WORKERS, check_share_work
 from .._engine.horizon import DEFAULT_HORIZON_SECONDS
 from .._engine.scheduler import DEFAULT_URL, JobScheduler, internals_of
 from .._engine.tracebacks import describe
@@ -274,6 +274,7 @@ class AsyncJobScheduler:
         if not isinstance(jobs_on_loop, bool):
             raise InvalidJobError("jobs_on_loop", f"must be True or False, got {jobs_on_loop!r}")
         self._jobs_on_loop = jobs_on_loop
+        check_share_work(share_work, stacklevel=2)  # here: the warning names the caller's line
         self._sched = JobScheduler(
             url,
             workers,
@@ -291,7 +292,6 @@ class AsyncJobScheduler:
             horizon_seconds=horizon_seconds,
             max_args_bytes=max_args_bytes,
             namespace=namespace,
-            share_work=share_work,
             max_clock_skew_seconds=max_clock_skew_seconds,
         )
         self.instance_id: Final = self._sched.instance_id

@@ -74,9 +74,9 @@ def test_a_run_left_in_flight_before_the_upgrade_is_recovered_and_not_rerun(
     assert open_run.scheduled_for == at(190)
     # The lease lapses by observation (one beat sees it, the next one a lease later
     # recovers it); the run is recorded lost and the job moves past its slot.
-    sched._heartbeat.beat()
+    sched._heartbeat.leases.round()
     clock.advance(LEASE + 0.5)
-    sched._heartbeat.beat()
+    sched._heartbeat.leases.round()
     wait_until(lambda: any(r.outcome == "lost" for r in sched.runs("crashed")), message="the dead run recorded lost")
     clock.advance(20.0)
     wait_until(lambda: sched.runs("crashed")[0].outcome == "ok", message="the job carried on")

@@ -46,7 +46,7 @@ def test_a_0009_database_keeps_its_rows_and_gains_the_new_columns(tmp_path: Path
     finally:
         engine.dispose()
     clock = FakeClock(START)
-    sched = JobScheduler(url, clock=clock, share_work=False)
+    sched = JobScheduler(url, clock=clock)
     sched.schedule("held", "tests.support.jobs:record", 10.0, args=("held",))  # migrates to head
     sched.pause("held")
     assert sql(url, "SELECT version_num FROM persched_alembic_version") == [(_migrate.HEAD,)]

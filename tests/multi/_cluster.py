@@ -101,7 +101,6 @@ class Cluster:
     lease: float = 1.0
     heartbeat: float = 0.2
     pickup: float = 0.2
-    race: bool = False  # every child with JobScheduler(share_work=False): each tries every slot
     children: list[Child] = field(default_factory=list)
     pressure: CpuPressure = field(default_factory=CpuPressure)  # while the cluster lives (check_once)
 
@@ -132,7 +131,6 @@ class Cluster:
             str(self.heartbeat),
             "--pickup",
             str(self.pickup),
-            *(["--race"] if self.race else []),
             *extra,
         ]
         with log.open("wb") as out:
@@ -177,10 +175,9 @@ def cluster(
     lease: float = 1.0,
     heartbeat: float = 0.2,
     pickup: float = 0.2,
-    race: bool = False,
 ) -> Iterator[Cluster]:
     """A `Cluster` whose children are all killed on exit."""
-    c = Cluster(url, tmp, lease=lease, heartbeat=heartbeat, pickup=pickup, race=race)
+    c = Cluster(url, tmp, lease=lease, heartbeat=heartbeat, pickup=pickup)
     try:
         yield c
     finally:

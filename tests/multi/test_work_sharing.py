@@ -17,6 +17,7 @@ Deterministic: every step waits for `wait_idle` or for an event, none for an int
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 from typing import TYPE_CHECKING, Any
@@ -24,12 +25,13 @@ from unittest.mock import patch
 
 import pytest
 
-from persched import JobScheduler
+from persched import AsyncJobScheduler, JobScheduler
 from persched._engine.dispatcher import SEARCH_EVERY
 from persched._model.instant import Instant, Micros, from_datetime, seconds
 from persched._store import Claim, Store
 from persched._store import db as _db
 from persched._store.observer import Observer
+from persched.errors import InvalidJobError
 from persched.testing import FakeClock
 from tests.multi._cluster import job_owned_by
 from tests.support import jobs
@@ -87,7 +89,7 @@ def other(me: JobScheduler, db_url: str) -> Iterator[Store]:
 
 def round_(sched: JobScheduler) -> None:
     """One membership round of `sched`'s heartbeat, then let the dispatcher settle."""
-    sched._heartbeat.renew_membership()
+    sched._heartbeat.membership.round()
     assert sched.wait_idle(TIMEOUT)
 
 
@@ -373,9 +375,9 @@ def test_a_join_and_a_leave_are_seen_within_a_pickup_not_a_heartbeat(
 def test_a_member_that_does_not_share_is_no_reason_to_beat_at_each_change(
     me: JobScheduler, other: Store, db_url: str
 ) -> None:
-    """A ``share_work=False`` instance keeps a row but is in no view: a pick-up that sees the change
-    counter move compares the rows with those of the last beat, not with the view, and so does not
-    beat again at every job change for that row."""
+    """An earlier release's racing instance (its row marked ``shares`` false) is in no view: a
+    pick-up that sees the change counter move compares the rows with those of the last beat, not
+    with the view, and so does not beat again at every job change for that row."""
     now = me._timebase.now()
     other.beat_membership(OTHER, now, Instant(now + LEASE), shares=False)
     round_(me)
@@ -389,3 +391,39 @@ def test_a_member_that_does_not_share_is_no_reason_to_beat_at_each_change(
     before = my_beats()
     assert membership.notice() is False
     assert my_beats() == before  # no beat: no row came or went
+
+
+def test_share_work_false_warns_and_shares_all_the_same(me: JobScheduler, db_url: str, clock: FakeClock) -> None:
+    """docs/reference/options.md, "share_work": False is deprecated, named at the caller's line,
+    and the instance shares the work like any other (its row says so; each counts the other)."""
+    with pytest.warns(DeprecationWarning, match=r"share_work=False has no effect.*next minor release") as warned:
+        late = JobScheduler(db_url, clock=clock, instance_id=OTHER, lease_seconds=LEASE_SECONDS, share_work=False)
+    assert [w.filename for w in warned] == [__file__]
+    try:
+        late.start()
+        late._heartbeat.stop()  # the test runs the membership rounds
+        late._heartbeat.join(TIMEOUT)
+        rows = dict(db_sql(db_url, "SELECT instance_id, shares FROM persched_instances"))
+        assert rows == {ME: True, OTHER: True}  # SQLite's 1 is True too
+        round_(me)
+        round_(late)
+        assert me._membership.members == late._membership.members == BOTH
+        theirs = job_owned_by(OTHER, BOTH, "j")
+        assert late._membership.owns(theirs)
+        assert not me._membership.owns(theirs)
+    finally:
+        late.shutdown(wait=True, timeout=TIMEOUT)
+
+
+def test_share_work_false_on_the_async_front_warns_at_the_callers_line(db_url: str) -> None:
+    with pytest.warns(DeprecationWarning, match="share_work=False has no effect") as warned:
+        sched = AsyncJobScheduler(db_url, share_work=False)
+    assert [w.filename for w in warned] == [__file__]
+    asyncio.run(sched.shutdown())
+
+
+@pytest.mark.parametrize("value", ["no", None, 0])
+def test_share_work_must_be_a_bool(db_url: str, value: object) -> None:
+    with pytest.raises(InvalidJobError) as raised:
+        JobScheduler(db_url, share_work=value)  # type: ignore[arg-type]  # the wrong type on purpose
+    assert raised.value.argument == "share_work"

@@ -82,18 +82,18 @@ def test_a_run_that_cannot_be_recovered_does_not_hold_back_the_others(
         assert isinstance(claimed, Claim)
     store = sched._store
     with patch.object(store, "recover_run", side_effect=_refusing(store.recover_run, "bad")):
-        sched._heartbeat.beat()  # first observation
+        sched._heartbeat.leases.round()  # first observation
         fake_clock.advance(LEASE)
         with caplog.at_level(logging.WARNING, logger="persched"):
-            sched._heartbeat.beat()
-            sched._heartbeat.beat()
+            sched._heartbeat.leases.round()
+            sched._heartbeat.leases.round()
     wait_until(lambda: len(finished_runs(sched, "a")) == 2, message="a was recovered and carried on")
     lost = finished_runs(sched, "a")[-1]
     assert (lost.instance_id, lost.outcome) == (DEAD, "lost")
     assert [r.outcome for r in sched.runs("bad")] == [None]
     (warned,) = [r.getMessage() for r in caplog.records if "of bad generation" in r.getMessage()]
     assert "the row of bad is refused" in warned
-    sched._heartbeat.beat()  # unpatched: recovered at last
+    sched._heartbeat.leases.round()  # unpatched: recovered at last
     assert sched.runs("bad")[-1].outcome == "lost"
 
 
@@ -115,12 +115,12 @@ def test_a_job_left_running_with_no_run_in_flight_runs_again_after_a_lease(
     sched = _hand_beaten(make_scheduler)
     sched.schedule("a", jobs.record, 10.0, args=("a",))
     _edit(sched, "a", state="running", owner="ghost", lease_until=at(10**8), running_for=at(10))
-    sched._heartbeat.beat()  # first seen
+    sched._heartbeat.leases.round()  # first seen
     fake_clock.advance(LEASE - 1)
-    sched._heartbeat.beat()
+    sched._heartbeat.leases.round()
     assert sched.runs("a") == [], "freed before a full lease of observation"
     fake_clock.advance(1.0)
-    sched._heartbeat.beat()
+    sched._heartbeat.leases.round()
     wait_until(lambda: len(finished_runs(sched, "a")) == 2, message="a ran again")
     ran, note = finished_runs(sched, "a")
     assert (ran.outcome, ran.scheduled_for) == ("ok", at(30))  # its grid, never its slot in flight (T+10)
@@ -136,9 +136,9 @@ def test_a_job_with_an_unknown_state_is_paused_with_its_reason(
     sched = _hand_beaten(make_scheduler)
     sched.schedule("a", jobs.record, 10.0, args=("a",))
     _edit(sched, "a", state="bogus")
-    sched._heartbeat.beat()
+    sched._heartbeat.leases.round()
     fake_clock.advance(LEASE)
-    sched._heartbeat.beat()
+    sched._heartbeat.leases.round()
     job = sched.get_job("a")
     assert job is not None
     assert (job.state, job.unreadable) == (JobState.PAUSED, None)

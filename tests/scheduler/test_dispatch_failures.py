@@ -8,7 +8,6 @@ deschedule(wait=True) and lease renewal rely on.
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
 from unittest.mock import patch
 
@@ -61,24 +60,15 @@ def test_an_unexpected_completion_failure_keeps_the_outcome(
 ) -> None:
     sched = make_scheduler(start=True, lease_seconds=3.0, heartbeat_seconds=1.0)
     heartbeat_settled(sched, fake_clock)  # its first round is over: the next beat is the one at 9.5 s
-    store, heartbeat = sched._store, sched._heartbeat
-    beats = threading.Semaphore(0)
-    real_beat = heartbeat.beat
-
-    def beat() -> None:
-        real_beat()
-        beats.release()
-
-    with (
-        patch.object(store, "finish_runs", side_effect=_failing_once(store.finish_runs)),
-        patch.object(heartbeat, "beat", side_effect=beat),
-    ):
+    store, maintenance = sched._store, sched._heartbeat.maintenance
+    with patch.object(store, "finish_runs", side_effect=_failing_once(store.finish_runs)):
         sched.schedule("a", jobs.record, 10.0, args=("a",))
         # Settle the heartbeat half a second before the run, so that it beats (and writes the
         # kept outcome) only when the test says: a beat at the run's instant could write the
         # outcome before the test saw it kept.
+        rounds = maintenance.rounds
         fake_clock.advance(9.5)
-        assert beats.acquire(timeout=TIMEOUT), "the heartbeat did not beat"
+        wait_until(lambda: maintenance.rounds > rounds, message="the heartbeat's round at 9.5 s")
         fake_clock.advance(0.5)
         wait_until(lambda: len(sched._runs._unwritten) == 1, message="the outcome waits to be written again")
         assert sched._runs._inflight_runs  # still in flight: its lease keeps being renewed

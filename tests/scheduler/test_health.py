@@ -56,14 +56,11 @@ def now_of(clock: FakeClock, after: float = 0.0) -> Instant:
     return Instant(micros(clock.now()) + micros(after))
 
 
-@pytest.mark.parametrize("share_work", [True, False])
-def test_every_scheduler_keeps_a_live_instance_row(
-    db_url: str, clock: FakeClock, reader: Store, share_work: bool
-) -> None:
-    with JobScheduler(db_url, clock=clock, share_work=share_work) as sched:
+def test_every_scheduler_keeps_a_live_instance_row(db_url: str, clock: FakeClock, reader: Store) -> None:
+    with JobScheduler(db_url, clock=clock) as sched:
         (row,) = live_instances(reader, now_of(clock))
         assert row.instance_id == sched.instance_id
-        assert row.shares is share_work
+        assert row.shares is True
     assert live_instances(reader, now_of(clock)) == []  # a clean shutdown deletes its row
 
 

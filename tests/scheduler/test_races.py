@@ -83,7 +83,7 @@ def job_state(sched: JobScheduler, job_id: str) -> str:
 
 
 def quiet_heartbeat(sched: JobScheduler) -> None:
-    """Stop the heartbeat thread; the test calls ``sched._heartbeat.beat()`` itself."""
+    """Stop the heartbeat thread; the test runs its lease rounds itself (``sched._heartbeat.leases.round()``)."""
     sched._heartbeat.stop()
     sched._heartbeat.join(TIMEOUT)
 
@@ -449,19 +449,19 @@ def test_lease_recovery_never_marks_a_live_own_run_lost(
     gate = jobs.gate("a")
     with (
         patch.object(sched._store, "finish_runs", side_effect=batch_finishes(seam)),
-        patch.object(sched._heartbeat, "_in_flight", return_value=set()) if forget_own_runs else _nothing(),
+        patch.object(sched._heartbeat.leases, "_in_flight", return_value=set()) if forget_own_runs else _nothing(),
     ):
         sched.schedule("a", jobs.block, 10.0, args=("a",))
         fake_clock.advance(10.0)
         assert gate.started.wait(TIMEOUT)
         for _ in range(4):  # the run overruns its lease several times over, alive
             fake_clock.advance(25.0)
-            sched._heartbeat.beat()
+            sched._heartbeat.leases.round()
         gate.release.set()
         assert seam.entered.wait(TIMEOUT)  # callable done, completion not yet committed
         for _ in range(2):
             fake_clock.advance(25.0)
-            sched._heartbeat.beat()
+            sched._heartbeat.leases.round()
         assert run_rows(sched, "a") == [(1, None)]
         seam.go()
         assert seam.done.wait(TIMEOUT)
@@ -487,23 +487,23 @@ def test_a_dead_instances_run_is_recovered_after_a_lease_of_observation(
 ) -> None:
     sched = make_scheduler(start=True, instance_id="b", lease_seconds=30.0)
     quiet_heartbeat(sched)
-    beat = functools.partial(race_jobs.wall_clock_beat, sched._heartbeat)
-    with patch.object(sched._heartbeat, "beat", side_effect=beat) if wall_clock_expiry else _nothing():
-        sched.schedule("a", jobs.record, 10.0, args=("a",))
-        # A dead instance claimed the slot at T+10 and will never renew.
-        assert isinstance(claim_one(sched._store, "a", 1, at_us(10), at_us(10), DEAD, Micros(30_000_000)), Claim)
-        sched._heartbeat.beat()  # first observation, at T+0 on this instance's monotonic clock
-        fake_clock.advance(10.0)
-        sched._heartbeat.beat()
-        fake_clock.step_wall(3600.0)  # an NTP step: no time has really passed
-        sched._heartbeat.beat()
-        fake_clock.advance(19.0)
-        sched._heartbeat.beat()
-        assert run_rows(sched, "a") == [(1, None)], "recovered before a full lease of observation"
-        fake_clock.advance(1.0)
-        sched._heartbeat.beat()
-        assert run_rows(sched, "a")[0] == (1, "lost")
-        wait_until(lambda: len(finished_runs(sched, "a")) == 2, message="the job carried on")
+    leases = sched._heartbeat.leases
+    beat = functools.partial(race_jobs.wall_clock_beat, leases) if wall_clock_expiry else leases.round
+    sched.schedule("a", jobs.record, 10.0, args=("a",))
+    # A dead instance claimed the slot at T+10 and will never renew.
+    assert isinstance(claim_one(sched._store, "a", 1, at_us(10), at_us(10), DEAD, Micros(30_000_000)), Claim)
+    beat()  # first observation, at T+0 on this instance's monotonic clock
+    fake_clock.advance(10.0)
+    beat()
+    fake_clock.step_wall(3600.0)  # an NTP step: no time has really passed
+    beat()
+    fake_clock.advance(19.0)
+    beat()
+    assert run_rows(sched, "a") == [(1, None)], "recovered before a full lease of observation"
+    fake_clock.advance(1.0)
+    beat()
+    assert run_rows(sched, "a")[0] == (1, "lost")
+    wait_until(lambda: len(finished_runs(sched, "a")) == 2, message="the job carried on")
     lost, carried_on = reversed(finished_runs(sched, "a"))
     assert (lost.instance_id, lost.scheduled_for, lost.outcome) == (DEAD, at(10), "lost")
     assert (carried_on.instance_id, carried_on.outcome) == ("b", "ok")
@@ -524,22 +524,22 @@ def test_a_wall_clock_step_does_not_make_a_live_run_look_expired(
     owner = make_scheduler(start=True, instance_id="owner", lease_seconds=30.0)
     quiet_heartbeat(observer)
     quiet_heartbeat(owner)
-    beat = functools.partial(race_jobs.wall_clock_beat, observer._heartbeat)
+    leases = observer._heartbeat.leases
+    beat = functools.partial(race_jobs.wall_clock_beat, leases) if wall_clock_expiry else leases.round
     gate = jobs.gate("a")
-    with patch.object(observer._heartbeat, "beat", side_effect=beat) if wall_clock_expiry else _nothing():
-        owner.schedule("a", jobs.block, 10.0, args=("a",))  # only the owner's heap has it
+    owner.schedule("a", jobs.block, 10.0, args=("a",))  # only the owner's heap has it
+    fake_clock.advance(10.0)
+    assert gate.started.wait(TIMEOUT)
+    for k in range(6):
         fake_clock.advance(10.0)
-        assert gate.started.wait(TIMEOUT)
-        for k in range(6):
-            fake_clock.advance(10.0)
-            owner._heartbeat.beat()  # alive: renews
-            observer._heartbeat.beat()
-            if k == 2:
-                fake_clock.step_wall(3600.0)
-                observer._heartbeat.beat()
-        assert run_rows(owner, "a") == [(1, None)]
-        gate.release.set()
-        wait_until(lambda: run_rows(owner, "a")[0] == (1, "ok"), message="the run finished")
+        owner._heartbeat.leases.round()  # alive: renews
+        beat()
+        if k == 2:
+            fake_clock.step_wall(3600.0)
+            beat()
+    assert run_rows(owner, "a") == [(1, None)]
+    gate.release.set()
+    wait_until(lambda: run_rows(owner, "a")[0] == (1, "ok"), message="the run finished")
     run = finished_runs(owner, "a")[-1]
     assert (run.instance_id, run.scheduled_for, run.outcome) == ("owner", at(10), "ok")
     assert db(owner, "SELECT count(*) FROM persched_runs WHERE outcome = 'lost'") == [(0,)]

@@ -17,6 +17,7 @@ import pytest
 from persched import JobScheduler
 from persched._engine.pause_ends import PauseEnds
 from persched._engine.timebase import Timebase
+from persched._model.instant import Micros
 from persched._store import Store
 from persched._store import db as _db
 from persched.errors import InvalidJobError
@@ -94,7 +95,13 @@ def test_a_timed_pause_ends_once_however_many_instances_wake_for_it(
         resumed: list[str] = []
         # Two more instances wake for the same end as the scheduler's own heartbeat: one resume in all.
         ends = [
-            PauseEnds(store, Timebase(clock), lambda *entry: offered.append(entry), lambda j, g: resumed.append(j))
+            PauseEnds(
+                store,
+                Timebase(clock),
+                lambda *entry: offered.append(entry),
+                lambda j, g: resumed.append(j),
+                period=Micros(10_000_000),
+            )
             for store in stores
         ]
         for end in ends:

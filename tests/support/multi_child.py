@@ -114,7 +114,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--start-in", type=float, default=None)
     p.add_argument("--prefix", default="j")
     p.add_argument("--blocker", default=None, help="schedule job 'blocker' (block_first) with this marker, at once")
-    p.add_argument("--race", action="store_true", help="JobScheduler(share_work=False): try every slot")
     return p
 
 
@@ -136,7 +135,6 @@ def main(argv: list[str]) -> int:
             lease_seconds=args.lease,
             heartbeat_seconds=args.heartbeat,
             pickup_seconds=args.pickup,
-            share_work=not args.race,
         )
         sched.start()
         for i in range(args.jobs):

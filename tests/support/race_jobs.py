@@ -47,7 +47,7 @@ from tests.support.postgres import pg_base_url
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from persched._engine.heartbeat import Heartbeat
+    from persched._engine.leases import Leases
     from persched._store import ClaimEntry
     from persched._store.dialects import Dialect, Sql
 
@@ -376,19 +376,19 @@ def finish_by_job_id_only(
     return store._write(body, "finish run (test variant)")
 
 
-def wall_clock_beat(heartbeat: Heartbeat) -> None:
-    """A broken `Heartbeat.beat`: expiry judged by comparing the stored
+def wall_clock_beat(leases: Leases) -> None:
+    """A broken `Leases.round`: expiry judged by comparing the stored
     ``lease_until`` with the local *wall* clock."""
-    running_here = heartbeat._in_flight()
-    timebase = heartbeat._timebase
+    running_here = leases._in_flight()
+    timebase = leases._timebase
     if running_here:
-        heartbeat._store.renew_leases(heartbeat._instance_id, Instant(timebase.now() + heartbeat._lease), running_here)
+        leases._store.renew_leases(leases._instance_id, Instant(timebase.now() + leases._lease), running_here)
     wall = timebase.clock.now_us()
-    for run in heartbeat._store.open_runs():
+    for run in leases._store.open_runs():
         if run.run_id in running_here or run.lease_until is None:
             continue
         if from_datetime(run.lease_until) <= wall:
-            heartbeat._recover(run)
+            leases.recover(run)
 
 
 # --- PostgreSQL -------------------------------------------------------------------
