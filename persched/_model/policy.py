@@ -177,15 +177,20 @@ class JobPlan:
         user's instant: a clock error does not move it). An interval job steps back from
         `next_run_at` by whole intervals to there: the same phase, even where that is before the
         grid's anchor (the anchor was placed by the same clock). A cron job goes to its first
-        fire there."""
+        fire there. A slot that an excluded span pushed further ahead is within the schedule:
+        a grid's next slot past the span, or a fixed-delay due time at the span's end."""
         earliest = Instant(now + 1 if self.start_at is None else max(now + 1, self.start_at))
+        if self.trigger is None and self.interval is not None:
+            # Fixed delay: a run that ended at `now` puts it one interval on, past any excluded
+            # dates there (`allowed`): a slot at the end of an excluded span is within its schedule.
+            if next_run_at <= self.allowed(Instant(earliest - 1 + self.interval)):
+                return None
+            return self.allowed(Instant(next_run_at - (next_run_at - earliest) // self.interval * self.interval))
         if self.interval is not None:
             steps = max(next_run_at - earliest, 0) // self.interval
             if steps == 0:
                 return None
             back = Instant(next_run_at - steps * self.interval)
-            if self.trigger is None:
-                return self.allowed(back)
             # the same phase, past any excluded dates (the grid's own next_after may stop at its anchor)
             while self.exclusions is not None and (span := self.exclusions.span_of(back)) is not None:
                 back = Instant(back + -(-(self.exclusions.ends[span] - back) // self.interval) * self.interval)

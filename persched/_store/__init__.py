@@ -12,9 +12,9 @@ The map (docs/design.md draws it):
 - `jobs` / `due`: definitions (schedule, declare, deschedule, pause, resume,
   run-now) and what the engine reads of them (the change counter and feed,
   the heap's refills, the start-up sweep).
-- `claims` / `claim_batch`: the start of runs (one conditional UPDATE per
-  batch) and the decisions over the rows it won; `completions`: the end of
-  runs and the hints they leave for the next claim.
+- `claims` / `claim_batch`: the start of runs (one locking read per batch,
+  the decisions over the rows it won, one write back); `completions`: the
+  end of runs.
 - `leases`: lease renewal and the recovery of expired runs; `members`: which
   instances share a namespace's work.
 - `history`: run listings, overrun flags and retention; `views`: read-only
@@ -25,8 +25,9 @@ The map (docs/design.md draws it):
 - `mappers` / `_rows`: stored rows read defensively into records and plans.
 - `records`: the values handed in and out (no SQL); `observer`: the hook for
   claim conflicts, missed slots and retries.
-- `db` / `options`: URLs, engines and their SQLite settings; `dialects`: every
-  engine difference, one module per engine.
+- `urls` / `db` / `options`: URLs, the engine a URL opens and the boundary of
+  driver errors, SQLite's settings; `dialects`: every engine difference, its
+  engine's set-up too, one module per engine.
 - `schema` / `migrate` / `revision`: the tables, the migrations run on
   first use, and the revision a database is at.
 

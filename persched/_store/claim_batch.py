@@ -1,15 +1,15 @@
-"""One claim transaction's decisions over the rows its UPDATE won, and what a lost entry found.
+"""One claim transaction's decisions over the rows its locking read won, and what a lost entry found.
 
-The claim's UPDATE (`persched._store.claims`) wins rows and returns them as the
-driver's tuples. `ClaimBatch` reads each one (`read`: by column position, and
-defensively only when a value is not what persched writes), decides what it
-runs by its policies (`decide`: the guess that the UPDATE wrote, where the row
-still held what its hint said, else the row's own plan), gives each claim its
+The claim's locking read (`persched._store.claims`) wins rows and returns them,
+as they stand, as the driver's tuples. `ClaimBatch` reads each one (`read`: by
+column position, and defensively only when a value is not what persched
+writes), decides what it runs by its policies (`decide`), gives each claim its
 run id or settles alone a slot that has run already (`record_starts`), and
-answers each entry (`results`). `Writes` queues the statements these
-decisions need and executes them at once; a completion batch uses it too.
-`misses` tells an entry that the UPDATE did not win where its row stands now
-and when to look again. No I/O but the statements handed in; no locks.
+answers each entry (`results`). `Writes` queues what these decisions write and
+executes it at once, the won rows in one statement (`Writes.apply`); a
+completion batch uses it too. `misses` tells an entry that the claim did not
+win where its row stands now and when to look again. No I/O but the
+statements handed in; no locks.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from .mappers import (
     stored,
 )
 from .records import Carried, Claim, ClaimEntry, ClaimMiss
+from .schema import jobs
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
@@ -57,13 +58,11 @@ logger = logging.getLogger(__name__)
 DISPATCH_SELECT: Final = ", ".join(column.name for column in DISPATCH_COLUMNS)
 STANDING_SELECT: Final = ", ".join(column.name for column in STANDING_COLUMNS)
 
-# A won row that the UPDATE did not leave where its decision puts it (no hint, or a hint the row
-# did not match), and one that runs nothing now (misfire "skip", a slot that ran already).
-_CLAIM_MOVE: Final = "UPDATE persched_jobs SET next_run_at = ?, running_for = ?, run_now_at = ? WHERE job_id = ?"
-_CLAIM_REVERT: Final = (
-    "UPDATE persched_jobs SET state = ?, owner = NULL, lease_until = NULL, running_for = NULL, next_run_at = ?"
-    " WHERE job_id = ?"
-)
+# The claim's one write back (`Dialect.update_rows`): every won row, by its key, where its decision
+# puts it (running a slot, or waiting again: misfire "skip", a slot that ran already). The locking
+# read holds the rows.
+_CLAIM_SETS: Final = ("state", "owner", "lease_until", "running_for", "next_run_at", "run_now_at", "updated_at")
+_CLAIM_KEY: Final = ("job_id", "generation")
 
 # How soon an entry looks again after SKIP LOCKED passed its due row by (`_retry_at`): a claim
 # transaction commits well within it; a row locked for longer costs 20 claims a second.
@@ -102,7 +101,7 @@ def _plan_of_raw(raw: tuple[Any, ...], engine: str) -> JobPlan | None:
 
 
 class ClaimedRow(NamedTuple):
-    """A row the claim's UPDATE won, as it holds now (after the UPDATE), and its plan."""
+    """A row the claim's locking read won, as it stands (before the claim writes it), and its plan."""
 
     job_id: str
     generation: int
@@ -110,7 +109,6 @@ class ClaimedRow(NamedTuple):
     args: str
     kwargs: str
     next_at: Instant
-    running_for: Instant | None
     run_now_at: Instant | None
     max_runtime: Micros | None
     plan: JobPlan
@@ -122,7 +120,7 @@ def _claimed_row(raw: tuple[Any, ...], dialect: Dialect) -> ClaimedRow | None:
     if plan is None:
         return None
     target, args, kwargs = raw[_AT["target"]], raw[_AT["args"]], raw[_AT["kwargs"]]
-    running_for, run_now_at = raw[_AT["running_for"]], raw[_AT["run_now_at"]]
+    run_now_at = raw[_AT["run_now_at"]]
     max_runtime = raw[_AT["max_runtime_seconds"]]  # read with the plan's columns: a number or None
     if not (isinstance(target, str) and isinstance(args, str) and isinstance(kwargs, str)):
         return None
@@ -134,22 +132,12 @@ def _claimed_row(raw: tuple[Any, ...], dialect: Dialect) -> ClaimedRow | None:
             args,
             kwargs,
             dialect.raw_instant(raw[_AT["next_run_at"]]),
-            None if running_for is None else dialect.raw_instant(running_for),
             None if run_now_at is None else dialect.raw_instant(run_now_at),
             None if max_runtime is None else column_micros(max_runtime),
             plan,
         )
     except (ValueError, TypeError, OverflowError):
         return None
-
-
-class Guess(NamedTuple):
-    """A claim decided before its UPDATE from a completion's hint: the plan, the row's next_run_at
-    the hint says (`seen`), and the decision the UPDATE writes if the row still holds it."""
-
-    plan: JobPlan
-    seen: Instant
-    decision: ClaimPlan
 
 
 def _retry_at(row: StoredRow, bound: Instant, now: Instant) -> Instant | None:
@@ -214,46 +202,81 @@ def misses(
     return lost, ahead
 
 
+class _Write(NamedTuple):
+    """Where the claim's write back puts one won row."""
+
+    state: str
+    owner: str | None
+    lease_until: Instant | None
+    running_for: Instant | None
+    next_run_at: Instant
+    run_now_at: Instant | None
+    job_id: str
+    generation: int
+
+
 @dataclass
 class Writes:
     """The statements a claim or completion batch queues as it decides, executed at once (executemany)."""
 
-    moves: list[tuple[Instant, Instant, Instant | None, str]] = field(default_factory=list)  # _CLAIM_MOVE
-    reverts: list[tuple[str, Instant, str]] = field(default_factory=list)  # _CLAIM_REVERT
+    at: Instant | None = None  # when the claim was made: the won rows' updated_at
+    won: list[_Write] = field(default_factory=list)  # the claim's write back
     quarantined: list[dict[str, Any]] = field(default_factory=list)  # QUARANTINE
     missed: list[dict[str, Any]] = field(default_factory=list)  # history rows: "missed" and "error" records
 
     def apply(self, conn: Connection, cur: DriverCursor, dialect: Dialect, insert_runs: Insert) -> None:
-        at = dialect.bind_instant
-        for sql, params in (
-            (_CLAIM_MOVE, [(at(n), at(r), None if a is None else at(a), j) for n, r, a, j in self.moves]),
-            (_CLAIM_REVERT, [(state, at(n), j) for state, n, j in self.reverts]),
-        ):
-            if params:
-                cur.executemany(sql, params)
+        if self.won:
+            assert self.at is not None  # a claim's batch: `ClaimBatch` sets it
+            at, updated = dialect.bind_instant, dialect.bind_instant(self.at)
+            params = [
+                (
+                    w.state,
+                    w.owner,
+                    None if w.lease_until is None else at(w.lease_until),
+                    None if w.running_for is None else at(w.running_for),
+                    at(w.next_run_at),
+                    None if w.run_now_at is None else at(w.run_now_at),
+                    updated,
+                    w.job_id,
+                    w.generation,
+                )
+                for w in self.won
+            ]
+            written = dialect.update_rows(cur, jobs, _CLAIM_SETS, _CLAIM_KEY, params)
+            if written != len(params):  # the locking read holds them: never, unless a lock did not hold
+                raise RuntimeError(f"the claim locked {len(params)} rows but wrote {written}: rolled back")
         for statement, rows in ((QUARANTINE, self.quarantined), (insert_runs, self.missed)):  # rare: Core
             if rows:
                 conn.execute(statement, rows)
 
-    def revert(
+    def start(
+        self,
+        row: ClaimedRow,
+        slot: Instant,
+        next_at: Instant,
+        run_now_at: Instant | None,
+        owner: str,
+        lease_until: Instant,
+    ) -> None:
+        """Queue a won row's start: running `slot`, owned by `owner` until `lease_until`, next at `next_at`."""
+        self.won.append(_Write(RUNNING, owner, lease_until, slot, next_at, run_now_at, row.job_id, row.generation))
+
+    def wait(
         self, plan: JobPlan, job_id: str, generation: int, next_at: Instant, run_now_at: Instant | None
     ) -> ClaimMiss:
-        """A won row that runs nothing now: queue its return to waiting at `next_at`; the result for its entry."""
+        """A won row that runs nothing now: queue it waiting at `next_at` (or finished); the result for its entry."""
         over = plan.is_over(next_at, run_now_at)
-        self.reverts.append((FINISHED if over else SCHEDULED, next_at, job_id))
-        return ClaimMiss(
-            FINISHED if over else SCHEDULED, generation, None, None if over else plan.due_at(next_at, run_now_at)
-        )
+        state = FINISHED if over else SCHEDULED
+        self.won.append(_Write(state, None, None, None, next_at, run_now_at, job_id, generation))
+        return ClaimMiss(state, generation, None, None if over else plan.due_at(next_at, run_now_at))
 
 
 class Won(NamedTuple):
-    """A won row that runs a slot: the row (as the UPDATE left it) and its decision, and the row's
-    run_now_at and next_run_at before the claim; the `claim` once its history row is inserted."""
+    """A won row that runs a slot: the row (as the claim read it) and its decision; the `claim`
+    once its history row is inserted."""
 
     row: ClaimedRow
     decision: ClaimPlan
-    run_now_at: Instant | None
-    next_at: Instant
     claim: Claim | None = None
 
 
@@ -266,13 +289,13 @@ class ClaimBatch:
         expected: dict[tuple[str, int], tuple[Instant, Instant]],
         claimed_at: Instant,
         instance_id: str,
-        guesses: dict[tuple[str, int], Guess],
+        lease_until: Instant,
     ) -> None:
         self.expected = expected
         self.claimed_at = claimed_at
         self.instance_id = instance_id
-        self.guesses = guesses
-        self.writes = Writes()
+        self.lease_until = lease_until
+        self.writes = Writes(claimed_at)
         self.claims: dict[tuple[str, int], Won] = {}
         self.skipped: dict[tuple[str, int], ClaimMiss] = {}
 
@@ -297,36 +320,24 @@ class ClaimBatch:
             stored_row.args,
             stored_row.kwargs,
             from_datetime(stored_row.next_run_at),
-            instant_or_none(stored_row.running_for),
             instant_or_none(stored_row.run_now_at),
             nullable_micros(stored_row.max_runtime_seconds),
             plan,
         )
 
     def decide(self, row: ClaimedRow) -> None:
-        """What a won row does now, by its policies: run a slot, or go back to waiting."""
+        """What a won row does now, by its policies (`persched._model.policy.JobPlan.claim`): run a slot,
+        or go back to waiting."""
         key = (row.job_id, row.generation)
-        w = self.writes
-        plan = row.plan
         bound, taken_at = self.expected[key]
-        guess = self.guesses.get(key)
-        decision: ClaimPlan | None = None
-        if guess is not None and (row.running_for, row.next_at) == (guess.decision.run_for, guess.decision.next_run_at):
-            # The UPDATE wrote the guess: the row held `seen` and no run-now request before it.
-            next_at, run_now_at = guess.seen, None
-            if plan is guess.plan or plan == guess.plan:
-                decision = guess.decision
-        else:
-            next_at, run_now_at = row.next_at, row.run_now_at  # the UPDATE left both as they were
-        if decision is None:
-            decision = plan.claim(next_at, run_now_at, bound, self.claimed_at, taken_at)
+        decision = row.plan.claim(row.next_at, row.run_now_at, bound, self.claimed_at, taken_at)
         if decision.missed is not None:
-            w.missed.append(missed_record(*key, decision.missed, self.claimed_at, self.instance_id))
+            self.writes.missed.append(missed_record(*key, decision.missed, self.claimed_at, self.instance_id))
         if decision.run_for is None:
             # The policy drops the late slots (misfire "skip"): nothing runs now.
-            self.skipped[key] = w.revert(plan, *key, decision.next_run_at, run_now_at)
+            self.skipped[key] = self.writes.wait(row.plan, *key, decision.next_run_at, row.run_now_at)
             return
-        self.claims[key] = Won(row, decision, run_now_at, next_at)
+        self.claims[key] = Won(row, decision)
 
     def won(self) -> list[Won]:
         return list(self.claims.values())
@@ -361,11 +372,10 @@ class ClaimBatch:
                     to_datetime(past).isoformat(),
                 )
                 del self.claims[key]
-                self.skipped[key] = w.revert(plan, *key, past, won.run_now_at)
+                self.skipped[key] = w.wait(plan, *key, past, row.run_now_at)
                 continue
-            run_now_at = None if decision.run_now else won.run_now_at  # a run-now run takes its request
-            if (slot, decision.next_run_at, run_now_at) != (row.running_for, row.next_at, row.run_now_at):
-                w.moves.append((decision.next_run_at, slot, run_now_at, row.job_id))  # the UPDATE did not
+            run_now_at = None if decision.run_now else row.run_now_at  # a run-now run takes its request
+            w.start(row, slot, decision.next_run_at, run_now_at, self.instance_id, self.lease_until)
             claim = Claim(
                 row.job_id,
                 row.generation,
@@ -382,7 +392,7 @@ class ClaimBatch:
             self.claims[key] = won._replace(claim=claim)
 
     def undecided(self) -> dict[tuple[str, int], Instant]:
-        """The entries' rows the UPDATE did not win (another instance, a change), with their bounds."""
+        """The entries' rows the claim did not win (another instance, a change), with their bounds."""
         return {
             key: bound
             for key, (bound, _) in self.expected.items()

@@ -1,39 +1,30 @@
 """Claims: the start of runs, and the dispatch cycle (completions, then claims) in one transaction.
 
-- `claim_runs`: the start of runs. One conditional UPDATE decides every
-  entry of a batch by its own predicate, and moves each row it wins on::
+- `claim_runs`: the start of runs, in three steps in one transaction: one
+  locking read decides which rows the batch wins, each entry by its own
+  predicate::
 
-      UPDATE persched_jobs SET state='running', owner=:me, lease_until=:lease,
-                               running_for=<the slot that runs>, next_run_at=<the slot after it>
+      SELECT <the row> FROM persched_jobs
        WHERE job_id IN (:ids) AND state='scheduled' AND NOT paused
          AND (job_id, generation) IN (:entries)
          AND (next_run_at <= CASE job_id WHEN :id THEN :expected_at ... END
               OR run_now_at <= <the same bound>)
-      RETURNING <the row>
+      [FOR UPDATE SKIP LOCKED]
 
-  It is the linearization point of a run's start; how an engine
-  locks the rows it decides and names the winners is its `Dialect`'s
-  (SQLite: the write lock and RETURNING; PostgreSQL: FOR UPDATE SKIP LOCKED
-  and RETURNING). The predicate on `generation` makes a stale heap entry
-  harmless; the one on `next_run_at` keeps an entry from running a slot
-  early after another instance moved the row on (for a job with entries of
-  two generations in the batch, ``CASE generation …`` picks the row's own
-  entry's bound); the one on `paused` makes pause() linearize like
-  deschedule().
-- Where the row goes next is its policies' decision (`persched._model.policy.JobPlan.claim`),
-  from the row as it stood. The UPDATE makes that decision itself where it
-  was known in advance: a job whose last completion this store wrote left a
-  *hint* (its plan and the `next_run_at` it wrote), from which the slot and
-  the next slot are decided before the UPDATE, and written by it only if
-  the row still holds that `next_run_at` and no run-now request
-  (``CASE job_id WHEN :id THEN CASE WHEN generation = :gen AND next_run_at
-  = :seen AND run_now_at IS NULL THEN :slot ELSE next_run_at END … END``).
-  Each won row is then checked against what it returned
-  (`persched._store.claim_batch.ClaimBatch.decide`):
-  its plan read from its own columns must be the hint's, or the decision is
-  made again from the row and a second write (`_CLAIM_MOVE`) puts it right
-  in the same transaction. So a hint can cost a write, never a wrong slot.
-  The history rows are inserted in one statement.
+  then each won row's policies decide, in Python, from the row as it stands
+  (`persched._model.policy.JobPlan.claim`, `claim_batch.ClaimBatch.decide`),
+  which slot runs and where the row goes next; then one write back puts
+  every won row there by its key (`claim_batch.Writes.apply`), and the
+  history rows are inserted in one statement.
+  A run starts at the commit of that transaction: the locking read holds
+  its rows until then (SQLite: the write lock of BEGIN IMMEDIATE;
+  PostgreSQL and MariaDB: row locks, and rows another instance is claiming
+  are passed by, not waited for: `Dialect.lock_claimable`). The predicate on
+  `generation` makes a stale heap entry harmless; the one on `next_run_at`
+  keeps an entry from running a slot early after another instance moved
+  the row on (for a job with entries of two generations in the batch,
+  ``CASE generation …`` picks the row's own entry's bound); the one on
+  `paused` makes pause() linearize like deschedule().
 - A lost entry learns where its row stands (`claim_batch.misses`); a row
   that another instance moved further ahead than its schedule allows (its
   clock was ahead) is put back on its grid in the same transaction
@@ -58,7 +49,7 @@ from sqlalchemy import select, tuple_, update
 from .._model.instant import Instant, Micros, from_datetime, to_datetime
 from ._tx import REFUSED, read_time, refusal_of
 from .ahead import correct_ahead, log_correction
-from .claim_batch import DISPATCH_SELECT, ClaimBatch, Guess, misses
+from .claim_batch import DISPATCH_SELECT, ClaimBatch, misses
 from .completions import CompletionsStore
 from .dialects import Sql, marks
 from .mappers import (
@@ -84,28 +75,6 @@ logger = logging.getLogger(__name__)
 
 # The columns of a run's record as its claim inserts it.
 _START_COLUMNS: Final = ("job_id", "generation", "scheduled_for", "started_at", "instance_id", "lease_until", "run_now")
-
-# Where a guess is written: the row still stands where its hint says (parameters: generation, seen).
-_HINT_HOLDS: Final = "generation = ? AND next_run_at = ? AND run_now_at IS NULL"
-
-
-def _guessed(guesses: dict[tuple[str, int], Guess], at: Callable[[Instant], object], name: str) -> Sql:
-    """The claim UPDATE's value of running_for (`name` "run_for") or next_run_at: the guessed decision
-    where the row still holds what its hint said, else next_run_at (for running_for: the slot due,
-    which the usual claim runs; `ClaimBatch.record_starts` moves a row whose decision differs).
-
-    Both read next_run_at as it was before the UPDATE: an UPDATE's expressions see the old row
-    (MySQL assigns left to right, so running_for must come first, and next_run_at reads itself).
-    """
-    if not guesses:
-        return Sql("next_run_at")
-    when = f"WHEN ? THEN CASE WHEN {_HINT_HOLDS} THEN ? ELSE next_run_at END"
-    params = tuple(
-        p
-        for (job_id, generation), guess in guesses.items()
-        for p in (job_id, generation, at(guess.seen), at(getattr(guess.decision, name)))
-    )
-    return Sql(f"CASE job_id {' '.join([when] * len(guesses))} ELSE next_run_at END", params)
 
 
 def _bound_of(entries: list[tuple[int, Instant]], dialect: Dialect) -> Sql:
@@ -189,8 +158,8 @@ class ClaimsStore(CompletionsStore):
     ) -> list[Claim | ClaimMiss]:
         """Try to start the runs of ``(job_id, generation, expected_at, taken_at)`` entries, in one transaction.
 
-        One conditional UPDATE decides every row by its own predicate
-        (module docstring); the dialect names the winners. Each won row's plan
+        One locking read decides every row by its own predicate (module
+        docstring); the dialect locks and names the winners. Each won row's plan
         (`persched._model.policy.JobPlan.claim`) then decides which slot runs, by the job's
         misfire policy, or that none does (its late slots are dropped and the
         row goes back to waiting). `taken_at` is when the dispatcher took the
@@ -216,8 +185,8 @@ class ClaimsStore(CompletionsStore):
             claimed_at = read_time(now)
             lease_until = Instant(claimed_at + lease)
             cur = self.dialect.cursor(conn)
-            batch = ClaimBatch(expected, claimed_at, instance_id, self._guesses(expected, claimed_at))
-            for raw in self._claim(cur, expected, batch.guesses, instance_id, lease_until, claimed_at):
+            batch = ClaimBatch(expected, claimed_at, instance_id, lease_until)
+            for raw in self._lock(cur, expected):
                 row = batch.read(raw, self.dialect)
                 if row is not None:
                     batch.decide(row)
@@ -292,7 +261,7 @@ class ClaimsStore(CompletionsStore):
         write lock makes every search exclusive), so two instances searching at
         once take disjoint rows. The rows found are claimed by `claim_runs` in
         the same transaction, each with its own predicate (state, generation,
-        slot): the linearization point is the same conditional UPDATE. A row
+        slot): the linearization point is the same claim. A row
         whose jitter has not yet run out is not claimed but handed back for the
         heap; an unreadable row (jobs() reports it) is neither, and is named so
         that the caller passes it by next time (`passed_by`): it must not stay
@@ -330,41 +299,12 @@ class ClaimsStore(CompletionsStore):
 
         return self._write(body, "claim overdue")
 
-    def _guesses(
-        self, expected: dict[tuple[str, int], tuple[Instant, Instant]], claimed_at: Instant
-    ) -> dict[tuple[str, int], Guess]:
-        """The decisions the UPDATE can write itself: those of the entries whose job left a hint
-        (module docstring) and whose policy runs the slot with nothing dropped."""
-        guesses: dict[tuple[str, int], Guess] = {}
-        for key, (bound, taken_at) in expected.items():
-            hint = self._hints.pop(key, None)
-            if hint is None or hint[1] > bound:
-                continue
-            plan, seen = hint
-            decision = plan.claim(seen, None, bound, claimed_at, taken_at)
-            if decision.run_for is not None and decision.missed is None and not decision.run_now:
-                guesses[key] = Guess(plan, seen, decision)
-        return guesses
-
-    def _claim(
-        self,
-        cur: DriverCursor,
-        expected: dict[tuple[str, int], tuple[Instant, Instant]],
-        guesses: dict[tuple[str, int], Guess],
-        instance_id: str,
-        lease_until: Instant,
-        claimed_at: Instant,
+    def _lock(
+        self, cur: DriverCursor, expected: dict[tuple[str, int], tuple[Instant, Instant]]
     ) -> list[tuple[Any, ...]]:
-        """The one conditional UPDATE that decides every entry (module docstring); the won rows."""
-        at = self.dialect.bind_instant
+        """The claim's one locking read (module docstring): the rows it wins, as they stand."""
         predicate = Sql.join(claim_clauses(expected, self.dialect).values(), " AND ")
-        running_for, next_run_at = _guessed(guesses, at, "run_for"), _guessed(guesses, at, "next_run_at")
-        assignments = Sql(
-            "state = 'running', owner = ?, lease_until = ?, updated_at = ?,"
-            f" running_for = {running_for.text}, next_run_at = {next_run_at.text}",  # in this order: see _guessed
-            (instance_id, at(lease_until), at(claimed_at), *running_for.params, *next_run_at.params),
-        )
-        return self.dialect.claim(cur, jobs, assignments, predicate, DISPATCH_SELECT)
+        return self.dialect.lock_claimable(cur, jobs, predicate, DISPATCH_SELECT)
 
     def _last_slots(self, cur: DriverCursor, keys: Sequence[tuple[str, int]]) -> dict[str, Instant]:
         """The latest slot each ``(job_id, generation)`` ran on its grid (rare: only claims whose slot ran)."""

@@ -1,4 +1,4 @@
-"""Completions: the end of runs, and the hints they leave for the next claim.
+"""Completions: the end of runs.
 
 `finish_runs` records the outcomes of a dispatch cycle in one transaction. The job UPDATE is conditional on generation,
 state, owner and the slot in flight (`running_for`), so the completion of
@@ -6,10 +6,6 @@ a replaced, descheduled or recovered run changes nothing.
 Its next slot was decided by the plan its claim carried (`records.Carried`),
 and the UPDATE is conditional on the row still standing where the claim left
 it; a row that anything else changed meanwhile is read and decided anew.
-
-A completion that wrote its carried decision leaves a *hint* (its plan and
-the ``next_run_at`` it wrote) for the job's next claim (`CompletionsStore._hints`,
-read by `ClaimsStore`): only a guess, which the claim's UPDATE checks.
 """
 
 from __future__ import annotations
@@ -63,18 +59,9 @@ _FINISH_JOB: Final = (
 # claim left it, not paused and with no run-now request (else it is read and decided again).
 _FINISH_CARRIED: Final = _FINISH_JOB + " AND next_run_at = ? AND run_now_at IS NULL AND paused = ?"
 
-_HINTS_KEPT: Final = 65_536  # completions' hints kept for the next claim (see CompletionsStore._hints)
-
 
 class CompletionsStore(Transactions):
-    """Completions, and the hints they leave (module docstring)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: ANN401 - `Transactions`' arguments
-        super().__init__(*args, **kwargs)
-        # (job_id, generation) -> (plan, next_run_at) that a completion wrote: the next claim's guess
-        # (module docstring). Only a guess, checked by the UPDATE and against the row: a stale one
-        # costs a second write. Bounded: past `_HINTS_KEPT` a job is claimed without one.
-        self._hints: dict[tuple[str, int], tuple[JobPlan, Instant]] = {}
+    """Completions (module docstring)."""
 
     def finish_runs(self, completions: Sequence[Completion], instance_id: str) -> list[Instant | None]:
         """Record outcomes in one transaction; for each, when its job is due next.
@@ -197,8 +184,6 @@ class CompletionsStore(Transactions):
                 )
             )
 
-        as_carried: list[bool] = [False]  # whether the last attempt wrote the carried ones as decided
-
         def body(conn: Connection) -> list[Instant | None]:
             cur = self.dialect.cursor(conn)
             cur.executemany(_FINISH_RUN, params)
@@ -208,8 +193,7 @@ class CompletionsStore(Transactions):
             # GIL away, then waits for it behind the workers). If every row matched, each stood
             # where its claim left it and goes on to its carried slot; else every completion is
             # read (`_finish_read`), and one that this UPDATE moved reads as queued at that slot.
-            as_carried[0] = bool(moves) and cur.executemany(_FINISH_CARRIED, moves).rowcount == len(moves)
-            if as_carried[0]:
+            if moves and cur.executemany(_FINISH_CARRIED, moves).rowcount == len(moves):
                 for i, next_at, over, plan in carried:
                     due[i] = None if over else plan.due_at(next_at, None)
                 done = {i for i, _, _, _ in carried}
@@ -220,13 +204,7 @@ class CompletionsStore(Transactions):
                     due[i] = due_at
             return due
 
-        due = self._write(body, "finish runs")
-        if as_carried[0]:
-            for i, next_at, _, plan in carried:
-                if due[i] is not None and len(self._hints) < _HINTS_KEPT:
-                    claim = completions[i].claim
-                    self._hints[(claim.job_id, claim.generation)] = (plan, next_at)
-        return due
+        return self._write(body, "finish runs")
 
     def _finish_read(
         self, conn: Connection, cur: DriverCursor, completions: Sequence[Completion], instance_id: str

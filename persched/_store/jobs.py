@@ -503,7 +503,7 @@ class JobsStore(DueStore):
             )
             if until is not None:
                 query = query.where(jobs.c.paused_until == to_datetime(until))
-            found = conn.execute(self.dialect.lock_rows(query)).first()
+            found = conn.execute(query.with_for_update()).first()
             if found is None:
                 return None
             return self._resume_row(conn, readable_or_refuse(read_row(JOB_COLUMNS, found._mapping)), now)
@@ -516,7 +516,7 @@ class JobsStore(DueStore):
 
         def body(conn: Connection) -> list[tuple[str, int, Instant | None]]:
             query = select(*RAW_JOBS).where(jobs.c.paused.is_(True), jobs.c.state != DESCHEDULED, self._mine)
-            rows = read_rows(JOB_COLUMNS, conn.execute(self.dialect.lock_rows(query.order_by(jobs.c.job_id))))
+            rows = read_rows(JOB_COLUMNS, conn.execute(query.order_by(jobs.c.job_id).with_for_update()))
             return [(str(row.job_id), *self._resume_row(conn, row, now)) for row in rows if not row.problems]
 
         return self._write(body, "resume all")
@@ -564,7 +564,7 @@ class JobsStore(DueStore):
 
         def body(conn: Connection) -> RunNowAnswer:
             query = select(*RAW_JOBS).where(jobs.c.job_id == job_id, jobs.c.state != DESCHEDULED, self._mine)
-            found = conn.execute(self.dialect.lock_rows(query)).first()
+            found = conn.execute(query.with_for_update()).first()
             if found is None:
                 return RunNowAnswer(RunNowVerdict.UNKNOWN, None)
             row = readable_or_refuse(read_row(JOB_COLUMNS, found._mapping))

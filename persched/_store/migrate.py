@@ -11,7 +11,7 @@ Locking. Alembic's ``context`` is module-global, so two threads of one
 process must never run it at once: ``_PROCESS_LOCK`` serialises `upgrade`
 (Prefect does the same). Across processes the database is the lock: on
 SQLite the whole check-and-upgrade runs in one ``BEGIN IMMEDIATE``
-transaction (the write lock, taken by ``persched._store.db``'s begin listener); on
+transaction (the write lock, taken by `persched._store.dialects.sqlite.open_sqlite`'s begin listener); on
 PostgreSQL in one transaction holding ``pg_advisory_xact_lock``; on MySQL and
 MariaDB under ``GET_LOCK``, a session lock (their DDL commits implicitly, so
 no lock that ends with a transaction would last through a migration),

@@ -1,14 +1,12 @@
-"""The dispatch path's shortcuts: a claim decided from a hint, a completion decided by its claim.
+"""The dispatch path's writes: a claim decided from the row it locked, a completion decided by its claim.
 
-A completion leaves a hint (the job's plan and the next_run_at it wrote); the
-next claim of that job decides before its UPDATE, which writes the slot and
-the next slot only where the row still stands where the hint says. A claim
-carries its plan to the completion (`records.Carried`), whose UPDATE holds only
-while the row stands where the claim left it. Each shortcut is checked here
-against what the row really did meanwhile (another instance moved it on, a
-pause, a resume, a run-now request), on every engine, and each against a
-broken variant that trusts the shortcut without the row's check
-(``xfail(strict=True)``): so the checks are what keeps a slot right.
+A claim reads its rows with a lock, decides in Python, and writes each won
+row once. A claim carries its plan to the completion (`records.Carried`),
+whose UPDATE holds only while the row stands where the claim left it. This
+shortcut is checked here against what the row really did meanwhile (another
+instance moved it on, a pause, a resume, a run-now request), on every
+engine, and against a broken variant that trusts it without the row's check
+(``xfail(strict=True)``): so the check is what keeps a slot right.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from sqlalchemy import event
 
 from persched._model.instant import Instant, Micros, from_datetime, micros
 from persched._model.models import validate_definition, validate_policies
-from persched._store import Claim, Completion, Store, claims, completions
+from persched._store import Claim, Completion, Store, completions
 from tests.support import race_jobs
 from tests.support.helpers import EPOCH
 
@@ -34,12 +32,8 @@ ME = "me:1:aaaaaa"
 OTHER = "other:2:bbbbbb"
 LEASE = Micros(30_000_000)
 
-# The broken variants: the same parameters, the row's check gone.
-TRUSTED_HINT = "generation = ? AND ? IS NOT NULL AND run_now_at IS NULL"  # for claims._HINT_HOLDS
+# The broken variant: the same parameters, the row's check gone.
 TRUSTED_CARRY = completions._FINISH_JOB + " AND ? IS NOT NULL AND ? IS NOT NULL"  # for completions._FINISH_CARRIED
-BROKEN_HINT = pytest.param(
-    True, id="broken-hint-trusted", marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="wrong slot")
-)
 BROKEN_CARRY = pytest.param(
     True,
     id="broken-carried-completion-trusted",
@@ -97,12 +91,12 @@ def _statements(store: Store) -> Iterator[list[str]]:
         event.remove(store.engine, "before_cursor_execute", note)
 
 
-def _moves(statements: list[str]) -> int:
-    """How many of `statements` are the claim's second write of a row (`claim_batch._CLAIM_MOVE`)."""
-    return sum(s.startswith("UPDATE persched_jobs SET next_run_at =") for s in statements)
+def _job_writes(statements: list[str]) -> int:
+    """How many of `statements` write a job's row."""
+    return sum(s.startswith("UPDATE persched_jobs") for s in statements)
 
 
-def test_a_claim_after_a_completion_writes_both_slots_in_its_one_update(store: Store) -> None:
+def test_a_claim_writes_its_row_once_with_both_slots(store: Store) -> None:
     slot = _schedule(store)
     first = _claim(store, slot, at(10.5))
     _finish(store, first, at(10.6))
@@ -111,43 +105,24 @@ def test_a_claim_after_a_completion_writes_both_slots_in_its_one_update(store: S
         second = _claim(store, at(20), at(35))
     assert second.scheduled_for == at(30)
     assert _row(store) == (at(40), None, "running")
-    assert _moves(seen) == 0, seen  # the UPDATE wrote running_for and next_run_at itself
-    assert sum("UPDATE persched_jobs" in s for s in seen) == 1, seen  # and no other write of the row
+    assert _job_writes(seen) == 1, seen  # one write back of the row: running slot 30, next slot 40
     with _statements(store) as seen:
         assert _finish(store, second, at(35.1)) == at(40)
     assert not any(s.startswith("SELECT") for s in seen), seen  # decided by the claim: not read again
 
 
-@pytest.mark.parametrize("broken", [False, BROKEN_HINT])
-def test_a_hint_the_row_no_longer_matches_costs_a_write_never_a_slot(store: Store, broken: bool) -> None:
-    """Another instance ran slot 20 after our completion of slot 10: our hint still says 20. With
-    misfire "catch_up" the slot that runs depends on where the row stands: from 20 it would be 20
-    again (a slot run twice, which the history's unique slot refuses: no run at all), from 30 it is 30."""
+def test_a_claim_decides_from_the_row_another_instance_moved_on(store: Store) -> None:
+    """Another instance ran slot 20 after our completion of slot 10. With misfire "catch_up" the
+    slot that runs depends on where the row stands: from 20 it would be 20 again (a slot run twice,
+    which the history's unique slot refuses: no run at all), from 30 it is 30."""
     slot = _schedule(store, misfire="catch_up", max_catch_up=2)
-    _finish(store, _claim(store, slot, at(10.5)), at(10.6))  # hint: next_run_at 20
+    _finish(store, _claim(store, slot, at(10.5)), at(10.6))
     other = Store(store.engine, store.url)
     _finish(other, _claim(other, at(20), at(20.5), OTHER), at(20.6), OTHER)  # the row: next_run_at 30
-    with _statements(store) as statements, patch.object(claims, "_HINT_HOLDS", TRUSTED_HINT) if broken else _nothing():
-        claim = _claim(store, at(30), at(31))
+    claim = _claim(store, at(30), at(31))
     assert claim.scheduled_for == at(30)  # the row's own next slot
     assert _row(store) == (at(40), None, "running")
-    assert _moves(statements) == 1  # the guess did not fit: decided from the row, moved by a second write
     assert sorted(from_datetime(run.scheduled_for) for run in store.list_runs("a")) == [at(10), at(20), at(30)]
-
-
-def test_a_hint_whose_plan_is_not_the_rows_is_decided_again_from_the_row(store: Store) -> None:
-    """A hint with another plan (an interval of 7 s, not 10) that the row matches where it stands:
-    the UPDATE writes the hint's guess, the row's own plan finds it wrong and moves the row."""
-    slot = _schedule(store)
-    _finish(store, _claim(store, slot, at(10.5)), at(10.6))
-    wrong = validate_definition("a", race_jobs.RECORD, validate_policies(7.0), (), {}, None)
-    plan, seen = store._hints[("a", 1)]
-    store._hints[("a", 1)] = (type(plan).of("a", 1, at(10), wrong.policies), seen)
-    with _statements(store) as statements:
-        claim = _claim(store, at(20), at(35))
-    assert claim.scheduled_for == at(30)
-    assert _row(store) == (at(40), None, "running")
-    assert _moves(statements) == 1  # the guess (slot 31, next 38) was written, then put right
 
 
 @pytest.mark.parametrize("broken", [False, BROKEN_CARRY])

@@ -45,10 +45,8 @@ def _claim_plan(store: Store, explain: str | None = None) -> str:
     sent: list[tuple[str, Any]] = []
 
     def grab(conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool) -> None:  # noqa: ANN401
-        if "SET state = 'running'" in statement and "CASE" in statement and not many:  # the claim
+        if statement.startswith("SELECT") and "CASE" in statement and not many:  # the claim's locking read
             sent.append((statement, params))
-        elif "SKIP LOCKED" in statement and store.engine.dialect.name == "mysql":  # its first step there
-            sent.insert(0, (statement, params))
 
     event.listen(store.engine, "before_cursor_execute", grab)
     try:
@@ -58,12 +56,12 @@ def _claim_plan(store: Store, explain: str | None = None) -> str:
         assert [type(result).__name__ for result in results] == ["Claim"] * len(entries)
     finally:
         event.remove(store.engine, "before_cursor_execute", grab)
-    # MySQL: the locking SELECT and the UPDATE (dialects/mysql.py), each plan's lines in turn.
+    # MySQL: the plain read and the locking one (dialects/mysql.py), each plan's lines in turn.
     statements = sent[:2] if store.engine.dialect.name == "mysql" else sent[:1]
     raw = store.engine.raw_connection()
     try:
         cursor = raw.cursor()
-        if explain is not None:  # EXPLAIN ANALYZE runs the claim: its rows waiting again, as they were
+        if explain is not None:  # EXPLAIN ANALYZE runs the locking read: its rows waiting again, as they were
             cursor.execute(
                 "UPDATE persched_jobs SET state = 'scheduled', next_run_at = running_for WHERE state = 'running'"
             )

@@ -68,7 +68,7 @@ EXIT_MISSED: Final = 4
 # name -> where the process stops.
 POINTS: Final = {
     "claim-before-tx": "Store.dispatch called with due entries, before its transaction",
-    "claim-after-update": "the claim UPDATE ... RETURNING executed, runs not inserted, not committed",
+    "claim-after-update": "the claim's write back of its won rows executed, not committed",
     "claim-before-commit": "claim UPDATE and run INSERT done, COMMIT not yet issued",
     "claim-after-commit": "the claim committed; the won runs not yet handed to a worker",
     "in-callable": "inside the callable (its start is recorded)",
@@ -239,7 +239,7 @@ def _listen(crash: _Crash, sched: JobScheduler) -> None:
         if not active:
             return
         sql = statement.lstrip().upper()
-        if active[-1] == "claim" and sql.startswith("UPDATE PERSCHED_JOBS") and "RETURNING" in sql:
+        if active[-1] == "claim" and sql.replace("%S", "?").startswith("UPDATE PERSCHED_JOBS SET STATE = ?, OWNER = ?"):
             crash.fire("claim-after-update")
         elif active[-1] == "claim" and sql.startswith("INSERT INTO PERSCHED_RUNS"):
             crash.tx()["claim"] = True  # this transaction won a claim

@@ -215,7 +215,6 @@ def real_finish_run(store: Store) -> Callable[..., Instant | None]:
 
 
 Expected = dict[tuple[str, int], tuple[Instant, Instant]]  # the claim's entries: (job_id, generation) -> bounds
-Guesses = dict[tuple[str, int], "claim_batch.Guess"]  # the decisions the claim's UPDATE writes itself
 
 
 class _EntryByJobId(claim_batch.ClaimBatch):
@@ -223,8 +222,8 @@ class _EntryByJobId(claim_batch.ClaimBatch):
     another generation than its entry's, which the real batch (keyed on both) cannot
     place; find the entry by job id alone, as a claim keyed on the id would."""
 
-    def __init__(self, expected: Expected, claimed_at: Instant, instance_id: str, guesses: Guesses) -> None:
-        super().__init__(dict(expected), claimed_at, instance_id, guesses)  # re-keyed below: not the caller's dict
+    def __init__(self, expected: Expected, claimed_at: Instant, instance_id: str, lease_until: Instant) -> None:
+        super().__init__(dict(expected), claimed_at, instance_id, lease_until)  # re-keyed below: not the caller's
         self.won_in: dict[str, int] = {}  # job id -> the generation of the row won for its entry
 
     def decide(self, row: claim_batch.ClaimedRow) -> None:
@@ -245,8 +244,8 @@ class _UpToItsSlot(claim_batch.ClaimBatch):
     is not due by its entry's bound (and no run-now request is), which the policy refuses
     to decide (it never runs a slot early); let the entry's bound reach the row's slot."""
 
-    def __init__(self, expected: Expected, claimed_at: Instant, instance_id: str, guesses: Guesses) -> None:
-        super().__init__(dict(expected), claimed_at, instance_id, guesses)
+    def __init__(self, expected: Expected, claimed_at: Instant, instance_id: str, lease_until: Instant) -> None:
+        super().__init__(dict(expected), claimed_at, instance_id, lease_until)
 
     def decide(self, row: claim_batch.ClaimedRow) -> None:
         key = (row.job_id, row.generation)
@@ -291,9 +290,9 @@ class _ClauseDropper:
         return clauses
 
     def _batch(
-        self, expected: Expected, claimed_at: Instant, instance_id: str, guesses: Guesses
+        self, expected: Expected, claimed_at: Instant, instance_id: str, lease_until: Instant
     ) -> claim_batch.ClaimBatch:
-        return _BATCHES.get(self._dropped() or "", _REAL_BATCH)(expected, claimed_at, instance_id, guesses)
+        return _BATCHES.get(self._dropped() or "", _REAL_BATCH)(expected, claimed_at, instance_id, lease_until)
 
     @contextlib.contextmanager
     def dropping(self, clause: str) -> Iterator[None]:

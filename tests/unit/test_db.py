@@ -16,6 +16,8 @@ from sqlalchemy.exc import OperationalError
 
 from persched._store import db as _db
 from persched._store import migrate as _migrate
+from persched._store.dialects import mysql as _mysql
+from persched._store.dialects import sqlite as _sqlite
 from persched.errors import InvalidJobError, StoreError
 from tests.support.helpers import TIMEOUT
 
@@ -223,7 +225,7 @@ def test_pragmas_read_back(in_tmp: Path, engines: list[Engine]) -> None:
         "journal_mode": "wal",
         "synchronous": 2,
         # SQLite's own handler waits briefly; BEGIN IMMEDIATE waits the 2.5 s (see the next test).
-        "busy_timeout": _db.BUSY_SLICE_MS,
+        "busy_timeout": _sqlite.BUSY_SLICE_MS,
         "foreign_keys": 1,
     }
 
@@ -355,7 +357,7 @@ def test_missing_psycopg_says_how_to_install(monkeypatch: pytest.MonkeyPatch) ->
 
 @pytest.mark.mariadb
 def test_mariadb_sessions_are_read_committed_strict_utc_utf8mb4(mariadb_url: str) -> None:
-    # persched._store.db: the isolation level the store is written for, no silent truncation, UTC.
+    # persched._store.dialects.mysql: the isolation level the store is written for, no silent truncation, UTC.
     engine = _db.make_engine(mariadb_url)
     try:
         with engine.connect() as conn:
@@ -370,7 +372,7 @@ def test_mariadb_sessions_are_read_committed_strict_utc_utf8mb4(mariadb_url: str
     assert isolation == "READ-COMMITTED"
     assert "STRICT_ALL_TABLES" in mode.split(",")
     assert "ANSI_QUOTES" not in mode.split(",")
-    assert (zone, charset, wait) == ("+00:00", "utf8mb4", _db.MYSQL_LOCK_WAIT)
+    assert (zone, charset, wait) == ("+00:00", "utf8mb4", _mysql.MYSQL_LOCK_WAIT)
 
 
 @pytest.mark.mariadb

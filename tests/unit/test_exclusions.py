@@ -368,6 +368,21 @@ def test_a_clock_correction_keeps_the_phase_and_skips_the_excluded_days() -> Non
     assert plan.corrected(instant("2026-12-27T00:00:00.25"), instant("2026-12-24T10:00")) is None
 
 
+def test_a_next_slot_past_an_excluded_span_is_within_the_schedule() -> None:
+    now = instant("2027-03-26T23:40:00.123457")  # 20 min before a three-day span
+    days = ["2027-03-27/2027-03-29"]
+    # Fixed delay: a run that ends now waits for the span's end, 48 h 20 min on: no correction.
+    delay = plan_of(ODD, 3600.0, recurrence="fixed_delay", exclude=days)
+    assert delay.corrected(instant("2027-03-30T00:00"), now) is None
+    # Beyond where a run ending now could put it: back to one interval on, past the span.
+    assert delay.corrected(instant("2027-04-02T00:00"), now) == instant("2027-03-30T00:00")
+    # Hourly and cron: the grid's next slot is past the span, three days on.
+    hourly = plan_of(instant("2027-03-20T00:15:23.456789"), 3600.0, exclude=days)
+    assert hourly.corrected(instant("2027-03-30T00:15:23.456789"), now) is None
+    cron = plan_of(ODD, None, cron="15 * * * *", exclude=days)
+    assert cron.corrected(instant("2027-03-30T00:15"), now) is None
+
+
 def test_coming_slots_pass_over_the_excluded_days() -> None:
     plan = plan_of(instant("2026-12-23T22:00:00.5"), 3600.0, exclude=["2026-12-24/2026-12-26"])
     assert plan.coming(instant("2026-12-23T22:00:00.5"), 3) == [

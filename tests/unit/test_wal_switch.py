@@ -1,4 +1,4 @@
-"""Switching a SQLite file to WAL while other processes open it (persched._store.db._ensure_wal)."""
+"""Switching a SQLite file to WAL while other processes open it (persched._store.dialects.sqlite._ensure_wal)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from persched._store.db import _ensure_wal
+from persched._store.dialects.sqlite import _ensure_wal
 
 
 class _Cursor:

@@ -15,7 +15,7 @@ dialect of SQLAlchemy).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, NamedTuple, Protocol
 
 from sqlalchemy.exc import DataError, IntegrityError
 
@@ -28,7 +28,12 @@ if TYPE_CHECKING:
 
     from ..._model.instant import Instant
 
-__all__ = ["ChangeListener", "Dialect", "DriverCursor", "Sql", "dialect_for", "marks", "value_rows"]
+__all__ = ["READONLY", "ChangeListener", "Dialect", "DriverCursor", "Sql", "dialect_for", "marks", "value_rows"]
+
+
+#: Execution option: ``conn.execution_options(persched_readonly=True)`` makes
+#: the next transaction on a SQLite connection a deferred ``BEGIN``.
+READONLY: Final = "persched_readonly"
 
 
 class Sql(NamedTuple):
@@ -167,10 +172,6 @@ class Dialect:
         are the store's, and no row's."""
         return isinstance(exc, (DataError, IntegrityError))
 
-    def lock_rows(self, query: Select[Any]) -> Select[Any]:
-        """`query`, locking the rows it reads until the transaction ends (where reads do not already)."""
-        return query.with_for_update()
-
     def lock_first(self, conn: Connection, query: Select[Any], limit: int) -> list[Row[Any]]:
         """The first `limit` rows of the ordered `query` that no other transaction holds, locked
         until this one ends (SKIP LOCKED): concurrent callers get disjoint rows, and none waits."""
@@ -197,10 +198,6 @@ class Dialect:
         rows = self.update_returning(conn, stmt, *columns)
         return rows[0] if rows else None
 
-    def insert_returning(self, conn: Connection, stmt: Insert, *columns: ColumnElement[Any]) -> list[Row[Any]]:
-        """Run `stmt` (one row) and return `columns` of the row it inserted."""
-        return list(conn.execute(stmt.returning(*columns)))
-
     def cursor(self, conn: Connection) -> DriverCursor:
         """The driver's cursor in `conn`'s transaction, for the dispatch path's statements."""
         return DriverCursor(conn, self)
@@ -216,7 +213,8 @@ class Dialect:
         return cur.execute(sql, tuple(value for row in rows for value in row)).fetchall()
 
     def locking_sql(self, query: str) -> str:
-        """`lock_rows` in driver SQL: the SELECT `query`, locking the rows it reads until the transaction ends."""
+        """The SELECT `query` (driver SQL), locking the rows it reads until the transaction ends (where reads
+        do not already). In Core, ``Select.with_for_update()`` does it: SQLAlchemy leaves it out on SQLite."""
         return f"{query} FOR UPDATE"
 
     def update_sql(
@@ -238,17 +236,28 @@ class Dialect:
         (name,) = (column.name for column in table.primary_key.columns)
         return next(iter(self.update_sql(conn, table, assignments, Sql(f"{name} = ?", (key,)), columns)), None)
 
-    def claim(
-        self, cur: DriverCursor, table: Table, assignments: Sql, predicate: Sql, columns: str
-    ) -> list[tuple[Any, ...]]:
-        """The conditional claim, on the driver's cursor: ``UPDATE table SET assignments WHERE predicate``;
-        the `columns` (a select list) of the rows it changed, as the driver returns them.
+    def lock_claimable(self, cur: DriverCursor, table: Table, predicate: Sql, columns: str) -> list[tuple[Any, ...]]:
+        """The claim's locking read, on the driver's cursor: the `columns` (a select list) of the rows of
+        `table` where `predicate` holds that no other transaction holds, as the driver returns them,
+        locked until this transaction ends; rows another transaction holds are passed by, not waited for.
 
-        This UPDATE is the linearization point of a run's start:
-        each row is claimed at most once, by whoever's UPDATE matches it first.
+        What it returns is what this claim wins: each row is claimed at most
+        once, by whichever claim's locking read takes it first.
         """
-        sql = f"UPDATE {table.name} SET {assignments.text} WHERE {predicate.text} RETURNING {columns}"  # noqa: S608 - ours
-        return cur.execute(sql, assignments.params + predicate.params).fetchall()
+        sql = f"SELECT {columns} FROM {table.name} WHERE {predicate.text} FOR UPDATE SKIP LOCKED"  # noqa: S608 - ours
+        return cur.execute(sql, predicate.params).fetchall()
+
+    def update_rows(
+        self, cur: DriverCursor, table: Table, names: Sequence[str], key: Sequence[str], rows: list[tuple[Any, ...]]
+    ) -> int:
+        """Set the columns `names` of each row of `table` whose `key` columns hold the row's last values
+        (driver values: ``(*values of names, *values of key)``), every row in one call; the rows changed.
+
+        The driver's executemany: one call, a pipeline on psycopg, in-process on SQLite.
+        """
+        sets = ", ".join(f"{name} = ?" for name in names)
+        where = " AND ".join(f"{name} = ?" for name in key)
+        return cur.executemany(f"UPDATE {table.name} SET {sets} WHERE {where}", rows).rowcount  # noqa: S608 - ours
 
     def execute(self, conn: Connection, statement: Sql) -> Any:  # noqa: ANN401 - the driver's cursor result
         """Run one statement of driver SQL (its parameters raw: timestamps by `bind_instant`)."""

@@ -1,9 +1,20 @@
 """MySQL 8 and MariaDB 10.6+: row locks like PostgreSQL, but no ``UPDATE … RETURNING``.
 
-Sessions run at READ COMMITTED (`persched._store.db`): every statement sees the
-latest commit, as on PostgreSQL, and locking reads take no gap locks.
+**The engine** (`open_mysql`). ``mysql://`` and ``mariadb://`` go through
+PyMySQL (the ``mysql`` extra), always as ``mysql+pymysql`` so that the code
+sees one dialect name, ``"mysql"``, for both servers. Every session runs at
+READ COMMITTED, like PostgreSQL's default and for the same reason: the store
+is written for "each statement sees the latest commit", and REPEATABLE READ's
+snapshot (taken at a transaction's first read) would show a dispatch cycle
+rows as they were before other instances' commits, while its gap locks on the
+due-rows index range would make ``schedule()`` inserts wait behind a claim
+and deadlock with it. Locking reads and UPDATEs read the latest committed row
+at either level, and take no gap locks at READ COMMITTED. The session is
+strict (``sql_mode``: a value that does not fit is an error, never silently
+truncated), on UTC, utf8mb4, and waits at most `MYSQL_LOCK_WAIT` seconds for
+a row lock.
 
-**The claim** is four statements in the claim's transaction instead of one:
+**The claim's locking read** (`lock_claimable`) is two statements:
 
 1. ``SELECT job_id FROM persched_jobs WHERE <predicate>``, a plain read,
    names the rows that match on the latest commit. Only those are locked
@@ -11,29 +22,22 @@ latest commit, as on PostgreSQL, and locking reads take no gap locks.
    predicate, so a claim of a stale entry (another instance's, of a job
    replaced since) would hold for a moment a row it cannot win, and the
    claim that can win it would pass it by as if taken, a slot lost;
-2. ``SELECT job_id … WHERE <predicate> AND job_id IN (<those>) FOR UPDATE
-   SKIP LOCKED`` locks the due rows that no other instance holds (a locking
-   read sees the latest committed row version); rows another instance is
-   claiming are passed by, not waited for;
-3. ``UPDATE persched_jobs SET state = 'running', … WHERE <predicate> AND
-   job_id IN (<the locked keys>)`` re-checks the predicate on rows that
-   nobody else can change until this transaction ends;
-4. ``SELECT <columns> FROM persched_jobs WHERE job_id IN (<the locked keys>)``
-   reads the won rows back, which is what ``RETURNING`` gives elsewhere.
+2. ``SELECT <columns> … WHERE <predicate> AND job_id IN (<those>) FOR UPDATE
+   SKIP LOCKED`` locks and reads the due rows that no other instance holds
+   (a locking read sees the latest committed row version); rows another
+   instance is claiming are passed by, not waited for.
 
-A run still starts at the COMMIT of that transaction: the row
-locks taken in step 2 are held to the commit, so the rows read in step 4
-are exactly what the UPDATE wrote, and a deschedule() or another
-instance's claim either committed before step 2 (the predicate fails) or
-waits for this commit. (MySQL refuses the PostgreSQL form, an UPDATE whose
-subquery selects from the table it updates: error 1093.)
+A run still starts at the COMMIT of that transaction: the row locks taken
+in step 2 are held to the commit, so the claim's write back changes exactly
+the rows it read, and a deschedule() or another instance's claim either
+committed before step 2 (the predicate fails) or waits for this commit.
 
-Every other ``UPDATE … RETURNING`` is steps 2 to 4 with a plain
-``FOR UPDATE`` (`update_returning`, `update_sql`), but an UPDATE of one
+Every other ``UPDATE … RETURNING`` is three statements: a locking read of
+the keys with a plain ``FOR UPDATE``, the UPDATE of exactly those rows, and
+a read of them back (`update_returning`, `update_sql`), but an UPDATE of one
 row by its primary key that the transaction holds already, or that the
 UPDATE itself locks (the change counter), which is the UPDATE and a read by
-that key (`update_key_sql`); ``INSERT … RETURNING`` is an INSERT and a
-read by primary key (`insert_returning`); history rows in one multi-row
+that key (`update_key_sql`); history rows in one multi-row
 ``INSERT … RETURNING`` on MariaDB (10.5+), one INSERT each on MySQL 8, which
 has no ``RETURNING`` at all (`insert_new`). History rows skip a slot the
 unique index holds with ``ON DUPLICATE KEY UPDATE run_id = run_id``, a no-op,
@@ -52,26 +56,27 @@ import contextlib
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
-from sqlalchemy import select
+from sqlalchemy import create_engine, select
 from sqlalchemy.dialects.mysql import insert
 from sqlalchemy.exc import DBAPIError
 
 from ..._model.instant import Instant, from_datetime, to_datetime
 from ...errors import StoreError
-from ..db import mask
+from ..urls import mask
 from . import Dialect, DriverCursor, Sql, marks, value_rows
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from sqlalchemy import ColumnElement, Connection, Insert, Row, Table, Update
+    from sqlalchemy import ColumnElement, Connection, Engine, Insert, Row, Table, Update
+    from sqlalchemy.engine import URL
 
 # Server and client error numbers after which the whole transaction may succeed when tried
 # again: InnoDB rolled it back (deadlock), a row lock wait timed out, or the connection could
 # not be made or was lost.
 TRANSIENT_ERRORS: Final = frozenset(
     {
-        1205,  # ER_LOCK_WAIT_TIMEOUT (innodb_lock_wait_timeout, persched._store.db.MYSQL_LOCK_WAIT)
+        1205,  # ER_LOCK_WAIT_TIMEOUT (innodb_lock_wait_timeout, MYSQL_LOCK_WAIT)
         1213,  # ER_LOCK_DEADLOCK: InnoDB chose this transaction as the victim and rolled it back
         1040,  # ER_CON_COUNT_ERROR: too many connections
         1053,  # ER_SERVER_SHUTDOWN: the server is shutting down
@@ -83,6 +88,18 @@ TRANSIENT_ERRORS: Final = frozenset(
         2013,  # CR_SERVER_LOST: lost connection during a query
         2055,  # CR_SERVER_LOST_EXTENDED
     }
+)
+
+_MYSQL_CONNECT_TIMEOUT: Final = 10  # seconds, unless the URL says otherwise
+# Seconds a socket read or write may block before PyMySQL gives up (a cut
+# connection that the kernel never reports: half-open TCP); well above any
+# statement persched sends and above MYSQL_LOCK_WAIT. The URL may override it.
+_MYSQL_IO_TIMEOUT: Final = 60
+MYSQL_LOCK_WAIT: Final = 10  # seconds: innodb_lock_wait_timeout of persched's sessions (server default 50)
+# Strict: an over-long value is an error, not truncated; no zero dates; and none of the
+# modes (ANSI_QUOTES, PIPES_AS_CONCAT, ...) a server may set that change how SQL parses.
+_MYSQL_SQL_MODE: Final = (
+    "STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
 )
 
 # GET_LOCK names are server-wide: the database is part of the name (64 characters at most).
@@ -124,10 +141,6 @@ class MySQLDialect(Dialect):
             return []
         conn.execute(stmt.where(key.in_(keys)))
         return list(conn.execute(select(*columns).where(key.in_(keys))))
-
-    def insert_returning(self, conn: Connection, stmt: Insert, *columns: ColumnElement[Any]) -> list[Row[Any]]:
-        (inserted,) = conn.execute(stmt).inserted_primary_key or (None,)
-        return list(conn.execute(select(*columns).where(_key(stmt.table) == inserted)))  # type: ignore[arg-type]  # one table
 
     def update_sql(
         self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, columns: str
@@ -175,9 +188,7 @@ class MySQLDialect(Dialect):
         read = f"SELECT {returning}, {check} FROM {table.name} WHERE {key} IN ({marks(len(ids))})"  # noqa: S608
         return ours(cur.execute(read, ids).fetchall())
 
-    def claim(
-        self, cur: DriverCursor, table: Table, assignments: Sql, predicate: Sql, columns: str
-    ) -> list[tuple[Any, ...]]:
+    def lock_claimable(self, cur: DriverCursor, table: Table, predicate: Sql, columns: str) -> list[tuple[Any, ...]]:
         key = _key(table).name
         # Lock only the rows that match on the latest commit (module docstring, step 1).
         reading = f"SELECT {key} FROM {table.name} WHERE {predicate.text}"  # noqa: S608 - ours
@@ -185,22 +196,26 @@ class MySQLDialect(Dialect):
         if not claimable:
             return []
         candidates = Sql.join((predicate, Sql(f"{key} IN ({marks(len(claimable))})", claimable)), " AND ")
-        locking = f"SELECT {key} FROM {table.name} WHERE {candidates.text} FOR UPDATE SKIP LOCKED"  # noqa: S608
-        free = tuple(row[0] for row in cur.execute(locking, candidates.params).fetchall())
-        if not free:
-            return []
-        # Steps 3 and 4 (module docstring), as `_update_held` on the driver's cursor.
-        mine = Sql(f"{key} IN ({marks(len(free))})", free)
-        where = Sql.join((predicate, mine), " AND ")
-        change = f"UPDATE {table.name} SET {assignments.text} WHERE {where.text}"  # noqa: S608 - ours
-        cur.execute(change, assignments.params + where.params)
-        return cur.execute(f"SELECT {columns} FROM {table.name} WHERE {mine.text}", mine.params).fetchall()  # noqa: S608
+        locking = f"SELECT {columns} FROM {table.name} WHERE {candidates.text} FOR UPDATE SKIP LOCKED"  # noqa: S608
+        return cur.execute(locking, candidates.params).fetchall()
+
+    def update_rows(
+        self, cur: DriverCursor, table: Table, names: Sequence[str], key: Sequence[str], rows: list[tuple[Any, ...]]
+    ) -> int:
+        # One statement: PyMySQL's executemany sends an UPDATE once per row (a round trip each).
+        columns = (*names, *key)
+        given = f"SELECT {', '.join(f'? AS {name}' for name in columns)}"
+        given += f" UNION ALL SELECT {marks(len(columns))}" * (len(rows) - 1)
+        on = " AND ".join(f"t.{name} = v.{name}" for name in key)
+        sets = ", ".join(f"t.{name} = v.{name}" for name in names)
+        sql = f"UPDATE {table.name} t JOIN ({given}) v ON {on} SET {sets}"  # noqa: S608 - ours
+        return cur.execute(sql, tuple(value for row in rows for value in row)).rowcount
 
     def _update_held(
         self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, held: tuple[Any, ...], columns: str
     ) -> list[Row[Any]]:
-        """The claim's steps 3 and 4 (module docstring): change the rows of the keys `held`, which
-        this transaction has locked, where `predicate` still holds; read them back."""
+        """Change the rows of the keys `held`, which this transaction has locked, where `predicate`
+        still holds; read them back (module docstring)."""
         if not held:
             return []
         key = _key(table).name
@@ -238,3 +253,33 @@ class MySQLDialect(Dialect):
 
 
 DIALECT: Final = MySQLDialect()
+
+
+def open_mysql(url: URL) -> Engine:
+    """A MySQL or MariaDB engine: PyMySQL, READ COMMITTED, a strict UTC session (module docstring)."""
+    connect_args: dict[str, Any] = {
+        # Runs on every new connection, before the dialect's own first queries.
+        "init_command": (
+            f"SET SESSION sql_mode = '{_MYSQL_SQL_MODE}', time_zone = '+00:00',"
+            f" innodb_lock_wait_timeout = {MYSQL_LOCK_WAIT}"
+        ),
+    }
+    timeouts = {"connect_timeout": _MYSQL_CONNECT_TIMEOUT, "read_timeout": _MYSQL_IO_TIMEOUT}
+    timeouts["write_timeout"] = _MYSQL_IO_TIMEOUT
+    connect_args.update({key: seconds for key, seconds in timeouts.items() if key not in url.query})
+    if "charset" not in url.query:
+        connect_args["charset"] = "utf8mb4"  # 4-byte UTF-8: every str a job_id may hold (not in the URL shown)
+    try:
+        return create_engine(
+            url,
+            pool_pre_ping=True,
+            # Below the server's wait_timeout (8 h by default), which closes idle connections.
+            pool_recycle=3600,
+            isolation_level="READ COMMITTED",
+            connect_args=connect_args,
+        )
+    except ImportError as exc:
+        raise StoreError(
+            mask(url),
+            "the MySQL/MariaDB driver is not installed: pip install persched[mysql]",
+        ) from exc

@@ -1,9 +1,10 @@
 """PostgreSQL: row locks, so instances never queue behind each other's claims.
 
-A claim's UPDATE takes its rows from a ``FOR UPDATE SKIP LOCKED`` read
-(a materialized CTE): a row another instance is claiming right now is passed
-by, not waited for, and the UPDATE re-checks the predicate on
-the rows it locked. Reads that decide a write (`lock_rows`) lock with ``FOR UPDATE``.
+A claim takes its rows with a ``FOR UPDATE SKIP LOCKED`` read
+(`Dialect.lock_claimable`): a row another instance is claiming right now is
+passed by, not waited for, and a row changed by a commit since the read
+began is checked against the predicate again as it stands after that commit.
+Reads that decide a write lock with ``FOR UPDATE``.
 Timestamps are ``timestamptz``.
 
 A write that moves the change counter also sends ``pg_notify`` in its
@@ -20,21 +21,23 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, cast
 
 import psycopg
 from psycopg.pq import ConnStatus
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import OperationalError
 
 from ..._model.instant import Instant, from_datetime, to_datetime
-from . import Dialect, DriverCursor, Sql
+from . import Dialect, Sql
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection, Insert, Table
+    from sqlalchemy import Connection, Engine, Insert, Table
+    from sqlalchemy.engine import URL
     from sqlalchemy.engine.interfaces import DBAPIConnection
     from sqlalchemy.exc import DBAPIError
 
 # pg_advisory_xact_lock key of migrations: b"persched" as a 64-bit integer (its top bit is 0).
 _MIGRATION_LOCK_KEY: Final = int.from_bytes(b"persched", "big")
 CHANGES_CHANNEL: Final = "persched_changes"  # LISTEN / NOTIFY channel of the change counter
+_PG_CONNECT_TIMEOUT: Final = 10  # seconds, unless the URL says otherwise
 _ANNOUNCE: Final = Sql("SELECT pg_notify(?, current_schema())", (CHANGES_CHANNEL,))
 
 
@@ -71,19 +74,6 @@ class PostgreSQLDialect(Dialect):
             # is fine (more parameters than the protocol's 65,535), which fails again each time.
             return isinstance(exc, OperationalError) and exc.statement is None
         return isinstance(sqlstate, str) and (sqlstate.startswith("08") or sqlstate in _TRANSIENT_SQLSTATES)
-
-    def claim(
-        self, cur: DriverCursor, table: Table, assignments: Sql, predicate: Sql, columns: str
-    ) -> list[tuple[Any, ...]]:
-        # The locking read runs once, MATERIALIZED: as a subquery of the UPDATE's WHERE, the planner
-        # (misled by a table not yet analyzed) re-ran it for every row, 32 times for a claim of 32.
-        (key,) = table.primary_key.columns
-        sql = (
-            f"WITH free AS MATERIALIZED (SELECT {key.name} FROM {table.name} WHERE {predicate.text}"  # noqa: S608 - ours
-            f" FOR UPDATE SKIP LOCKED) UPDATE {table.name} SET {assignments.text}"
-            f" WHERE {predicate.text} AND {key.name} IN (SELECT {key.name} FROM free) RETURNING {columns}"
-        )
-        return cur.execute(sql, predicate.params + assignments.params + predicate.params).fetchall()
 
     def unindexed_sql(self, column: str) -> str:
         # The claim's: before ANALYZE (a table just filled, until autovacuum gets to it) the
@@ -144,3 +134,11 @@ class _Listener:
 
 
 DIALECT: Final = PostgreSQLDialect()
+
+
+def open_postgresql(url: URL) -> Engine:
+    """A PostgreSQL engine: psycopg 3, ``pool_pre_ping``, a connect timeout unless the URL has one."""
+    connect_args: dict[str, Any] = {}
+    if "connect_timeout" not in url.query:
+        connect_args["connect_timeout"] = _PG_CONNECT_TIMEOUT
+    return create_engine(url, pool_pre_ping=True, connect_args=connect_args)

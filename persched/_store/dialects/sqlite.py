@@ -1,8 +1,8 @@
-"""SQLite: one writer at a time, so every write starts with BEGIN IMMEDIATE (`persched._store.db`).
+"""SQLite: one writer at a time, so every write starts with BEGIN IMMEDIATE (`open_sqlite`).
 
 A write transaction holds the database's write lock from its first
-statement, so a plain conditional ``UPDATE … RETURNING`` decides a claim: no
-other writer can change a row between the predicate and the write, and
+statement, so a plain SELECT decides a claim (`lock_claimable`): no
+other writer can change a row between the read and the write, and
 select-then-update races cannot happen. Timestamps are
 stored as naive UTC text, which sorts like the instants it names.
 
@@ -10,26 +10,52 @@ stored as naive UTC text, which sorts like the instants it names.
 this process or another: in WAL mode it compares the WAL index header in
 shared memory, no file is read, so other instances' changes can be looked
 for every few milliseconds (persched._engine.heartbeat).
+
+The engine (`open_sqlite`). PRAGMAs are per connection, so they are set in a
+``connect`` listener. pysqlite's own transaction handling is switched off
+(``isolation_level = None``) and an engine ``begin`` listener owns the BEGIN:
+``BEGIN IMMEDIATE`` takes the write lock up front, so two transactions that
+both read and then write never deadlock upgrading their locks (Prefect; Huey's
+``begin exclusive``). A connection with execution option
+``persched_readonly=True`` (`persched._store.dialects.READONLY`) gets a plain
+(deferred) ``BEGIN`` instead, so that readers never queue behind writers.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
+import random
 import sqlite3
+import time
+import urllib.parse
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, cast
 
+from sqlalchemy import create_engine, event
 from sqlalchemy.dialects.sqlite import insert
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.elements import UnaryExpression
 from sqlalchemy.sql.operators import custom_op
 
+from ... import _realtime
 from ..._model.instant import Instant, from_datetime, from_naive_utc
-from . import Dialect, value_rows
+from ...errors import StoreError
+from ..urls import mask
+from . import READONLY, Dialect, value_rows
 
 if TYPE_CHECKING:
-    from sqlalchemy import ColumnElement, Connection, Insert, Row, Select, Table
+    from sqlalchemy import ColumnElement, Connection, Engine, Insert, Row, Select, Table
+    from sqlalchemy.engine import URL
     from sqlalchemy.engine.interfaces import DBAPIConnection
     from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.pool import ConnectionPoolEntry
+
+    from . import DriverCursor, Sql
+
+logger = logging.getLogger(__name__)
 
 _NAIVE_EPOCH: Final = datetime(1970, 1, 1)
 
@@ -68,11 +94,12 @@ class SQLiteDialect(Dialect):
         text = str(exc.orig).lower()
         return "locked" in text or "busy" in text
 
-    def lock_rows(self, query: Select[Any]) -> Select[Any]:
-        return query  # BEGIN IMMEDIATE holds the write lock already (SQLite ignores FOR UPDATE)
-
     def locking_sql(self, query: str) -> str:
-        return query  # as lock_rows
+        return query  # BEGIN IMMEDIATE holds the write lock already (SQLite has no FOR UPDATE)
+
+    def lock_claimable(self, cur: DriverCursor, table: Table, predicate: Sql, columns: str) -> list[tuple[Any, ...]]:
+        sql = f"SELECT {columns} FROM {table.name} WHERE {predicate.text}"  # noqa: S608 - ours; BEGIN IMMEDIATE locks
+        return cur.execute(sql, predicate.params).fetchall()
 
     def lock_first(self, conn: Connection, query: Select[Any], limit: int) -> list[Row[Any]]:
         return list(conn.execute(query.limit(limit)))  # one writer at a time: BEGIN IMMEDIATE holds the lock
@@ -119,3 +146,186 @@ class SQLiteDialect(Dialect):
 
 
 DIALECT: Final = SQLiteDialect()
+
+
+# --- the engine ---------------------------------------------------------------
+
+_FILE_MODE: Final = 0o600  # owner only
+BUSY_SLICE_MS: Final = 5  # SQLite's own busy wait per statement (its first tries: 1, 2 ms)
+BEGIN_FIRST_DELAY: Final = 0.0005  # seconds between BEGIN IMMEDIATE tries, doubled up to
+BEGIN_MAX_DELAY: Final = 0.004  # seconds: well under one 0.1 s slot, and cheap to retry
+# Bytes a WAL file keeps once a checkpoint reset it. SQLite otherwise keeps
+# the WAL at the largest size it ever grew to (a long reader can hold a
+# checkpoint back for gigabytes); above the ~4 MiB of a normal
+# auto-checkpoint cycle, so that cycle never truncates and regrows.
+JOURNAL_SIZE_LIMIT: Final = 8 << 20
+
+
+def sqlite_file(url: URL) -> str | None:
+    """The file a SQLite URL opens and may create, or None (in memory, or SQLite creates nothing)."""
+    database = url.database or ""
+    if str(url.query.get("uri", "")).lower() in ("true", "1"):
+        return _uri_file(database, url)
+    if database in ("", ":memory:") or database.startswith("file:"):
+        return None
+    return database
+
+
+def _uri_file(database: str, url: URL) -> str | None:
+    """The file of a URI filename (``file:jobs.db?mode=rwc``) that SQLite would create, or None.
+
+    A file persched creates is owner-only, also when it is named by
+    URI; so the file is made here, 0600, before SQLite opens it. ``mode=ro``
+    and ``mode=rw`` never create, ``mode=memory`` is no file.
+    """
+    if not database.startswith("file:"):
+        return None
+    rest, _, inline = database[len("file:") :].partition("?")
+    rest = rest.partition("#")[0]
+    if rest.startswith("//"):  # file://host/path: SQLite accepts only "" or "localhost" as host
+        host, slash, path = rest[2:].partition("/")
+        if host not in ("", "localhost"):
+            return None
+        rest = slash + path
+    params = {key.lower(): value for key, value in urllib.parse.parse_qsl(inline)}
+    params.update({key.lower(): str(value) for key, value in url.query.items()})
+    path = urllib.parse.unquote(rest)
+    if path in ("", ":memory:") or params.get("mode", "rwc").lower() in ("ro", "rw", "memory"):
+        return None
+    return path
+
+
+def open_sqlite(url: URL, busy_timeout_seconds: float, sync: str, create: bool, *, read_only: bool = False) -> Engine:
+    """A SQLite engine (module docstring): the file made owner-only if `create`, every connection in WAL
+    mode with `sync` and a busy timeout, write transactions begun with BEGIN IMMEDIATE."""
+    path = sqlite_file(url)
+    kwargs: dict[str, Any] = {}
+    connect_args: dict[str, Any] = {
+        "timeout": busy_timeout_seconds,
+        # Pooled connections move between threads (one at a time).
+        "check_same_thread": False,
+    }
+    database = url.database or ""
+    if path is None and database in ("", ":memory:"):
+        # One shared connection, or every checkout would see a new empty DB.
+        kwargs["poolclass"] = StaticPool
+    elif path is not None:
+        _prepare_file(url, path, create)
+    engine = create_engine(url, connect_args=connect_args, **kwargs)
+    busy_ms = int(busy_timeout_seconds * 1000)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: DBAPIConnection, record: ConnectionPoolEntry) -> None:
+        raw = cast("sqlite3.Connection", dbapi_conn)
+        raw.isolation_level = None  # we own BEGIN (see module docstring)
+        cursor = raw.cursor()
+        try:
+            # busy_timeout first: switching to WAL may wait for a lock.
+            # SQLite's own busy handler waits only briefly; `_begin_immediate`
+            # waits for the write lock (see there), up to busy_timeout_seconds.
+            cursor.execute(f"PRAGMA busy_timeout = {min(busy_ms, BUSY_SLICE_MS)}")
+            if not read_only:  # switching to WAL writes the file
+                _ensure_wal(cursor, busy_timeout_seconds)
+                cursor.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
+            cursor.execute(f"PRAGMA synchronous = {sync}")
+            cursor.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cursor.close()
+
+    def _on_begin(conn: Connection) -> None:
+        if conn.get_execution_options().get(READONLY):
+            conn.exec_driver_sql("BEGIN")
+        else:
+            _begin_immediate(conn, busy_timeout_seconds)
+
+    event.listen(engine, "begin", _on_read_only_begin if read_only else _on_begin)
+    return engine
+
+
+def _ensure_wal(cursor: sqlite3.Cursor, busy_timeout_seconds: float) -> None:
+    """Put the file in WAL mode, unless it is already.
+
+    Switching needs an exclusive lock, and while another process opens the
+    WAL (recovery) SQLite answers "database is locked" without calling the
+    busy handler; several processes starting on one file at once (gunicorn
+    workers) meet exactly that. So: skip the switch when the file already is
+    in WAL mode, and retry a locked switch until busy_timeout has passed.
+    """
+    deadline = _realtime.monotonic() + busy_timeout_seconds
+    delay = 0.01
+    while True:
+        try:
+            if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or _realtime.monotonic() >= deadline:
+                raise
+        time.sleep(delay)  # a short backoff while another process recovers the WAL; no lock held
+        delay = min(delay * 2, 0.2)
+
+
+def _on_read_only_begin(conn: Connection) -> None:
+    conn.exec_driver_sql("BEGIN")  # nothing here writes: never ask for the write lock
+
+
+def _begin_immediate(conn: Connection, busy_timeout_seconds: float) -> None:
+    """``BEGIN IMMEDIATE``, waiting for the write lock with short, jittered sleeps.
+
+    Sharing one file must not cost slots: SQLite's busy handler sleeps 1, 2,
+    5, ... then 100 ms between tries, so a process that waited a little
+    sleeps through the moments the lock is free while the holder's next
+    transaction takes it again: three processes on one file ran 60% of the
+    slots one process runs, and one of them most of those. Here a waiting
+    process retries every `BEGIN_MAX_DELAY` at most, so each gets the lock
+    soon after it is released. Only BEGIN IMMEDIATE waits for the lock in
+    WAL mode (readers never do, and the lock is held until COMMIT).
+    """
+    delay = BEGIN_FIRST_DELAY
+    deadline: float | None = None
+    while True:
+        try:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            return
+        except OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+            now = _realtime.monotonic()
+            deadline = now + busy_timeout_seconds if deadline is None else deadline
+            if now >= deadline:
+                raise
+        # Backoff between lock attempts; no lock held. Jitter keeps waiters from retrying in step.
+        time.sleep(delay * random.uniform(0.5, 1.5))
+        delay = min(delay * 2, BEGIN_MAX_DELAY)
+
+
+def _is_busy(exc: OperationalError) -> bool:
+    orig = exc.orig
+    code = getattr(orig, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF == 5  # SQLITE_BUSY and its extended codes
+    return "database is locked" in str(orig)
+
+
+def _prepare_file(url: URL, path: str, create: bool) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise StoreError(mask(url), f"the directory {directory!r} does not exist")
+    if os.path.isdir(path):
+        # SQLite would only say "unable to open database file".
+        raise StoreError(mask(url), f"{path!r} is a directory, not a database file; name a file in it")
+    if os.path.exists(path):
+        return
+    if not create:
+        raise StoreError(
+            mask(url),
+            "the database file does not exist (run `persched migrate` to create it)",
+        )
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, _FILE_MODE)
+    except FileExistsError:
+        return  # created by a concurrent opener; its mode is its creator's
+    except OSError as exc:
+        raise StoreError(mask(url), f"cannot create the database file: {exc.strerror}") from exc
+    os.close(fd)
+    logger.info("created database file %s (mode 0600)", mask(url))
