@@ -7,30 +7,34 @@ the wiring and the observation (listeners, the observer, wait_idle); the
 operations on jobs are `JobOperations`' (`operations`), mixed in, and the rest
 lives next to it. The
 constructor's options are checked once, into a frozen `SchedulerConfig`
-(`persched._engine.config`). A run's way from its claim to its recorded outcome, and the
-account of what is in flight, is `RunBook`'s (`persched._engine.runs`), which owns the
-dispatcher, the worker pool and the overrun watch. Run-history retention is
-`Retention`'s (`persched._engine.retention`), called by the heartbeat.
+(`persched._engine.config`). A run's way, one direction from its due entry to its
+recorded outcome, is the `Dispatcher`'s (`persched._engine.dispatcher`), which makes,
+starts and stops the heap window, the worker pool and the overrun watch: this
+module starts and stops the dispatcher alone (beside the heartbeat and the
+events). The claims, the writes and the account of what is in flight are the
+`RunBook`'s (`persched._engine.runs`). Run-history retention is `Retention`'s
+(`persched._engine.retention`), called by the heartbeat.
 
 Threads and locks
 -----------------
 Public methods run on the caller's thread and go straight to the store; a
 schedule() that changed the job pushes a heap entry afterwards. The threads
 (``persched-dispatcher``, ``-worker-{i}``, ``-heartbeat``, ``-overrun``,
-``-events``, ``-shutdown``, and `persched._interfaces.async_front`'s ``-async-watch``) call back into `RunBook`,
-`Retention` and the
-few callbacks here (``_emit``, ``_on_lost``, ``_maintenance``). This module
-holds two locks, never nested with each other except as noted:
+``-events``, ``-shutdown``, and `persched._interfaces.async_front`'s
+``-async-watch``) call into the `Dispatcher`, the `RunBook`, `Retention` and
+the few callbacks here (``_emit``, ``_on_lost``, ``_maintenance``). This
+module holds two locks, never nested with each other except as noted:
 
 - ``_state_lock`` guards the lifecycle state ("new", "running", "stopped").
 - ``_schema_lock`` makes the first use migrate the schema once; `start()`
   takes it under ``_state_lock`` (order: ``_state_lock`` → ``_schema_lock``),
   and holds both across the migration.
 
-Shutdown's linearization point is `RunBook.stop_claiming()`, which sets the
-stop flag under the claim gate (see `persched._engine.runs` for the gate, the in-flight
-condition and their order; `persched._engine.retention` for its lock, which nests with
-none). Neither lock here is held while calling into `RunBook`, so the two
+Shutdown's linearization point is `RunBook.stop_claiming()` (called by
+`Dispatcher.stop_claiming`), which sets the stop flag under the claim gate
+(see `persched._engine.runs` for the gate, the in-flight condition and their
+order; `persched._engine.retention` for its lock, which nests with none).
+Neither lock here is held while calling into the dispatcher, so the
 modules' locks never nest. No user code runs under any of them; user code
 runs only in `persched._engine.workers`.
 """
@@ -67,6 +71,7 @@ from .config import (
     check_share_work,
     check_wait,
 )
+from .dispatcher import Dispatcher
 from .events import Event, EventBus
 from .heartbeat import Heartbeat
 from .horizon import DEFAULT_HORIZON_SECONDS, Horizon
@@ -153,7 +158,7 @@ def current_run() -> Run | None:
 
 def internals_of(scheduler: JobScheduler) -> Internals:
     """The parts of `scheduler` that persched's front ends use (`persched._engine.internals`): not public API."""
-    return Internals(scheduler._store, scheduler._timebase, scheduler._pool, scheduler._config.workers)
+    return Internals(scheduler._store, scheduler._timebase, scheduler._dispatcher.pool, scheduler._config.workers)
 
 
 class JobScheduler(JobOperations):
@@ -326,19 +331,12 @@ class JobScheduler(JobOperations):
         # Every instance is a member (what `persched instances` and `persched check` read); a lone one owns every job.
         self._membership = Membership(self._store, self._timebase, self.instance_id, config.lease, self._clock_check)
         self._runs = RunBook(
-            self._store,
-            self._timebase,
-            self.instance_id,
-            config.lease,
-            config.workers,
-            config.allowed_modules,
-            self._emit,
-            self._retention.recorded,
-            owns=self._membership.owns,
+            self._store, self._timebase, self.instance_id, config.lease, self._emit, self._retention.recorded
         )
-        self._dispatcher = self._runs.dispatcher
-        self._pool = self._runs.pool
-        self._overrun = self._runs.overrun
+        # The one thing started and stopped: it makes the window, the worker pool and the overrun watch.
+        self._dispatcher = Dispatcher(
+            self._timebase, self._runs, config.workers, self._membership.owns, config.allowed_modules
+        )
         self._heartbeat = self._make_heartbeat(config)
 
         _made.add(self)
@@ -430,7 +428,6 @@ class JobScheduler(JobOperations):
             self.shutdown(wait=False)
             raise
         _live.add(self)
-        self._pool.start()
         self._dispatcher.start(
             entries + swept,
             refill=horizon.refill,
@@ -470,13 +467,12 @@ class JobScheduler(JobOperations):
             previous, self._state = self._state, "stopped"
         if previous == "stopped":
             return
-        self._runs.stop_claiming()
+        self._dispatcher.stop_claiming()
         if previous == "new":
             self._events.stop(timeout)
             self._store.engine.dispose()
             return
-        self._dispatcher.stop_claiming()
-        if wait and not self._pool.owns_current_thread():
+        if wait and not self._dispatcher.pool.owns_current_thread():
             self._finish_shutdown(timeout)
         else:
             threading.Thread(
@@ -504,15 +500,10 @@ class JobScheduler(JobOperations):
                 ", ".join(busy),
                 "" if timeout is None else f" (at most {timeout:g} s)",
             )
-        self._pool.stop()
-        drained = self._pool.join(left)
-        self._dispatcher.stop()  # after the workers: it writes their last completions
-        self._dispatcher.join(left())
-        self._runs.retry_unwritten()
+        drained = self._dispatcher.shutdown(left)
         self._heartbeat.stop()
         self._heartbeat.join(left())
         self._leave()
-        self._overrun.stop()
         self._events.stop(left())
         _live.discard(self)
         if drained:
@@ -541,9 +532,7 @@ class JobScheduler(JobOperations):
         The dispatcher and the heartbeat had no time left to be joined either: the pool is closed only
         once no thread of this scheduler can check a connection out again.
         """
-        self._pool.join(lambda: None)
-        self._dispatcher.join(None)
-        self._runs.retry_unwritten()
+        self._dispatcher.finish_late()
         self._heartbeat.join(None)
         self._store.engine.dispose()
 
@@ -612,7 +601,7 @@ class JobScheduler(JobOperations):
 
     def _maintenance(self) -> None:
         """Heartbeat callback: retry unwritten completions, then prune run history."""
-        self._runs.retry_unwritten()
+        self._dispatcher.retry_unwritten()
         self._retention.prune()
 
     # -- events and observation ------------------------------------------
