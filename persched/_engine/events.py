@@ -80,7 +80,8 @@ class Event:
             generation), ``job_descheduled``, ``run_started`` (its claim
             committed), ``run_finished`` (outcome "ok"), ``run_failed``
             (outcome "error"), ``run_lost`` (its instance stopped renewing its
-            lease; recorded by the heartbeat of any instance), ``job_paused``,
+            lease; recorded by the heartbeat of any instance), ``job_paused``
+            (by ``pause()``, or by the job's ``pause_after_failures``),
             ``job_resumed``, ``run_overran`` (still running after the job's
             max_runtime_seconds; the run goes on).
         job_id: The job.

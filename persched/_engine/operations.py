@@ -103,6 +103,7 @@ class JobOperations:
         end_at: datetime | None = None,
         max_runtime_seconds: float | None = None,
         exclude: Collection[str | date] | None = None,
+        pause_after_failures: int | None = None,
         run_at: datetime | None = None,
     ) -> Job:
         """Run `fn` every `interval_seconds` (or on a `cron` expression, or once at `run_at`) under `job_id`, durably.
@@ -143,6 +144,10 @@ class JobOperations:
             exclude: Dates ('2026-12-25', datetime.date) and inclusive
                 ranges ('2026-12-24/2026-12-26') in `timezone` on which the
                 job has no slot; at most 1,000 entries.
+            pause_after_failures: Pause the job after this many slots in a
+                row ended in failure (outcome error, lost or stopped); a
+                success starts the count again. The pause's note says why;
+                `resume` starts the count again too.
             run_at: Run once at this instant (aware datetime), instead of
                 `interval_seconds` or `cron`; the job is finished after it.
                 An instant that passed runs at once (misfire "coalesce").

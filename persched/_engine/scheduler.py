@@ -63,7 +63,14 @@ from .._store.observer import Observer
 from ..clock import SystemClock
 from ..errors import SchedulerStateError, StoreError
 from .change_pickup import ChangePickup
-from .config import DEFAULT_MAX_CLOCK_SKEW_SECONDS, DEFAULT_WORKERS, SchedulerConfig, check_share_work, check_wait
+from .config import (
+    DEFAULT_KEEP_ERROR_RUNS,
+    DEFAULT_MAX_CLOCK_SKEW_SECONDS,
+    DEFAULT_WORKERS,
+    SchedulerConfig,
+    check_share_work,
+    check_wait,
+)
 from .dispatcher import Dispatcher
 from .events import Event, EventBus
 from .heartbeat import Heartbeat
@@ -194,6 +201,10 @@ class JobScheduler(JobOperations):
         keep_runs_for_seconds: Delete runs that finished longer ago than
             this (None: no limit by age). Pruning runs on the heartbeat
             thread in short transactions, never on the dispatch path.
+        keep_error_runs: Failed runs (outcome error, lost or stopped) kept
+            per job apart from `keep_runs`: the newest this many, so that a
+            burst of successes never erases the last failures (None: every
+            failed run; `keep_runs_for_seconds` still deletes by age).
         allowed_modules: If given, module names (or package prefixes) whose
             callables may be scheduled and run; a stored target outside them
             is never imported: its runs are refused and recorded as errors.
@@ -259,6 +270,7 @@ class JobScheduler(JobOperations):
         synchronous: str = "FULL",
         keep_runs: int | None = 1000,
         keep_runs_for_seconds: float | None = None,
+        keep_error_runs: int | None = DEFAULT_KEEP_ERROR_RUNS,
         allowed_modules: Iterable[str] | None = None,
         pickup_seconds: float = 1.0,
         pickup_check_seconds: float = 0.1,
@@ -280,6 +292,7 @@ class JobScheduler(JobOperations):
             synchronous=synchronous,
             keep_runs=keep_runs,
             keep_runs_for_seconds=keep_runs_for_seconds,
+            keep_error_runs=keep_error_runs,
             allowed_modules=allowed_modules,
             pickup_seconds=pickup_seconds,
             pickup_check_seconds=pickup_check_seconds,
@@ -302,7 +315,11 @@ class JobScheduler(JobOperations):
         self._state_lock = threading.Lock()
         self._state = "new"
         self._events = EventBus()
-        self._retention = Retention(self._store, self._timebase, config.keep_runs, config.keep_for)
+        # A job its failures paused (pause_after_failures), in a commit of this instance's store.
+        self._store.failures_paused = lambda job_id, generation: self._emit("job_paused", job_id, generation)
+        self._retention = Retention(
+            self._store, self._timebase, config.keep_runs, config.keep_for, config.keep_error_runs
+        )
         self._clock_check = ClockCheck(
             self._timebase,
             self._store.server_time,

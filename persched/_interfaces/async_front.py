@@ -61,7 +61,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Final
 
-from .._engine.config import DEFAULT_MAX_CLOCK_SKEW_SECONDS, DEFAULT_WORKERS, check_share_work
+from .._engine.config import DEFAULT_KEEP_ERROR_RUNS, DEFAULT_MAX_CLOCK_SKEW_SECONDS, DEFAULT_WORKERS, check_share_work
 from .._engine.horizon import DEFAULT_HORIZON_SECONDS
 from .._engine.scheduler import DEFAULT_URL, JobScheduler, internals_of
 from .._engine.tracebacks import describe
@@ -239,7 +239,7 @@ class AsyncJobScheduler:
 
     The other keyword arguments (`instance_id`, `lease_seconds`,
     `heartbeat_seconds`, `busy_timeout_seconds`, `synchronous`, `keep_runs`,
-    `keep_runs_for_seconds`, `allowed_modules`, `pickup_seconds`,
+    `keep_runs_for_seconds`, `keep_error_runs`, `allowed_modules`, `pickup_seconds`,
     `pickup_check_seconds`, `horizon_seconds`, `max_args_bytes`, `namespace`,
     `share_work`, `max_clock_skew_seconds`) are those of `JobScheduler`.
 
@@ -262,6 +262,7 @@ class AsyncJobScheduler:
         synchronous: str = "FULL",
         keep_runs: int | None = 1000,
         keep_runs_for_seconds: float | None = None,
+        keep_error_runs: int | None = DEFAULT_KEEP_ERROR_RUNS,
         allowed_modules: Iterable[str] | None = None,
         pickup_seconds: float = 1.0,
         pickup_check_seconds: float = 0.1,
@@ -286,6 +287,7 @@ class AsyncJobScheduler:
             synchronous=synchronous,
             keep_runs=keep_runs,
             keep_runs_for_seconds=keep_runs_for_seconds,
+            keep_error_runs=keep_error_runs,
             allowed_modules=allowed_modules,
             pickup_seconds=pickup_seconds,
             pickup_check_seconds=pickup_check_seconds,
@@ -366,6 +368,7 @@ class AsyncJobScheduler:
         end_at: datetime | None = None,
         max_runtime_seconds: float | None = None,
         exclude: Collection[str | date] | None = None,
+        pause_after_failures: int | None = None,
         run_at: datetime | None = None,
     ) -> Job:
         """Schedule `fn` durably; see `JobScheduler.schedule` for every argument.

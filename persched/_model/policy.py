@@ -86,6 +86,7 @@ class JobPlan:
     end_at: Instant | None
     start_at: Instant | None = None  # only where a decision needs it (see _store.mappers.plan_of): corrections
     exclusions: Exclusions | None = None
+    pause_after_failures: int | None = None  # the store pauses the job when its failure streak reaches it
 
     @classmethod
     def of(cls, job_id: str, generation: int, anchor: Instant, policies: Policies) -> JobPlan:
@@ -107,6 +108,7 @@ class JobPlan:
             policies.end_at,
             policies.start_at,
             exclusions,
+            policies.pause_after_failures,
         )
 
     def describe(self) -> str:
