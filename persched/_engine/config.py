@@ -44,7 +44,14 @@ if TYPE_CHECKING:
 
     from ..clock import Clock, SecondsClock
 
-__all__ = ["DEFAULT_MAX_CLOCK_SKEW_SECONDS", "DEFAULT_WORKERS", "SchedulerConfig", "check_share_work", "check_wait"]
+__all__ = [
+    "DEFAULT_KEEP_ERROR_RUNS",
+    "DEFAULT_MAX_CLOCK_SKEW_SECONDS",
+    "DEFAULT_WORKERS",
+    "SchedulerConfig",
+    "check_share_work",
+    "check_wait",
+]
 
 MAX_WORKERS: Final = 4096  # threads are made up front; beyond this, a typo would exhaust memory
 # Measured (README, "Choosing workers"): a dispatch cycle claims at most as many runs as there are
@@ -62,6 +69,8 @@ MAX_ARGS_BYTES_LIMIT: Final = 64 * 1024 * 1024  # max_args_bytes itself: the sto
 # machine takes a good part of a second. Beyond this, the offset is a wrong clock (persched._engine.skew).
 DEFAULT_MAX_CLOCK_SKEW_SECONDS: Final = 2.0
 MAX_INSTANCE_ID_LENGTH: Final = 255  # characters: owner and instance_id are String(255)
+# Failed runs kept per job apart from keep_runs, so that a burst of successes never erases the last failures.
+DEFAULT_KEEP_ERROR_RUNS: Final = 1000
 
 
 def check_wait(wait: object, timeout: object) -> float | None:
@@ -121,6 +130,7 @@ class SchedulerConfig:
     engine: EngineOptions
     keep_runs: int | None  # newest runs kept per job; None: no limit by count
     keep_for: Micros | None  # age beyond which finished runs are deleted; None: no limit by age
+    keep_error_runs: int | None  # newest failed runs kept per job beside keep_runs; None: every one
     allowed_modules: tuple[str, ...] | None
     pickup: Micros
     pickup_check: Micros  # SQLite's data_version check (persched._engine.pickup)
@@ -150,6 +160,7 @@ class SchedulerConfig:
         max_args_bytes: object,
         namespace: object,
         max_clock_skew_seconds: object = DEFAULT_MAX_CLOCK_SKEW_SECONDS,
+        keep_error_runs: object = DEFAULT_KEEP_ERROR_RUNS,
     ) -> SchedulerConfig:
         """Check `JobScheduler`'s arguments (see its docstring), in the order it always checked them.
 
@@ -165,6 +176,11 @@ class SchedulerConfig:
             None
             if keep_runs_for_seconds is None
             else Micros(micros(positive("keep_runs_for_seconds", keep_runs_for_seconds, maximum=MAX_DURATION_SECONDS)))
+        )
+        keep_errors = (
+            None
+            if keep_error_runs is None
+            else int(positive("keep_error_runs", keep_error_runs, integer=True, maximum=MAX_COUNT))
         )
         lease = positive("lease_seconds", lease_seconds, maximum=MAX_DURATION_SECONDS)
         heartbeat = lease / 3 if heartbeat_seconds is None else heartbeat_seconds
@@ -202,6 +218,7 @@ class SchedulerConfig:
             engine=engine,
             keep_runs=keep,
             keep_for=keep_for,
+            keep_error_runs=keep_errors,
             allowed_modules=allowed,
             pickup=Micros(micros(pickup)),
             pickup_check=Micros(micros(pickup_check)),

@@ -1,74 +1,83 @@
-"""The heap of due times and the dispatcher thread that starts runs.
+"""The dispatcher: the one thread a run's way starts from, and the account of reserved workers.
+
+One direction
+-------------
+A run goes one way: the `persched._engine.window.Window` (a passive heap) yields its due
+entry to the ``persched-dispatcher`` thread, which reserves a worker for it,
+claims it through the `persched._engine.runs.RunBook` (one transaction with the
+completions handed in since the last cycle), and hands each won run to its
+reserved worker in the `persched._engine.workers.WorkerPool`. The worker hands the
+outcome in (`complete`); the next cycle writes it, and the store's answer (the
+job's next slot, or where a lost claim's row stands) goes back into the
+window. The `RunBook` never calls the dispatcher: it returns what to queue
+(`persched._engine.runs.Dispatched`). `Dispatcher` makes the window, the worker pool and
+the overrun watch, and starts and stops them with its thread: `JobScheduler`
+starts and stops only the dispatcher.
 
 Threads and locks
 -----------------
-The heap holds one small entry per scheduled job: ``(due_at, job_id,
-generation)``, where `due_at` is the slot the store had for the job when the
-entry was pushed (an `Instant` in the scheduler's `Timebase` frame). Every
-field is comparable, so ties never compare payloads (the hazard behind
-CPython `sched`'s sequence numbers, bpo-19270, cannot arise); three fields
-keep an entry under 200 bytes. Entries are pushed by any thread (schedule(),
-a completion, the heartbeat after a recovery or a change picked up) and
-popped only by the dispatcher.
+Entries are pushed by any thread (schedule(), the heartbeat after a recovery
+or a change picked up) and popped only by the dispatcher. ``_cond`` guards
+the window, the count of free workers (and of runs that gave theirs back and
+go on elsewhere), the completions handed in and the stop flags, and nothing
+else: no database call, no user code, no logging and no join happens while it
+is held. The dispatcher decides under it (pop every due entry it has free
+workers for, reserving one worker each, so a claimed run never waits for a
+thread; take the completions handed in), releases it, and then acts: it
+queues what a claim or a write returned only once the `RunBook` has
+returned, so the claim gate and ``_cond`` never nest (the hand-over, under
+the gate, takes only the overrun watch's lock). Lock order: ``_cond`` before
+a `FakeClock`'s lock, never the reverse.
 
-``_cond`` guards the heap, the count of free workers (and of runs that gave
-theirs back and go on elsewhere: `release_worker`), the completions handed
-in and the stop flags, and nothing else: no database call, no user code, no
-logging and no join happens while it is held. The dispatcher decides under it
-(pop every due entry it has free workers for, reserving one worker each,
-so a claimed run never waits for a thread; take the completions
-handed in), releases it, and then acts: the `cycle` callback writes the
-completions in one transaction and claims the due entries in another, and
-hands each won run to a reserved worker. Lock order: ``_cond`` before a
-`FakeClock`'s lock, never the reverse.
+The account of reserved workers
+-------------------------------
+``_free_workers`` is the only count of workers: a cycle reserves one per
+entry it pops (a search as many as it may claim) before the claim, and gives
+back those that took no run; a worker's completion frees its worker. A run
+that hands an awaitable to the application's loop gives its worker back at
+once (`persched._engine.workers`: the pool calls the release); it is counted in
+``_elsewhere`` until its completion, which frees no other worker.
 
 Why stale entries are harmless
 ------------------------------
 The heap is a hint; the store decides. An entry left behind by deschedule(),
 by a replacement (new generation) or by another instance's run fails its
 claim, because the claim is conditional on generation, state and slot. The
-entry is then dropped, or pushed again at the row's real next slot
-(the claim's result tells which). Nothing is ever removed from the heap by search.
+entry is then dropped, or queued again at the row's real next slot (the
+claim's result tells which). Nothing is ever removed from the heap by search.
 
 Sharing the work
 ----------------
-Several instances on one database share a namespace's jobs by default: each
-job has one owner among the live instances (`persched._engine.membership`), and an
-instance queues only the jobs it owns. `offer()` is the push of everything
-that makes a job due (schedule(), a completion, a change picked up, a
-recovery, the sweep) and keeps only an owned job's entry; a refill keeps only
-owned rows. When the view of the members changes, `repartition()` drops the
-entries of jobs this instance no longer owns and makes the next refill start
-again from the first row, so that the jobs it gained are loaded (a duplicate
-entry of a job it kept costs at most one failed claim).
-
-A lost claim whose slot another claim took (`ClaimMiss.taken`) is queued again
-at the row's next slot only by the job's owner, in case the claimer dies; any
-other instance drops it. What nobody queues (views differ for a heartbeat, an
-owner is saturated, or it died and the others have not seen it yet) the
-database hands out: while other members share the work, every
-`search_every`, when workers are free and nothing in the heap is due, the
-dispatcher reserves its free workers and calls `search` (the claim by query,
+Several instances on one database share a namespace's jobs: each job has one
+owner among the live instances (`persched._engine.membership`), and an instance queues
+only the jobs it owns (`persched._engine.window`, "Ownership"; a lone instance owns
+every job). A lost claim whose slot another claim took (`ClaimMiss.taken`)
+is queued again at the row's next slot only by the job's owner, in case the
+claimer dies; any other instance drops it. What nobody queues (views differ
+for a heartbeat, an owner is saturated, or it died and the others have not
+seen it yet) the database hands out: while other members share the work,
+every `search_every`, when workers are free and nothing in the heap is due,
+the dispatcher reserves its free workers and searches (the claim by query,
 `Store.claim_overdue`), which claims the oldest rows due more than
 `search_every` ago, whoever owns them, SKIP LOCKED so that two instances
 searching at once take disjoint rows. So an owner that falls behind is helped
 by the instances with free workers. A job that a search ran is *adopted*: the
-instance queues its next slots too (`persched._engine.runs.RunBook`), racing its
-owner, until a claim of it loses to another claim (its owner is back, or
-another instance adopted it); so the job of an owner that died or was cut off
-runs late once, at the search, and on time after that, while the others
-have not yet dropped the owner from their views (a lease). The search's bound
-is not shortened below `search_every`: `next_run_at` is the grid slot, without
-the job's jitter, so a short bound would take a jittered row before it is due.
-A single instance, or one that does not share (``share_work=False``: every
-instance tries every slot), never searches.
+instance queues its next slots too (`persched._engine.runs.RunBook`), racing its owner,
+until a claim of it loses to another claim (its owner is back, or another
+instance adopted it); so the job of an owner that died or was cut off runs
+late once, at the search, and on time after that, while the others have not
+yet dropped the owner from their views (a lease). The search's bound is not
+shortened below `search_every`: `next_run_at` is the grid slot, without the
+job's jitter, so a short bound would take a jittered row before it is due. A
+single instance never searches.
 
 Waiting
 -------
 The dispatcher sleeps on ``_cond`` with a timeout until the head entry is due
 (measured on the monotonic clock through the `Timebase`), or until it is
-notified: a new head, a freed worker, a completion handed in, or stop. An idle scheduler with many
-jobs sleeps until the earliest one (no busy polling).
+notified: a new head, a freed worker, a completion handed in, or stop. An
+idle scheduler with many jobs sleeps until the earliest one (no busy
+polling), or the next refill of the window.
 
 Lateness is measured when an entry is taken up
 -----------------------------------------------
@@ -89,21 +98,11 @@ entry is claimed and the other waits for the next cycle (the claim's slot
 bound is per job_id: with both in one batch, a stale generation's bound would
 apply to the live one's row).
 
-The bounded heap
-----------------
-With a refill (`start(refill=...)`, `persched._engine.horizon`), the heap holds only
-what is due soon, never every job. `_cursor` is the key ``(next_run_at,
-job_id)`` of the last row the refills have read: every scheduled row at or
-before it is *covered* (loaded, or pushed by whoever changed it since); rows
-after it are loaded by a later refill. The dispatcher refills, with ``_cond``
-released, from the cursor up to ``now + horizon`` when less than
-half the horizon is left before the cursor and the heap holds fewer than a
-refill's rows, and always once the cursor is reached. A pushed entry is
-dropped when it is certainly not covered (its due time less the largest
-jitter in use lies after the cursor: jitter only delays, so its next_run_at
-does too) and not due within the horizon; a refill loads it when the cursor
-gets there. While a refill reads, nothing is dropped: the refill may have
-read the row before the change that pushed the entry committed.
+Refills
+-------
+With a refill (`start(refill=...)`, `persched._engine.horizon`), the window is bounded
+(`persched._engine.window`, "The bounded window"): the dispatcher reads the rows after
+the cursor on its thread, with ``_cond`` released, and queues the owned ones.
 
 Gathering a batch while behind
 ------------------------------
@@ -127,73 +126,73 @@ is running, every worker is free and no run goes on elsewhere.
 
 from __future__ import annotations
 
-import heapq
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from .. import _realtime
-from .._model.instant import US_PER_SECOND, Instant, Micros
+from .._model.instant import US_PER_SECOND, Instant, Micros, seconds
 from .._model.triggers import jitter_reach
+from .overrun import OverrunWatch
+from .runs import Dispatched
 from .tracebacks import describe
+from .window import Cursor, Entry, Window
+from .workers import WorkerPool
 
 if TYPE_CHECKING:
-    from .._store.records import ClaimEntry
+    from .._store.records import Claim, ClaimEntry, Completion
+    from .runs import RunBook
     from .timebase import Timebase
 
-__all__ = ["Cursor", "Dispatcher", "Entry", "RefillCallback", "SearchCallback"]
+__all__ = ["Dispatcher", "RefillCallback"]
 
 logger = logging.getLogger(__name__)
 
-Entry = tuple[Instant, str, int]  # (due_at, job_id, generation)
-
-# The key (next_run_at, job_id) of the last row the refills read: every row at or before it is covered.
-Cursor = tuple[Instant, str]
 # Called on the dispatcher thread, on no lock: ``refill(cursor, before)`` returns the entries of
 # the rows after `cursor` whose next_run_at lies before `before` (or the first of them) and the
 # cursor after them (see `persched._engine.horizon.Horizon.refill`).
 RefillCallback = Callable[[Cursor | None, Instant], tuple[list[Entry], Cursor]]
 NO_HORIZON: Final = Micros(0)
-REFILL_RETRY: Final = Micros(US_PER_SECOND)  # after a refill that failed (the database is away)
-
 TAKE_UP_SLACK: Final = 1_000_000  # µs: a wake-up later than this after its due time is a stall
-
-# Called on the dispatcher thread, on no lock, once per wake-up with every
-# completion handed in since the last cycle and every due entry popped (a
-# worker reserved for each), as ``(job_id, generation, due_at, taken_at)``.
-# Writes both (one transaction each) and returns how many entries went to a
-# worker; the other reservations are given back.
-CycleCallback = Callable[[list[Any], list["ClaimEntry"]], int]
-# Called on the dispatcher thread, on no lock, as ``search(limit, before)``: claims up to `limit`
-# rows due before `before` that no claim took, whoever owns them (a worker reserved for each);
-# returns how many went to a worker (`persched._engine.runs.RunBook.claim_overdue`).
-SearchCallback = Callable[[int, Instant], int]
 # How long a cycle behind a backlog waits for busy workers to report back (module docstring).
 GATHER: Final = 0.002  # real seconds
 # How often an instance with free workers searches, and how late a row must be.
 SEARCH_EVERY: Final = Micros(500_000)
+KILLED_EXIT_SECONDS: Final = 1.0  # after a stop grace, how long a shutdown waits for killed children to exit
+
+
+class Cycle(NamedTuple):
+    """Completions to write and due entries to claim (a worker reserved for each)."""
+
+    completions: list[Completion]
+    due: list[ClaimEntry]
 
 
 class Search(NamedTuple):
-    """A claim by query the dispatcher is to make: `limit` workers reserved, rows due before `before`."""
+    """A claim by query: `limit` workers reserved, rows due before `before`."""
 
     limit: int
     before: Instant
 
 
+class Refill(NamedTuple):
+    """Read the rows after `cursor` (None: from the first) due before `before`."""
+
+    cursor: Cursor | None
+    before: Instant
+
+
 class Dispatcher:
-    """Owns the heap, the pending completions and the dispatcher thread.
+    """Owns the dispatch loop and its thread, the window, the worker pool and the overrun watch.
 
     Args:
         timebase: The scheduler's time frame.
-        workers: How many runs may be in flight at once (reservations).
-        cycle: Writes completions and claims due entries (see `CycleCallback`).
+        runs: Claims, writes and counts what is in flight (`persched._engine.runs.RunBook`).
+        workers: How many runs may be in flight at once (the worker pool's size).
+        owns: Whether this instance owns a job (`persched._engine.membership`).
+        allowed_modules: As for `WorkerPool`.
         max_batch: At most this many claims per cycle.
-        search: Claims the rows that no claim took (see `SearchCallback`); None: never searched for.
-            It runs only while other instances share the work (`repartition`).
-        owns: Whether this instance owns a job (`persched._engine.membership`); None: every job
-            (the work is not shared). `offer` and the refills keep only owned jobs.
         search_every: How often to search for rows no claim took (module docstring), when
             workers are free and nothing in the heap is due; only rows this late are taken.
         gather: Real seconds a cycle behind a backlog waits for busy workers (module docstring).
@@ -202,46 +201,43 @@ class Dispatcher:
     def __init__(
         self,
         timebase: Timebase,
+        runs: RunBook,
         workers: int,
-        cycle: CycleCallback,
+        owns: Callable[[str], bool],
+        allowed_modules: tuple[str, ...] | None = None,
+        *,
         max_batch: int = 256,
-        search: SearchCallback | None = None,
         search_every: Micros = SEARCH_EVERY,
         gather: float = GATHER,
-        owns: Callable[[str], bool] | None = None,
     ) -> None:
         self._timebase = timebase
-        self._owns = owns
-        self._shared = False  # other instances share the work: search for what nobody queued
-        self._cycle = cycle
+        self._runs = runs
+        self.window = Window(timebase, owns, jitter_reach)
+        self.pool = WorkerPool(
+            workers, self._finished, allowed_modules, release=self._release_worker, namespace=runs.namespace
+        )
+        self.overrun = OverrunWatch(timebase, self._overran)
         self._max_batch = max_batch
-        self._search = search
         self._search_every = search_every
-        self._searched_at = Instant(0)  # when it last searched (start(): as if then)
+        self._gather = gather
         self._cond = threading.Condition()
-        self._heap: list[Entry] = []
+        self._refill: RefillCallback | None = None
+        self._shared = False  # other instances share the work: search for what nobody queued
+        self._searched_at = Instant(0)  # when it last searched (start(): as if then)
         self._workers = workers
         self._free_workers = workers
         self._elsewhere = 0  # runs that gave their worker back and go on (async jobs on the application's loop)
         self._in_cycle = False
-        self._gather = gather
         self._backlog = False  # the last claim left due entries for want of workers
         self._gather_until: float | None = None  # _realtime.monotonic() when this gathering ends
         self._asleep_since: Instant | None = None  # when it began waiting for the head with a worker free
-        self._completions: list[Any] = []
+        self._completions: list[Completion] = []
         self._claiming = True  # False once shutdown began: completions only
         self._stopping = False
         self._exited = False
-        # The bounded heap (module docstring); no refill: every entry is kept.
-        self._refill: RefillCallback | None = None
-        self._cursor: Cursor | None = None
-        self._horizon = Micros(0)
-        self._refill_rows = 0
-        self._refilling: Instant | None = None  # the `before` of the refill reading now
-        self._refill_retry_at: Instant | None = None
-        self._just_refilled = False
-        self._reload = False  # the next refill starts from the first row (repartition)
         self._thread = threading.Thread(target=self._loop, name="persched-dispatcher", daemon=True)
+
+    # -- lifecycle -------------------------------------------------------------------
 
     def start(
         self,
@@ -253,114 +249,103 @@ class Dispatcher:
         refill_rows: int = 0,
         shared: bool = False,
     ) -> None:
-        """Fill the heap with ``(due_at, job_id, generation)`` and start the thread.
+        """Fill the window with ``(due_at, job_id, generation)``, start the workers and the thread.
 
-        With `refill`, the heap is bounded (module docstring): `entries` are the
-        rows up to `cursor`, and refills load up to `horizon` ahead, `refill_rows`
-        being what one refill reads at most. `shared`: other instances share the work
-        (see `repartition`).
+        With `refill`, the window is bounded (`persched._engine.window`): `entries` are the
+        rows up to `cursor`, and refills load up to `horizon` ahead, `refill_rows` being
+        what one refill reads at most. `shared`: other instances share the work (`repartition`).
         """
         with self._cond:
             self._shared = shared
             self._searched_at = self._timebase.now()
-            self._heap.extend(entries)
-            heapq.heapify(self._heap)
             self._refill = refill
-            self._cursor = cursor
-            self._horizon = horizon
-            self._refill_rows = refill_rows
+            self.window.load(entries, cursor, horizon, refill_rows, bounded=refill is not None)
+        self.pool.start()
         self._thread.start()
 
-    def pickup_bound(self) -> Instant | None:
-        """The latest next_run_at a changed job can have and still need a push
-        (None: every one): later ones are loaded by a refill that has not begun."""
+    def stop_claiming(self) -> None:
+        """Shutdown's linearization point: no claim commits after this returns; completions are still written."""
+        self._runs.stop_claiming()
         with self._cond:
-            if self._refill is None or self._cursor is None:
-                return None
-            at = self._cursor[0]
-            return at if self._refilling is None else max(at, self._refilling)
-
-    def _droppable(self, due_at: Instant) -> bool:
-        """Under ``_cond``: an entry certainly not covered and not due within the horizon (module docstring)."""
-        if self._refill is None or self._cursor is None or self._refilling is not None:
-            return False
-        return due_at - jitter_reach() > self._cursor[0] and due_at > self._timebase.now() + self._horizon
-
-    def _refill_due(self, now: Instant) -> bool:
-        """Under ``_cond``: whether to refill now (module docstring)."""
-        if self._refill is None or not self._claiming or self._refilling is not None:
-            return False
-        if self._refill_retry_at is not None and now < self._refill_retry_at:
-            return False
-        if self._cursor is None or self._reload:
-            return True
-        return now >= self._refill_wake()
-
-    def _refill_wake(self) -> Instant:
-        """Under ``_cond``: when the next refill is due (given a cursor)."""
-        assert self._cursor is not None
-        at = self._cursor[0]
-        if self._refill_retry_at is not None:
-            return max(self._refill_retry_at, Instant(at - self._horizon // 2))
-        if len(self._heap) < self._refill_rows:
-            return Instant(at - self._horizon // 2)
-        return at
-
-    def _do_refill(self, before: Instant) -> None:
-        """On no lock: read the rows after the cursor up to `before` and queue them."""
-        assert self._refill is not None
-        with self._cond:
-            cursor = None if self._reload else self._cursor
-            self._reload = False
-        try:
-            entries, new_cursor = self._refill(cursor, before)
-        except BaseException as exc:  # noqa: BLE001 - the dispatcher must outlive any failure; retried
-            logger.warning("loading the jobs due before %s failed, will retry: %s", before, describe(exc))
-            with self._cond:
-                self._refilling = None
-                self._refill_retry_at = Instant(self._timebase.now() + REFILL_RETRY)
-                self._cond.notify_all()
-            return
-        if self._owns is not None:
-            # Hashed before taking the lock (thousands of rows); an entry kept by a view that
-            # changes meanwhile costs at most one claim, and the change reloads anyway.
-            entries = [entry for entry in entries if self._owns(entry[1])]
-        with self._cond:
-            for entry in entries:
-                heapq.heappush(self._heap, entry)
-            self._cursor = new_cursor
-            self._refilling = None
-            self._refill_retry_at = None
-            self._just_refilled = True
+            self._claiming = False
             self._cond.notify_all()
 
-    def push(self, due_at: Instant, job_id: str, generation: int) -> None:
-        """Queue a run of `job_id`'s `generation` for `due_at`; wake the thread if it is the new head."""
+    def shutdown(self, left: Callable[[], float | None]) -> bool:
+        """After `stop_claiming`: let the workers finish, write their completions, end every thread;
+        False if a run is still going when `left()` (the time left, None: no limit) runs out."""
+        self.pool.stop()
+        drained = self.pool.join(left)
+        if not drained:
+            drained = self._stop_runs_in_flight()
+        self.stop()  # after the workers: it writes their last completions
+        self.join(left())
+        self.retry_unwritten()
+        self.overrun.stop()
+        return drained
+
+    def _stop_runs_in_flight(self) -> bool:
+        """The shutdown's timeout passed: ask the runs in flight to stop, and give them their stop grace to end
+        (docs/reference/behaviour.md, "Stopping a run"); True once every run ended."""
+        # A process job is killed once its grace is over: it then still has to exit and be recorded.
+        grace = seconds(self.pool.stops.longest_grace()) + KILLED_EXIT_SECONDS
+        stopped = self.pool.stops.request_all("shutdown")
+        if stopped:
+            logger.warning(
+                "%d run%s in flight asked to stop (the shutdown's timeout passed); "
+                "waiting up to %g s (stop_grace_seconds, and a second for a killed process to exit)",
+                stopped,
+                "" if stopped == 1 else "s",
+                grace,
+            )
+        deadline = _realtime.monotonic() + grace
+        return self.pool.join(lambda: max(0.0, deadline - _realtime.monotonic()))
+
+    def finish_late(self) -> None:
+        """After a `shutdown` that gave up on runs in flight: wait for them and write their outcomes."""
+        self.pool.join(lambda: None)
+        self.join(None)
+        self.retry_unwritten()
+
+    def stop(self) -> None:
+        """Write the completions handed in so far, then end the thread (idempotent)."""
         with self._cond:
-            if self._asleep_since is not None and due_at < self._asleep_since:
-                # Late already: the sleep did not wait for it (module docstring).
-                self._asleep_since = max(self._asleep_since, self._timebase.now())
-            if self._droppable(due_at):
-                return  # a refill loads it when the cursor gets there (module docstring)
-            entry = (due_at, job_id, generation)
-            heapq.heappush(self._heap, entry)
-            if self._heap[0] is entry:
-                self._cond.notify_all()
+            self._claiming = False
+            self._stopping = True
+            self._cond.notify_all()
+
+    def join(self, timeout: float | None) -> None:
+        """Wait for the dispatcher thread to end."""
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    # -- what makes a job due --------------------------------------------------------
 
     def offer(self, due_at: Instant, job_id: str, generation: int) -> None:
-        """`push` if this instance owns the job (module docstring "Sharing the work")."""
-        if self._owns is None or self._owns(job_id):
-            self.push(due_at, job_id, generation)
+        """Queue a run of `job_id`'s `generation` for `due_at` if this instance owns the job
+        (`persched._engine.window`, "Ownership")."""
+        with self._cond:
+            self._push(due_at, job_id, generation, self.window.offer)
+
+    def _push(self, due_at: Instant, job_id: str, generation: int, into: Callable[[Instant, str, int], bool]) -> None:
+        """Under ``_cond``: queue an entry; wake the thread if it is the new head."""
+        if self._asleep_since is not None and due_at < self._asleep_since:
+            # Late already: the sleep did not wait for it (module docstring).
+            self._asleep_since = max(self._asleep_since, self._timebase.now())
+        if into(due_at, job_id, generation):
+            self._cond.notify_all()
+
+    def _queue(self, dispatched: Dispatched) -> None:
+        """Under ``_cond``: queue what a claim or a write left (`persched._engine.runs.Dispatched`)."""
+        for entry in dispatched.push:
+            self._push(*entry, self.window.push)
+        for entry in dispatched.offer:
+            self._push(*entry, self.window.offer)
 
     def repartition(self, shared: bool) -> None:
         """The members' view changed: keep the owned entries only, reload the owned rows with the
         next refill, and search for overdue rows only while `shared` (module docstring)."""
-        owns = self._owns
-        assert owns is not None, "repartition() of a dispatcher that owns every job"
         with self._cond:
-            self._heap = [entry for entry in self._heap if owns(entry[1])]
-            heapq.heapify(self._heap)
-            self._reload = self._refill is not None
+            self.window.repartition()
             self._shared = shared
             self._cond.notify_all()
 
@@ -368,18 +353,54 @@ class Dispatcher:
         """The time frame moved (`persched._engine.skew`): look at the head again, and reload the
         rows due within the horizon of the new time with the next refill."""
         with self._cond:
-            self._reload = self._refill is not None
+            self.window.retime()
             self._cond.notify_all()
 
-    def release_worker(self) -> None:
-        """A run gave its worker back before it ended (it goes on elsewhere: `persched._engine.workers`);
-        its completion, handed in with ``frees_worker=False``, frees no other."""
+    def pickup_bound(self) -> Instant | None:
+        """The latest next_run_at a changed job can have and still need a push (None: every one)."""
+        with self._cond:
+            return self.window.pickup_bound()
+
+    def retry_unwritten(self) -> None:
+        """Write the completions a failed write left behind (heartbeat, and shutdown's last step)."""
+        dispatched = self._runs.retry_unwritten()
+        with self._cond:
+            self._queue(dispatched)
+
+    # -- the workers' side -----------------------------------------------------------
+
+    def _hand_over(self, claim: Claim) -> None:
+        """Under the claim gate: give a won run to its reserved worker."""
+        if claim.max_runtime is not None:
+            self.overrun.watch(claim)
+        self.pool.submit(claim)
+
+    def _release_worker(self, claim: Claim) -> None:
+        """Worker callback: the run goes on elsewhere (an async job on the application's loop), its
+        worker is free for other runs now (module docstring)."""
         with self._cond:
             self._free_workers += 1
             self._elsewhere += 1
             self._cond.notify_all()
 
-    def complete(self, completion: object, *, frees_worker: bool = True) -> bool:
+    def _overran(self, claim: Claim) -> None:
+        """Overrun-watch callback: record the overrun; with on_overrun="stop" also ask the run to stop."""
+        if self._runs.on_overrun(claim) and claim.run_policy.on_overrun == "stop":
+            signal = self.pool.stops.signal_of(claim)
+            if signal is not None:
+                signal.request("max_runtime")
+
+    def _finished(self, claim: Claim, outcome: str, error: str | None, held_worker: bool) -> None:
+        """Worker (or awaitable runner) callback: a run ended; the next cycle writes its outcome."""
+        if claim.max_runtime is not None:
+            self.overrun.done(claim.run_id)
+        completion = self._runs.ended(claim, outcome, error)
+        if not self.complete(completion, frees_worker=held_worker):
+            dispatched = self._runs.write_completions([completion])  # the thread is gone (shutdown timed out)
+            with self._cond:
+                self._queue(dispatched)
+
+    def complete(self, completion: Completion, *, frees_worker: bool = True) -> bool:
         """Hand in a finished run (its worker is free again, unless it was released) for the next cycle to write.
 
         Returns False, taking nothing, once the thread has exited: the caller
@@ -396,23 +417,7 @@ class Dispatcher:
             self._cond.notify_all()
             return True
 
-    def stop_claiming(self) -> None:
-        """Claim nothing more; keep writing completions (shutdown has begun)."""
-        with self._cond:
-            self._claiming = False
-            self._cond.notify_all()
-
-    def stop(self) -> None:
-        """Write the completions handed in so far, then end the thread (idempotent)."""
-        with self._cond:
-            self._claiming = False
-            self._stopping = True
-            self._cond.notify_all()
-
-    def join(self, timeout: float | None) -> None:
-        """Wait for the dispatcher thread to end."""
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
+    # -- idle ------------------------------------------------------------------------
 
     def wait_idle(self, timeout: float | None) -> bool:
         """Block until nothing is due or being written and every worker is free; False on timeout (real seconds)."""
@@ -431,47 +436,42 @@ class Dispatcher:
 
     def _idle(self) -> bool:
         now = self._timebase.now()
-        due = self._claiming and bool(self._heap) and self._heap[0][0] <= now
-        due = due or self._refilling is not None or self._refill_due(now) or self._search_due(now)
+        due = self._claiming and (self.window.head_due(now) or self.window.refill_due(now))
+        due = due or self.window.refilling is not None or self._search_due(now)
         return (
             not (due or self._completions or self._in_cycle or self._elsewhere) and self._free_workers == self._workers
         )
 
-    def _next_cycle(self) -> tuple[list[Any], list[ClaimEntry]] | Search | Instant | None:
+    # -- the loop --------------------------------------------------------------------
+
+    def _next_step(self) -> Cycle | Search | Refill | None:
         """Under ``_cond``: wait for completions, or due entries and free workers, and take them;
-        or for a refill to be due, and return the instant to refill up to; or for a search."""
-        clock = self._timebase.clock
+        or for a refill or a search to be due; None once stopped."""
+        window = self.window
         self._asleep_since = None
         while True:
             now = self._timebase.now()
             # A refill first, unless it was the last thing done and entries are due: the
             # entries loaded by a long catch-up of refills start while it goes on.
-            head_due = bool(self._heap) and self._heap[0][0] <= now and self._free_workers > 0
-            if self._refill_due(now) and not (self._just_refilled and head_due):
-                self._refilling = Instant(now + self._horizon)
-                self._just_refilled = False
-                return self._refilling
-            self._just_refilled = False
+            head_due = window.head_due(now) and self._free_workers > 0
+            if self._claiming and window.refill_due(now) and not (window.just_refilled and head_due):
+                return Refill(*window.begin_refill(now))
+            window.just_refilled = False
             if (left := self._gather_left()) > 0:
                 self._cond.wait(left)
                 continue
             due: list[ClaimEntry] = []
-            if self._claiming and self._heap and self._free_workers:
+            if self._claiming and len(window) and self._free_workers:
                 limit = min(self._free_workers, self._max_batch)
-                taken: set[tuple[str, int]] = set()  # (job_id, generation) of the entries taken
-                while self._heap and self._heap[0][0] <= now and len(due) < limit:
-                    due_at, job_id, generation = heapq.heappop(self._heap)
-                    if (job_id, generation) in taken:
-                        continue  # a duplicate entry: one worker is reserved for the job already
-                    taken.add((job_id, generation))
-                    due.append((job_id, generation, due_at, self._taken_at(due_at, now)))
+                asleep = self._asleep_since
+                due = [(job, gen, at, taken_at(at, now, asleep)) for at, job, gen in window.pop_due(now, limit)]
                 self._free_workers -= len(due)  # reserve before the claim
-                self._backlog = len(due) == limit and bool(self._heap) and self._heap[0][0] <= now
+                self._backlog = len(due) == limit and window.head_due(now)
                 self._gather_until = None
             if due or self._completions:
                 completions, self._completions = self._completions, []
                 self._in_cycle = True
-                return completions, due
+                return Cycle(completions, due)
             if self._search_due(now):
                 # Nothing of the heap's is due and workers are free: claim what nobody took.
                 limit = min(self._free_workers, self._max_batch)
@@ -482,28 +482,31 @@ class Dispatcher:
             if self._stopping:
                 self._exited = True
                 return None
-            timeout = None
-            now = self._timebase.now()
-            if self._claiming and self._heap and self._free_workers:
-                self._asleep_since = now if self._asleep_since is None else self._asleep_since
-                timeout = (self._heap[0][0] - now) / US_PER_SECOND
-            else:
-                self._asleep_since = None
-            if (search_at := self._next_search()) is not None:
-                until_search = max(0, search_at - now) / US_PER_SECOND
-                timeout = until_search if timeout is None else min(timeout, until_search)
-            if self._claiming and self._refill is not None and self._refilling is None and self._cursor is not None:
-                # Wake for the next refill too (the head may lie beyond the cursor, or nothing is queued).
-                until_refill = max(0, self._refill_wake() - now) / US_PER_SECOND
-                timeout = until_refill if timeout is None else min(timeout, until_refill)
-            clock.wait(self._cond, timeout)
+            self._timebase.clock.wait(self._cond, self._sleep())
+
+    def _sleep(self) -> float | None:
+        """Under ``_cond``: real seconds until the head, a search or a refill is due (None: until notified)."""
+        now = self._timebase.now()
+        wakes: list[Instant] = []
+        head = self.window.head()
+        if self._claiming and head is not None and self._free_workers:
+            self._asleep_since = now if self._asleep_since is None else self._asleep_since
+            wakes.append(head)
+        else:
+            self._asleep_since = None
+        if (search_at := self._next_search()) is not None:
+            wakes.append(search_at)
+        if self._claiming and (refill_at := self.window.refill_wake()) is not None:
+            # The head may lie beyond the cursor, or nothing is queued.
+            wakes.append(refill_at)
+        return max(0, min(wakes) - now) / US_PER_SECOND if wakes else None
 
     def _gather_left(self) -> float:
         """Under ``_cond``: real seconds left to wait for busy workers before the next claim,
         0 to claim now (module docstring)."""
         if not (self._backlog and self._claiming and 0 < self._free_workers < self._workers):
             return 0.0
-        if not (self._heap and self._heap[0][0] <= self._timebase.now()):
+        if not self.window.head_due(self._timebase.now()):
             return 0.0
         now = _realtime.monotonic()
         if self._gather_until is None:
@@ -512,8 +515,8 @@ class Dispatcher:
 
     def _next_search(self) -> Instant | None:
         """Under ``_cond``: when to search for rows no claim took (module docstring); None while
-        no search may run (none configured, not claiming, no free worker)."""
-        if self._search is None or not self._shared or not self._claiming or self._free_workers <= 0:
+        no search may run (alone, not claiming, no free worker)."""
+        if not self._shared or not self._claiming or self._free_workers <= 0:
             return None
         return Instant(self._searched_at + self._search_every)
 
@@ -522,38 +525,54 @@ class Dispatcher:
         search_at = self._next_search()
         return search_at is not None and now >= search_at
 
-    def _taken_at(self, due_at: Instant, now: Instant) -> Instant:
-        """Under ``_cond``: when an entry popped at `now` was taken up (module docstring)."""
-        asleep_since = self._asleep_since
-        if asleep_since is None or now - due_at > TAKE_UP_SLACK:
-            return now
-        return Instant(min(now, max(due_at, asleep_since)))
-
     def _loop(self) -> None:
         while True:
             with self._cond:
-                batch = self._next_cycle()
-            if batch is None:
+                step = self._next_step()
+            if step is None:
                 return
-            if isinstance(batch, int):
-                self._do_refill(batch)
+            if isinstance(step, Refill):
+                self._do_refill(step)
                 continue
-            handed_over = 0
-            if isinstance(batch, Search):
-                reserved = batch.limit
-                assert self._search is not None
-                try:
-                    handed_over = self._search(batch.limit, batch.before)
-                except BaseException as exc:  # noqa: BLE001 - the dispatcher must outlive any failure
-                    logger.error("a search for overdue runs failed\n%s", describe(exc))
-            else:
-                completions, due = batch
-                reserved = len(due)
-                try:
-                    handed_over = self._cycle(completions, due)
-                except BaseException as exc:  # noqa: BLE001 - the dispatcher must outlive any failure
-                    logger.error("a dispatch cycle failed\n%s", describe(exc))
+            reserved = step.limit if isinstance(step, Search) else len(step.due)
+            dispatched = Dispatched()
+            try:
+                if isinstance(step, Search):
+                    dispatched = self._runs.claim_overdue(step.limit, step.before, self._hand_over)
+                else:
+                    dispatched = self._runs.cycle(step.completions, step.due, self._hand_over)
+            except BaseException as exc:  # noqa: BLE001 - the dispatcher must outlive any failure
+                what = "a search for overdue runs" if isinstance(step, Search) else "a dispatch cycle"
+                logger.error("%s failed\n%s", what, describe(exc))
             with self._cond:
-                self._free_workers += reserved - handed_over
+                self._queue(dispatched)
+                self._free_workers += reserved - dispatched.handed_over
                 self._in_cycle = False
                 self._cond.notify_all()
+
+    def _do_refill(self, step: Refill) -> None:
+        """On no lock: read the rows after the cursor up to `before` and queue the owned ones."""
+        assert self._refill is not None
+        try:
+            entries, cursor = self._refill(step.cursor, step.before)
+        except BaseException as exc:  # noqa: BLE001 - the dispatcher must outlive any failure; retried
+            logger.warning("loading the jobs due before %s failed, will retry: %s", step.before, describe(exc))
+            with self._cond:
+                self.window.refill_failed()
+                self._cond.notify_all()
+            return
+        # Hashed before taking the lock (thousands of rows); an entry kept by a view that
+        # changes meanwhile costs at most one claim, and the change reloads anyway.
+        owns = self.window.owns
+        entries = [entry for entry in entries if owns(entry[1])]
+        with self._cond:
+            self.window.refilled(entries, cursor)
+            self._cond.notify_all()
+
+
+def taken_at(due_at: Instant, now: Instant, asleep_since: Instant | None) -> Instant:
+    """When an entry popped at `now` was taken up, the dispatcher having slept for it with a worker
+    free since `asleep_since` (None: it did not; module docstring, "Lateness")."""
+    if asleep_since is None or now - due_at > TAKE_UP_SLACK:
+        return now
+    return Instant(min(now, max(due_at, asleep_since)))

@@ -82,7 +82,8 @@ class Event:
             committed), ``run_finished`` (outcome "ok"), ``run_failed``
             (outcome "error"), ``run_stopped`` (outcome "stopped": it ended
             when asked to stop), ``run_lost`` (its instance stopped renewing its
-            lease; recorded by the heartbeat of any instance), ``job_paused``,
+            lease; recorded by the heartbeat of any instance), ``job_paused``
+            (by ``pause()``, or by the job's ``pause_after_failures``),
             ``job_resumed``, ``run_overran`` (still running after the job's
             max_runtime_seconds; with ``on_overrun="stop"`` it is asked to stop).
         job_id: The job.

@@ -1,6 +1,6 @@
 """The bounded heap: what is loaded from the jobs table, and when.
 
-The heap (`persched._engine.dispatcher`) holds only the jobs due within a horizon,
+The heap (`persched._engine.window`) holds only the jobs due within a horizon,
 so that start-up time and memory do not grow with the number of jobs:
 
 - **Refill.** `Horizon.refill` reads the scheduled, not paused rows whose
@@ -49,8 +49,8 @@ from .._store.ahead import log_correction
 if TYPE_CHECKING:
     from .._model.instant import Instant
     from .._store import Store
-    from .dispatcher import Cursor, Entry
     from .timebase import Timebase
+    from .window import Cursor, Entry
 
 __all__ = ["DEFAULT_HORIZON_SECONDS", "REFILL_ROWS", "SWEEP_ROWS", "Horizon"]
 

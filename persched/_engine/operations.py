@@ -106,6 +106,7 @@ class JobOperations:
         executor: Executor = "thread",
         stop_grace_seconds: float = 5.0,
         exclude: Collection[str | date] | None = None,
+        pause_after_failures: int | None = None,
         run_at: datetime | None = None,
     ) -> Job:
         """Run `fn` every `interval_seconds` (or on a `cron` expression, or once at `run_at`) under `job_id`, durably.
@@ -152,6 +153,10 @@ class JobOperations:
             exclude: Dates ('2026-12-25', datetime.date) and inclusive
                 ranges ('2026-12-24/2026-12-26') in `timezone` on which the
                 job has no slot; at most 1,000 entries.
+            pause_after_failures: Pause the job after this many slots in a
+                row ended in failure (outcome error, lost or stopped); a
+                success starts the count again. The pause's note says why;
+                `resume` starts the count again too.
             run_at: Run once at this instant (aware datetime), instead of
                 `interval_seconds` or `cron`; the job is finished after it.
                 An instant that passed runs at once (misfire "coalesce").
@@ -476,7 +481,7 @@ class JobOperations:
             raise self._not_found(job_id, whereabouts(self._store, job_id))
         if running:
             logger.info("job %s: cancel requested for its run in flight", job_id)
-            self._runs.pool.stops.request(job_id, "cancel")  # this instance's run, if it runs it: at once
+            self._dispatcher.pool.stops.request(job_id, "cancel")  # this instance's run, if it runs it: at once
         return running
 
     def _check_found(self, job_id: str) -> None:

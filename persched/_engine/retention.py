@@ -13,7 +13,9 @@ was last pruned; None until the first pass, which prunes every job over the
 limit) and nothing else: it is never held across a database call, and no
 other lock is taken under it, so it has no place in any lock order. A job is
 pruned by count once it recorded a tenth of `keep_runs` more runs: one
-DELETE per job per many runs, not per heartbeat. A prune that fails puts its
+DELETE per job per many runs, not per heartbeat. That DELETE keeps the job's
+newest `keep_runs` runs and its newest `keep_error_runs` failed runs besides
+(docs/reference/behaviour.md#run-history). A prune that fails puts its
 jobs back, so they are tried again next time.
 """
 
@@ -37,13 +39,22 @@ logger = logging.getLogger(_loggers.LIBRARY)
 
 
 class Retention:
-    """Keeps each job's run history within `keep_runs` runs and `keep_for` of age (None: no bound)."""
+    """Keeps each job's run history within `keep_runs` runs (and `keep_error_runs` failed ones besides)
+    and `keep_for` of age (None: no bound)."""
 
-    def __init__(self, store: Store, timebase: Timebase, keep_runs: int | None, keep_for: Micros | None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        timebase: Timebase,
+        keep_runs: int | None,
+        keep_for: Micros | None,
+        keep_error_runs: int | None = None,
+    ) -> None:
         self._store = store
         self._timebase = timebase
         self._keep_runs = keep_runs
         self._keep_for = keep_for
+        self._keep_error_runs = keep_error_runs
         self._lock = threading.Lock()
         self._since_prune: Counter[str] | None = None  # None: a full pass first
 
@@ -69,7 +80,11 @@ class Retention:
             dirty = self._store.jobs_over_run_limit(self._keep_runs)  # first pass: every job over the limit
         try:
             deleted = self._store.prune_runs(
-                self._timebase.now(), keep_runs=self._keep_runs, keep_seconds=self._keep_for, job_ids=dirty or set()
+                self._timebase.now(),
+                keep_runs=self._keep_runs,
+                keep_seconds=self._keep_for,
+                keep_error_runs=self._keep_error_runs,
+                job_ids=dirty or set(),
             )
         except BaseException:
             with self._lock:  # try these jobs again next time

@@ -1,26 +1,23 @@
-"""Run bookkeeping: a run's way through this process, from its claim to its recorded outcome.
+"""Run bookkeeping: the claims, the writes of outcomes, and the account of what is in flight.
 
-`RunBook` owns the three parts a run passes through, the `Dispatcher` (whose
-cycle callback claims), the `WorkerPool` (whose completion callback hands the
-outcome back) and the `OverrunWatch`, and keeps the account of what is in
-flight between them. `JobScheduler` starts and stops those parts; everything
-they call back lands here.
+`RunBook` is passive: the `persched._engine.dispatcher.Dispatcher` calls it on its thread to
+claim due entries and write the outcomes handed in (`cycle`, `claim_overdue`),
+with a hand-over that gives each won run to its reserved worker; it returns a
+`Dispatched`: how many runs went to a worker, and the entries to queue (each
+job's next slot, where a lost claim's row stands). It never calls the
+dispatcher back.
 
 Threads
 -------
-- ``persched-dispatcher`` calls `cycle()`: it writes the outcomes handed back
+- ``persched-dispatcher`` calls `cycle()`: it writes the outcomes handed in
   and claims the due entries, in one transaction (`claim_due`), and hands each
-  won run to a worker that it reserved before the claim; and
-  `claim_overdue()`, the claim by query of rows that no heap's claim took.
-- ``persched-worker-{i}`` calls `complete()` after a run: the outcome goes
-  back to the dispatcher, which writes it with its next cycle; if the
-  dispatcher is gone (a shutdown that timed out), the worker writes it. A
-  worker that hands an async job's run to the application's loop calls
-  `release()` first (its worker is free; the run stays in flight), and
-  ``persched-async-watch`` (`persched._interfaces.async_front`) calls `complete()` once the
-  coroutine ended.
+  won run over under the claim gate; and `claim_overdue()`, the claim by query
+  of rows that no heap's claim took. It also calls `ended()` for a worker
+  (the outcome as it will be written), and `write_completions()` when the
+  dispatcher is gone (a shutdown that timed out).
 - ``persched-heartbeat`` calls `in_flight()` (whose leases to renew, and
-  never recover) and `retry_unwritten()` (outcomes a failed write left).
+  never recover) and, through the dispatcher, `retry_unwritten()` (outcomes
+  a failed write left).
 - ``persched-overrun`` calls `on_overrun()` for a run past its max runtime.
 - Callers' threads: `wait_for_job()` (deschedule(wait=True)), `count()`,
   `busy_jobs()` and `stop_claiming()` (shutdown).
@@ -36,24 +33,21 @@ Locks
   claim commits after shutdown() begins).
 - ``_inflight_cond`` guards the count of runs in flight per job (for
   deschedule(wait=True)), the set of run ids in flight (for the heartbeat),
-  the run ids whose worker was released, and the outcomes whose write
-  failed; it is never held across a database
+  and the outcomes whose write failed; it is never held across a database
   call. A claim counts its job *before* its transaction, so a
   deschedule(wait=True) racing the claim waits for it either way (a claim by
   query, `claim_overdue`, learns its jobs only from the database: it counts
   itself in ``_searches`` instead, and deschedule(wait=True) waits for every
-  search under way); a job is
-  counted down when its claim was lost or its outcome written, so an outcome
-  that waits to be written again keeps its run in flight and its lease
-  renewed.
+  search under way); a job is counted down when its claim was lost or its
+  outcome written, so an outcome that waits to be written again keeps its run
+  in flight and its lease renewed.
 
 Lock order: ``_claim_gate`` → ``_inflight_cond``, and ``_claim_gate`` → the
-dispatcher's ``_cond`` (a claim that failed queues its entries again) and the
-overrun watch's (a run with a max runtime is watched before its hand-over).
-``_inflight_cond`` is innermost: nothing is taken under it. ``_overran_runs``
-needs no lock (single dict operations are atomic): the overrun thread sets a
-run's flag before it marks the row, the completion pops it. No user code
-runs under any of these locks; events are emitted after them.
+overrun watch's lock (the hand-over watches a run with a max runtime). ``_inflight_cond``
+is innermost: nothing is taken under it. ``_overran_runs`` and ``_adopted``
+need no lock (single dict and set operations are atomic): the overrun thread
+sets a run's flag before it marks the row, the completion pops it. No user
+code runs under any of these locks; events are emitted after them.
 """
 
 from __future__ import annotations
@@ -62,6 +56,7 @@ import itertools
 import logging
 import threading
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol
 
 from .. import _loggers, _realtime
@@ -70,10 +65,8 @@ from .._model.models import JobState
 from .._store.observer import notify
 from .._store.records import Claim, ClaimMiss, Completion, Overdue, bound_error_text
 from ..errors import StoreError
-from .dispatcher import Dispatcher
-from .overrun import OverrunWatch
 from .tracebacks import describe
-from .workers import WorkerPool, current_run_claim
+from .workers import current_run_claim
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -83,8 +76,9 @@ if TYPE_CHECKING:
     from .._store.records import ClaimEntry
     from .events import EventKind
     from .timebase import Timebase
+    from .window import Entry
 
-__all__ = ["RunBook"]
+__all__ = ["Dispatched", "HandOver", "RunBook"]
 
 logger = logging.getLogger(_loggers.LIBRARY)
 
@@ -102,20 +96,32 @@ class EmitCallback(Protocol):
 _EVENT_OF: Final[dict[str, EventKind]] = {"ok": "run_finished", "stopped": "run_stopped"}
 
 
+@dataclass
+class Dispatched:
+    """What a claim or a write leaves for the dispatcher: how many runs went to a worker, and the
+    entries to queue, `push` whoever owns the job (adopted here), `offer` if this instance owns it."""
+
+    handed_over: int = 0
+    push: list[Entry] = field(default_factory=list)
+    offer: list[Entry] = field(default_factory=list)
+
+
+class HandOver(Protocol):
+    """Gives a won run to its reserved worker (`persched._engine.dispatcher`); called under the claim gate."""
+
+    def __call__(self, claim: Claim, /) -> None: ...
+
+
 class RunBook:
-    """Claims due runs, hands them to workers, records their outcomes; counts what is in flight.
+    """Claims due runs and hands them over, records their outcomes; counts what is in flight.
 
     Args:
         store: The store.
         timebase: The scheduler's time frame.
         instance_id: This scheduler's instance id (the owner of its claims).
         lease: How long a claim is owned without a heartbeat.
-        workers: The size of the worker pool.
-        allowed_modules: As for `WorkerPool`.
         emit: Emits run_started, run_finished, run_failed, run_stopped and run_overran.
         recorded: Called with the job of each outcome written (retention counts them).
-        owns: Whether this instance owns a job (`persched._engine.membership`); None: the work is not
-            shared, and every instance tries every slot.
     """
 
     def __init__(
@@ -124,15 +130,11 @@ class RunBook:
         timebase: Timebase,
         instance_id: str,
         lease: Micros,
-        workers: int,
-        allowed_modules: tuple[str, ...] | None,
         emit: EmitCallback,
         recorded: Callable[[str], None],
-        *,
-        owns: Callable[[str], bool] | None = None,
     ) -> None:
         self._store = store
-        self._owns = owns
+        self.namespace = store.namespace  # what a run's RunContext says
         self._timebase = timebase
         self._instance_id = instance_id
         self._lease = lease
@@ -151,12 +153,6 @@ class RunBook:
         # Jobs of other owners that a search ran here: queued here until a claim loses to another's
         # (persched._engine.dispatcher "Sharing the work"). Set operations are atomic: no lock.
         self._adopted: set[str] = set()
-        self.dispatcher = Dispatcher(
-            timebase, workers, self.cycle, search=None if owns is None else self.claim_overdue, owns=owns
-        )
-        self._released: set[int] = set()  # run ids whose worker was given back before the run ended
-        self.pool = WorkerPool(workers, self.complete, allowed_modules, release=self.release, namespace=store.namespace)
-        self.overrun = OverrunWatch(timebase, self.on_overrun)
 
     # -- claims: the dispatcher's side ----------------------------------------------
 
@@ -165,18 +161,18 @@ class RunBook:
         with self._claim_gate:
             self._stopping = True
 
-    def cycle(self, completions: list[Completion], due: list[ClaimEntry]) -> int:
-        """Dispatcher callback: write finished runs and claim due entries; return how many were handed over."""
+    def cycle(self, completions: list[Completion], due: list[ClaimEntry], hand_over: HandOver) -> Dispatched:
+        """Write finished runs and claim due entries, handing each won run over."""
         if due:
-            return self.claim_due(due, completions)
-        self.write_completions(completions)
-        return 0
+            return self.claim_due(due, completions, hand_over)
+        return self.write_completions(completions)
 
-    def claim_due(self, due: list[ClaimEntry], completions: Sequence[Completion] = ()) -> int:
+    def claim_due(self, due: list[ClaimEntry], completions: Sequence[Completion], hand_over: HandOver) -> Dispatched:
         """Write `completions` and claim `due` in one transaction; hand each won run to a reserved worker."""
         with self._inflight_cond:
             for job_id, _, _, _ in due:
                 self._inflight_jobs[job_id] += 1  # before the claim: see the module docstring
+        dispatched = Dispatched()
         results: list[Claim | ClaimMiss] = []
         next_due: list[Instant | None] | None = None
         with self._claim_gate:
@@ -201,24 +197,26 @@ class RunBook:
                 )
                 retry_at = Instant(self._timebase.now() + CLAIM_RETRY)
                 for job_id, generation, _, _ in due:
-                    self._queue(retry_at, job_id, generation)
-            self._hand_over(results)
+                    self._queue(dispatched, retry_at, job_id, generation)
+            self._hand_over(results, hand_over)
         if next_due is not None:
-            self._completions_written(completions, next_due)
+            self._completions_written(dispatched, completions, next_due)
         else:
             self._keep_unwritten(completions)
-        return self._settle(due, results)
+        self._settle(dispatched, due, results)
+        return dispatched
 
-    def claim_overdue(self, limit: int, before: Instant) -> int:
-        """Dispatcher callback: claim up to `limit` rows due before `before` that no claim took,
-        whoever owns them (`Store.claim_overdue`); return how many were handed over."""
+    def claim_overdue(self, limit: int, before: Instant, hand_over: HandOver) -> Dispatched:
+        """Claim up to `limit` rows due before `before` that no claim took, whoever owns them
+        (`Store.claim_overdue`), handing each won run over."""
         with self._inflight_cond:
             self._searches += 1  # the jobs it claims are not known yet: see the module docstring
         found = Overdue([], [], [], [])
+        dispatched = Dispatched()
         try:
             with self._claim_gate:
                 if self._stopping:  # no claim commits after shutdown() began
-                    return 0
+                    return dispatched
                 try:
                     found = self._store.claim_overdue(
                         limit, before, self._timebase.now, self._instance_id, self._lease, self._unreadable
@@ -231,41 +229,37 @@ class RunBook:
                 with self._inflight_cond:
                     for job_id, _, _, _ in found.entries:
                         self._inflight_jobs[job_id] += 1
-                self._hand_over(found.results)
+                self._hand_over(found.results, hand_over)
                 self._adopted.update(r.job_id for r in found.results if isinstance(r, Claim))
         finally:
             with self._inflight_cond:
                 self._searches -= 1
                 self._inflight_cond.notify_all()
         self._unreadable.update(found.unreadable)
-        for due_at, job_id, generation in found.later:
-            self.dispatcher.offer(due_at, job_id, generation)
-        return self._settle(found.entries, found.results)
+        dispatched.offer.extend(found.later)
+        self._settle(dispatched, found.entries, found.results)
+        return dispatched
 
-    def _hand_over(self, results: Sequence[Claim | ClaimMiss]) -> None:
+    def _hand_over(self, results: Sequence[Claim | ClaimMiss], hand_over: HandOver) -> None:
         """Under the claim gate: give each won run to a reserved worker (see the module docstring)."""
         for result in results:
             if isinstance(result, Claim):
                 with self._inflight_cond:
                     self._inflight_runs.add(result.run_id)
-                if result.max_runtime is not None:
-                    self.overrun.watch(result)
-                self.pool.submit(result)
+                hand_over(result)
 
-    def _settle(self, due: Sequence[ClaimEntry], results: Sequence[Claim | ClaimMiss]) -> int:
-        """After a claim: announce the runs started, requeue or drop the entries that lost; how many started."""
-        handed_over = 0
+    def _settle(self, dispatched: Dispatched, due: Sequence[ClaimEntry], results: Sequence[Claim | ClaimMiss]) -> None:
+        """After a claim: announce the runs started, requeue or drop the entries that lost; count those started."""
         for (job_id, generation, _, _), result in itertools.zip_longest(due, results):
             if isinstance(result, Claim):
-                handed_over += 1
+                dispatched.handed_over += 1
                 self._emit("run_started", job_id, generation, run=result.run)
             else:
                 if result is not None:
-                    self._requeue_missed(job_id, generation, result)
+                    self._requeue_missed(dispatched, job_id, generation, result)
                 self.job_done(job_id, None)
-        return handed_over
 
-    def _requeue_missed(self, job_id: str, generation: int, miss: ClaimMiss) -> None:
+    def _requeue_missed(self, dispatched: Dispatched, job_id: str, generation: int, miss: ClaimMiss) -> None:
         """A lost claim: queue the job again where the store says it stands (see `persched._engine.dispatcher`),
         if this instance owns the job."""
         if miss.generation != generation or miss.due_at is None:
@@ -280,42 +274,25 @@ class RunBook:
         # owner is back, or another instance adopted it.
         if miss.taken:
             self._adopted.discard(job_id)
-        self._queue(miss.due_at, job_id, generation)
+        self._queue(dispatched, miss.due_at, job_id, generation)
 
-    def _queue(self, due_at: Instant, job_id: str, generation: int) -> None:
+    def _queue(self, dispatched: Dispatched, due_at: Instant, job_id: str, generation: int) -> None:
         """Queue a job's next slot if it is this instance's: owned, or adopted."""
-        if job_id in self._adopted:
-            self.dispatcher.push(due_at, job_id, generation)
-        else:
-            self.dispatcher.offer(due_at, job_id, generation)
+        (dispatched.push if job_id in self._adopted else dispatched.offer).append((due_at, job_id, generation))
 
-    # -- completions: the workers' side ---------------------------------------------
+    # -- completions ----------------------------------------------------------------
 
-    def release(self, claim: Claim) -> None:
-        """Worker callback: the run goes on elsewhere (an async job on the application's loop), and
-        its worker is free for other runs now; the run stays in flight until its outcome is written."""
-        with self._inflight_cond:
-            self._released.add(claim.run_id)
-        self.dispatcher.release_worker()
-
-    def complete(self, claim: Claim, outcome: str, error: str | None) -> None:
-        """Worker (or awaitable runner) callback: hand the outcome to the dispatcher, which writes it
-        with the next cycle."""
-        if claim.max_runtime is not None:
-            self.overrun.done(claim.run_id)
+    def ended(self, claim: Claim, outcome: str, error: str | None) -> Completion:
+        """A run ended (on a worker, or on the awaitable runner's thread): its outcome as it will be written."""
         if error is not None:
             error = bound_error_text(error)  # keep the last line: the exception's type and message
-        with self._inflight_cond:
-            held_worker = claim.run_id not in self._released
-            self._released.discard(claim.run_id)
-        completion = Completion(claim, outcome, error, self._timebase.now())
-        if not self.dispatcher.complete(completion, frees_worker=held_worker):
-            self.write_completions([completion])  # the dispatcher is gone (shutdown timed out)
+        return Completion(claim, outcome, error, self._timebase.now())
 
-    def write_completions(self, completions: Sequence[Completion]) -> None:
-        """Record outcomes in one transaction; queue each job's next slot."""
+    def write_completions(self, completions: Sequence[Completion]) -> Dispatched:
+        """Record outcomes in one transaction; return each job's next slot to queue."""
+        dispatched = Dispatched()
         if not completions:
-            return
+            return dispatched
         try:
             due = self._store.finish_runs(completions, self._instance_id)
         except Exception as exc:  # noqa: BLE001 - an outcome is never dropped: the heartbeat retries it
@@ -325,8 +302,9 @@ class RunBook:
                 exc if isinstance(exc, StoreError) else describe(exc),
             )
             self._keep_unwritten(completions)
-            return
-        self._completions_written(completions, due)
+            return dispatched
+        self._completions_written(dispatched, completions, due)
+        return dispatched
 
     def _keep_unwritten(self, completions: Sequence[Completion]) -> None:
         # The runs stay in flight (their leases renewed) and the heartbeat
@@ -334,11 +312,13 @@ class RunBook:
         with self._inflight_cond:
             self._unwritten.extend(completions)
 
-    def _completions_written(self, completions: Sequence[Completion], due: Sequence[Instant | None]) -> None:
+    def _completions_written(
+        self, dispatched: Dispatched, completions: Sequence[Completion], due: Sequence[Instant | None]
+    ) -> None:
         for completion, due_at in zip(completions, due, strict=True):
             claim = completion.claim
             if due_at is not None:
-                self._queue(due_at, claim.job_id, claim.generation)
+                self._queue(dispatched, due_at, claim.job_id, claim.generation)
             else:
                 self._adopted.discard(claim.job_id)
             self._recorded(claim.job_id)
@@ -359,19 +339,19 @@ class RunBook:
             self._emit(kind, claim.job_id, claim.generation, run=finished)
             self.job_done(claim.job_id, claim.run_id)
 
-    def retry_unwritten(self) -> None:
-        """Heartbeat callback (and last step of shutdown): write completions a failed write left behind."""
+    def retry_unwritten(self) -> Dispatched:
+        """Write the completions a failed write left behind (the heartbeat's, and shutdown's last step)."""
         with self._inflight_cond:
             unwritten, self._unwritten = self._unwritten, []
-        if unwritten:
-            self.write_completions(unwritten)
+        return self.write_completions(unwritten)
 
-    def on_overrun(self, claim: Claim) -> None:
-        """Overrun-watch callback: a run is still going after its job's max_runtime_seconds."""
+    def on_overrun(self, claim: Claim) -> bool:
+        """Overrun-watch callback: a run is still going after its job's max_runtime_seconds; False if it
+        finished meanwhile (no overrun)."""
         self._overran_runs[claim.run_id] = True  # before the record: see _completions_written
         if not self._store.mark_overran(claim.run_id):
             self._overran_runs.pop(claim.run_id, None)  # it finished in the meantime: no overrun
-            return
+            return False
         stop = claim.run_policy.on_overrun == "stop"
         logger.warning(
             "job %s generation %d: the run for %s is still going after %s s (max_runtime_seconds); %s",
@@ -381,14 +361,13 @@ class RunBook:
             seconds(claim.max_runtime or 0),
             "it is asked to stop (on_overrun='stop')" if stop else "it goes on (on_overrun='warn')",
         )
-        if stop and (signal := self.pool.stops.signal_of(claim)) is not None:
-            signal.request("max_runtime")
         self._emit(
             "run_overran",
             claim.job_id,
             claim.generation,
             run=lambda: claim.run().model_copy(update={"overran": True, "instance_id": self._instance_id}),
         )
+        return True
 
     # -- the account of what is in flight -------------------------------------------
 

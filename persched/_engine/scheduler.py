@@ -7,30 +7,34 @@ the wiring and the observation (listeners, the observer, wait_idle); the
 operations on jobs are `JobOperations`' (`operations`), mixed in, and the rest
 lives next to it. The
 constructor's options are checked once, into a frozen `SchedulerConfig`
-(`persched._engine.config`). A run's way from its claim to its recorded outcome, and the
-account of what is in flight, is `RunBook`'s (`persched._engine.runs`), which owns the
-dispatcher, the worker pool and the overrun watch. Run-history retention is
-`Retention`'s (`persched._engine.retention`), called by the heartbeat.
+(`persched._engine.config`). A run's way, one direction from its due entry to its
+recorded outcome, is the `Dispatcher`'s (`persched._engine.dispatcher`), which makes,
+starts and stops the heap window, the worker pool and the overrun watch: this
+module starts and stops the dispatcher alone (beside the heartbeat and the
+events). The claims, the writes and the account of what is in flight are the
+`RunBook`'s (`persched._engine.runs`). Run-history retention is `Retention`'s
+(`persched._engine.retention`), called by the heartbeat.
 
 Threads and locks
 -----------------
 Public methods run on the caller's thread and go straight to the store; a
 schedule() that changed the job pushes a heap entry afterwards. The threads
 (``persched-dispatcher``, ``-worker-{i}``, ``-heartbeat``, ``-overrun``,
-``-events``, ``-shutdown``, and `persched._interfaces.async_front`'s ``-async-watch``) call back into `RunBook`,
-`Retention` and the
-few callbacks here (``_emit``, ``_on_lost``, ``_maintenance``). This module
-holds two locks, never nested with each other except as noted:
+``-events``, ``-shutdown``, and `persched._interfaces.async_front`'s
+``-async-watch``) call into the `Dispatcher`, the `RunBook`, `Retention` and
+the few callbacks here (``_emit``, ``_on_lost``, ``_maintenance``). This
+module holds two locks, never nested with each other except as noted:
 
 - ``_state_lock`` guards the lifecycle state ("new", "running", "stopped").
 - ``_schema_lock`` makes the first use migrate the schema once; `start()`
   takes it under ``_state_lock`` (order: ``_state_lock`` → ``_schema_lock``),
   and holds both across the migration.
 
-Shutdown's linearization point is `RunBook.stop_claiming()`, which sets the
-stop flag under the claim gate (see `persched._engine.runs` for the gate, the in-flight
-condition and their order; `persched._engine.retention` for its lock, which nests with
-none). Neither lock here is held while calling into `RunBook`, so the two
+Shutdown's linearization point is `RunBook.stop_claiming()` (called by
+`Dispatcher.stop_claiming`), which sets the stop flag under the claim gate
+(see `persched._engine.runs` for the gate, the in-flight condition and their
+order; `persched._engine.retention` for its lock, which nests with none).
+Neither lock here is held while calling into the dispatcher, so the
 modules' locks never nest. No user code runs under any of them; user code
 runs only in `persched._engine.workers`.
 """
@@ -59,8 +63,16 @@ from .._store.observer import Observer
 from ..clock import SystemClock
 from ..errors import SchedulerStateError, StoreError
 from .change_pickup import ChangePickup
-from .config import DEFAULT_MAX_CLOCK_SKEW_SECONDS, DEFAULT_WORKERS, SchedulerConfig, check_share_work, check_wait
+from .config import (
+    DEFAULT_KEEP_ERROR_RUNS,
+    DEFAULT_MAX_CLOCK_SKEW_SECONDS,
+    DEFAULT_WORKERS,
+    SchedulerConfig,
+    check_share_work,
+    check_wait,
+)
 from .context import current_run
+from .dispatcher import Dispatcher
 from .events import Event, EventBus
 from .heartbeat import Heartbeat
 from .horizon import DEFAULT_HORIZON_SECONDS, Horizon
@@ -90,7 +102,6 @@ logger = logging.getLogger(_loggers.LIBRARY)
 
 DEFAULT_URL: Final = "sqlite:///persched.db"
 ATEXIT_TIMEOUT_SECONDS: Final = 10.0  # how long interpreter exit waits for in-flight runs
-KILLED_EXIT_SECONDS: Final = 1.0  # after a stop grace, how long a shutdown waits for killed children to exit
 
 _live: weakref.WeakSet[JobScheduler] = weakref.WeakSet()
 _made: weakref.WeakSet[JobScheduler] = weakref.WeakSet()  # every scheduler of this process, for the fork hook
@@ -139,7 +150,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def internals_of(scheduler: JobScheduler) -> Internals:
     """The parts of `scheduler` that persched's front ends use (`persched._engine.internals`): not public API."""
-    return Internals(scheduler._store, scheduler._timebase, scheduler._pool, scheduler._config.workers)
+    return Internals(scheduler._store, scheduler._timebase, scheduler._dispatcher.pool, scheduler._config.workers)
 
 
 class JobScheduler(JobOperations):
@@ -182,6 +193,10 @@ class JobScheduler(JobOperations):
         keep_runs_for_seconds: Delete runs that finished longer ago than
             this (None: no limit by age). Pruning runs on the heartbeat
             thread in short transactions, never on the dispatch path.
+        keep_error_runs: Failed runs (outcome error, lost or stopped) kept
+            per job apart from `keep_runs`: the newest this many, so that a
+            burst of successes never erases the last failures (None: every
+            failed run; `keep_runs_for_seconds` still deletes by age).
         allowed_modules: If given, module names (or package prefixes) whose
             callables may be scheduled and run; a stored target outside them
             is never imported: its runs are refused and recorded as errors.
@@ -247,6 +262,7 @@ class JobScheduler(JobOperations):
         synchronous: str = "FULL",
         keep_runs: int | None = 1000,
         keep_runs_for_seconds: float | None = None,
+        keep_error_runs: int | None = DEFAULT_KEEP_ERROR_RUNS,
         allowed_modules: Iterable[str] | None = None,
         pickup_seconds: float = 1.0,
         pickup_check_seconds: float = 0.1,
@@ -268,6 +284,7 @@ class JobScheduler(JobOperations):
             synchronous=synchronous,
             keep_runs=keep_runs,
             keep_runs_for_seconds=keep_runs_for_seconds,
+            keep_error_runs=keep_error_runs,
             allowed_modules=allowed_modules,
             pickup_seconds=pickup_seconds,
             pickup_check_seconds=pickup_check_seconds,
@@ -290,7 +307,11 @@ class JobScheduler(JobOperations):
         self._state_lock = threading.Lock()
         self._state = "new"
         self._events = EventBus()
-        self._retention = Retention(self._store, self._timebase, config.keep_runs, config.keep_for)
+        # A job its failures paused (pause_after_failures), in a commit of this instance's store.
+        self._store.failures_paused = lambda job_id, generation: self._emit("job_paused", job_id, generation)
+        self._retention = Retention(
+            self._store, self._timebase, config.keep_runs, config.keep_for, config.keep_error_runs
+        )
         self._clock_check = ClockCheck(
             self._timebase,
             self._store.server_time,
@@ -302,19 +323,12 @@ class JobScheduler(JobOperations):
         # Every instance is a member (what `persched instances` and `persched check` read); a lone one owns every job.
         self._membership = Membership(self._store, self._timebase, self.instance_id, config.lease, self._clock_check)
         self._runs = RunBook(
-            self._store,
-            self._timebase,
-            self.instance_id,
-            config.lease,
-            config.workers,
-            config.allowed_modules,
-            self._emit,
-            self._retention.recorded,
-            owns=self._membership.owns,
+            self._store, self._timebase, self.instance_id, config.lease, self._emit, self._retention.recorded
         )
-        self._dispatcher = self._runs.dispatcher
-        self._pool = self._runs.pool
-        self._overrun = self._runs.overrun
+        # The one thing started and stopped: it makes the window, the worker pool and the overrun watch.
+        self._dispatcher = Dispatcher(
+            self._timebase, self._runs, config.workers, self._membership.owns, config.allowed_modules
+        )
         self._heartbeat = self._make_heartbeat(config)
 
         _made.add(self)
@@ -407,7 +421,6 @@ class JobScheduler(JobOperations):
             self.shutdown(wait=False)
             raise
         _live.add(self)
-        self._pool.start()
         self._dispatcher.start(
             entries + swept,
             refill=horizon.refill,
@@ -447,13 +460,12 @@ class JobScheduler(JobOperations):
             previous, self._state = self._state, "stopped"
         if previous == "stopped":
             return
-        self._runs.stop_claiming()
+        self._dispatcher.stop_claiming()
         if previous == "new":
             self._events.stop(timeout)
             self._store.engine.dispose()
             return
-        self._dispatcher.stop_claiming()
-        if wait and not self._pool.owns_current_thread():
+        if wait and not self._dispatcher.pool.owns_current_thread():
             self._finish_shutdown(timeout)
         else:
             threading.Thread(
@@ -481,17 +493,10 @@ class JobScheduler(JobOperations):
                 ", ".join(busy),
                 "" if timeout is None else f" (at most {timeout:g} s)",
             )
-        self._pool.stop()
-        drained = self._pool.join(left)
-        if not drained:
-            drained = self._stop_runs_in_flight()
-        self._dispatcher.stop()  # after the workers: it writes their last completions
-        self._dispatcher.join(left())
-        self._runs.retry_unwritten()
+        drained = self._dispatcher.shutdown(left)
         self._heartbeat.stop()
         self._heartbeat.join(left())
         self._leave()
-        self._overrun.stop()
         self._events.stop(left())
         _live.discard(self)
         if drained:
@@ -508,30 +513,12 @@ class JobScheduler(JobOperations):
 
     def _pick_up_cancels(self) -> None:
         """At a change pick-up: stop the runs here that `cancel()` asked for elsewhere (`persched._store.cancels`)."""
-        stops = self._pool.stops
+        stops = self._dispatcher.pool.stops
         if not stops.in_flight():  # nothing runs here: nothing to read
             return
         for job_id in self._store.cancel_requests(self.instance_id):
             if stops.request(job_id, "cancel"):
                 logger.info("job %s: its run is stopped, as cancel() asked elsewhere", job_id)
-
-    def _stop_runs_in_flight(self) -> bool:
-        """The shutdown's timeout passed: ask the runs in flight to stop, and give them their stop grace to end
-        (docs/reference/behaviour.md, "Stopping a run"); True once every run ended."""
-        # A process job is killed once its grace is over: it then still has to exit and be recorded.
-        grace = seconds(self._pool.stops.longest_grace()) + KILLED_EXIT_SECONDS
-        stopped = self._pool.stops.request_all("shutdown")
-        if stopped:
-            logger.warning(
-                "scheduler %s asks its %d run%s in flight to stop (the shutdown's timeout passed); "
-                "waiting up to %g s (stop_grace_seconds, and a second for a killed process to exit)",
-                self.instance_id,
-                stopped,
-                "" if stopped == 1 else "s",
-                grace,
-            )
-        deadline = _realtime.monotonic() + grace
-        return self._pool.join(lambda: max(0.0, deadline - _realtime.monotonic()))
 
     def _leave(self) -> None:
         """Delete this instance's membership row, so that the others take its jobs at once (after
@@ -547,9 +534,7 @@ class JobScheduler(JobOperations):
         The dispatcher and the heartbeat had no time left to be joined either: the pool is closed only
         once no thread of this scheduler can check a connection out again.
         """
-        self._pool.join(lambda: None)
-        self._dispatcher.join(None)
-        self._runs.retry_unwritten()
+        self._dispatcher.finish_late()
         self._heartbeat.join(None)
         self._store.engine.dispose()
 
@@ -618,7 +603,7 @@ class JobScheduler(JobOperations):
 
     def _maintenance(self) -> None:
         """Heartbeat callback: retry unwritten completions, then prune run history."""
-        self._runs.retry_unwritten()
+        self._dispatcher.retry_unwritten()
         self._retention.prune()
 
     # -- events and observation ------------------------------------------

@@ -5,8 +5,8 @@ Threads
 ``persched-worker-{i}`` threads take won claims from one `SimpleQueue`. The
 dispatcher reserved a worker before it claimed, so a queued claim
 never waits for a thread. A worker resolves the target, runs it with no
-persched lock held, and passes the outcome to the `complete` callback (which
-writes it to the store and queues the next slot). Then it drops its
+persched lock held, and passes the outcome to the `complete` callback (the
+dispatcher's, which writes it with its next cycle and queues the next slot). Then it drops its
 references to the callable, the arguments and any exception (futures
 bpo-16284, trio's ``del fn``), so a run does not keep garbage alive.
 
@@ -84,8 +84,9 @@ logger = logging.getLogger(__name__)
 
 _current = active_run()  # the run executing in a context: what current_run() reads (persched._engine.context)
 
-# (claim, outcome "ok" | "error", error text or None); called on the worker thread.
-CompleteCallback = Callable[[Claim, str, "str | None"], None]
+# (claim, outcome "ok" | "error", error text or None, whether the run still held its worker);
+# called on the worker thread, or on the awaitable runner's.
+CompleteCallback = Callable[[Claim, str, "str | None", bool], None]
 # A run handed to an AwaitableRunner ended: (its claim, as the runner ran it; what it raised or None).
 Finished = Callable[[Claim, "BaseException | None"], None]
 
@@ -224,22 +225,26 @@ class WorkerPool:
             return False
         if self._release is not None:
             self._release(claim)  # before start(): the run may finish, and report, at once
-        runner.start(claim, awaitable, self._finished_elsewhere)
+        try:
+            runner.start(claim, awaitable, self._finished_elsewhere)
+        except BaseException as exc:  # noqa: BLE001 - its worker was given back: it ended elsewhere
+            self._finished_elsewhere(claim, exc)
+            del exc
         return True
 
     def _finished_elsewhere(self, claim: Claim, exc: BaseException | None) -> None:
         """On the awaitable runner's thread: a run it was handed ended (`exc`: what it raised, or None)."""
         if exc is None:
-            self._report(claim, "ok", None)
+            self._report(claim, "ok", None, held_worker=False)
         else:
-            self._report(claim, *_failed(claim, unwrapped(exc), self.stops.signal_of(claim)))
+            self._report(claim, *_failed(claim, unwrapped(exc), self.stops.signal_of(claim)), held_worker=False)
         del exc
 
-    def _report(self, claim: Claim, outcome: str, error: str | None) -> None:
+    def _report(self, claim: Claim, outcome: str, error: str | None, *, held_worker: bool = True) -> None:
         self.stops.ended(claim)
         logger.debug("run %d of %s generation %d ended: %s", claim.run_id, claim.job_id, claim.generation, outcome)
         try:
-            self._complete(claim, outcome, error)
+            self._complete(claim, outcome, error, held_worker)
         except BaseException as exc:  # noqa: BLE001 - a worker must survive a failed completion
             logger.error(
                 "recording the outcome of %s generation %d failed\n%s",

@@ -61,7 +61,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Final
 
-from .._engine.config import DEFAULT_MAX_CLOCK_SKEW_SECONDS, DEFAULT_WORKERS, check_share_work
+from .._engine.config import DEFAULT_KEEP_ERROR_RUNS, DEFAULT_MAX_CLOCK_SKEW_SECONDS, DEFAULT_WORKERS, check_share_work
 from .._engine.context import active_run
 from .._engine.horizon import DEFAULT_HORIZON_SECONDS
 from .._engine.scheduler import DEFAULT_URL, JobScheduler, internals_of
@@ -248,7 +248,7 @@ class AsyncJobScheduler:
 
     The other keyword arguments (`instance_id`, `lease_seconds`,
     `heartbeat_seconds`, `busy_timeout_seconds`, `synchronous`, `keep_runs`,
-    `keep_runs_for_seconds`, `allowed_modules`, `pickup_seconds`,
+    `keep_runs_for_seconds`, `keep_error_runs`, `allowed_modules`, `pickup_seconds`,
     `pickup_check_seconds`, `horizon_seconds`, `max_args_bytes`, `namespace`,
     `share_work`, `max_clock_skew_seconds`) are those of `JobScheduler`.
 
@@ -271,6 +271,7 @@ class AsyncJobScheduler:
         synchronous: str = "FULL",
         keep_runs: int | None = 1000,
         keep_runs_for_seconds: float | None = None,
+        keep_error_runs: int | None = DEFAULT_KEEP_ERROR_RUNS,
         allowed_modules: Iterable[str] | None = None,
         pickup_seconds: float = 1.0,
         pickup_check_seconds: float = 0.1,
@@ -295,6 +296,7 @@ class AsyncJobScheduler:
             synchronous=synchronous,
             keep_runs=keep_runs,
             keep_runs_for_seconds=keep_runs_for_seconds,
+            keep_error_runs=keep_error_runs,
             allowed_modules=allowed_modules,
             pickup_seconds=pickup_seconds,
             pickup_check_seconds=pickup_check_seconds,
@@ -378,6 +380,7 @@ class AsyncJobScheduler:
         executor: Executor = "thread",
         stop_grace_seconds: float = 5.0,
         exclude: Collection[str | date] | None = None,
+        pause_after_failures: int | None = None,
         run_at: datetime | None = None,
     ) -> Job:
         """Schedule `fn` durably; see `JobScheduler.schedule` for every argument.

@@ -124,6 +124,7 @@ class Policies:
     executor: str = "thread"
     stop_grace: Micros = DEFAULT_STOP_GRACE
     exclude: tuple[str, ...] | None = None  # canonical entries (`persched._model.exclusions`)
+    pause_after_failures: int | None = None  # pause after this many failed slots in a row
 
     def columns(self) -> dict[str, Any]:
         """The policy columns of persched_jobs (seconds as floats, instants as datetimes)."""
@@ -349,6 +350,18 @@ def _check_exclude(
     return validate_exclude(value)
 
 
+def _check_pause_after_failures(
+    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
+) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidJobError(argument, f"must be None or a whole number >= 1, got {shown(value)}")
+    if value > MAX_STORED_INT:
+        raise InvalidJobError(argument, f"must be at most {MAX_STORED_INT}, got {shown(value)}")
+    return value
+
+
 def _check_instant(
     argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
 ) -> Instant | None:
@@ -517,6 +530,16 @@ OPTIONS: Final[tuple[Option, ...]] = (
         doc="Dates ('2026-12-25', datetime.date) and inclusive ranges ('2026-12-24/2026-12-26') in `timezone` "
         "on which the job has no slot; at most 1,000 entries.",
         check=_check_exclude,
+    ),
+    Option(
+        name="pause_after_failures",
+        attr="pause_after_failures",
+        unit="plain",
+        default=None,
+        type=int | None,
+        doc="Pause the job after this many slots in a row ended in failure (outcome error, lost or stopped); "
+        "a success starts the count again.",
+        check=_check_pause_after_failures,
     ),
     Option(
         name="run_at",

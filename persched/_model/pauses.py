@@ -4,6 +4,10 @@ Pure: `now` is passed in. A pause that ends is resumed at exactly its
 `until` instant by whichever scheduler of the namespace runs then
 (`persched._engine.pause_ends`), so `until` must lie ahead of `now`: an end
 already passed would resume at once, which is `resume()`.
+
+A job with ``pause_after_failures=N`` is paused by the store, in the
+transaction that records its Nth failed slot in a row, with the note
+`failures_note` gives (docs/reference/behaviour.md#repeated-failures).
 """
 
 from __future__ import annotations
@@ -17,9 +21,17 @@ from .instant import to_datetime
 if TYPE_CHECKING:
     from .instant import Instant
 
-__all__ = ["MAX_PAUSE_NOTE", "check_pause"]
+__all__ = ["FAILED_OUTCOMES", "MAX_PAUSE_NOTE", "check_pause", "failures_note"]
 
 MAX_PAUSE_NOTE: Final = 500  # characters of a pause's note (the pause_note column)
+#: The outcomes of a slot that ended in failure: they lengthen a job's failure streak (`pause_after_failures`),
+#: and retention keeps the newest of them apart (`keep_error_runs`). A "missed" record is no run: it counts neither way.
+FAILED_OUTCOMES: Final = ("error", "lost", "stopped")
+
+
+def failures_note(failures: int) -> str:
+    """The note of a job paused by its `pause_after_failures` option."""
+    return f"paused after {failures} consecutive failures"
 
 
 def check_pause(until: object, note: object, now: Instant) -> tuple[Instant | None, str | None]:

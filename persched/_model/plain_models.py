@@ -40,6 +40,7 @@ class PlainJob:
     updated_at: datetime
     run_count: int = 0
     error_count: int = 0
+    failure_streak: int = 0  # slots in a row that ended in failure (pause_after_failures)
     last_outcome: str | None = None
     owner: str | None = None
     lease_until: datetime | None = None
@@ -58,6 +59,7 @@ class PlainJob:
     executor: str = "thread"
     stop_grace_seconds: float = 5.0
     exclude: tuple[str, ...] | None = None
+    pause_after_failures: int | None = None
     paused: bool = False
     paused_until: datetime | None = None  # a timed pause resumes by itself then (pause(until=...))
     pause_note: str | None = None  # why the job is paused (pause(note=...))

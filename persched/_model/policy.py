@@ -107,6 +107,7 @@ class JobPlan:
     end_at: Instant | None
     start_at: Instant | None = None  # only where a decision needs it (see _store.mappers.plan_of): corrections
     exclusions: Exclusions | None = None
+    pause_after_failures: int | None = None  # the store pauses the job when its failure streak reaches it
     run_policy: RunPolicy = DEFAULT_RUN_POLICY
 
     @classmethod
@@ -129,6 +130,7 @@ class JobPlan:
             policies.end_at,
             policies.start_at,
             exclusions,
+            policies.pause_after_failures,
             RunPolicy.of(policies),
         )
 

@@ -33,6 +33,7 @@ class Job(BaseModel):
     updated_at: datetime
     run_count: int = 0
     error_count: int = 0
+    failure_streak: int = 0  # slots in a row that ended in failure (pause_after_failures)
     last_outcome: str | None = None
     owner: str | None = None
     lease_until: datetime | None = None
@@ -54,6 +55,7 @@ class Job(BaseModel):
     executor: str = "thread"  # "process": each run in a child process
     stop_grace_seconds: float = 5.0  # a stopped child process is killed this long after SIGTERM
     exclude: tuple[str, ...] | None = None  # excluded dates and ranges, canonical ("2026-12-24/2026-12-26")
+    pause_after_failures: int | None = None  # paused after this many failed slots in a row
     paused: bool = False
     paused_until: datetime | None = None  # a timed pause resumes by itself then (pause(until=...))
     pause_note: str | None = None  # why the job is paused (pause(note=...))

@@ -122,6 +122,10 @@ def _free_bytes(path: str) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
+def _nothing(job_id: str, generation: int) -> None:
+    """The default `Transactions.failures_paused`."""
+
+
 def _is_sqlite_full(exc: DBAPIError) -> bool:
     # SQLITE_FULL (13): the disk, or max_page_count, is full.
     return getattr(exc.orig, "sqlite_errorcode", None) == 13 or "database or disk is full" in str(exc.orig)
@@ -181,6 +185,9 @@ class Transactions:
         self._own_lock = threading.Lock()
         # Told of retries, errors and missed slots (`_observe`); the default does nothing.
         self.observer = Observer()
+        # Told (job_id, generation) of each job its failures paused, after the commit that paused it
+        # (`persched._store.failures`; the scheduler emits its event); the default does nothing.
+        self.failures_paused: Callable[[str, int], object] = _nothing
 
     def _in_namespace(self, job_id: ColumnElement[str]) -> Exists:
         """`job_id` (a persched_runs column) is one of this namespace's jobs (any state).
@@ -324,6 +331,10 @@ class Transactions:
                         lambda: self.observer.slots_missed(job_id, slots), "missed slots"
                     )
                 )
+
+    def _on_commit(self, call: Callable[[], None]) -> None:
+        """Run `call` once the write open on this thread commits (never for an attempt rolled back)."""
+        self._joined.committed.append(call)
 
     def _in_write(self) -> bool:
         """Whether a write transaction is open on this thread (a nested write joins it: see dispatch)."""

@@ -17,6 +17,7 @@ from .._model.instant import Instant, from_datetime, to_datetime
 from ._tx import REFUSED, Transactions, refusal_of
 from .claim_batch import DISPATCH_SELECT, Writes, standing
 from .dialects import Sql, marks
+from .failures import STREAK, FailingJob, failed, log_paused, pause_failing
 from .mappers import (
     DISPATCH_COLUMNS,
     FINISHED,
@@ -49,11 +50,12 @@ _FINISH_RUN: Final = (
     "UPDATE persched_runs SET started_at = ?, finished_at = ?, outcome = ?, error = ?, lease_until = NULL"
     " WHERE run_id = ? AND outcome IS NULL"
 )
+# failure_streak: counted by the database from the row as it stands (`persched._store.failures`).
 _FINISH_JOB: Final = (
     "UPDATE persched_jobs SET state = ?, owner = NULL, lease_until = NULL, running_for = NULL,"  # noqa: S608 - constants
     " cancel_requested_at = NULL,"  # a cancel request ends with its run (persched._store.cancels)
     f" next_run_at = ?, run_count = {counted('run_count', '1')}, error_count = {counted('error_count', '?')},"
-    " last_outcome = ?, updated_at = ?"
+    f" failure_streak = {STREAK}, last_outcome = ?, updated_at = ?"
     " WHERE job_id = ? AND generation = ? AND state = 'running' AND owner = ? AND running_for = ?"
 )
 # The completion decided by its claim's plan (`Carried`): also only while the row stands where the
@@ -174,6 +176,7 @@ class CompletionsStore(Transactions):
                     FINISHED if over else SCHEDULED,
                     left if next_at == kept.next_run_at else at(next_at),
                     1 if c.outcome == "error" else 0,
+                    failed(c.outcome),
                     c.outcome,
                     finished[i],
                     c.claim.job_id,
@@ -185,8 +188,16 @@ class CompletionsStore(Transactions):
                 )
             )
 
+        # Failed runs of jobs with pause_after_failures, by their claim's plan (the others: `_finish_read`).
+        carried_failing = [
+            FailingJob(c.claim.job_id, c.claim.generation, kept.plan.pause_after_failures, c.finished_at)
+            for c in completions
+            if (kept := c.claim.carried) is not None and failed(c.outcome) and kept.plan.pause_after_failures
+        ]
+
         def body(conn: Connection) -> list[Instant | None]:
             cur = self.dialect.cursor(conn)
+            failing = list(carried_failing)
             cur.executemany(_FINISH_RUN, params)
             due: list[Instant | None] = [None] * len(completions)
             rest: Sequence[int] = range(len(completions))
@@ -200,19 +211,33 @@ class CompletionsStore(Transactions):
                 done = {i for i, _, _, _ in carried}
                 rest = [i for i in rest if i not in done]
             if rest:
-                read = self._finish_read(conn, cur, [completions[i] for i in rest], instance_id)
+                read = self._finish_read(conn, cur, [completions[i] for i in rest], instance_id, failing)
                 for i, due_at in zip(rest, read, strict=True):
                     due[i] = due_at
+            if failing:
+                paused = pause_failing(cur, self.dialect, failing)
+                keys = {(job.job_id, job.generation) for job in paused}
+                due = [
+                    None if (c.claim.job_id, c.claim.generation) in keys else d
+                    for c, d in zip(completions, due, strict=True)
+                ]
+                self._on_commit(lambda: log_paused(paused, self.failures_paused))
             return due
 
         return self._write(body, "finish runs")
 
     def _finish_read(
-        self, conn: Connection, cur: DriverCursor, completions: Sequence[Completion], instance_id: str
+        self,
+        conn: Connection,
+        cur: DriverCursor,
+        completions: Sequence[Completion],
+        instance_id: str,
+        failing: list[FailingJob],
     ) -> list[Instant | None]:
         """`finish_runs` of completions whose row must be read: under the write lock (SQLite) and
         written with the same predicate again, so a row recovered, descheduled or replaced
-        meanwhile is never moved. Their run records are written already."""
+        meanwhile is never moved. Their run records are written already. A failed run of a job
+        with pause_after_failures is added to `failing`."""
         at = self.dialect.bind_instant
         job_ids = tuple({c.claim.job_id for c in completions})
         ours = f"SELECT {DISPATCH_SELECT} FROM persched_jobs WHERE job_id IN ({marks(len(job_ids))})"  # noqa: S608
@@ -262,6 +287,7 @@ class CompletionsStore(Transactions):
                     FINISHED if over else SCHEDULED,
                     at(next_at),
                     1 if c.outcome == "error" else 0,
+                    failed(c.outcome),
                     c.outcome,
                     at(c.finished_at),
                     row.job_id,
@@ -271,6 +297,8 @@ class CompletionsStore(Transactions):
                 )
             )
             due.append(None if over or row.paused else plan.due_at(next_at, run_now_at))
+            if failed(c.outcome) and plan.pause_after_failures:
+                failing.append(FailingJob(row.job_id, row.generation, plan.pause_after_failures, c.finished_at))
         if moves:
             cur.executemany(_FINISH_JOB, moves)
         w.apply(conn, cur, self.dialect, self._insert_runs)

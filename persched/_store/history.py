@@ -3,15 +3,20 @@
 History rows are written by the claims (one per run, or per "missed"
 record) and completed by the completions; here they are read and pruned.
 Retention deletes in short transactions, so a claim waits for at most one.
+By count, one DELETE per job keeps its newest `keep_runs` runs and, apart
+from those, its newest `keep_error_runs` failed ones (`FAILED_OUTCOMES`):
+both bounds are scalar subqueries that walk the job's (job_id, run_id) index
+from its newest run, so a DELETE reads about what the job keeps.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypeVar
 
-from sqlalchemy import func, select, update
+from sqlalchemy import and_, func, literal_column, select, update
 
 from .._model.instant import to_datetime
+from .._model.pauses import FAILED_OUTCOMES
 from ._rows import read_row
 from ._tx import Transactions
 from .mappers import RAW_RUNS, RUN_COLUMNS, to_run
@@ -20,7 +25,7 @@ from .schema import runs
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
-    from sqlalchemy import Connection
+    from sqlalchemy import ColumnElement, Connection
 
     from .._model.instant import Instant, Micros
     from .._model.models import Run
@@ -33,6 +38,27 @@ def iter_chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     """Yield `items` in slices of at most `size`."""
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+# Literal values, not parameters: so the planner sees that the failed runs' partial index
+# (`persched._store.schema`, revision 0012) holds every row the subquery asks for.
+_FAILED = runs.c.outcome.in_([literal_column(f"'{outcome}'") for outcome in FAILED_OUTCOMES])
+
+
+def _kept_failure(job_id: str, keep_error_runs: int | None) -> ColumnElement[bool]:
+    """A run of `job_id` that is one of its newest `keep_error_runs` failed runs (None: any failed run)."""
+    if keep_error_runs is None:
+        return _FAILED
+    oldest_kept = (
+        select(runs.c.run_id)
+        .where(runs.c.job_id == job_id, _FAILED)
+        .order_by(runs.c.run_id.desc())
+        .limit(1)
+        .offset(keep_error_runs - 1)
+        .scalar_subquery()
+    )
+    # Fewer failed runs than that: the subquery is NULL, and every failed run is kept.
+    return and_(_FAILED, runs.c.run_id >= func.coalesce(oldest_kept, 0))
 
 
 class HistoryStore(Transactions):
@@ -93,6 +119,7 @@ class HistoryStore(Transactions):
         *,
         keep_runs: int | None,
         keep_seconds: Micros | None,
+        keep_error_runs: int | None = None,
         job_ids: set[str] | frozenset[str] = frozenset(),
         batch: int = 500,
         max_batches: int = 10,
@@ -107,6 +134,9 @@ class HistoryStore(Transactions):
         Args:
             now: The current instant.
             keep_runs: Keep the newest this many runs per job (None: no limit).
+            keep_error_runs: With `keep_runs`, also keep the newest this many
+                failed runs per job (outcome in `FAILED_OUTCOMES`), older
+                or not (None: every failed run).
             keep_seconds: Delete runs that finished more than this long
                 (microseconds) before `now` (None: no limit).
             job_ids: The jobs to prune by count (those that recorded runs
@@ -134,6 +164,7 @@ class HistoryStore(Transactions):
                                 runs.c.job_id == job_id,
                                 runs.c.outcome.is_not(None),
                                 runs.c.run_id <= newest_dropped,
+                                ~_kept_failure(job_id, keep_error_runs),
                             )
                         )
                         count += max(result.rowcount, 0)

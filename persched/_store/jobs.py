@@ -363,6 +363,7 @@ class JobsStore(DueStore):
             "lease_until": None,
             "run_count": 0,
             "error_count": 0,
+            "failure_streak": 0,  # a new generation starts its count of failures in a row afresh
             "last_outcome": None,
             "updated_at": at(now),
             "change_seq": self._bump_change_seq(conn),
@@ -535,6 +536,7 @@ class JobsStore(DueStore):
                 paused=False,
                 paused_until=None,
                 pause_note=None,
+                failure_streak=0,  # a resumed job gets pause_after_failures failures again before it pauses
                 state=state,
                 next_run_at=to_datetime(next_at),
                 updated_at=to_datetime(now),

@@ -2,7 +2,8 @@
 
 - `renew_leases`: only the runs the caller really has in flight.
 - `recover_run`: a run whose lease was not renewed becomes 'lost' and its
-  job goes back to 'scheduled' on the next slot; conditional on the lease
+  job goes back to 'scheduled' on the next slot (or is paused, if that was
+  its `pause_after_failures`-th failure in a row: `persched._store.failures`); conditional on the lease
   value the caller observed, so a renewal in between wins, and on the job
   still being that run's, so a deschedule in between wins.
 - `stranded_jobs` and `free_stranded_job`: a job row that says 'running'
@@ -25,6 +26,7 @@ from .._model import triggers as _triggers
 from .._model.instant import Instant, from_datetime, to_datetime
 from ._rows import raw_columns, read_row
 from ._tx import REFUSED, Transactions, read_time, refusal_of
+from .failures import STREAK_LOST, FailingJob, log_paused, pause_failing
 from .mappers import (
     CLOCK_STEP_FLOOR,
     DESCHEDULED,
@@ -183,11 +185,18 @@ class LeasesStore(Transactions):
                     cancel_requested_at=None,
                     next_run_at=to_datetime(next_at),
                     run_count=literal_column(counted("run_count", "1")),
+                    failure_streak=literal_column(STREAK_LOST),  # counted on the row as it stands
                     last_outcome="lost",
                     updated_at=to_datetime(recovered_at),
                     **values,
                 )
             )
+            if freed.rowcount == 1 and plan.pause_after_failures:
+                failing = FailingJob(row.job_id, row.generation, plan.pause_after_failures, recovered_at)
+                paused = pause_failing(self.dialect.cursor(conn), self.dialect, [failing])
+                if paused:
+                    self._on_commit(lambda: log_paused(paused, self.failures_paused))
+                    return Recovery(lost=True)
             if freed.rowcount != 1 or over or row.paused:
                 return Recovery(lost=True)
             return Recovery(lost=True, due=plan.due_at(next_at, run_now_at))

@@ -358,6 +358,7 @@ def job_fields(row: StoredRow) -> dict[str, Any]:
         "updated_at": row.updated_at,
         "run_count": row.run_count,
         "error_count": row.error_count,
+        "failure_streak": row.failure_streak,
         "last_outcome": row.last_outcome,
         "owner": row.owner,
         "lease_until": row.lease_until,

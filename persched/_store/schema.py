@@ -187,6 +187,7 @@ jobs = Table(
     Column("executor", String(16), nullable=False, server_default="thread"),
     Column("stop_grace_seconds", _Seconds, nullable=False, server_default="5"),
     Column("exclude", Text, nullable=True),  # excluded dates: a JSON array of text, NULL for none (revision 0011)
+    Column("pause_after_failures", Integer, nullable=True),  # NULL: never paused for failures (revision 0012)
     Column("first_run_at", UTCDateTime, nullable=False),  # grid anchor
     # The next slot still to run; it moves on when a run of the grid is
     # claimed, and stays put for a run-now run.
@@ -203,6 +204,8 @@ jobs = Table(
     Column("lease_until", UTCDateTime, nullable=True),
     Column("run_count", _Wide, nullable=False, server_default="0"),
     Column("error_count", _Wide, nullable=False, server_default="0"),
+    # Slots in a row that ended in failure, in this generation (revision 0012); saturates like run_count.
+    Column("failure_streak", _Wide, nullable=False, server_default="0"),
     Column("last_outcome", String(16), nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
@@ -287,6 +290,13 @@ _PARTIAL_INDEXES: Final[tuple[tuple[Index, ColumnElement[bool] | TextClause], ..
     # Runs that did not end "ok", by outcome, newest last: the dashboard's runs page filtered by
     # outcome (revision 0004). Partial, so ordinary runs never maintain it.
     (Index("ix_persched_runs_outcome", runs.c.outcome, runs.c.run_id), runs.c.outcome != "ok"),
+    # Each job's failed runs, newest last: retention keeps the newest keep_error_runs of them
+    # (revision 0012). Partial, so runs that ended "ok" never maintain it; MySQL has none (it walks
+    # the job's (job_id, run_id) index instead).
+    (
+        Index("ix_persched_runs_failed", runs.c.job_id, runs.c.run_id).ddl_if(callable_=_not_mysql),
+        text("outcome IN ('error', 'lost', 'stopped')"),
+    ),
 )
 #: The engines whose dialects take a `where` option on an index.
 PARTIAL_INDEX_DIALECTS: Final = ("sqlite", "postgresql")

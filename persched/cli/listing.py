@@ -186,10 +186,22 @@ def _exclude_line(job: PlainJob) -> tuple[str, str] | None:
     return ("excluded", f"{', '.join(job.exclude[:EXCLUDE_SHOWN])}{rest} (no slot on these dates, in {job.timezone})")
 
 
+def _failures_line(job: PlainJob) -> tuple[str, str] | None:
+    if job.pause_after_failures is None:
+        return None
+    so_far = f"{job.failure_streak} so far; a success or a resume clears them"
+    return ("pause after", f"{job.pause_after_failures} failed slots in a row ({so_far})")
+
+
 EXCLUDE_SHOWN: Final = 20  # entries `show` lists on its line
 
 # The `show` lines of the options whose words take more than their own value (the others: Option.shown).
-_SHOWN: Final = {"misfire": _misfire_line, "start_at": _window_line, "exclude": _exclude_line}
+_SHOWN: Final = {
+    "misfire": _misfire_line,
+    "start_at": _window_line,
+    "exclude": _exclude_line,
+    "pause_after_failures": _failures_line,
+}
 
 
 def policies(job: PlainJob) -> list[tuple[str, str]]:

@@ -183,6 +183,19 @@ def test_show_lists_each_policy_that_differs_from_its_default(policies_db: str) 
         assert not any(line.startswith(name) for line in plain.splitlines()), name
 
 
+def test_show_and_jobs_json_give_the_failure_count(make_scheduler: SchedulerFactory, sqlite_url: str) -> None:
+    sched = make_scheduler()
+    sched.schedule("watched", cli_jobs.noop, 60.0, pause_after_failures=5)
+    sched.shutdown()
+    shown = persched("--db", sqlite_url, "show", "watched")
+    assert shown.returncode == 0, shown.stderr
+    assert "pause after  5 failed slots in a row (0 so far; a success or a resume clears them)\n" in shown.stdout
+    (listed,) = json.loads(persched("--db", sqlite_url, "jobs", "--json").stdout)
+    assert (listed["pause_after_failures"], listed["failure_streak"]) == (5, 0)
+    plain = persched("--db", sqlite_url, "show", "watched", "--json").stdout
+    assert json.loads(plain)["pause_after_failures"] == 5
+
+
 def test_show_a_paused_job(policies_db: str) -> None:
     proc = persched("--db", policies_db, "show", "held")
     assert proc.returncode == 0, proc.stderr

@@ -1,6 +1,6 @@
 """The dispatcher gathers a batch while behind (persched._engine.dispatcher "Gathering a batch").
 
-The dispatcher is driven directly: its cycle callback records what each cycle
+The dispatcher is driven directly: a stand-in run book records what each cycle
 was given and hands every claimed entry to a "worker" that the test plays,
 completing runs with `Dispatcher.complete` when it chooses.
 """
@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
 from persched._engine.dispatcher import Dispatcher
+from persched._engine.runs import Dispatched
 from persched._engine.timebase import Timebase
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT, wait_until
@@ -21,23 +22,34 @@ from tests.support.helpers import TIMEOUT, wait_until
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from persched._store.records import ClaimEntry
+    from persched._engine.runs import RunBook
+    from persched._store.records import ClaimEntry, Completion
 
 WORKERS = 4
 START = 1_700_000_123.456789
 
 
 class Cycles:
-    """The cycle callback: records ``(completions, job ids claimed)`` per cycle; every entry goes to a worker."""
+    """The run book the dispatcher claims through: records ``(completions, job ids claimed)`` per
+    cycle; every entry goes to a worker."""
 
     def __init__(self) -> None:
         self.seen: list[tuple[list[Any], list[str]]] = []
         self.lock = threading.Lock()
 
-    def __call__(self, completions: list[Any], due: list[ClaimEntry]) -> int:
+    def cycle(self, completions: list[Any], due: list[ClaimEntry], hand_over: object) -> Dispatched:
         with self.lock:
             self.seen.append((completions, [job_id for job_id, _, _, _ in due]))
-        return len(due)
+        return Dispatched(handed_over=len(due))
+
+    def on_overrun(self, claim: object) -> None:
+        raise AssertionError("no run here has a max runtime")
+
+    def stop_claiming(self) -> None:
+        pass
+
+    def retry_unwritten(self) -> Dispatched:
+        return Dispatched()
 
     def claimed(self) -> list[list[str]]:
         with self.lock:
@@ -46,6 +58,11 @@ class Cycles:
     def written(self) -> list[Any]:
         with self.lock:
             return [c for completions, _ in self.seen for c in completions]
+
+
+def done(n: int) -> Completion:
+    """A completion as the test's workers report it: only its identity matters here."""
+    return cast("Completion", f"done-{n}")
 
 
 @pytest.fixture
@@ -58,14 +75,14 @@ def started(cycles: Cycles) -> Iterator[list[Dispatcher]]:
     made: list[Dispatcher] = []
     yield made
     for dispatcher in made:
-        dispatcher.stop()
-        dispatcher.join(TIMEOUT)
+        dispatcher.stop_claiming()
+        dispatcher.shutdown(lambda: TIMEOUT)
 
 
 def _dispatcher(started: list[Dispatcher], cycles: Cycles, jobs: int, gather: float) -> Dispatcher:
     timebase = Timebase(FakeClock(START))
     due = timebase.now()
-    dispatcher = Dispatcher(timebase, WORKERS, cycles, gather=gather)
+    dispatcher = Dispatcher(timebase, cast("RunBook", cycles), WORKERS, lambda job_id: True, gather=gather)
     dispatcher.start([(due, f"j{n:02}", 1) for n in range(jobs)])
     started.append(dispatcher)
     return dispatcher
@@ -97,11 +114,11 @@ def test_behind_a_backlog_the_next_claim_waits_for_every_busy_worker(
     dispatcher = _dispatcher(started, cycles, 3 * WORKERS, gather)
     wait_until(lambda: len(cycles.claimed()) == 1, message="the first claim")
     assert cycles.claimed() == [["j00", "j01", "j02", "j03"]]  # 8 entries left due: a backlog
-    dispatcher.complete("done-0")
+    dispatcher.complete(done(0))
     # The dispatcher either gathers (waits for the three others) or claims at once.
     wait_until(lambda: gathering.is_set() or len(cycles.claimed()) > 1, message="the dispatcher's next step")
     for n in (1, 2, 3):
-        dispatcher.complete(f"done-{n}")
+        dispatcher.complete(done(n))
     wait_until(lambda: len(cycles.written()) == WORKERS, message="the four completions written")
     # One cycle wrote the four completions and claimed four runs: one commit, not two or four.
     assert cycles.claimed()[1] == ["j04", "j05", "j06", "j07"]
@@ -113,7 +130,7 @@ def test_gathering_is_bounded_by_its_real_time(started: list[Dispatcher], cycles
     dispatcher = _dispatcher(started, cycles, 3 * WORKERS, gather)
     wait_until(lambda: len(cycles.claimed()) == 1, message="the first claim")
     freed = time.monotonic()
-    dispatcher.complete("done-0")  # the three other workers stay busy
+    dispatcher.complete(done(0))  # the three other workers stay busy
     wait_until(lambda: len(cycles.claimed()) == 2, message="the claim for the one free worker")
     assert time.monotonic() - freed >= gather
     assert cycles.seen[1] == (["done-0"], ["j04"])
@@ -122,5 +139,5 @@ def test_gathering_is_bounded_by_its_real_time(started: list[Dispatcher], cycles
 def test_without_a_backlog_a_completion_is_written_at_once(started: list[Dispatcher], cycles: Cycles) -> None:
     dispatcher = _dispatcher(started, cycles, WORKERS - 1, gather=TIMEOUT * 6)  # fewer due than workers
     wait_until(lambda: len(cycles.claimed()) == 1, message="the first claim")
-    dispatcher.complete("done-0")  # two workers stay busy: nothing is behind, nothing waits
+    dispatcher.complete(done(0))  # two workers stay busy: nothing is behind, nothing waits
     wait_until(lambda: cycles.written() == ["done-0"], message="the completion written without gathering")

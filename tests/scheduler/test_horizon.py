@@ -18,6 +18,7 @@ import pytest
 from persched import JobScheduler
 from persched._engine import horizon as horizon_module
 from persched._engine.dispatcher import Dispatcher
+from persched._engine.window import Window
 from persched._model import triggers as _triggers
 from persched._model.instant import Instant, from_datetime
 from persched.errors import InvalidJobError
@@ -70,7 +71,7 @@ def _scheduler(made: list[JobScheduler], url: str, clock: FakeClock, **options: 
 def _heap_jobs(sched: JobScheduler) -> set[str]:
     dispatcher = sched._dispatcher
     with dispatcher._cond:
-        return {job_id for _, job_id, _ in dispatcher._heap}
+        return {job_id for _, job_id, _ in dispatcher.window._heap}
 
 
 def _runs(url: str) -> list[tuple[str, int, str, str]]:
@@ -177,7 +178,7 @@ class _BlockingRefill:
         return self.real(*args)
 
 
-def _droppable_beyond_the_cursor(self: Dispatcher, due_at: Instant) -> bool:
+def _droppable_beyond_the_cursor(self: Window, due_at: Instant) -> bool:
     """A broken bounded heap: drops every push beyond the cursor, also while a refill reads."""
     return self._cursor is not None and due_at > self._cursor[0]
 
@@ -195,7 +196,7 @@ def test_a_refill_racing_schedule_and_deschedule_never_runs_the_old_nor_loses_th
     url: str, clock: FakeClock, schedulers: list[JobScheduler], monkeypatch: pytest.MonkeyPatch, read_first: bool | str
 ) -> None:
     if read_first == "broken":
-        monkeypatch.setattr(Dispatcher, "_droppable", _droppable_beyond_the_cursor)
+        monkeypatch.setattr(Window, "_droppable", _droppable_beyond_the_cursor)
     # No pick-up of this process's own changes within the test: it would queue the new job a
     # second later (SQLite's data_version check: 50 ms later) and hide a lost push.
     sched = _scheduler(schedulers, url, clock, pickup_seconds=1000, pickup_check_seconds=1000)
@@ -334,8 +335,8 @@ def test_two_generations_of_one_job_due_in_one_cycle_do_not_fail_the_batch(
     assert new.generation == old.generation + 1
     _advance_to(clock, sched, 1)
     assert len(jobs.calls("p")) == 1  # next slot: 2 s
-    sched._dispatcher.push(_at(1), "p", new.generation)  # a late duplicate (a change picked up late)
-    sched._dispatcher.push(_at(30), "p", old.generation)  # the stale entry
+    sched._dispatcher.offer(_at(1), "p", new.generation)  # a late duplicate (a change picked up late)
+    sched._dispatcher.offer(_at(30), "p", old.generation)  # the stale entry
     with caplog.at_level(logging.WARNING, logger="persched"):
         clock.advance(30)  # due together: the duplicate (1 s), the live entry (2 s), the stale one (30 s)
         assert sched.wait_idle(TIMEOUT)

@@ -20,6 +20,7 @@ from unittest.mock import patch
 
 import pytest
 
+from persched._engine.runs import Dispatched
 from persched._model.instant import Instant, Micros
 from persched._store import Claim, ClaimMiss, Store
 from tests.support import jobs, race_jobs
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from persched import JobScheduler
+    from persched._engine.runs import HandOver
     from persched._store import ClaimEntry, Completion
     from persched.testing import FakeClock
     from tests.conftest import SchedulerFactory
@@ -310,9 +312,9 @@ def shutdown_workers_first(sched: JobScheduler, wait: bool = True, timeout: floa
         sched._state = "stopped"
     sched._runs._stopping = True
     sched._dispatcher.stop()
-    sched._pool.stop()
+    sched._dispatcher.pool.stop()
     sched._dispatcher.join(TIMEOUT)
-    sched._pool.join(lambda: TIMEOUT)
+    sched._dispatcher.pool.join(lambda: TIMEOUT)
     sched._heartbeat.stop()
     sched._heartbeat.join(TIMEOUT)
     sched._store.engine.dispose()
@@ -355,11 +357,12 @@ def test_shutdown_waits_for_a_claim_inside_the_store(
     assert len(jobs.calls("a")) == 1
 
 
-def claim_ignoring_stop(sched: JobScheduler, due: list[ClaimEntry], completions: Sequence[Completion] = ()) -> int:
+def claim_ignoring_stop(
+    sched: JobScheduler, due: list[ClaimEntry], completions: Sequence[Completion], hand_over: HandOver
+) -> Dispatched:
     """A broken `RunBook.claim_due`: it never looks at the stop flag."""
     runs = sched._runs
-    runs.write_completions(completions)
-    handed = 0
+    dispatched = runs.write_completions(completions)
     for job_id, generation, due_at, _ in due:
         with runs._inflight_cond:
             runs._inflight_jobs[job_id] += 1
@@ -369,11 +372,11 @@ def claim_ignoring_stop(sched: JobScheduler, due: list[ClaimEntry], completions:
         if isinstance(result, Claim):
             with runs._inflight_cond:
                 runs._inflight_runs.add(result.run_id)
-            sched._pool.submit(result)
-            handed += 1
+            hand_over(result)
+            dispatched.handed_over += 1
         else:
             runs.job_done(job_id, None)
-    return handed
+    return dispatched
 
 
 @pytest.mark.parametrize(
@@ -402,7 +405,7 @@ def test_a_claim_attempted_after_shutdown_began_never_commits(
         seam.go()
         t.join(TIMEOUT)
         assert not t.is_alive()
-    assert seam.results == [0]
+    assert seam.results == [Dispatched()]  # nothing claimed, nothing handed over
     spy.assert_not_called()
     assert run_rows(sched, "a") == []
     assert job_state(sched, "a") == "scheduled"  # the slot is still there for the next start

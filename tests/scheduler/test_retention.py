@@ -1,4 +1,5 @@
-"""Run history: retention by count and by age, pruned off the dispatch path; bounded error text."""
+"""Run history: retention by count (failed runs kept apart) and by age, pruned off the dispatch path; bounded
+error text."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from unittest.mock import patch
 
 import pytest
 
-from persched import JobScheduler
+from persched import AsyncJobScheduler, JobScheduler
 from persched._model.instant import Instant, Micros
 from persched._store import MAX_ERROR_TEXT, bound_error_text
 from persched.errors import InvalidJobError
@@ -63,6 +64,24 @@ def test_keep_runs_keeps_the_newest_per_job(make_scheduler: SchedulerFactory, fa
     kept = sched.runs("a")
     assert [r.scheduled_for for r in kept] == [at(7), at(6), at(5)]
     assert len(sched.runs("b")) == 2  # under the limit: untouched
+
+
+def test_keep_error_runs_keeps_the_last_failures_through_a_burst_of_successes(
+    make_scheduler: SchedulerFactory, fake_clock: FakeClock
+) -> None:
+    sched = _scheduler(make_scheduler, keep_runs=3, keep_error_runs=2)
+    script = ["error"] * 3 + ["ok"] * 9  # three failures, then a burst of successes
+    sched.schedule("a", jobs.follow, 1.0, args=("a", script), start_in=0)
+    _run_times(sched, fake_clock, len(script), "a")
+    sched.deschedule("a")
+
+    def pruned() -> bool:
+        fake_clock.advance(1.0)  # a heartbeat period: pruning runs on that thread
+        return len(sched.runs("a")) <= 5
+
+    wait_until(pruned, message="pruned to 3 runs and 2 failures")
+    kept = [(r.scheduled_for, r.outcome) for r in sched.runs("a")]
+    assert kept == [(at(11), "ok"), (at(10), "ok"), (at(9), "ok"), (at(2), "error"), (at(1), "error")]
 
 
 def test_keep_runs_for_seconds_prunes_by_age(make_scheduler: SchedulerFactory, fake_clock: FakeClock) -> None:
@@ -136,11 +155,31 @@ def test_pruning_does_not_block_dispatch(make_scheduler: SchedulerFactory, fake_
         wait_until(pruned, message="pruned after release")
 
 
-@pytest.mark.parametrize(("option", "value"), [("keep_runs", 0), ("keep_runs", 1.5), ("keep_runs_for_seconds", -1)])
-def test_retention_options_are_checked(sqlite_url: str, option: str, value: float) -> None:
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("keep_runs", 0),
+        ("keep_runs", 1.5),
+        ("keep_runs_for_seconds", -1),
+        ("keep_error_runs", 0),
+        ("keep_error_runs", -1),
+        ("keep_error_runs", 1.5),
+        ("keep_error_runs", float("nan")),
+        ("keep_error_runs", True),
+        ("keep_error_runs", "10"),
+        ("keep_error_runs", 2**31),
+    ],
+)
+def test_retention_options_are_checked(sqlite_url: str, option: str, value: object) -> None:
     options: dict[str, Any] = {option: value}
-    with pytest.raises(InvalidJobError, match=option):
+    with pytest.raises(InvalidJobError, match=option) as raised:
         JobScheduler(sqlite_url, **options)
+    assert raised.value.argument == option
+
+
+def test_keep_error_runs_is_an_option_of_the_async_scheduler_too(sqlite_url: str) -> None:
+    with pytest.raises(InvalidJobError, match="keep_error_runs"):
+        AsyncJobScheduler(sqlite_url, keep_error_runs=0)
 
 
 def test_a_long_traceback_is_bounded_and_keeps_its_last_line(

@@ -139,7 +139,7 @@ def _install(crash: _Crash) -> None:
     real_upsert = Store.upsert_job
     real_deschedule = Store.deschedule_job
     real_recover = Store.recover_run
-    real_complete = RunBook.complete
+    real_ended = RunBook.ended
     real_target = proof_jobs.file_tracked
 
     def dispatch(
@@ -207,9 +207,9 @@ def _install(crash: _Crash) -> None:
             crash.fire("recover-after-commit", run_id=run.run_id, freed=result.due is not None)
         return result
 
-    def complete(self: RunBook, claim: Claim, outcome: str, error: str | None) -> None:
+    def ended(self: RunBook, claim: Claim, outcome: str, error: str | None) -> Completion:
         crash.fire("callable-returned", run_id=claim.run_id, outcome=outcome)
-        real_complete(self, claim, outcome, error)
+        return real_ended(self, claim, outcome, error)
 
     def target(path: str) -> None:
         real_target(path)  # records the start (and an end, which the kill makes a lower bound)
@@ -223,7 +223,7 @@ def _install(crash: _Crash) -> None:
         (Store, "upsert_job", upsert_job),
         (Store, "deschedule_job", deschedule_job),
         (Store, "recover_run", recover_run),
-        (RunBook, "complete", complete),
+        (RunBook, "ended", ended),
         (proof_jobs, "file_tracked", target),
     ):
         patch.object(owner, name, new).start()  # for the life of this process

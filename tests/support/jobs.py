@@ -32,10 +32,13 @@ __all__ = [
     "Holder",
     "block",
     "block_once_then_record",
+    "block_then_fail",
     "calls",
     "capture_run",
     "exit_with_systemexit",
     "fail",
+    "fail_then_block",
+    "follow",
     "gate",
     "make_closure",
     "record",
@@ -166,10 +169,32 @@ def block(key: str) -> None:
     g.finished.set()
 
 
+def block_then_fail(key: str) -> None:
+    """`block`, then raise `RuntimeError` once the gate is released."""
+    block(key)
+    raise RuntimeError(f"{key} failed after its gate")
+
+
+def fail_then_block(key: str) -> None:
+    """The first call of `key` raises `RuntimeError` at once; later ones are `block_then_fail`'s."""
+    if not calls(key):
+        _record(key, (), {})
+        raise RuntimeError(f"{key} failed at once")
+    block_then_fail(key)
+
+
 def fail(key: str, message: str) -> None:
     """Record the call and raise `RuntimeError(message)`."""
     _record(key, (message,), {})
     raise RuntimeError(message)
+
+
+def follow(key: str, script: list[str]) -> None:
+    """Record the call; the n-th call of `key` raises `RuntimeError` if ``script[n]`` is "error" (past it: never)."""
+    _record(key, (script,), {})
+    n = len(calls(key)) - 1  # a job's runs never overlap (overlap "forbid"): this call is the last one
+    if n < len(script) and script[n] == "error":
+        raise RuntimeError(f"call {n + 1} of {key} fails, as scripted")
 
 
 def exit_with_systemexit(key: str) -> None:

@@ -53,7 +53,7 @@ def reach_ins(root: Path = PACKAGE) -> set[tuple[str, str]]:
 
 def test_the_schedulers_privates_are_read() -> None:
     """The reader finds the attributes (a reader that found none would pass every check)."""
-    assert {"_store", "_timebase", "_pool", "_config"} <= scheduler_privates()
+    assert {"_store", "_timebase", "_dispatcher", "_config"} <= scheduler_privates()
 
 
 def test_nothing_outside_the_engine_reaches_into_a_scheduler() -> None:

@@ -1,7 +1,7 @@
 """Stopping a run: what a job does past its max runtime, where it runs, and cancel requests.
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0013
+Revises: 0012
 Create Date: 2026-12-07
 
 persched_jobs gains three options of a job's definition: ``on_overrun``
@@ -23,8 +23,8 @@ from sqlalchemy.dialects import mysql
 INSTANT = sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 SECONDS = sa.Float().with_variant(mysql.DOUBLE(), "mysql", "mariadb")
 
-revision = "0012"
-down_revision = "0011"
+revision = "0013"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
