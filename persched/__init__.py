@@ -14,8 +14,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ._engine.context import RunContext, current_run
     from ._engine.events import Event, EventKind
-    from ._engine.scheduler import JobScheduler, current_run
+    from ._engine.scheduler import JobScheduler
     from ._interfaces.async_front import AsyncJobScheduler
     from ._model.declare import DeclareResult, JobSpec
     from ._model.models import Job, JobState, Run
@@ -30,6 +31,7 @@ __all__ = [
     "JobSpec",
     "JobState",
     "Run",
+    "RunContext",
     "__version__",
     "current_run",
 ]
@@ -49,7 +51,8 @@ _LAZY = {
     "JobState": "_model.models",
     "Run": "_model.models",
     "JobScheduler": "_engine.scheduler",
-    "current_run": "_engine.scheduler",
+    "RunContext": "_engine.context",
+    "current_run": "_engine.context",
 }
 
 

@@ -106,3 +106,21 @@ class JobNotFoundError(PerschedError, LookupError):
         # Pickled with its fields (a process pool, a task queue): the default would call __init__(message).
         made = functools.partial(JobNotFoundError, owner=self.owner, descheduled=self.descheduled, remedy=self._remedy)
         return (made, (self.job_id, self.namespace))
+
+
+class RunStopped(PerschedError):
+    """A stop was asked of the running job (docs/reference/behaviour.md, "Stopping a run").
+
+    `RunContext.raise_if_stopping()` raises it; a run that ends with it is
+    recorded with outcome ``"stopped"`` and the reason.
+
+    Attributes:
+        reason: Why the run was asked to stop: ``"max_runtime"``, ``"cancel"`` or ``"shutdown"``.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"the run was asked to stop ({reason})")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (RunStopped, (self.reason,))

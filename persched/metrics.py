@@ -86,7 +86,8 @@ JOBS_CACHE_SECONDS: Final = 5.0  # jobs-by-state is read from the database at mo
 #: The endpoint's server: scrapes are GETs, a few at a time.
 METRICS_LIMITS: Final = Limits(workers=2, max_connections=64, max_body_bytes=1_024)
 
-_RUN_KINDS: Final[tuple[EventKind, ...]] = ("run_started", "run_finished", "run_failed", "run_lost")
+_RUN_KINDS: Final[tuple[EventKind, ...]] = ("run_started", "run_finished", "run_failed", "run_stopped", "run_lost")
+_OUTCOME_OF: Final[dict[str, str]] = {"run_finished": "ok", "run_failed": "error", "run_stopped": "stopped"}
 _MAX_BOUND: Final = 1e300  # seconds: the largest finite bucket bound (an int beyond any float is refused)
 _METRIC_PREFIX: Final = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")  # Prometheus names, without the colons of rules
 
@@ -174,7 +175,7 @@ class SchedulerMetrics(Observer):
         )
         self.runs = Counter(
             "runs",
-            "Runs that ended, by outcome: ok, error, lost (recorded by this instance).",
+            "Runs that ended, by outcome: ok, error, stopped, lost (recorded by this instance).",
             ("outcome", *job),
             namespace=ns,
             registry=None,
@@ -189,9 +190,16 @@ class SchedulerMetrics(Observer):
         )
         self.duration = Histogram(
             "run_duration_seconds",
-            "Seconds from a run's start to its end, by outcome (ok, error).",
+            "Seconds from a run's start to its end, by outcome (ok, error, stopped).",
             ("outcome", *job),
             buckets=durations,
+            namespace=ns,
+            registry=None,
+        )
+        self.runs_stopped = Counter(
+            "runs_stopped",
+            "Runs that ended when asked to stop (max runtime, cancel, shutdown); also in runs_total.",
+            job,
             namespace=ns,
             registry=None,
         )
@@ -246,6 +254,7 @@ class SchedulerMetrics(Observer):
             self.runs,
             self.lateness,
             self.duration,
+            self.runs_stopped,
             self.missed_slots,
             self.missed_records,
             self.claim_conflicts,
@@ -327,8 +336,10 @@ class SchedulerMetrics(Observer):
             self.runs.labels("lost", *job).inc()
             self.lease_recoveries.inc()
         elif run is not None and run.finished_at is not None:
-            outcome = "ok" if event.kind == "run_finished" else "error"
+            outcome = _OUTCOME_OF[event.kind]
             self.runs.labels(outcome, *job).inc()
+            if outcome == "stopped":
+                (self.runs_stopped.labels(*job) if job else self.runs_stopped).inc()
             took = from_datetime(run.finished_at) - from_datetime(run.started_at)
             self._observe(self.duration, (outcome, *job), seconds(max(took, 0)))
 

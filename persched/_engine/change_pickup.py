@@ -68,6 +68,7 @@ class ChangePickup(PeriodicTask):
         pickup_check: How often to ask SQLite whether another connection committed
             while commits come, backing off to `QUIET_CHECK` while none do; also the
             least time between two pick-ups that a signal asked for.
+        cancels: Called when the counter moved: stops the runs here that a cancel made elsewhere asked for.
     """
 
     def __init__(
@@ -81,8 +82,10 @@ class ChangePickup(PeriodicTask):
         *,
         pickup: Micros,
         pickup_check: Micros,
+        cancels: Callable[[], None] | None = None,
     ) -> None:
         super().__init__("picking up changes", pickup)
+        self._cancels = cancels  # stops the runs here that cancel() asked for elsewhere (`persched._store.cancels`)
         self._store = store
         self._timebase = timebase
         self._queue = queue
@@ -180,6 +183,8 @@ class ChangePickup(PeriodicTask):
         for due_at, job_id, generation in changed:
             self._queue(due_at, job_id, generation)
         logger.debug("picked up %d changed jobs (change %d)", len(changed), self._change_seq)
+        if self._cancels is not None:  # a cancel moves the counter too
+            self._cancels()
 
     def _log_changes(self, after: int, upto: int) -> None:
         """Tell the operator what another process or the CLI changed; a bulk change is cut short."""

@@ -132,7 +132,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from .. import _realtime
-from .._model.instant import US_PER_SECOND, Instant, Micros
+from .._model.instant import US_PER_SECOND, Instant, Micros, seconds
 from .._model.triggers import jitter_reach
 from .overrun import OverrunWatch
 from .runs import Dispatched
@@ -159,6 +159,7 @@ TAKE_UP_SLACK: Final = 1_000_000  # µs: a wake-up later than this after its due
 GATHER: Final = 0.002  # real seconds
 # How often an instance with free workers searches, and how late a row must be.
 SEARCH_EVERY: Final = Micros(500_000)
+KILLED_EXIT_SECONDS: Final = 1.0  # after a stop grace, how long a shutdown waits for killed children to exit
 
 
 class Cycle(NamedTuple):
@@ -212,8 +213,10 @@ class Dispatcher:
         self._timebase = timebase
         self._runs = runs
         self.window = Window(timebase, owns, jitter_reach)
-        self.pool = WorkerPool(workers, self._finished, allowed_modules, release=self._release_worker)
-        self.overrun = OverrunWatch(timebase, runs.on_overrun)
+        self.pool = WorkerPool(
+            workers, self._finished, allowed_modules, release=self._release_worker, namespace=runs.namespace
+        )
+        self.overrun = OverrunWatch(timebase, self._overran)
         self._max_batch = max_batch
         self._search_every = search_every
         self._gather = gather
@@ -272,11 +275,30 @@ class Dispatcher:
         False if a run is still going when `left()` (the time left, None: no limit) runs out."""
         self.pool.stop()
         drained = self.pool.join(left)
+        if not drained:
+            drained = self._stop_runs_in_flight()
         self.stop()  # after the workers: it writes their last completions
         self.join(left())
         self.retry_unwritten()
         self.overrun.stop()
         return drained
+
+    def _stop_runs_in_flight(self) -> bool:
+        """The shutdown's timeout passed: ask the runs in flight to stop, and give them their stop grace to end
+        (docs/reference/behaviour.md, "Stopping a run"); True once every run ended."""
+        # A process job is killed once its grace is over: it then still has to exit and be recorded.
+        grace = seconds(self.pool.stops.longest_grace()) + KILLED_EXIT_SECONDS
+        stopped = self.pool.stops.request_all("shutdown")
+        if stopped:
+            logger.warning(
+                "%d run%s in flight asked to stop (the shutdown's timeout passed); "
+                "waiting up to %g s (stop_grace_seconds, and a second for a killed process to exit)",
+                stopped,
+                "" if stopped == 1 else "s",
+                grace,
+            )
+        deadline = _realtime.monotonic() + grace
+        return self.pool.join(lambda: max(0.0, deadline - _realtime.monotonic()))
 
     def finish_late(self) -> None:
         """After a `shutdown` that gave up on runs in flight: wait for them and write their outcomes."""
@@ -360,6 +382,13 @@ class Dispatcher:
             self._free_workers += 1
             self._elsewhere += 1
             self._cond.notify_all()
+
+    def _overran(self, claim: Claim) -> None:
+        """Overrun-watch callback: record the overrun; with on_overrun="stop" also ask the run to stop."""
+        if self._runs.on_overrun(claim) and claim.run_policy.on_overrun == "stop":
+            signal = self.pool.stops.signal_of(claim)
+            if signal is not None:
+                signal.request("max_runtime")
 
     def _finished(self, claim: Claim, outcome: str, error: str | None, held_worker: bool) -> None:
         """Worker (or awaitable runner) callback: a run ended; the next cycle writes its outcome."""

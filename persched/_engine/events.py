@@ -58,6 +58,7 @@ EventKind = Literal[
     "run_started",
     "run_finished",
     "run_failed",
+    "run_stopped",
     "run_lost",
     "job_paused",
     "job_resumed",
@@ -79,11 +80,12 @@ class Event:
             a descheduled id), ``job_replaced`` (a new definition, new
             generation), ``job_descheduled``, ``run_started`` (its claim
             committed), ``run_finished`` (outcome "ok"), ``run_failed``
-            (outcome "error"), ``run_lost`` (its instance stopped renewing its
+            (outcome "error"), ``run_stopped`` (outcome "stopped": it ended
+            when asked to stop), ``run_lost`` (its instance stopped renewing its
             lease; recorded by the heartbeat of any instance), ``job_paused``
             (by ``pause()``, or by the job's ``pause_after_failures``),
             ``job_resumed``, ``run_overran`` (still running after the job's
-            max_runtime_seconds; the run goes on).
+            max_runtime_seconds; with ``on_overrun="stop"`` it is asked to stop).
         job_id: The job.
         generation: The job's generation the event is about.
         at: When the scheduler observed it (aware UTC, on its clock).

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from datetime import date, datetime
 
     from .._model.instant import Instant
-    from .._model.models import JobDefinition, Misfire, Overlap, Recurrence
+    from .._model.models import Executor, JobDefinition, Misfire, OnOverrun, Overlap, Recurrence
     from .._store import Store
     from .dispatcher import Dispatcher
     from .events import EventKind
@@ -102,6 +102,9 @@ class JobOperations:
         start_at: datetime | None = None,
         end_at: datetime | None = None,
         max_runtime_seconds: float | None = None,
+        on_overrun: OnOverrun = "warn",
+        executor: Executor = "thread",
+        stop_grace_seconds: float = 5.0,
         exclude: Collection[str | date] | None = None,
         pause_after_failures: int | None = None,
         run_at: datetime | None = None,
@@ -141,6 +144,12 @@ class JobOperations:
                 grid is anchored here.
             end_at: No slot after this; then the job is finished.
             max_runtime_seconds: Report a run still going after this long.
+            on_overrun: What a run past `max_runtime_seconds` gets: "warn"
+                (it is reported as overran) or "stop" (it is also asked to stop).
+            executor: Where the callable runs: "thread" (a worker thread) or
+                "process" (a child process per run, which a stop can end).
+            stop_grace_seconds: How long a stopped child process
+                (executor="process") has after SIGTERM before it is killed.
             exclude: Dates ('2026-12-25', datetime.date) and inclusive
                 ranges ('2026-12-24/2026-12-26') in `timezone` on which the
                 job has no slot; at most 1,000 entries.
@@ -447,6 +456,33 @@ class JobOperations:
             if self._state == "running":
                 self._dispatcher.offer(now, job_id, generation)  # a run in flight: its completion queues it too
         return verdict.will_run
+
+    def cancel(self, job_id: str) -> bool:
+        """Ask the run of the job in flight to stop, in whichever instance runs it.
+
+        This instance stops its own run at once; another one notices within
+        its `pickup_seconds`. A thread job sees `persched.current_run()`'s
+        ``stopping`` set, an async job's task is cancelled, a job with
+        ``executor="process"`` is terminated, then killed after its
+        ``stop_grace_seconds`` (docs/reference/behaviour.md, "Stopping a run").
+        The job's schedule is unchanged: its next slot runs as usual.
+
+        Returns:
+            True if a run of the job was in flight; False if none was.
+
+        Raises:
+            JobNotFoundError: No such job in this namespace (unknown, or descheduled).
+        """
+        self._check_open()
+        validate_job_id(job_id)
+        self._ensure_schema()
+        running = self._store.request_cancel(job_id, self._timebase.now())
+        if running is None:
+            raise self._not_found(job_id, whereabouts(self._store, job_id))
+        if running:
+            logger.info("job %s: cancel requested for its run in flight", job_id)
+            self._dispatcher.pool.stops.request(job_id, "cancel")  # this instance's run, if it runs it: at once
+        return running
 
     def _check_found(self, job_id: str) -> None:
         """After a pause or resume that changed nothing: raise unless the job is active in this namespace.

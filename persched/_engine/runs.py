@@ -92,6 +92,10 @@ class EmitCallback(Protocol):
     def __call__(self, kind: EventKind, job_id: str, generation: int, *, run: Callable[[], Run]) -> None: ...
 
 
+# The event of a recorded outcome (anything else a worker records is a failure).
+_EVENT_OF: Final[dict[str, EventKind]] = {"ok": "run_finished", "stopped": "run_stopped"}
+
+
 @dataclass
 class Dispatched:
     """What a claim or a write leaves for the dispatcher: how many runs went to a worker, and the
@@ -116,7 +120,7 @@ class RunBook:
         timebase: The scheduler's time frame.
         instance_id: This scheduler's instance id (the owner of its claims).
         lease: How long a claim is owned without a heartbeat.
-        emit: Emits run_started, run_finished, run_failed and run_overran.
+        emit: Emits run_started, run_finished, run_failed, run_stopped and run_overran.
         recorded: Called with the job of each outcome written (retention counts them).
     """
 
@@ -130,6 +134,7 @@ class RunBook:
         recorded: Callable[[str], None],
     ) -> None:
         self._store = store
+        self.namespace = store.namespace  # what a run's RunContext says
         self._timebase = timebase
         self._instance_id = instance_id
         self._lease = lease
@@ -330,7 +335,7 @@ class RunBook:
                     }
                 )
 
-            kind: EventKind = "run_finished" if completion.outcome == "ok" else "run_failed"
+            kind: EventKind = _EVENT_OF.get(completion.outcome, "run_failed")
             self._emit(kind, claim.job_id, claim.generation, run=finished)
             self.job_done(claim.job_id, claim.run_id)
 
@@ -340,19 +345,21 @@ class RunBook:
             unwritten, self._unwritten = self._unwritten, []
         return self.write_completions(unwritten)
 
-    def on_overrun(self, claim: Claim) -> None:
-        """Overrun-watch callback: a run is still going after its job's max_runtime_seconds."""
+    def on_overrun(self, claim: Claim) -> bool:
+        """Overrun-watch callback: a run is still going after its job's max_runtime_seconds; False if it
+        finished meanwhile (no overrun)."""
         self._overran_runs[claim.run_id] = True  # before the record: see _completions_written
         if not self._store.mark_overran(claim.run_id):
             self._overran_runs.pop(claim.run_id, None)  # it finished in the meantime: no overrun
-            return
+            return False
+        stop = claim.run_policy.on_overrun == "stop"
         logger.warning(
-            "job %s generation %d: the run for %s is still going after %s s (max_runtime_seconds); "
-            "it cannot be stopped and goes on",
+            "job %s generation %d: the run for %s is still going after %s s (max_runtime_seconds); %s",
             claim.job_id,
             claim.generation,
             to_datetime(claim.scheduled_for).isoformat(),
             seconds(claim.max_runtime or 0),
+            "it is asked to stop (on_overrun='stop')" if stop else "it goes on (on_overrun='warn')",
         )
         self._emit(
             "run_overran",
@@ -360,6 +367,7 @@ class RunBook:
             claim.generation,
             run=lambda: claim.run().model_copy(update={"overran": True, "instance_id": self._instance_id}),
         )
+        return True
 
     # -- the account of what is in flight -------------------------------------------
 

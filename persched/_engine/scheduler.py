@@ -71,6 +71,7 @@ from .config import (
     check_share_work,
     check_wait,
 )
+from .context import current_run
 from .dispatcher import Dispatcher
 from .events import Event, EventBus
 from .heartbeat import Heartbeat
@@ -145,15 +146,6 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def current_run() -> Run | None:
-    """Return the `Run` executing on this thread, or None outside a run.
-
-    A callable can key its own side effects on ``(job_id, scheduled_for)``.
-    """
-    claim = current_run_claim()
-    return None if claim is None else claim.run()
 
 
 def internals_of(scheduler: JobScheduler) -> Internals:
@@ -367,6 +359,7 @@ class JobScheduler(JobOperations):
                 pause_ends.reread,
                 pickup=config.pickup,
                 pickup_check=config.pickup_check,
+                cancels=self._pick_up_cancels,
             ),
             membership=Every("renewing membership", config.heartbeat, renew_membership),
             leases=Leases(
@@ -517,6 +510,15 @@ class JobScheduler(JobOperations):
                 timeout,
             )
             threading.Thread(target=self._close_after_late_runs, name="persched-late-close", daemon=True).start()
+
+    def _pick_up_cancels(self) -> None:
+        """At a change pick-up: stop the runs here that `cancel()` asked for elsewhere (`persched._store.cancels`)."""
+        stops = self._dispatcher.pool.stops
+        if not stops.in_flight():  # nothing runs here: nothing to read
+            return
+        for job_id in self._store.cancel_requests(self.instance_id):
+            if stops.request(job_id, "cancel"):
+                logger.info("job %s: its run is stopped, as cancel() asked elsewhere", job_id)
 
     def _leave(self) -> None:
         """Delete this instance's membership row, so that the others take its jobs at once (after

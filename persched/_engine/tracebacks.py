@@ -39,6 +39,7 @@ _PACKAGE: Final = os.path.dirname(os.path.dirname(__file__))  # persched/
 # own (the demo's) keeps its frames.
 _CALLERS: Final = (
     os.path.join(_PACKAGE, "_engine", "workers.py"),
+    os.path.join(_PACKAGE, "_engine", "child.py"),  # a job with executor="process", in its child
     os.path.join(_PACKAGE, "_interfaces", "async_front.py"),
     *(os.path.join(_STDLIB, name, "") for name in ("asyncio", "concurrent")),  # "asyncio/", never "asyncio_x/"
 )

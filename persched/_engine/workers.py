@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
+import dataclasses
 import inspect
 import json
 import logging
@@ -61,7 +61,12 @@ from typing import Any, NoReturn, Protocol
 
 from .. import _realtime
 from .._model.targets import TargetNotFound, resolve
+from .._model.terms import DEFAULT_NAMESPACE
 from .._store.records import Claim
+from ..errors import RunStopped
+from .context import ActiveRun, StopSignal, active_run, stop_text
+from .processes import ProcessRun, run_in_process
+from .stops import RunStops
 from .tracebacks import describe, log_job_failure
 
 __all__ = [
@@ -77,7 +82,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_current: contextvars.ContextVar[Claim | None] = contextvars.ContextVar("persched_current_run", default=None)
+_current = active_run()  # the run executing in a context: what current_run() reads (persched._engine.context)
 
 # (claim, outcome "ok" | "error", error text or None, whether the run still held its worker);
 # called on the worker thread, or on the awaitable runner's.
@@ -110,12 +115,14 @@ class EscapedError(Exception):
 
 def current_run_claim() -> Claim | None:
     """The claim of the run executing on this thread, or None."""
-    return _current.get()
+    active = _current.get()
+    return None if active is None else active.claim
 
 
 def set_current_run_claim(claim: Claim) -> None:
     """Make `claim` what `current_run()` returns in this context (an async job's task, as the runner runs it)."""
-    _current.set(claim)
+    active = _current.get()
+    _current.set(ActiveRun(claim, DEFAULT_NAMESPACE) if active is None else dataclasses.replace(active, claim=claim))
 
 
 async def awaited(awaitable: Any) -> None:  # noqa: ANN401 - whatever an async job returns
@@ -140,8 +147,11 @@ class WorkerPool:
         complete: CompleteCallback,
         allowed_modules: tuple[str, ...] | None = None,
         release: Callable[[Claim], None] | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
     ) -> None:
         self._complete = complete
+        self._namespace = namespace  # what a run's RunContext says
+        self.stops = RunStops()  # the runs in flight, each with its stop request
         self._release = release  # a run handed to the awaitable runner gives its worker back (module docstring)
         self._allowed_modules = allowed_modules
         self._pid = os.getpid()  # a worker running in another process is in a job's forked child
@@ -202,7 +212,9 @@ class WorkerPool:
                 claim.generation,
                 " (run-now)" if claim.run_now else "",
             )
-            ended = _execute(claim, self._allowed_modules, loop, self._pid, self._hand_over)
+            active = ActiveRun(claim, self._namespace, self.stops.started(claim))
+            ended = _execute(active, self._allowed_modules, loop, self._pid, self._hand_over)
+            del active
             if ended is not None:  # None: handed to the awaitable runner, which calls _finished_elsewhere
                 self._report(claim, *ended)
 
@@ -225,10 +237,11 @@ class WorkerPool:
         if exc is None:
             self._report(claim, "ok", None, held_worker=False)
         else:
-            self._report(claim, "error", _failure_text(claim, unwrapped(exc)), held_worker=False)
+            self._report(claim, *_failed(claim, unwrapped(exc), self.stops.signal_of(claim)), held_worker=False)
         del exc
 
     def _report(self, claim: Claim, outcome: str, error: str | None, *, held_worker: bool = True) -> None:
+        self.stops.ended(claim)
         logger.debug("run %d of %s generation %d ended: %s", claim.run_id, claim.job_id, claim.generation, outcome)
         try:
             self._complete(claim, outcome, error, held_worker)
@@ -242,14 +255,33 @@ class WorkerPool:
 
 
 def _execute(
-    claim: Claim,
+    active: ActiveRun,
     allowed_modules: tuple[str, ...] | None,
     loop: list[asyncio.AbstractEventLoop],
     pid: int,
     hand_over: Callable[[Claim, Any], bool],
 ) -> tuple[str, str | None] | None:
-    """Run `claim`'s target; return (outcome, error text), or None once `hand_over` took its awaitable."""
-    token = _current.set(claim)
+    """Run `active`'s target; return (outcome, error text), or None once `hand_over` took its awaitable."""
+    claim = active.claim
+    token = _current.set(active)
+    if claim.run_policy.executor == "process":
+        try:
+            outcome, error = run_in_process(
+                ProcessRun(claim, active.namespace, allowed_modules, claim.run_policy), active.stop
+            )
+        finally:
+            _current.reset(token)
+        if outcome != "ok":  # as for a thread: an error at ERROR with its text, a stop at WARNING
+            level = logging.WARNING if outcome == "stopped" else logging.ERROR
+            logger.log(
+                level,
+                "job %s generation %d (executor='process') %s\n%s",
+                claim.job_id,
+                claim.generation,
+                outcome,
+                error,
+            )
+        return outcome, error
     fn: Callable[..., Any] | None = None
     called = False  # from here on a failure comes out of the job (its traceback is trimmed to it)
     try:
@@ -273,7 +305,10 @@ def _execute(
                 # an `await asyncio.sleep()` in a job would never end (persched._realtime).
                 own.time = _realtime.monotonic  # type: ignore[method-assign]
                 loop.append(own)
-            loop[0].run_until_complete(awaited(result))
+            task = loop[0].create_task(awaited(result))
+            active.stop.on_request(_cancelling(loop[0], task))
+            loop[0].run_until_complete(task)
+            del task
     except TargetNotFound as exc:
         logger.error(
             "job %s generation %d: target %s cannot be found: %s",
@@ -287,15 +322,40 @@ def _execute(
         exc = unwrapped(exc)
         if os.getpid() != pid:
             _end_forked_child(exc)
-        text = _failure_text(claim, exc, user_code=called)
+        ended = _failed(claim, exc, active.stop, user_code=called)
         del exc
-        return "error", text
+        return ended
     finally:
         del fn
         _current.reset(token)
     if os.getpid() != pid:
         _end_forked_child(None)
     return "ok", None
+
+
+def _cancelling(loop: asyncio.AbstractEventLoop, task: asyncio.Task[None]) -> Callable[[], None]:
+    """What a stop does to an async job on a worker's loop: cancel its task, from any thread."""
+
+    def cancel() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: the run is over
+            loop.call_soon_threadsafe(task.cancel)
+
+    return cancel
+
+
+def _failed(
+    claim: Claim, exc: BaseException, stop: StopSignal | None, *, user_code: bool = True
+) -> tuple[str, str | None]:
+    """The outcome and error text of a run that raised `exc`: "stopped" for `RunStopped`, and for a
+    cancellation that a stop asked for; else "error" (docs/reference/behaviour.md, "Stopping a run")."""
+    reason = None if stop is None else stop.reason
+    if isinstance(exc, RunStopped) or (reason is not None and isinstance(exc, asyncio.CancelledError)):
+        text = describe(exc, user_code=user_code)
+        why = stop_text(reason or (exc.reason if isinstance(exc, RunStopped) else "requested"))
+        # Asked for, so no failure of the job's: one WARNING line, the traceback in the record.
+        logger.warning("job %s generation %d %s", claim.job_id, claim.generation, why)
+        return "stopped", text if reason is None else f"{why}\n{text}"
+    return "error", _failure_text(claim, exc, user_code=user_code)
 
 
 def _failure_text(claim: Claim, exc: BaseException, *, user_code: bool = True) -> str:

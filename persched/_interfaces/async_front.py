@@ -62,6 +62,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Final
 
 from .._engine.config import DEFAULT_KEEP_ERROR_RUNS, DEFAULT_MAX_CLOCK_SKEW_SECONDS, DEFAULT_WORKERS, check_share_work
+from .._engine.context import active_run
 from .._engine.horizon import DEFAULT_HORIZON_SECONDS
 from .._engine.scheduler import DEFAULT_URL, JobScheduler, internals_of
 from .._engine.tracebacks import describe
@@ -79,7 +80,7 @@ if TYPE_CHECKING:
     from .._engine.workers import Finished
     from .._model.declare import DeclareResult, JobSpec
     from .._model.instant import Instant
-    from .._model.models import Job, Misfire, Overlap, Recurrence, Run
+    from .._model.models import Executor, Job, Misfire, OnOverrun, Overlap, Recurrence, Run
     from .._store.observer import Observer
     from .._store.records import Claim
     from ..clock import Clock, SecondsClock
@@ -126,6 +127,9 @@ class _LoopRunner:
             coroutine.close()  # never started: no "never awaited" warning, for it nor for the job's
             _close(awaitable)
             raise
+        active = active_run().get()  # the worker's run, whose stop cancels the task (from any thread)
+        if active is not None:
+            active.stop.on_request(functools.partial(_cancel, future))
         with self._cond:
             self._pending[future] = (ran, finished)
             self._wake_watch()
@@ -211,6 +215,11 @@ def _raised(future: concurrent.futures.Future[None]) -> BaseException | None:
     if future.cancelled():
         return asyncio.CancelledError()
     return future.exception()
+
+
+def _cancel(future: concurrent.futures.Future[None]) -> None:
+    """A stop of an async job on the application's loop: cancel its task (thread-safe)."""
+    future.cancel()
 
 
 def _close(awaitable: object) -> None:
@@ -367,6 +376,9 @@ class AsyncJobScheduler:
         start_at: datetime | None = None,
         end_at: datetime | None = None,
         max_runtime_seconds: float | None = None,
+        on_overrun: OnOverrun = "warn",
+        executor: Executor = "thread",
+        stop_grace_seconds: float = 5.0,
         exclude: Collection[str | date] | None = None,
         pause_after_failures: int | None = None,
         run_at: datetime | None = None,
@@ -423,6 +435,10 @@ class AsyncJobScheduler:
     async def run_now(self, job_id: str) -> bool:
         """Ask for one extra run soon (see `JobScheduler.run_now`; an unknown id raises `JobNotFoundError`)."""
         return await asyncio.to_thread(self._sched.run_now, job_id)
+
+    async def cancel(self, job_id: str) -> bool:
+        """Ask the job's run in flight to stop (see `JobScheduler.cancel`; an unknown id raises `JobNotFoundError`)."""
+        return await asyncio.to_thread(self._sched.cancel, job_id)
 
     async def get_job(self, job_id: str) -> Job | None:
         """Return the job `job_id`, or None (see `JobScheduler.get_job`)."""

@@ -169,6 +169,8 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "recurrence": ("fixed_rate", "fixed_delay"),
     "misfire": ("coalesce", "skip", "catch_up"),
     "overlap": ("forbid", "skip"),
+    "on_overrun": ("warn", "stop"),
+    "executor": ("thread", "process"),
 }
 
 

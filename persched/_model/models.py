@@ -36,7 +36,8 @@ from .checks import (
 )
 from .exclusions import validate_exclude
 from .instant import Instant, Micros, from_datetime, seconds, to_datetime
-from .terms import DEFAULT_NAMESPACE, JobState, Misfire, Outcome, Overlap, Recurrence
+from .policy import DEFAULT_STOP_GRACE
+from .terms import DEFAULT_NAMESPACE, Executor, JobState, Misfire, OnOverrun, Outcome, Overlap, Recurrence
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -58,10 +59,12 @@ __all__ = [  # with the names of `terms` and `checks` its callers import from he
     "MAX_STORED_INT",
     "OPTIONS",
     "POLICY_COLUMNS",
+    "Executor",
     "Job",
     "JobDefinition",
     "JobState",
     "Misfire",
+    "OnOverrun",
     "Option",
     "Outcome",
     "Overlap",
@@ -117,6 +120,9 @@ class Policies:
     start_at: Instant | None = None
     end_at: Instant | None = None
     max_runtime: Micros | None = None
+    on_overrun: str = "warn"
+    executor: str = "thread"
+    stop_grace: Micros = DEFAULT_STOP_GRACE
     exclude: tuple[str, ...] | None = None  # canonical entries (`persched._model.exclusions`)
     pause_after_failures: int | None = None  # pause after this many failed slots in a row
 
@@ -482,6 +488,38 @@ OPTIONS: Final[tuple[Option, ...]] = (
         doc="Report a run still going after this long.",
         check=_duration(allow_zero=False, optional=True),
         shown=("max runtime", "{} (a longer run is reported as overran)"),
+    ),
+    Option(
+        name="on_overrun",
+        attr="on_overrun",
+        unit="plain",
+        default="warn",
+        type=str,
+        doc='What a run past `max_runtime_seconds` gets: "warn" (it is reported as overran) or "stop" '
+        "(it is also asked to stop).",
+        check=_check_choice,
+        shown=("on overrun", "{} (a run past its max runtime is asked to stop)"),
+    ),
+    Option(
+        name="executor",
+        attr="executor",
+        unit="plain",
+        default="thread",
+        type=str,
+        doc='Where the callable runs: "thread" (a worker thread) or "process" (a child process per run, '
+        "which a stop can end).",
+        check=_check_choice,
+        shown=("executor", "{} (each run in a child process)"),
+    ),
+    Option(
+        name="stop_grace_seconds",
+        attr="stop_grace",
+        unit="seconds",
+        default=5.0,
+        type=float,
+        doc='How long a stopped child process (executor="process") has after SIGTERM before it is killed.',
+        check=_duration(allow_zero=False),
+        shown=("stop grace", "a stopped child process is killed {} after SIGTERM"),
     ),
     Option(
         name="exclude",

@@ -55,6 +55,9 @@ class PlainJob:
     start_at: datetime | None = None
     end_at: datetime | None = None
     max_runtime_seconds: float | None = None
+    on_overrun: str = "warn"
+    executor: str = "thread"
+    stop_grace_seconds: float = 5.0
     exclude: tuple[str, ...] | None = None
     pause_after_failures: int | None = None
     paused: bool = False

@@ -24,7 +24,7 @@ against the grace).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from . import triggers as _triggers
 from .exclusions import ExcludingSlots, Exclusions, exclusions_of
@@ -33,7 +33,7 @@ from .instant import Instant, Micros
 if TYPE_CHECKING:
     from .models import Policies
 
-__all__ = ["ClaimPlan", "JobPlan", "Missed", "place_grid"]
+__all__ = ["ClaimPlan", "JobPlan", "Missed", "RunPolicy", "place_grid"]
 
 
 def place_grid(policies: Policies, now: Instant, start_in: Micros | None) -> tuple[Instant, Instant]:
@@ -58,6 +58,27 @@ class Missed:
     first: Instant
     last: Instant
     count: int | None
+
+
+DEFAULT_STOP_GRACE: Final = Micros(5_000_000)  # stop_grace_seconds=5.0
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    """How a job's runs execute and stop (docs/reference/behaviour.md, "Stopping a run")."""
+
+    executor: str = "thread"  # "process": each run in a child process
+    on_overrun: str = "warn"  # "stop": a run past max_runtime_seconds is asked to stop
+    stop_grace: Micros = DEFAULT_STOP_GRACE  # a stopped child process is killed this long after SIGTERM
+
+    @classmethod
+    def of(cls, policies: Policies) -> RunPolicy:
+        """The run policy of `policies` (the default one, shared, when they ask for nothing else)."""
+        made = cls(policies.executor, policies.on_overrun, policies.stop_grace)
+        return DEFAULT_RUN_POLICY if made == DEFAULT_RUN_POLICY else made
+
+
+DEFAULT_RUN_POLICY = RunPolicy()
 
 
 @dataclass(frozen=True)
@@ -87,6 +108,7 @@ class JobPlan:
     start_at: Instant | None = None  # only where a decision needs it (see _store.mappers.plan_of): corrections
     exclusions: Exclusions | None = None
     pause_after_failures: int | None = None  # the store pauses the job when its failure streak reaches it
+    run_policy: RunPolicy = DEFAULT_RUN_POLICY
 
     @classmethod
     def of(cls, job_id: str, generation: int, anchor: Instant, policies: Policies) -> JobPlan:
@@ -109,6 +131,7 @@ class JobPlan:
             policies.start_at,
             exclusions,
             policies.pause_after_failures,
+            RunPolicy.of(policies),
         )
 
     def describe(self) -> str:

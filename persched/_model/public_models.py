@@ -51,6 +51,9 @@ class Job(BaseModel):
     start_at: datetime | None = None
     end_at: datetime | None = None
     max_runtime_seconds: float | None = None
+    on_overrun: str = "warn"  # "stop": a run past max_runtime_seconds is asked to stop
+    executor: str = "thread"  # "process": each run in a child process
+    stop_grace_seconds: float = 5.0  # a stopped child process is killed this long after SIGTERM
     exclude: tuple[str, ...] | None = None  # excluded dates and ranges, canonical ("2026-12-24/2026-12-26")
     pause_after_failures: int | None = None  # paused after this many failed slots in a row
     paused: bool = False

@@ -9,14 +9,16 @@ from __future__ import annotations
 import enum
 from typing import Final, Literal
 
-__all__ = ["DEFAULT_NAMESPACE", "JobState", "Misfire", "Outcome", "Overlap", "Recurrence"]
+__all__ = ["DEFAULT_NAMESPACE", "Executor", "JobState", "Misfire", "OnOverrun", "Outcome", "Overlap", "Recurrence"]
 
 DEFAULT_NAMESPACE: Final = "default"  # every job made before namespaces (revision 0005) is here
 
-Outcome = Literal["ok", "error", "lost", "missed"]
+Outcome = Literal["ok", "error", "lost", "missed", "stopped"]
 Recurrence = Literal["fixed_rate", "fixed_delay"]
 Misfire = Literal["coalesce", "skip", "catch_up"]
 Overlap = Literal["forbid", "skip"]
+OnOverrun = Literal["warn", "stop"]
+Executor = Literal["thread", "process"]
 
 
 class JobState(str, enum.Enum):

@@ -53,6 +53,7 @@ _FINISH_RUN: Final = (
 # failure_streak: counted by the database from the row as it stands (`persched._store.failures`).
 _FINISH_JOB: Final = (
     "UPDATE persched_jobs SET state = ?, owner = NULL, lease_until = NULL, running_for = NULL,"  # noqa: S608 - constants
+    " cancel_requested_at = NULL,"  # a cancel request ends with its run (persched._store.cancels)
     f" next_run_at = ?, run_count = {counted('run_count', '1')}, error_count = {counted('error_count', '?')},"
     f" failure_streak = {STREAK}, last_outcome = ?, updated_at = ?"
     " WHERE job_id = ? AND generation = ? AND state = 'running' AND owner = ? AND running_for = ?"

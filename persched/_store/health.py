@@ -18,7 +18,7 @@ The problems (`problems`), each a `Problem`:
   than its ``grace_seconds`` plus the lease (the longest lease among the
   namespace's instance rows, else the default);
 - ``failing``: a job whose last `failures` finished runs of its current
-  generation all failed ("error" or "lost"; "missed" records are not runs).
+  generation all failed ("error", "stopped" or "lost"; "missed" records are not runs).
 
 The dashboard asks about the jobs of one page (`problems` with ``job_ids``):
 the same judgements, the overdue and failing ones looked for among those jobs
@@ -57,7 +57,7 @@ __all__ = ["DEFAULT_LEASE", "FAILED", "InstanceRow", "Problem", "job_timestamps"
 #: The lease assumed for a namespace with no instance row (`JobScheduler`'s default lease_seconds).
 DEFAULT_LEASE: Final = Micros(micros(30.0))
 #: The outcomes that count as a failed slot.
-FAILED: Final = ("error", "lost")
+FAILED: Final = ("error", "stopped", "lost")
 _SCHEDULED: Final = JobState.SCHEDULED.value
 _DESCHEDULED: Final = JobState.DESCHEDULED.value
 _WAITING: Final = (JobState.SCHEDULED.value, JobState.RUNNING.value)

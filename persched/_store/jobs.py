@@ -358,6 +358,7 @@ class JobsStore(DueStore):
             "pause_note": row.pause_note if row and paused else None,
             "run_now_at": None,
             "running_for": None,
+            "cancel_requested_at": None,
             "owner": None,
             "lease_until": None,
             "run_count": 0,

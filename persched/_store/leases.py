@@ -182,6 +182,7 @@ class LeasesStore(Transactions):
                     owner=None,
                     lease_until=None,
                     running_for=None,
+                    cancel_requested_at=None,
                     next_run_at=to_datetime(next_at),
                     run_count=literal_column(counted("run_count", "1")),
                     failure_streak=literal_column(STREAK_LOST),  # counted on the row as it stands
@@ -299,7 +300,13 @@ class LeasesStore(Transactions):
             quarantined: list[dict[str, Any]] = []
             records: list[dict[str, Any]] = []
             plan = plan_or_quarantine(row, now, instance_id, quarantined, records) if seen.state == RUNNING else None
-            values: dict[str, Any] = {"owner": None, "lease_until": None, "running_for": None, "updated_at": freed_at}
+            values: dict[str, Any] = {
+                "owner": None,
+                "lease_until": None,
+                "running_for": None,
+                "cancel_requested_at": None,
+                "updated_at": freed_at,
+            }
             due, why = None, None
             if plan is not None:
                 slot = from_datetime(row.running_for if row.running_for is not None else row.next_run_at)

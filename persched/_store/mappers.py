@@ -104,7 +104,15 @@ RUN_COLUMNS, RAW_RUNS = readable(runs)
 QUARANTINE: Final = (
     update(jobs)
     .where(jobs.c.job_id == bindparam("b_job_id"), jobs.c.generation == bindparam("b_generation"))
-    .values(state=SCHEDULED, paused=True, run_now_at=None, owner=None, lease_until=None, running_for=None)
+    .values(
+        state=SCHEDULED,
+        paused=True,
+        run_now_at=None,
+        owner=None,
+        lease_until=None,
+        running_for=None,
+        cancel_requested_at=None,
+    )
 )
 
 
@@ -119,7 +127,15 @@ PARK: Final = (
         jobs.c.owner == bindparam("b_owner"),
         jobs.c.running_for == bindparam("b_running_for"),
     )
-    .values(state=SCHEDULED, paused=True, run_now_at=None, owner=None, lease_until=None, running_for=None)
+    .values(
+        state=SCHEDULED,
+        paused=True,
+        run_now_at=None,
+        owner=None,
+        lease_until=None,
+        running_for=None,
+        cancel_requested_at=None,
+    )
 )
 
 
@@ -170,9 +186,12 @@ def readable_or_refuse(row: StoredRow) -> StoredRow:
 
 
 def change_words(row: StoredRow) -> str:
-    """What a changed row now says, for the log: "descheduled", "paused", "run-now requested", "scheduled"."""
+    """What a changed row now says, for the log: "descheduled", "paused", "run-now requested", "cancel
+    requested", "scheduled"."""
     if row.state == DESCHEDULED:
         return "descheduled"
+    if row.state == RUNNING and row.cancel_requested_at is not None:
+        return "cancel of its run requested"
     if row.paused:
         return "paused"
     if row.run_now_at is not None:
@@ -355,7 +374,7 @@ def job_fields(row: StoredRow) -> dict[str, Any]:
     }
 
 
-_OUTCOMES: Final = frozenset(("ok", "error", "lost", "missed"))
+_OUTCOMES: Final = frozenset(("ok", "error", "lost", "missed", "stopped"))
 
 
 def to_run(row: StoredRow) -> Run:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from .._model.models import Job, Run
-    from .._model.policy import JobPlan
+    from .._model.policy import JobPlan, RunPolicy
 
 __all__ = [
     "MAX_ERROR_TEXT",
@@ -67,6 +67,13 @@ class Claim:
     run_now: bool = False
     max_runtime: Micros | None = None
     carried: Carried | None = field(default=None, compare=False, repr=False)  # for the completion
+
+    @property
+    def run_policy(self) -> RunPolicy:
+        """How this run executes and stops: its job's, as the claim read it (the default without a plan)."""
+        from .._model.policy import DEFAULT_RUN_POLICY  # the policies' module: not for the read commands
+
+        return DEFAULT_RUN_POLICY if self.carried is None else self.carried.plan.run_policy
 
     def run(self) -> Run:
         """The `Run` record as it stands while running."""

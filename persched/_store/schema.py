@@ -183,6 +183,9 @@ jobs = Table(
     Column("start_at", UTCDateTime, nullable=True),
     Column("end_at", UTCDateTime, nullable=True),
     Column("max_runtime_seconds", _Seconds, nullable=True),
+    Column("on_overrun", String(16), nullable=False, server_default="warn"),  # revision 0012
+    Column("executor", String(16), nullable=False, server_default="thread"),
+    Column("stop_grace_seconds", _Seconds, nullable=False, server_default="5"),
     Column("exclude", Text, nullable=True),  # excluded dates: a JSON array of text, NULL for none (revision 0011)
     Column("pause_after_failures", Integer, nullable=True),  # NULL: never paused for failures (revision 0012)
     Column("first_run_at", UTCDateTime, nullable=False),  # grid anchor
@@ -194,6 +197,7 @@ jobs = Table(
     Column("pause_note", String(500), nullable=True),  # why the job is paused, for people
     Column("run_now_at", UTCDateTime, nullable=True),  # a pending run_now() request
     Column("running_for", UTCDateTime, nullable=True),  # scheduled_for of the run in flight
+    Column("cancel_requested_at", UTCDateTime, nullable=True),  # cancel() asked the run in flight to stop
     Column("generation", Integer, nullable=False),
     Column("state", String(16), nullable=False),
     Column("owner", String(255), nullable=True),  # instance_id holding the claim

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .cancels import CancelsStore
 from .claims import ClaimsStore
 from .history import HistoryStore
 from .jobs import JobsStore
@@ -11,7 +12,7 @@ from .members import MembersStore
 __all__ = ["Store"]
 
 
-class Store(JobsStore, ClaimsStore, LeasesStore, HistoryStore, MembersStore):
+class Store(JobsStore, ClaimsStore, LeasesStore, HistoryStore, MembersStore, CancelsStore):
     """The persched tables of one namespace behind one engine (see `_tx.Transactions` for its arguments).
 
     Each part is a module of this package; they share the transaction

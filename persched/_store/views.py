@@ -8,7 +8,7 @@ this key", never OFFSET):
 - `jobs_page`: ``job_id > :after ORDER BY job_id`` -- the primary key.
 - `runs_page` without an outcome: ``run_id < :before ORDER BY run_id DESC`` --
   the primary key; of one job: ``ix_persched_runs_job_id_run_id``.
-- `runs_page` for "error", "lost", "missed": ``ix_persched_runs_outcome``
+- `runs_page` for "error", "stopped", "lost", "missed": ``ix_persched_runs_outcome``
   (partial, ``outcome <> 'ok'``; the query repeats that term so SQLite sees
   the index applies); "running": ``ix_persched_runs_open`` (outcome NULL;
   the few open runs are sorted);
@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 #: The outcomes the runs page filters by; "running" is a run with no outcome yet.
-OUTCOMES: Final = ("ok", "error", "lost", "missed", "running")
+OUTCOMES: Final = ("ok", "error", "stopped", "lost", "missed", "running")
 _DESCHEDULED: Final = JobState.DESCHEDULED.value
 
 

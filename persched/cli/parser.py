@@ -24,7 +24,7 @@ from .health import cmd_check, cmd_instances
 from .listing import cmd_jobs, cmd_runs, cmd_show
 from .output import printable
 from .service import SETUP_HOOK, cmd_run, cmd_web
-from .steering import cmd_deschedule, cmd_pause, cmd_resume, cmd_run_now
+from .steering import cmd_cancel, cmd_deschedule, cmd_pause, cmd_resume, cmd_run_now
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -240,6 +240,18 @@ def build_parser() -> Parser:
     )
     sub.add_argument("job_id", metavar="JOB_ID")
     sub = command(
+        "cancel",
+        "ask the run of a job in flight to stop, in whichever scheduler runs it; its schedule does not move",
+        "persched cancel nightly-export",
+        cmd_cancel,
+        "The scheduler that runs the job notices within its pickup_seconds: a thread job sees its"
+        " stopping event set, an async job's task is cancelled, a process job is terminated, then"
+        " killed after its stop_grace_seconds; a run that ends so is recorded as 'stopped'. Exits 0"
+        " once the stop is requested, and also when no run is in flight (it says so); exits 1 for an"
+        " unknown or descheduled job.",
+    )
+    sub.add_argument("job_id", metavar="JOB_ID")
+    sub = command(
         "run",
         f"import MODULE, start a scheduler and run until SIGINT/SIGTERM; if MODULE defines "
         f"{SETUP_HOOK}(scheduler) it is called with the started scheduler; if that returns JobSpec "
@@ -277,7 +289,7 @@ def build_parser() -> Parser:
         cmd_web,
         "Never creates or migrates the database; works with or without a scheduler running on it."
         " With an access token (--token-file or $PERSCHED_WEB_TOKEN), a browser that signs in with it gets"
-        " pause, resume, run-now and deschedule buttons; every action is logged.",
+        " pause, resume, run-now, cancel and deschedule buttons; every action is logged.",
     )
     sub.add_argument("--port", type=_port, default=8765, metavar="N", help="port to listen on (8765; 0: any free)")
     sub.add_argument("--host", default="127.0.0.1", metavar="HOST", help="address to bind (127.0.0.1)")

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from .._store import Store
 
-__all__ = ["cmd_deschedule", "cmd_pause", "cmd_resume", "cmd_run_now"]
+__all__ = ["cmd_cancel", "cmd_deschedule", "cmd_pause", "cmd_resume", "cmd_run_now"]
 
 
 def _now() -> Instant:
@@ -172,6 +172,25 @@ def cmd_run_now(args: argparse.Namespace) -> int:
                 f"run-now requested for {job_id!r} (generation {generation}): one extra run as soon as a"
                 " scheduler on this database has a worker free; its schedule does not move"
             )
+        return EXIT_OK
+
+    return with_store(args, body)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    job_id = require_job_id(args.job_id)
+
+    def body(store: Store) -> int:
+        running = store.request_cancel(job_id, _now())
+        if running is None:
+            raise missing_job(store, job_id)
+        if running:
+            say(
+                f"cancel requested for the run of {job_id!r} in flight: the scheduler that runs it stops it"
+                " within its pickup_seconds; its schedule does not move"
+            )
+        else:
+            say(f"job {job_id!r} has no run in flight; nothing to cancel")
         return EXIT_OK
 
     return with_store(args, body)

@@ -49,6 +49,9 @@ def policies_db(make_scheduler: SchedulerFactory, sqlite_url: str) -> str:
         overlap="skip",
         jitter_seconds=2.0,
         max_runtime_seconds=600.0,
+        on_overrun="stop",
+        executor="process",
+        stop_grace_seconds=0.5,
     )
     sched.schedule(
         "windowed",
@@ -132,6 +135,8 @@ def test_jobs_json_has_every_job_field_with_its_value(policies_db: str) -> None:
     assert delayed["recurrence"] == "fixed_delay"
     assert (delayed["grace_seconds"], delayed["overlap"], delayed["jitter_seconds"]) == (5.0, "skip", 2.0)
     assert delayed["max_runtime_seconds"] == 600.0
+    assert (delayed["on_overrun"], delayed["executor"], delayed["stop_grace_seconds"]) == ("stop", "process", 0.5)
+    assert (nightly["on_overrun"], nightly["executor"], nightly["stop_grace_seconds"]) == ("warn", "thread", 5.0)
     windowed = data["windowed"]
     assert (windowed["misfire"], windowed["max_catch_up"]) == ("catch_up", 3)
     assert (windowed["start_at"], windowed["end_at"]) == ("2027-01-15T09:00:00Z", "2027-01-15T10:00:00Z")

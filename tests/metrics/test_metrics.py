@@ -28,6 +28,7 @@ from persched._store.observer import Observer
 from persched.errors import StoreError
 from persched.metrics import SchedulerMetrics
 from persched.testing import FakeClock
+from tests.support import stop_jobs
 from tests.support.helpers import TIMEOUT
 from tests.support.seams import store_of
 from tests.support.store_calls import claim_one
@@ -286,3 +287,20 @@ def test_a_retried_claim_counts_its_missed_slots_once(make_scheduler: SchedulerF
     missed = [r for r in sched.runs("skipper") if r.outcome == "missed"]
     assert len(missed) == 1
     assert recorder.missed == [("skipper", missed[0].missed_count)]
+
+
+def test_stopped_runs_are_counted_by_outcome_and_apart(
+    make_scheduler: SchedulerFactory, clock: FakeClock, registry: CollectorRegistry, endpoint: str
+) -> None:
+    sched = make_scheduler(clock=clock)
+    SchedulerMetrics(registry).attach(sched)
+    sched.schedule("stops", "tests.support.stop_jobs:thread_cooperate", 10.0, args=("metrics-stops",))
+    sched.start()
+    clock.advance(10)
+    assert stop_jobs.started_event("metrics-stops").wait(TIMEOUT)
+    assert sched.cancel("stops")
+    assert sched.wait_idle(TIMEOUT)
+    samples = scrape(endpoint)
+    assert value(samples, "persched_runs_total", outcome="stopped") == 1
+    assert value(samples, "persched_runs_stopped_total") == 1
+    assert value(samples, "persched_run_duration_seconds_count", outcome="stopped") == 1

@@ -241,6 +241,9 @@ instants = st.none() | st.datetimes(timezones=st.just(timezone.utc)) | st.dateti
     start_at=instants,
     end_at=instants,
     runtime=st.none() | seconds,
+    on_overrun=st.sampled_from(["warn", "stop"]) | anything,
+    executor=st.sampled_from(["thread", "process"]) | anything,
+    stop_grace=seconds,
 )
 def test_schedule_policies_succeed_or_refuse_cleanly(
     sched: JobScheduler,
@@ -254,6 +257,9 @@ def test_schedule_policies_succeed_or_refuse_cleanly(
     start_at: Any,
     end_at: Any,
     runtime: Any,
+    on_overrun: Any,
+    executor: Any,
+    stop_grace: Any,
 ) -> None:
     before = _jobs(sched)
     try:
@@ -270,6 +276,9 @@ def test_schedule_policies_succeed_or_refuse_cleanly(
             start_at=start_at,
             end_at=end_at,
             max_runtime_seconds=runtime,
+            on_overrun=on_overrun,
+            executor=executor,
+            stop_grace_seconds=stop_grace,
         )
     except InvalidJobError:
         assert _jobs(sched) == before, "a refused schedule() wrote something"
@@ -279,9 +288,9 @@ def test_schedule_policies_succeed_or_refuse_cleanly(
 
 @fuzz_settings(150)
 @given(job_id=job_ids)
-def test_pause_resume_run_now_succeed_or_refuse_cleanly(sched: JobScheduler, job_id: Any) -> None:
+def test_pause_resume_run_now_cancel_succeed_or_refuse_cleanly(sched: JobScheduler, job_id: Any) -> None:
     errors: list[PerschedError] = []
-    for call in (sched.pause, sched.resume, sched.run_now):
+    for call in (sched.pause, sched.resume, sched.run_now, sched.cancel):
         with contextlib.suppress(PerschedError):
             try:
                 call(job_id)

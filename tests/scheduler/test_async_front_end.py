@@ -362,3 +362,23 @@ def test_the_constructor_takes_every_option_of_jobscheduler_with_its_default() -
     assert not missing, f"AsyncJobScheduler lacks {missing}"
     differing = [name for name, p in threaded.items() if front[name].default != p.default]
     assert not differing, f"AsyncJobScheduler's defaults differ for {differing}"
+
+
+def test_cancel_cancels_an_async_jobs_task_on_the_applications_loop(db_url: str) -> None:
+    clock = FakeClock(START)
+
+    async def scenario() -> None:
+        async with AsyncJobScheduler(db_url, clock=clock) as sched:
+            await sched.schedule("waits", async_jobs.wait_for_event, 60.0, args=("waits",))
+            assert await sched.cancel("waits") is False  # nothing in flight
+            clock.advance(60)
+            await wait_loop_event("waits:started")
+            assert await sched.cancel("waits") is True
+            assert await sched.wait_idle(TIMEOUT)
+            ((outcome, error),) = outcomes(db_url, "waits")
+            assert outcome == "stopped"
+            assert error is not None
+            assert error.startswith("stopped: cancel() asked for it\n")
+            assert jobs.calls("waits:done") == []  # cancelled at its await
+
+    run(scenario)

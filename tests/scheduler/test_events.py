@@ -117,6 +117,7 @@ def test_kinds_are_checked(make_scheduler: SchedulerFactory) -> None:
         "run_started",
         "run_finished",
         "run_failed",
+        "run_stopped",
         "run_lost",
         "job_paused",
         "job_resumed",

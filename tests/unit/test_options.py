@@ -42,6 +42,9 @@ KINDS: dict[str, dict[str, Any]] = {
         "start_at": WHEN,
         "end_at": WHEN.replace(year=2031),
         "max_runtime_seconds": 30.0,
+        "on_overrun": "stop",
+        "executor": "process",
+        "stop_grace_seconds": 0.75,
         "exclude": ["2030-06-01/2030-06-03", "2030-12-25"],
     },
 }

@@ -16,7 +16,7 @@ to date, and so ``persched[web]`` installs nothing more. Pages:
 Reading: the database is opened as the CLI opens it (`persched._interfaces.existing`:
 never created, never migrated) and read in short read transactions by the
 keyset-paginated queries of `persched._store.views`, so a scheduler may run or not.
-Writing: the pause, resume, run-now and deschedule buttons exist only for
+Writing: the pause, resume, run-now, cancel and deschedule buttons exist only for
 someone who may act: a browser signed in with the access token (``persched
 web``), or whoever the application's `authorize` hook names (the dashboard
 mounted in an app, `persched.web.dashboard`). Mounted under a prefix

@@ -1,4 +1,4 @@
-"""The actions: pause, resume, run-now and deschedule, posted by a job page's buttons (``/action``).
+"""The actions: pause, resume, run-now, cancel and deschedule, posted by a job page's buttons (``/action``).
 
 Only someone who may act (`persched._interfaces.dashboard.auth.Access`) sees the buttons, and
 a POST is carried out only with the form's CSRF token, an HMAC of who acts:
@@ -35,7 +35,7 @@ __all__ = ["ACTIONS", "MESSAGES", "Actions", "Refuse", "message_of"]
 
 logger = logging.getLogger(_loggers.WEB)
 
-ACTIONS: Final = ("pause", "resume", "run-now", "deschedule")
+ACTIONS: Final = ("pause", "resume", "run-now", "cancel", "deschedule")
 
 #: The status notes the pages show after an action (``msg=CODE``); no other text is ever shown there.
 MESSAGES: Final = {
@@ -48,6 +48,8 @@ MESSAGES: Final = {
     "run-now-dropped": "Run now dropped: the job is running and its overlap policy is 'skip'.",
     "run-now-paused": "Run now refused: the job is paused.",
     "run-now-finished": "Run now refused: the job is finished.",
+    "cancel": "Cancel requested: the scheduler that runs it stops its run within its pickup interval.",
+    "not-running": "Nothing to cancel: the job has no run in flight.",
     "descheduled": "Descheduled: its current definition never starts again.",
     "no-job": "No such job in this namespace (descheduled meanwhile?).",
 }
@@ -159,6 +161,11 @@ class Actions:
         if action == "run-now":
             verdict, generation = store.request_run_now(job_id, now)
             return _RUN_NOW_CODES[verdict], f"{verdict.value} (generation {generation})"
+        if action == "cancel":
+            running = store.request_cancel(job_id, now)
+            if running is None:
+                return "no-job", "no such job"
+            return ("cancel", "stop requested") if running else ("not-running", "no run in flight")
         generation = store.deschedule_job(job_id, now)
         if generation is None:
             return "no-job", "no such job"

@@ -66,7 +66,7 @@ def chart(runs: Sequence[Run]) -> str:
         line = " ".join(f"{x(r.scheduled_for):.1f},{y(v):.1f}" for r, v in points)
         dots = []
         for r, v in points:
-            bad = r.outcome in ("error", "lost")
+            bad = r.outcome in ("error", "stopped", "lost")
             tip = f"{iso(r.scheduled_for)} {name} {human_duration(seconds(max(v, 0)))} ({r.outcome or 'running'})"
             dots.append(
                 f'<circle cx="{x(r.scheduled_for):.1f}" cy="{y(v):.1f}" r="{3 if bad else 2}"'

@@ -190,8 +190,14 @@ class Pages:
             if self._access.authorize is not None:
                 return ""
             sign_in = e(request.url("/login"))
-            return f'<p class="actions"><a href="{sign_in}">Sign in</a> to pause, resume, run now or deschedule.</p>'
-        wanted = ["resume" if job.paused else "pause", "run-now", "deschedule"]
+            verbs = "pause, resume, run now, cancel or deschedule"
+            return f'<p class="actions"><a href="{sign_in}">Sign in</a> to {verbs}.</p>'
+        wanted = [
+            "resume" if job.paused else "pause",
+            "run-now",
+            *(["cancel"] if job.state.value == "running" else []),
+            "deschedule",
+        ]
         csrf = self._access.csrf(actor)
         forms = "".join(
             f'<form method="post" action="{e(request.url("/action"))}">'

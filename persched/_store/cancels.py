@@ -1,0 +1,65 @@
+"""Cancel requests: `cancel()` in any process asks the instance that runs the job to stop its run.
+
+`request_cancel` is one transaction: it locks the job's row and, only while
+the job is running, sets ``cancel_requested_at`` and moves the change counter,
+so the owner's next change pick-up (within `pickup_seconds`, at once with a
+change signal) reads `cancel_requests` and stops the run. The completion of
+that run, or its recovery as lost, clears the column with the rest of the
+run's bookkeeping (``running_for``, ``owner``), so a request never outlives
+the run it was made for, and a request that lost the race with the
+completion changes nothing (the job was no longer running).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select, update
+
+from .._model.instant import Instant, to_datetime
+from ._tx import Transactions
+from .mappers import DESCHEDULED, RUNNING
+from .schema import jobs
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+__all__ = ["CancelsStore"]
+
+
+class CancelsStore(Transactions):
+    """The cancel requests of this store's namespace (module docstring)."""
+
+    def request_cancel(self, job_id: str, now: Instant) -> bool | None:
+        """Ask the run of `job_id` in flight to stop; True if one was, False if the job is not running,
+        None if the namespace holds no such job (or it is descheduled)."""
+
+        def body(conn: Connection) -> bool | None:
+            query = select(jobs.c.state).where(jobs.c.job_id == job_id, jobs.c.state != DESCHEDULED, self._mine)
+            state = conn.execute(query.with_for_update()).scalar()
+            if state is None:
+                return None
+            if state != RUNNING:
+                return False
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.job_id == job_id, jobs.c.state == RUNNING, self._mine)
+                .values(cancel_requested_at=to_datetime(now), change_seq=self._bump_change_seq(conn))
+            )
+            return True
+
+        return self._write(body, "cancel")
+
+    def cancel_requests(self, instance_id: str) -> list[str]:
+        """The ids of the jobs `instance_id` runs whose run was asked to stop by `cancel()`."""
+
+        def body(conn: Connection) -> list[str]:
+            query = select(jobs.c.job_id).where(
+                self._mine,
+                jobs.c.state == RUNNING,
+                jobs.c.owner == instance_id,
+                jobs.c.cancel_requested_at.is_not(None),
+            )
+            return [str(job_id) for job_id in conn.execute(query).scalars()]
+
+        return self._read(body, "read cancel requests")
