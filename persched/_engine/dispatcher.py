@@ -284,15 +284,17 @@ class Dispatcher:
         return drained
 
     def _stop_runs_in_flight(self) -> bool:
-        """The shutdown's timeout passed: ask the runs in flight to stop, and give them their stop grace to end
-        (docs/reference/behaviour.md, "Stopping a run"); True once every run ended."""
-        # A process job is killed once its grace is over: it then still has to exit and be recorded.
-        grace = seconds(self.pool.stops.longest_grace()) + KILLED_EXIT_SECONDS
+        """The shutdown's timeout passed: ask the runs in flight to stop, and give those in a child process
+        their stop grace to end (docs/reference/behaviour.md, "Shutdown"); True once every run ended."""
+        # A process job is killed once its grace is over: it then still has to exit and be recorded. A thread
+        # or async run cannot be made to end, so nothing waits for it past the caller's timeout.
+        longest = self.pool.stops.longest_grace()
+        grace = seconds(longest) + KILLED_EXIT_SECONDS if longest else 0.0
         stopped = self.pool.stops.request_all("shutdown")
         if stopped:
             logger.warning(
-                "%d run%s in flight asked to stop (the shutdown's timeout passed); "
-                "waiting up to %g s (stop_grace_seconds, and a second for a killed process to exit)",
+                "%d run%s in flight asked to stop (the shutdown's timeout passed); waiting up to %g s for those "
+                "in a child process (stop_grace_seconds, and a second for a killed process to exit)",
                 stopped,
                 "" if stopped == 1 else "s",
                 grace,

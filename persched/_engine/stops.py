@@ -29,14 +29,16 @@ class RunStops:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._runs: dict[str, dict[int, StopSignal]] = {}
-        self._graces: dict[int, Micros] = {}  # run id -> its job's stop grace
+        # run id -> its job's stop grace, for the runs in a child process: only those can be made to end
+        self._graces: dict[int, Micros] = {}
 
     def started(self, claim: Claim) -> StopSignal:
         """Register `claim`'s run; return its (new) stop request."""
         signal = StopSignal()
         with self._lock:
             self._runs.setdefault(claim.job_id, {})[claim.run_id] = signal
-            self._graces[claim.run_id] = claim.run_policy.stop_grace
+            if claim.run_policy.executor == "process":
+                self._graces[claim.run_id] = claim.run_policy.stop_grace
         return signal
 
     def ended(self, claim: Claim) -> StopSignal | None:
@@ -71,7 +73,8 @@ class RunStops:
         return len(signals)
 
     def longest_grace(self) -> Micros:
-        """The longest stop grace of the runs in flight (0 without any): how long stopped runs may take to end."""
+        """The longest stop grace of the child-process runs in flight (0 without any): how long a stopped run
+        that can be killed may take to end. A thread or async run is only asked; nothing waits for it."""
         with self._lock:
             return max(self._graces.values(), default=Micros(0))
 

@@ -11,6 +11,7 @@ import json
 import logging
 import queue
 import socket
+import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -160,11 +161,35 @@ def test_the_shutdown_timeout_stops_the_runs_in_flight(make_scheduler: Scheduler
     sched.schedule("long", stop_jobs.thread_cooperate, 10.0, args=("long",), stop_grace_seconds=30.0)
     _running(sched, "long", clock)
     sched.shutdown(wait=True, timeout=0.0)
-    reader = make_scheduler()
-    (run,) = reader.runs("long")
+    run = _ended(make_scheduler(), "long")  # a thread run is only asked: it may end just after the return
     assert run.outcome == "stopped"
     assert run.error is not None
     assert run.error.startswith("stopped: the scheduler shut down and its timeout was reached\n")
+
+
+def test_the_shutdown_timeout_waits_no_stop_grace_for_a_thread_run(
+    make_scheduler: SchedulerFactory, clock: FakeClock
+) -> None:
+    """A thread cannot be made to end: past the timeout, shutdown() asks and returns (its grace is for processes)."""
+    sched = make_scheduler(start=True)
+    sched.schedule("deaf", stop_jobs.thread_deaf, 10.0, args=("deaf",), stop_grace_seconds=60.0)
+    _running(sched, "deaf", clock)
+    returned = threading.Event()
+
+    def shut_down() -> None:
+        sched.shutdown(wait=True, timeout=0.0)
+        returned.set()
+
+    shutting = threading.Thread(target=shut_down)
+    shutting.start()
+    try:
+        # Within TIMEOUT, far below the job's 60 s grace (which a thread run would wrongly be given).
+        assert returned.wait(TIMEOUT), "shutdown() waited past its timeout for a thread run"
+    finally:
+        stop_jobs.gate("deaf").set()
+        shutting.join(TIMEOUT)
+    run = _ended(make_scheduler(), "deaf")
+    assert run.outcome == "ok"  # it ignored the request: its own outcome
 
 
 @pytest.fixture

@@ -134,6 +134,18 @@ def thread_ignore(key: str) -> None:
     run.stopping.wait(_GATE_TIMEOUT)
 
 
+def gate(key: str) -> threading.Event:
+    """The event that lets a `thread_deaf` job of `key` return."""
+    with _lock:
+        return _started_events.setdefault(f"{key}/gate", threading.Event())
+
+
+def thread_deaf(key: str) -> None:
+    """Say it started, then wait for its gate only: it never looks at the stop request."""
+    started_event(key).set()
+    gate(key).wait(_GATE_TIMEOUT)
+
+
 async def async_wait(key: str) -> None:
     """Say it started, then sleep (a stop cancels its task)."""
     started_event(key).set()
