@@ -172,8 +172,8 @@ def test_the_shutdown_timeout_waits_no_stop_grace_for_a_thread_run(
 ) -> None:
     """A thread cannot be made to end: past the timeout, shutdown() asks and returns (its grace is for processes)."""
     sched = make_scheduler(start=True)
-    sched.schedule("deaf", stop_jobs.thread_deaf, 10.0, args=("deaf",), stop_grace_seconds=60.0)
-    _running(sched, "deaf", clock)
+    sched.schedule("unheeding", stop_jobs.thread_deaf, 10.0, args=("unheeding",), stop_grace_seconds=60.0)
+    _running(sched, "unheeding", clock)
     returned = threading.Event()
 
     def shut_down() -> None:
@@ -186,9 +186,9 @@ def test_the_shutdown_timeout_waits_no_stop_grace_for_a_thread_run(
         # Within TIMEOUT, far below the job's 60 s grace (which a thread run would wrongly be given).
         assert returned.wait(TIMEOUT), "shutdown() waited past its timeout for a thread run"
     finally:
-        stop_jobs.gate("deaf").set()
+        stop_jobs.gate("unheeding").set()
         shutting.join(TIMEOUT)
-    run = _ended(make_scheduler(), "deaf")
+    run = _ended(make_scheduler(), "unheeding")
     assert run.outcome == "ok"  # it ignored the request: its own outcome
 
 
