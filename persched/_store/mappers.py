@@ -100,19 +100,22 @@ JOB_COLUMNS, RAW_JOBS = readable(jobs)
 RUN_COLUMNS, RAW_RUNS = readable(runs)
 
 
+# What parking and quarantine write: the job paused, and no longer held by any run or request.
+_PAUSED_AND_FREED: Final = {
+    "state": SCHEDULED,
+    "paused": True,
+    "run_now_at": None,
+    "owner": None,
+    "lease_until": None,
+    "running_for": None,
+    "cancel_requested_at": None,
+}
+
 # Pause a job whose stored row cannot be read (see `plan_or_quarantine`).
 QUARANTINE: Final = (
     update(jobs)
     .where(jobs.c.job_id == bindparam("b_job_id"), jobs.c.generation == bindparam("b_generation"))
-    .values(
-        state=SCHEDULED,
-        paused=True,
-        run_now_at=None,
-        owner=None,
-        lease_until=None,
-        running_for=None,
-        cancel_requested_at=None,
-    )
+    .values(_PAUSED_AND_FREED)
 )
 
 
@@ -127,15 +130,7 @@ PARK: Final = (
         jobs.c.owner == bindparam("b_owner"),
         jobs.c.running_for == bindparam("b_running_for"),
     )
-    .values(
-        state=SCHEDULED,
-        paused=True,
-        run_now_at=None,
-        owner=None,
-        lease_until=None,
-        running_for=None,
-        cancel_requested_at=None,
-    )
+    .values(_PAUSED_AND_FREED)
 )
 
 

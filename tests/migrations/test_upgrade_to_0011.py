@@ -7,25 +7,12 @@ reads the table. Downgrading to 0010 drops the column and keeps the jobs too.
 
 from __future__ import annotations
 
-from alembic import command
-
 from persched import JobScheduler
-from persched._store import db as _db
-from persched._store import migrate as _migrate
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT, db_sql
+from tests.support.revisions import migrate_to
 
 START = 1_700_000_123.456789
-
-
-def _migrate_to(url: str, revision: str, *, down: bool = False) -> None:
-    engine = _db.make_engine(url)
-    try:
-        with engine.begin() as conn:
-            cfg = _migrate._config(conn)
-            (command.downgrade if down else command.upgrade)(cfg, revision)
-    finally:
-        engine.dispose()
 
 
 def test_a_0010_database_keeps_its_jobs_and_gains_excluded_dates(empty_db_url: str) -> None:
@@ -38,11 +25,11 @@ def test_a_0010_database_keeps_its_jobs_and_gains_excluded_dates(empty_db_url: s
         assert dated.exclude == ("2023-11-20",)
     finally:
         sched.shutdown(wait=True, timeout=TIMEOUT)
-    _migrate_to(url, "0010", down=True)
+    migrate_to(url, "0010", down=True)
     assert db_sql(url, "SELECT version_num FROM persched_alembic_version") == [("0010",)]
     assert sorted(db_sql(url, "SELECT job_id FROM persched_jobs")) == [("dated",), ("kept",)]
 
-    _migrate_to(url, "0011")
+    migrate_to(url, "0011")
     assert db_sql(url, "SELECT version_num FROM persched_alembic_version") == [("0011",)]
     assert db_sql(url, "SELECT job_id, exclude FROM persched_jobs WHERE job_id = 'kept'") == [("kept", None)]
     states = dict(db_sql(url, "SELECT job_id, state FROM persched_job_states"))  # the view still reads the table

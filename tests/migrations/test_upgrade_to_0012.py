@@ -8,25 +8,12 @@ drops the columns and keeps the jobs too.
 
 from __future__ import annotations
 
-from alembic import command
-
 from persched import JobScheduler
-from persched._store import db as _db
-from persched._store import migrate as _migrate
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT, db_sql
+from tests.support.revisions import migrate_to
 
 START = 1_700_000_123.456789
-
-
-def _migrate_to(url: str, revision: str, *, down: bool = False) -> None:
-    engine = _db.make_engine(url)
-    try:
-        with engine.begin() as conn:
-            cfg = _migrate._config(conn)
-            (command.downgrade if down else command.upgrade)(cfg, revision)
-    finally:
-        engine.dispose()
 
 
 def test_a_0011_database_keeps_its_jobs_and_gains_the_failure_columns(empty_db_url: str) -> None:
@@ -38,12 +25,12 @@ def test_a_0011_database_keeps_its_jobs_and_gains_the_failure_columns(empty_db_u
         assert (watched.pause_after_failures, watched.failure_streak) == (3, 0)
     finally:
         sched.shutdown(wait=True, timeout=TIMEOUT)
-    _migrate_to(url, "0011", down=True)
+    migrate_to(url, "0011", down=True)
     assert db_sql(url, "SELECT version_num FROM persched_alembic_version") == [("0011",)]
     assert sorted(db_sql(url, "SELECT job_id FROM persched_jobs")) == [("kept",), ("watched",)]
     db_sql(url, "UPDATE persched_jobs SET run_count = 7 WHERE job_id = 'kept'")  # written by the older code
 
-    _migrate_to(url, "0012")
+    migrate_to(url, "0012")
     assert db_sql(url, "SELECT version_num FROM persched_alembic_version") == [("0012",)]
     rows = db_sql(url, "SELECT pause_after_failures, failure_streak FROM persched_jobs WHERE job_id = 'kept'")
     assert [tuple(row) for row in rows] == [(None, 0)]

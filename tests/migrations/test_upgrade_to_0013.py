@@ -9,25 +9,12 @@ columns and keeps the jobs too.
 
 from __future__ import annotations
 
-from alembic import command
-
 from persched import JobScheduler
-from persched._store import db as _db
-from persched._store import migrate as _migrate
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT, db_sql
+from tests.support.revisions import migrate_to
 
 START = 1_700_000_123.456789
-
-
-def _migrate_to(url: str, revision: str, *, down: bool = False) -> None:
-    engine = _db.make_engine(url)
-    try:
-        with engine.begin() as conn:
-            cfg = _migrate._config(conn)
-            (command.downgrade if down else command.upgrade)(cfg, revision)
-    finally:
-        engine.dispose()
 
 
 def test_a_0012_database_keeps_its_jobs_and_gains_the_stopping_options(empty_db_url: str) -> None:
@@ -47,12 +34,12 @@ def test_a_0012_database_keeps_its_jobs_and_gains_the_stopping_options(empty_db_
         assert (stopping.on_overrun, stopping.executor, stopping.stop_grace_seconds) == ("stop", "process", 0.25)
     finally:
         sched.shutdown(wait=True, timeout=TIMEOUT)
-    _migrate_to(url, "0012", down=True)
+    migrate_to(url, "0012", down=True)
     assert db_sql(url, "SELECT version_num FROM persched_alembic_version") == [("0012",)]
     assert sorted(db_sql(url, "SELECT job_id FROM persched_jobs")) == [("kept",), ("stopping",)]
 
-    _migrate_to(url, "0013")
-    assert db_sql(url, "SELECT version_num FROM persched_alembic_version") == [(_migrate.HEAD,)]
+    migrate_to(url, "0013")
+    assert db_sql(url, "SELECT version_num FROM persched_alembic_version") == [("0013",)]
     rows = db_sql(
         url,
         "SELECT job_id, on_overrun, executor, stop_grace_seconds, cancel_requested_at FROM persched_jobs"
