@@ -42,6 +42,7 @@ from sqlalchemy import func, or_, select
 
 from .._model.instant import Instant, Micros, from_datetime, micros, to_datetime
 from .._model.models import JobState
+from .._model.pauses import FAILED_OUTCOMES
 from .schema import instances, jobs, runs
 
 if TYPE_CHECKING:
@@ -52,12 +53,10 @@ if TYPE_CHECKING:
 
     from . import Store
 
-__all__ = ["DEFAULT_LEASE", "FAILED", "InstanceRow", "Problem", "job_timestamps", "live_instances", "problems"]
+__all__ = ["DEFAULT_LEASE", "InstanceRow", "Problem", "job_timestamps", "live_instances", "problems"]
 
 #: The lease assumed for a namespace with no instance row (`JobScheduler`'s default lease_seconds).
 DEFAULT_LEASE: Final = Micros(micros(30.0))
-#: The outcomes that count as a failed slot.
-FAILED: Final = ("error", "stopped", "lost")
 _SCHEDULED: Final = JobState.SCHEDULED.value
 _DESCHEDULED: Final = JobState.DESCHEDULED.value
 _WAITING: Final = (JobState.SCHEDULED.value, JobState.RUNNING.value)
@@ -191,7 +190,7 @@ def _overdue(
 def _failing(conn: Connection, namespace: str | None, failures: int, job_ids: Collection[str] | None) -> list[Problem]:
     query = select(jobs.c.namespace, jobs.c.job_id, jobs.c.generation, jobs.c.state, jobs.c.last_outcome)
     if job_ids is None:
-        query = query.where(jobs.c.state != _DESCHEDULED, jobs.c.last_outcome.in_(FAILED))
+        query = query.where(jobs.c.state != _DESCHEDULED, jobs.c.last_outcome.in_(FAILED_OUTCOMES))
         if namespace is not None:
             query = query.where(jobs.c.namespace == namespace)
     else:  # a page's jobs, by the primary key alone: the conditions are judged below, on these few rows
@@ -200,7 +199,7 @@ def _failing(conn: Connection, namespace: str | None, failures: int, job_ids: Co
     for job_namespace, job_id, generation, state, last_outcome in conn.execute(
         query.order_by(jobs.c.namespace, jobs.c.job_id)
     ):
-        if state == _DESCHEDULED or last_outcome not in FAILED or namespace not in (None, job_namespace):
+        if state == _DESCHEDULED or last_outcome not in FAILED_OUTCOMES or namespace not in (None, job_namespace):
             continue
         latest = conn.execute(
             select(runs.c.outcome, runs.c.started_at)
@@ -213,7 +212,7 @@ def _failing(conn: Connection, namespace: str | None, failures: int, job_ids: Co
             .order_by(runs.c.run_id.desc())
             .limit(failures)
         ).all()
-        if len(latest) == failures and all(outcome in FAILED for outcome, _ in latest):
+        if len(latest) == failures and all(outcome in FAILED_OUTCOMES for outcome, _ in latest):
             found.append(
                 Problem(
                     kind="failing", namespace=str(job_namespace), job_id=str(job_id), count=failures, at=latest[0][1]
