@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
-def _get(app: Any, path: str = "/") -> tuple[str, bytes]:  # noqa: ANN401 - any WSGI application
+def _get(app: Any, path: str = "/", host: str = "127.0.0.1:8000") -> tuple[str, bytes]:  # noqa: ANN401 - WSGI
     statuses: list[str] = []
 
     def start_response(status: str, headers: list[tuple[str, str]], exc_info: object = None) -> None:
@@ -33,7 +33,7 @@ def _get(app: Any, path: str = "/") -> tuple[str, bytes]:  # noqa: ANN401 - any 
 
     body = b"".join(
         app(
-            {"REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": "", "HTTP_HOST": "127.0.0.1:8000"},
+            {"REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": "", "HTTP_HOST": host},
             start_response,
         )
     )
@@ -54,6 +54,22 @@ def test_a_missing_file_answers_503_creates_nothing_and_serves_once_a_scheduler_
         status, body = _get(app)
         assert status == "200 OK"
         assert b"made" in body
+    finally:
+        app.close()
+
+
+def test_the_503_answers_only_the_hosts_the_dashboard_would(tmp_path: Path) -> None:
+    """Its reason names the database's file: a Host the dashboard refuses gets the 400, not the path."""
+    path = tmp_path / "secret-name.db"
+    app = dashboard(f"sqlite:///{path}", allowed_hosts=["app.example.com"])
+    try:
+        status, body = _get(app, host="rebound.example")
+        assert status == "400 Bad Request"
+        assert b"secret-name" not in body
+        for allowed in ("app.example.com", "127.0.0.1:8000", "localhost"):
+            status, body = _get(app, host=allowed)
+            assert status == "503 Service Unavailable", allowed
+            assert b"secret-name" in body
     finally:
         app.close()
 

@@ -7,6 +7,8 @@ failing the application's start: each request tries to open the database
 again (never creating or migrating it) and answers 503 with one line
 until that succeeds; from then on the dashboard answers every request. A
 newer schema than this code (`SchemaVersionError`) still raises at once.
+The 503 passes the dashboard's own ``Host`` check first (`allowed_hosts=`):
+its reason names the database, which no other Host may read.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, ParamSpec
 
 from ... import _loggers
 from ...errors import StoreError
+from ..http.hosts import HostCheck, HostRules
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -36,17 +39,24 @@ P = ParamSpec("P")
 class AwaitingDatabase:
     """A WSGI application that opens the dashboard with `open_dashboard` on a request, once it can."""
 
-    def __init__(self, open_dashboard: Callable[[], WebApp], why: StoreError) -> None:
+    def __init__(self, open_dashboard: Callable[[], WebApp], why: StoreError, hosts: HostRules | None = None) -> None:
         self._open = open_dashboard
         self._lock = threading.Lock()  # guards _app only: an attempt to open runs outside it
         self._app: WebApp | None = None
         self._why = why
+        # Default: the dashboard's own default, loopback names only.
+        rules = HostRules(None, None, (), "allowed_hosts=") if hosts is None else hosts
+        self._unavailable = HostCheck(self._unavailable_answer, rules, "web")
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        """Answer with the dashboard if the database can be opened now, else 503 with the reason."""
+        """Answer with the dashboard if the database can be opened now, else (to an allowed Host) 503 and why."""
         app = self._opened()
         if app is not None:
             return app(environ, start_response)
+        return self._unavailable(environ, start_response)
+
+    def _unavailable_answer(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        """503 with the reason the database cannot be opened yet."""
         body = (
             f"no persched database yet ({self._why}); a scheduler makes it when it starts, or run `persched migrate`\n"
         ).encode()
@@ -91,14 +101,17 @@ class AwaitingDatabase:
 
 
 def until_the_database_exists(make: Callable[P, WebApp]) -> Callable[P, WebApp | AwaitingDatabase]:
-    """Wrap `make` (the dashboard's factory): a database it cannot open yet gives an `AwaitingDatabase`."""
+    """Wrap `make` (the dashboard's factory, with its ``allowed_hosts`` keyword): a database it cannot open
+    yet gives an `AwaitingDatabase`, which answers the Hosts the dashboard would."""
 
     @functools.wraps(make)
     def dashboard(*args: P.args, **kwargs: P.kwargs) -> WebApp | AwaitingDatabase:
         try:
             return make(*args, **kwargs)
         except StoreError as exc:
+            # make() checked allowed_hosts before it opened the database: these rules are valid.
+            hosts = HostRules(None, None, kwargs.get("allowed_hosts", ()), "allowed_hosts=")  # type: ignore[arg-type]
             logger.warning("web: %s; the dashboard answers 503 until the database can be opened", exc)
-            return AwaitingDatabase(functools.partial(make, *args, **kwargs), exc)
+            return AwaitingDatabase(functools.partial(make, *args, **kwargs), exc, hosts)
 
     return dashboard
