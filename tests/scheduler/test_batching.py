@@ -33,6 +33,8 @@ class Cycles:
     """The run book the dispatcher claims through: records ``(completions, job ids claimed)`` per
     cycle; every entry goes to a worker."""
 
+    namespace = "default"  # the runs' namespace, which the dispatcher's workers put in each RunContext
+
     def __init__(self) -> None:
         self.seen: list[tuple[list[Any], list[str]]] = []
         self.lock = threading.Lock()
