@@ -66,18 +66,21 @@ def _canonical(index: int, entry: object) -> str:
     if isinstance(entry, datetime):  # a datetime is a date subclass, but an instant, not a day
         raise refused("is a datetime, not a date: give its .date() or 'YYYY-MM-DD'")
     if isinstance(entry, date):
-        return entry.isoformat()
-    if not isinstance(entry, str):  # bool, numbers, nested lists, None ...
+        first = last = entry
+    elif isinstance(entry, str):
+        parts = entry.split("/")
+        if len(parts) > 2:
+            raise refused(f"is not {_ACCEPTED}")
+        days = [day for part in parts if (day := _day(part)) is not None]
+        if len(days) != len(parts):
+            raise refused(f"is not {_ACCEPTED}: write each date as YYYY-MM-DD, a day that exists")
+        first, last = days[0], days[-1]
+    else:  # bool, numbers, nested lists, None ...
         raise refused(f"is not {_ACCEPTED}")
-    parts = entry.split("/")
-    if len(parts) > 2:
-        raise refused(f"is not {_ACCEPTED}")
-    days = [day for part in parts if (day := _day(part)) is not None]
-    if len(days) != len(parts):
-        raise refused(f"is not {_ACCEPTED}: write each date as YYYY-MM-DD, a day that exists")
-    first, last = days[0], days[-1]
     if last < first:
         raise refused("is a reversed range: its first date must not be after its last")
+    if last == date.max:  # no day follows it: every slot from `first` on would be excluded, for ever
+        raise refused(f"excludes every slot from {first.isoformat()} on: give end_at to end the job instead")
     return first.isoformat() if first == last else f"{first.isoformat()}/{last.isoformat()}"
 
 

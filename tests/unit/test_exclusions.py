@@ -109,6 +109,9 @@ def test_at_most_a_thousand_entries() -> None:
         (["2026-12-24/"], "is not a date"),
         ([None], "entry 0 None is not a date"),
         ([1.5], "is not a date"),
+        # No day follows the calendar's last: the job would never have a slot again (its next slot overflows).
+        (["2026-01-01/9999-12-31"], "entry 0 '2026-01-01/9999-12-31' excludes every slot from 2026-01-01 on"),
+        ([date(9999, 12, 31)], "excludes every slot from 9999-12-31 on"),
     ],
 )
 def test_a_bad_entry_is_refused_by_name(value: object, words: str) -> None:
