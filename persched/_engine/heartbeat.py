@@ -39,6 +39,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
+from .. import _realtime
 from .._model.instant import US_PER_SECOND
 from ..errors import StoreError
 from .periodic import NEVER, PeriodicTask
@@ -123,6 +124,23 @@ class Heartbeat:
             self._ends_changed = True
             self._cond.notify_all()
 
+    def wait_pause_ends(self, timeout: float | None) -> bool:
+        """Block until no timed pause has ended on the scheduler's clock without being resumed yet (for
+        `JobScheduler.wait_idle`: on a FakeClock, the `advance()` that reaches a pause's end resumes it);
+        False if `timeout` (real seconds) passed first. Returns at once while the thread does not run."""
+        deadline = None if timeout is None else _realtime.monotonic() + timeout
+        with self._cond:
+            while (
+                self._thread.is_alive()
+                and not self._stopping
+                and (self._ends_changed or self.pause_ends.due <= self._clock.monotonic_us())
+            ):
+                left = None if deadline is None else deadline - _realtime.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)  # real time: notified after each round of the thread
+        return True
+
     def stop(self) -> None:
         """Stop the thread at its next wake (idempotent)."""
         with self._cond:
@@ -158,10 +176,13 @@ class Heartbeat:
                     run_round(task, now)
             wake_at = min(task.due for task in self.tasks)
             with self._cond:
-                # A request wakes the thread unless a pick-up is already owed (its time is in wake_at).
+                self._cond.notify_all()  # a round is done: `wait_pause_ends` looks again
+                # A request wakes the thread unless a pick-up is already owed (its time is in wake_at);
+                # a pause with an end made here wakes it to read that end.
                 while (
                     not self._stopping
                     and not (self._requested and not self.pickup.owed)
+                    and not self._ends_changed
                     and (left := wake_at - clock.monotonic_us()) > 0
                 ):
                     clock.wait(self._cond, left / US_PER_SECOND)

@@ -557,6 +557,7 @@ class JobScheduler(JobOperations):
         ``clock.advance(seconds)``, ``wait_idle()`` returns once the runs that
         became due have run, so a test needs no sleep and no polling loop. On
         the real clock it returns at the first moment nothing is due or running.
+        A timed pause whose end the clock reached is resumed before it looks.
         A claim that met a store error is tried again a second later: on a
         FakeClock, advance the clock to let it run.
 
@@ -569,9 +570,14 @@ class JobScheduler(JobOperations):
         self._check_process()
         timeout = check_wait(True, timeout)
         deadline = None if timeout is None else _realtime.monotonic() + timeout
-        if not self._dispatcher.wait_idle(timeout):
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - _realtime.monotonic())
+
+        # A timed pause that ended by now is resumed first: its job may then be due.
+        if not self._heartbeat.wait_pause_ends(left()) or not self._dispatcher.wait_idle(left()):
             return False
-        return self._events.wait_delivered(None if deadline is None else max(0.0, deadline - _realtime.monotonic()))
+        return self._events.wait_delivered(left())
 
     # -- internals ------------------------------------------------------------------
 

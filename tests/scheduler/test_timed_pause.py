@@ -83,6 +83,21 @@ def test_a_timed_pause_ends_at_its_instant_and_the_grid_goes_on_from_there(
     assert [r.scheduled_for for r in sched.runs("tick")] == [at(30)]
 
 
+def test_wait_idle_after_an_advance_past_the_end_sees_the_job_resumed_and_run(
+    sched: JobScheduler, clock: FakeClock
+) -> None:
+    """No settling, no polling: the advance that reaches the end resumes the job before wait_idle() returns."""
+    sched.schedule("straight", RECORD, 10.0, args=("straight",))  # slots at +10, +20, +30, ...
+    assert sched.pause("straight", until=at(25.5))
+    clock.advance(25.5)
+    assert sched.wait_idle(TIMEOUT)
+    resumed = job_of(sched, "straight")
+    assert (resumed.paused, resumed.paused_until, resumed.next_run_at) == (False, None, at(30))
+    clock.advance(4.5)
+    assert sched.wait_idle(TIMEOUT)
+    assert [r.scheduled_for for r in sched.runs("straight")] == [at(30)]
+
+
 def test_a_timed_pause_ends_once_however_many_instances_wake_for_it(
     sched: JobScheduler, db_url: str, clock: FakeClock
 ) -> None:
