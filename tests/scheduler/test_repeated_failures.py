@@ -56,13 +56,12 @@ def _job(sched: JobScheduler, job_id: str) -> Job:
     return job
 
 
-def _run_slots(sched: JobScheduler, clock: FakeClock, job_id: str, count: int) -> None:
-    """Let `count` more slots of `job_id` run, one interval apart, each waited for to its outcome (the first
-    at once if no run finished yet: a job scheduled with start_in=0)."""
-    for _ in range(count):
-        done = len(finished_runs(sched, job_id))
-        if done:
-            clock.advance(EVERY)
+def _run_slots(sched: JobScheduler, clock: FakeClock, job_id: str, total: int) -> None:
+    """Let the slots of `job_id` run, one interval apart, until `total` of its runs have finished, each waited
+    for to its outcome. A slot due at once (``start_in=0``) is let run first, so it counts however fast it was."""
+    assert sched.wait_idle(TIMEOUT)
+    while (done := len(finished_runs(sched, job_id))) < total:
+        clock.advance(EVERY)
 
         def ran(done: int = done) -> bool:
             return len(finished_runs(sched, job_id)) > done
@@ -96,7 +95,7 @@ def test_fewer_failures_in_a_row_than_n_never_pause(
     job = _job(sched, "a")
     assert (job.paused, job.pause_note, job.failure_streak, job.pause_after_failures) == (False, None, 2, 3)
     assert [r.outcome for r in reversed(finished_runs(sched, "a"))] == script
-    _run_slots(sched, clock, "a", 1)  # and it goes on running (a success past the script)
+    _run_slots(sched, clock, "a", len(script) + 1)  # and it goes on running (a success past the script)
     assert _job(sched, "a").failure_streak == 0
     assert events == []
     assert _pause_warnings(caplog) == []
@@ -153,7 +152,7 @@ def test_a_replacement_starts_the_count_again(make_scheduler: SchedulerFactory, 
     _run_slots(sched, clock, "a", 2)
     replaced = sched.schedule("a", jobs.fail, EVERY, args=("a", "still down"), pause_after_failures=3)
     assert (replaced.generation, replaced.failure_streak) == (2, 0)
-    _run_slots(sched, clock, "a", 2)
+    _run_slots(sched, clock, "a", 4)  # two more, of generation 2
     job = _job(sched, "a")
     assert (job.paused, job.failure_streak) == (False, 2)
     # An unchanged declaration keeps the generation, and the count with it.
