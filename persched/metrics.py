@@ -203,6 +203,13 @@ class SchedulerMetrics(Observer):
             namespace=ns,
             registry=None,
         )
+        self.run_retries = Counter(
+            "run_retries",
+            "Attempts past the first of a slot (retries) that started; also in runs_started_total.",
+            job,
+            namespace=ns,
+            registry=None,
+        )
         self.missed_slots = Counter(
             "missed_slots",
             "Slots recorded as missed (not run); ranges too long to count add 0.",
@@ -255,6 +262,7 @@ class SchedulerMetrics(Observer):
             self.lateness,
             self.duration,
             self.runs_stopped,
+            self.run_retries,
             self.missed_slots,
             self.missed_records,
             self.claim_conflicts,
@@ -328,7 +336,9 @@ class SchedulerMetrics(Observer):
         job = (event.job_id,) if self.per_job else ()
         if event.kind == "run_started":
             (self.runs_started.labels(*job) if job else self.runs_started).inc()
-            if run is not None:
+            if run is not None and run.attempt > 1:  # a retry: its slot came long before, on purpose
+                (self.run_retries.labels(*job) if job else self.run_retries).inc()
+            elif run is not None:
                 # Whole microseconds until here (`persched._model.instant`); seconds only for Prometheus.
                 late = from_datetime(run.started_at) - from_datetime(run.scheduled_for)
                 self._observe(self.lateness, job, seconds(max(late, 0)))

@@ -65,6 +65,7 @@ def _run(conn: Connection, run: dict[str, Any]) -> dict[str, str | None]:
         started_at=run["started_at"],
         run_id=run["run_id"],
         run_now=run["run_now"],
+        attempt=run["attempt"],
     )
     active = ActiveRun(claim, run["namespace"])
     active_run().set(active)

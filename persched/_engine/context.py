@@ -92,7 +92,6 @@ class ActiveRun:
     claim: Claim
     namespace: str
     stop: StopSignal = field(default_factory=StopSignal)
-    attempt: int = 1
 
     def context(self) -> RunContext:
         """The `RunContext` a job reads."""
@@ -105,7 +104,7 @@ class ActiveRun:
             run_id=claim.run_id,
             run_now=claim.run_now,
             namespace=self.namespace,
-            attempt=self.attempt,
+            attempt=claim.attempt,
             stopping=self.stop.event,
         )
         context._signal = self.stop
@@ -129,7 +128,6 @@ class RunContext(Run):
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     namespace: str
-    attempt: int = 1
     stopping: threading.Event = Field(exclude=True, repr=False)
     _signal: StopSignal | None = PrivateAttr(default=None)  # the reason behind `stopping`
 

@@ -107,6 +107,11 @@ class JobOperations:
         stop_grace_seconds: float = 5.0,
         exclude: Collection[str | date] | None = None,
         pause_after_failures: int | None = None,
+        retries: int = 0,
+        retry_delay_seconds: float = 10.0,
+        retry_backoff: float = 2.0,
+        retry_max_delay_seconds: float | None = None,
+        retry_lost: bool = False,
         run_at: datetime | None = None,
     ) -> Job:
         """Run `fn` every `interval_seconds` (or on a `cron` expression, or once at `run_at`) under `job_id`, durably.
@@ -157,6 +162,19 @@ class JobOperations:
                 row ended in failure (outcome error, lost or stopped); a
                 success starts the count again. The pause's note says why;
                 `resume` starts the count again too.
+            retries: Try a run that failed (outcome error) again, up to
+                this many times (0 to 100), within its slot: never at or
+                after the job's next slot. Each attempt is a run of the same
+                slot with its own `Run.attempt` (docs/reference/behaviour.md,
+                "Retries").
+            retry_delay_seconds: How long after a failed attempt ended the
+                next one is due (the first retry's delay).
+            retry_backoff: Each retry's delay is the previous one's times
+                this (>= 1).
+            retry_max_delay_seconds: The longest delay before a retry (None:
+                no cap).
+            retry_lost: Also try again a run recorded "lost" (its scheduler
+                died while it ran).
             run_at: Run once at this instant (aware datetime), instead of
                 `interval_seconds` or `cron`; the job is finished after it.
                 An instant that passed runs at once (misfire "coalesce").

@@ -75,6 +75,7 @@ class ProcessRun:
                 "started_at": claim.started_at,
                 "run_id": claim.run_id,
                 "run_now": claim.run_now,
+                "attempt": claim.attempt,
                 "namespace": self.namespace,
                 "allowed_modules": None if self.allowed_modules is None else list(self.allowed_modules),
             }

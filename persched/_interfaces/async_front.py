@@ -381,6 +381,11 @@ class AsyncJobScheduler:
         stop_grace_seconds: float = 5.0,
         exclude: Collection[str | date] | None = None,
         pause_after_failures: int | None = None,
+        retries: int = 0,
+        retry_delay_seconds: float = 10.0,
+        retry_backoff: float = 2.0,
+        retry_max_delay_seconds: float | None = None,
+        retry_lost: bool = False,
         run_at: datetime | None = None,
     ) -> Job:
         """Schedule `fn` durably; see `JobScheduler.schedule` for every argument.

@@ -36,7 +36,7 @@ from .checks import (
 )
 from .exclusions import validate_exclude
 from .instant import Instant, Micros, from_datetime, seconds, to_datetime
-from .policy import DEFAULT_STOP_GRACE
+from .policy import DEFAULT_RETRY_BACKOFF, DEFAULT_RETRY_DELAY, DEFAULT_STOP_GRACE
 from .terms import DEFAULT_NAMESPACE, Executor, JobState, Misfire, OnOverrun, Outcome, Overlap, Recurrence
 
 if TYPE_CHECKING:
@@ -125,6 +125,11 @@ class Policies:
     stop_grace: Micros = DEFAULT_STOP_GRACE
     exclude: tuple[str, ...] | None = None  # canonical entries (`persched._model.exclusions`)
     pause_after_failures: int | None = None  # pause after this many failed slots in a row
+    retries: int = 0  # a failed run is tried again up to this many times, within its slot
+    retry_delay: Micros = DEFAULT_RETRY_DELAY
+    retry_backoff: float = DEFAULT_RETRY_BACKOFF
+    retry_max_delay: Micros | None = None
+    retry_lost: bool = False
 
     def columns(self) -> dict[str, Any]:
         """The policy columns of persched_jobs (seconds as floats, instants as datetimes)."""
@@ -362,6 +367,33 @@ def _check_pause_after_failures(
     return value
 
 
+MAX_RETRIES: Final = 100  # attempts of a slot past its first
+
+
+def _check_retries(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_RETRIES:
+        raise InvalidJobError(argument, f"must be a whole number from 0 to {MAX_RETRIES}, got {shown(value)}")
+    return value
+
+
+def _check_backoff(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidJobError(argument, f"must be a number >= 1, got {shown(value)}")
+    try:
+        backoff = float(value)
+    except OverflowError:  # an int beyond any float
+        raise InvalidJobError(argument, f"must be finite, got {shown(value)}") from None
+    if not math.isfinite(backoff) or backoff < 1:
+        raise InvalidJobError(argument, f"must be a finite number >= 1, got {value!r}")
+    return backoff
+
+
+def _check_flag(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidJobError(argument, f"must be True or False, got {shown(value)}")
+    return value
+
+
 def _check_instant(
     argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
 ) -> Instant | None:
@@ -540,6 +572,57 @@ OPTIONS: Final[tuple[Option, ...]] = (
         doc="Pause the job after this many slots in a row ended in failure (outcome error, lost or stopped); "
         "a success starts the count again.",
         check=_check_pause_after_failures,
+    ),
+    Option(
+        name="retries",
+        attr="retries",
+        unit="plain",
+        default=0,
+        type=int,
+        doc=f"Try a run that failed (outcome error) again, up to this many times (0 to {MAX_RETRIES}), within its "
+        "slot: never at or after the job's next slot.",
+        check=_check_retries,
+        shown=("retries", "{} more attempts of a slot whose run failed"),
+    ),
+    Option(
+        name="retry_delay_seconds",
+        attr="retry_delay",
+        unit="seconds",
+        default=10.0,
+        type=float,
+        doc="How long after a failed attempt ended the next one is due (the first retry's delay).",
+        check=_duration(allow_zero=False),
+        shown=("retry delay", "{} after a failed attempt ends"),
+    ),
+    Option(
+        name="retry_backoff",
+        attr="retry_backoff",
+        unit="plain",
+        default=2.0,
+        type=float,
+        doc="Each retry's delay is the previous one's times this (>= 1).",
+        check=_check_backoff,
+        shown=("retry backoff", "each delay {} times the one before"),
+    ),
+    Option(
+        name="retry_max_delay_seconds",
+        attr="retry_max_delay",
+        unit="seconds",
+        default=None,
+        type=float | None,
+        doc="The longest delay before a retry (None: no cap).",
+        check=_duration(allow_zero=False, optional=True),
+        shown=("retry max delay", "{}"),
+    ),
+    Option(
+        name="retry_lost",
+        attr="retry_lost",
+        unit="plain",
+        default=False,
+        type=bool,
+        doc='Also try again a run recorded "lost" (its scheduler died while it ran).',
+        check=_check_flag,
+        shown=("retry lost", "{} (a lost run is tried again too)"),
     ),
     Option(
         name="run_at",

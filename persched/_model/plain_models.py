@@ -60,10 +60,16 @@ class PlainJob:
     stop_grace_seconds: float = 5.0
     exclude: tuple[str, ...] | None = None
     pause_after_failures: int | None = None
+    retries: int = 0
+    retry_delay_seconds: float = 10.0
+    retry_backoff: float = 2.0
+    retry_max_delay_seconds: float | None = None
+    retry_lost: bool = False
     paused: bool = False
     paused_until: datetime | None = None  # a timed pause resumes by itself then (pause(until=...))
     pause_note: str | None = None  # why the job is paused (pause(note=...))
     run_now_requested: bool = False
+    pending_attempt: int | None = None
     schedule: str = ""
     unreadable: str | None = None
     run_at: datetime | None = None
@@ -88,4 +94,5 @@ class PlainRun:
     missed_count: int | None = None
     overran: bool = False
     run_now: bool = False
+    attempt: int = 1
     unreadable: str | None = None

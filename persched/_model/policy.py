@@ -23,6 +23,7 @@ against the grace).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -33,7 +34,7 @@ from .instant import Instant, Micros
 if TYPE_CHECKING:
     from .models import Policies
 
-__all__ = ["ClaimPlan", "JobPlan", "Missed", "RunPolicy", "place_grid"]
+__all__ = ["ClaimPlan", "JobPlan", "Missed", "Retry", "RetryPolicy", "RunPolicy", "place_grid"]
 
 
 def place_grid(policies: Policies, now: Instant, start_in: Micros | None) -> tuple[Instant, Instant]:
@@ -61,6 +62,9 @@ class Missed:
 
 
 DEFAULT_STOP_GRACE: Final = Micros(5_000_000)  # stop_grace_seconds=5.0
+DEFAULT_RETRY_DELAY: Final = Micros(10_000_000)  # retry_delay_seconds=10.0
+DEFAULT_RETRY_BACKOFF: Final = 2.0
+_LONGEST_DELAY: Final = 10 * 366 * 86_400_000_000  # µs: the longest interval a job may have
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,54 @@ class RunPolicy:
 
 
 DEFAULT_RUN_POLICY = RunPolicy()
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a job's failed runs are tried again within their slot (docs/reference/behaviour.md, "Retries")."""
+
+    retries: int = 0  # attempts past the first
+    delay: Micros = DEFAULT_RETRY_DELAY  # before attempt 2, after attempt 1 ended
+    backoff: float = DEFAULT_RETRY_BACKOFF  # each later delay is the one before times this
+    max_delay: Micros | None = None
+    lost: bool = False  # a run recorded "lost" is tried again too
+
+    @classmethod
+    def of(cls, policies: Policies) -> RetryPolicy:
+        """The retry policy of `policies` (the default one, shared, when they ask for none)."""
+        if not policies.retries:
+            return NO_RETRIES
+        p = policies
+        return cls(p.retries, p.retry_delay, p.retry_backoff, p.retry_max_delay, p.retry_lost)
+
+    def delay_before(self, attempt: int) -> Micros | None:
+        """How long after attempt ``attempt - 1`` ended attempt `attempt` (2, 3, ...) is due: the delay
+        times backoff**(attempt - 2), capped, rounded to whole microseconds once; None past the retries
+        (or past ten years, where no slot reaches)."""
+        if not 2 <= attempt <= self.retries + 1:
+            return None
+        try:
+            delay = self.delay * self.backoff ** (attempt - 2)
+        except OverflowError:  # a backoff too large for a float: longer than any cap or slot
+            delay = math.inf
+        if self.max_delay is not None:
+            delay = min(delay, self.max_delay)
+        return Micros(round(delay)) if delay <= _LONGEST_DELAY else None  # beyond: no slot is that long
+
+    def retried(self, outcome: str, run_now: bool) -> bool:
+        """Whether a run of `outcome` is tried again (a run-now run never is)."""
+        return not run_now and self.retries > 0 and (outcome == "error" or (outcome == "lost" and self.lost))
+
+
+NO_RETRIES = RetryPolicy()
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A pending attempt: `attempt` (2, 3, ...) of the slot `slot`, due at the row's next_run_at."""
+
+    attempt: int
+    slot: Instant
 
 
 @dataclass(frozen=True)
@@ -109,6 +161,7 @@ class JobPlan:
     exclusions: Exclusions | None = None
     pause_after_failures: int | None = None  # the store pauses the job when its failure streak reaches it
     run_policy: RunPolicy = DEFAULT_RUN_POLICY
+    retry_policy: RetryPolicy = NO_RETRIES
 
     @classmethod
     def of(cls, job_id: str, generation: int, anchor: Instant, policies: Policies) -> JobPlan:
@@ -132,6 +185,7 @@ class JobPlan:
             exclusions,
             policies.pause_after_failures,
             RunPolicy.of(policies),
+            RetryPolicy.of(policies),
         )
 
     def describe(self) -> str:
@@ -292,6 +346,39 @@ class JobPlan:
         if self.trigger is None:
             return max(self.slot_after(recovered_at), self.slot_after(slot))  # fixed delay: from the loss
         return next_run_at if next_run_at > slot else self.trigger.next_after(slot)
+
+    # -- retries (docs/reference/behaviour.md, "Retries") ----------------------------------------------
+
+    def retry_before(self, slot: Instant, ended_at: Instant) -> Instant:
+        """The job's next regular slot once an attempt of `slot` ended at `ended_at`: a retry is due
+        before it or not at all. On a grid, the slot after `slot`; fixed delay: one interval after
+        that attempt's end."""
+        if self.trigger is None:
+            assert self.interval is not None
+            return self.allowed(Instant(ended_at + self.interval))
+        return self.trigger.next_after(slot)
+
+    def retry_after(
+        self, slot: Instant, attempt: int, outcome: str, run_now: bool, ended_at: Instant
+    ) -> tuple[Instant, Retry] | None:
+        """When the next attempt of `slot` is due after `attempt` ended with `outcome` at `ended_at`, and
+        that attempt; None when there is none (out of retries, an outcome not retried, a run-now
+        run, or it would come at or after the job's next regular slot)."""
+        if not self.retry_policy.retried(outcome, run_now):
+            return None
+        delay = self.retry_policy.delay_before(attempt + 1)
+        if delay is None:
+            return None
+        due = Instant(ended_at + delay)
+        return (due, Retry(attempt + 1, slot)) if due < self.retry_before(slot, ended_at) else None
+
+    def retry_deadline(self, retry: Retry, due: Instant) -> Instant:
+        """The next regular slot of a pending `retry` due at `due`: it starts only before then."""
+        if self.trigger is None:
+            delay = self.retry_policy.delay_before(retry.attempt)
+            # Fixed delay: one interval after the failed attempt ended, which was `delay` before `due`.
+            return self.retry_before(retry.slot, Instant(due - (delay or 0)))
+        return self.trigger.next_after(retry.slot)
 
     def _missed(self, first: Instant, last: Instant) -> Missed:
         assert self.trigger is not None

@@ -56,10 +56,16 @@ class Job(BaseModel):
     stop_grace_seconds: float = 5.0  # a stopped child process is killed this long after SIGTERM
     exclude: tuple[str, ...] | None = None  # excluded dates and ranges, canonical ("2026-12-24/2026-12-26")
     pause_after_failures: int | None = None  # paused after this many failed slots in a row
+    retries: int = 0  # a failed run is tried again up to this many times, within its slot
+    retry_delay_seconds: float = 10.0  # the first retry's delay after the failed attempt ended
+    retry_backoff: float = 2.0  # each retry's delay is the previous one's times this
+    retry_max_delay_seconds: float | None = None  # the longest delay (None: no cap)
+    retry_lost: bool = False  # a run recorded "lost" is tried again too
     paused: bool = False
     paused_until: datetime | None = None  # a timed pause resumes by itself then (pause(until=...))
     pause_note: str | None = None  # why the job is paused (pause(note=...))
     run_now_requested: bool = False
+    pending_attempt: int | None = None  # a retry is pending: the attempt next_run_at starts (2, 3, ...)
     schedule: str = ""  # the schedule in words: "every 5 min", "cron 0 3 * * * Europe/Paris"
     # Why the stored row cannot be read (a hand edit), or None; the fields it names
     # show placeholders. schedule() with a valid definition replaces such a row.
@@ -87,4 +93,5 @@ class Run(BaseModel):
     missed_count: int | None = None  # how many slots it stands for (None: not counted, a long cron range)
     overran: bool = False  # still running after the job's max_runtime_seconds
     run_now: bool = False  # started by run_now(), off the grid
+    attempt: int = 1  # which attempt of its slot (retries): 1 for the first
     unreadable: str | None = None  # why the stored record cannot be read (fields it names are placeholders)

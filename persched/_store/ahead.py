@@ -60,8 +60,8 @@ def corrected_slot(row: StoredRow, now: Instant, updated_at: Instant | None) -> 
     `updated_at` None: a row read with the claims' columns only (`STANDING_COLUMNS`): only a grid
     moved past its first slot tells, and the slot is an estimate that ignores ``start_at`` (which
     `correct_ahead` reads the whole row for)."""
-    if row.problems or row.state != SCHEDULED:
-        return None
+    if row.problems or row.state != SCHEDULED or row.retry_attempt is not None:
+        return None  # (a pending attempt is due off the grid, within its slot: not ahead of it)
     next_at = from_datetime(row.next_run_at)
     if not written_ahead(next_at, instant_or_none(row.first_run_at), updated_at, now):
         return None

@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from .._model.instant import Instant, Micros, from_datetime, to_datetime
 from .._model.models import CLAIM_POLICY_COLUMNS
+from .._model.policy import ClaimPlan
 from ._rows import read_row
 from .ahead import corrected_slot
 from .dialects import Sql, marks
+from .failures import FailingJob
 from .mappers import (
     DISPATCH_COLUMNS,
     FINISHED,
@@ -34,9 +36,11 @@ from .mappers import (
     instant_or_none,
     missed_record,
     nullable_micros,
+    pending_retry,
     plan_of,
     plan_or_quarantine,
     readable_plan,
+    retry_of,
     stored,
 )
 from .records import Carried, Claim, ClaimEntry, ClaimMiss
@@ -47,7 +51,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy import Connection, Insert
 
-    from .._model.policy import ClaimPlan, JobPlan
+    from .._model.policy import JobPlan, Retry
     from ._rows import StoredRow
     from .dialects import Dialect, DriverCursor
 
@@ -61,7 +65,17 @@ STANDING_SELECT: Final = ", ".join(column.name for column in STANDING_COLUMNS)
 # The claim's one write back (`Dialect.update_rows`): every won row, by its key, where its decision
 # puts it (running a slot, or waiting again: misfire "skip", a slot that ran already). The locking
 # read holds the rows.
-_CLAIM_SETS: Final = ("state", "owner", "lease_until", "running_for", "next_run_at", "run_now_at", "updated_at")
+_CLAIM_SETS: Final = (
+    "state",
+    "owner",
+    "lease_until",
+    "running_for",
+    "next_run_at",
+    "run_now_at",
+    "retry_attempt",
+    "retry_for",
+    "updated_at",
+)
 _CLAIM_KEY: Final = ("job_id", "generation")
 
 # How soon an entry looks again after SKIP LOCKED passed its due row by (`_retry_at`): a claim
@@ -112,6 +126,7 @@ class ClaimedRow(NamedTuple):
     run_now_at: Instant | None
     max_runtime: Micros | None
     plan: JobPlan
+    retry: Retry | None  # a pending attempt, due at next_at
 
 
 def _claimed_row(raw: tuple[Any, ...], dialect: Dialect) -> ClaimedRow | None:
@@ -120,7 +135,7 @@ def _claimed_row(raw: tuple[Any, ...], dialect: Dialect) -> ClaimedRow | None:
     if plan is None:
         return None
     target, args, kwargs = raw[_AT["target"]], raw[_AT["args"]], raw[_AT["kwargs"]]
-    run_now_at = raw[_AT["run_now_at"]]
+    run_now_at, retry_for = raw[_AT["run_now_at"]], raw[_AT["retry_for"]]
     max_runtime = raw[_AT["max_runtime_seconds"]]  # read with the plan's columns: a number or None
     if not (isinstance(target, str) and isinstance(args, str) and isinstance(kwargs, str)):
         return None
@@ -135,6 +150,7 @@ def _claimed_row(raw: tuple[Any, ...], dialect: Dialect) -> ClaimedRow | None:
             None if run_now_at is None else dialect.raw_instant(run_now_at),
             None if max_runtime is None else column_micros(max_runtime),
             plan,
+            pending_retry(raw[_AT["retry_attempt"]], None if retry_for is None else dialect.raw_instant(retry_for)),
         )
     except (ValueError, TypeError, OverflowError):
         return None
@@ -211,6 +227,7 @@ class _Write(NamedTuple):
     running_for: Instant | None
     next_run_at: Instant
     run_now_at: Instant | None
+    retry: Retry | None
     job_id: str
     generation: int
 
@@ -223,6 +240,7 @@ class Writes:
     won: list[_Write] = field(default_factory=list)  # the claim's write back
     quarantined: list[dict[str, Any]] = field(default_factory=list)  # QUARANTINE
     missed: list[dict[str, Any]] = field(default_factory=list)  # history rows: "missed" and "error" records
+    failing: list[FailingJob] = field(default_factory=list)  # slots that gave up: pause_after_failures
 
     def apply(self, conn: Connection, cur: DriverCursor, dialect: Dialect, insert_runs: Insert) -> None:
         if self.won:
@@ -236,6 +254,8 @@ class Writes:
                     None if w.running_for is None else at(w.running_for),
                     at(w.next_run_at),
                     None if w.run_now_at is None else at(w.run_now_at),
+                    None if w.retry is None else w.retry.attempt,
+                    None if w.retry is None else at(w.retry.slot),
                     updated,
                     w.job_id,
                     w.generation,
@@ -255,19 +275,24 @@ class Writes:
         slot: Instant,
         next_at: Instant,
         run_now_at: Instant | None,
+        retry: Retry | None,
         owner: str,
         lease_until: Instant,
     ) -> None:
-        """Queue a won row's start: running `slot`, owned by `owner` until `lease_until`, next at `next_at`."""
-        self.won.append(_Write(RUNNING, owner, lease_until, slot, next_at, run_now_at, row.job_id, row.generation))
+        """Queue a won row's start: running `slot`, owned by `owner` until `lease_until`, next at `next_at`
+        (with the pending attempt `retry` that a run-now run leaves in place)."""
+        self.won.append(
+            _Write(RUNNING, owner, lease_until, slot, next_at, run_now_at, retry, row.job_id, row.generation)
+        )
 
     def wait(
         self, plan: JobPlan, job_id: str, generation: int, next_at: Instant, run_now_at: Instant | None
     ) -> ClaimMiss:
-        """A won row that runs nothing now: queue it waiting at `next_at` (or finished); the result for its entry."""
+        """A won row that runs nothing now: queue it waiting at `next_at` (or finished), with no attempt
+        pending; the result for its entry."""
         over = plan.is_over(next_at, run_now_at)
         state = FINISHED if over else SCHEDULED
-        self.won.append(_Write(state, None, None, None, next_at, run_now_at, job_id, generation))
+        self.won.append(_Write(state, None, None, None, next_at, run_now_at, None, job_id, generation))
         return ClaimMiss(state, generation, None, None if over else plan.due_at(next_at, run_now_at))
 
 
@@ -277,6 +302,7 @@ class Won(NamedTuple):
 
     row: ClaimedRow
     decision: ClaimPlan
+    attempt: int = 1
     claim: Claim | None = None
 
 
@@ -323,6 +349,7 @@ class ClaimBatch:
             instant_or_none(stored_row.run_now_at),
             nullable_micros(stored_row.max_runtime_seconds),
             plan,
+            retry_of(stored_row),
         )
 
     def decide(self, row: ClaimedRow) -> None:
@@ -330,6 +357,9 @@ class ClaimBatch:
         or go back to waiting."""
         key = (row.job_id, row.generation)
         bound, taken_at = self.expected[key]
+        if row.retry is not None and row.next_at <= bound:
+            self._decide_retry(row, row.retry)
+            return
         decision = row.plan.claim(row.next_at, row.run_now_at, bound, self.claimed_at, taken_at)
         if decision.missed is not None:
             self.writes.missed.append(missed_record(*key, decision.missed, self.claimed_at, self.instance_id))
@@ -338,6 +368,30 @@ class ClaimBatch:
             self.skipped[key] = self.writes.wait(row.plan, *key, decision.next_run_at, row.run_now_at)
             return
         self.claims[key] = Won(row, decision)
+
+    def _decide_retry(self, row: ClaimedRow, retry: Retry) -> None:
+        """A won row whose pending attempt is due: run it, while its slot is current (before the job's
+        next regular slot); else give the slot up and wait for that slot, which is due now."""
+        key, plan = (row.job_id, row.generation), row.plan
+        deadline = plan.retry_deadline(retry, row.next_at)
+        if self.claimed_at < deadline:
+            # On a grid the row moves on to that next slot, as any claim of `retry.slot` moves it;
+            # fixed delay: it stays, and the attempt's end places the next run.
+            next_at = deadline if plan.trigger is not None else row.next_at
+            self.claims[key] = Won(row, ClaimPlan(retry.slot, False, next_at, None), retry.attempt)
+            return
+        logger.warning(
+            "job %s generation %d: gave up on the slot %s after %d attempts: attempt %d, due at %s, came "
+            "after the slot's time had passed",
+            *key,
+            to_datetime(retry.slot).isoformat(),
+            retry.attempt - 1,
+            retry.attempt,
+            to_datetime(row.next_at).isoformat(),
+        )
+        self.skipped[key] = self.writes.wait(plan, *key, deadline, row.run_now_at)
+        if plan.pause_after_failures:  # the slot ended in failure: every attempt of it failed
+            self.writes.failing.append(FailingJob(*key, plan.pause_after_failures, self.claimed_at))
 
     def won(self) -> list[Won]:
         return list(self.claims.values())
@@ -375,7 +429,8 @@ class ClaimBatch:
                 self.skipped[key] = w.wait(plan, *key, past, row.run_now_at)
                 continue
             run_now_at = None if decision.run_now else row.run_now_at  # a run-now run takes its request
-            w.start(row, slot, decision.next_run_at, run_now_at, self.instance_id, self.lease_until)
+            kept = row.retry if decision.run_now else None  # a pending attempt waits out a run-now run
+            w.start(row, slot, decision.next_run_at, run_now_at, kept, self.instance_id, self.lease_until)
             claim = Claim(
                 row.job_id,
                 row.generation,
@@ -387,7 +442,8 @@ class ClaimBatch:
                 run_id,
                 decision.run_now,
                 row.max_runtime,
-                Carried(plan, decision.next_run_at, run_now_at),
+                Carried(plan, decision.next_run_at, run_now_at, kept),
+                won.attempt,
             )
             self.claims[key] = won._replace(claim=claim)
 

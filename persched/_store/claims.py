@@ -52,6 +52,7 @@ from .ahead import correct_ahead, log_correction
 from .claim_batch import DISPATCH_SELECT, ClaimBatch, misses
 from .completions import CompletionsStore
 from .dialects import Sql, marks
+from .failures import log_paused, pause_failing
 from .mappers import (
     DISPATCH_COLUMNS,
     RAW_DISPATCH,
@@ -74,7 +75,16 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # The columns of a run's record as its claim inserts it.
-_START_COLUMNS: Final = ("job_id", "generation", "scheduled_for", "started_at", "instance_id", "lease_until", "run_now")
+_START_COLUMNS: Final = (
+    "job_id",
+    "generation",
+    "scheduled_for",
+    "started_at",
+    "instance_id",
+    "lease_until",
+    "run_now",
+    "attempt",
+)
 
 
 def _bound_of(entries: list[tuple[int, Instant]], dialect: Dialect) -> Sql:
@@ -194,6 +204,9 @@ class ClaimsStore(CompletionsStore):
             batch.record_starts(run_ids, self._last_slots(cur, batch.conflicts(run_ids)))
             batch.writes.apply(conn, cur, self.dialect, self._insert_runs)
             self._after_commit(batch.writes.missed)
+            if batch.writes.failing:  # slots that gave up their pending attempt (`ClaimBatch.decide`)
+                paused = pause_failing(cur, self.dialect, batch.writes.failing)
+                self._on_commit(lambda: log_paused(paused, self.failures_paused))
             lost = batch.undecided()
             found, ahead = misses(conn, self.dialect, lost, claimed_at) if lost else ({}, set())
             corrected[:] = correct_ahead(conn, ahead, claimed_at, self._bump_change_seq) if ahead else []
@@ -329,7 +342,16 @@ class ClaimsStore(CompletionsStore):
         at = self.dialect.bind_instant
         started, lease = at(started_at), at(lease_until)
         rows = [
-            (w.row.job_id, w.row.generation, at(w.decision.run_for), started, instance_id, lease, w.decision.run_now)
+            (
+                w.row.job_id,
+                w.row.generation,
+                at(w.decision.run_for),
+                started,
+                instance_id,
+                lease,
+                w.decision.run_now,
+                w.attempt,
+            )
             for w in won
             if w.decision.run_for is not None
         ]

@@ -17,7 +17,7 @@ from .._model.instant import Instant, from_datetime, to_datetime
 from ._tx import REFUSED, Transactions, refusal_of
 from .claim_batch import DISPATCH_SELECT, Writes, standing
 from .dialects import Sql, marks
-from .failures import STREAK, FailingJob, failed, log_paused, pause_failing
+from .failures import STREAK, FailingJob, failed, log_paused, pause_failing, streak_step
 from .mappers import (
     DISPATCH_COLUMNS,
     FINISHED,
@@ -29,6 +29,7 @@ from .mappers import (
     missed_record,
     plan_or_quarantine,
     refused_record,
+    retry_of,
     stored,
 )
 from .records import MAX_ERROR_TEXT, Completion
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy import Connection
 
-    from .._model.policy import JobPlan
+    from .._model.policy import JobPlan, Retry
     from .dialects import DriverCursor
 
 logger = logging.getLogger(__name__)
@@ -54,7 +55,8 @@ _FINISH_RUN: Final = (
 _FINISH_JOB: Final = (
     "UPDATE persched_jobs SET state = ?, owner = NULL, lease_until = NULL, running_for = NULL,"  # noqa: S608 - constants
     " cancel_requested_at = NULL,"  # a cancel request ends with its run (persched._store.cancels)
-    f" next_run_at = ?, run_count = {counted('run_count', '1')}, error_count = {counted('error_count', '?')},"
+    " next_run_at = ?, retry_attempt = ?, retry_for = ?,"  # an attempt of the slot pending, or none
+    f" run_count = {counted('run_count', '1')}, error_count = {counted('error_count', '?')},"
     f" failure_streak = {STREAK}, last_outcome = ?, updated_at = ?"
     " WHERE job_id = ? AND generation = ? AND state = 'running' AND owner = ? AND running_for = ?"
 )
@@ -158,25 +160,31 @@ class CompletionsStore(Transactions):
             for i, c in enumerate(completions)
         ]
         # Decided before the transaction (pure): (index, next_run_at, finished?, plan) of each carried
-        # one, and its _FINISH_CARRIED parameters.
+        # one, and its _FINISH_CARRIED parameters; the failed runs of jobs with pause_after_failures
+        # whose slot is settled (the others: `_finish_read`).
         carried: list[tuple[int, Instant, bool, JobPlan]] = []
         moves: list[tuple[Any, ...]] = []
+        carried_failing: list[FailingJob] = []
+        carried_gave_up: dict[int, Completion] = {}  # by run id: logged once committed
         for i, c in enumerate(completions):
             kept = c.claim.carried
             if kept is None or kept.run_now_at is not None:
                 continue
-            next_at, dropped = kept.plan.after_run(kept.next_run_at, c.finished_at)
-            if dropped is not None:  # overlap "skip" dropped slots: a record to write, decided again below
+            decided = _next_after(kept.plan, c, kept.next_run_at, kept.pending)
+            if decided is None:  # overlap "skip" dropped slots: a record to write, decided again below
                 continue
-            over = kept.plan.is_over(next_at, None)
+            next_at, retry = decided
+            over = retry is None and kept.plan.is_over(next_at, None)
             carried.append((i, next_at, over, kept.plan))
             left = at(kept.next_run_at)
             moves.append(
                 (
                     FINISHED if over else SCHEDULED,
                     left if next_at == kept.next_run_at else at(next_at),
+                    None if retry is None else retry.attempt,
+                    None if retry is None else at(retry.slot),
                     1 if c.outcome == "error" else 0,
-                    failed(c.outcome),
+                    streak_step(c.outcome, c.claim.attempt),
                     c.outcome,
                     finished[i],
                     c.claim.job_id,
@@ -187,17 +195,16 @@ class CompletionsStore(Transactions):
                     False,
                 )
             )
-
-        # Failed runs of jobs with pause_after_failures, by their claim's plan (the others: `_finish_read`).
-        carried_failing = [
-            FailingJob(c.claim.job_id, c.claim.generation, kept.plan.pause_after_failures, c.finished_at)
-            for c in completions
-            if (kept := c.claim.carried) is not None and failed(c.outcome) and kept.plan.pause_after_failures
-        ]
+            if retry is None and failed(c.outcome) and kept.plan.pause_after_failures:
+                failing = FailingJob(c.claim.job_id, c.claim.generation, kept.plan.pause_after_failures, c.finished_at)
+                carried_failing.append(failing)
+            if retry is None and gave_up(kept.plan, c):
+                carried_gave_up[c.claim.run_id] = c
 
         def body(conn: Connection) -> list[Instant | None]:
             cur = self.dialect.cursor(conn)
             failing = list(carried_failing)
+            given_up = dict(carried_gave_up)
             cur.executemany(_FINISH_RUN, params)
             due: list[Instant | None] = [None] * len(completions)
             rest: Sequence[int] = range(len(completions))
@@ -211,9 +218,11 @@ class CompletionsStore(Transactions):
                 done = {i for i, _, _, _ in carried}
                 rest = [i for i in rest if i not in done]
             if rest:
-                read = self._finish_read(conn, cur, [completions[i] for i in rest], instance_id, failing)
+                read = self._finish_read(conn, cur, [completions[i] for i in rest], instance_id, failing, given_up)
                 for i, due_at in zip(rest, read, strict=True):
                     due[i] = due_at
+            if given_up:
+                self._on_commit(lambda: _log_gave_up(given_up))
             if failing:
                 paused = pause_failing(cur, self.dialect, failing)
                 keys = {(job.job_id, job.generation) for job in paused}
@@ -233,11 +242,12 @@ class CompletionsStore(Transactions):
         completions: Sequence[Completion],
         instance_id: str,
         failing: list[FailingJob],
+        given_up: dict[int, Completion],
     ) -> list[Instant | None]:
         """`finish_runs` of completions whose row must be read: under the write lock (SQLite) and
         written with the same predicate again, so a row recovered, descheduled or replaced
         meanwhile is never moved. Their run records are written already. A failed run of a job
-        with pause_after_failures is added to `failing`."""
+        with pause_after_failures is added to `failing`, one whose slot gave up to `given_up`."""
         at = self.dialect.bind_instant
         job_ids = tuple({c.claim.job_id for c in completions})
         ours = f"SELECT {DISPATCH_SELECT} FROM persched_jobs WHERE job_id IN ({marks(len(job_ids))})"  # noqa: S608
@@ -277,17 +287,26 @@ class CompletionsStore(Transactions):
             if plan is None:
                 due.append(None)
                 continue
-            next_at, dropped = plan.after_run(from_datetime(row.next_run_at), c.finished_at)
-            if dropped is not None:
-                w.missed.append(missed_record(row.job_id, row.generation, dropped, c.finished_at, instance_id))
+            # A paused row has no attempt pending, and gets none (the pause dropped it).
+            left = from_datetime(row.next_run_at)
+            decided = _next_after(plan, c, left, retry_of(row), paused=bool(row.paused))
+            if decided is None:
+                next_at, dropped = plan.after_run(left, c.finished_at)
+                if dropped is not None:
+                    w.missed.append(missed_record(row.job_id, row.generation, dropped, c.finished_at, instance_id))
+                retry = None
+            else:
+                next_at, retry = decided
             run_now_at = instant_or_none(row.run_now_at)
-            over = plan.is_over(next_at, run_now_at)
+            over = retry is None and plan.is_over(next_at, run_now_at)
             moves.append(
                 (
                     FINISHED if over else SCHEDULED,
                     at(next_at),
+                    None if retry is None else retry.attempt,
+                    None if retry is None else at(retry.slot),
                     1 if c.outcome == "error" else 0,
-                    failed(c.outcome),
+                    streak_step(c.outcome, c.claim.attempt),
                     c.outcome,
                     at(c.finished_at),
                     row.job_id,
@@ -297,10 +316,54 @@ class CompletionsStore(Transactions):
                 )
             )
             due.append(None if over or row.paused else plan.due_at(next_at, run_now_at))
-            if failed(c.outcome) and plan.pause_after_failures:
+            if retry is None and gave_up(plan, c):
+                given_up[c.claim.run_id] = c
+            if retry is None and failed(c.outcome) and plan.pause_after_failures:
                 failing.append(FailingJob(row.job_id, row.generation, plan.pause_after_failures, c.finished_at))
         if moves:
             cur.executemany(_FINISH_JOB, moves)
         w.apply(conn, cur, self.dialect, self._insert_runs)
         self._after_commit(w.missed)
         return due
+
+
+def _next_after(
+    plan: JobPlan, completion: Completion, next_run_at: Instant, pending: Retry | None, *, paused: bool = False
+) -> tuple[Instant, Retry | None] | None:
+    """Where a completed run's row goes: its next slot, or the next attempt of its slot (due then),
+    from the row's `next_run_at` and the attempt `pending` on it; None when its overlap policy
+    dropped slots (`JobPlan.after_run` names them: the caller records them)."""
+    claim = completion.claim
+    if pending is not None and claim.run_now:
+        return next_run_at, pending  # a run-now run leaves the pending attempt as it was
+    retried = (
+        None
+        if paused
+        else plan.retry_after(
+            claim.scheduled_for, claim.attempt, completion.outcome, claim.run_now, completion.finished_at
+        )
+    )
+    if retried is not None:
+        return retried
+    next_at, dropped = plan.after_run(next_run_at, completion.finished_at)
+    return None if dropped is not None else (next_at, None)
+
+
+def gave_up(plan: JobPlan, completion: Completion) -> bool:
+    """Whether a completion that made no further attempt settles a slot that its retries could not save:
+    a failed attempt past the first, or a first one that would have been retried had its slot had time."""
+    claim, outcome = completion.claim, completion.outcome
+    return failed(outcome) and (claim.attempt > 1 or plan.retry_policy.retried(outcome, claim.run_now))
+
+
+def _log_gave_up(gave_up: dict[int, Completion]) -> None:
+    for completion in gave_up.values():
+        claim = completion.claim
+        logger.warning(
+            "job %s generation %d: gave up on the slot %s after %d attempts (the last: %s)",
+            claim.job_id,
+            claim.generation,
+            to_datetime(claim.scheduled_for).isoformat(),
+            claim.attempt,
+            completion.outcome,
+        )

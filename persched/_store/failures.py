@@ -1,16 +1,19 @@
 """Repeated failures: a job's count of failed slots in a row, and the pause that `pause_after_failures` brings.
 
 The count (``failure_streak``) is written by the UPDATE that records a
-completion or a recovery (`STREAK`, `STREAK_LOST`): the database adds one to
-the value the row holds when that UPDATE runs, or sets 0 after a success. A
+completion or a recovery (`STREAK`, its parameter from `streak_step`): the
+database adds one to the value the row holds when that UPDATE runs, or sets
+0 after a success. A slot counts once, at its first failed attempt; a later
+attempt of it that fails leaves the count alone, one that succeeds sets 0. A
 resume or a replacement that committed first (it sets 0, or a new row) is
 therefore never undone by a completion that was on its way; a "missed"
 record is no run and leaves the count alone.
 
 In the same transaction, `pause_failing` pauses each job whose count reached
-its option and that is not paused already (an operator's pause keeps its
-note): one conditional UPDATE per such job, so the rows it changed are the
-jobs this transaction paused. The WARNING and the ``job_paused`` event come
+its option, once its slot is settled (no attempt of it pending), and that
+is not paused already (an operator's pause keeps its note): one conditional
+UPDATE per such job, so the rows it changed are the jobs this transaction
+paused. The WARNING and the ``job_paused`` event come
 once, from the instance whose commit paused the job, after that commit
 (`FailuresPaused`). docs/reference/behaviour.md#repeated-failures says what
 users see.
@@ -33,14 +36,14 @@ if TYPE_CHECKING:
     from .._model.instant import Instant
     from .dialects import Dialect, DriverCursor
 
-__all__ = ["STREAK", "STREAK_LOST", "FailingJob", "failed", "log_paused", "pause_failing"]
+__all__ = ["STREAK", "FailingJob", "failed", "log_paused", "pause_failing", "streak_after", "streak_step"]
 
 logger = logging.getLogger(_loggers.LIBRARY)
 
-#: The count's new value in a completion's UPDATE; its parameter is 1 for a failed outcome, else 0.
-STREAK: Final = f"CASE WHEN ? = 1 THEN {counted('failure_streak', '1')} ELSE 0 END"
-#: The count's new value in a recovery's UPDATE (a lost run is a failure).
-STREAK_LOST: Final = counted("failure_streak", "1")
+#: The count's new value in a completion's UPDATE; its parameter is `streak_step`'s.
+STREAK: Final = f"CASE ? WHEN 1 THEN {counted('failure_streak', '1')} WHEN 0 THEN 0 ELSE failure_streak END"
+# The same, by the step known when the statement is built (`streak_after`).
+_STREAK_BY_STEP: Final = {0: "0", 1: counted("failure_streak", "1"), 2: "failure_streak"}
 
 # Pause a job of this generation whose count reached its option, unless it is paused already. Its state is
 # 'scheduled': the completion or recovery in this transaction put it there (a finished job has no slot left).
@@ -60,9 +63,23 @@ class FailingJob(NamedTuple):
     at: Instant
 
 
-def failed(outcome: str) -> int:
-    """`STREAK`'s parameter for a run of `outcome`: 1 if it failed."""
-    return 1 if outcome in FAILED_OUTCOMES else 0
+def failed(outcome: str) -> bool:
+    """Whether a run of `outcome` failed."""
+    return outcome in FAILED_OUTCOMES
+
+
+def streak_step(outcome: str, attempt: int) -> int:
+    """`STREAK`'s parameter for attempt `attempt` of a slot that ended with `outcome`: 0 a success (the
+    count starts again), 1 a failed first attempt (its slot counts as failed), 2 a failed later attempt
+    (its slot is counted already)."""
+    if not failed(outcome):
+        return 0
+    return 1 if attempt == 1 else 2
+
+
+def streak_after(outcome: str, attempt: int) -> str:
+    """SQL for the count's new value after attempt `attempt` ended with `outcome` (`STREAK`, its step given)."""
+    return _STREAK_BY_STEP[streak_step(outcome, attempt)]
 
 
 def pause_failing(cur: DriverCursor, dialect: Dialect, failing: Sequence[FailingJob]) -> list[FailingJob]:

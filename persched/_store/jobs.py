@@ -28,7 +28,7 @@ import functools
 import logging
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeVar
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from .._model.instant import Instant, from_datetime, to_datetime
@@ -82,12 +82,16 @@ _PAUSABLE: Final = (jobs.c.state.in_((SCHEDULED, RUNNING)), jobs.c.paused.is_(Fa
 
 
 def _paused(now: Instant, until: Instant | None, note: str | None) -> dict[str, Any]:
-    """The values of a pause (a pending run-now is dropped: a paused job starts no run)."""
+    """The values of a pause: a paused job starts no run, so a pending run-now is dropped, and so is
+    a pending attempt (the row goes back to the slot it retried, which a resume passes by)."""
     return {
         "paused": True,
         "paused_until": None if until is None else to_datetime(until),
         "pause_note": note,
         "run_now_at": None,
+        "next_run_at": func.coalesce(jobs.c.retry_for, jobs.c.next_run_at),
+        "retry_attempt": None,
+        "retry_for": None,
         "updated_at": to_datetime(now),
     }
 
@@ -359,6 +363,8 @@ class JobsStore(DueStore):
             "run_now_at": None,
             "running_for": None,
             "cancel_requested_at": None,
+            "retry_attempt": None,  # a replacement drops a pending attempt
+            "retry_for": None,
             "owner": None,
             "lease_until": None,
             "run_count": 0,

@@ -26,7 +26,7 @@ from .._model import triggers as _triggers
 from .._model.instant import Instant, from_datetime, to_datetime
 from ._rows import raw_columns, read_row
 from ._tx import REFUSED, Transactions, read_time, refusal_of
-from .failures import STREAK_LOST, FailingJob, log_paused, pause_failing
+from .failures import FailingJob, log_paused, pause_failing, streak_after
 from .mappers import (
     CLOCK_STEP_FLOOR,
     DESCHEDULED,
@@ -44,6 +44,7 @@ from .mappers import (
     readable_plan,
     refused_record,
     regrid,
+    retry_of,
 )
 from .records import OpenRun, Recovery, Stranded
 from .schema import jobs, runs
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Collection
 
     from sqlalchemy import Connection, Row
+
+    from .._model.policy import Retry
 
 logger = logging.getLogger(__name__)
 
@@ -152,14 +155,21 @@ class LeasesStore(Transactions):
             # The lost slot is not run again; the job carries on. Never the lost slot
             # again, also on a clock behind the claimer's (and for a run
             # claimed before schema 0003, which kept its slot in next_run_at).
-            next_at = plan.after_loss(from_datetime(row.next_run_at), from_datetime(lost.scheduled_for), recovered_at)
+            slot, pending = from_datetime(lost.scheduled_for), retry_of(row)
+            attempt = lost.attempt if isinstance(lost.attempt, int) and lost.attempt >= 1 else 1  # a hand edit: 1
+            if pending is not None and lost.run_now:  # a run-now run leaves the pending attempt as it was
+                retried: tuple[Instant, Retry] | None = (from_datetime(row.next_run_at), pending)
+            else:  # with retry_lost, the next attempt of its slot (docs/reference/behaviour.md, "Retries")
+                retried = plan.retry_after(slot, attempt, "lost", lost.run_now, recovered_at)
+            next_at = retried[0] if retried else plan.after_loss(from_datetime(row.next_run_at), slot, recovered_at)
+            retry = retried[1] if retried else None
             run_now_at = instant_or_none(row.run_now_at)
-            over = plan.is_over(next_at, run_now_at)
+            over = retry is None and plan.is_over(next_at, run_now_at)
             values: dict[str, Any] = {}
             # A run claimed by a process whose clock was ahead (and that died) left the grid ahead:
             # corrected as at start-up (see DueStore._inspect), in its generation; the change is
             # announced, so that the other instances queue it too.
-            corrected = None if over else readable_plan(row, with_start=True)
+            corrected = None if over or retry is not None else readable_plan(row, with_start=True)
             corrected_at = None if corrected is None else corrected.corrected(next_at, recovered_at)
             if corrected_at is not None and next_at - corrected_at > CLOCK_STEP_FLOOR:
                 logger.warning(
@@ -184,14 +194,17 @@ class LeasesStore(Transactions):
                     running_for=None,
                     cancel_requested_at=None,
                     next_run_at=to_datetime(next_at),
+                    retry_attempt=None if retry is None else retry.attempt,
+                    retry_for=None if retry is None else to_datetime(retry.slot),
                     run_count=literal_column(counted("run_count", "1")),
-                    failure_streak=literal_column(STREAK_LOST),  # counted on the row as it stands
+                    # counted on the row as it stands
+                    failure_streak=literal_column(streak_after("lost", attempt)),
                     last_outcome="lost",
                     updated_at=to_datetime(recovered_at),
                     **values,
                 )
             )
-            if freed.rowcount == 1 and plan.pause_after_failures:
+            if freed.rowcount == 1 and retry is None and plan.pause_after_failures:
                 failing = FailingJob(row.job_id, row.generation, plan.pause_after_failures, recovered_at)
                 paused = pause_failing(self.dialect.cursor(conn), self.dialect, [failing])
                 if paused:
@@ -259,6 +272,8 @@ class LeasesStore(Transactions):
                 error=f"instance {run.instance_id} stopped renewing its lease",
             ),
             runs.c.scheduled_for,
+            runs.c.attempt,
+            runs.c.run_now,
         )
 
     def stranded_jobs(self) -> list[Stranded]:
@@ -310,7 +325,9 @@ class LeasesStore(Transactions):
             due, why = None, None
             if plan is not None:
                 slot = from_datetime(row.running_for if row.running_for is not None else row.next_run_at)
-                next_at = plan.after_loss(from_datetime(row.next_run_at), slot, now)  # never its slot again
+                # Never its slot again; an attempt pending (beside a run-now run) stays as it was.
+                left = from_datetime(row.next_run_at)
+                next_at = left if retry_of(row) is not None else plan.after_loss(left, slot, now)
                 run_now_at = instant_or_none(row.run_now_at)
                 over = plan.is_over(next_at, run_now_at)
                 values.update(state=FINISHED if over else SCHEDULED, next_run_at=to_datetime(next_at))
@@ -320,7 +337,7 @@ class LeasesStore(Transactions):
                     "it was put back on its schedule"
                 )
             else:
-                values.update(state=SCHEDULED, paused=True, run_now_at=None)
+                values.update(state=SCHEDULED, paused=True, run_now_at=None, retry_attempt=None, retry_for=None)
                 if not records:  # not said already by plan_or_quarantine (an unreadable schedule)
                     why = (
                         f"the job's stored state {seen.state!r} is not a job state; it was paused: "

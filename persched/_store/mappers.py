@@ -21,7 +21,7 @@ from .._model import triggers as _triggers
 from .._model.instant import Instant, Micros, from_datetime, to_datetime
 from .._model.models import CLAIM_POLICY_COLUMNS, JobState, Policies, check_stored, job_policy_fields
 from .._model.plain_models import PlainJob, PlainRun
-from .._model.policy import JobPlan, Missed
+from .._model.policy import JobPlan, Missed, Retry
 from ..errors import InvalidJobError
 from ._rows import StoredRow, raw_columns, read_row, readable
 from .schema import COUNTER_MAX, jobs, runs
@@ -71,6 +71,8 @@ DISPATCH_COLUMNS: Final = tuple(
         "running_for",
         "run_now_at",
         "paused",
+        "retry_attempt",
+        "retry_for",
         *CLAIM_POLICY_COLUMNS,  # the options' columns (models.OPTIONS), but start_at
     )
 )
@@ -92,6 +94,7 @@ STANDING_COLUMNS: Final = tuple(
         "next_run_at",
         "run_now_at",
         "paused",
+        "retry_attempt",
         *CLAIM_POLICY_COLUMNS,
     )
 )
@@ -109,6 +112,8 @@ _PAUSED_AND_FREED: Final = {
     "lease_until": None,
     "running_for": None,
     "cancel_requested_at": None,
+    "retry_attempt": None,
+    "retry_for": None,
 }
 
 # Pause a job whose stored row cannot be read (see `plan_or_quarantine`).
@@ -196,6 +201,21 @@ def change_words(row: StoredRow) -> str:
 
 def instant_or_none(value: datetime | None) -> Instant | None:
     return None if value is None else from_datetime(value)
+
+
+def pending_retry(attempt: object, slot: Instant | None) -> Retry | None:
+    """The pending attempt a row's ``retry_attempt`` and ``retry_for`` name, or None: none is pending,
+    or they are not what persched writes (a hand edit: the row then waits as if none were)."""
+    if slot is None or isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 2:
+        return None
+    return Retry(attempt, slot)
+
+
+def retry_of(row: StoredRow) -> Retry | None:
+    """`pending_retry` of a row read with `DISPATCH_COLUMNS` (or all of them)."""
+    if "retry_attempt" in row.problems or "retry_for" in row.problems:
+        return None
+    return pending_retry(row.retry_attempt, instant_or_none(row.retry_for))
 
 
 def policies_of(row: StoredRow, *, with_start: bool = True) -> Policies:
@@ -362,6 +382,7 @@ def job_fields(row: StoredRow) -> dict[str, Any]:
         "paused_until": row.paused_until,
         "pause_note": row.pause_note,
         "run_now_requested": row.run_now_at is not None,
+        "pending_attempt": row.retry_attempt,
         "schedule": schedule,
         "unreadable": "; ".join(f"{column}: {reason}" for column, reason in problems.items()) or None,
         "namespace": row.namespace,
@@ -405,6 +426,7 @@ def run_fields(row: StoredRow) -> dict[str, Any]:
         "missed_count": row.missed_count,
         "overran": bool(row.overran),
         "run_now": bool(row.run_now),
+        "attempt": row.attempt,
         "unreadable": "; ".join(f"{column}: {reason}" for column, reason in problems.items()) or None,
     }
 

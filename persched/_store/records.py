@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from .._model.models import Job, Run
-    from .._model.policy import JobPlan, RunPolicy
+    from .._model.policy import JobPlan, Retry, RunPolicy
 
 __all__ = [
     "MAX_ERROR_TEXT",
@@ -50,6 +50,7 @@ class Carried:
     plan: JobPlan
     next_run_at: Instant
     run_now_at: Instant | None
+    pending: Retry | None = None  # an attempt pending on the row, which a run-now run leaves in place
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Claim:
     run_now: bool = False
     max_runtime: Micros | None = None
     carried: Carried | None = field(default=None, compare=False, repr=False)  # for the completion
+    attempt: int = 1  # which attempt of its slot (retries)
 
     @property
     def run_policy(self) -> RunPolicy:
@@ -86,6 +88,7 @@ class Claim:
             started_at=to_datetime(self.started_at),
             run_id=self.run_id,
             run_now=self.run_now,
+            attempt=self.attempt,
         )
 
 

@@ -188,6 +188,11 @@ jobs = Table(
     Column("stop_grace_seconds", _Seconds, nullable=False, server_default="5"),
     Column("exclude", Text, nullable=True),  # excluded dates: a JSON array of text, NULL for none (revision 0011)
     Column("pause_after_failures", Integer, nullable=True),  # NULL: never paused for failures (revision 0012)
+    Column("retries", Integer, nullable=False, server_default="0"),  # the retry options (revision 0014)
+    Column("retry_delay_seconds", _Seconds, nullable=False, server_default="10"),
+    Column("retry_backoff", _Seconds, nullable=False, server_default="2"),
+    Column("retry_max_delay_seconds", _Seconds, nullable=True),
+    Column("retry_lost", Boolean, nullable=False, server_default=false()),
     Column("first_run_at", UTCDateTime, nullable=False),  # grid anchor
     # The next slot still to run; it moves on when a run of the grid is
     # claimed, and stays put for a run-now run.
@@ -198,6 +203,9 @@ jobs = Table(
     Column("run_now_at", UTCDateTime, nullable=True),  # a pending run_now() request
     Column("running_for", UTCDateTime, nullable=True),  # scheduled_for of the run in flight
     Column("cancel_requested_at", UTCDateTime, nullable=True),  # cancel() asked the run in flight to stop
+    # A pending attempt (next_run_at is when it is due): its number, and the slot it tries again.
+    Column("retry_attempt", Integer, nullable=True),
+    Column("retry_for", UTCDateTime, nullable=True),
     Column("generation", Integer, nullable=False),
     Column("state", String(16), nullable=False),
     Column("owner", String(255), nullable=True),  # instance_id holding the claim
@@ -266,6 +274,7 @@ runs = Table(
     Column("missed_count", BigInteger, nullable=True),  # None: too many to count cheaply (cron)
     Column("overran", Boolean, nullable=False, server_default=false()),
     Column("run_now", Boolean, nullable=False, server_default=false()),
+    Column("attempt", Integer, nullable=False, server_default="1"),  # 1, 2, ... of its slot (revision 0014)
     Index(None, "job_id", "run_id"),
 )
 
@@ -279,9 +288,14 @@ _PARTIAL_INDEXES: Final[tuple[tuple[Index, ColumnElement[bool] | TextClause], ..
     # One run per grid slot; run-now runs are off the grid and may share an instant with a slot.
     # (MySQL/MariaDB: over MYSQL_SLOT_COLUMN instead, see the module docstring; not created from here.)
     (
-        Index("uq_persched_runs_slot", runs.c.job_id, runs.c.generation, runs.c.scheduled_for, unique=True).ddl_if(
-            callable_=_not_mysql
-        ),
+        Index(
+            "uq_persched_runs_slot",
+            runs.c.job_id,
+            runs.c.generation,
+            runs.c.scheduled_for,
+            runs.c.attempt,
+            unique=True,
+        ).ddl_if(callable_=_not_mysql),
         text("NOT run_now"),
     ),
     # Open runs (outcome NULL) are few; a partial index finds them for lease

@@ -99,7 +99,7 @@ def _tables(engine: Engine) -> set[str]:
 def test_one_head_and_head_constant() -> None:
     script = ScriptDirectory(_migrate.script_location())
     assert script.get_heads() == [_migrate.HEAD]
-    assert _migrate.HEAD == "0013"
+    assert _migrate.HEAD == "0014"
     # The read commands check the revision without Alembic (persched._store.revision).
     assert _revision.HEAD_REVISION == _migrate.HEAD
 
@@ -168,7 +168,7 @@ def _check_mysql_slot_index(engine: Engine) -> None:
     insp = inspect(engine)
     (slot,) = [i for i in insp.get_indexes("persched_runs") if i["name"] == "uq_persched_runs_slot"]
     assert slot["unique"]
-    assert slot["column_names"] == ["job_id", "generation", MYSQL_SLOT_COLUMN]
+    assert slot["column_names"] == ["job_id", "generation", MYSQL_SLOT_COLUMN, "attempt"]
     (column_info,) = [c for c in insp.get_columns("persched_runs") if c["name"] == MYSQL_SLOT_COLUMN]
     computed = column_info.get("computed")
     assert computed is not None
