@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 
@@ -57,7 +57,7 @@ def _advance(sched: JobScheduler, clock: FakeClock, seconds: float) -> None:
     assert sched.wait_idle(TIMEOUT)
 
 
-def _failing(sched: JobScheduler, job_id: str, script: list[str], every: float, **options: object) -> Job:
+def _failing(sched: JobScheduler, job_id: str, script: list[str], every: float, **options: Any) -> Job:  # noqa: ANN401
     return sched.schedule(
         job_id, jobs.follow, every, args=(job_id, script), start_in=0, **options, misfire="skip", grace_seconds=3600
     )
@@ -246,8 +246,9 @@ def test_a_bad_retry_option_is_refused_by_name_and_writes_nothing(
     make_scheduler: SchedulerFactory, clock: FakeClock, option: str, value: object
 ) -> None:
     sched = make_scheduler(clock=clock)
+    bad: dict[str, Any] = {option: value}
     with pytest.raises(InvalidJobError) as raised:
-        sched.schedule("bad", jobs.record, 60.0, args=("bad",), **{option: value})
+        sched.schedule("bad", jobs.record, 60.0, args=("bad",), **bad)
     assert raised.value.argument == option
     assert sched.get_job("bad") is None
 
