@@ -17,8 +17,10 @@ The problems (`problems`), each a `Problem`:
 - ``overdue``: a scheduled job, not paused, whose ``next_run_at`` is older
   than its ``grace_seconds`` plus the lease (the longest lease among the
   namespace's instance rows, else the default);
-- ``failing``: a job whose last `failures` finished runs of its current
-  generation all failed ("error", "stopped" or "lost"; "missed" records are not runs).
+- ``failing``: a job whose last `failures` slots of its current generation
+  all failed: each slot's last attempt ended "error", "stopped" or "lost"
+  ("missed" records are not runs; a slot with an attempt pending is not
+  settled, and a run-now run counts as a slot of its own).
 
 The dashboard asks about the jobs of one page (`problems` with ``job_ids``):
 the same judgements, the overdue and failing ones looked for among those jobs
@@ -41,12 +43,12 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from sqlalchemy import func, or_, select
 
 from .._model.instant import Instant, Micros, from_datetime, micros, to_datetime
-from .._model.models import JobState
+from .._model.models import MAX_RETRIES, JobState
 from .._model.pauses import FAILED_OUTCOMES
 from .schema import instances, jobs, runs
 
 if TYPE_CHECKING:
-    from collections.abc import Collection
+    from collections.abc import Collection, Sequence
     from datetime import datetime
 
     from sqlalchemy import Connection, Row
@@ -83,7 +85,7 @@ class Problem:
     kind: ProblemKind
     namespace: str
     job_id: str | None = None
-    count: int = 0  # no_scheduler: the jobs waiting; failing: the failed runs in a row
+    count: int = 0  # no_scheduler: the jobs waiting; failing: the failed slots in a row
     at: datetime | None = (
         None  # no_scheduler: the latest renewal seen; overdue: the slot due; failing: the latest start
     )
@@ -188,7 +190,15 @@ def _overdue(
 
 
 def _failing(conn: Connection, namespace: str | None, failures: int, job_ids: Collection[str] | None) -> list[Problem]:
-    query = select(jobs.c.namespace, jobs.c.job_id, jobs.c.generation, jobs.c.state, jobs.c.last_outcome)
+    query = select(
+        jobs.c.namespace,
+        jobs.c.job_id,
+        jobs.c.generation,
+        jobs.c.state,
+        jobs.c.last_outcome,
+        jobs.c.retries,
+        jobs.c.retry_for,
+    )
     if job_ids is None:
         query = query.where(jobs.c.state != _DESCHEDULED, jobs.c.last_outcome.in_(FAILED_OUTCOMES))
         if namespace is not None:
@@ -196,13 +206,14 @@ def _failing(conn: Connection, namespace: str | None, failures: int, job_ids: Co
     else:  # a page's jobs, by the primary key alone: the conditions are judged below, on these few rows
         query = query.where(jobs.c.job_id.in_(job_ids))
     found = []
-    for job_namespace, job_id, generation, state, last_outcome in conn.execute(
+    for job_namespace, job_id, generation, state, last_outcome, retries, retrying in conn.execute(
         query.order_by(jobs.c.namespace, jobs.c.job_id)
     ):
         if state == _DESCHEDULED or last_outcome not in FAILED_OUTCOMES or namespace not in (None, job_namespace):
             continue
+        attempts = 1 + (retries if isinstance(retries, int) and 0 < retries <= MAX_RETRIES else 0)
         latest = conn.execute(
-            select(runs.c.outcome, runs.c.started_at)
+            select(runs.c.outcome, runs.c.started_at, runs.c.scheduled_for, runs.c.run_now, runs.c.run_id)
             .where(
                 runs.c.job_id == job_id,
                 runs.c.generation == generation,
@@ -210,15 +221,29 @@ def _failing(conn: Connection, namespace: str | None, failures: int, job_ids: Co
                 runs.c.outcome != "missed",
             )
             .order_by(runs.c.run_id.desc())
-            .limit(failures)
+            .limit(failures * attempts)
         ).all()
-        if len(latest) == failures and all(outcome in FAILED_OUTCOMES for outcome, _ in latest):
+        slots = _last_attempts(latest, retrying)[:failures]
+        if len(slots) == failures and all(outcome in FAILED_OUTCOMES for outcome, _ in slots):
+            namespace_of = str(job_namespace)
             found.append(
-                Problem(
-                    kind="failing", namespace=str(job_namespace), job_id=str(job_id), count=failures, at=latest[0][1]
-                )
+                Problem(kind="failing", namespace=namespace_of, job_id=str(job_id), count=failures, at=slots[0][1])
             )
     return found
+
+
+def _last_attempts(runs_newest_first: Sequence[Any], retrying: datetime | None) -> list[tuple[str, datetime]]:
+    """The outcome and start of each slot's last attempt, newest slot first: a slot failed when its
+    last attempt did. The slot of a pending attempt (`retrying`) is not settled: left out."""
+    seen: set[object] = set()
+    slots = []
+    for outcome, started_at, slot, run_now, run_id in runs_newest_first:
+        key = run_id if run_now else slot  # each run-now run stands alone
+        if key in seen or (not run_now and slot == retrying):
+            continue
+        seen.add(key)
+        slots.append((outcome, started_at))
+    return slots
 
 
 def problems(

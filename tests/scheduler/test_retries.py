@@ -16,6 +16,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 
+from persched._model.instant import Instant, micros
+from persched._store import Store
+from persched._store import db as _db
+from persched._store.health import problems
 from persched.errors import InvalidJobError
 from persched.testing import FakeClock
 from tests.support import jobs
@@ -298,3 +302,33 @@ def test_gave_up_is_logged_once_per_slot(
     assert len(gave_up) == 1
     assert "after 3 attempts" in gave_up[0]
     assert _job(sched, "doomed").failure_streak == 1
+
+
+def test_persched_check_counts_failed_slots_not_failed_attempts(
+    make_scheduler: SchedulerFactory, clock: FakeClock, db_url: str
+) -> None:
+    sched = _scheduler(make_scheduler, clock)
+    _failing(sched, "flaky", ["error"] * 20, 60.0, retries=2, retry_delay_seconds=5, retry_backoff=1)
+    engine = _db.make_engine(db_url)
+    reader = Store(engine, _db.mask(engine.url))
+    try:
+
+        def failing(slots: int) -> list[str]:
+            now = Instant(micros(clock.now()))
+            return [p.job_id or "" for p in problems(reader, now, failures=slots) if p.kind == "failing"]
+
+        assert [r.attempt for r in _runs(sched, "flaky")] == [1]
+        assert failing(1) == []  # attempt 1 failed, and its slot has an attempt pending: not settled
+        _advance(sched, clock, 5)
+        _advance(sched, clock, 5)
+        assert [r.attempt for r in _runs(sched, "flaky")] == [1, 2, 3]
+        assert failing(1) == ["flaky"]
+        assert failing(2) == []  # three failed attempts are one failed slot
+        _advance(sched, clock, 50)  # the next slot: attempts 1, 2 and 3 fail too
+        _advance(sched, clock, 5)
+        _advance(sched, clock, 5)
+        assert [r.attempt for r in _runs(sched, "flaky")] == [1, 2, 3, 1, 2, 3]
+        assert failing(2) == ["flaky"]
+        assert failing(3) == []
+    finally:
+        engine.dispose()
