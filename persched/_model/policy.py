@@ -369,7 +369,7 @@ class JobPlan:
         delay = self.retry_policy.delay_before(attempt + 1)
         if delay is None:
             return None
-        due = Instant(ended_at + delay)
+        due = self.allowed(Instant(ended_at + delay))  # an excluded date has no runs: not even attempts
         return (due, Retry(attempt + 1, slot)) if due < self.retry_before(slot, ended_at) else None
 
     def retry_deadline(self, retry: Retry, due: Instant) -> Instant:
