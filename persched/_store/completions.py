@@ -316,7 +316,7 @@ class CompletionsStore(Transactions):
                 )
             )
             due.append(None if over or row.paused else plan.due_at(next_at, run_now_at))
-            if retry is None and gave_up(plan, c):
+            if retry is None and not row.paused and gave_up(plan, c):
                 given_up[c.claim.run_id] = c
             if retry is None and failed(c.outcome) and plan.pause_after_failures:
                 failing.append(FailingJob(row.job_id, row.generation, plan.pause_after_failures, c.finished_at))
