@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final
 
 from .._engine.liveness import display_id
-from .._interfaces.present import iso, job_state, relative, run_counts
+from .._interfaces.present import iso, job_state, pending_attempt, relative, retry_policy, run_counts
 from .._model.instant import micros
 from .._model.models import OPTIONS, JobState
 from .._model.triggers import describe_duration
@@ -154,12 +154,8 @@ def _next_run_words(job: PlainJob, now: datetime) -> str:
         return "- (finished: its window ended; no run starts again)"
     if job.paused:
         return f"- (paused: `persched resume {job.job_id}` continues on the schedule from then)"
-    words = f"{iso(job.next_run_at)} ({relative(job.next_run_at, now)})"
-    if job.pending_attempt is not None:
-        # A retry is pending: the next run is not a new slot but one more try of a slot that failed.
-        attempts = f"attempt {job.pending_attempt} of {job.retries + 1}"
-        words += f", {attempts} for the slot {iso(job.pending_attempt_slot)}"
-    return words
+    pending = pending_attempt(job)
+    return f"{iso(job.next_run_at)} ({relative(job.next_run_at, now)})" + ("" if pending is None else f", {pending}")
 
 
 def _misfire_line(job: PlainJob) -> tuple[str, str] | None:
@@ -199,24 +195,8 @@ def _failures_line(job: PlainJob) -> tuple[str, str] | None:
 
 
 def _retries_line(job: PlainJob) -> tuple[str, str] | None:
-    """The retry policy in one line: "3 (first after 10 s, each delay x2, at most 5 min; lost runs too)"."""
-    if job.retries == 0:
-        return None  # the other retry options do nothing without retries
-    cap = job.retry_max_delay_seconds
-    first = job.retry_delay_seconds if cap is None else min(job.retry_delay_seconds, cap)
-    if job.retries == 1:
-        delays = f"after {_seconds(first)}"
-    elif job.retry_backoff == 1 or (cap is not None and cap <= first):
-        delays = f"each after {_seconds(first)}"
-    else:
-        delays = f"first after {_seconds(first)}, each delay x{job.retry_backoff:g}"
-        delays += "" if cap is None else f", at most {_seconds(cap)}"
-    lost = "; lost runs too" if job.retry_lost else ""
-    return ("retries", f"{job.retries} ({delays}{lost})")
-
-
-def _seconds(value: float) -> str:
-    return describe_duration(micros(value))
+    words = retry_policy(job)
+    return None if words is None else ("retries", words)
 
 
 EXCLUDE_SHOWN: Final = 20  # entries `show` lists on its line
@@ -242,7 +222,7 @@ def policies(job: PlainJob) -> list[tuple[str, str]]:
             value = getattr(job, option.name)
             if value != option.default:
                 label, words = option.shown
-                line = (label, words.format(_seconds(value) if option.unit == "seconds" else value))
+                line = (label, words.format(describe_duration(micros(value)) if option.unit == "seconds" else value))
         if line is not None:
             lines.append(line)
     return lines

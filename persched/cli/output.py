@@ -30,7 +30,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Final
 
 from .._engine.liveness import display_id
-from .._interfaces.present import human_duration, iso, job_state, relative, run_outcome
+from .._interfaces.present import human_duration, iso, job_state, relative, run_attempt, run_outcome
 from .._model.models import JobState
 
 if TYPE_CHECKING:
@@ -316,7 +316,7 @@ def runs_table(
             iso(run.scheduled_for),
             iso(run.started_at),
             duration,
-            "-" if run.outcome == "missed" else str(run.attempt),
+            run_attempt(run),
             run_outcome(run),
             display_id(run.instance_id) if run.instance_id else "-",
             _error_summary(run.error),
