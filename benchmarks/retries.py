@@ -7,11 +7,13 @@ waits. It measures the steps only (not the set-up) and prints, per run, the
 CPU time of this process and the wall time.
 
 - **attempt**: every job fails (``benchmarks.targets:fail``). *plain*: no
-  retries, each step is a new slot. *retried*: ``retries=R``, a one-second
-  delay and no backoff, each step is the next attempt of the slot (then the
-  next slot). Both start the same number of failing runs; the difference per
-  run is what an attempt adds: writing the pending attempt at the failed
-  run's end, and claiming it as an attempt.
+  retries, a slot each step. *retried*: ``retries=R``, no backoff, slots
+  R + 1 steps apart and each retry due one step after the attempt before, so
+  each step is the next attempt of the slot (then the next slot). Both
+  variants start one failing run per job and step, and move the clock alike
+  (the heartbeat's periodic work too); the difference per run is what an
+  attempt adds: writing the pending attempt at the failed run's end, and
+  claiming it as an attempt.
 - **executor**: every job is a no-op, ``executor="thread"`` against
   ``executor="process"`` (a child per run, started by the forkserver). The
   children's CPU is not this process's: the CPU column counts the parent's
@@ -22,7 +24,7 @@ Rounds interleave the variants; the table shows medians, and the ratios
 compare medians of the same run. With ``--pg URL`` PostgreSQL is measured
 too: its ``public`` schema is dropped first, so give it a database of its own.
 
-    python -m benchmarks.retries --jobs 50 --slots 4 --retries 3 --rounds 3
+    python -m benchmarks.retries --jobs 50 --slots 3 --retries 3 --rounds 5
     python -m benchmarks.retries --pg postgresql+psycopg://postgres@127.0.0.1:5432/bench_retries
 """
 
@@ -44,25 +46,15 @@ if TYPE_CHECKING:
 # and this module is the main module. Imported here, they were most of a process run's cost.
 
 START: Final = 1_800_000_000.123457  # an odd instant
-SLOT: Final = 3600.0  # seconds between a job's slots: far more than its attempts take
+STEP: Final = 3600.0  # seconds the clock moves a step: the same for every variant, so is the periodic work
 TIMEOUT: Final = 300.0  # real seconds a step may take
 
 
-def _steps_plain(clock: FakeClock, steps: int) -> Iterator[None]:
-    """Each step: the next slot of every job."""
+def _steps(clock: FakeClock, steps: int) -> Iterator[None]:
+    """Each step: `STEP` seconds on, the next run of every job (its next slot, or its slot's next attempt)."""
     for _ in range(steps):
-        clock.advance(SLOT)
+        clock.advance(STEP)
         yield
-
-
-def _steps_retried(clock: FakeClock, slots: int, retries: int) -> Iterator[None]:
-    """Each step: the next attempt (1 s after the last one ended, the clock standing still meanwhile)."""
-    for slot in range(slots):
-        clock.advance(SLOT - (retries if slot else 0))  # the next slot: its first attempt
-        yield
-        for _ in range(retries):
-            clock.advance(1.0)
-            yield
 
 
 def measure(
@@ -81,7 +73,8 @@ def measure(
     sched = JobScheduler(url, namespace=namespace, clock=clock, workers=workers)
     try:
         for i in range(jobs):
-            sched.schedule(f"{namespace}.j{i}", options["target"], SLOT, start_in=SLOT, **options["policy"])
+            interval = options.get("interval", STEP)
+            sched.schedule(f"{namespace}.j{i}", options["target"], interval, start_in=STEP, **options["policy"])
         sched.start()
         assert sched.wait_idle(TIMEOUT)
         cpu, wall = time.process_time(), time.perf_counter()
@@ -136,12 +129,13 @@ def main() -> None:
     failing = {"target": "benchmarks.targets:fail"}
     variants: dict[str, tuple[str, dict[str, Any], Callable[[FakeClock], Iterator[None]]]] = {}
     if args.only in (None, "attempt"):
-        variants["plain run"] = ("attempt", {**failing, "policy": {}}, lambda clock: _steps_plain(clock, steps))
-        retried = {"retries": args.retries, "retry_delay_seconds": 1.0, "retry_backoff": 1.0}
+        variants["plain run"] = ("attempt", {**failing, "policy": {}}, lambda clock: _steps(clock, steps))
+        # Slots (retries + 1) steps apart, an attempt one step after the one before: one run a step too.
+        retried = {"retries": args.retries, "retry_delay_seconds": STEP, "retry_backoff": 1.0}
         variants["retried attempt"] = (
             "attempt",
-            {**failing, "policy": retried},
-            lambda clock: _steps_retried(clock, args.slots, args.retries),
+            {**failing, "interval": STEP * (args.retries + 1), "policy": retried},
+            lambda clock: _steps(clock, steps),
         )
     if args.only in (None, "executor"):
         noop = {"target": "benchmarks.targets:noop"}
@@ -149,7 +143,7 @@ def main() -> None:
             variants[f"{executor} run"] = (
                 "executor",
                 {**noop, "policy": {"executor": executor}},
-                lambda clock: _steps_plain(clock, args.process_steps),
+                lambda clock: _steps(clock, args.process_steps),
             )
 
     found: dict[tuple[str, str], list[dict[str, float]]] = {}
