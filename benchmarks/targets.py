@@ -18,6 +18,7 @@ __all__ = [
     "PROBED",
     "PROBE_AT",
     "STARTS",
+    "fail",
     "late_aps",
     "late_persched",
     "noop",
@@ -63,3 +64,8 @@ def probe() -> None:
     if not PROBED.is_set():
         PROBE_AT.append(time.time())
         PROBED.set()
+
+
+def fail() -> None:
+    """Raise at once: a run that fails (retries), and nothing else."""
+    raise RuntimeError("benchmark failure")

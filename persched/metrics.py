@@ -23,7 +23,7 @@ from `persched._store.health`, each cached for `jobs_cache_seconds`.
 
 Labels are few by default: runs by ``outcome``, store retries and errors by
 ``operation`` (a fixed set of store methods), jobs by ``state``. With
-``per_job=True`` the run, lateness, duration, missed and conflict metrics
+``per_job=True`` the run, retry, lateness, duration, missed and conflict metrics
 also carry a ``job`` label: one series per job and bucket, so keep it for
 deployments with tens of jobs, not thousands.
 
@@ -78,7 +78,7 @@ __all__ = ["DURATION_BUCKETS", "LATENESS_BUCKETS", "SchedulerMetrics", "serve"]
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: Seconds from a run's slot to its start (jitter included).
+#: Seconds from a run's slot to its start (jitter included); first attempts only, a retry is late on purpose.
 LATENESS_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
 #: Seconds from a run's start to its end.
 DURATION_BUCKETS: Final = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0, 3600.0)

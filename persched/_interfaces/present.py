@@ -13,8 +13,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Final
 
-from .._model.instant import seconds
+from .._model.instant import micros, seconds
 from .._model.models import JobState
+from .._model.triggers import describe_duration
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -33,9 +34,12 @@ __all__ = [
     "iso",
     "job_state",
     "missed_slots",
+    "pending_attempt",
     "plural",
     "problem_words",
     "relative",
+    "retry_policy",
+    "run_attempt",
     "run_counts",
     "run_outcome",
 ]
@@ -113,6 +117,42 @@ def job_state(job: AnyJob) -> str:
     if job.run_now_requested:
         words.append("run-now pending")
     return ", ".join(words)
+
+
+def retry_policy(job: AnyJob) -> str | None:
+    """A job's retry options in words: "3 (first after 10 s, each delay x2, at most 5 min; lost runs too)".
+
+    None without retries: the other retry options then change nothing.
+    """
+    if job.retries == 0:
+        return None
+    cap = job.retry_max_delay_seconds
+    first = job.retry_delay_seconds if cap is None else min(job.retry_delay_seconds, cap)
+    if job.retries == 1:
+        delays = f"after {_span(first)}"
+    elif job.retry_backoff == 1 or (cap is not None and cap <= first):
+        delays = f"each after {_span(first)}"  # every delay is the same
+    else:
+        delays = f"first after {_span(first)}, each delay x{job.retry_backoff:g}"
+        delays += "" if cap is None else f", at most {_span(cap)}"
+    lost = "; lost runs too" if job.retry_lost else ""
+    return f"{job.retries} ({delays}{lost})"
+
+
+def _span(value: float) -> str:
+    return describe_duration(micros(value))
+
+
+def pending_attempt(job: AnyJob) -> str | None:
+    """The retry a job's next run is, if one is pending: "attempt 2 of 4 for the slot 2027-01-15T08:00:00Z"."""
+    if job.pending_attempt is None:
+        return None
+    return f"attempt {job.pending_attempt} of {job.retries + 1} for the slot {iso(job.pending_attempt_slot)}"
+
+
+def run_attempt(run: AnyRun) -> str:
+    """The TRY cell: the attempt of its slot ("1", "2"); "-" for a record of missed slots, never an attempt."""
+    return "-" if run.outcome == "missed" else str(run.attempt)
 
 
 def missed_slots(run: AnyRun) -> str:

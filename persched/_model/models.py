@@ -582,7 +582,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         doc=f"Try a run that failed (outcome error) again, up to this many times (0 to {MAX_RETRIES}), within its "
         "slot: never at or after the job's next slot.",
         check=_check_retries,
-        shown=("retries", "{} more attempts of a slot whose run failed"),
     ),
     Option(
         name="retry_delay_seconds",
@@ -592,7 +591,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         type=float,
         doc="How long after a failed attempt ended the next one is due (the first retry's delay).",
         check=_duration(allow_zero=False),
-        shown=("retry delay", "{} after a failed attempt ends"),
     ),
     Option(
         name="retry_backoff",
@@ -602,7 +600,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         type=float,
         doc="Each retry's delay is the previous one's times this (>= 1).",
         check=_check_backoff,
-        shown=("retry backoff", "each delay {} times the one before"),
     ),
     Option(
         name="retry_max_delay_seconds",
@@ -612,7 +609,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         type=float | None,
         doc="The longest delay before a retry (None: no cap).",
         check=_duration(allow_zero=False, optional=True),
-        shown=("retry max delay", "{}"),
     ),
     Option(
         name="retry_lost",
@@ -622,7 +618,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         type=bool,
         doc='Also try again a run recorded "lost" (its scheduler died while it ran).',
         check=_check_flag,
-        shown=("retry lost", "{} (a lost run is tried again too)"),
     ),
     Option(
         name="run_at",

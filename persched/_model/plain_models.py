@@ -70,6 +70,7 @@ class PlainJob:
     pause_note: str | None = None  # why the job is paused (pause(note=...))
     run_now_requested: bool = False
     pending_attempt: int | None = None
+    pending_attempt_slot: datetime | None = None
     schedule: str = ""
     unreadable: str | None = None
     run_at: datetime | None = None

@@ -66,6 +66,7 @@ class Job(BaseModel):
     pause_note: str | None = None  # why the job is paused (pause(note=...))
     run_now_requested: bool = False
     pending_attempt: int | None = None  # a retry is pending: the attempt next_run_at starts (2, 3, ...)
+    pending_attempt_slot: datetime | None = None  # the slot (Run.scheduled_for) that pending attempt runs
     schedule: str = ""  # the schedule in words: "every 5 min", "cron 0 3 * * * Europe/Paris"
     # Why the stored row cannot be read (a hand edit), or None; the fields it names
     # show placeholders. schedule() with a valid definition replaces such a row.

@@ -383,6 +383,7 @@ def job_fields(row: StoredRow) -> dict[str, Any]:
         "pause_note": row.pause_note,
         "run_now_requested": row.run_now_at is not None,
         "pending_attempt": row.retry_attempt,
+        "pending_attempt_slot": row.retry_for,
         "schedule": schedule,
         "unreadable": "; ".join(f"{column}: {reason}" for column, reason in problems.items()) or None,
         "namespace": row.namespace,

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final
 
 from .._engine.liveness import display_id
-from .._interfaces.present import iso, job_state, relative, run_counts
+from .._interfaces.present import iso, job_state, pending_attempt, relative, retry_policy, run_counts
 from .._model.instant import micros
 from .._model.models import OPTIONS, JobState
 from .._model.triggers import describe_duration
@@ -154,7 +154,8 @@ def _next_run_words(job: PlainJob, now: datetime) -> str:
         return "- (finished: its window ended; no run starts again)"
     if job.paused:
         return f"- (paused: `persched resume {job.job_id}` continues on the schedule from then)"
-    return f"{iso(job.next_run_at)} ({relative(job.next_run_at, now)})"
+    pending = pending_attempt(job)
+    return f"{iso(job.next_run_at)} ({relative(job.next_run_at, now)})" + ("" if pending is None else f", {pending}")
 
 
 def _misfire_line(job: PlainJob) -> tuple[str, str] | None:
@@ -193,6 +194,11 @@ def _failures_line(job: PlainJob) -> tuple[str, str] | None:
     return ("pause after", f"{job.pause_after_failures} failed slots in a row ({so_far})")
 
 
+def _retries_line(job: PlainJob) -> tuple[str, str] | None:
+    words = retry_policy(job)
+    return None if words is None else ("retries", words)
+
+
 EXCLUDE_SHOWN: Final = 20  # entries `show` lists on its line
 
 # The `show` lines of the options whose words take more than their own value (the others: Option.shown).
@@ -201,6 +207,7 @@ _SHOWN: Final = {
     "start_at": _window_line,
     "exclude": _exclude_line,
     "pause_after_failures": _failures_line,
+    "retries": _retries_line,  # says the other retry options too
 }
 
 

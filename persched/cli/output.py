@@ -30,7 +30,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Final
 
 from .._engine.liveness import display_id
-from .._interfaces.present import human_duration, iso, job_state, relative, run_outcome
+from .._interfaces.present import human_duration, iso, job_state, relative, run_attempt, run_outcome
 from .._model.models import JobState
 
 if TYPE_CHECKING:
@@ -279,6 +279,7 @@ RUNS_COLUMNS: Final = (
     Column("SCHEDULED FOR (UTC)", drop=4),
     Column("STARTED (UTC)", drop=2),
     Column("DURATION"),
+    Column("TRY"),  # the attempt of its slot: only when a listed run is a retry (`runs_table`)
     Column("OUTCOME", shrink=12),
     Column("INSTANCE", drop=1, shrink=12),
     Column("ERROR", drop=5, shrink=12),
@@ -295,7 +296,12 @@ def runs_table(
     """The `persched runs` table (newest first), fitted to `width` columns when given.
 
     With `namespaces` (job id -> namespace), a NAMESPACE column comes first.
+    A TRY column (the attempt of its slot) is there only when a run is a retry:
+    a table of jobs without retries keeps its columns.
     """
+    left_out = {"JOB"} if not with_job else set()
+    if all(run.attempt == 1 for run in runs):
+        left_out.add("TRY")
     rows = []
     for run in runs:
         duration = (
@@ -310,11 +316,12 @@ def runs_table(
             iso(run.scheduled_for),
             iso(run.started_at),
             duration,
+            run_attempt(run),
             run_outcome(run),
             display_id(run.instance_id) if run.instance_id else "-",
             _error_summary(run.error),
         ]
-        row = row if with_job else row[:1] + row[2:]
+        row = [cell for cell, column in zip(row, RUNS_COLUMNS, strict=True) if column.header not in left_out]
         rows.append(row if namespaces is None else [namespaces.get(run.job_id, "-"), *row])
-    columns = [c for c in RUNS_COLUMNS if with_job or c.header != "JOB"]
+    columns = [c for c in RUNS_COLUMNS if c.header not in left_out]
     return fit_table(columns if namespaces is None else [NAMESPACE_COLUMN, *columns], rows, width)

@@ -143,12 +143,21 @@ def build_parser() -> Parser:
         "show one job, its schedule, the policies that differ from the defaults and its latest runs (read-only)",
         "persched show report --limit 5",
         cmd_show,
+        "The retry options are one line (retries: 3 (first after 10 s, each delay x2, at most 5 min));"
+        " while a retry is pending, the next run says which attempt of which slot it is.",
     )
     sub.add_argument("job_id", metavar="JOB_ID")
     sub.add_argument("--limit", type=_positive_int, default=SHOW_RUNS, metavar="N", help=f"runs to show ({SHOW_RUNS})")
     sub.add_argument("--json", action="store_true", help="print the job as a JSON object with a 'runs' array")
     _add_wide(sub)
-    sub = command("runs", "list recorded runs, newest first (read-only)", "persched runs report --limit 20", cmd_runs)
+    sub = command(
+        "runs",
+        "list recorded runs, newest first (read-only)",
+        "persched runs report --limit 20",
+        cmd_runs,
+        "A job with retries tries a failed run again within its slot: each attempt is a run of"
+        " the same SCHEDULED FOR, and a TRY column (1, 2, ...) numbers them when a listed run is a retry.",
+    )
     sub.add_argument("job_id", metavar="JOB_ID", nargs="?", help="only this job's runs")
     sub.add_argument("--limit", type=_positive_int, default=100, metavar="N", help="runs to show (100)")
     sub.add_argument("--json", action="store_true", help="print a JSON array of runs (Run field names)")

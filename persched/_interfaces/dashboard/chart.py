@@ -26,6 +26,8 @@ _PAD: Final = 50  # px left margin for the axis labels
 
 
 def _lateness(run: Run) -> int | None:
+    if run.attempt > 1:
+        return None  # a retry starts after its slot on purpose: not late
     return from_datetime(run.started_at) - from_datetime(run.scheduled_for)
 
 
@@ -67,7 +69,8 @@ def chart(runs: Sequence[Run]) -> str:
         dots = []
         for r, v in points:
             bad = r.outcome in ("error", "stopped", "lost")
-            tip = f"{iso(r.scheduled_for)} {name} {human_duration(seconds(max(v, 0)))} ({r.outcome or 'running'})"
+            outcome = (r.outcome or "running") + (f", attempt {r.attempt}" if r.attempt > 1 else "")
+            tip = f"{iso(r.scheduled_for)} {name} {human_duration(seconds(max(v, 0)))} ({outcome})"
             dots.append(
                 f'<circle cx="{x(r.scheduled_for):.1f}" cy="{y(v):.1f}" r="{3 if bad else 2}"'
                 f' fill="{"#b3261e" if bad else "#1f5fbf"}"><title>{e(tip)}</title></circle>'

@@ -11,7 +11,7 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Final
 
 from ..._model.instant import from_datetime, seconds
-from ..present import human_duration, iso, relative, run_outcome
+from ..present import human_duration, iso, relative, run_attempt, run_outcome
 from .request import Response
 
 if TYPE_CHECKING:
@@ -46,6 +46,9 @@ dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em;background:#
 dt{color:#667}dd{margin:0}pre{white-space:pre-wrap;margin:0;font-size:12px}
 svg{background:#fff;border:1px solid #e3e6ea}
 """
+
+
+TRY_NOTE: Final = "the attempt of its slot: a job with retries tries a failed run again within its slot"
 
 
 def e(value: object) -> str:
@@ -102,22 +105,26 @@ def note(text: str | None) -> str:
 def runs_table(
     runs: Sequence[Run], link: Callable[[str], str] | None, namespaces: Mapping[str, str] | None = None
 ) -> str:
-    """The runs table; with `link`, a JOB column (linked by it); with `namespaces`, a NAMESPACE column too."""
+    """The runs table; with `link`, a JOB column (linked by it); with `namespaces`, a NAMESPACE column too.
+
+    A Try column (the attempt of its slot) is there when a run of the table is a
+    retry, as in `persched runs`; a retry has no lateness (its slot was due long before, on purpose).
+    """
     if not runs:
         return "<p>No runs recorded.</p>"
+    tries = any(run.attempt > 1 for run in runs)
     head = (
         "<tr><th>Run</th>"
         + ("<th>Job</th>" if link else "")
         + ("<th>Namespace</th>" if namespaces is not None else "")
-        + (
-            "<th>Scheduled for (UTC)</th><th>Started</th><th>Lateness</th><th>Duration</th>"
-            "<th>Outcome</th><th>Error</th></tr>"
-        )
+        + "<th>Scheduled for (UTC)</th><th>Started</th><th>Lateness</th><th>Duration</th>"
+        + (f'<th title="{e(TRY_NOTE)}">Try</th>' if tries else "")
+        + "<th>Outcome</th><th>Error</th></tr>"
     )
     rows = []
     for run in runs:
         ran = run.outcome != "missed"
-        late = span(run.scheduled_for, run.started_at) if ran else "-"
+        late = span(run.scheduled_for, run.started_at) if ran and run.attempt == 1 else "-"
         took = span(run.started_at, run.finished_at) if ran and run.finished_at is not None else "-"
         error = (run.error or "").strip().splitlines()[-1:] or [""]
         rows.append(
@@ -126,7 +133,8 @@ def runs_table(
             + (f'<td class="ns">{e(namespaces.get(run.job_id, "-"))}</td>' if namespaces is not None else "")
             + f"<td>{e(iso(run.scheduled_for))}</td><td>{e(iso(run.started_at))}</td>"
             f"<td class=num>{e(late)}</td><td class=num>{e(took)}</td>"
-            f'<td class="{e(_outcome_class(run))}">{e(run_outcome(run))}</td>'
+            + (f'<td class="num try">{e(run_attempt(run))}</td>' if tries else "")
+            + f'<td class="{e(_outcome_class(run))}">{e(run_outcome(run))}</td>'
             f"<td><pre>{e(error[0][:200])}</pre></td></tr>"
         )
     return f"<table id=runs>{head}{''.join(rows)}</table>"

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Final
 from ..._model.instant import Instant, to_datetime
 from ..._store import health as _health
 from ..._store import views as _views
-from ..present import COUNTS_NOTE, iso, job_state, problem_words, relative, run_counts
+from ..present import COUNTS_NOTE, iso, job_state, pending_attempt, problem_words, relative, retry_policy, run_counts
 from .actions import message_of
 from .chart import chart
 from .layout import e, next_run, note, runs_table
@@ -144,11 +144,13 @@ class Pages:
             ("state", job_state(job) + (f" on {job.owner}" if job.owner else "")),
             ("schedule", job.schedule),
             *([("excluded dates", ", ".join(job.exclude))] if job.exclude else []),
+            *([("retries", retries)] if (retries := retry_policy(job)) is not None else []),
             (
                 "next run",
                 "-"
                 if job.paused or job.state.value == "finished"
-                else f"{iso(job.next_run_at)} ({relative(job.next_run_at, now)})",
+                else f"{iso(job.next_run_at)} ({relative(job.next_run_at, now)})"
+                + ("" if (pending := pending_attempt(job)) is None else f", {pending}"),
             ),
             ("target", job.target),
             ("runs", run_counts(job)),
