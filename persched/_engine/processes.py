@@ -116,10 +116,14 @@ def run_in_process(run: ProcessRun, stop: StopSignal) -> tuple[str, str | None]:
     )
     try:
         process.start()
-    except BaseException:
+    except BaseException as exc:
         for end in (conn, child_conn, wake_reader, wake_writer):
             end.close()
-        raise
+        if not isinstance(exc, Exception):
+            raise
+        # Recorded like any run that failed, and the worker thread lives on (a main module without the
+        # `if __name__ == "__main__":` guard makes the forkserver's start fail, for one).
+        return "error", f"the child process could not be started: {type(exc).__name__}: {exc}"
     child_conn.close()
     stop.on_request(lambda: _wake(wake_writer))
     try:

@@ -361,6 +361,7 @@ def job_fields(row: StoredRow) -> dict[str, Any]:
         problems["state"] = f"{row.state!r} is not a job state"
         state = JobState.PAUSED  # a state the claims do not know: the job does not run
     schedule = "unreadable" if problems else _describe(row)
+    pending = retry_of(row)
     return {
         "job_id": row.job_id,
         "target": row.target,
@@ -382,8 +383,9 @@ def job_fields(row: StoredRow) -> dict[str, Any]:
         "paused_until": row.paused_until,
         "pause_note": row.pause_note,
         "run_now_requested": row.run_now_at is not None,
-        "pending_attempt": row.retry_attempt,
-        "pending_attempt_slot": row.retry_for,
+        # As the claims read it: a hand-edited pair that is not an attempt shows as none.
+        "pending_attempt": None if pending is None else pending.attempt,
+        "pending_attempt_slot": None if pending is None else to_datetime(pending.slot),
         "schedule": schedule,
         "unreadable": "; ".join(f"{column}: {reason}" for column, reason in problems.items()) or None,
         "namespace": row.namespace,

@@ -12,10 +12,11 @@ import os
 import signal
 import socket
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from persched._engine import processes
 from persched._engine.context import StopSignal
 from persched._engine.processes import ProcessRun, run_in_process
 from persched._model.instant import Micros
@@ -130,6 +131,31 @@ def test_an_unimportable_target_is_an_error_that_says_so() -> None:
     assert outcome == "error"
     assert error is not None
     assert error.startswith("the job's child process could not start it: TargetNotFound: cannot import module")
+
+
+def test_a_child_that_cannot_be_started_is_an_error_and_the_worker_lives_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = processes._context
+
+    class Refusing:  # the start method's context, whose processes fail to start
+        def Pipe(self, *args: Any, **kwargs: Any) -> Any:  # noqa: ANN401 - multiprocessing's names
+            return real().Pipe(*args, **kwargs)
+
+        def Process(self, *args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
+            process = real().Process(*args, **kwargs)  # type: ignore[attr-defined]  # every context has one
+
+            def start() -> None:
+                raise RuntimeError("An attempt has been made to start a new process before bootstrapping")
+
+            process.start = start
+            return process
+
+    monkeypatch.setattr(processes, "_context", Refusing)
+    outcome, error = run_in_process(_run("tests.support.stop_jobs:fail"), StopSignal())
+    assert outcome == "error"
+    assert error == (
+        "the child process could not be started: RuntimeError: "
+        "An attempt has been made to start a new process before bootstrapping"
+    )
 
 
 def test_the_child_respects_allowed_modules() -> None:
