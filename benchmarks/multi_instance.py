@@ -183,11 +183,60 @@ def count_claims(path: Path) -> None:
 
         setattr(Store, name, counted)
 
+    # The dispatch path's statements by their first words, wall seconds and calls: which one a claim waits on.
+    from persched._store import dialects
+
+    statements: Counter[str] = Counter()
+    statement_calls: Counter[str] = Counter()
+    real_run = dialects.DriverCursor._run
+
+    def timed_run(self: dialects.DriverCursor, sql: str, params: object, *, many: bool) -> None:
+        t = time.perf_counter()
+        try:
+            real_run(self, sql, params, many=many)
+        finally:
+            name = " ".join(sql.split()[:4])[:48]
+            statements[name] += time.perf_counter() - t
+            statement_calls[name] += 1
+
+    dialects.DriverCursor._run = timed_run  # type: ignore[method-assign]
+
     def write() -> None:
         times = {f"{name}_s": round(total, 3) for name, total in seconds.items()}
-        path.write_text(json.dumps({**counts, **times}))
+        by_statement = {name: [round(total, 3), statement_calls[name]] for name, total in statements.most_common()}
+        path.write_text(json.dumps({**counts, **times, "statements_s_calls": by_statement}))
 
     atexit.register(write)
+    if os.environ.get("PERSCHED_BENCH_SAMPLE"):
+        _sample(path.with_suffix(".samples"))
+
+
+def _sample(path: Path, every: float = 0.005) -> None:
+    """A poor man's sampling profiler: every `every` seconds, the innermost persched frames of each
+    thread that is in persched code; the most frequent stacks are written to `path` at exit."""
+    import atexit
+    import threading
+
+    stacks: Counter[str] = Counter()
+    me = threading.get_ident()
+
+    def loop() -> None:
+        while True:
+            time.sleep(every)
+            for ident, frame in sys._current_frames().items():
+                if ident == me:
+                    continue
+                names: list[str] = []
+                f: Any = frame
+                while f is not None and len(names) < 6:
+                    filename = f.f_code.co_filename
+                    if "persched" in filename or "sqlalchemy" in filename or "psycopg" in filename:
+                        names.append(f"{Path(filename).stem}.{f.f_code.co_name}:{f.f_lineno}")
+                    f = f.f_back
+                stacks[" < ".join(names) or "(elsewhere)"] += 1
+
+    threading.Thread(target=loop, daemon=True).start()
+    atexit.register(lambda: path.write_text("\n".join(f"{n} {s}" for s, n in stacks.most_common(60))))
 
 
 def child(url: str, instance: str, ready: str, workers: int | None, counts: str | None) -> None:
