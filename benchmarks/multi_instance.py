@@ -82,6 +82,7 @@ SLOW_RANGE: Final = (30.0, 120.0)  # --intervals slow
 START_TIMEOUT: Final = 60.0  # seconds for a process to start its scheduler
 STOP_TIMEOUT: Final = 30.0  # seconds for a graceful shutdown
 LEAD: Final = 2.0  # seconds from the last schedule() to the first slots
+BEFORE_SHUTDOWN: list[Callable[[], None]] = []  # a child's, run on SIGTERM
 SLOW_LEAD: Final = 15.0  # a slow load's first slots: after the processes started
 
 
@@ -98,10 +99,11 @@ _TICK: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 SERVER_NAMES: Final = ("postgres", "mariadbd", "mysqld")
 
 
-def _cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (0 if it is gone or /proc is missing)."""
+def _cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """utime + stime of a process, or of one of its threads (0 if it is gone or /proc is missing)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        stat = Path(f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat")
+        fields = stat.read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return 0.0
     return (int(fields[11]) + int(fields[12])) / _TICK
@@ -214,7 +216,6 @@ def count_claims(path: Path) -> None:
 def _sample(path: Path, every: float = 0.005) -> None:
     """A poor man's sampling profiler: every `every` seconds, the innermost persched frames of each
     thread that is in persched code; the most frequent stacks are written to `path` at exit."""
-    import atexit
     import threading
 
     stacks: Counter[str] = Counter()
@@ -235,8 +236,17 @@ def _sample(path: Path, every: float = 0.005) -> None:
                     f = f.f_back
                 stacks[" < ".join(names) or "(elsewhere)"] += 1
 
+    def write() -> None:
+        # CPU seconds by thread name (the workers' summed), from /proc: which thread spends the instance's CPU.
+        cpu: Counter[str] = Counter()
+        for thread in threading.enumerate():
+            name = thread.name.rstrip("0123456789-_") or thread.name
+            cpu[name] += _cpu_seconds(os.getpid(), thread.native_id)
+        lines = [f"cpu_s {round(s, 2)} {name}" for name, s in cpu.most_common()]
+        path.write_text("\n".join([*lines, *(f"{n} {s}" for s, n in stacks.most_common(60))]))
+
     threading.Thread(target=loop, daemon=True).start()
-    atexit.register(lambda: path.write_text("\n".join(f"{n} {s}" for s, n in stacks.most_common(60))))
+    BEFORE_SHUTDOWN.append(write)  # the scheduler's threads are gone at exit
 
 
 def child(url: str, instance: str, ready: str, workers: int | None, counts: str | None) -> None:
@@ -258,6 +268,8 @@ def child(url: str, instance: str, ready: str, workers: int | None, counts: str 
     Path(ready).write_text(instance)
     while not stopping[0]:
         signal.pause()  # woken by SIGTERM; no polling
+    for hook in BEFORE_SHUTDOWN:
+        hook()
     sched.shutdown(wait=True, timeout=STOP_TIMEOUT)
     if counts is None:
         c.finish(0)
