@@ -116,30 +116,29 @@ def claim_clauses(expected: dict[tuple[str, int], tuple[Instant, Instant]], dial
     }
 
 
-# The entries of a claim as a table (`_array_clauses`): one array per column, in the entries' order.
-_ENTRIES: Final = "unnest(?::text[], ?::bigint[], ?::timestamptz[]) WITH ORDINALITY AS e(job_id, generation, bound, n)"
-
-
 def _array_clauses(expected: dict[tuple[str, int], tuple[Instant, Instant]], dialect: Dialect) -> dict[str, Sql]:
     """`claim_clauses` with the entries bound as arrays (PostgreSQL): one statement text whatever the
     batch's size, so that the server plans it once per connection (a prepared statement) rather than
     at every claim, and the same predicate, clause by clause, as the lists and CASE chains."""
-    ids = [job_id for job_id, _ in expected]
-    generations = [generation for _, generation in expected]
-    bounds = [dialect.bind_instant(at) for at, _ in expected.values()]
-    # The row's own entry's bound; for a row of another generation (a test that drops the
-    # "generation" clause), the job's last entry's, as the CASE chain's ELSE gives it.
+    at = dialect.bind_instant
+    # An entry's key is "<job_id> <generation>" (the last space splits it back: a generation has none).
+    # A row's bound is looked up in C (array_position: linear, as the CASE chain is, with no plan to
+    # make): its own entry's; for a row of another generation (a test that drops the "generation"
+    # clause), the job's last entry's, as the CASE chain's ELSE gives it.
+    keys = [f"{job_id} {generation}" for job_id, generation in expected]
+    last = {job_id: at(bound) for (job_id, _), (bound, _) in expected.items()}
     bound = (
-        f"(SELECT e.bound FROM {_ENTRIES} WHERE e.job_id = persched_jobs.job_id"  # noqa: S608 - ours
-        " ORDER BY e.generation = persched_jobs.generation DESC, e.n DESC LIMIT 1)"
+        "COALESCE((?::timestamptz[])[array_position(?::text[], job_id || ' ' || generation)],"
+        " (?::timestamptz[])[array_position(?::text[], job_id)])"
     )
+    bounds = [at(bound) for bound, _ in expected.values()]
     return {
-        "ids": dialect.any_of("job_id", sorted(set(ids))),
+        "ids": dialect.any_of("job_id", sorted(last)),
         "state": Sql(dialect.unindexed_sql("state") + " = 'scheduled'"),
         "paused": Sql("paused = ?", (False,)),
-        "generation": Sql("(job_id, generation) IN (SELECT * FROM unnest(?::text[], ?::bigint[]))", (ids, generations)),
+        "generation": Sql("job_id || ' ' || generation = ANY(?::text[])", (keys,)),
         # LEAST passes a NULL by on PostgreSQL: the earlier of the slot and a run-now request.
-        "slot": Sql(f"LEAST(next_run_at, run_now_at) <= {bound}", (ids, generations, bounds)),
+        "slot": Sql(f"LEAST(next_run_at, run_now_at) <= {bound}", (bounds, keys, list(last.values()), list(last))),
     }
 
 

@@ -46,7 +46,7 @@ def _claim_plan(store: Store, explain: str | None = None) -> str:
     sent: list[tuple[str, Any]] = []
 
     def grab(conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool) -> None:  # noqa: ANN401
-        claim = "CASE" in statement or "unnest" in statement  # lists and CASE chains, or arrays (PostgreSQL)
+        claim = "CASE" in statement or "array_position" in statement  # lists and CASE chains, or arrays
         if statement.startswith("SELECT") and claim and not many:  # the claim's locking read
             sent.append((statement, params))
 
