@@ -13,6 +13,11 @@ other engines' form), interleaved with the arrays.
 
     python -m benchmarks.claim_scale --db postgresql+psycopg://postgres@127.0.0.1:5432/bench
     python -m benchmarks.claim_scale --db mysql+pymysql://root@127.0.0.1:3306/bench --jobs 2000 100000
+    python -m benchmarks.claim_scale --db postgresql+psycopg://... --lists --explain --batch 256
+
+``--explain`` (PostgreSQL) prints instead the claim's locking read of `--batch` due rows
+under ``EXPLAIN (ANALYZE, BUFFERS)``, rolled back: the median planning and execution
+ms of 7, the first buffers line and scan line.
 
 On PostgreSQL the ``public`` schema is dropped first, on MariaDB every table of the
 database: give it a database of its own.
@@ -24,6 +29,7 @@ import argparse
 import random
 import statistics
 import time
+from typing import Any
 
 from sqlalchemy import MetaData, text
 
@@ -80,8 +86,48 @@ def _fill(url: str, count: int) -> Store:
     return store
 
 
-def measure(url: str, count: int, batch: int, cycles: int) -> dict[str, float]:
+def explain(store: Store, batch: int, times: int = 7) -> dict[str, Any]:
+    """PostgreSQL: the claim's locking read of `batch` due rows under ``EXPLAIN (ANALYZE, BUFFERS)``,
+    `times` times, each rolled back; the median planning and execution ms, the buffers, the first plan."""
+    from persched._store import claims
+    from persched._store.claim_batch import DISPATCH_SELECT
+    from persched._store.dialects import Sql
+
+    slot = Instant(T)
+    expected = {(f"j{i}", 1): (slot, slot) for i in range(batch)}
+    predicate = Sql.join(claims.claim_clauses(expected, store.dialect).values(), " AND ")
+    sql = f"SELECT {DISPATCH_SELECT} FROM persched_jobs WHERE {predicate.text} FOR UPDATE SKIP LOCKED"  # noqa: S608
+    planning: list[float] = []
+    execution: list[float] = []
+    lines: list[str] = []
+    with store.engine.connect() as conn:
+        for _ in range(times):
+            lines = [
+                row[0]
+                for row in conn.exec_driver_sql(
+                    "EXPLAIN (ANALYZE, BUFFERS) " + store.dialect.driver_sql(sql), predicate.params
+                )
+            ]
+            conn.rollback()
+            planning += [float(line.split()[-2]) for line in lines if line.startswith("Planning Time")]
+            execution += [float(line.split()[-2]) for line in lines if line.startswith("Execution Time")]
+    buffers = next((line.strip() for line in lines if "Buffers" in line), "")
+    scan = next((line.strip() for line in lines if "Scan" in line), "")
+    return {
+        "planning_ms": statistics.median(planning),
+        "execution_ms": statistics.median(execution),
+        "buffers": buffers,
+        "scan": scan[:120],
+        "text_chars": len(sql),
+    }
+
+
+def measure(url: str, count: int, batch: int, cycles: int, *, plans: bool = False) -> dict[str, Any]:
     store = _fill(url, count)
+    if plans:
+        found = explain(store, batch)
+        store.engine.dispose()
+        return found
     rng = random.Random(46)
     ids = [f"j{i}" for i in range(count)]
     order: list[str] = []
@@ -124,15 +170,28 @@ def main() -> None:
     p.add_argument("--cycles", type=int, default=300)
     p.add_argument("--reps", type=int, default=1, help="repetitions, interleaved over the sizes (and claims)")
     p.add_argument("--lists", action="store_true", help="PostgreSQL: also the claim with IN lists and CASE chains")
+    p.add_argument("--explain", action="store_true", help="PostgreSQL: the claim's plan, planning and execution ms")
     args = p.parse_args()
     dialect = type(dialect_for(_db.make_engine(args.db)))
     forms = [dialect.binds_arrays, False] if args.lists and dialect.binds_arrays else [dialect.binds_arrays]
-    found: dict[tuple[bool, int], list[dict[str, float]]] = {(f, n): [] for f in forms for n in args.jobs}
+    found: dict[tuple[bool, int], list[dict[str, Any]]] = {(f, n): [] for f in forms for n in args.jobs}
     for _ in range(args.reps):
         for n in args.jobs:
             for form in forms:
                 dialect.binds_arrays = form
-                found[form, n].append(measure(args.db, n, args.batch, args.cycles))
+                found[form, n].append(measure(args.db, n, args.batch, args.cycles, plans=args.explain))
+    if args.explain:
+        for (form, n), reps in found.items():
+            c.emit(
+                {
+                    "workload": "claim_plan",
+                    "claim": "arrays" if form else "lists",
+                    "jobs": n,
+                    "batch": args.batch,
+                    **reps[0],
+                }
+            )
+        return
     for (form, n), reps in found.items():
         wall = statistics.median(r["wall_ms"] for r in reps)
         base = statistics.median(r["wall_ms"] for r in found[form, min(args.jobs)])
