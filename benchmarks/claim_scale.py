@@ -47,8 +47,9 @@ S = 1_000_000
 INTERVAL = 60  # seconds
 
 
-def _fill(url: str, count: int) -> Store:
-    """A fresh store whose namespace holds `count` jobs j0..j{count-1}, all due at T, analyzed."""
+def _fill(url: str, count: int, *, interval: float = INTERVAL, analyze: bool = True, namespace: str = "bench") -> Store:
+    """A fresh store whose namespace holds `count` jobs j0..j{count-1}, all due at T, analyzed
+    (unless not `analyze`: a table just filled, before autovacuum gets to it)."""
     engine = _db.make_engine(url)
     if engine.dialect.name == "postgresql":
         with engine.begin() as conn:
@@ -62,8 +63,8 @@ def _fill(url: str, count: int) -> Store:
         meta.reflect(engine)
         meta.drop_all(engine)
     _migrate.upgrade(engine)
-    store = Store(engine, "bench")
-    template = validate_definition("j0", "benchmarks.targets:noop", validate_policies(float(INTERVAL)), (), {}, 0.0)
+    store = Store(engine, "bench", namespace=namespace)
+    template = validate_definition("j0", "benchmarks.targets:noop", validate_policies(float(interval)), (), {}, 0.0)
     store.upsert_job(template, Instant(T))
     others = [column.name for column in jobs.c if column.name != "job_id"]
     series = (
@@ -81,8 +82,11 @@ def _fill(url: str, count: int) -> Store:
             ),
             {"n": count},
         )
-        analyze = "ANALYZE persched_jobs" if engine.dialect.name == "postgresql" else "ANALYZE TABLE persched_jobs"
-        conn.execute(text(analyze))
+        if analyze:
+            statement = (
+                "ANALYZE persched_jobs" if engine.dialect.name == "postgresql" else "ANALYZE TABLE persched_jobs"
+            )
+            conn.execute(text(statement))
     return store
 
 
