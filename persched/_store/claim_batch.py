@@ -22,7 +22,7 @@ from .._model.instant import Instant, Micros, from_datetime, to_datetime
 from .._model.models import CLAIM_POLICY_COLUMNS
 from ._rows import read_row
 from .ahead import corrected_slot
-from .dialects import Sql
+from .dialects import Sql, marks
 from .mappers import (
     DISPATCH_COLUMNS,
     FINISHED,
@@ -181,9 +181,9 @@ def standing(conn: Connection, dialect: Dialect, job_ids: Collection[str]) -> di
     """Where each of these jobs stands now (`STANDING_COLUMNS`), by job id; a job gone is absent."""
     if not job_ids:
         return {}
-    ids = dialect.any_of("job_id", tuple(job_ids))
-    query = Sql(f"SELECT {STANDING_SELECT} FROM persched_jobs WHERE {ids.text}", ids.params)  # noqa: S608
-    return {row.job_id: row for row in stored(dialect.execute(conn, query), STANDING_COLUMNS)}
+    ids = tuple(job_ids)
+    query = f"SELECT {STANDING_SELECT} FROM persched_jobs WHERE job_id IN ({marks(len(ids))})"  # noqa: S608
+    return {row.job_id: row for row in stored(dialect.execute(conn, Sql(query, ids)), STANDING_COLUMNS)}
 
 
 def misses(
