@@ -48,8 +48,8 @@ def micros(value: float) -> int:
     """
     if isinstance(value, int):
         return value * US_PER_SECOND
-    # The float's exact ratio, in integers (a Fraction costs ten times more: declare() of
-    # 100,000 jobs spent seconds here); inf and nan raise OverflowError and ValueError.
+    # The float's exact ratio, in integers (a Fraction costs about six times more, and a spec's
+    # checks round several values); inf and nan raise OverflowError and ValueError.
     numerator, denominator = value.as_integer_ratio()
     whole, rest = divmod(numerator * US_PER_SECOND, denominator)
     if 2 * rest > denominator or (2 * rest == denominator and whole % 2):
