@@ -19,7 +19,7 @@ Two loads:
   from 0.1-1 s with a fixed seed (``--intervals random``);
 - ``--intervals slow``: intervals of 30-120 s with first slots spread over
   one interval (a large, mostly idle table: ``--jobs 100000``), declared in
-  one transaction.
+  one transaction, then analyzed (``ANALYZE persched_jobs``).
 
 From ``persched_runs`` afterwards:
 
@@ -82,6 +82,7 @@ SLOW_RANGE: Final = (30.0, 120.0)  # --intervals slow
 START_TIMEOUT: Final = 60.0  # seconds for a process to start its scheduler
 STOP_TIMEOUT: Final = 30.0  # seconds for a graceful shutdown
 LEAD: Final = 2.0  # seconds from the last schedule() to the first slots
+BEFORE_SHUTDOWN: list[Callable[[], None]] = []  # a child's, run on SIGTERM
 SLOW_LEAD: Final = 15.0  # a slow load's first slots: after the processes started
 
 
@@ -98,10 +99,11 @@ _TICK: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 SERVER_NAMES: Final = ("postgres", "mariadbd", "mysqld")
 
 
-def _cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (0 if it is gone or /proc is missing)."""
+def _cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """utime + stime of a process, or of one of its threads (0 if it is gone or /proc is missing)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        stat = Path(f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat")
+        fields = stat.read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return 0.0
     return (int(fields[11]) + int(fields[12])) / _TICK
@@ -183,11 +185,68 @@ def count_claims(path: Path) -> None:
 
         setattr(Store, name, counted)
 
+    # The dispatch path's statements by their first words, wall seconds and calls: which one a claim waits on.
+    from persched._store import dialects
+
+    statements: Counter[str] = Counter()
+    statement_calls: Counter[str] = Counter()
+    real_run = dialects.DriverCursor._run
+
+    def timed_run(self: dialects.DriverCursor, sql: str, params: object, *, many: bool) -> None:
+        t = time.perf_counter()
+        try:
+            real_run(self, sql, params, many=many)
+        finally:
+            name = " ".join(sql.split()[:4])[:48]
+            statements[name] += time.perf_counter() - t
+            statement_calls[name] += 1
+
+    dialects.DriverCursor._run = timed_run  # type: ignore[method-assign]
+
     def write() -> None:
         times = {f"{name}_s": round(total, 3) for name, total in seconds.items()}
-        path.write_text(json.dumps({**counts, **times}))
+        by_statement = {name: [round(total, 3), statement_calls[name]] for name, total in statements.most_common()}
+        path.write_text(json.dumps({**counts, **times, "statements_s_calls": by_statement}))
 
     atexit.register(write)
+    if os.environ.get("PERSCHED_BENCH_SAMPLE"):
+        _sample(path.with_suffix(".samples"))
+
+
+def _sample(path: Path, every: float = 0.005) -> None:
+    """A poor man's sampling profiler: every `every` seconds, the innermost persched frames of each
+    thread that is in persched code; the most frequent stacks are written to `path` at exit."""
+    import threading
+
+    stacks: Counter[str] = Counter()
+    me = threading.get_ident()
+
+    def loop() -> None:
+        while True:
+            time.sleep(every)
+            for ident, frame in sys._current_frames().items():
+                if ident == me:
+                    continue
+                names: list[str] = []
+                f: Any = frame
+                while f is not None and len(names) < 6:
+                    filename = f.f_code.co_filename
+                    if "persched" in filename or "sqlalchemy" in filename or "psycopg" in filename:
+                        names.append(f"{Path(filename).stem}.{f.f_code.co_name}:{f.f_lineno}")
+                    f = f.f_back
+                stacks[" < ".join(names) or "(elsewhere)"] += 1
+
+    def write() -> None:
+        # CPU seconds by thread name (the workers' summed), from /proc: which thread spends the instance's CPU.
+        cpu: Counter[str] = Counter()
+        for thread in threading.enumerate():
+            name = thread.name.rstrip("0123456789-_") or thread.name
+            cpu[name] += _cpu_seconds(os.getpid(), thread.native_id)
+        lines = [f"cpu_s {round(s, 2)} {name}" for name, s in cpu.most_common()]
+        path.write_text("\n".join([*lines, *(f"{n} {s}" for s, n in stacks.most_common(60))]))
+
+    threading.Thread(target=loop, daemon=True).start()
+    BEFORE_SHUTDOWN.append(write)  # the scheduler's threads are gone at exit
 
 
 def child(url: str, instance: str, ready: str, workers: int | None, counts: str | None) -> None:
@@ -209,6 +268,8 @@ def child(url: str, instance: str, ready: str, workers: int | None, counts: str 
     Path(ready).write_text(instance)
     while not stopping[0]:
         signal.pause()  # woken by SIGTERM; no polling
+    for hook in BEFORE_SHUTDOWN:
+        hook()
     sched.shutdown(wait=True, timeout=STOP_TIMEOUT)
     if counts is None:
         c.finish(0)
@@ -434,7 +495,9 @@ def main() -> None:
                 directory=directory,
                 counts=args.counts is not None,
                 slow=args.intervals == "slow",
-                analyze=args.analyze,
+                # A slow load is a large table just filled: its planner statistics first, as autovacuum
+                # would give them a minute later (a test server may run without autovacuum).
+                analyze=args.analyze or args.intervals == "slow",
             )
             records[n].append(record)
             c.emit(record)

@@ -92,10 +92,38 @@ def _populate(system: str, path: str, jobs: int) -> None:
         c.aps_populate(path, ((j, "benchmarks.targets:noop", iv, f, ()) for j, iv, f in rows))
 
 
+def _populate_server(url: str, jobs: int, analyze: bool) -> None:
+    """A PostgreSQL or MariaDB database (emptied first) with `jobs` jobs an hour away, filled in SQL
+    from one row, the first of them the probe, due now; ANALYZEd or not (a table just filled)."""
+    from sqlalchemy import text
+
+    from benchmarks.claim_scale import _fill
+    from persched._store.dialects import dialect_for
+
+    store = _fill(url, jobs, interval=HOUR, analyze=analyze, namespace="default")
+    at = dialect_for(store.engine).bind_instant
+    now = int(time.time() * 1_000_000)
+    with store.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE persched_jobs SET next_run_at = :later, first_run_at = :later WHERE job_id <> 'j0'"),
+            {"later": at(now + int(HOUR * 1_000_000))},
+        )
+        conn.execute(
+            text(
+                "UPDATE persched_jobs SET job_id = :probe, target = :target, next_run_at = :now, first_run_at = :now"
+                " WHERE job_id = 'j0'"
+            ),
+            {"probe": PROBE, "target": PROBE_TARGET, "now": at(now)},
+        )
+    store.engine.dispose()
+
+
 def main() -> None:
     p = c.parser(__doc__ or "")
     p.add_argument("--jobs", type=int, default=100_000)
     p.add_argument("--cache", default=None, help="directory to keep (and reuse) the populated files in")
+    p.add_argument("--db", default=None, help="persched on a PostgreSQL or MariaDB URL (a database of its own)")
+    p.add_argument("--analyze", action="store_true", help="with --db: ANALYZE the table once it is filled")
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--child", default=None, help=argparse_hidden())
     args = p.parse_args()
@@ -104,7 +132,10 @@ def main() -> None:
         _child(args.system, args.child, c.workers(args), args.timeout)
         return
 
-    if args.cache:
+    if args.db:  # a server: filled anew each time (in SQL, seconds for a million rows), probe due now
+        _populate_server(args.db, args.jobs, args.analyze)
+        path = args.db
+    elif args.cache:
         os.makedirs(args.cache, exist_ok=True)
         path = os.path.join(args.cache, f"startup-{args.system}-{args.jobs}.db")
         done = path + ".done"
@@ -116,7 +147,9 @@ def main() -> None:
         path = c.db_path(args.dir)
         _populate(args.system, path, args.jobs)
     when = time.time()
-    if args.system == "persched":
+    if args.db:
+        pass
+    elif args.system == "persched":
         c.persched_probe_now(path, PROBE, when)
     else:
         c.aps_probe_now(path, PROBE, PROBE_TARGET, when)

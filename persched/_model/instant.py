@@ -18,7 +18,6 @@ of them are plain ``int`` and are named again with the type, e.g. ``Instant(now 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from fractions import Fraction
 from typing import Final, NewType
 
 __all__ = [
@@ -44,12 +43,18 @@ _ONE_US: Final = timedelta(microseconds=1)
 def micros(value: float) -> int:
     """Round seconds (a float or int) to whole microseconds, exactly (half to even).
 
-    `Fraction` takes the float's exact binary value, so the rounding happens once, here, and
-    never depends on how a product of floats happened to round.
+    The float's exact binary value is rounded (as a `Fraction` of it would be), so the rounding
+    happens once, here, and never depends on how a product of floats happened to round.
     """
     if isinstance(value, int):
         return value * US_PER_SECOND
-    return round(Fraction(value) * US_PER_SECOND)
+    # The float's exact ratio, in integers (a Fraction costs about six times more, and a spec's
+    # checks round several values); inf and nan raise OverflowError and ValueError.
+    numerator, denominator = value.as_integer_ratio()
+    whole, rest = divmod(numerator * US_PER_SECOND, denominator)
+    if 2 * rest > denominator or (2 * rest == denominator and whole % 2):
+        whole += 1  # past the half, or on it and odd: half to even
+    return whole
 
 
 def seconds(us: int) -> float:

@@ -102,6 +102,8 @@ def claim_clauses(expected: dict[tuple[str, int], tuple[Instant, Instant]], dial
 
     Named so that a test can drop one and watch its invariant break.
     """
+    if dialect.binds_arrays:
+        return _array_clauses(expected, dialect)
     # Each row's own bound: its entry's expected slot (CASE keeps it one statement). Two
     # generations of one job may be in one batch (a stale entry beside the live one's): the
     # row's generation picks its entry's bound then. (Which generation may be claimed at all
@@ -121,6 +123,32 @@ def claim_clauses(expected: dict[tuple[str, int], tuple[Instant, Instant]], dial
             f"(job_id, generation) IN {dialect.row_values(len(expected), 2)}", tuple(p for key in expected for p in key)
         ),
         "slot": Sql(f"(next_run_at <= {bound.text} OR run_now_at <= {bound.text})", bound.params * 2),
+    }
+
+
+def _array_clauses(expected: dict[tuple[str, int], tuple[Instant, Instant]], dialect: Dialect) -> dict[str, Sql]:
+    """`claim_clauses` with the entries bound as arrays (PostgreSQL): one statement text whatever the
+    batch's size, so that the server plans it once per connection (a prepared statement) rather than
+    at every claim, and the same predicate, clause by clause, as the lists and CASE chains."""
+    at = dialect.bind_instant
+    # An entry's key is "<job_id> <generation>" (the last space splits it back: a generation has none).
+    # A row's bound is looked up in C (array_position: linear, as the CASE chain is, with no plan to
+    # make): its own entry's; for a row of another generation (a test that drops the "generation"
+    # clause), the job's last entry's, as the CASE chain's ELSE gives it.
+    keys = [f"{job_id} {generation}" for job_id, generation in expected]
+    last = {job_id: at(bound) for (job_id, _), (bound, _) in expected.items()}
+    bound = (
+        "COALESCE((?::timestamptz[])[array_position(?::text[], job_id || ' ' || generation)],"
+        " (?::timestamptz[])[array_position(?::text[], job_id)])"
+    )
+    bounds = [at(bound) for bound, _ in expected.values()]
+    return {
+        "ids": dialect.any_of("job_id", sorted(last)),
+        "state": Sql(dialect.unindexed_sql("state") + " = 'scheduled'"),
+        "paused": Sql("paused = ?", (False,)),
+        "generation": Sql("job_id || ' ' || generation = ANY(?::text[])", (keys,)),
+        # LEAST passes a NULL by on PostgreSQL: the earlier of the slot and a run-now request.
+        "slot": Sql(f"LEAST(next_run_at, run_now_at) <= {bound}", (bounds, keys, list(last.values()), list(last))),
     }
 
 

@@ -261,11 +261,12 @@ def _cached_plan(job_id: str, generation: int, anchor: Instant, stored: Policies
     return JobPlan.of(job_id, generation, anchor, stored)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=65_536)
 def _checked(stored: Policies) -> None:
     # `check_stored` depends on the policies alone (a failure raises, and is not cached): a job
     # scheduled anew (a new id, a new generation) shares its policies' check with the others
-    # (half of `to_job` in schedule()/deschedule() churn).
+    # (half of `to_job` in schedule()/deschedule() churn). As many as the plans kept: a job
+    # whose interval is its own has policies of its own (declare() of 100,000 such jobs).
     check_stored(stored)
 
 

@@ -351,6 +351,18 @@ def test_rounding_to_microseconds_happens_once() -> None:
     assert micros(1e-7) == 0  # below the resolution: refused by interval_trigger and schedule()
 
 
+@given(st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(10**6), 10**6).map(lambda k: k / 2e6))
+def test_rounding_to_microseconds_is_the_exact_values_half_to_even(value: float) -> None:
+    # Half microseconds (k / 2e6) are the ties: each goes to the even neighbour of its exact value.
+    assert micros(value) == round(Fraction(value) * US_PER_SECOND)
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+def test_rounding_a_value_that_is_no_number_raises_as_a_fraction_does(value: float) -> None:
+    with pytest.raises((OverflowError, ValueError)):
+        micros(value)
+
+
 def test_interval_recent_slots_are_oldest_first_and_capped() -> None:
     trigger = interval_trigger(A, Micros(10 * S))
     assert trigger.recent_slots(A, Instant(A + 95 * S), 3) == [A + 70 * S, A + 80 * S, A + 90 * S]

@@ -160,6 +160,9 @@ class Dialect:
     #: The most parameters one statement may bind (the engine's or its driver's limit): a
     #: statement over a set of any size binds it in chunks under this (`persched._store.jobs`).
     max_parameters: ClassVar[int] = 65_535  # PostgreSQL's protocol (psycopg) and MySQL's prepared statements
+    #: A parameter may be an array (PostgreSQL): the dispatch path's statements over a batch then
+    #: keep one text whatever its size, and the server plans each once per connection.
+    binds_arrays: ClassVar[bool] = False
 
     def is_transient(self, exc: DBAPIError) -> bool:
         """True if retrying the whole transaction may succeed (busy, dropped connection, deadlock)."""
@@ -188,6 +191,10 @@ class Dialect:
     def row_values(self, count: int, width: int) -> str:
         """`count` row values of `width` placeholders each, as the right side of ``(a, b) IN``."""
         return f"({value_rows(count, width)})"
+
+    def any_of(self, column: str, values: Sequence[Any]) -> Sql:
+        """``column IN (values)`` in driver SQL (an array where `binds_arrays`: one text for any count)."""
+        return Sql(f"{column} IN ({marks(len(values))})", tuple(values))
 
     def update_returning(self, conn: Connection, stmt: Update, *columns: ColumnElement[Any]) -> list[Row[Any]]:
         """Run `stmt` and return `columns` of the rows it changed."""
