@@ -76,7 +76,7 @@ def test_a_good_history_of_attempts_passes() -> None:
 
 
 def _replaced(items: list[RunRow] | list[Start], index: int, item: RunRow | Start) -> list[RunRow] | list[Start]:
-    return [*items[:index], item, *items[index + 1 :]]  # type: ignore[return-value, list-item]
+    return [*items[:index], item, *items[index + 1 :]]
 
 
 @pytest.mark.parametrize(
@@ -164,17 +164,25 @@ JOB_IDS = [f"job-{i}" for i in range(8)]
 INTERVALS = [0.15, 0.25, 0.4]
 
 
-def _definition(rnd: random.Random, key: str) -> dict[str, object]:
-    """A job that fails its first 0..3 attempts of each slot, with 1..3 retries 10-40 ms apart."""
-    return {
-        "interval_seconds": rnd.choice(INTERVALS),
-        "args": (key, rnd.choice([0, 1, 1, 2, 3]), rnd.choice([0.0, 0.002])),
-        "retries": rnd.choice([1, 2, 3]),
-        "retry_delay_seconds": rnd.choice([0.01, 0.02]),
-        "retry_backoff": rnd.choice([1.0, 1.5]),
-        "retry_lost": rnd.choice([False, True]),
-        "start_in": rnd.choice([0, None]),
-    }
+def _schedule_call(
+    sched: JobScheduler, rnd: random.Random, key: str, job_id: str
+) -> tuple[Callable[[], object], float]:
+    """A schedule() of a job that fails its first 0..3 attempts of each slot, with 1..3 retries 10-30 ms
+    apart; and its interval."""
+    interval = rnd.choice(INTERVALS)
+    call = functools.partial(
+        sched.schedule,
+        job_id,
+        proof_jobs.failing_tracked,
+        interval,
+        args=(key, rnd.choice([0, 1, 1, 2, 3]), rnd.choice([0.0, 0.002])),
+        retries=rnd.choice([1, 2, 3]),
+        retry_delay_seconds=rnd.choice([0.01, 0.02]),
+        retry_backoff=rnd.choice([1.0, 1.5]),
+        retry_lost=rnd.choice([False, True]),
+        start_in=rnd.choice([0, None]),
+    )
+    return call, interval
 
 
 def _driver(sched: JobScheduler, history: History, key: str, seed: int, n: int, barrier: threading.Barrier) -> None:
@@ -185,12 +193,7 @@ def _driver(sched: JobScheduler, history: History, key: str, seed: int, n: int, 
         job_id = rnd.choice(JOB_IDS)
         roll = rnd.random()
         if roll < 0.45:
-            options = _definition(rnd, key)
-            interval = options.pop("interval_seconds")
-            assert isinstance(interval, float)
-            call: Callable[[], object] = functools.partial(
-                sched.schedule, job_id, proof_jobs.failing_tracked, interval, **options
-            )
+            call, interval = _schedule_call(sched, rnd, key, job_id)
             history.schedule(call, job_id, interval)
         elif roll < 0.8:
             with contextlib.suppress(JobNotFoundError):  # a job not scheduled (yet, or any more)
