@@ -6,6 +6,7 @@ Store-level: every call gets its `now`, so no clock and no scheduler is involved
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
@@ -44,10 +45,9 @@ def store(db_url: str) -> Iterator[Store]:
         engine.dispose()
 
 
-def _schedule(store: Store, job_id: str, interval: float = 60.0, **policies: Any) -> Job:  # noqa: ANN401
-    definition = validate_definition(
-        job_id, race_jobs.RECORD, validate_policies(interval, **policies), (job_id,), {}, None
-    )
+def _schedule(store: Store, job_id: str, interval: float = 60.0, start_in: float | None = None, **policies: Any) -> Job:  # noqa: ANN401
+    policy = validate_policies(interval, **policies)
+    definition = validate_definition(job_id, race_jobs.RECORD, policy, (job_id,), {}, start_in)
     job, _, _ = store.upsert_job(definition, T)
     return job
 
@@ -86,6 +86,34 @@ def test_a_failed_run_on_a_clock_a_day_ahead_does_not_hold_the_job_back_for_a_da
     next_at, pending = _next(store, "j")
     assert pending is None
     assert now < next_at <= Instant(now + 60_000_000)
+
+
+# --- a pending attempt and a run-now request at once --------------------------------------------------
+
+
+def test_a_pending_attempt_and_a_run_now_request_due_together_each_run_once(store: Store) -> None:
+    job = _schedule(store, "both", 3600.0, retries=2, retry_delay_seconds=10, start_in=0)
+    slot = from_datetime(job.next_run_at)
+    first = _claim(store, job, slot, AHEAD)
+    ended = Instant(slot + 1_000_003)
+    store.finish_runs([Completion(first, "error", "boom", ended)], AHEAD)
+    due = Instant(ended + 10_000_000)
+    assert _next(store, "both") == (due, 2)
+    store.request_run_now("both", Instant(due - 5_000_000))  # asked before the attempt is due, not yet taken
+    started: list[tuple[int, bool, Instant]] = []
+    now = due
+    for _ in range(4):  # each claim starts one run; the row is free again after each completion
+        got = store.claim_runs([("both", job.generation, now, now)], now, AHEAD, LEASE)[0]
+        if not isinstance(got, Claim):
+            break
+        started.append((got.attempt, got.run_now, got.scheduled_for))
+        now = Instant(now + 1_000_000)
+        store.finish_runs([Completion(got, "error", "boom", now)], AHEAD)
+    # The attempt ran as attempt 2 of its slot and the request as a run-now run, attempt 1; the run-now
+    # run's failure is not retried, the attempt's is (attempt 3 pending); nothing ran twice.
+    assert sorted((attempt, run_now) for attempt, run_now, _ in started) == [(1, True), (2, False)]
+    assert [at for attempt, _, at in started if attempt == 2] == [slot]
+    assert _next(store, "both")[1] == 3
 
 
 # --- on a scheduler, on a FakeClock at an odd instant ----------------------------------------------
@@ -138,3 +166,62 @@ def test_a_job_with_jitter_starts_its_attempt_exactly_when_due(
     assert len(_runs(sched, "jit")) == 1
     _advance(sched, clock, 0.000_001)
     assert [(r.attempt, r.outcome) for r in _runs(sched, "jit")] == [(1, "error"), (2, "ok")]
+
+
+def test_overlap_skip_gives_no_retry_once_the_run_outlasted_its_next_slot(
+    make_scheduler: SchedulerFactory, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="persched")
+    sched = make_scheduler(clock=clock, heartbeat_seconds=1.0, start=True)
+    gate = jobs.gate("ov")
+    sched.schedule(
+        "ov", jobs.block_then_fail, 60.0, args=("ov",), start_in=0, overlap="skip", retries=2, retry_delay_seconds=10
+    )
+    assert gate.started.wait(TIMEOUT)
+    [running] = sched.runs("ov")
+    slot = running.scheduled_for
+    clock.advance(130)  # the slots +60 and +120 pass while attempt 1 runs
+    gate.release.set()
+    runs = _runs(sched, "ov")
+    assert [(r.attempt, r.outcome) for r in runs if r.outcome != "missed"] == [(1, "error")]
+    job = sched.get_job("ov")
+    assert job is not None
+    # Its next slot (+60) came before the run ended: no attempt; the overlap dropped +60 and +120.
+    assert (job.pending_attempt, job.next_run_at) == (None, slot + timedelta(seconds=180))
+    assert len([r for r in caplog.records if "gave up" in r.getMessage()]) == 1
+    _advance(sched, clock, 50)  # +180: a slot of its own, attempt 1 again, and its retry pending
+    runs = [r for r in _runs(sched, "ov") if r.outcome != "missed"]
+    assert [(r.attempt, r.outcome, r.scheduled_for) for r in runs][-1] == (1, "error", slot + timedelta(seconds=180))
+    assert sched.get_job("ov").pending_attempt == 2  # type: ignore[union-attr]
+
+
+def test_catch_up_after_a_downtime_drops_the_passed_attempt_and_runs_each_missed_slot_once(
+    make_scheduler: SchedulerFactory, clock: FakeClock
+) -> None:
+    sched = make_scheduler(clock=clock, heartbeat_seconds=1.0, start=True)
+    sched.schedule(
+        "cu",
+        jobs.follow,
+        60.0,
+        args=("cu", ["error"]),
+        start_in=0,
+        misfire="catch_up",
+        max_catch_up=10,
+        grace_seconds=3600,
+        retries=1,
+        retry_delay_seconds=30,
+    )
+    [first] = _runs(sched, "cu")
+    sched.shutdown()
+    clock.advance(150)  # down: the attempt (+30) and the slots +60, +120 pass
+    again = make_scheduler(clock=clock, heartbeat_seconds=1.0, start=True)
+    runs = _runs(again, "cu")
+    slot = first.scheduled_for
+    assert [(r.attempt, r.outcome, r.scheduled_for) for r in runs] == [
+        (1, "error", slot),
+        (1, "ok", slot + timedelta(seconds=60)),
+        (1, "ok", slot + timedelta(seconds=120)),
+    ]
+    job = again.get_job("cu")
+    assert job is not None
+    assert (job.pending_attempt, job.next_run_at) == (None, slot + timedelta(seconds=180))
