@@ -225,3 +225,35 @@ def test_catch_up_after_a_downtime_drops_the_passed_attempt_and_runs_each_missed
     job = again.get_job("cu")
     assert job is not None
     assert (job.pending_attempt, job.next_run_at) == (None, slot + timedelta(seconds=180))
+
+
+def test_a_hundred_retries_a_millisecond_apart_each_run_once_and_the_slot_is_given_up_once(
+    make_scheduler: SchedulerFactory, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="persched")
+    sched = make_scheduler(clock=clock, heartbeat_seconds=1.0, start=True)
+    sched.schedule(
+        "many",
+        jobs.follow,
+        3600.0,
+        args=("many", ["error"] * 200),
+        start_in=0,
+        retries=100,
+        retry_delay_seconds=0.001,
+        retry_backoff=1.0,
+        pause_after_failures=2,
+    )
+    assert len(_runs(sched, "many")) == 1
+    for _ in range(100):
+        _advance(sched, clock, 0.0011)  # a little more than the delay: the clock's float steps
+    runs = _runs(sched, "many")
+    assert [r.attempt for r in runs] == list(range(1, 102))
+    assert {r.scheduled_for for r in runs} == {runs[0].scheduled_for}
+    job = sched.get_job("many")
+    assert job is not None
+    assert (job.pending_attempt, job.failure_streak, job.paused) == (None, 1, False)  # one slot failed
+    assert job.next_run_at == runs[0].scheduled_for + timedelta(hours=1)
+    assert [r.getMessage() for r in caplog.records if "gave up" in r.getMessage()] == [
+        m for m in [r.getMessage() for r in caplog.records] if "after 101 attempts" in m
+    ]
+    assert len([r for r in caplog.records if "gave up" in r.getMessage()]) == 1
