@@ -33,6 +33,7 @@ T: Final = Instant(micros(EPOCH) + 654_321)  # an odd instant
 LEASE: Final = Micros(30_000_000)
 DAY: Final = 86_400_000_000
 AHEAD: Final = "ahead:1:aaaaaa"
+RIGHT: Final = "right:2:bbbbbb"
 
 
 @pytest.fixture
@@ -86,6 +87,18 @@ def test_a_failed_run_on_a_clock_a_day_ahead_does_not_hold_the_job_back_for_a_da
     next_at, pending = _next(store, "j")
     assert pending is None
     assert now < next_at <= Instant(now + 60_000_000)
+
+
+def test_a_lost_run_recovered_on_a_clock_a_day_ahead_makes_no_attempt_past_its_slot(store: Store) -> None:
+    # A right instance runs the slot and dies; an instance a day ahead recovers the run (retry_lost). By
+    # its clock the attempt would come a day after the slot's time: it is not made, and the job waits
+    # at its next slot, not a day ahead.
+    job = _schedule(store, "lost", retries=2, retry_delay_seconds=10, retry_lost=True)
+    slot = from_datetime(job.next_run_at)
+    claim = _claim(store, job, slot, RIGHT)
+    [open_run] = [r for r in store.open_runs() if r.run_id == claim.run_id]
+    store.recover_run(open_run, Instant(slot + DAY))
+    assert _next(store, "lost") == (Instant(slot + 60_000_000), None)
 
 
 # --- a pending attempt and a run-now request at once --------------------------------------------------
