@@ -7,7 +7,7 @@ Store-level: every call gets its `now`, so no clock and no scheduler is involved
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Final
 
 import pytest
@@ -270,3 +270,68 @@ def test_a_hundred_retries_a_millisecond_apart_each_run_once_and_the_slot_is_giv
         m for m in [r.getMessage() for r in caplog.records] if "after 101 attempts" in m
     ]
     assert len([r for r in caplog.records if "gave up" in r.getMessage()]) == 1
+
+
+def test_a_cron_retry_across_the_fall_back_is_due_in_elapsed_time_and_never_reaches_the_next_fire(
+    make_scheduler: SchedulerFactory,
+) -> None:
+    # 01:30 New York on 2026-11-01 comes twice (EDT, then EST); the clocks go back at 06:00 UTC.
+    start = datetime(2026, 11, 1, 5, 29, 0, 123_457, tzinfo=timezone.utc).timestamp()
+    clock = FakeClock(start)
+    sched = make_scheduler(clock=clock, heartbeat_seconds=1.0, start=True)
+    sched.schedule(
+        "dst",
+        jobs.follow,
+        cron="30 1 * * *",
+        timezone="America/New_York",
+        args=("dst", ["error", "error", "ok"]),
+        retries=3,
+        retry_delay_seconds=1800,
+        retry_backoff=1.0,
+    )
+    fires = sched.next_runs("dst", count=3)
+    _advance(sched, clock, 60)  # 05:30 UTC, 01:30 EDT
+    [first] = _runs(sched, "dst")
+    assert first.scheduled_for == fires[0]
+    assert first.finished_at is not None
+    job = sched.get_job("dst")
+    assert job is not None
+    due = first.finished_at + timedelta(seconds=1800)  # elapsed time: 06:00 UTC, 01:00 EST
+    if due < fires[1]:
+        assert (job.pending_attempt, job.next_run_at) == (2, due)
+        _advance(sched, clock, 1800)
+        assert [(r.attempt, r.scheduled_for) for r in _runs(sched, "dst")][-1] == (2, fires[0])
+    else:
+        assert (job.pending_attempt, job.next_run_at) == (None, fires[1])
+    # No attempt at or after the next fire: whatever ran there is that fire's attempt 1.
+    _advance(sched, clock, 3600 * 2)
+    for run in _runs(sched, "dst"):
+        assert run.scheduled_for in fires
+        assert run.attempt == 1 or run.started_at < fires[fires.index(run.scheduled_for) + 1]
+
+
+@pytest.mark.parametrize(("cap", "attempts"), [(None, [1, 2]), (20.0, [1, 2, 3, 4])], ids=["no-cap", "capped"])
+def test_a_huge_backoff_gives_up_or_is_capped(
+    make_scheduler: SchedulerFactory, clock: FakeClock, cap: float | None, attempts: list[int]
+) -> None:
+    sched = make_scheduler(clock=clock, heartbeat_seconds=1.0, start=True)
+    sched.schedule(
+        "huge",
+        jobs.follow,
+        3600.0,
+        args=("huge", ["error"] * 10),
+        start_in=0,
+        retries=3,
+        retry_delay_seconds=10,
+        retry_backoff=1e300,  # attempt 3's delay overflows any float: no slot is that long
+        retry_max_delay_seconds=cap,
+    )
+    assert [r.attempt for r in _runs(sched, "huge")] == [1]
+    _advance(sched, clock, 10)
+    _advance(sched, clock, 20)
+    _advance(sched, clock, 20)
+    runs = _runs(sched, "huge")
+    assert [r.attempt for r in runs] == attempts
+    job = sched.get_job("huge")
+    assert job is not None
+    assert (job.pending_attempt, job.next_run_at) == (None, runs[0].scheduled_for + timedelta(hours=1))
