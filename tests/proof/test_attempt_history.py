@@ -210,6 +210,18 @@ def test_random_operations_on_retrying_jobs_satisfy_the_checker(db_url: str, see
     sched = JobScheduler(db_url, workers=4, lease_seconds=30.0, pickup_seconds=0.2)
     try:
         sched.start()
+        # One job the drivers leave alone: its slots fail twice, then succeed (the non-vacuity checks below).
+        steady = functools.partial(
+            sched.schedule,
+            "steady",
+            proof_jobs.failing_tracked,
+            0.3,
+            args=(key, 2),
+            retries=3,
+            retry_delay_seconds=0.01,
+            start_in=0,
+        )
+        history.schedule(steady, "steady", 0.3)
         barrier = threading.Barrier(threads_n)
         threads = [
             threading.Thread(target=_driver, args=(sched, history, key, seed + i, per_thread, barrier))
@@ -221,6 +233,15 @@ def test_random_operations_on_retrying_jobs_satisfy_the_checker(db_url: str, see
             t.join(TIMEOUT * 6)
         assert not any(t.is_alive() for t in threads)
         offset = sched._timebase._offset
+        sched.run_now("steady")  # its run-now run fails (attempt 1) and is not retried
+
+        def steady_done() -> bool:
+            runs = [r for r in runs_from_url(db_url, offset) if r.job_id == "steady"]
+            return any(r.attempt == 3 and r.outcome == "ok" for r in runs) and any(
+                r.run_now and r.outcome == "error" for r in runs
+            )
+
+        wait_until(steady_done, message="the steady job's slot ran its third attempt and its run-now run failed")
 
         def liveness_holds() -> bool:
             so_far, started = history.snapshot()
