@@ -60,14 +60,23 @@ def corrected_slot(row: StoredRow, now: Instant, updated_at: Instant | None) -> 
     `updated_at` None: a row read with the claims' columns only (`STANDING_COLUMNS`): only a grid
     moved past its first slot tells, and the slot is an estimate that ignores ``start_at`` (which
     `correct_ahead` reads the whole row for)."""
-    if row.problems or row.state != SCHEDULED or row.retry_attempt is not None:
-        return None  # (a pending attempt is due off the grid, within its slot: not ahead of it)
+    if row.problems or row.state != SCHEDULED:
+        return None
     next_at = from_datetime(row.next_run_at)
-    if not written_ahead(next_at, instant_or_none(row.first_run_at), updated_at, now):
+    basis = next_at
+    if row.retry_attempt is not None:
+        # A pending attempt is due off the grid, within its slot: not ahead of it, unless that slot
+        # itself lies ahead of `now` (a clock ahead ran it): then the row goes back to its grid from
+        # that slot, and the attempt is dropped (`correct_ahead`). Only the whole row has the slot.
+        slot = instant_or_none(row.__dict__.get("retry_for"))
+        if slot is None or slot - now <= CLOCK_STEP_FLOOR:
+            return None
+        basis = slot
+    elif not written_ahead(next_at, instant_or_none(row.first_run_at), updated_at, now):
         return None
     # A correction never moves a job before start_at (only the whole row has it).
     plan = readable_plan(row, with_start=updated_at is not None)
-    corrected = None if plan is None else plan.corrected(next_at, now)
+    corrected = None if plan is None else plan.corrected(basis, now)
     if corrected is None or next_at - corrected <= CLOCK_STEP_FLOOR:
         return None  # within the floor: skew between live instances, left alone
     return next_at, corrected
@@ -96,6 +105,8 @@ def correct_ahead(
             )
             .values(
                 next_run_at=to_datetime(corrected),
+                retry_attempt=None,  # an attempt of a slot that has not come yet (`corrected_slot`)
+                retry_for=None,
                 updated_at=to_datetime(now),
                 **regrid(row, plan, corrected, change_seq(conn)),
             )

@@ -167,7 +167,8 @@ def _retry_at(row: StoredRow, bound: Instant, now: Instant) -> Instant | None:
         return None
     next_at, run_now_at = from_datetime(row.next_run_at), instant_or_none(row.run_now_at)
     if row.state == SCHEDULED and (next_at > bound or run_now_at is not None):
-        return plan.due_at(next_at, run_now_at)  # moved on (by another instance, or a skip)
+        # moved on (by another instance, or a skip)
+        return plan.due_at(next_at, run_now_at, retry=row.retry_attempt is not None)
     if row.state == RUNNING:
         # Another instance runs it: look again at its next slot, in case that
         # instance dies (its completion is not seen here). A next slot that is

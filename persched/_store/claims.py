@@ -59,6 +59,7 @@ from .mappers import (
     SCHEDULED,
     readable_plan,
     refused_record,
+    retry_of,
     stored,
 )
 from .records import Claim, ClaimEntry, ClaimMiss, Completion, Correction, Overdue
@@ -330,7 +331,7 @@ class ClaimsStore(CompletionsStore):
                 if plan is None:
                     found.unreadable.append((row.job_id, row.generation))
                     continue
-                due = plan.due_at(from_datetime(row.next_run_at), None)
+                due = plan.due_at(from_datetime(row.next_run_at), None, retry=retry_of(row) is not None)
                 if due <= claimed_at:
                     found.entries.append((row.job_id, row.generation, due, claimed_at))
                 else:

@@ -162,7 +162,7 @@ class CompletionsStore(Transactions):
         # Decided before the transaction (pure): (index, next_run_at, finished?, plan) of each carried
         # one, and its _FINISH_CARRIED parameters; the failed runs of jobs with pause_after_failures
         # whose slot is settled (the others: `_finish_read`).
-        carried: list[tuple[int, Instant, bool, JobPlan]] = []
+        carried: list[tuple[int, Instant, bool, JobPlan, bool]] = []
         moves: list[tuple[Any, ...]] = []
         carried_failing: list[FailingJob] = []
         carried_gave_up: dict[int, Completion] = {}  # by run id: logged once committed
@@ -175,7 +175,7 @@ class CompletionsStore(Transactions):
                 continue
             next_at, retry = decided
             over = retry is None and kept.plan.is_over(next_at, None)
-            carried.append((i, next_at, over, kept.plan))
+            carried.append((i, next_at, over, kept.plan, retry is not None))
             left = at(kept.next_run_at)
             moves.append(
                 (
@@ -213,9 +213,9 @@ class CompletionsStore(Transactions):
             # where its claim left it and goes on to its carried slot; else every completion is
             # read (`_finish_read`), and one that this UPDATE moved reads as queued at that slot.
             if moves and cur.executemany(_FINISH_CARRIED, moves).rowcount == len(moves):
-                for i, next_at, over, plan in carried:
-                    due[i] = None if over else plan.due_at(next_at, None)
-                done = {i for i, _, _, _ in carried}
+                for i, next_at, over, plan, retried in carried:
+                    due[i] = None if over else plan.due_at(next_at, None, retry=retried)
+                done = {i for i, *_ in carried}
                 rest = [i for i in rest if i not in done]
             if rest:
                 read = self._finish_read(conn, cur, [completions[i] for i in rest], instance_id, failing, given_up)
@@ -315,7 +315,7 @@ class CompletionsStore(Transactions):
                     at(c.claim.scheduled_for),  # == the row's running_for (`owned`)
                 )
             )
-            due.append(None if over or row.paused else plan.due_at(next_at, run_now_at))
+            due.append(None if over or row.paused else plan.due_at(next_at, run_now_at, retry=retry is not None))
             if retry is None and not row.paused and gave_up(plan, c):
                 given_up[c.claim.run_id] = c
             if retry is None and failed(c.outcome) and plan.pause_after_failures:

@@ -69,10 +69,18 @@ _SCANNED: Final = [
     jobs.c.timezone,
     jobs.c.updated_at,
     jobs.c.first_run_at,
+    jobs.c.retry_attempt,
 ]
 _Inspected = tuple[Instant, str, int, bool]  # (due_at, job_id, generation, run-now pending)
 # The columns a refill reads (load_due).
-_DUE_COLUMNS: Final = [jobs.c.next_run_at, jobs.c.job_id, jobs.c.generation, jobs.c.jitter_seconds, jobs.c.run_now_at]
+_DUE_COLUMNS: Final = [
+    jobs.c.next_run_at,
+    jobs.c.job_id,
+    jobs.c.generation,
+    jobs.c.jitter_seconds,
+    jobs.c.run_now_at,
+    jobs.c.retry_attempt,
+]
 
 
 class DueStore(Transactions):
@@ -176,7 +184,7 @@ class DueStore(Transactions):
             fire = fires[cron, zone]  # past the expression's next fire after now
             return fire is not None and due > fire + CLOCK_STEP_FLOOR
 
-        for at, job_id, generation, jitter, run_now_at, paused, interval, cron, zone, updated, first in rows:
+        for at, job_id, generation, jitter, run_now_at, paused, interval, cron, zone, updated, first, retry in rows:
             try:
                 generation = _whole_generation(generation)
                 slot = self.dialect.raw_instant(at)
@@ -188,7 +196,7 @@ class DueStore(Transactions):
                     ahead.append((job_id, generation, slot))
                 if paused:
                     continue
-                due = self._due_at(job_id, generation, slot, jitter, run_now_at)
+                due = self._due_at(job_id, generation, slot, None if retry is not None else jitter, run_now_at)
             except Exception as exc:  # noqa: BLE001 - one unreadable row never stops start()
                 # Not queued; jobs() and `persched jobs` show why (Job.unreadable).
                 logger.error("job %s is not scheduled: its stored row cannot be read: %s", job_id, exc)
@@ -196,8 +204,9 @@ class DueStore(Transactions):
             entries.append((due, job_id, generation, run_now_at is not None))
         return entries, ahead
 
-    def _due_at(self, job_id: str, generation: int, slot: Instant, jitter: float, run_now_at: object) -> Instant:
-        """When a job read raw is due: its `slot`, later by its jitter (which only delays), or its pending run-now."""
+    def _due_at(self, job_id: str, generation: int, slot: Instant, jitter: float | None, run_now_at: object) -> Instant:
+        """When a job read raw is due: its `slot`, later by its jitter (which only delays; None for a
+        pending attempt, due exactly then), or its pending run-now."""
         due = slot
         if jitter:
             due = Instant(slot + _triggers.jitter_offset(job_id, generation, slot, column_micros(jitter)))
@@ -231,12 +240,12 @@ class DueStore(Transactions):
             rows = conn.execute(query.limit(limit)).all()
             entries = []
             last: tuple[Instant, str] | None = None
-            for at, job_id, generation, jitter, run_now_at in rows:
+            for at, job_id, generation, jitter, run_now_at, retry in rows:
                 try:
                     slot = self.dialect.raw_instant(at)
                     last = (slot, job_id)
                     generation = _whole_generation(generation)
-                    due = self._due_at(job_id, generation, slot, jitter, run_now_at)
+                    due = self._due_at(job_id, generation, slot, None if retry is not None else jitter, run_now_at)
                 except Exception as exc:  # noqa: BLE001 - one unreadable row is skipped; start() logged it (sweep)
                     logger.debug("job %s is not queued: its stored row cannot be read: %s", job_id, exc)
                     continue

@@ -212,7 +212,7 @@ class LeasesStore(Transactions):
                     return Recovery(lost=True)
             if freed.rowcount != 1 or over or row.paused:
                 return Recovery(lost=True)
-            return Recovery(lost=True, due=plan.due_at(next_at, run_now_at))
+            return Recovery(lost=True, due=plan.due_at(next_at, run_now_at, retry=retry is not None))
 
         try:
             return self._write(body, "recover run")

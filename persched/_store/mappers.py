@@ -303,7 +303,10 @@ def due_of(row: StoredRow) -> Instant | None:
         logger.error("job %s is not scheduled: its stored row cannot be read: %s", row.job_id, row.describe())
         return None
     plan = None if row.paused or row.state != SCHEDULED else readable_plan(row)
-    return None if plan is None else plan.due_at(from_datetime(row.next_run_at), instant_or_none(row.run_now_at))
+    if plan is None:
+        return None
+    retry = row.__dict__.get("retry_attempt") is not None  # an attempt pending: due without jitter
+    return plan.due_at(from_datetime(row.next_run_at), instant_or_none(row.run_now_at), retry=retry)
 
 
 def rows_of(conn: Connection, job_ids: Collection[str]) -> dict[str, StoredRow]:

@@ -33,13 +33,19 @@ R1 no start after death: a generation is *dead* once a ``deschedule`` of its
    callable after that return (the claim that won the race).
 R2 no overlap: two runs of one (job, generation) never overlap, neither as
    stored (claim .. finish) nor as seen by the callable (start .. end).
-R3 once per slot: no (job, generation, scheduled_for) is claimed twice.
+R3 once per slot and attempt: no (job, generation, scheduled_for, attempt) of the
+   grid is claimed twice (run-now runs are off the grid: they may share an instant).
 R4 liveness: a job whose last operation left it scheduled, and that stayed
    so for `live_after` seconds before the end of the history, has a claim of
    its final generation after that schedule returned.
 R5 bookkeeping: every callable start matches a stored claim of the same
-   run_id/job/generation/slot, started after the claim; no run is left open
+   run_id/job/generation/slot/attempt, started after the claim; no run is left open
    (outcome NULL) at the end of a quiesced history; outcomes are valid.
+R6 attempts (retries inside a slot): a run-now run is attempt 1; attempt k+1
+   (k >= 1) of a slot is claimed only if attempt k of that slot was claimed, had
+   ended (outcome set; when `timed`, finished before k+1 was claimed) and failed
+   (outcome "error" or "lost"); as seen by the callables, attempt k+1 starts
+   after attempt k's callable ended.
 """
 
 from __future__ import annotations
@@ -63,7 +69,8 @@ if TYPE_CHECKING:
 
 __all__ = ["History", "Op", "OpLog", "RunRow", "Start", "assert_consistent", "check", "describe", "runs_from_db", "ts"]
 
-OUTCOMES: Final = frozenset({"ok", "error", "lost", None})
+OUTCOMES: Final = frozenset({"ok", "error", "lost", "stopped", None})
+RETRIED: Final = frozenset({"error", "lost"})  # the outcomes a later attempt of the slot may follow
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,8 @@ class RunRow:
     finished: float | None
     outcome: str | None
     instance_id: str | None = None
+    attempt: int = 1
+    run_now: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,7 @@ class Start:
     scheduled_for: float
     start: float
     end: float | None
+    attempt: int = 1
 
 
 @dataclass
@@ -213,25 +223,43 @@ def runs_from_db(path: str, offset_us: int = 0) -> list[RunRow]:
     `offset_us` (microseconds: a scheduler's ``_timebase._offset``) is subtracted from
     stored wall instants to land in the history's monotonic frame (seconds).
     """
-    offset = offset_us / 1_000_000
     with closing(sqlite3.connect(path, timeout=10.0)) as conn:
-        rows = conn.execute(
-            "SELECT run_id, job_id, generation, scheduled_for, started_at, finished_at, outcome, instance_id "
-            "FROM persched_runs ORDER BY run_id"
-        ).fetchall()
-    return [
-        RunRow(
-            run_id=int(r[0]),
-            job_id=str(r[1]),
-            generation=int(r[2]),
-            scheduled_for=ts(r[3]),
-            claimed=ts(r[4]) - offset,
-            finished=None if r[5] is None else ts(r[5]) - offset,
-            outcome=r[6],
-            instance_id=r[7],
-        )
-        for r in rows
-    ]
+        rows = conn.execute(f"SELECT {_RUN_COLUMNS} FROM persched_runs ORDER BY run_id").fetchall()  # noqa: S608
+    return [_run_row(r, offset_us) for r in rows]
+
+
+def runs_from_url(url: str, offset_us: int = 0) -> list[RunRow]:
+    """`runs_from_db` of any engine's database, by its SQLAlchemy URL."""
+    from sqlalchemy import create_engine, text  # only where a server's history is read
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(text(f"SELECT {_RUN_COLUMNS} FROM persched_runs ORDER BY run_id")).fetchall()  # noqa: S608
+    finally:
+        engine.dispose()
+    return [_run_row(tuple(r), offset_us) for r in rows]
+
+
+_RUN_COLUMNS: Final = (
+    "run_id, job_id, generation, scheduled_for, started_at, finished_at, outcome, instance_id, attempt, run_now"
+)
+
+
+def _run_row(r: tuple[Any, ...], offset_us: int) -> RunRow:
+    offset = offset_us / 1_000_000
+    return RunRow(
+        run_id=int(r[0]),
+        job_id=str(r[1]),
+        generation=int(r[2]),
+        scheduled_for=ts(r[3]),
+        claimed=ts(r[4]) - offset,
+        finished=None if r[5] is None else ts(r[5]) - offset,
+        outcome=r[6],
+        instance_id=r[7],
+        attempt=int(r[8]),
+        run_now=bool(r[9]),
+    )
 
 
 def _deaths(ops: Iterable[Op]) -> dict[tuple[str, int], float]:
@@ -311,21 +339,27 @@ def check(
             problems.append(f"R5 callable start of run {run_id} ({ss[0].job_id}) has no stored claim")
             continue
         s = ss[0]
-        if (s.job_id, s.generation) != (stored.job_id, stored.generation) or abs(
+        if (s.job_id, s.generation, s.attempt) != (stored.job_id, stored.generation, stored.attempt) or abs(
             s.scheduled_for - stored.scheduled_for
         ) > 1e-6:
             problems.append(f"R5 run {run_id}: callable saw {s} but the store has {stored}")
         if timed and s.start < stored.claimed - 1e-3:
             problems.append(f"R5 run {run_id}: callable started at {s.start} before its claim at {stored.claimed}")
 
-    # R3 once per slot.
-    seen: dict[tuple[str, int, float], int] = {}
+    # R3 once per slot and attempt (run-now runs are off the grid).
+    seen: dict[tuple[str, int, float, int], int] = {}
     for r in runs:
-        slot_key = (r.job_id, r.generation, round(r.scheduled_for, 6))
+        if r.run_now:
+            continue
+        slot_key = (r.job_id, r.generation, round(r.scheduled_for, 6), r.attempt)
         if slot_key in seen:
-            problems.append(f"R3 slot {slot_key} claimed twice: runs {seen[slot_key]} and {r.run_id}")
+            problems.append(
+                f"R3 slot {slot_key[:3]} claimed twice (attempt {r.attempt}): runs {seen[slot_key]} and {r.run_id}"
+            )
         else:
             seen[slot_key] = r.run_id
+
+    problems.extend(_attempt_problems(runs, starts, timed))
 
     # R2 no overlap, as stored and as seen by the callable.
     stored_by_gen: dict[tuple[str, int], list[RunRow]] = defaultdict(list)
@@ -381,6 +415,47 @@ def check(
                 ok = bool(stored_by_gen.get((job_id, gen)))
             if not ok:
                 problems.append(f"R4 {job_id} g{gen} stayed scheduled from {op.returned} to {end} but never ran")
+    return problems
+
+
+def _attempt_problems(runs: list[RunRow], starts: list[Start], timed: bool) -> list[str]:
+    """Rule R6 (module docstring): each later attempt of a slot follows a failed, ended one."""
+    problems: list[str] = []
+    by_slot: dict[tuple[str, int, float], dict[int, RunRow]] = defaultdict(dict)
+    for r in runs:
+        if r.run_now:
+            if r.attempt != 1:
+                problems.append(f"R6 run {r.run_id} of {r.job_id}: a run-now run is attempt {r.attempt}, not 1")
+            continue
+        if r.attempt < 1:
+            problems.append(f"R6 run {r.run_id} of {r.job_id}: attempt {r.attempt}")
+            continue
+        by_slot[(r.job_id, r.generation, round(r.scheduled_for, 6))].setdefault(r.attempt, r)
+    for key, attempts in by_slot.items():
+        for k, later in sorted(attempts.items()):
+            if k == 1:
+                continue
+            before = attempts.get(k - 1)
+            what = f"R6 {key} attempt {k} (run {later.run_id})"
+            if before is None:
+                problems.append(f"{what} was claimed with no attempt {k - 1} of its slot")
+            elif before.outcome is None or before.finished is None:
+                problems.append(f"{what} was claimed while attempt {k - 1} (run {before.run_id}) had not ended")
+            elif before.outcome not in RETRIED:
+                problems.append(f"{what} follows attempt {k - 1} (run {before.run_id}) that ended {before.outcome!r}")
+            elif before.run_id > later.run_id or (timed and later.claimed < before.finished - 1e-6):
+                problems.append(f"{what} was claimed before attempt {k - 1} (run {before.run_id}) ended")
+    # As the callables saw them: attempt k+1's callable starts after attempt k's ended.
+    seen: dict[tuple[str, int, float, int], Start] = {}
+    for s in starts:
+        seen.setdefault((s.job_id, s.generation, round(s.scheduled_for, 6), s.attempt), s)
+    for (job_id, generation, slot, k), s in seen.items():
+        before_start = seen.get((job_id, generation, slot, k - 1))
+        if before_start is not None and (before_start.end is None or s.start < before_start.end):
+            problems.append(
+                f"R6 ({job_id!r}, {generation}, {slot}) attempt {k}: callable of run {s.run_id} started "
+                f"before attempt {k - 1}'s (run {before_start.run_id}) ended"
+            )
     return problems
 
 

@@ -20,7 +20,7 @@ from tests.support.history import Start
 if TYPE_CHECKING:
     from tests.support.history import History
 
-__all__ = ["file_tracked", "noop", "read_file_starts", "register", "tracked", "unregister"]
+__all__ = ["failing_tracked", "file_tracked", "noop", "read_file_starts", "register", "tracked", "unregister"]
 
 _lock = threading.Lock()
 _histories: dict[str, History] = {}
@@ -54,19 +54,32 @@ def tracked(key: str, work: float = 0.0) -> None:
     if work > 0:
         time.sleep(min(work, MAX_WORK))  # simulated work, not synchronisation
     history.record_start(
-        Start(run.run_id, run.job_id, run.generation, run.scheduled_for.timestamp(), start, history.now())
+        Start(run.run_id, run.job_id, run.generation, run.scheduled_for.timestamp(), start, history.now(), run.attempt)
     )
 
 
+class Failed(Exception):
+    """What `failing_tracked` raises: the run's outcome is "error"."""
+
+
+def failing_tracked(key: str, failures: int, work: float = 0.0) -> None:
+    """`tracked`, then fail (outcome "error") while the run is one of the first `failures` attempts of its slot;
+    a run-now run (never retried) fails when `failures` > 0 as well."""
+    tracked(key, work)
+    run = current_run()
+    if run is not None and run.attempt <= failures:
+        raise Failed(f"attempt {run.attempt} fails on purpose")
+
+
 def file_tracked(path: str) -> None:
-    """Append ``run_id job_id generation scheduled_for start end`` (monotonic times) to `path`."""
+    """Append ``run_id job_id generation scheduled_for start end attempt`` (monotonic times) to `path`."""
     run = current_run()
     if run is None or run.run_id is None:
         return
     start = time.monotonic()
     line = f"{run.run_id} {run.job_id} {run.generation} {run.scheduled_for.timestamp()!r} {start!r}"
     with Path(path).open("a") as f:
-        f.write(f"{line} {time.monotonic()!r}\n")
+        f.write(f"{line} {time.monotonic()!r} {run.attempt}\n")
         f.flush()
         os.fsync(f.fileno())
 
@@ -79,7 +92,8 @@ def read_file_starts(path: str) -> list[Start]:
     out: list[Start] = []
     for line in p.read_text().splitlines():
         parts = line.split()
-        if len(parts) != 6:
+        if len(parts) != 7:
             continue
-        out.append(Start(int(parts[0]), parts[1], int(parts[2]), float(parts[3]), float(parts[4]), float(parts[5])))
+        run_id, job_id, generation, slot, start, end, attempt = parts
+        out.append(Start(int(run_id), job_id, int(generation), float(slot), float(start), float(end), int(attempt)))
     return out
