@@ -375,7 +375,8 @@ class ClaimBatch:
         next regular slot); else give the slot up and wait for that slot, which is due now."""
         key, plan = (row.job_id, row.generation), row.plan
         deadline = plan.retry_deadline(retry, row.next_at)
-        if self.claimed_at < deadline:
+        # (an attempt past the job's retries: a hand edit, or retries lowered in place by one: none)
+        if self.claimed_at < deadline and retry.attempt <= plan.retry_policy.retries + 1:
             # On a grid the row moves on to that next slot, as any claim of `retry.slot` moves it;
             # fixed delay: it stays, and the attempt's end places the next run.
             next_at = deadline if plan.trigger is not None else row.next_at

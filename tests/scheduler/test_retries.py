@@ -23,7 +23,7 @@ from persched._store.health import problems
 from persched.errors import InvalidJobError
 from persched.testing import FakeClock
 from tests.support import jobs
-from tests.support.helpers import TIMEOUT
+from tests.support.helpers import TIMEOUT, db_sql
 
 if TYPE_CHECKING:
     from persched import Job, JobScheduler, Run
@@ -332,3 +332,16 @@ def test_persched_check_counts_failed_slots_not_failed_attempts(
         assert failing(3) == []
     finally:
         engine.dispose()
+
+
+def test_a_hand_edited_attempt_past_the_jobs_retries_is_not_run(
+    make_scheduler: SchedulerFactory, clock: FakeClock, db_url: str
+) -> None:
+    sched = _scheduler(make_scheduler, clock)
+    _failing(sched, "edited", ["error"], 3600.0, retries=2, retry_delay_seconds=10)
+    [first] = _runs(sched, "edited")
+    db_sql(db_url, "UPDATE persched_jobs SET retry_attempt = 99 WHERE job_id = 'edited'")
+    _advance(sched, clock, 10)
+    assert [r.attempt for r in _runs(sched, "edited")] == [1]  # attempt 99 never starts: the slot gave up
+    job = _job(sched, "edited")
+    assert (job.pending_attempt, job.next_run_at) == (None, first.scheduled_for + timedelta(hours=1))
