@@ -205,8 +205,11 @@ class JobPlan:
         """The offset of `slot`'s run, the same in every instance (docs/how-to/schedules.md, "Jitter")."""
         return _triggers.jitter_offset(self.job_id, self.generation, slot, self.jitter) if self.jitter else Micros(0)
 
-    def due_at(self, next_run_at: Instant, run_now_at: Instant | None) -> Instant:
-        """When the heap should try the job: its next slot plus jitter, or a pending run-now."""
+    def due_at(self, next_run_at: Instant, run_now_at: Instant | None, reach: _triggers.JitterReach) -> Instant:
+        """When the heap should try the job: its next slot plus jitter, or a pending run-now; the
+        jitter is counted in `reach`, the store's."""
+        if self.jitter:
+            reach.widen(self.jitter)
         due = Instant(next_run_at + self.jitter_for(next_run_at))
         return due if run_now_at is None else min(due, run_now_at)
 

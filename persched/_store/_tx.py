@@ -59,6 +59,7 @@ from sqlalchemy import exists
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from .._model.models import DEFAULT_NAMESPACE
+from .._model.triggers import JitterReach
 from ..errors import StoreError
 from .dialects import Sql, dialect_for
 from .fork_gate import FORK_GATE
@@ -188,6 +189,8 @@ class Transactions:
         # Told (job_id, generation) of each job its failures paused, after the commit that paused it
         # (`persched._store.failures`; the scheduler emits its event); the default does nothing.
         self.failures_paused: Callable[[str, int], object] = _nothing
+        # The largest jitter of the due times this store handed out (the bounded heap reads it).
+        self.jitter_reach = JitterReach()
 
     def _in_namespace(self, job_id: ColumnElement[str]) -> Exists:
         """`job_id` (a persched_runs column) is one of this namespace's jobs (any state).

@@ -195,7 +195,7 @@ class ClaimsStore(CompletionsStore):
             claimed_at = read_time(now)
             lease_until = Instant(claimed_at + lease)
             cur = self.dialect.cursor(conn)
-            batch = ClaimBatch(expected, claimed_at, instance_id, lease_until)
+            batch = ClaimBatch(expected, claimed_at, instance_id, lease_until, self.jitter_reach)
             for raw in self._lock(cur, expected):
                 row = batch.read(raw, self.dialect)
                 if row is not None:
@@ -208,8 +208,10 @@ class ClaimsStore(CompletionsStore):
                 paused = pause_failing(cur, self.dialect, batch.writes.failing)
                 self._on_commit(lambda: log_paused(paused, self.failures_paused))
             lost = batch.undecided()
-            found, ahead = misses(conn, self.dialect, lost, claimed_at) if lost else ({}, set())
-            corrected[:] = correct_ahead(conn, ahead, claimed_at, self._bump_change_seq) if ahead else []
+            found, ahead = misses(conn, self.dialect, lost, claimed_at, self.jitter_reach) if lost else ({}, set())
+            corrected[:] = (
+                correct_ahead(conn, ahead, claimed_at, self._bump_change_seq, self.jitter_reach) if ahead else []
+            )
             for c in corrected:  # another instance's clock was ahead: look again at the slot put right
                 found[c.job_id, c.generation] = ClaimMiss(SCHEDULED, c.generation, None, c.due, True)
             return batch.results(entries, found)
@@ -302,7 +304,7 @@ class ClaimsStore(CompletionsStore):
                 if plan is None:
                     found.unreadable.append((row.job_id, row.generation))
                     continue
-                due = plan.due_at(from_datetime(row.next_run_at), None)
+                due = plan.due_at(from_datetime(row.next_run_at), None, self.jitter_reach)
                 if due <= claimed_at:
                     found.entries.append((row.job_id, row.generation, due, claimed_at))
                 else:

@@ -214,7 +214,7 @@ class CompletionsStore(Transactions):
             # read (`_finish_read`), and one that this UPDATE moved reads as queued at that slot.
             if moves and cur.executemany(_FINISH_CARRIED, moves).rowcount == len(moves):
                 for i, next_at, over, plan in carried:
-                    due[i] = None if over else plan.due_at(next_at, None)
+                    due[i] = None if over else plan.due_at(next_at, None, self.jitter_reach)
                 done = {i for i, _, _, _ in carried}
                 rest = [i for i in rest if i not in done]
             if rest:
@@ -281,7 +281,11 @@ class CompletionsStore(Transactions):
                 # Not ours any more. If the job is scheduled in the same generation,
                 # this is a retry after a commit that did land: queue it again.
                 other = others.get(c.claim.job_id)
-                due.append(due_of(other) if other is not None and other.generation == c.claim.generation else None)
+                due.append(
+                    due_of(other, self.jitter_reach)
+                    if other is not None and other.generation == c.claim.generation
+                    else None
+                )
                 continue
             plan = plan_or_quarantine(row, c.finished_at, instance_id, w.quarantined, w.missed)
             if plan is None:
@@ -315,7 +319,7 @@ class CompletionsStore(Transactions):
                     at(c.claim.scheduled_for),  # == the row's running_for (`owned`)
                 )
             )
-            due.append(None if over or row.paused else plan.due_at(next_at, run_now_at))
+            due.append(None if over or row.paused else plan.due_at(next_at, run_now_at, self.jitter_reach))
             if retry is None and gave_up(plan, c):
                 given_up[c.claim.run_id] = c
             if retry is None and failed(c.outcome) and plan.pause_after_failures:

@@ -104,7 +104,7 @@ class DueStore(Transactions):
         def body(conn: Connection) -> tuple[int, list[tuple[Instant, str, int]], set[str]]:
             now_seq = int(conn.execute(select(changes.c.seq)).scalar_one())
             rows = stored(conn.execute(select(*RAW_JOBS).where(*where)))
-            due = [(due_of(row), row.job_id, row.generation) for row in rows]
+            due = [(due_of(row, self.jitter_reach), row.job_id, row.generation) for row in rows]
             ahead: set[str] = set()
             if written_ahead_of_now is not None:
                 query = select(jobs.c.job_id).where(*changed_here, written_ahead_of_now)
@@ -116,7 +116,7 @@ class DueStore(Transactions):
             return now_seq, changed
         assert now is not None
         corrections = self._write(
-            lambda conn: correct_ahead(conn, ahead, now, self._bump_change_seq), "correct rows ahead"
+            lambda conn: correct_ahead(conn, ahead, now, self._bump_change_seq, self.jitter_reach), "correct rows ahead"
         )
         for c in corrections:
             log_correction(c)
@@ -200,7 +200,9 @@ class DueStore(Transactions):
         """When a job read raw is due: its `slot`, later by its jitter (which only delays), or its pending run-now."""
         due = slot
         if jitter:
-            due = Instant(slot + _triggers.jitter_offset(job_id, generation, slot, column_micros(jitter)))
+            micros = column_micros(jitter)
+            self.jitter_reach.widen(micros)
+            due = Instant(slot + _triggers.jitter_offset(job_id, generation, slot, micros))
         return due if run_now_at is None else min(due, self.dialect.raw_instant(run_now_at))
 
     def load_due(
@@ -284,4 +286,6 @@ class DueStore(Transactions):
     def _correct_ahead(self, candidates: Sequence[tuple[str, int, Instant]], now: Instant) -> list[Correction]:
         """Move rows that lie further ahead than their schedule allows back onto their grid (see _inspect)."""
         ids = {job_id for job_id, _, _ in candidates}
-        return self._write(lambda conn: correct_ahead(conn, ids, now, self._bump_change_seq), "correct rows ahead")
+        return self._write(
+            lambda conn: correct_ahead(conn, ids, now, self._bump_change_seq, self.jitter_reach), "correct rows ahead"
+        )

@@ -376,7 +376,7 @@ class JobsStore(DueStore):
             "namespace": self.namespace,
             "declared": declared,
         }
-        due = None if values["state"] != SCHEDULED or paused else plan.due_at(first, None)
+        due = None if values["state"] != SCHEDULED or paused else plan.due_at(first, None, self.jitter_reach)
         # Written without RETURNING: the row as stored is the one read above (held since)
         # with these values over it, read by the same `read_row` (tests/store/test_churn_sql.py
         # reads it back on every engine).
@@ -549,7 +549,7 @@ class JobsStore(DueStore):
                 change_seq=self._bump_change_seq(conn),
             )
         )
-        return row.generation, plan.due_at(next_at, None) if state == SCHEDULED else None
+        return row.generation, plan.due_at(next_at, None, self.jitter_reach) if state == SCHEDULED else None
 
     def pause_ends(self, upto: Instant | None) -> list[tuple[str, Instant]]:
         """The timed pauses of the namespace that end by `upto` (None: the earliest one), soonest first."""

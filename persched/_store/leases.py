@@ -212,7 +212,7 @@ class LeasesStore(Transactions):
                     return Recovery(lost=True)
             if freed.rowcount != 1 or over or row.paused:
                 return Recovery(lost=True)
-            return Recovery(lost=True, due=plan.due_at(next_at, run_now_at))
+            return Recovery(lost=True, due=plan.due_at(next_at, run_now_at, self.jitter_reach))
 
         try:
             return self._write(body, "recover run")
@@ -331,7 +331,7 @@ class LeasesStore(Transactions):
                 run_now_at = instant_or_none(row.run_now_at)
                 over = plan.is_over(next_at, run_now_at)
                 values.update(state=FINISHED if over else SCHEDULED, next_run_at=to_datetime(next_at))
-                due = None if over or row.paused else plan.due_at(next_at, run_now_at)
+                due = None if over or row.paused else plan.due_at(next_at, run_now_at, self.jitter_reach)
                 why = (
                     f"the job's row said it was running (owner {seen.owner}) but no run of it was open; "
                     "it was put back on its schedule"

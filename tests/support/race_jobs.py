@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
     from persched._engine.leases import Leases
+    from persched._model.triggers import JitterReach
     from persched._store import ClaimEntry
     from persched._store.dialects import Dialect, Sql
 
@@ -222,8 +223,11 @@ class _EntryByJobId(claim_batch.ClaimBatch):
     another generation than its entry's, which the real batch (keyed on both) cannot
     place; find the entry by job id alone, as a claim keyed on the id would."""
 
-    def __init__(self, expected: Expected, claimed_at: Instant, instance_id: str, lease_until: Instant) -> None:
-        super().__init__(dict(expected), claimed_at, instance_id, lease_until)  # re-keyed below: not the caller's
+    def __init__(
+        self, expected: Expected, claimed_at: Instant, instance_id: str, lease_until: Instant, reach: JitterReach
+    ) -> None:
+        # re-keyed below: not the caller's
+        super().__init__(dict(expected), claimed_at, instance_id, lease_until, reach)
         self.won_in: dict[str, int] = {}  # job id -> the generation of the row won for its entry
 
     def decide(self, row: claim_batch.ClaimedRow) -> None:
@@ -244,8 +248,10 @@ class _UpToItsSlot(claim_batch.ClaimBatch):
     is not due by its entry's bound (and no run-now request is), which the policy refuses
     to decide (it never runs a slot early); let the entry's bound reach the row's slot."""
 
-    def __init__(self, expected: Expected, claimed_at: Instant, instance_id: str, lease_until: Instant) -> None:
-        super().__init__(dict(expected), claimed_at, instance_id, lease_until)
+    def __init__(
+        self, expected: Expected, claimed_at: Instant, instance_id: str, lease_until: Instant, reach: JitterReach
+    ) -> None:
+        super().__init__(dict(expected), claimed_at, instance_id, lease_until, reach)
 
     def decide(self, row: claim_batch.ClaimedRow) -> None:
         key = (row.job_id, row.generation)
@@ -290,9 +296,10 @@ class _ClauseDropper:
         return clauses
 
     def _batch(
-        self, expected: Expected, claimed_at: Instant, instance_id: str, lease_until: Instant
+        self, expected: Expected, claimed_at: Instant, instance_id: str, lease_until: Instant, reach: JitterReach
     ) -> claim_batch.ClaimBatch:
-        return _BATCHES.get(self._dropped() or "", _REAL_BATCH)(expected, claimed_at, instance_id, lease_until)
+        batch = _BATCHES.get(self._dropped() or "", _REAL_BATCH)
+        return batch(expected, claimed_at, instance_id, lease_until, reach)
 
     @contextlib.contextmanager
     def dropping(self, clause: str) -> Iterator[None]:
