@@ -28,7 +28,7 @@ import functools
 import logging
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeVar
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from .._model.instant import Instant, from_datetime, to_datetime
@@ -77,23 +77,18 @@ _FIND_JOBS: Final = f"SELECT {_JOB_SELECT} FROM persched_jobs WHERE job_id"  # n
 # each to describe, also when no row comes back, so a new id is looked for with one.
 _PROBE_JOB: Final = "SELECT state FROM persched_jobs WHERE job_id = ?"
 _INSTANT_COLUMNS: Final = frozenset(column.name for column in jobs.c if isinstance(column.type, UTCDateTime))
-# The jobs pause() may pause: scheduled or running (a run in flight finishes), not paused yet.
-_PAUSABLE: Final = (jobs.c.state.in_((SCHEDULED, RUNNING)), jobs.c.paused.is_(False))
-
-
-def _paused(now: Instant, until: Instant | None, note: str | None) -> dict[str, Any]:
-    """The values of a pause: a paused job starts no run, so a pending run-now is dropped, and so is
-    a pending attempt (the row goes back to the slot it retried, which a resume passes by)."""
-    return {
-        "paused": True,
-        "paused_until": None if until is None else to_datetime(until),
-        "pause_note": note,
-        "run_now_at": None,
-        "next_run_at": func.coalesce(jobs.c.retry_for, jobs.c.next_run_at),
-        "retry_attempt": None,
-        "retry_for": None,
-        "updated_at": to_datetime(now),
-    }
+# The jobs pause() may pause: scheduled or running (a run in flight finishes), not paused yet;
+# (SCHEDULED, RUNNING, False, namespace).
+_PAUSABLE: Final = "state IN (?, ?) AND paused = ? AND namespace = ?"
+# What a pause writes: a paused job starts no run, so a pending run-now is dropped, and so is a
+# pending attempt (the row goes back to the slot it retried, which a resume passes by). MySQL
+# assigns left to right: next_run_at reads retry_for before it is cleared.
+# (True, paused_until, pause_note, updated_at, change_seq).
+_PAUSE: Final = (
+    "paused = ?, paused_until = ?, pause_note = ?, run_now_at = NULL,"
+    " next_run_at = COALESCE(retry_for, next_run_at), retry_attempt = NULL, retry_for = NULL,"
+    " updated_at = ?, change_seq = ?"
+)
 
 
 _MARK_DECLARED: Final = "UPDATE persched_jobs SET declared = ? WHERE job_id = ?"
@@ -471,14 +466,9 @@ class JobsStore(DueStore):
         """
 
         def body(conn: Connection) -> int | None:
-            row = self.dialect.update_returning_one(
-                conn,
-                update(jobs)
-                .where(jobs.c.job_id == job_id, *_PAUSABLE, self._mine)
-                .values(**_paused(now, until, note), change_seq=self._bump_change_seq(conn)),
-                *raw_columns([jobs.c.generation]),
-            )
-            return None if row is None else generation_of(row.generation)
+            which = Sql(f"job_id = ? AND {_PAUSABLE}", (job_id, *self._pausable()))
+            rows = self.dialect.update_sql(conn, jobs, self._paused(conn, now, until, note), which, "generation")
+            return generation_of(rows[0].generation) if rows else None
 
         return self._write_grouped(body, "pause")
 
@@ -487,11 +477,20 @@ class JobsStore(DueStore):
         transaction; return how many were paused."""
 
         def body(conn: Connection) -> int:
-            query = update(jobs).where(*_PAUSABLE, self._mine)
-            changed = conn.execute(query.values(**_paused(now, until, note), change_seq=self._bump_change_seq(conn)))
-            return int(changed.rowcount)
+            assignments = self._paused(conn, now, until, note)
+            sql = f"UPDATE persched_jobs SET {assignments.text} WHERE {_PAUSABLE}"  # noqa: S608 - ours
+            return int(self.dialect.execute(conn, Sql(sql, assignments.params + self._pausable())).rowcount)
 
         return self._write(body, "pause all")
+
+    def _pausable(self) -> tuple[Any, ...]:
+        """The parameters of `_PAUSABLE`."""
+        return (SCHEDULED, RUNNING, False, self.namespace)
+
+    def _paused(self, conn: Connection, now: Instant, until: Instant | None, note: str | None) -> Sql:
+        """What a pause writes; the counter is bumped here, first, as its value is written into the row."""
+        at = self.dialect.bind_instant
+        return Sql(_PAUSE, (True, None if until is None else at(until), note, at(now), self._bump_change_seq(conn)))
 
     def resume_job(
         self, job_id: str, now: Instant, *, until: Instant | None = None

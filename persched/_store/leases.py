@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from sqlalchemy import and_, exists, literal_column, select, union_all, update
 
@@ -26,6 +26,7 @@ from .._model import triggers as _triggers
 from .._model.instant import Instant, from_datetime, to_datetime
 from ._rows import raw_columns, read_row
 from ._tx import REFUSED, Transactions, read_time, refusal_of
+from .dialects import Sql
 from .failures import FailingJob, log_paused, pause_failing, streak_after
 from .mappers import (
     CLOCK_STEP_FLOOR,
@@ -51,12 +52,22 @@ from .schema import jobs, runs
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
+    from datetime import datetime
 
-    from sqlalchemy import Connection, Row
+    from sqlalchemy import Connection
 
     from .._model.policy import Retry
 
 logger = logging.getLogger(__name__)
+
+
+class _Lost(NamedTuple):
+    """The run `LeasesStore._mark_lost` marked lost."""
+
+    scheduled_for: datetime
+    attempt: object  # as stored: the caller takes a hand-edited one as 1
+    run_now: bool
+
 
 # Every state but those a row may rest in with no run open (descheduled < finished < scheduled):
 # `running` without one is stranded, and so is any other. Written as the four ranges between them,
@@ -258,23 +269,20 @@ class LeasesStore(Transactions):
             )
         return recovery
 
-    def _mark_lost(self, conn: Connection, run: OpenRun, recovered_at: Instant) -> Row[Any] | None:
-        """Mark `run` lost if its lease is still the one observed; its ``scheduled_for``, or None."""
-        lease_match = runs.c.lease_until.is_(None) if run.lease_until is None else runs.c.lease_until == run.lease_until
-        return self.dialect.update_returning_one(
-            conn,
-            update(runs)
-            .where(runs.c.run_id == run.run_id, runs.c.outcome.is_(None), lease_match)
-            .values(
-                outcome="lost",
-                finished_at=to_datetime(recovered_at),
-                lease_until=None,
-                error=f"instance {run.instance_id} stopped renewing its lease",
-            ),
-            runs.c.scheduled_for,
-            runs.c.attempt,
-            runs.c.run_now,
-        )
+    def _mark_lost(self, conn: Connection, run: OpenRun, recovered_at: Instant) -> _Lost | None:
+        """Mark `run` lost if its lease is still the one observed; its slot and attempt, or None."""
+        at = self.dialect.bind_instant
+        error = f"instance {run.instance_id} stopped renewing its lease"
+        lost = Sql("outcome = ?, finished_at = ?, lease_until = NULL, error = ?", ("lost", at(recovered_at), error))
+        which = Sql("run_id = ? AND outcome IS NULL AND lease_until IS NULL", (run.run_id,))
+        if run.lease_until is not None:
+            held = at(from_datetime(run.lease_until))
+            which = Sql("run_id = ? AND outcome IS NULL AND lease_until = ?", (run.run_id, held))
+        rows = self.dialect.update_sql(conn, runs, lost, which, "scheduled_for, attempt, run_now")
+        if not rows:
+            return None
+        row = rows[0]  # read raw
+        return _Lost(to_datetime(self.dialect.raw_instant(row.scheduled_for)), row.attempt, bool(row.run_now))
 
     def stranded_jobs(self) -> list[Stranded]:
         """The job rows of this namespace that no scheduler would move on (module docstring)."""

@@ -22,7 +22,7 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from sqlalchemy import ColumnElement, Connection, Engine, Insert, Row, Select, Table, Update
+    from sqlalchemy import ColumnElement, Connection, Engine, Insert, Row, Select, Table
     from sqlalchemy.engine.interfaces import DBAPIConnection
 
     from ..._model.instant import Instant
@@ -208,15 +208,6 @@ class Dialect:
         """`count` row values of `width` placeholders each, as the right side of ``(a, b) IN``."""
         return f"({value_rows(count, width)})"
 
-    def update_returning(self, conn: Connection, stmt: Update, *columns: ColumnElement[Any]) -> list[Row[Any]]:
-        """Run `stmt` and return `columns` of the rows it changed."""
-        return list(conn.execute(stmt.returning(*columns)))
-
-    def update_returning_one(self, conn: Connection, stmt: Update, *columns: ColumnElement[Any]) -> Row[Any] | None:
-        """`update_returning` of a statement that changes at most one row: that row, or None."""
-        rows = self.update_returning(conn, stmt, *columns)
-        return rows[0] if rows else None
-
     def cursor(self, conn: Connection) -> DriverCursor:
         """The driver's cursor in `conn`'s transaction, for the dispatch path's statements."""
         return DriverCursor(conn, self)
@@ -239,8 +230,8 @@ class Dialect:
     def update_sql(
         self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, columns: str
     ) -> list[Row[Any]]:
-        """`update_returning` in driver SQL: ``UPDATE table SET assignments WHERE predicate``;
-        the `columns` (a select list) of the rows it changed, read raw."""
+        """``UPDATE table SET assignments WHERE predicate … RETURNING columns``, in driver SQL:
+        the `columns` (a select list) of the rows it changed, read raw (timestamps by `raw_instant`)."""
         sql = f"UPDATE {table.name} SET {assignments.text} WHERE {predicate.text} RETURNING {columns}"  # noqa: S608 - ours
         return list(self.execute(conn, Sql(sql, assignments.params + predicate.params)))
 
