@@ -22,7 +22,7 @@ from tests.support import jobs
 from tests.support.helpers import TIMEOUT, db_sql
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Sequence
+    from collections.abc import Iterable, Sequence
 
     from persched._model.instant import Instant
     from persched._model.models import JobDefinition
@@ -38,15 +38,6 @@ pytestmark = pytest.mark.every_engine  # db_url: tests/conftest.py
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(START)
-
-
-@pytest.fixture
-def app(db_url: str, clock: FakeClock) -> Iterator[JobScheduler]:
-    sched = JobScheduler(db_url, clock=clock, namespace="app")
-    sched.start()
-    yield sched
-    jobs.release_all()
-    sched.shutdown(wait=True, timeout=TIMEOUT)
 
 
 def spec(job_id: str, interval: float = 60.0) -> JobSpec:
