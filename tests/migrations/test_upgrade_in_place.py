@@ -10,6 +10,7 @@ replacement. The revisions:
 - 0011: ``exclude`` (excluded dates).
 - 0012: ``pause_after_failures`` and ``failure_streak``.
 - 0013: ``on_overrun``, ``executor``, ``stop_grace_seconds`` and ``cancel_requested_at``.
+- 0014: the retry options and a pending attempt (runs' attempts: test_upgrade_to_0014.py).
 
 Revision 0010 (timed pauses, and the instance rows a read-only check judges)
 has its own test below: a SQLite database at 0009 with an instance row.
@@ -89,6 +90,18 @@ REVISIONS = [
             {"on_overrun": "warn", "executor": "thread", "stop_grace_seconds": 5.0},
         ),
         id="0013-stopping",
+    ),
+    pytest.param(
+        Revision(
+            "0014",
+            "0013",
+            {"retries": 2, "retry_delay_seconds": 1.0},
+            {"retries": 2, "retry_delay_seconds": 1.0},
+            ("retries", "retry_delay_seconds", "retry_backoff", "retry_max_delay_seconds", "retry_for"),
+            (0, 10.0, 2.0, None, None),
+            {"retries": 0, "retry_delay_seconds": 10.0, "pending_attempt": None},
+        ),
+        id="0014-retries",
     ),
 ]
 
