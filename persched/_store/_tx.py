@@ -324,6 +324,13 @@ class Transactions:
             if len(self._own_changes) > _OWN_CHANGES_KEPT:  # nobody reads them (no heartbeat): forget the oldest
                 self._own_changes = set(sorted(self._own_changes)[-_OWN_CHANGES_KEPT // 2 :])
 
+    def _take_own_changes(self, upto: int) -> set[int]:
+        """The change-counter values up to `upto` that this store committed, forgotten here."""
+        with self._own_lock:
+            own = {seq for seq in self._own_changes if seq <= upto}
+            self._own_changes -= own
+        return own
+
     def _after_commit(self, missed: Sequence[dict[str, Any]]) -> None:
         """Tell the observer about the "missed" records of the write open on this thread, once it commits."""
         for record in missed:

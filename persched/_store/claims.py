@@ -50,7 +50,6 @@ from .._model.instant import Instant, Micros, from_datetime, to_datetime
 from ._tx import REFUSED, read_time, refusal_of
 from .ahead import correct_ahead, log_correction
 from .claim_batch import DISPATCH_SELECT, ClaimBatch, misses
-from .completions import CompletionsStore
 from .dialects import Sql, marks
 from .failures import log_paused, pause_failing
 from .mappers import (
@@ -61,6 +60,7 @@ from .mappers import (
     refused_record,
     stored,
 )
+from .part import Part
 from .records import Claim, ClaimEntry, ClaimMiss, Completion, Correction, Overdue
 from .schema import jobs, runs
 
@@ -124,7 +124,7 @@ def claim_clauses(expected: dict[tuple[str, int], tuple[Instant, Instant]], dial
     }
 
 
-class ClaimsStore(CompletionsStore):
+class ClaimsStore(Part):
     """Claims, and the dispatch cycle: the dispatch path (module docstring)."""
 
     def dispatch(
@@ -143,21 +143,22 @@ class ClaimsStore(CompletionsStore):
         not update), the two are written apart, so that the completions settle
         the refused row alone (`finish_runs`) and the claims go on.
         """
+        store = self.store  # the store's own methods: a patch on the store reaches them
         if not completions:
-            return [], self.claim_runs(entries, now, instance_id, lease)
+            return [], store.claim_runs(entries, now, instance_id, lease)
         if not entries:
-            return self.finish_runs(completions, instance_id), []
+            return store.finish_runs(completions, instance_id), []
 
         def body(conn: Connection) -> tuple[list[Instant | None], list[Claim | ClaimMiss]]:
             # Both join this transaction (`_transaction`); a failure in either rolls back both.
-            return self.finish_runs(completions, instance_id), self.claim_runs(entries, now, instance_id, lease)
+            return store.finish_runs(completions, instance_id), store.claim_runs(entries, now, instance_id, lease)
 
         try:
             return self._write(body, "dispatch")
         except REFUSED:
             if self._in_write():
                 raise
-        return self.finish_runs(completions, instance_id), self.claim_runs(entries, now, instance_id, lease)
+        return store.finish_runs(completions, instance_id), store.claim_runs(entries, now, instance_id, lease)
 
     def claim_runs(
         self,
@@ -229,7 +230,7 @@ class ClaimsStore(CompletionsStore):
                 log_correction(c)
             return results
         # The database refused one of the rows: each entry alone, so that only that one is settled apart.
-        return [self.claim_runs([entry], now, instance_id, lease)[0] for entry in entries]
+        return [self.store.claim_runs([entry], now, instance_id, lease)[0] for entry in entries]
 
     def _park_claim(
         self, entry: ClaimEntry, now: Instant | Callable[[], Instant], instance_id: str, detail: str
@@ -309,7 +310,7 @@ class ClaimsStore(CompletionsStore):
                     found.entries.append((row.job_id, row.generation, due, claimed_at))
                 else:
                     found.later.append((due, row.job_id, row.generation))
-            found.results.extend(self.claim_runs(found.entries, claimed_at, instance_id, lease))
+            found.results.extend(self.store.claim_runs(found.entries, claimed_at, instance_id, lease))
             return found
 
         return self._write(body, "claim overdue")

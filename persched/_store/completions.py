@@ -14,7 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Final
 
 from .._model.instant import Instant, from_datetime, to_datetime
-from ._tx import REFUSED, Transactions, refusal_of
+from ._tx import REFUSED, refusal_of
 from .claim_batch import DISPATCH_SELECT, Writes, standing
 from .dialects import Sql, marks
 from .failures import STREAK, FailingJob, failed, log_paused, pause_failing, streak_step
@@ -32,6 +32,7 @@ from .mappers import (
     retry_of,
     stored,
 )
+from .part import Part
 from .records import MAX_ERROR_TEXT, Completion
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ _FINISH_JOB: Final = (
 _FINISH_CARRIED: Final = _FINISH_JOB + " AND next_run_at = ? AND run_now_at IS NULL AND paused = ?"
 
 
-class CompletionsStore(Transactions):
+class CompletionsStore(Part):
     """Completions (module docstring)."""
 
     def finish_runs(self, completions: Sequence[Completion], instance_id: str) -> list[Instant | None]:

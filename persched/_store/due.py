@@ -24,7 +24,6 @@ from sqlalchemy import or_, select
 from .._model import triggers as _triggers
 from .._model.instant import Instant, to_datetime
 from ._rows import raw_columns
-from ._tx import Transactions
 from .ahead import correct_ahead, log_correction, written_ahead
 from .mappers import (
     CLOCK_STEP_FLOOR,
@@ -36,6 +35,7 @@ from .mappers import (
     next_fire,
     stored,
 )
+from .part import Part
 from .records import ChangeNote, Correction
 from .schema import changes, jobs
 
@@ -75,7 +75,7 @@ _Inspected = tuple[Instant, str, int, bool]  # (due_at, job_id, generation, run-
 _DUE_COLUMNS: Final = [jobs.c.next_run_at, jobs.c.job_id, jobs.c.generation, jobs.c.jitter_seconds, jobs.c.run_now_at]
 
 
-class DueStore(Transactions):
+class DueStore(Part):
     """The reads of the definitions that the engine makes (module docstring); `JobsStore` builds on it."""
 
     def change_seq(self) -> int:
@@ -128,9 +128,7 @@ class DueStore(Transactions):
     def changes_made_elsewhere(self, after: int, upto: int) -> list[ChangeNote]:
         """Describe the jobs changed in ``(after, upto]`` of the change counter
         by another store (another process, the command line), for the log."""
-        with self._own_lock:
-            own = {seq for seq in self._own_changes if seq <= upto}
-            self._own_changes -= own
+        own = self._take_own_changes(upto)
 
         def body(conn: Connection) -> list[ChangeNote]:
             query = select(*RAW_JOBS).where(jobs.c.change_seq > after, jobs.c.change_seq <= upto)

@@ -25,7 +25,7 @@ from sqlalchemy import and_, exists, literal_column, select, union_all, update
 from .._model import triggers as _triggers
 from .._model.instant import Instant, from_datetime, to_datetime
 from ._rows import raw_columns, read_row
-from ._tx import REFUSED, Transactions, read_time, refusal_of
+from ._tx import REFUSED, read_time, refusal_of
 from .dialects import Sql
 from .failures import FailingJob, log_paused, pause_failing, streak_after
 from .mappers import (
@@ -47,6 +47,7 @@ from .mappers import (
     regrid,
     retry_of,
 )
+from .part import Part
 from .records import OpenRun, Recovery, Stranded
 from .schema import jobs, runs
 
@@ -86,7 +87,7 @@ _STRANDED_COLUMNS: Final = tuple(
 _NO_OPEN_RUN: Final = ~exists().where(runs.c.job_id == jobs.c.job_id, runs.c.outcome.is_(None))
 
 
-class LeasesStore(Transactions):
+class LeasesStore(Part):
     """Leases of runs in flight and recovery of expired ones (module docstring)."""
 
     def renew_leases(self, instance_id: str, lease_until: Instant, run_ids: Collection[int]) -> None:

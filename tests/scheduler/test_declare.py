@@ -16,6 +16,7 @@ import pytest
 from persched import AsyncJobScheduler, DeclareResult, JobScheduler, JobSpec, JobState
 from persched._model.declare import SCHEDULE_OPTIONS
 from persched._store import Store
+from persched._store.jobs import JobsStore
 from persched.errors import InvalidJobError
 from persched.testing import FakeClock
 from tests.support import jobs
@@ -230,7 +231,7 @@ def test_an_id_taken_by_another_namespace_after_the_check_rolls_the_whole_declar
 ) -> None:
     # As if the other namespace's job committed between the check and the upserts: the upsert of
     # that id finds it (its row is locked there) and the whole transaction is rolled back.
-    with mock.patch.object(Store, "_refuse_clashes", autospec=True, return_value=None):
+    with mock.patch.object(JobsStore, "_refuse_clashes", autospec=True, return_value=None):
         declare_meeting_another_namespaces_id(db_url, app, clock)
 
 
