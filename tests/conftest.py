@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import threading
 import time
 from typing import TYPE_CHECKING, Final
@@ -198,6 +199,14 @@ def sqlite_url(tmp_path: Path) -> str:
 def fake_clock() -> FakeClock:
     """A FakeClock at `EPOCH`."""
     return FakeClock(start=EPOCH)
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A local server socket that a process job connects to once it runs (tests/support/stop_jobs.py)."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(TIMEOUT)
+        yield server
 
 
 @pytest.fixture

@@ -133,7 +133,6 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 
 from .. import _realtime
 from .._model.instant import US_PER_SECOND, Instant, Micros, seconds
-from .._model.triggers import jitter_reach
 from .overrun import OverrunWatch
 from .runs import Dispatched
 from .tracebacks import describe
@@ -191,6 +190,7 @@ class Dispatcher:
         runs: Claims, writes and counts what is in flight (`persched._engine.runs.RunBook`).
         workers: How many runs may be in flight at once (the worker pool's size).
         owns: Whether this instance owns a job (`persched._engine.membership`).
+        reach: The largest jitter of the due times the store handed out (`Window`).
         allowed_modules: As for `WorkerPool`.
         max_batch: At most this many claims per cycle.
         search_every: How often to search for rows no claim took (module docstring), when
@@ -204,6 +204,7 @@ class Dispatcher:
         runs: RunBook,
         workers: int,
         owns: Callable[[str], bool],
+        reach: Callable[[], Micros],
         allowed_modules: tuple[str, ...] | None = None,
         *,
         max_batch: int = 256,
@@ -212,7 +213,7 @@ class Dispatcher:
     ) -> None:
         self._timebase = timebase
         self._runs = runs
-        self.window = Window(timebase, owns, jitter_reach)
+        self.window = Window(timebase, owns, reach)
         self.pool = WorkerPool(
             workers, self._finished, allowed_modules, release=self._release_worker, namespace=runs.namespace
         )

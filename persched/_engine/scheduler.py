@@ -327,7 +327,12 @@ class JobScheduler(JobOperations):
         )
         # The one thing started and stopped: it makes the window, the worker pool and the overrun watch.
         self._dispatcher = Dispatcher(
-            self._timebase, self._runs, config.workers, self._membership.owns, config.allowed_modules
+            self._timebase,
+            self._runs,
+            config.workers,
+            self._membership.owns,
+            self._store.jitter_reach,
+            config.allowed_modules,
         )
         self._heartbeat = self._make_heartbeat(config)
 

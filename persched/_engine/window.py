@@ -66,7 +66,7 @@ class Window:
     Args:
         timebase: The scheduler's time frame.
         owns: Whether this instance owns a job (`persched._engine.membership`).
-        reach: The largest jitter a queued due time may carry (`persched._model.triggers.jitter_reach`).
+        reach: The largest jitter a queued due time may carry (the store's `persched._model.triggers.JitterReach`).
     """
 
     def __init__(self, timebase: Timebase, owns: Callable[[str], bool], reach: Callable[[], Micros]) -> None:

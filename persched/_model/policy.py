@@ -205,9 +205,14 @@ class JobPlan:
         """The offset of `slot`'s run, the same in every instance (docs/how-to/schedules.md, "Jitter")."""
         return _triggers.jitter_offset(self.job_id, self.generation, slot, self.jitter) if self.jitter else Micros(0)
 
-    def due_at(self, next_run_at: Instant, run_now_at: Instant | None, *, retry: bool = False) -> Instant:
-        """When the heap should try the job: its next slot plus jitter, or a pending run-now. `retry`: the
-        row waits for a pending attempt, due at `next_run_at` exactly (jitter spreads slots, not retries)."""
+    def due_at(
+        self, next_run_at: Instant, run_now_at: Instant | None, reach: _triggers.JitterReach, *, retry: bool = False
+    ) -> Instant:
+        """When the heap should try the job: its next slot plus jitter, or a pending run-now; the
+        jitter is counted in `reach`, the store's. `retry`: the row waits for a pending attempt, due at
+        `next_run_at` exactly (jitter spreads slots, not retries)."""
+        if self.jitter:
+            reach.widen(self.jitter)
         due = next_run_at if retry else Instant(next_run_at + self.jitter_for(next_run_at))
         return due if run_now_at is None else min(due, run_now_at)
 

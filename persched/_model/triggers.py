@@ -52,6 +52,7 @@ __all__ = [
     "CRON_SHORTCUTS",
     "NEVER",
     "TRIGGERS",
+    "JitterReach",
     "Slots",
     "Trigger",
     "TriggerSpec",
@@ -60,7 +61,6 @@ __all__ = [
     "describe_duration",
     "interval_trigger",
     "jitter_offset",
-    "jitter_reach",
     "kind_of",
     "once_trigger",
     "validate_cron",
@@ -584,21 +584,26 @@ def validate_timezone(name: object) -> str:
     return name
 
 
-# The largest jitter any due time of this process was computed with (µs); it only grows.
-# The bounded heap (persched._engine.horizon) subtracts it from a pushed due time to find a lower
-# bound on the job's next_run_at: every due time it is handed went through jitter_offset.
-_jitter_reach: list[int] = [0]
-_jitter_lock = threading.Lock()
+class JitterReach:
+    """The largest jitter (µs) of the due times one store handed out, 0 before any; it only grows.
 
+    The bounded heap (`persched._engine.window`) subtracts it from a pushed due time to find a
+    lower bound on the job's next_run_at: every due time it is handed was counted here
+    (`persched._model.policy.JobPlan.due_at` takes one).
+    """
 
-def jitter_reach() -> Micros:
-    """The largest jitter a due time of this process was computed with (0: none)."""
-    return Micros(_jitter_reach[0])
+    def __init__(self) -> None:
+        self._reach = 0
+        self._lock = threading.Lock()
 
+    def __call__(self) -> Micros:
+        return Micros(self._reach)
 
-def _widen_jitter_reach(jitter: Micros) -> None:
-    with _jitter_lock:  # read-modify-write: two threads must not shrink it
-        _jitter_reach[0] = max(_jitter_reach[0], jitter)
+    def widen(self, jitter: Micros) -> None:
+        """Count a due time computed with `jitter`."""
+        if jitter > self._reach:
+            with self._lock:  # read-modify-write: two threads must not shrink it
+                self._reach = max(self._reach, jitter)
 
 
 def jitter_offset(job_id: str, generation: int, slot: Instant, jitter: Micros) -> Micros:
@@ -609,8 +614,6 @@ def jitter_offset(job_id: str, generation: int, slot: Instant, jitter: Micros) -
     """
     if jitter <= 0:
         return Micros(0)
-    if jitter > _jitter_reach[0]:
-        _widen_jitter_reach(jitter)
     key = f"{job_id}\x00{generation}\x00{slot}".encode()
     fraction = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")  # uniform in [0, 2**64)
     return Micros((fraction * jitter) >> 64)

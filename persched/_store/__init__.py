@@ -8,10 +8,11 @@ keep microseconds too: the round trip is exact, never rounded.
 
 The map (docs/design.md draws it):
 
-- `store`: `Store`, the facade, composed of the parts below.
-- `jobs` / `due`: definitions (schedule, declare, deschedule, pause, resume,
-  run-now) and what the engine reads of them (the change counter and feed,
-  the heap's refills, the start-up sweep).
+- `store`: `Store`, the facade: the transaction machinery (`_tx`) holding
+  one object of each part below (`part.Part`), whose methods it offers.
+- `jobs` / `steering` / `due`: definitions (schedule, declare, deschedule;
+  pause, resume, run-now) and what the engine reads of them (the change
+  counter and feed, the heap's refills, the start-up sweep).
 - `claims` / `claim_batch`: the start of runs (one locking read per batch,
   the decisions over the rows it won, one write back); `completions`: the
   end of runs.

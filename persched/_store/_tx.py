@@ -59,6 +59,7 @@ from sqlalchemy import exists
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from .._model.models import DEFAULT_NAMESPACE
+from .._model.triggers import JitterReach
 from ..errors import StoreError
 from .dialects import Sql, dialect_for
 from .fork_gate import FORK_GATE
@@ -188,6 +189,8 @@ class Transactions:
         # Told (job_id, generation) of each job its failures paused, after the commit that paused it
         # (`persched._store.failures`; the scheduler emits its event); the default does nothing.
         self.failures_paused: Callable[[str, int], object] = _nothing
+        # The largest jitter of the due times this store handed out (the bounded heap reads it).
+        self.jitter_reach = JitterReach()
 
     def _in_namespace(self, job_id: ColumnElement[str]) -> Exists:
         """`job_id` (a persched_runs column) is one of this namespace's jobs (any state).
@@ -320,6 +323,13 @@ class Transactions:
             self._own_changes.update(seqs)
             if len(self._own_changes) > _OWN_CHANGES_KEPT:  # nobody reads them (no heartbeat): forget the oldest
                 self._own_changes = set(sorted(self._own_changes)[-_OWN_CHANGES_KEPT // 2 :])
+
+    def _take_own_changes(self, upto: int) -> set[int]:
+        """The change-counter values up to `upto` that this store committed, forgotten here."""
+        with self._own_lock:
+            own = {seq for seq in self._own_changes if seq <= upto}
+            self._own_changes -= own
+        return own
 
     def _after_commit(self, missed: Sequence[dict[str, Any]]) -> None:
         """Tell the observer about the "missed" records of the write open on this thread, once it commits."""

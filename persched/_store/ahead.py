@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy import Connection
 
+    from .._model.triggers import JitterReach
     from ._rows import StoredRow
 
 __all__ = ["correct_ahead", "corrected_slot", "log_correction", "written_ahead"]
@@ -83,7 +84,11 @@ def corrected_slot(row: StoredRow, now: Instant, updated_at: Instant | None) -> 
 
 
 def correct_ahead(
-    conn: Connection, job_ids: Collection[str], now: Instant, change_seq: Callable[[Connection], int]
+    conn: Connection,
+    job_ids: Collection[str],
+    now: Instant,
+    change_seq: Callable[[Connection], int],
+    reach: JitterReach,
 ) -> list[Correction]:
     """Move those of `job_ids` whose rows lie ahead of `now` beyond their schedule back onto their
     grid, in `conn`'s transaction (module docstring); `change_seq` gives the change counter's value
@@ -113,7 +118,11 @@ def correct_ahead(
         )
         if moved.rowcount != 1:
             continue
-        due = None if row.paused else plan_at(row, row.generation).due_at(corrected, instant_or_none(row.run_now_at))
+        due = (
+            None
+            if row.paused
+            else plan_at(row, row.generation).due_at(corrected, instant_or_none(row.run_now_at), reach)
+        )
         corrections.append(Correction(job_id, row.generation, was, corrected, due))
     return corrections
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select, update
 
 from .._model.instant import Instant, to_datetime
-from ._tx import Transactions
 from .mappers import DESCHEDULED, RUNNING
+from .part import Part
 from .schema import jobs
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["CancelsStore"]
 
 
-class CancelsStore(Transactions):
+class CancelsStore(Part):
     """The cancel requests of this store's namespace (module docstring)."""
 
     def request_cancel(self, job_id: str, now: Instant) -> bool | None:

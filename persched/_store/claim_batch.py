@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection, Insert
 
     from .._model.policy import JobPlan, Retry
+    from .._model.triggers import JitterReach
     from ._rows import StoredRow
     from .dialects import Dialect, DriverCursor
 
@@ -156,7 +157,7 @@ def _claimed_row(raw: tuple[Any, ...], dialect: Dialect) -> ClaimedRow | None:
         return None
 
 
-def _retry_at(row: StoredRow, bound: Instant, now: Instant) -> Instant | None:
+def _retry_at(row: StoredRow, bound: Instant, now: Instant, reach: JitterReach) -> Instant | None:
     """When an entry that lost its claim on `row` at `now` should look again (see `ClaimMiss`)."""
     if row.problems:
         # Not by this entry: jobs() and `persched jobs` report the row until it is scheduled again.
@@ -168,14 +169,14 @@ def _retry_at(row: StoredRow, bound: Instant, now: Instant) -> Instant | None:
     next_at, run_now_at = from_datetime(row.next_run_at), instant_or_none(row.run_now_at)
     if row.state == SCHEDULED and (next_at > bound or run_now_at is not None):
         # moved on (by another instance, or a skip)
-        return plan.due_at(next_at, run_now_at, retry=row.retry_attempt is not None)
+        return plan.due_at(next_at, run_now_at, reach, retry=row.retry_attempt is not None)
     if row.state == RUNNING:
         # Another instance runs it: look again at its next slot, in case that
         # instance dies (its completion is not seen here). A next slot that is
         # already due (the run outlasted it) is the owner's to run when its run
         # ends: look again one slot later, or every loser retries at once, in
         # a loop, until that completion commits.
-        return plan.due_at(next_at if next_at > bound else plan.slot_after(max(next_at, bound)), None)
+        return plan.due_at(next_at if next_at > bound else plan.slot_after(max(next_at, bound)), None, reach)
     # Still waiting and due: SKIP LOCKED passed it by. The lock may be another instance's
     # claim of this slot, or a write that changes nothing (an unchanged schedule(),
     # declare() at start-up): look again in a moment, or that slot would be lost.
@@ -204,14 +205,14 @@ def standing(conn: Connection, dialect: Dialect, job_ids: Collection[str]) -> di
 
 
 def misses(
-    conn: Connection, dialect: Dialect, bounds: dict[tuple[str, int], Instant], now: Instant
+    conn: Connection, dialect: Dialect, bounds: dict[tuple[str, int], Instant], now: Instant, reach: JitterReach
 ) -> tuple[dict[tuple[str, int], ClaimMiss], set[str]]:
     """What each lost entry ``(job_id, generation)`` found: the row as it is now, and when to look again;
     and the jobs whose rows another instance moved further ahead than their schedule allows (a
     clock that was ahead: `persched._store.ahead` puts them back)."""
     found = standing(conn, dialect, {job_id for job_id, _ in bounds})
     lost = {
-        key: ClaimMiss(row.state, row.generation, row.owner, _retry_at(row, bound, now), _taken(row, bound))
+        key: ClaimMiss(row.state, row.generation, row.owner, _retry_at(row, bound, now, reach), _taken(row, bound))
         for key, bound in bounds.items()
         if (row := found.get(key[0])) is not None
     }
@@ -238,6 +239,7 @@ class Writes:
     """The statements a claim or completion batch queues as it decides, executed at once (executemany)."""
 
     at: Instant | None = None  # when the claim was made: the won rows' updated_at
+    reach: JitterReach | None = None  # a claim's batch: the store's, counts the due times `wait` hands out
     won: list[_Write] = field(default_factory=list)  # the claim's write back
     quarantined: list[dict[str, Any]] = field(default_factory=list)  # QUARANTINE
     missed: list[dict[str, Any]] = field(default_factory=list)  # history rows: "missed" and "error" records
@@ -291,10 +293,11 @@ class Writes:
     ) -> ClaimMiss:
         """A won row that runs nothing now: queue it waiting at `next_at` (or finished), with no attempt
         pending; the result for its entry."""
+        assert self.reach is not None  # a claim's batch: `ClaimBatch` sets it
         over = plan.is_over(next_at, run_now_at)
         state = FINISHED if over else SCHEDULED
         self.won.append(_Write(state, None, None, None, next_at, run_now_at, None, job_id, generation))
-        return ClaimMiss(state, generation, None, None if over else plan.due_at(next_at, run_now_at))
+        return ClaimMiss(state, generation, None, None if over else plan.due_at(next_at, run_now_at, self.reach))
 
 
 class Won(NamedTuple):
@@ -317,12 +320,13 @@ class ClaimBatch:
         claimed_at: Instant,
         instance_id: str,
         lease_until: Instant,
+        reach: JitterReach,
     ) -> None:
         self.expected = expected
         self.claimed_at = claimed_at
         self.instance_id = instance_id
         self.lease_until = lease_until
-        self.writes = Writes(claimed_at)
+        self.writes = Writes(claimed_at, reach)
         self.claims: dict[tuple[str, int], Won] = {}
         self.skipped: dict[tuple[str, int], ClaimMiss] = {}
 

@@ -50,7 +50,6 @@ from .._model.instant import Instant, Micros, from_datetime, to_datetime
 from ._tx import REFUSED, read_time, refusal_of
 from .ahead import correct_ahead, log_correction
 from .claim_batch import DISPATCH_SELECT, ClaimBatch, misses
-from .completions import CompletionsStore
 from .dialects import Sql, marks
 from .failures import log_paused, pause_failing
 from .mappers import (
@@ -62,6 +61,7 @@ from .mappers import (
     retry_of,
     stored,
 )
+from .part import Part
 from .records import Claim, ClaimEntry, ClaimMiss, Completion, Correction, Overdue
 from .schema import jobs, runs
 
@@ -153,7 +153,7 @@ def _array_clauses(expected: dict[tuple[str, int], tuple[Instant, Instant]], dia
     }
 
 
-class ClaimsStore(CompletionsStore):
+class ClaimsStore(Part):
     """Claims, and the dispatch cycle: the dispatch path (module docstring)."""
 
     def dispatch(
@@ -172,21 +172,22 @@ class ClaimsStore(CompletionsStore):
         not update), the two are written apart, so that the completions settle
         the refused row alone (`finish_runs`) and the claims go on.
         """
+        store = self.store  # the store's own methods: a patch on the store reaches them
         if not completions:
-            return [], self.claim_runs(entries, now, instance_id, lease)
+            return [], store.claim_runs(entries, now, instance_id, lease)
         if not entries:
-            return self.finish_runs(completions, instance_id), []
+            return store.finish_runs(completions, instance_id), []
 
         def body(conn: Connection) -> tuple[list[Instant | None], list[Claim | ClaimMiss]]:
             # Both join this transaction (`_transaction`); a failure in either rolls back both.
-            return self.finish_runs(completions, instance_id), self.claim_runs(entries, now, instance_id, lease)
+            return store.finish_runs(completions, instance_id), store.claim_runs(entries, now, instance_id, lease)
 
         try:
             return self._write(body, "dispatch")
         except REFUSED:
             if self._in_write():
                 raise
-        return self.finish_runs(completions, instance_id), self.claim_runs(entries, now, instance_id, lease)
+        return store.finish_runs(completions, instance_id), store.claim_runs(entries, now, instance_id, lease)
 
     def claim_runs(
         self,
@@ -224,7 +225,7 @@ class ClaimsStore(CompletionsStore):
             claimed_at = read_time(now)
             lease_until = Instant(claimed_at + lease)
             cur = self.dialect.cursor(conn)
-            batch = ClaimBatch(expected, claimed_at, instance_id, lease_until)
+            batch = ClaimBatch(expected, claimed_at, instance_id, lease_until, self.jitter_reach)
             for raw in self._lock(cur, expected):
                 row = batch.read(raw, self.dialect)
                 if row is not None:
@@ -237,8 +238,10 @@ class ClaimsStore(CompletionsStore):
                 paused = pause_failing(cur, self.dialect, batch.writes.failing)
                 self._on_commit(lambda: log_paused(paused, self.failures_paused))
             lost = batch.undecided()
-            found, ahead = misses(conn, self.dialect, lost, claimed_at) if lost else ({}, set())
-            corrected[:] = correct_ahead(conn, ahead, claimed_at, self._bump_change_seq) if ahead else []
+            found, ahead = misses(conn, self.dialect, lost, claimed_at, self.jitter_reach) if lost else ({}, set())
+            corrected[:] = (
+                correct_ahead(conn, ahead, claimed_at, self._bump_change_seq, self.jitter_reach) if ahead else []
+            )
             for c in corrected:  # another instance's clock was ahead: look again at the slot put right
                 found[c.job_id, c.generation] = ClaimMiss(SCHEDULED, c.generation, None, c.due, True)
             return batch.results(entries, found)
@@ -256,7 +259,7 @@ class ClaimsStore(CompletionsStore):
                 log_correction(c)
             return results
         # The database refused one of the rows: each entry alone, so that only that one is settled apart.
-        return [self.claim_runs([entry], now, instance_id, lease)[0] for entry in entries]
+        return [self.store.claim_runs([entry], now, instance_id, lease)[0] for entry in entries]
 
     def _park_claim(
         self, entry: ClaimEntry, now: Instant | Callable[[], Instant], instance_id: str, detail: str
@@ -331,12 +334,14 @@ class ClaimsStore(CompletionsStore):
                 if plan is None:
                     found.unreadable.append((row.job_id, row.generation))
                     continue
-                due = plan.due_at(from_datetime(row.next_run_at), None, retry=retry_of(row) is not None)
+                due = plan.due_at(
+                    from_datetime(row.next_run_at), None, self.jitter_reach, retry=retry_of(row) is not None
+                )
                 if due <= claimed_at:
                     found.entries.append((row.job_id, row.generation, due, claimed_at))
                 else:
                     found.later.append((due, row.job_id, row.generation))
-            found.results.extend(self.claim_runs(found.entries, claimed_at, instance_id, lease))
+            found.results.extend(self.store.claim_runs(found.entries, claimed_at, instance_id, lease))
             return found
 
         return self._write(body, "claim overdue")

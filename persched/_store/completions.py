@@ -14,7 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Final
 
 from .._model.instant import Instant, from_datetime, to_datetime
-from ._tx import REFUSED, Transactions, refusal_of
+from ._tx import REFUSED, refusal_of
 from .claim_batch import DISPATCH_SELECT, Writes, standing
 from .dialects import Sql, marks
 from .failures import STREAK, FailingJob, failed, log_paused, pause_failing, streak_step
@@ -32,6 +32,7 @@ from .mappers import (
     retry_of,
     stored,
 )
+from .part import Part
 from .records import MAX_ERROR_TEXT, Completion
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ _FINISH_JOB: Final = (
 _FINISH_CARRIED: Final = _FINISH_JOB + " AND next_run_at = ? AND run_now_at IS NULL AND paused = ?"
 
 
-class CompletionsStore(Transactions):
+class CompletionsStore(Part):
     """Completions (module docstring)."""
 
     def finish_runs(self, completions: Sequence[Completion], instance_id: str) -> list[Instant | None]:
@@ -214,7 +215,7 @@ class CompletionsStore(Transactions):
             # read (`_finish_read`), and one that this UPDATE moved reads as queued at that slot.
             if moves and cur.executemany(_FINISH_CARRIED, moves).rowcount == len(moves):
                 for i, next_at, over, plan, retried in carried:
-                    due[i] = None if over else plan.due_at(next_at, None, retry=retried)
+                    due[i] = None if over else plan.due_at(next_at, None, self.jitter_reach, retry=retried)
                 done = {i for i, *_ in carried}
                 rest = [i for i in rest if i not in done]
             if rest:
@@ -281,7 +282,11 @@ class CompletionsStore(Transactions):
                 # Not ours any more. If the job is scheduled in the same generation,
                 # this is a retry after a commit that did land: queue it again.
                 other = others.get(c.claim.job_id)
-                due.append(due_of(other) if other is not None and other.generation == c.claim.generation else None)
+                due.append(
+                    due_of(other, self.jitter_reach)
+                    if other is not None and other.generation == c.claim.generation
+                    else None
+                )
                 continue
             plan = plan_or_quarantine(row, c.finished_at, instance_id, w.quarantined, w.missed)
             if plan is None:
@@ -315,7 +320,10 @@ class CompletionsStore(Transactions):
                     at(c.claim.scheduled_for),  # == the row's running_for (`owned`)
                 )
             )
-            due.append(None if over or row.paused else plan.due_at(next_at, run_now_at, retry=retry is not None))
+            retrying = retry is not None
+            due.append(
+                None if over or row.paused else plan.due_at(next_at, run_now_at, self.jitter_reach, retry=retrying)
+            )
             if retry is None and not row.paused and gave_up(plan, c):
                 given_up[c.claim.run_id] = c
             if retry is None and failed(c.outcome) and plan.pause_after_failures:

@@ -24,7 +24,6 @@ from sqlalchemy import or_, select
 from .._model import triggers as _triggers
 from .._model.instant import Instant, to_datetime
 from ._rows import raw_columns
-from ._tx import Transactions
 from .ahead import correct_ahead, log_correction, written_ahead
 from .mappers import (
     CLOCK_STEP_FLOOR,
@@ -36,6 +35,7 @@ from .mappers import (
     next_fire,
     stored,
 )
+from .part import Part
 from .records import ChangeNote, Correction
 from .schema import changes, jobs
 
@@ -83,7 +83,7 @@ _DUE_COLUMNS: Final = [
 ]
 
 
-class DueStore(Transactions):
+class DueStore(Part):
     """The reads of the definitions that the engine makes (module docstring); `JobsStore` builds on it."""
 
     def change_seq(self) -> int:
@@ -112,7 +112,7 @@ class DueStore(Transactions):
         def body(conn: Connection) -> tuple[int, list[tuple[Instant, str, int]], set[str]]:
             now_seq = int(conn.execute(select(changes.c.seq)).scalar_one())
             rows = stored(conn.execute(select(*RAW_JOBS).where(*where)))
-            due = [(due_of(row), row.job_id, row.generation) for row in rows]
+            due = [(due_of(row, self.jitter_reach), row.job_id, row.generation) for row in rows]
             ahead: set[str] = set()
             if written_ahead_of_now is not None:
                 query = select(jobs.c.job_id).where(*changed_here, written_ahead_of_now)
@@ -124,7 +124,7 @@ class DueStore(Transactions):
             return now_seq, changed
         assert now is not None
         corrections = self._write(
-            lambda conn: correct_ahead(conn, ahead, now, self._bump_change_seq), "correct rows ahead"
+            lambda conn: correct_ahead(conn, ahead, now, self._bump_change_seq, self.jitter_reach), "correct rows ahead"
         )
         for c in corrections:
             log_correction(c)
@@ -136,9 +136,7 @@ class DueStore(Transactions):
     def changes_made_elsewhere(self, after: int, upto: int) -> list[ChangeNote]:
         """Describe the jobs changed in ``(after, upto]`` of the change counter
         by another store (another process, the command line), for the log."""
-        with self._own_lock:
-            own = {seq for seq in self._own_changes if seq <= upto}
-            self._own_changes -= own
+        own = self._take_own_changes(upto)
 
         def body(conn: Connection) -> list[ChangeNote]:
             query = select(*RAW_JOBS).where(jobs.c.change_seq > after, jobs.c.change_seq <= upto)
@@ -209,7 +207,9 @@ class DueStore(Transactions):
         pending attempt, due exactly then), or its pending run-now."""
         due = slot
         if jitter:
-            due = Instant(slot + _triggers.jitter_offset(job_id, generation, slot, column_micros(jitter)))
+            micros = column_micros(jitter)
+            self.jitter_reach.widen(micros)
+            due = Instant(slot + _triggers.jitter_offset(job_id, generation, slot, micros))
         return due if run_now_at is None else min(due, self.dialect.raw_instant(run_now_at))
 
     def load_due(
@@ -293,4 +293,6 @@ class DueStore(Transactions):
     def _correct_ahead(self, candidates: Sequence[tuple[str, int, Instant]], now: Instant) -> list[Correction]:
         """Move rows that lie further ahead than their schedule allows back onto their grid (see _inspect)."""
         ids = {job_id for job_id, _, _ in candidates}
-        return self._write(lambda conn: correct_ahead(conn, ids, now, self._bump_change_seq), "correct rows ahead")
+        return self._write(
+            lambda conn: correct_ahead(conn, ids, now, self._bump_change_seq, self.jitter_reach), "correct rows ahead"
+        )

@@ -18,8 +18,8 @@ from sqlalchemy import and_, func, literal_column, select, update
 from .._model.instant import to_datetime
 from .._model.pauses import FAILED_OUTCOMES
 from ._rows import read_row
-from ._tx import Transactions
 from .mappers import RAW_RUNS, RUN_COLUMNS, to_run
+from .part import Part
 from .schema import runs
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def _kept_failure(job_id: str, keep_error_runs: int | None) -> ColumnElement[boo
     return and_(_FAILED, runs.c.run_id >= func.coalesce(oldest_kept, 0))
 
 
-class HistoryStore(Transactions):
+class HistoryStore(Part):
     """Reading and pruning persched_runs (module docstring)."""
 
     def list_runs(self, job_id: str | None = None, limit: int = 100) -> list[Run]:

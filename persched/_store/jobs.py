@@ -1,8 +1,8 @@
-"""Job definitions: schedule (upsert), declare, deschedule, pause, resume, run-now, and reading them back.
+"""Job definitions: schedule (upsert), declare, deschedule, and reading them back.
 
-Each public method is one transaction (`_tx`); schedule, deschedule, pause,
-resume and run-now go through the group commit, so calls that arrive
-together share one commit and each still linearizes at it:
+Each public method is one transaction (`_tx`); schedule and deschedule go
+through the group commit, so calls that arrive together share one commit
+and each still linearizes at it:
 
 - `upsert_job`: schedule(): insert, replace (generation + 1) or no change.
 - `declare_jobs`: declare(): the upserts of a whole set and its prune in one
@@ -12,14 +12,11 @@ together share one commit and each still linearizes at it:
   linearizes at that commit.
 - `deschedule_job`: ``state := 'descheduled'``; the row stays so that the
   generation counter is never reused (no ABA).
-- `pause_job`: no run starts after its commit (the claim's predicate reads
-  ``paused``); `resume_job` places the job on its grid from now.
-- `request_run_now`: one extra run as soon as possible, off the grid.
 
 Every change bumps the change counter (`persched_changes`), which other
-instances poll to pick changes up. What the engine reads of the
-definitions (the change feed, the heap's refills, the start-up sweep) is
-`due.DueStore`, which `JobsStore` builds on.
+instances poll to pick changes up. Pause, resume and run-now are
+`steering.SteeringStore`'s; what the engine reads of the definitions (the
+change feed, the heap's refills, the start-up sweep) is `due.DueStore`'s.
 """
 
 from __future__ import annotations
@@ -28,29 +25,26 @@ import functools
 import logging
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeVar
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from .._model.instant import Instant, from_datetime, to_datetime
+from .._model.instant import Instant, from_datetime
 from .._model.policy import JobPlan, place_grid
 from ..errors import InvalidJobError, StoreError
 from ._rows import StoredRow, raw_columns, read_row, read_rows
 from .dialects import Sql, marks
-from .due import DueStore
 from .mappers import (
     DESCHEDULED,
     FINISHED,
     JOB_COLUMNS,
     RAW_JOBS,
-    RUNNING,
     SCHEDULED,
     definition_key,
     generation_of,
-    plan_of,
-    readable_or_refuse,
     to_job,
 )
-from .records import RunNowAnswer, RunNowVerdict, Upserted
+from .part import Part
+from .records import Upserted
 from .schema import UTCDateTime, jobs, runs
 
 if TYPE_CHECKING:
@@ -77,25 +71,6 @@ _FIND_JOBS: Final = f"SELECT {_JOB_SELECT} FROM persched_jobs WHERE job_id"  # n
 # each to describe, also when no row comes back, so a new id is looked for with one.
 _PROBE_JOB: Final = "SELECT state FROM persched_jobs WHERE job_id = ?"
 _INSTANT_COLUMNS: Final = frozenset(column.name for column in jobs.c if isinstance(column.type, UTCDateTime))
-# The jobs pause() may pause: scheduled or running (a run in flight finishes), not paused yet.
-_PAUSABLE: Final = (jobs.c.state.in_((SCHEDULED, RUNNING)), jobs.c.paused.is_(False))
-
-
-def _paused(now: Instant, until: Instant | None, note: str | None) -> dict[str, Any]:
-    """The values of a pause: a paused job starts no run, so a pending run-now is dropped, and so is
-    a pending attempt (the row goes back to the slot it retried, which a resume passes by)."""
-    return {
-        "paused": True,
-        "paused_until": None if until is None else to_datetime(until),
-        "pause_note": note,
-        "run_now_at": None,
-        "next_run_at": func.coalesce(jobs.c.retry_for, jobs.c.next_run_at),
-        "retry_attempt": None,
-        "retry_for": None,
-        "updated_at": to_datetime(now),
-    }
-
-
 _MARK_DECLARED: Final = "UPDATE persched_jobs SET declared = ? WHERE job_id = ?"
 # The change counter's row, read locking (`Dialect.locking_sql`): a declaration holds it to its commit
 # without writing it, so an unchanged declaration writes nothing.
@@ -163,7 +138,7 @@ def _upserted(done: _Written) -> Upserted:
     return Upserted(to_job(found if isinstance(found, StoredRow) else read_row(JOB_COLUMNS, found)), change, due)
 
 
-class JobsStore(DueStore):
+class JobsStore(Part):
     """The job rows of one namespace (module docstring)."""
 
     def upsert_job(self, definition: JobDefinition, now: Instant, *, declared: bool = False) -> Upserted:
@@ -376,7 +351,7 @@ class JobsStore(DueStore):
             "namespace": self.namespace,
             "declared": declared,
         }
-        due = None if values["state"] != SCHEDULED or paused else plan.due_at(first, None)
+        due = None if values["state"] != SCHEDULED or paused else plan.due_at(first, None, self.jitter_reach)
         # Written without RETURNING: the row as stored is the one read above (held since)
         # with these values over it, read by the same `read_row` (tests/store/test_churn_sql.py
         # reads it back on every engine).
@@ -458,147 +433,6 @@ class JobsStore(DueStore):
             return [make(row) for row in read_rows(JOB_COLUMNS, rows)]
 
         return self._read(body, "jobs")
-
-    def pause_job(
-        self, job_id: str, now: Instant, *, until: Instant | None = None, note: str | None = None
-    ) -> int | None:
-        """Pause the job: no run of it starts after this commits. Return its
-        generation, or None if there is no scheduled or running job to pause
-        (unknown, descheduled, finished, or paused already).
-
-        `until`: the pause ends by itself then (`resume_job` with ``until``);
-        `note`: why, kept for people. Both are checked by the caller.
-        """
-
-        def body(conn: Connection) -> int | None:
-            row = self.dialect.update_returning_one(
-                conn,
-                update(jobs)
-                .where(jobs.c.job_id == job_id, *_PAUSABLE, self._mine)
-                .values(**_paused(now, until, note), change_seq=self._bump_change_seq(conn)),
-                *raw_columns([jobs.c.generation]),
-            )
-            return None if row is None else generation_of(row.generation)
-
-        return self._write_grouped(body, "pause")
-
-    def pause_all_jobs(self, now: Instant, *, until: Instant | None = None, note: str | None = None) -> int:
-        """Pause every scheduled or running job of the namespace that is not paused, in one
-        transaction; return how many were paused."""
-
-        def body(conn: Connection) -> int:
-            query = update(jobs).where(*_PAUSABLE, self._mine)
-            changed = conn.execute(query.values(**_paused(now, until, note), change_seq=self._bump_change_seq(conn)))
-            return int(changed.rowcount)
-
-        return self._write(body, "pause all")
-
-    def resume_job(
-        self, job_id: str, now: Instant, *, until: Instant | None = None
-    ) -> tuple[int, Instant | None] | None:
-        """Resume a paused job on its grid from `now` (slots passed while paused do not run,
-        nor, on a clock behind the one that ran it, a slot that ran already).
-
-        With `until`, only a pause that ends then (a timed pause coming to
-        its end: `now` is that instant, and whichever instance asks first wins).
-        Returns its generation and when it is due (None: running, or its
-        window ended), or None if the job is not paused (so).
-        """
-
-        def body(conn: Connection) -> tuple[int, Instant | None] | None:
-            query = select(*RAW_JOBS).where(
-                jobs.c.job_id == job_id, jobs.c.paused.is_(True), jobs.c.state != DESCHEDULED, self._mine
-            )
-            if until is not None:
-                query = query.where(jobs.c.paused_until == to_datetime(until))
-            found = conn.execute(query.with_for_update()).first()
-            if found is None:
-                return None
-            return self._resume_row(conn, readable_or_refuse(read_row(JOB_COLUMNS, found._mapping)), now)
-
-        return self._write_grouped(body, "resume")
-
-    def resume_all_jobs(self, now: Instant) -> list[tuple[str, int, Instant | None]]:
-        """Resume every paused job of the namespace, in one transaction; return each one's id,
-        generation and when it is due (rows that cannot be read are left paused)."""
-
-        def body(conn: Connection) -> list[tuple[str, int, Instant | None]]:
-            query = select(*RAW_JOBS).where(jobs.c.paused.is_(True), jobs.c.state != DESCHEDULED, self._mine)
-            rows = read_rows(JOB_COLUMNS, conn.execute(query.order_by(jobs.c.job_id).with_for_update()))
-            return [(str(row.job_id), *self._resume_row(conn, row, now)) for row in rows if not row.problems]
-
-        return self._write(body, "resume all")
-
-    def _resume_row(self, conn: Connection, row: StoredRow, now: Instant) -> tuple[int, Instant | None]:
-        plan = plan_of(row)
-        next_at = plan.resumed(now, from_datetime(row.next_run_at))
-        state = row.state
-        if state == SCHEDULED and plan.is_over(next_at):  # pause() cleared any run-now
-            state = FINISHED
-        conn.execute(
-            update(jobs)
-            .where(jobs.c.job_id == row.job_id, jobs.c.generation == row.generation)
-            .values(
-                paused=False,
-                paused_until=None,
-                pause_note=None,
-                failure_streak=0,  # a resumed job gets pause_after_failures failures again before it pauses
-                state=state,
-                next_run_at=to_datetime(next_at),
-                updated_at=to_datetime(now),
-                change_seq=self._bump_change_seq(conn),
-            )
-        )
-        return row.generation, plan.due_at(next_at, None) if state == SCHEDULED else None
-
-    def pause_ends(self, upto: Instant | None) -> list[tuple[str, Instant]]:
-        """The timed pauses of the namespace that end by `upto` (None: the earliest one), soonest first."""
-
-        def body(conn: Connection) -> list[tuple[str, Instant]]:
-            query = select(jobs.c.job_id, jobs.c.paused_until).where(
-                jobs.c.paused.is_(True),
-                jobs.c.paused_until.is_not(None),
-                jobs.c.state != DESCHEDULED,
-                self._mine,
-            )
-            if upto is not None:
-                query = query.where(jobs.c.paused_until <= to_datetime(upto))
-            query = query.order_by(jobs.c.paused_until, jobs.c.job_id).limit(None if upto is not None else 1)
-            return [(str(job_id), from_datetime(at)) for job_id, at in conn.execute(query)]
-
-        return self._read(body, "timed pauses")
-
-    def request_run_now(self, job_id: str, now: Instant) -> RunNowAnswer:
-        """Ask for one extra run of the job as soon as possible (off the grid); `RunNowVerdict` says what came of it."""
-
-        def body(conn: Connection) -> RunNowAnswer:
-            query = select(*RAW_JOBS).where(jobs.c.job_id == job_id, jobs.c.state != DESCHEDULED, self._mine)
-            found = conn.execute(query.with_for_update()).first()
-            if found is None:
-                return RunNowAnswer(RunNowVerdict.UNKNOWN, None)
-            row = readable_or_refuse(read_row(JOB_COLUMNS, found._mapping))
-            verdict = (
-                RunNowVerdict.PAUSED
-                if row.paused
-                else RunNowVerdict.FINISHED
-                if row.state == FINISHED
-                else RunNowVerdict.PENDING
-                if row.run_now_at is not None
-                else RunNowVerdict.DROPPED
-                if row.state == RUNNING and row.overlap == "skip"
-                else RunNowVerdict.REQUESTED
-            )
-            if verdict is RunNowVerdict.REQUESTED:
-                conn.execute(
-                    update(jobs)
-                    .where(jobs.c.job_id == job_id, jobs.c.generation == row.generation)
-                    .values(
-                        run_now_at=to_datetime(now), updated_at=to_datetime(now), change_seq=self._bump_change_seq(conn)
-                    )
-                )
-            return RunNowAnswer(verdict, row.generation)
-
-        return self._write_grouped(body, "run now")
 
     def job_known(self, job_id: str) -> bool:
         """True if `job_id` has a row (active or descheduled) or any recorded run."""

@@ -18,14 +18,15 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from sqlalchemy import and_, exists, literal_column, select, union_all, update
 
 from .._model import triggers as _triggers
 from .._model.instant import Instant, from_datetime, to_datetime
 from ._rows import raw_columns, read_row
-from ._tx import REFUSED, Transactions, read_time, refusal_of
+from ._tx import REFUSED, read_time, refusal_of
+from .dialects import Sql
 from .failures import FailingJob, log_paused, pause_failing, streak_after
 from .mappers import (
     CLOCK_STEP_FLOOR,
@@ -46,17 +47,28 @@ from .mappers import (
     regrid,
     retry_of,
 )
+from .part import Part
 from .records import OpenRun, Recovery, Stranded
 from .schema import jobs, runs
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
+    from datetime import datetime
 
-    from sqlalchemy import Connection, Row
+    from sqlalchemy import Connection
 
     from .._model.policy import Retry
 
 logger = logging.getLogger(__name__)
+
+
+class _Lost(NamedTuple):
+    """The run `LeasesStore._mark_lost` marked lost."""
+
+    scheduled_for: datetime
+    attempt: object  # as stored: the caller takes a hand-edited one as 1
+    run_now: bool
+
 
 # Every state but those a row may rest in with no run open (descheduled < finished < scheduled):
 # `running` without one is stranded, and so is any other. Written as the four ranges between them,
@@ -75,7 +87,7 @@ _STRANDED_COLUMNS: Final = tuple(
 _NO_OPEN_RUN: Final = ~exists().where(runs.c.job_id == jobs.c.job_id, runs.c.outcome.is_(None))
 
 
-class LeasesStore(Transactions):
+class LeasesStore(Part):
     """Leases of runs in flight and recovery of expired ones (module docstring)."""
 
     def renew_leases(self, instance_id: str, lease_until: Instant, run_ids: Collection[int]) -> None:
@@ -212,7 +224,7 @@ class LeasesStore(Transactions):
                     return Recovery(lost=True)
             if freed.rowcount != 1 or over or row.paused:
                 return Recovery(lost=True)
-            return Recovery(lost=True, due=plan.due_at(next_at, run_now_at, retry=retry is not None))
+            return Recovery(lost=True, due=plan.due_at(next_at, run_now_at, self.jitter_reach, retry=retry is not None))
 
         try:
             return self._write(body, "recover run")
@@ -258,23 +270,20 @@ class LeasesStore(Transactions):
             )
         return recovery
 
-    def _mark_lost(self, conn: Connection, run: OpenRun, recovered_at: Instant) -> Row[Any] | None:
-        """Mark `run` lost if its lease is still the one observed; its ``scheduled_for``, or None."""
-        lease_match = runs.c.lease_until.is_(None) if run.lease_until is None else runs.c.lease_until == run.lease_until
-        return self.dialect.update_returning_one(
-            conn,
-            update(runs)
-            .where(runs.c.run_id == run.run_id, runs.c.outcome.is_(None), lease_match)
-            .values(
-                outcome="lost",
-                finished_at=to_datetime(recovered_at),
-                lease_until=None,
-                error=f"instance {run.instance_id} stopped renewing its lease",
-            ),
-            runs.c.scheduled_for,
-            runs.c.attempt,
-            runs.c.run_now,
-        )
+    def _mark_lost(self, conn: Connection, run: OpenRun, recovered_at: Instant) -> _Lost | None:
+        """Mark `run` lost if its lease is still the one observed; its slot and attempt, or None."""
+        at = self.dialect.bind_instant
+        error = f"instance {run.instance_id} stopped renewing its lease"
+        lost = Sql("outcome = ?, finished_at = ?, lease_until = NULL, error = ?", ("lost", at(recovered_at), error))
+        which = Sql("run_id = ? AND outcome IS NULL AND lease_until IS NULL", (run.run_id,))
+        if run.lease_until is not None:
+            held = at(from_datetime(run.lease_until))
+            which = Sql("run_id = ? AND outcome IS NULL AND lease_until = ?", (run.run_id, held))
+        rows = self.dialect.update_sql(conn, runs, lost, which, "scheduled_for, attempt, run_now")
+        if not rows:
+            return None
+        row = rows[0]  # read raw
+        return _Lost(to_datetime(self.dialect.raw_instant(row.scheduled_for)), row.attempt, bool(row.run_now))
 
     def stranded_jobs(self) -> list[Stranded]:
         """The job rows of this namespace that no scheduler would move on (module docstring)."""
@@ -327,11 +336,13 @@ class LeasesStore(Transactions):
                 slot = from_datetime(row.running_for if row.running_for is not None else row.next_run_at)
                 # Never its slot again; an attempt pending (beside a run-now run) stays as it was.
                 left = from_datetime(row.next_run_at)
-                next_at = left if retry_of(row) is not None else plan.after_loss(left, slot, now)
+                pending = retry_of(row) is not None
+                next_at = left if pending else plan.after_loss(left, slot, now)
                 run_now_at = instant_or_none(row.run_now_at)
-                over = plan.is_over(next_at, run_now_at)
+                over = not pending and plan.is_over(next_at, run_now_at)
                 values.update(state=FINISHED if over else SCHEDULED, next_run_at=to_datetime(next_at))
-                due = None if over or row.paused else plan.due_at(next_at, run_now_at)
+                reach = self.jitter_reach
+                due = None if over or row.paused else plan.due_at(next_at, run_now_at, reach, retry=pending)
                 why = (
                     f"the job's row said it was running (owner {seen.owner}) but no run of it was open; "
                     "it was put back on its schedule"

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Column, Connection, Row
 
     from .._model.public_models import Job, Run
+    from .._model.triggers import JitterReach
 
 logger = logging.getLogger(__name__)
 
@@ -297,8 +298,8 @@ def readable_plan(row: StoredRow, *, with_start: bool = False) -> JobPlan | None
         return None
 
 
-def due_of(row: StoredRow) -> Instant | None:
-    """When a scheduled, not paused job is due (None for any other)."""
+def due_of(row: StoredRow, reach: JitterReach) -> Instant | None:
+    """When a scheduled, not paused job is due (None for any other); its jitter counted in `reach`."""
     if row.problems:
         logger.error("job %s is not scheduled: its stored row cannot be read: %s", row.job_id, row.describe())
         return None
@@ -306,7 +307,7 @@ def due_of(row: StoredRow) -> Instant | None:
     if plan is None:
         return None
     retry = row.__dict__.get("retry_attempt") is not None  # an attempt pending: due without jitter
-    return plan.due_at(from_datetime(row.next_run_at), instant_or_none(row.run_now_at), retry=retry)
+    return plan.due_at(from_datetime(row.next_run_at), instant_or_none(row.run_now_at), reach, retry=retry)
 
 
 def rows_of(conn: Connection, job_ids: Collection[str]) -> dict[str, StoredRow]:

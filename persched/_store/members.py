@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Final
 from sqlalchemy import case, delete, insert, select, update
 
 from .._model.instant import Instant, to_datetime
-from ._tx import Transactions
+from .part import Part
 from .schema import COUNTER_MAX, instances
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ BeatCount = int | float | str
 _NEXT_BEAT: Final = case((instances.c.beats < COUNTER_MAX, instances.c.beats + 1), else_=1)
 
 
-class MembersStore(Transactions):
+class MembersStore(Part):
     """The membership rows of this store's namespace (module docstring)."""
 
     def server_time(self) -> Instant:

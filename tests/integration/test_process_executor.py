@@ -10,7 +10,6 @@ import json
 import multiprocessing
 import os
 import signal
-import socket
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -22,30 +21,13 @@ from persched._engine.processes import ProcessRun, run_in_process
 from persched._model.instant import Micros
 from persched._model.policy import RunPolicy
 from persched._store.records import Claim
+from tests.support import stop_jobs
 from tests.support.helpers import TIMEOUT
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    import socket
 
 SCHEDULED_FOR = 1_700_000_123_456_789  # µs: an odd instant
-
-
-@pytest.fixture
-def listener() -> Iterator[socket.socket]:
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        server.settimeout(TIMEOUT)
-        yield server
-
-
-def _started(server: socket.socket) -> str:
-    """Wait for the job's "started" message (its connection) and return it."""
-    conn, _ = server.accept()
-    with conn:
-        conn.settimeout(TIMEOUT)
-        chunks = []
-        while chunk := conn.recv(4096):
-            chunks.append(chunk)
-    return b"".join(chunks).decode()
 
 
 def _run(
@@ -85,7 +67,7 @@ class _InThread:
 def test_a_child_sees_its_run_context(listener: socket.socket) -> None:
     port = listener.getsockname()[1]
     running = _InThread(_run("tests.support.stop_jobs:context_fields", [port]), StopSignal())
-    seen = json.loads(_started(listener))
+    seen = json.loads(stop_jobs.started_message(listener))
     assert running.ended() == ("ok", None)
     assert seen == {
         "job_id": "proc-job",
@@ -116,7 +98,7 @@ def test_a_child_that_exits_records_its_status() -> None:
 def test_a_child_killed_by_a_signal_records_it(listener: socket.socket) -> None:
     port = listener.getsockname()[1]
     running = _InThread(_run("tests.support.stop_jobs:block_until_stopped", [port]), StopSignal())
-    _started(listener)
+    stop_jobs.started_message(listener)
     children = [p for p in multiprocessing.active_children() if p.name == "persched-run-proc-job"]
     assert len(children) == 1
     assert children[0].pid is not None
@@ -170,7 +152,7 @@ def test_a_stop_terminates_the_child_and_says_why(listener: socket.socket, reaso
     port = listener.getsockname()[1]
     stop = StopSignal()
     running = _InThread(_run("tests.support.stop_jobs:block_until_stopped", [port]), stop)
-    _started(listener)
+    stop_jobs.started_message(listener)
     stop.request(reason)
     outcome, error = running.ended()
     assert outcome == "stopped"
@@ -191,7 +173,7 @@ def test_a_cooperating_child_sees_stopping_and_raises(listener: socket.socket) -
     port = listener.getsockname()[1]
     stop = StopSignal()
     running = _InThread(_run("tests.support.stop_jobs:cooperate", [port]), stop)
-    _started(listener)
+    stop_jobs.started_message(listener)
     stop.request("cancel")
     outcome, error = running.ended()
     assert outcome == "stopped"
@@ -203,7 +185,7 @@ def test_a_child_that_ignores_the_stop_is_killed_after_the_grace(listener: socke
     port = listener.getsockname()[1]
     stop = StopSignal()
     running = _InThread(_run("tests.support.stop_jobs:ignore_stop", [port], grace=0.2), stop)
-    _started(listener)
+    stop_jobs.started_message(listener)
     stop.request("shutdown")
     outcome, error = running.ended()
     assert (outcome, error) == (

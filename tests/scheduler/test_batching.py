@@ -16,6 +16,7 @@ import pytest
 from persched._engine.dispatcher import Dispatcher
 from persched._engine.runs import Dispatched
 from persched._engine.timebase import Timebase
+from persched._model.instant import Micros
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT, wait_until
 
@@ -84,7 +85,9 @@ def started(cycles: Cycles) -> Iterator[list[Dispatcher]]:
 def _dispatcher(started: list[Dispatcher], cycles: Cycles, jobs: int, gather: float) -> Dispatcher:
     timebase = Timebase(FakeClock(START))
     due = timebase.now()
-    dispatcher = Dispatcher(timebase, cast("RunBook", cycles), WORKERS, lambda job_id: True, gather=gather)
+    dispatcher = Dispatcher(
+        timebase, cast("RunBook", cycles), WORKERS, lambda job_id: True, lambda: Micros(0), gather=gather
+    )
     dispatcher.start([(due, f"j{n:02}", 1) for n in range(jobs)])
     started.append(dispatcher)
     return dispatcher

@@ -16,13 +16,14 @@ import pytest
 from persched import AsyncJobScheduler, DeclareResult, JobScheduler, JobSpec, JobState
 from persched._model.declare import SCHEDULE_OPTIONS
 from persched._store import Store
+from persched._store.jobs import JobsStore
 from persched.errors import InvalidJobError
 from persched.testing import FakeClock
 from tests.support import jobs
 from tests.support.helpers import TIMEOUT, db_sql
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Sequence
+    from collections.abc import Iterable, Sequence
 
     from persched._model.instant import Instant
     from persched._model.models import JobDefinition
@@ -38,15 +39,6 @@ pytestmark = pytest.mark.every_engine  # db_url: tests/conftest.py
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(START)
-
-
-@pytest.fixture
-def app(db_url: str, clock: FakeClock) -> Iterator[JobScheduler]:
-    sched = JobScheduler(db_url, clock=clock, namespace="app")
-    sched.start()
-    yield sched
-    jobs.release_all()
-    sched.shutdown(wait=True, timeout=TIMEOUT)
 
 
 def spec(job_id: str, interval: float = 60.0) -> JobSpec:
@@ -239,7 +231,7 @@ def test_an_id_taken_by_another_namespace_after_the_check_rolls_the_whole_declar
 ) -> None:
     # As if the other namespace's job committed between the check and the upserts: the upsert of
     # that id finds it (its row is locked there) and the whole transaction is rolled back.
-    with mock.patch.object(Store, "_refuse_clashes", autospec=True, return_value=None):
+    with mock.patch.object(JobsStore, "_refuse_clashes", autospec=True, return_value=None):
         declare_meeting_another_namespaces_id(db_url, app, clock)
 
 

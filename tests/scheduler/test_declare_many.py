@@ -18,8 +18,7 @@ from sqlalchemy import event
 
 from persched import JobScheduler, JobSpec, JobState
 from persched.testing import FakeClock
-from tests.support import jobs
-from tests.support.helpers import TIMEOUT, db_sql
+from tests.support.helpers import db_sql
 from tests.support.seams import store_of
 
 if TYPE_CHECKING:
@@ -35,15 +34,6 @@ pytestmark = pytest.mark.every_engine  # db_url: tests/conftest.py
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(START)
-
-
-@pytest.fixture
-def app(db_url: str, clock: FakeClock) -> Iterator[JobScheduler]:
-    sched = JobScheduler(db_url, clock=clock, namespace="app")
-    sched.start()
-    yield sched
-    jobs.release_all()
-    sched.shutdown(wait=True, timeout=TIMEOUT)
 
 
 def specs(ids: range, interval: float = 60.0) -> list[JobSpec]:

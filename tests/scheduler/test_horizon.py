@@ -19,7 +19,6 @@ from persched import JobScheduler
 from persched._engine import horizon as horizon_module
 from persched._engine.dispatcher import Dispatcher
 from persched._engine.window import Window
-from persched._model import triggers as _triggers
 from persched._model.instant import Instant, from_datetime
 from persched.errors import InvalidJobError
 from persched.testing import FakeClock
@@ -33,13 +32,6 @@ if TYPE_CHECKING:
 
 START = 1_700_000_123.456789
 HORIZON = 5.0  # seconds: small, so that most jobs of a test lie beyond it
-
-
-@pytest.fixture(autouse=True)
-def no_jitter_seen(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The process-wide jitter reach only grows: earlier tests' jittered jobs would keep every push (safe, but
-    these tests check what is left out of memory), so each test starts from a process that has seen none."""
-    monkeypatch.setattr(_triggers, "_jitter_reach", [0])
 
 
 @pytest.fixture

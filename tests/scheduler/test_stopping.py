@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import socket
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +23,7 @@ from tests.support.cli_run import persched as persched_cli
 from tests.support.helpers import TIMEOUT, wait_until
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    import socket
 
     from persched import JobScheduler, Run
     from persched.testing import FakeClock
@@ -39,21 +38,23 @@ def clock(fake_clock: FakeClock) -> FakeClock:
     return fake_clock
 
 
+def _assert_stopped(run: Run, why: str) -> str:
+    """`run` ended stopped, its error saying `why` (then the traceback); that error."""
+    assert run.outcome == "stopped"
+    assert run.error is not None
+    assert run.error.startswith(f"stopped: {why}\n")
+    return run.error
+
+
 def _ended(sched: JobScheduler, job_id: str) -> Run:
     wait_until(lambda: any(r.outcome is not None for r in sched.runs(job_id)), message=f"a run of {job_id} ended")
     (run,) = [r for r in sched.runs(job_id) if r.outcome is not None]
     return run
 
 
-def _running(sched: JobScheduler, key: str, clock: FakeClock) -> None:
-    clock.advance(10.0)
-    assert stop_jobs.started_event(key).wait(TIMEOUT)
-
-
 def test_current_run_is_a_run_context_with_every_run_field(make_scheduler: SchedulerFactory, clock: FakeClock) -> None:
     sched = make_scheduler(start=True)
-    job = sched.schedule("ctx", stop_jobs.thread_cooperate, 10.0, args=("ctx",))
-    _running(sched, "ctx", clock)
+    job = stop_jobs.start_running(sched, clock, "ctx", stop_jobs.thread_cooperate)
     context = stop_jobs.seen("ctx")
     assert isinstance(context, RunContext)
     assert isinstance(context, persched.Run)  # every field a job read before reads the same
@@ -75,31 +76,26 @@ def test_max_runtime_with_on_overrun_stop_stops_a_thread_job(
     sched = make_scheduler(start=True)
     seen: queue.Queue[Event] = queue.Queue()
     sched.add_listener(seen.put, kinds=["run_stopped"])
-    sched.schedule("slow", stop_jobs.thread_cooperate, 10.0, args=("slow",), max_runtime_seconds=2.5, on_overrun="stop")
-    _running(sched, "slow", clock)
+    stop_jobs.start_running(
+        sched, clock, "slow", stop_jobs.thread_cooperate, max_runtime_seconds=2.5, on_overrun="stop"
+    )
     clock.advance(2.4)
-    context = stop_jobs.seen("slow")
-    assert isinstance(context, RunContext)
-    assert not context.stopping.is_set()
+    assert not stop_jobs.seen("slow").stopping.is_set()
     clock.advance(0.1)  # 2.5 s after its start
     run = _ended(sched, "slow")
-    assert (run.outcome, run.overran) == ("stopped", True)
-    assert run.error is not None
-    assert run.error.startswith("stopped: it ran past its max_runtime_seconds (on_overrun='stop')\n")
-    assert "RunStopped: the run was asked to stop (max_runtime)" in run.error
+    error = _assert_stopped(run, "it ran past its max_runtime_seconds (on_overrun='stop')")
+    assert run.overran
+    assert "RunStopped: the run was asked to stop (max_runtime)" in error
     event = seen.get(timeout=TIMEOUT)
     assert (event.kind, event.job_id) == ("run_stopped", "slow")
 
 
 def test_with_on_overrun_warn_a_run_is_not_asked_to_stop(make_scheduler: SchedulerFactory, clock: FakeClock) -> None:
     sched = make_scheduler(start=True)
-    sched.schedule("warned", stop_jobs.thread_cooperate, 10.0, args=("warned",), max_runtime_seconds=2.5)
-    _running(sched, "warned", clock)
+    stop_jobs.start_running(sched, clock, "warned", stop_jobs.thread_cooperate, max_runtime_seconds=2.5)
     clock.advance(2.5)
     wait_until(lambda: sched.runs("warned")[0].overran, message="the overrun recorded")
-    context = stop_jobs.seen("warned")
-    assert isinstance(context, RunContext)
-    assert not context.stopping.is_set()
+    assert not stop_jobs.seen("warned").stopping.is_set()
     sched.cancel("warned")
     assert _ended(sched, "warned").outcome == "stopped"
 
@@ -108,8 +104,7 @@ def test_a_run_that_ignores_the_stop_keeps_its_outcome_with_overran(
     make_scheduler: SchedulerFactory, clock: FakeClock
 ) -> None:
     sched = make_scheduler(start=True)
-    sched.schedule("deaf", stop_jobs.thread_ignore, 10.0, args=("deaf",), max_runtime_seconds=1.0, on_overrun="stop")
-    _running(sched, "deaf", clock)
+    stop_jobs.start_running(sched, clock, "deaf", stop_jobs.thread_ignore, max_runtime_seconds=1.0, on_overrun="stop")
     clock.advance(1.0)
     run = _ended(sched, "deaf")
     assert (run.outcome, run.error, run.overran) == ("ok", None, True)
@@ -119,12 +114,10 @@ def test_cancel_stops_the_run_in_flight_here(make_scheduler: SchedulerFactory, c
     sched = make_scheduler(start=True)
     job = sched.schedule("c", stop_jobs.thread_cooperate, 10.0, args=("c",))
     assert sched.cancel("c") is False  # nothing in flight
-    _running(sched, "c", clock)
+    stop_jobs.let_run(clock, "c")
     assert sched.cancel("c") is True
     run = _ended(sched, "c")
-    assert run.outcome == "stopped"
-    assert run.error is not None
-    assert run.error.startswith("stopped: cancel() asked for it\n")
+    _assert_stopped(run, "cancel() asked for it")
     # The schedule goes on, and the request ended with its run.
     after = sched.get_job("c")
     assert after is not None
@@ -146,25 +139,18 @@ def test_cancel_of_an_unknown_job_raises(make_scheduler: SchedulerFactory) -> No
 
 def test_cancel_cancels_an_async_jobs_task(make_scheduler: SchedulerFactory, clock: FakeClock) -> None:
     sched = make_scheduler(start=True)
-    sched.schedule("aw", stop_jobs.async_wait, 10.0, args=("aw",))
-    _running(sched, "aw", clock)
+    stop_jobs.start_running(sched, clock, "aw", stop_jobs.async_wait)
     assert sched.cancel("aw") is True
     run = _ended(sched, "aw")
-    assert run.outcome == "stopped"
-    assert run.error is not None
-    assert run.error.startswith("stopped: cancel() asked for it\n")
-    assert "CancelledError" in run.error
+    assert "CancelledError" in _assert_stopped(run, "cancel() asked for it")
 
 
 def test_the_shutdown_timeout_stops_the_runs_in_flight(make_scheduler: SchedulerFactory, clock: FakeClock) -> None:
     sched = make_scheduler(start=True)
-    sched.schedule("long", stop_jobs.thread_cooperate, 10.0, args=("long",), stop_grace_seconds=30.0)
-    _running(sched, "long", clock)
+    stop_jobs.start_running(sched, clock, "long", stop_jobs.thread_cooperate, stop_grace_seconds=30.0)
     sched.shutdown(wait=True, timeout=0.0)
     run = _ended(make_scheduler(), "long")  # a thread run is only asked: it may end just after the return
-    assert run.outcome == "stopped"
-    assert run.error is not None
-    assert run.error.startswith("stopped: the scheduler shut down and its timeout was reached\n")
+    _assert_stopped(run, "the scheduler shut down and its timeout was reached")
 
 
 def test_the_shutdown_timeout_waits_no_stop_grace_for_a_thread_run(
@@ -172,8 +158,7 @@ def test_the_shutdown_timeout_waits_no_stop_grace_for_a_thread_run(
 ) -> None:
     """A thread cannot be made to end: past the timeout, shutdown() asks and returns (its grace is for processes)."""
     sched = make_scheduler(start=True)
-    sched.schedule("unheeding", stop_jobs.thread_deaf, 10.0, args=("unheeding",), stop_grace_seconds=60.0)
-    _running(sched, "unheeding", clock)
+    stop_jobs.start_running(sched, clock, "unheeding", stop_jobs.thread_deaf, stop_grace_seconds=60.0)
     returned = threading.Event()
 
     def shut_down() -> None:
@@ -192,34 +177,14 @@ def test_the_shutdown_timeout_waits_no_stop_grace_for_a_thread_run(
     assert run.outcome == "ok"  # it ignored the request: its own outcome
 
 
-@pytest.fixture
-def listener() -> Iterator[socket.socket]:
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        server.settimeout(TIMEOUT)
-        yield server
-
-
-def _child_started(server: socket.socket) -> None:
-    conn, _ = server.accept()
-    with conn:
-        conn.settimeout(TIMEOUT)
-        while conn.recv(4096):
-            pass
-
-
 def test_cancel_terminates_a_process_job(
     make_scheduler: SchedulerFactory, clock: FakeClock, listener: socket.socket
 ) -> None:
     sched = make_scheduler(start=True)
-    port = listener.getsockname()[1]
-    sched.schedule("proc", stop_jobs.block_until_stopped, 10.0, args=(port,), executor="process")
-    clock.advance(10.0)
-    _child_started(listener)
+    stop_jobs.start_running(sched, clock, "proc", stop_jobs.block_until_stopped, listener=listener)
     assert sched.cancel("proc") is True
     run = _ended(sched, "proc")
-    assert run.outcome == "stopped"
-    assert run.error is not None
-    assert run.error.startswith("stopped: cancel() asked for it\n")
+    _assert_stopped(run, "cancel() asked for it")
 
 
 def test_a_process_job_that_exits_records_its_status(
@@ -273,33 +238,26 @@ def test_max_runtime_with_on_overrun_stop_terminates_a_process_job(
     make_scheduler: SchedulerFactory, clock: FakeClock, listener: socket.socket
 ) -> None:
     sched = make_scheduler(start=True)
-    port = listener.getsockname()[1]
-    sched.schedule(
+    stop_jobs.start_running(
+        sched,
+        clock,
         "proc-slow",
         stop_jobs.block_until_stopped,
-        10.0,
-        args=(port,),
-        executor="process",
+        listener=listener,
         max_runtime_seconds=1.5,
         on_overrun="stop",
     )
-    clock.advance(10.0)
-    _child_started(listener)
     clock.advance(1.5)
     run = _ended(sched, "proc-slow")
-    assert (run.outcome, run.overran) == ("stopped", True)
-    assert run.error is not None
-    assert run.error.startswith("stopped: it ran past its max_runtime_seconds (on_overrun='stop')\n")
+    _assert_stopped(run, "it ran past its max_runtime_seconds (on_overrun='stop')")
+    assert run.overran
 
 
 def test_the_shutdown_timeout_kills_a_process_job_that_ignores_it(
     make_scheduler: SchedulerFactory, clock: FakeClock, listener: socket.socket
 ) -> None:
     sched = make_scheduler(start=True)
-    port = listener.getsockname()[1]
-    sched.schedule("proc-deaf", stop_jobs.ignore_stop, 10.0, args=(port,), executor="process", stop_grace_seconds=0.2)
-    clock.advance(10.0)
-    _child_started(listener)
+    stop_jobs.start_running(sched, clock, "proc-deaf", stop_jobs.ignore_stop, listener=listener, stop_grace_seconds=0.2)
     sched.shutdown(wait=True, timeout=0.0)
     (run,) = make_scheduler().runs("proc-deaf")
     assert run.outcome == "stopped"

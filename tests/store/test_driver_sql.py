@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from sqlalchemy import select, update
+from sqlalchemy.exc import DBAPIError
 
 from persched._model.instant import Instant, micros, to_datetime
 from persched._model.models import validate_definition, validate_policies
@@ -45,3 +46,26 @@ def test_a_bound_instant_finds_the_value_core_stored(store: Store, instant: Inst
         found = store.dialect.execute(conn, Sql(find, (at(instant), at(instant), at(Instant(instant - 1)))))
         assert [row.job_id for row in found] == ["a"]
     assert raw == to_datetime(instant)
+
+
+def test_a_driver_error_on_the_driver_cursor_is_raised_as_sqlalchemy_raises_it(store: Store) -> None:
+    with store.engine.connect() as conn:
+        cur = store.dialect.cursor(conn)
+        with pytest.raises(DBAPIError) as caught:
+            cur.execute("SELECT no_such_column FROM persched_jobs")
+        assert "no_such_column" in str(caught.value)  # the statement, as SQLAlchemy shows it
+        assert isinstance(caught.value.orig, conn.dialect.loaded_dbapi.Error)
+        assert not caught.value.connection_invalidated  # a statement's error: the connection stays
+        assert not conn.invalidated
+
+
+def test_a_connection_gone_under_the_driver_cursor_is_invalidated(store: Store) -> None:
+    with store.engine.connect() as conn:
+        cur = store.dialect.cursor(conn)
+        raw = conn.connection.dbapi_connection
+        assert raw is not None
+        raw.close()  # as a server that went away leaves it
+        with pytest.raises(DBAPIError) as caught:
+            cur.executemany("UPDATE persched_jobs SET paused = ? WHERE job_id = ?", [(True, "a"), (True, "b")])
+        assert caught.value.connection_invalidated  # what `Dialect.is_transient` retries on
+        assert conn.invalidated  # never handed out again

@@ -4,14 +4,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from persched._model.instant import Micros
 from persched._model.triggers import jitter_offset
+from persched._store import Store
 from tests.store.test_store_contract import T, at, schedule
-
-if TYPE_CHECKING:
-    from persched._store import Store
 
 
 def test_load_due_reads_a_keyset_window_in_slot_order(store: Store) -> None:
@@ -46,6 +42,20 @@ def test_load_due_adds_jitter_and_takes_a_pending_run_now(store: Store) -> None:
     assert entries == [(at(5) + offset, "j", 1)]  # the run-now of r is the sweep's, not the window's
     run_now, corrections, last = store.sweep(None, 10, at(1))
     assert (run_now, corrections, last) == ([(at(1), "r", 1)], [], None)
+
+
+def test_the_jitter_reach_is_the_largest_jitter_of_the_due_times_its_store_handed_out(store: Store) -> None:
+    assert store.jitter_reach() == 0
+    jitter_offset("elsewhere", 1, at(5), Micros(9_000_000))  # a pure function: nobody's reach
+    assert store.jitter_reach() == 0
+    schedule(store, job_id="j", start_in=5, jitter_seconds=4)  # its due time goes to the heap
+    assert store.jitter_reach() == 4_000_000
+    schedule(store, job_id="k", start_in=5, jitter_seconds=2)  # it only grows
+    assert store.jitter_reach() == 4_000_000
+    other = Store(store.engine, store.url)  # another scheduler of this process, on the same database
+    assert other.jitter_reach() == 0  # one store's, not the process's
+    other.load_due(None, at(6), 10)  # a refill hands out the jittered rows' due times
+    assert other.jitter_reach() == 4_000_000
 
 
 def test_sweep_walks_every_scheduled_row_in_batches(store: Store) -> None:

@@ -40,6 +40,7 @@ from sqlalchemy import Connection, update
 
 from persched._model.instant import Instant, Micros, from_datetime, to_datetime
 from persched._store import Claim, ClaimMiss, Completion, RunNowAnswer, RunNowVerdict, Store, claim_batch, claims
+from persched._store.dialects import Sql
 from persched._store.schema import jobs, runs
 from tests.support.helpers import TIMEOUT
 from tests.support.postgres import pg_base_url
@@ -48,8 +49,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
     from persched._engine.leases import Leases
+    from persched._model.triggers import JitterReach
     from persched._store import ClaimEntry
-    from persched._store.dialects import Dialect, Sql
+    from persched._store.dialects import Dialect
 
 __all__ = [
     "RECORD",
@@ -222,8 +224,11 @@ class _EntryByJobId(claim_batch.ClaimBatch):
     another generation than its entry's, which the real batch (keyed on both) cannot
     place; find the entry by job id alone, as a claim keyed on the id would."""
 
-    def __init__(self, expected: Expected, claimed_at: Instant, instance_id: str, lease_until: Instant) -> None:
-        super().__init__(dict(expected), claimed_at, instance_id, lease_until)  # re-keyed below: not the caller's
+    def __init__(
+        self, expected: Expected, claimed_at: Instant, instance_id: str, lease_until: Instant, reach: JitterReach
+    ) -> None:
+        # re-keyed below: not the caller's
+        super().__init__(dict(expected), claimed_at, instance_id, lease_until, reach)
         self.won_in: dict[str, int] = {}  # job id -> the generation of the row won for its entry
 
     def decide(self, row: claim_batch.ClaimedRow) -> None:
@@ -244,8 +249,10 @@ class _UpToItsSlot(claim_batch.ClaimBatch):
     is not due by its entry's bound (and no run-now request is), which the policy refuses
     to decide (it never runs a slot early); let the entry's bound reach the row's slot."""
 
-    def __init__(self, expected: Expected, claimed_at: Instant, instance_id: str, lease_until: Instant) -> None:
-        super().__init__(dict(expected), claimed_at, instance_id, lease_until)
+    def __init__(
+        self, expected: Expected, claimed_at: Instant, instance_id: str, lease_until: Instant, reach: JitterReach
+    ) -> None:
+        super().__init__(dict(expected), claimed_at, instance_id, lease_until, reach)
 
     def decide(self, row: claim_batch.ClaimedRow) -> None:
         key = (row.job_id, row.generation)
@@ -290,9 +297,10 @@ class _ClauseDropper:
         return clauses
 
     def _batch(
-        self, expected: Expected, claimed_at: Instant, instance_id: str, lease_until: Instant
+        self, expected: Expected, claimed_at: Instant, instance_id: str, lease_until: Instant, reach: JitterReach
     ) -> claim_batch.ClaimBatch:
-        return _BATCHES.get(self._dropped() or "", _REAL_BATCH)(expected, claimed_at, instance_id, lease_until)
+        batch = _BATCHES.get(self._dropped() or "", _REAL_BATCH)
+        return batch(expected, claimed_at, instance_id, lease_until, reach)
 
     @contextlib.contextmanager
     def dropping(self, clause: str) -> Iterator[None]:
@@ -355,22 +363,14 @@ def finish_by_job_id_only(
             .where(runs.c.run_id == claim.run_id, runs.c.outcome.is_(None))
             .values(finished_at=to_datetime(finished_at), outcome=outcome, error=error, lease_until=None)
         )
-        result = store.dialect.update_returning_one(  # through the dialect: MySQL has no UPDATE ... RETURNING
-            conn,
-            update(jobs)
-            .where(jobs.c.job_id == claim.job_id)
-            .values(
-                state="scheduled",
-                owner=None,
-                lease_until=None,
-                running_for=None,
-                run_count=jobs.c.run_count + 1,
-                last_outcome=outcome,
-                updated_at=to_datetime(finished_at),
-            ),
-            jobs.c.next_run_at,
+        finished = Sql(
+            "state = ?, owner = NULL, lease_until = NULL, running_for = NULL, run_count = run_count + 1, "
+            "last_outcome = ?, updated_at = ?",
+            ("scheduled", outcome, store.dialect.bind_instant(finished_at)),
         )
-        return None if result is None else from_datetime(result.next_run_at)
+        # through the dialect: MySQL has no UPDATE ... RETURNING
+        rows = store.dialect.update_sql(conn, jobs, finished, Sql("job_id = ?", (claim.job_id,)), "next_run_at")
+        return store.dialect.raw_instant(rows[0].next_run_at) if rows else None
 
     return store._write(body, "finish run (test variant)")
 
@@ -397,14 +397,9 @@ def resume_by_job_id_only(store: Store, job_id: str, now: Instant) -> tuple[int,
     """A broken `Store.resume_job`: it unpauses whatever row holds the id, in any state."""
 
     def body(conn: Connection) -> tuple[int, Instant | None] | None:
-        row = store.dialect.update_returning_one(
-            conn,
-            update(jobs)
-            .where(jobs.c.job_id == job_id)
-            .values(paused=False, state="scheduled", next_run_at=to_datetime(now)),
-            jobs.c.generation,
-        )
-        return None if row is None else (row.generation, now)
+        resumed = Sql("paused = ?, state = ?, next_run_at = ?", (False, "scheduled", store.dialect.bind_instant(now)))
+        rows = store.dialect.update_sql(conn, jobs, resumed, Sql("job_id = ?", (job_id,)), "generation")
+        return (rows[0].generation, now) if rows else None
 
     return store._write(body, "resume (test variant)")
 
@@ -415,19 +410,14 @@ def pause_keeping_run_now(
     """A broken `Store.pause_job`: it leaves a pending run-now request in place."""
 
     def body(conn: Connection) -> int | None:
-        row = store.dialect.update_returning_one(
-            conn,
-            update(jobs)
-            .where(jobs.c.job_id == job_id, jobs.c.state.in_(("scheduled", "running")), jobs.c.paused.is_(False))
-            .values(
-                paused=True,
-                paused_until=None if until is None else to_datetime(until),
-                pause_note=note,
-                updated_at=to_datetime(now),
-            ),
-            jobs.c.generation,
+        at = store.dialect.bind_instant
+        paused = Sql(
+            "paused = ?, paused_until = ?, pause_note = ?, updated_at = ?",
+            (True, None if until is None else at(until), note, at(now)),
         )
-        return None if row is None else int(row.generation)
+        which = Sql("job_id = ? AND state IN (?, ?) AND paused = ?", (job_id, "scheduled", "running", False))
+        rows = store.dialect.update_sql(conn, jobs, paused, which, "generation")
+        return int(rows[0].generation) if rows else None
 
     return store._write(body, "pause (test variant)")
 
@@ -436,11 +426,10 @@ def run_now_ignoring_pause(store: Store, job_id: str, now: Instant) -> RunNowAns
     """A broken `Store.request_run_now`: it records the request without looking at the pause."""
 
     def body(conn: Connection) -> RunNowAnswer:
-        row = store.dialect.update_returning_one(
-            conn, update(jobs).where(jobs.c.job_id == job_id).values(run_now_at=to_datetime(now)), jobs.c.generation
-        )
-        if row is None:
+        requested = Sql("run_now_at = ?", (store.dialect.bind_instant(now),))
+        rows = store.dialect.update_sql(conn, jobs, requested, Sql("job_id = ?", (job_id,)), "generation")
+        if not rows:
             return RunNowAnswer(RunNowVerdict.UNKNOWN, None)
-        return RunNowAnswer(RunNowVerdict.REQUESTED, row.generation)
+        return RunNowAnswer(RunNowVerdict.REQUESTED, rows[0].generation)
 
     return store._write(body, "run now (test variant)")

@@ -2,6 +2,7 @@
 
 A test waits for that connection (an event), never for a hopeful sleep;
 the job then blocks until it is stopped (or returns what it saw).
+`start_running` schedules one and waits until its first run started.
 """
 
 from __future__ import annotations
@@ -11,11 +12,59 @@ import json
 import os
 import socket
 import threading
+from typing import TYPE_CHECKING, Any, Final
 
 import persched
 from persched.errors import RunStopped
+from tests.support.helpers import TIMEOUT
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from persched import Job, JobScheduler
+    from persched.testing import FakeClock
 
 _FOREVER = 3600.0  # seconds: longer than any test; a stop ends it
+SLOT: Final = 10.0  # seconds: the interval of a job `start_running` schedules
+
+
+def start_running(
+    sched: JobScheduler,
+    clock: FakeClock,
+    key: str,
+    target: Callable[..., object],
+    *,
+    listener: socket.socket | None = None,
+    **options: Any,  # noqa: ANN401 - schedule()'s options
+) -> Job:
+    """Schedule `target` as the job `key`, every `SLOT` seconds, let its first slot come on `clock`,
+    and wait until that run started: a thread or async job is told `key` and sets its event; with
+    `listener`, a process job is told the listener's port and connects to it."""
+    if listener is None:
+        job = sched.schedule(key, target, SLOT, args=(key,), **options)
+        let_run(clock, key)
+    else:
+        job = sched.schedule(key, target, SLOT, args=(listener.getsockname()[1],), executor="process", **options)
+        clock.advance(SLOT)
+        started_message(listener)
+    return job
+
+
+def let_run(clock: FakeClock, key: str) -> None:
+    """Let the first slot of the job `key` come on `clock` and wait until its run started (its event)."""
+    clock.advance(SLOT)
+    assert started_event(key).wait(TIMEOUT), f"the run of {key} did not start"
+
+
+def started_message(server: socket.socket) -> str:
+    """Wait for a process job's connection to `server` and return what it sent (its "started" message)."""
+    conn, _ = server.accept()
+    with conn:
+        conn.settimeout(TIMEOUT)
+        chunks = []
+        while chunk := conn.recv(4096):
+            chunks.append(chunk)
+    return b"".join(chunks).decode()
 
 
 def _started(port: int, message: str = "started") -> None:
@@ -109,10 +158,12 @@ def started_event(key: str) -> threading.Event:
         return _started_events.setdefault(key, threading.Event())
 
 
-def seen(key: str) -> object:
+def seen(key: str) -> persched.RunContext:
     """What the job of `key` saw of its run (its RunContext)."""
     with _lock:
-        return _seen.get(key)
+        context = _seen.get(key)
+    assert isinstance(context, persched.RunContext), f"the job {key} kept no RunContext"
+    return context
 
 
 def thread_cooperate(key: str) -> None:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from persched._model.instant import US_PER_SECOND, Instant, Micros, micros, to_datetime
 from persched._model.models import Policies, validate_policies
 from persched._model.policy import ClaimPlan, JobPlan, Missed, place_grid
-from persched._model.triggers import cron_trigger, interval_trigger
+from persched._model.triggers import JitterReach, cron_trigger, interval_trigger
 
 S: Final = US_PER_SECOND
 DAY: Final = 86_400 * S
@@ -298,11 +298,14 @@ def test_overlap_skip_drops_the_slots_that_passed_while_running() -> None:
 
 def test_jitter_moves_the_due_time_not_the_slot() -> None:
     p = plan(jitter_seconds=5.0)
-    offsets = [p.due_at(at(10 * k), None) - at(10 * k) for k in range(500)]
+    reach = JitterReach()
+    assert plan().due_at(at(10), None, reach) == at(10)  # no jitter: the slot itself
+    assert reach() == 0
+    offsets = [p.due_at(at(10 * k), None, reach) - at(10 * k) for k in range(500)]
     assert all(0 <= o < 5 * S for o in offsets)
     assert len(set(offsets)) > 400  # spread, not one constant
-    assert p.due_at(at(10), at(3)) == at(3)  # a pending run-now is not jittered
-    assert plan().due_at(at(10), None) == at(10)  # no jitter: the slot itself
+    assert p.due_at(at(10), at(3), reach) == at(3)  # a pending run-now is not jittered
+    assert reach() == 5 * S  # the largest jitter of the due times handed out
 
 
 # --- resume, clock corrections, lost runs ----------------------------------------------------

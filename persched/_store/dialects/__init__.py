@@ -17,14 +17,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, NamedTuple, Protocol
 
-from sqlalchemy.exc import DataError, IntegrityError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from sqlalchemy import ColumnElement, Connection, Engine, Insert, Row, Select, Table, Update
+    from sqlalchemy import ColumnElement, Connection, Engine, Insert, Row, Select, Table
     from sqlalchemy.engine.interfaces import DBAPIConnection
-    from sqlalchemy.exc import DBAPIError
 
     from ..._model.instant import Instant
 
@@ -74,9 +73,10 @@ class DriverCursor:
     them, so that the transaction machinery (`_tx`) and the tests see no
     difference: the engine's ``before_cursor_execute`` and
     ``after_cursor_execute`` listeners are called for every statement (the
-    fault-injection and crash-point tests hook there), and a driver error goes
-    through SQLAlchemy's own handling (a connection that is gone is
-    invalidated; a `DBAPIError` is raised, which `_tx` retries or reports).
+    fault-injection and crash-point tests hook there), and a driver error is
+    raised as SQLAlchemy raises it (a `DBAPIError`, which `_tx` retries or
+    reports; a connection that is gone is invalidated). Engine ``handle_error``
+    listeners are not called here: persched registers none.
     """
 
     __slots__ = ("_after", "_before", "_conn", "_cursor", "_dialect", "_driver_error")
@@ -131,7 +131,26 @@ class DriverCursor:
             for after in self._after:
                 after(conn, self._cursor, sql, params, None, many)
         except self._driver_error as exc:
-            conn._handle_dbapi_exception(exc, sql, params, self._cursor, None)
+            raise self._wrapped(exc, sql, params, many=many) from exc
+
+    def _wrapped(self, exc: Any, sql: str, params: Any, *, many: bool) -> StatementError:  # noqa: ANN401 - driver's
+        """`exc` as SQLAlchemy raises a driver error (`DBAPIError.instance`, public): a `DBAPIError` whose
+        ``connection_invalidated`` says whether the connection is gone, and then invalidated (never used again)."""
+        conn = self._conn
+        gone = conn.invalidated or conn.dialect.is_disconnect(exc, conn.connection, self._cursor)
+        error: StatementError = DBAPIError.instance(
+            sql,
+            params,
+            exc,
+            self._driver_error,
+            hide_parameters=conn.engine.hide_parameters,
+            connection_invalidated=gone,
+            dialect=conn.dialect,
+            ismulti=many,
+        )
+        if gone and not conn.invalidated:
+            conn.invalidate(exc)  # never handed out again; the transaction must roll back
+        return error
 
 
 # engine name (SQLAlchemy's dialect.name) -> module of this package
@@ -196,15 +215,6 @@ class Dialect:
         """``column IN (values)`` in driver SQL (an array where `binds_arrays`: one text for any count)."""
         return Sql(f"{column} IN ({marks(len(values))})", tuple(values))
 
-    def update_returning(self, conn: Connection, stmt: Update, *columns: ColumnElement[Any]) -> list[Row[Any]]:
-        """Run `stmt` and return `columns` of the rows it changed."""
-        return list(conn.execute(stmt.returning(*columns)))
-
-    def update_returning_one(self, conn: Connection, stmt: Update, *columns: ColumnElement[Any]) -> Row[Any] | None:
-        """`update_returning` of a statement that changes at most one row: that row, or None."""
-        rows = self.update_returning(conn, stmt, *columns)
-        return rows[0] if rows else None
-
     def cursor(self, conn: Connection) -> DriverCursor:
         """The driver's cursor in `conn`'s transaction, for the dispatch path's statements."""
         return DriverCursor(conn, self)
@@ -227,8 +237,8 @@ class Dialect:
     def update_sql(
         self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, columns: str
     ) -> list[Row[Any]]:
-        """`update_returning` in driver SQL: ``UPDATE table SET assignments WHERE predicate``;
-        the `columns` (a select list) of the rows it changed, read raw."""
+        """``UPDATE table SET assignments WHERE predicate … RETURNING columns``, in driver SQL:
+        the `columns` (a select list) of the rows it changed, read raw (timestamps by `raw_instant`)."""
         sql = f"UPDATE {table.name} SET {assignments.text} WHERE {predicate.text} RETURNING {columns}"  # noqa: S608 - ours
         return list(self.execute(conn, Sql(sql, assignments.params + predicate.params)))
 

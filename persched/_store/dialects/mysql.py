@@ -34,7 +34,7 @@ committed before step 2 (the predicate fails) or waits for this commit.
 
 Every other ``UPDATE … RETURNING`` is three statements: a locking read of
 the keys with a plain ``FOR UPDATE``, the UPDATE of exactly those rows, and
-a read of them back (`update_returning`, `update_sql`), but an UPDATE of one
+a read of them back (`update_sql`), but an UPDATE of one
 row by its primary key that the transaction holds already, or that the
 UPDATE itself locks (the change counter), which is the UPDATE and a read by
 that key (`update_key_sql`); history rows in one multi-row
@@ -56,7 +56,7 @@ import contextlib
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
-from sqlalchemy import create_engine, select
+from sqlalchemy import create_engine
 from sqlalchemy.dialects.mysql import insert
 from sqlalchemy.exc import DBAPIError
 
@@ -68,7 +68,7 @@ from . import Dialect, DriverCursor, Sql, marks, value_rows
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from sqlalchemy import ColumnElement, Connection, Engine, Insert, Row, Table, Update
+    from sqlalchemy import ColumnElement, Connection, Engine, Insert, Row, Table
     from sqlalchemy.engine import URL
 
 # Server and client error numbers after which the whole transaction may succeed when tried
@@ -130,22 +130,10 @@ class MySQLDialect(Dialect):
         code = args[0] if args else None
         return isinstance(code, int) and code in TRANSIENT_ERRORS
 
-    def update_returning(self, conn: Connection, stmt: Update, *columns: ColumnElement[Any]) -> list[Row[Any]]:
-        # Lock the rows `stmt` would change, change exactly those, read them back (module docstring).
-        table: Table = stmt.table  # type: ignore[assignment]  # persched updates one table at a time
-        key = _key(table)
-        where = stmt.whereclause
-        locked = select(key) if where is None else select(key).where(where)
-        keys = list(conn.execute(locked.with_for_update()).scalars())
-        if not keys:
-            return []
-        conn.execute(stmt.where(key.in_(keys)))
-        return list(conn.execute(select(*columns).where(key.in_(keys))))
-
     def update_sql(
         self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, columns: str
     ) -> list[Row[Any]]:
-        # As update_returning, in driver SQL: lock, change exactly those rows, read them back.
+        # Lock the rows the UPDATE would change, change exactly those, read them back (module docstring).
         key = _key(table).name
         locking = f"SELECT {key} FROM {table.name} WHERE {predicate.text} FOR UPDATE"  # noqa: S608 - ours
         keys = tuple(row[0] for row in self.execute(conn, Sql(locking, predicate.params)))

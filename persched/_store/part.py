@@ -1,0 +1,103 @@
+"""`Part`: one part of the `Store`, whose statements run through the store's transactions.
+
+The store is composed, not inherited: `persched._store.store.Store` is the
+transaction machinery (`persched._store._tx.Transactions`) and holds one
+object of each part (jobs, claims, completions, ...). A part reaches that
+machinery through the names below, so that its methods read as the store's
+own; each name asks the store at every call, so that a test that patches a
+method on the store (``patch.object(store, "_write")``) reaches the parts too.
+`Store` offers the parts' methods as its own with `offered`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+
+from ._tx import Transactions
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sqlalchemy import ColumnElement, Insert
+
+    from .._model.triggers import JitterReach
+    from .dialects import Dialect
+    from .store import Store
+
+__all__ = ["Part", "offered"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _on_store(method: Callable[Concatenate[Transactions, P], R]) -> Callable[Concatenate[Part, P], R]:
+    """`method` of the store's machinery, as a method of a part: called on the part's store."""
+    name = method.__name__
+
+    def call(part: Part, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        found: Callable[P, R] = getattr(part.store, name)
+        return found(*args, **kwargs)
+
+    call.__name__ = name
+    call.__doc__ = method.__doc__
+    return call
+
+
+def offered(part: str, method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Store, P], R]:
+    """`method` of the store's part in the attribute `part`, as a method of the store."""
+    name = method.__name__
+
+    def call(store: Store, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        found: Callable[P, R] = getattr(getattr(store, part), name)
+        return found(*args, **kwargs)
+
+    call.__name__ = name
+    call.__doc__ = method.__doc__
+    return call
+
+
+class Part:
+    """A part of the store: its statements run through the store's transactions (module docstring)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    @property
+    def dialect(self) -> Dialect:
+        return self.store.dialect
+
+    @property
+    def namespace(self) -> str:
+        return self.store.namespace
+
+    @property
+    def url(self) -> str:
+        return self.store.url
+
+    @property
+    def _mine(self) -> ColumnElement[bool]:
+        return self.store._mine
+
+    @property
+    def _insert_runs(self) -> Insert:
+        return self.store._insert_runs
+
+    @property
+    def jitter_reach(self) -> JitterReach:
+        return self.store.jitter_reach
+
+    @property
+    def failures_paused(self) -> Callable[[str, int], object]:
+        return self.store.failures_paused
+
+    _read = _on_store(Transactions._read)
+    _write = _on_store(Transactions._write)
+    _write_grouped = _on_store(Transactions._write_grouped)
+    _write_park = _on_store(Transactions._write_park)
+    _bump_change_seq = _on_store(Transactions._bump_change_seq)
+    _in_namespace = _on_store(Transactions._in_namespace)
+    _in_write = _on_store(Transactions._in_write)
+    _on_commit = _on_store(Transactions._on_commit)
+    _after_commit = _on_store(Transactions._after_commit)
+    _raise_refusal = _on_store(Transactions._raise_refusal)
+    _take_own_changes = _on_store(Transactions._take_own_changes)
