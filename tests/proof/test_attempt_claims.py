@@ -82,7 +82,7 @@ class _StaleRead:
 
     def __call__(self, store: Store, entries: list[ClaimEntry], now: Instant, who: str) -> list[Claim | ClaimMiss]:
         rows = self.seen.pop(store)
-        with patch.object(store, "_lock", lambda cur, expected: rows):
+        with patch.object(store._claims, "_lock", lambda cur, expected: rows):  # the claims part of the store
             return store.claim_runs(entries, now, who, LEASE)
 
 
