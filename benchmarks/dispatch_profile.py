@@ -28,14 +28,6 @@ from benchmarks import _common as c
 from benchmarks import targets
 
 
-def _written() -> int | None:
-    try:
-        with open("/proc/self/io") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("write_bytes"))
-    except (OSError, StopIteration):
-        return None
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--jobs", type=int, default=10_000)
@@ -103,14 +95,14 @@ def main() -> None:
     engine.dialect.do_commit = timed_commit  # type: ignore[method-assign]  # this process only
     scheduler.start()
     time.sleep(max(0.0, base - time.time()) + args.warmup)
-    written, runs_before = _written(), len(targets.STARTS)
+    written, runs_before = c.written_bytes(), len(targets.STARTS)
     cpu, t0 = time.process_time(), time.monotonic()
     measuring.set()
     time.sleep(args.window)
     measuring.clear()
     elapsed, cpu = time.monotonic() - t0, time.process_time() - cpu
     runs = len(targets.STARTS) - runs_before
-    after = _written()
+    after = c.written_bytes()
     scheduler.shutdown(wait=True, timeout=10)
     commits = max(1, calls["COMMIT"])
     print(  # noqa: T201 - the report
