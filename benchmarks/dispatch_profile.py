@@ -4,7 +4,8 @@ Runs the throughput workload (N jobs at 0.1-1 s, SQLite) in this process and
 times, over the window, every statement the dispatch path sends on the
 driver's cursor (`persched._store.dialects.DriverCursor`) and every commit,
 on the thread that makes it (wall time: a commit's fsync counts, and so does
-a call's wait for the GIL). Also the CPU each kind of thread used (``/proc/self/task``), the bytes the process wrote (``/proc/self/io``:
+a call's wait for the GIL). Also the CPU each kind of thread used
+(``/proc/self/task``), the bytes the process wrote (``/proc/self/io``:
 SQLite's WAL and checkpoints) per run, and ``--cprofile``: a cProfile of the
 dispatcher thread (slower, and every function's time inflated by it; its
 ratios are what it is for). Prints a small report; no JSON::

@@ -78,7 +78,7 @@ def main() -> None:
         cpu_s_per_1000_runs=round((cpu1 - cpu0) / runs * 1000, 4) if runs else None,
         cpu_percent=round((cpu1 - cpu0) / (t1 - t0) * 100, 1),
         cpu_us_per_run=round((cpu1 - cpu0) / runs * 1e6, 1) if runs else None,
-        kib_written_per_run=round((wrote1 - wrote0) / runs / 1024, 2) if runs and wrote0 is not None and wrote1 is not None else None,
+        kib_written_per_run=round((wrote1 - wrote0) / runs / 1024, 2) if runs and wrote0 and wrote1 else None,
         offered=offered,
         offered_per_s=round(offered / (t1 - t0), 1),
         fraction_of_offered=round(runs / offered, 4) if offered else None,
