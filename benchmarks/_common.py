@@ -94,6 +94,15 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def written_bytes() -> int | None:
+    """Bytes this process has caused to be written to storage (``/proc/self/io``; None elsewhere)."""
+    try:
+        with open("/proc/self/io") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("write_bytes"))
+    except (OSError, StopIteration):
+        return None
+
+
 def percentile(sorted_values: Sequence[float], q: float) -> float | None:
     """Nearest-rank percentile of already sorted values (None for none)."""
     if not sorted_values:

@@ -4,7 +4,8 @@ Runs the throughput workload (N jobs at 0.1-1 s, SQLite) in this process and
 times, over the window, every statement the dispatch path sends on the
 driver's cursor (`persched._store.dialects.DriverCursor`) and every commit,
 on the thread that makes it (wall time: a commit's fsync counts, and so does
-a call's wait for the GIL). Also the bytes the process wrote (``/proc/self/io``:
+a call's wait for the GIL). Also the CPU each kind of thread used
+(``/proc/self/task``), the bytes the process wrote (``/proc/self/io``:
 SQLite's WAL and checkpoints) per run, and ``--cprofile``: a cProfile of the
 dispatcher thread (slower, and every function's time inflated by it; its
 ratios are what it is for). Prints a small report; no JSON::
@@ -19,6 +20,7 @@ import argparse
 import collections
 import cProfile
 import io
+import os
 import pstats
 import threading
 import time
@@ -28,12 +30,19 @@ from benchmarks import _common as c
 from benchmarks import targets
 
 
-def _written() -> int | None:
-    try:
-        with open("/proc/self/io") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("write_bytes"))
-    except (OSError, StopIteration):
-        return None
+def _thread_cpu() -> collections.Counter[str]:
+    """CPU seconds each kind of thread used so far (workers together), from ``/proc/self/task``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used: collections.Counter[str] = collections.Counter()
+    for thread in threading.enumerate():
+        try:
+            with open(f"/proc/self/task/{thread.native_id}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        kind = "persched-worker-*" if thread.name.startswith("persched-worker-") else thread.name
+        used[kind] += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return used
 
 
 def main() -> None:
@@ -72,8 +81,7 @@ def main() -> None:
         if self.name != "persched-dispatcher" or not args.cprofile:
             real_thread_run(self)
             return
-        measuring.wait()
-        profile = cProfile.Profile()
+        profile = cProfile.Profile()  # from the thread's start: the warm-up's share is the window's
         profiles.append(profile)
         profile.enable()
         try:
@@ -103,14 +111,15 @@ def main() -> None:
     engine.dialect.do_commit = timed_commit  # type: ignore[method-assign]  # this process only
     scheduler.start()
     time.sleep(max(0.0, base - time.time()) + args.warmup)
-    written, runs_before = _written(), len(targets.STARTS)
-    cpu, t0 = time.process_time(), time.monotonic()
+    written, runs_before = c.written_bytes(), len(targets.STARTS)
+    cpu, t0, by_thread = time.process_time(), time.monotonic(), _thread_cpu()
     measuring.set()
     time.sleep(args.window)
     measuring.clear()
     elapsed, cpu = time.monotonic() - t0, time.process_time() - cpu
+    by_thread = _thread_cpu() - by_thread
     runs = len(targets.STARTS) - runs_before
-    after = _written()
+    after = c.written_bytes()
     scheduler.shutdown(wait=True, timeout=10)
     commits = max(1, calls["COMMIT"])
     print(  # noqa: T201 - the report
@@ -118,11 +127,12 @@ def main() -> None:
         f"process CPU {cpu / runs * 1e6:.0f} µs a run"
         + ("" if written is None or after is None else f", {(after - written) / runs / 1024:.1f} KiB written a run")
     )
+    print("CPU µs a run by thread: " + ", ".join(f"{k} {v / runs * 1e6:.0f}" for k, v in by_thread.most_common()))  # noqa: T201
     print("µs a run   calls   µs a call   driver call")  # noqa: T201
     for what, seconds in spent.most_common():
         print(f"{seconds / runs * 1e6:8.1f} {calls[what]:7d} {seconds / calls[what] * 1e6:11.1f}   {what}")  # noqa: T201
     if profiles:
-        stats = pstats.Stats(profiles[0])
+        stats = pstats.Stats(profiles[-1])  # the scheduler measured (persched_create started one before)
         out = io.StringIO()
         stats.stream = out  # type: ignore[attr-defined]  # pstats writes its report there
         stats.sort_stats("tottime").print_stats(30)

@@ -3,7 +3,8 @@
 After a warm-up, count the runs that started in a window and the CPU the whole
 process used meanwhile. Prints one JSON line:
 runs_per_s, cpu_s_per_1000_runs, offered (sum of floor(window/interval)),
-fraction_of_offered, plus the logger's WARNING/ERROR counts.
+fraction_of_offered, cpu_us_per_run, kib_written_per_run (``/proc/self/io``: SQLite's WAL
+and checkpoints), plus the logger's WARNING/ERROR counts.
 """
 
 from __future__ import annotations
@@ -63,9 +64,9 @@ def main() -> None:
 
     # Warm-up counts from the first slot, so that slow set-up does not eat into it.
     time.sleep(max(0.0, base - time.time()) + args.warmup)
-    t0, cpu0 = time.monotonic(), time.process_time()
+    t0, cpu0, wrote0 = time.monotonic(), time.process_time(), c.written_bytes()
     time.sleep(args.window)
-    t1, cpu1 = time.monotonic(), time.process_time()
+    t1, cpu1, wrote1 = time.monotonic(), time.process_time(), c.written_bytes()
     stop()
     starts = sorted(targets.STARTS)
     runs = bisect_left(starts, t1) - bisect_left(starts, t0)
@@ -76,6 +77,8 @@ def main() -> None:
         runs_per_s=round(runs / (t1 - t0), 1),
         cpu_s_per_1000_runs=round((cpu1 - cpu0) / runs * 1000, 4) if runs else None,
         cpu_percent=round((cpu1 - cpu0) / (t1 - t0) * 100, 1),
+        cpu_us_per_run=round((cpu1 - cpu0) / runs * 1e6, 1) if runs else None,
+        kib_written_per_run=round((wrote1 - wrote0) / runs / 1024, 2) if runs and wrote0 and wrote1 else None,
         offered=offered,
         offered_per_s=round(offered / (t1 - t0), 1),
         fraction_of_offered=round(runs / offered, 4) if offered else None,

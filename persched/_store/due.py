@@ -223,8 +223,8 @@ class DueStore(Part):
 
         `due_at` adds the job's jitter (which only delays) or takes a pending run-now.
         """
-        # SQLite: +namespace keeps the planner on (state, next_run_at), off (namespace, state),
-        # which would read and sort every scheduled row of the namespace (test_horizon's plan test).
+        # SQLite: +namespace keeps the planner on (state, next_run_at), off any index that leads
+        # with namespace, which would read and sort every scheduled row of it (test_horizon's plan test).
         where = [
             jobs.c.state == SCHEDULED,
             jobs.c.paused.is_(False),

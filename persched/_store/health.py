@@ -27,7 +27,7 @@ the same judgements, the overdue and failing ones looked for among those jobs
 only, read by the primary key and judged here, so a page costs the same at any
 number of jobs. The waiting jobs are counted only for a namespace without a
 live scheduler: a healthy namespace costs no count; one without a scheduler
-costs a pass over its waiting jobs (by ``ix_persched_jobs_namespace_state``).
+costs a pass over the waiting jobs (by ``ix_persched_jobs_state_next_run_at``).
 
 Costs: the overdue jobs come from ``ix_persched_jobs_state_next_run_at``
 (``state = 'scheduled' AND next_run_at < now - lease``); the failing ones are
@@ -279,7 +279,7 @@ def job_timestamps(store: Store) -> dict[str, tuple[datetime | None, datetime | 
     """For each job of the namespace not descheduled: its next run (None when paused or
     finished) and the end of its latest "ok" run (None if none is recorded), for the metrics.
 
-    One read transaction: the jobs by ``ix_persched_jobs_namespace_state``, then one
+    One read transaction: the namespace's jobs (a pass over the table), then one
     ``GROUP BY job_id`` over their "ok" runs (the run history is bounded by retention).
     """
 

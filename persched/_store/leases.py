@@ -72,7 +72,7 @@ class _Lost(NamedTuple):
 
 # Every state but those a row may rest in with no run open (descheduled < finished < scheduled):
 # `running` without one is stranded, and so is any other. Written as the four ranges between them,
-# each a range of the (namespace, state) index on every engine: `state NOT IN (...)` walked every
+# each a range of the (state, next_run_at) index on every engine: `state NOT IN (...)` walked every
 # job of the namespace on SQLite (12 ms at 100,000 jobs; the four ranges take 1 ms, transaction included).
 _NOT_AT_REST: Final = (
     jobs.c.state < DESCHEDULED,

@@ -224,7 +224,6 @@ jobs = Table(
     Column("declared", Boolean, nullable=False, server_default=false()),  # written by declare()
     Index(None, "state", "next_run_at"),
     Index(None, "change_seq"),
-    Index(None, "namespace", "state"),
     Index(None, "paused_until"),  # the earliest end of a timed pause (revision 0010)
 )
 

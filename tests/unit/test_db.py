@@ -230,6 +230,47 @@ def test_pragmas_read_back(in_tmp: Path, engines: list[Engine]) -> None:
     }
 
 
+def test_a_new_file_has_small_pages_and_checkpoints_by_bytes(in_tmp: Path, engines: list[Engine]) -> None:
+    eng = _db.make_engine("n.db")
+    engines.append(eng)
+    _migrate.upgrade(eng)
+    with eng.connect() as conn:
+        page_size = conn.exec_driver_sql("PRAGMA page_size").scalar()
+        checkpoint = conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar()
+    assert page_size == _sqlite.PAGE_SIZE  # not SQLite's default, 4096
+    assert checkpoint == _sqlite.CHECKPOINT_BYTES // _sqlite.PAGE_SIZE
+
+
+def test_an_existing_file_keeps_its_page_size(in_tmp: Path, engines: list[Engine]) -> None:
+    """A file made with SQLite's default pages (persched before, or anything else) opens as it is."""
+    with closing(sqlite3.connect(in_tmp / "old.db", isolation_level=None)) as made:
+        made.execute("PRAGMA journal_mode = WAL")
+        made.execute("CREATE TABLE t (x INTEGER)")
+        made.execute("INSERT INTO t VALUES (7)")
+        assert made.execute("PRAGMA page_size").fetchone()[0] == 4096
+    eng = _db.make_engine("old.db")
+    engines.append(eng)
+    with eng.begin() as conn:
+        conn.exec_driver_sql("INSERT INTO t VALUES (8)")
+    with eng.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA page_size").scalar() == 4096
+        assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == _sqlite.CHECKPOINT_BYTES // 4096
+        assert conn.exec_driver_sql("SELECT x FROM t ORDER BY x").scalars().all() == [7, 8]
+
+
+def test_the_connection_used_last_is_taken_first(in_tmp: Path, engines: list[Engine]) -> None:
+    """Its page cache is warm (a connection that missed another's commit starts with an empty one)."""
+    eng = _db.make_engine("l.db")
+    engines.append(eng)
+    with eng.connect() as first, eng.connect() as second:
+        first_raw, second_raw = first.connection.dbapi_connection, second.connection.dbapi_connection
+    assert first_raw is not second_raw
+    # `first` went back last (the with-statement closes `second` first): it is taken again and again.
+    for _ in range(3):
+        with eng.connect() as conn:
+            assert conn.connection.dbapi_connection is first_raw
+
+
 def test_begin_immediate_waits_for_the_write_lock_and_takes_it_once_free(in_tmp: Path, engines: list[Engine]) -> None:
     """The write lock is retried in short steps up to busy_timeout_seconds."""
     eng = _db.make_engine("w.db", busy_timeout_seconds=TIMEOUT)

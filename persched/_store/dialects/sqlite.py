@@ -154,9 +154,17 @@ _FILE_MODE: Final = 0o600  # owner only
 BUSY_SLICE_MS: Final = 5  # SQLite's own busy wait per statement (its first tries: 1, 2 ms)
 BEGIN_FIRST_DELAY: Final = 0.0005  # seconds between BEGIN IMMEDIATE tries, doubled up to
 BEGIN_MAX_DELAY: Final = 0.004  # seconds: well under one 0.1 s slot, and cheap to retry
+# The page size of a file persched creates (SQLite's default is 4 KiB). A run changes a few
+# rows and index entries, each on a page of its own, and the WAL takes a whole page for each:
+# 1 KiB pages write about half the bytes a run. A file keeps the page size it was made with
+# (it cannot change in WAL mode).
+PAGE_SIZE: Final = 1024
+# WAL bytes after which a commit checkpoints (SQLite's default, 1000 pages, is 4 MB of 4 KiB pages
+# but 1 MB of 1 KiB ones: a cycle that short copies each hot page back more often).
+CHECKPOINT_BYTES: Final = 4 << 20
 # Bytes a WAL file keeps once a checkpoint reset it. SQLite otherwise keeps
 # the WAL at the largest size it ever grew to (a long reader can hold a
-# checkpoint back for gigabytes); above the ~4 MiB of a normal
+# checkpoint back for gigabytes); above the CHECKPOINT_BYTES of a normal
 # auto-checkpoint cycle, so that cycle never truncates and regrows.
 JOURNAL_SIZE_LIMIT: Final = 8 << 20
 
@@ -211,6 +219,10 @@ def open_sqlite(url: URL, busy_timeout_seconds: float, sync: str, create: bool, 
         kwargs["poolclass"] = StaticPool
     elif path is not None:
         _prepare_file(url, path, create)
+        # The connection used last is taken first: its page cache is warm. (Taken in turn, each
+        # transaction's connection had missed the commits of the others, and SQLite empties the
+        # page cache of a connection that missed one.)
+        kwargs["pool_use_lifo"] = True
     engine = create_engine(url, connect_args=connect_args, **kwargs)
     busy_ms = int(busy_timeout_seconds * 1000)
 
@@ -225,8 +237,11 @@ def open_sqlite(url: URL, busy_timeout_seconds: float, sync: str, create: bool, 
             # waits for the write lock (see there), up to busy_timeout_seconds.
             cursor.execute(f"PRAGMA busy_timeout = {min(busy_ms, BUSY_SLICE_MS)}")
             if not read_only:  # switching to WAL writes the file
+                cursor.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # a new, empty file only
                 _ensure_wal(cursor, busy_timeout_seconds)
                 cursor.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
+                page_size = int(cursor.execute("PRAGMA page_size").fetchone()[0])
+                cursor.execute(f"PRAGMA wal_autocheckpoint = {CHECKPOINT_BYTES // page_size}")
             cursor.execute(f"PRAGMA synchronous = {sync}")
             cursor.execute("PRAGMA foreign_keys = ON")
         finally:
