@@ -17,7 +17,7 @@ from .._model.instant import Instant, from_datetime, to_datetime
 from ._tx import REFUSED, refusal_of
 from .claim_batch import DISPATCH_SELECT, Writes, standing
 from .dialects import Sql, marks
-from .failures import STREAK, FailingJob, failed, log_paused, pause_failing, streak_step
+from .failures import STREAK, FailingJob, failed, log_gave_up, log_paused, pause_failing, streak_step
 from .mappers import (
     DISPATCH_COLUMNS,
     FINISHED,
@@ -365,13 +365,5 @@ def gave_up(plan: JobPlan, completion: Completion) -> bool:
 
 
 def _log_gave_up(gave_up: dict[int, Completion]) -> None:
-    for completion in gave_up.values():
-        claim = completion.claim
-        logger.warning(
-            "job %s generation %d: gave up on the slot %s after %d attempts (the last: %s)",
-            claim.job_id,
-            claim.generation,
-            to_datetime(claim.scheduled_for).isoformat(),
-            claim.attempt,
-            completion.outcome,
-        )
+    for c in gave_up.values():
+        log_gave_up(c.claim.job_id, c.claim.generation, c.claim.scheduled_for, c.claim.attempt, c.outcome)

@@ -26,6 +26,7 @@ import logging
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from .. import _loggers
+from .._model.instant import to_datetime
 from .._model.pauses import FAILED_OUTCOMES, failures_note
 from .mappers import SCHEDULED, counted
 from .observer import notify
@@ -36,7 +37,16 @@ if TYPE_CHECKING:
     from .._model.instant import Instant
     from .dialects import Dialect, DriverCursor
 
-__all__ = ["STREAK", "FailingJob", "failed", "log_paused", "pause_failing", "streak_after", "streak_step"]
+__all__ = [
+    "STREAK",
+    "FailingJob",
+    "failed",
+    "log_gave_up",
+    "log_paused",
+    "pause_failing",
+    "streak_after",
+    "streak_step",
+]
 
 logger = logging.getLogger(_loggers.LIBRARY)
 
@@ -105,3 +115,15 @@ def log_paused(paused: Sequence[FailingJob], tell: Callable[[str, int], object])
             failures_note(job.pause_after_failures),
         )
         notify(functools.partial(tell, job.job_id, job.generation), "a job paused by its failures")
+
+
+def log_gave_up(job_id: str, generation: int, slot: Instant, attempts: int, outcome: str) -> None:
+    """Say, once per slot, that its last attempt failed with retries it had no time (or no leave) for."""
+    logger.warning(
+        "job %s generation %d: gave up on the slot %s after %d attempts (the last: %s)",
+        job_id,
+        generation,
+        to_datetime(slot).isoformat(),
+        attempts,
+        outcome,
+    )

@@ -27,7 +27,7 @@ from .._model.instant import Instant, from_datetime, to_datetime
 from ._rows import raw_columns, read_row
 from ._tx import REFUSED, read_time, refusal_of
 from .dialects import Sql
-from .failures import FailingJob, log_paused, pause_failing, streak_after
+from .failures import FailingJob, log_gave_up, log_paused, pause_failing, streak_after
 from .mappers import (
     CLOCK_STEP_FLOOR,
     DESCHEDULED,
@@ -219,7 +219,7 @@ class LeasesStore(Part):
             # The slot's last attempt was lost, with retries it had no time (or, without retry_lost, no leave) for.
             retried_slot = attempt > 1 or plan.retry_policy.retried("lost", run_now=False)
             if freed.rowcount == 1 and retry is None and not lost.run_now and retried_slot:
-                self._on_commit(lambda: _log_gave_up(row.job_id, row.generation, slot, attempt))
+                self._on_commit(lambda: log_gave_up(row.job_id, row.generation, slot, attempt, "lost"))
             if freed.rowcount == 1 and retry is None and plan.pause_after_failures:
                 failing = FailingJob(row.job_id, row.generation, plan.pause_after_failures, recovered_at)
                 paused = pause_failing(self.dialect.cursor(conn), self.dialect, [failing])
@@ -371,13 +371,3 @@ class LeasesStore(Part):
             level = logging.WARNING if seen.state == RUNNING else logging.ERROR
             logger.log(level, "job %s generation %d: %s", seen.job_id, seen.generation, why)
         return due
-
-
-def _log_gave_up(job_id: str, generation: int, slot: Instant, attempts: int) -> None:
-    logger.warning(
-        "job %s generation %d: gave up on the slot %s after %d attempts (the last: lost)",
-        job_id,
-        generation,
-        to_datetime(slot).isoformat(),
-        attempts,
-    )
