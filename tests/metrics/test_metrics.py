@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("prometheus_client")  # the extra: persched[metrics]
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from persched._model.instant import Instant, Micros, from_datetime, micros
@@ -34,7 +34,6 @@ from tests.support.seams import store_of
 from tests.support.store_calls import claim_one
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
     from tests.conftest import SchedulerFactory
@@ -42,23 +41,6 @@ if TYPE_CHECKING:
 START = 1_700_000_000.123457  # an odd instant: sub-second, not a round number
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-@pytest.fixture
-def registry() -> CollectorRegistry:
-    return CollectorRegistry()
-
-
-@pytest.fixture
-def endpoint(registry: CollectorRegistry) -> Iterator[str]:
-    """A Prometheus endpoint for `registry` on a free local port."""
-    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/metrics"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(TIMEOUT)
 
 
 def scrape(url: str) -> Samples:

@@ -14,7 +14,6 @@ import pytest
 
 pytest.importorskip("prometheus_client")  # the extra: persched[metrics]
 
-from prometheus_client import CollectorRegistry, start_http_server
 
 from persched._model.instant import from_datetime
 from persched.metrics import SchedulerMetrics
@@ -23,27 +22,10 @@ from tests.metrics.test_metrics import START, scrape, value
 from tests.support.helpers import TIMEOUT
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from prometheus_client import CollectorRegistry
 
     from persched import JobScheduler
     from tests.conftest import SchedulerFactory
-
-
-@pytest.fixture
-def registry() -> CollectorRegistry:
-    return CollectorRegistry()
-
-
-@pytest.fixture
-def endpoint(registry: CollectorRegistry) -> Iterator[str]:
-    """A Prometheus endpoint for `registry` on a free local port."""
-    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/metrics"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(TIMEOUT)
 
 
 @pytest.fixture

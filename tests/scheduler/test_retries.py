@@ -259,30 +259,17 @@ def test_a_bad_retry_option_is_refused_by_name_and_writes_nothing(
 
 def test_the_retry_options_are_part_of_the_definition(make_scheduler: SchedulerFactory, clock: FakeClock) -> None:
     sched = make_scheduler(clock=clock)
-    job = sched.schedule(
-        "opts",
-        jobs.record,
-        60.0,
-        args=("opts",),
-        retries=4,
-        retry_delay_seconds=1.5,
-        retry_backoff=1.25,
-        retry_max_delay_seconds=30,
-        retry_lost=True,
-    )
+    options: dict[str, Any] = {
+        "retries": 4,
+        "retry_delay_seconds": 1.5,
+        "retry_backoff": 1.25,
+        "retry_max_delay_seconds": 30,
+        "retry_lost": True,
+    }
+    job = sched.schedule("opts", jobs.record, 60.0, args=("opts",), **options)
     assert (job.retries, job.retry_delay_seconds, job.retry_backoff) == (4, 1.5, 1.25)
     assert (job.retry_max_delay_seconds, job.retry_lost) == (30.0, True)
-    same = sched.schedule(
-        "opts",
-        jobs.record,
-        60.0,
-        args=("opts",),
-        retries=4,
-        retry_delay_seconds=1.5,
-        retry_backoff=1.25,
-        retry_max_delay_seconds=30,
-        retry_lost=True,
-    )
+    same = sched.schedule("opts", jobs.record, 60.0, args=("opts",), **options)
     assert same.generation == job.generation  # unchanged
     other = sched.schedule("opts", jobs.record, 60.0, args=("opts",), retries=5)
     assert other.generation == job.generation + 1  # replaced
