@@ -8,8 +8,9 @@ transaction is each operation's linearization point.
 
 It is one half of `JobScheduler`, mixed into it: the other half
 (`persched._engine.scheduler`) owns the lifecycle, the threads and their
-wiring, and provides the attributes and the three checks declared at the top
-of the class.
+wiring, and provides the attributes declared at the top of the class (its
+`persched._engine.lifecycle.Lifecycle` checks that the scheduler is open and
+migrates the schema at the first use).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from .dispatcher import Dispatcher
     from .events import EventKind
     from .heartbeat import Heartbeat
+    from .lifecycle import Lifecycle
     from .runs import RunBook
     from .timebase import Timebase
 
@@ -67,7 +69,7 @@ class JobOperations:
     _dispatcher: Dispatcher
     _heartbeat: Heartbeat
     _runs: RunBook
-    _state: str
+    _lifecycle: Lifecycle
     _allowed_modules: tuple[str, ...] | None
     _max_args_bytes: int
 
@@ -75,10 +77,6 @@ class JobOperations:
 
         @property
         def namespace(self) -> str: ...
-
-        def _check_open(self) -> None: ...  # raises unless this process's scheduler is not shut down
-
-        def _ensure_schema(self) -> None: ...  # migrates the schema once, at the first use
 
         def _emit(self, kind: EventKind, job_id: str, generation: int, *, job: Job | None = None) -> None: ...
 
@@ -188,11 +186,11 @@ class JobOperations:
             StoreError: The database cannot be written.
         """
         options = given_options(locals())  # every keyword option, as given (declared in persched._model.models.OPTIONS)
-        self._check_open()
+        self._lifecycle.check_open()
         definition = self._definition(
             job_id, fn, interval_seconds, args=args, kwargs=kwargs, start_in=start_in, **options
         )
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         return self._upserted(*self._store.upsert_job(definition, self._timebase.now()))
 
     def _definition(
@@ -228,7 +226,7 @@ class JobOperations:
                     job.generation,
                     job.end_at.isoformat() if job.end_at is not None else "-",
                 )
-            if due is not None and self._state == "running":
+            if due is not None and self._lifecycle.state == "running":
                 self._dispatcher.offer(due, job.job_id, job.generation)
             kind: EventKind = "job_replaced" if change == "replaced" else "job_scheduled"
             self._emit(kind, job.job_id, job.generation, job=job)
@@ -266,7 +264,7 @@ class JobOperations:
             SchedulerStateError: The scheduler was shut down.
             StoreError: The database cannot be written (nothing written).
         """
-        self._check_open()
+        self._lifecycle.check_open()
         for name, flag in (("prune", prune), ("allow_empty", allow_empty)):
             if not isinstance(flag, bool):
                 raise InvalidJobError(name, f"must be True or False, got {flag!r}")
@@ -278,7 +276,7 @@ class JobOperations:
                 f"is empty, and prune=True would deschedule every declared job of namespace {self.namespace!r}; "
                 "pass allow_empty=True to do that",
             )
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         upserts, pruned = self._store.declare_jobs(definitions, self._timebase.now(), prune=prune)
         # After the commit: log, queue and announce each change as schedule() and deschedule() do.
         declared = DeclareResult(
@@ -325,10 +323,10 @@ class JobOperations:
             SchedulerStateError: The scheduler was shut down.
             StoreError: The database cannot be written.
         """
-        self._check_open()
+        self._lifecycle.check_open()
         validate_job_id(job_id)
         timeout = check_wait(wait, timeout)
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         generation = self._store.deschedule_job(job_id, self._timebase.now())
         removed = generation is not None
         if generation is not None:
@@ -368,11 +366,11 @@ class JobOperations:
             InvalidJobError: `until` naive or not ahead of now, `note` too long (nothing is written).
             JobNotFoundError: No such job in this namespace (unknown, or descheduled).
         """
-        self._check_open()
+        self._lifecycle.check_open()
         validate_job_id(job_id)
         now = self._timebase.now()
         end, text = check_pause(until, note, now)
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         generation = self._store.pause_job(job_id, now, until=end, note=text)
         if generation is None:
             self._check_found(job_id)
@@ -394,10 +392,10 @@ class JobOperations:
         Raises:
             InvalidJobError: `until` naive or not ahead of now, `note` too long (nothing is written).
         """
-        self._check_open()
+        self._lifecycle.check_open()
         now = self._timebase.now()
         end, text = check_pause(until, note, now)
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         count = self._store.pause_all_jobs(now, until=end, note=text)
         logger.info("paused %d jobs of namespace %s", count, self.namespace)
         if end is not None and count:
@@ -415,9 +413,9 @@ class JobOperations:
         Raises:
             JobNotFoundError: No such job in this namespace (unknown, or descheduled).
         """
-        self._check_open()
+        self._lifecycle.check_open()
         validate_job_id(job_id)
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         resumed = self._store.resume_job(job_id, self._timebase.now())
         if resumed is None:
             self._check_found(job_id)
@@ -431,8 +429,8 @@ class JobOperations:
         Returns:
             How many jobs were resumed (0 when none was paused).
         """
-        self._check_open()
-        self._ensure_schema()
+        self._lifecycle.check_open()
+        self._lifecycle.ensure_schema()
         resumed = self._store.resume_all_jobs(self._timebase.now())
         for job_id, generation, due in resumed:
             self._resumed(job_id, generation, due)
@@ -440,7 +438,7 @@ class JobOperations:
 
     def _resumed(self, job_id: str, generation: int, due: Instant | None) -> None:
         logger.info("job %s generation %d resumed", job_id, generation)
-        if due is not None and self._state == "running":
+        if due is not None and self._lifecycle.state == "running":
             self._dispatcher.offer(due, job_id, generation)
         self._emit("job_resumed", job_id, generation)
 
@@ -459,9 +457,9 @@ class JobOperations:
             JobNotFoundError: No such job in this namespace (unknown, or descheduled).
             SchedulerStateError: The job is paused or finished.
         """
-        self._check_open()
+        self._lifecycle.check_open()
         validate_job_id(job_id)
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         now = self._timebase.now()
         verdict, generation = self._store.request_run_now(job_id, now)
         if verdict is RunNowVerdict.UNKNOWN:
@@ -471,7 +469,7 @@ class JobOperations:
         if verdict is RunNowVerdict.REQUESTED:
             assert generation is not None
             logger.info("job %s generation %d: run now requested", job_id, generation)
-            if self._state == "running":
+            if self._lifecycle.state == "running":
                 self._dispatcher.offer(now, job_id, generation)  # a run in flight: its completion queues it too
         return verdict.will_run
 
@@ -491,9 +489,9 @@ class JobOperations:
         Raises:
             JobNotFoundError: No such job in this namespace (unknown, or descheduled).
         """
-        self._check_open()
+        self._lifecycle.check_open()
         validate_job_id(job_id)
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         running = self._store.request_cancel(job_id, self._timebase.now())
         if running is None:
             raise self._not_found(job_id, whereabouts(self._store, job_id))
@@ -523,9 +521,9 @@ class JobOperations:
 
     def get_job(self, job_id: str) -> Job | None:
         """Return the job `job_id` (scheduled, running, paused or finished), or None (also once descheduled)."""
-        self._check_open()
+        self._lifecycle.check_open()
         validate_job_id(job_id)
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         return self._store.get_job(job_id)
 
     def next_runs(self, job_id: str, count: int = 10) -> list[datetime]:
@@ -545,10 +543,10 @@ class JobOperations:
             InvalidJobError: `count` is not a whole number from 1 to 1000.
             JobNotFoundError: No such job in this namespace (unknown, or descheduled).
         """
-        self._check_open()
+        self._lifecycle.check_open()
         validate_job_id(job_id)
         wanted = int(positive("count", count, integer=True, maximum=MAX_NEXT_RUNS))
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         slots = self._store.get_job_as(lambda row: coming_slots(row, wanted), job_id)
         if slots is None:
             self._check_found(job_id)
@@ -557,15 +555,15 @@ class JobOperations:
 
     def jobs(self) -> list[Job]:
         """Return every job not descheduled (scheduled, running, paused, finished), soonest first."""
-        self._check_open()
-        self._ensure_schema()
+        self._lifecycle.check_open()
+        self._lifecycle.ensure_schema()
         return self._store.list_jobs()
 
     def runs(self, job_id: str | None = None, limit: int = 100) -> list[Run]:
         """Return the latest runs of `job_id` (or of all jobs), newest first."""
-        self._check_open()
+        self._lifecycle.check_open()
         if job_id is not None:
             validate_job_id(job_id)
         limit = int(positive("limit", limit, integer=True, maximum=MAX_COUNT))
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         return self._store.list_runs(job_id, limit)
