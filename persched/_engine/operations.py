@@ -20,19 +20,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .. import _loggers
 from .._model.checks import positive
-from .._model.declare import DeclareResult, JobSpec, SharedChecks, check_specs
+from .._model.declare import DeclareResult, JobSpec
 from .._model.instant import to_datetime
 from .._model.models import (
     Job,
     JobState,
     Run,
     given_options,
-    validate_definition,
     validate_job_id,
-    validate_policies,
 )
 from .._model.pauses import check_pause
-from .._model.targets import reference_of
 from .._store import RunNowVerdict
 from .._store.coming import coming_slots
 from .._store.views import whereabouts
@@ -43,8 +40,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable
     from datetime import date, datetime
 
+    from .._model.definitions import DefinitionChecks
     from .._model.instant import Instant
-    from .._model.models import Executor, JobDefinition, Misfire, OnOverrun, Overlap, Recurrence
+    from .._model.models import Executor, Misfire, OnOverrun, Overlap, Recurrence
     from .._store import Store
     from .dispatcher import Dispatcher
     from .events import EventKind
@@ -70,8 +68,7 @@ class JobOperations:
     _heartbeat: Heartbeat
     _runs: RunBook
     _lifecycle: Lifecycle
-    _allowed_modules: tuple[str, ...] | None
-    _max_args_bytes: int
+    _checks: DefinitionChecks
 
     if TYPE_CHECKING:
 
@@ -187,30 +184,11 @@ class JobOperations:
         """
         options = given_options(locals())  # every keyword option, as given (declared in persched._model.models.OPTIONS)
         self._lifecycle.check_open()
-        definition = self._definition(
+        definition = self._checks.definition(
             job_id, fn, interval_seconds, args=args, kwargs=kwargs, start_in=start_in, **options
         )
         self._lifecycle.ensure_schema()
         return self._upserted(*self._store.upsert_job(definition, self._timebase.now()))
-
-    def _definition(
-        self,
-        job_id: object,
-        fn: Callable[..., Any] | str,
-        interval_seconds: object,
-        *,
-        args: object = (),
-        kwargs: object = None,
-        start_in: object = None,
-        **options: object,
-    ) -> JobDefinition:
-        """Check schedule()'s arguments (raises InvalidJobError; writes nothing); `options` are its keyword options."""
-        validate_job_id(job_id)
-        target = reference_of(fn, self._allowed_modules)
-        policies = validate_policies(interval_seconds, **options)
-        return validate_definition(
-            job_id, target, policies, args, kwargs, start_in, max_args_bytes=self._max_args_bytes
-        )
 
     def _upserted(self, job: Job, change: str, due: Instant | None) -> Job:
         """After an upsert: log, queue the job's next slot, emit the event."""
@@ -268,8 +246,7 @@ class JobOperations:
         for name, flag in (("prune", prune), ("allow_empty", allow_empty)):
             if not isinstance(flag, bool):
                 raise InvalidJobError(name, f"must be True or False, got {flag!r}")
-        shared = SharedChecks(lambda fn: reference_of(fn, self._allowed_modules), validate_policies)
-        definitions = [self._spec_definition(spec, shared) for spec in check_specs(specs)]
+        definitions = self._checks.declared(specs)
         if prune and not definitions and not allow_empty:
             raise InvalidJobError(
                 "specs",
@@ -289,19 +266,6 @@ class JobOperations:
             self._emit("job_descheduled", job_id, generation)
         logger.info("%s", declared.summary())
         return declared
-
-    def _spec_definition(self, spec: JobSpec, shared: SharedChecks) -> JobDefinition:
-        """`_definition` of a spec (its id checked by `check_specs`), with the checks specs share made once."""
-        options = dict(spec.options)
-        args, kwargs, start_in = options.pop("args", ()), options.pop("kwargs", None), options.pop("start_in", None)
-        try:
-            target = shared.reference(spec.fn)
-            policies = shared.policies(spec.interval_seconds, options)
-            return validate_definition(
-                spec.job_id, target, policies, args, kwargs, start_in, max_args_bytes=self._max_args_bytes
-            )
-        except InvalidJobError as exc:  # name the spec as well as its argument
-            raise InvalidJobError(f"specs[{spec.job_id!r}].{exc.argument}", exc.reason) from None
 
     def deschedule(self, job_id: str, wait: bool = False, timeout: float | None = None) -> bool:
         """Remove a job: its current generation never starts again, in any process.

@@ -34,6 +34,7 @@ import logging
 from typing import TYPE_CHECKING, Final
 
 from .. import _loggers, _realtime
+from .._model.definitions import DefinitionChecks
 from .._model.instant import to_datetime
 from .._model.models import (
     DEFAULT_MAX_ARGS_BYTES,
@@ -234,8 +235,7 @@ class JobScheduler(JobOperations):
         self._config: Final = config
         self.namespace: Final = config.namespace
         self.instance_id: Final = config.instance_id
-        self._allowed_modules = config.allowed_modules  # this and the next: read by _definition
-        self._max_args_bytes = config.max_args_bytes
+        self._checks = DefinitionChecks(config.allowed_modules, config.max_args_bytes)
         self._timebase = Timebase(config.clock)
         engine = _db.open_engine(config.url, config.engine)  # the options were checked above, once
         self._store = Store(engine, _db.mask(engine.url), namespace=self.namespace)
