@@ -1,4 +1,4 @@
-"""The dispatcher: the one thread a run's way starts from, and the account of reserved workers.
+"""The dispatcher: the one thread a run's way starts from, which claims what is due and queues what follows.
 
 One direction
 -------------
@@ -13,7 +13,8 @@ window. The `RunBook` never calls the dispatcher: it returns what to queue
 (`persched._engine.runs.Dispatched`). `Dispatcher` makes the window and the
 `persched._engine.handover.Handover` (the worker pool, the overrun watch and the
 account of reserved workers), and starts and stops them with its thread:
-`JobScheduler` starts and stops only the dispatcher.
+the scheduler's `persched._engine.lifecycle.Lifecycle` starts and stops only
+the dispatcher.
 
 Threads and locks
 -----------------
@@ -21,8 +22,8 @@ Entries are pushed by any thread (schedule(), the heartbeat after a recovery
 or a change picked up) and popped only by the dispatcher. ``_cond`` guards
 the window, the hand-over's account (the count of free workers, of runs that
 gave theirs back and go on elsewhere, and the completions handed in) and the
-stop flags, and nothing else: no database call, no user code, no logging and no join happens while it
-is held. The dispatcher decides under it (pop every due entry it has free
+stop flags, and nothing else: no database call, no user code, no logging and
+no join happens while it is held. The dispatcher decides under it (pop every due entry it has free
 workers for, reserving one worker each, so a claimed run never waits for a
 thread; take the completions handed in), releases it, and then acts: it
 queues what a claim or a write returned only once the `RunBook` has

@@ -7,10 +7,10 @@ dispatcher and emits its event. No lock of this module: the store's
 transaction is each operation's linearization point.
 
 It is one half of `JobScheduler`, mixed into it: the other half
-(`persched._engine.scheduler`) owns the lifecycle, the threads and their
-wiring, and provides the attributes declared at the top of the class (its
-`persched._engine.lifecycle.Lifecycle` checks that the scheduler is open and
-migrates the schema at the first use).
+(`persched._engine.scheduler`) wires the parts and provides the attributes
+declared at the top of the class; its `persched._engine.lifecycle.Lifecycle`
+checks that the scheduler is open and migrates the schema at the first use,
+and its `persched._model.definitions.DefinitionChecks` checks the arguments.
 """
 
 from __future__ import annotations

@@ -3,14 +3,15 @@
 Responsibilities
 ----------------
 This module wires the parts and keeps the observation (listeners, the
-observer, wait_idle); the operations on jobs are `JobOperations'`
+observer, wait_idle); the operations on jobs are `JobOperations`'s
 (`persched._engine.operations`), mixed in; the state, start-up and shutdown
 in order, and the fork and atexit hooks are `Lifecycle`'s
 (`persched._engine.lifecycle`, with its two locks). The constructor's options
 are checked once, into a frozen `SchedulerConfig` (`persched._engine.config`).
 A run's way, one direction from its due entry to its recorded outcome, is the
 `Dispatcher`'s (`persched._engine.dispatcher`), which makes, starts and stops
-the heap window, the worker pool and the overrun watch: the lifecycle starts
+the heap window and the hand-over to the workers (`persched._engine.handover`:
+the worker pool, the overrun watch): the lifecycle starts
 and stops the dispatcher alone (beside the heartbeat and the events). The
 claims, the writes and the account of what is in flight are the `RunBook`'s
 (`persched._engine.runs`). Run-history retention is `Retention`'s
