@@ -138,7 +138,7 @@ APS_DEFAULT_WORKERS: Final = 10  # APScheduler 3's ThreadPoolExecutor()
 
 def workers(args: argparse.Namespace) -> int:
     """The worker threads of a run: ``--workers``, or what a user of the system gets without
-    choosing (issue 14 compares defaults with defaults)."""
+    choosing (README.md, "Common settings": defaults against defaults)."""
     if args.workers:
         return int(args.workers)
     if args.system == "persched":

@@ -1,4 +1,4 @@
-"""Issue 12 item 2: do valid schedule() calls fail because another caller's input was bad?
+"""Do valid schedule() calls fail because another caller's input was bad?
 
 `--valid` threads schedule valid jobs and `--bad` threads schedule ids with a
 lone surrogate, all released together by one barrier, so their writes share

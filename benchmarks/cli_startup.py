@@ -1,4 +1,4 @@
-"""Time `persched jobs` (or another command) on a small database, hyperfine-style (issue 15).
+"""Time `persched jobs` (or another command) on a small database, hyperfine-style.
 
 Warm-up runs, then N runs of each source tree, interleaved so a busy machine
 weighs on them alike. Prints wall time (median, min) and CPU time (user+sys,
@@ -11,7 +11,7 @@ median) per run; CPU time is the steadier number on a shared machine::
 
 The floor is a bare script that does what every read command must: import
 SQLAlchemy with its SQLite dialect, open the file and SELECT the jobs; the
-difference to it is what persched itself costs (issue 15).
+difference to it is what persched itself costs.
 
 A tree is a source checkout (``git worktree add`` or ``git archive``); the
 benchmark runs it through ``PYTHONPATH``, so a tree being edited meanwhile

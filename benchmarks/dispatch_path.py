@@ -3,7 +3,7 @@
 No threads, no heap, no clock: one process claims `--batch` due jobs in one
 transaction and records their outcomes in the next, `--cycles` times, on a
 SQLite file made by persched's own migrations (synchronous=FULL, WAL). This is
-the part of a dispatch cycle that the policies of SPEC-policies touch (each
+the part of a dispatch cycle that the job's policies touch (each
 won row's plan decides its slot and next slot), so it is the number to
 compare between commits: run it from two checkouts, interleaved, and compare
 the medians. Prints one JSON line: runs_per_s (claims + completions per

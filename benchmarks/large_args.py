@@ -1,4 +1,4 @@
-"""Issue 12 item 4: how much jobs with large kwargs slow the others.
+"""How much jobs with large kwargs slow the others.
 
 Ten small jobs and `--big` jobs whose kwargs are `--big-mb` MB of JSON, all every
 0.1 s on the real clock, for `--window` seconds. Prints one JSON line: the runs of

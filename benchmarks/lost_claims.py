@@ -1,4 +1,4 @@
-"""Lost claims (issue 19): instance B claims 8 entries whose rows instance A runs, so all lose.
+"""Lost claims: instance B claims 8 entries whose rows instance A runs, so all lose.
 
 What a losing instance pays per batch when several instances race for the same slots: the
 claim, then the read of where each lost row stands. Prints one JSON line: the median

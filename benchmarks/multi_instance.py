@@ -11,7 +11,7 @@ seconds later every process gets SIGTERM (graceful shutdown).
 Two loads:
 
 - ``--db sqlite`` (the default): a fresh SQLite file per count (WAL),
-  `--jobs` 50 jobs at 0.1-0.3 s (issue 12 item 7);
+  `--jobs` 50 jobs at 0.1-0.3 s;
 - ``--db postgresql+psycopg://...`` (or a MariaDB URL): the database is
   emptied before each count (every table of its ``public`` schema is
   dropped on PostgreSQL: give it a database of its own), and the load is
@@ -28,7 +28,7 @@ From ``persched_runs`` afterwards:
   into a later run has no run of its own, so it counts as not run);
 - ``runs_per_s`` = ran / window, ``fraction_of_offered`` = ran / offered;
 - ``lateness_ms`` p50/p99/max: ``started_at - scheduled_for`` of those runs
-  (``started_at`` is the claim's commit, SPEC §2's start of a run);
+  (``started_at`` is the claim's commit: a run starts when its claim commits);
 - ``twice``: slots run more than once, over the whole history (must be 0);
 - ``by_instance``: runs per process in the window;
 - ``cpu_ms_per_run``: CPU seconds spent during the window by the instances

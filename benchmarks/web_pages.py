@@ -1,4 +1,4 @@
-"""The dashboard's pages and the metrics' job count at `--jobs` jobs and `--runs` runs (issue 18).
+"""The dashboard's pages and the metrics' job count at `--jobs` jobs and `--runs` runs.
 
 Builds a SQLite file with persched's own migrations, fills it with raw
 inserts (98 % of runs "ok", the rest error / missed / lost, spread over the

@@ -4,7 +4,7 @@ The factory may run before the server forks (gunicorn ``--preload``) or
 after (no preload, Flask's dev server): either way the scheduler is made
 lazily, by the first request a process serves, for that process. A
 scheduler made before a fork would be unusable in the children (persched
-raises SchedulerStateError in a forked child, SPEC §2 "Forks"), so nothing
+raises SchedulerStateError in a forked child: docs/reference/behaviour.md, "Forks"), so nothing
 here starts one at import or in the factory. (Flask, FastAPI, Starlette and
 Django have persched's integrations instead, which start the jobs with the
 application: docs/frameworks.md.)

@@ -1,1 +1,1 @@
-"""Alembic migrations, shipped in the wheel as ``persched._migrations`` (STYLE §1)."""
+"""Alembic migrations, shipped in the wheel as ``persched._migrations`` (pyproject.toml, ``package-dir``)."""

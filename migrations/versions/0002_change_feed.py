@@ -7,8 +7,8 @@ Create Date: 2026-11-30
 Every schedule, replacement and deschedule increments the single row of
 persched_changes in its own transaction and stamps the job's change_seq with
 the new value. Other instances poll the counter (one cheap SELECT) and read
-only the jobs changed since they last looked (SPEC-multi "changes from other
-instances"). The row lock on the counter orders the stamps by commit, so a
+only the jobs changed since they last looked (docs/reference/behaviour.md,
+"Changes made elsewhere"). The row lock on the counter orders the stamps by commit, so a
 reader never skips a change that commits late.
 """
 

@@ -4,7 +4,7 @@ Revision ID: 0003
 Revises: 0002
 Create Date: 2026-11-30
 
-persched_jobs gains the policy columns (SPEC-policies), with defaults that
+persched_jobs gains the policy columns (docs/how-to/schedules.md), with defaults that
 keep every existing job's behaviour (fixed rate, coalesce, forbid overlap),
 plus ``paused``, ``run_now_at`` (a pending run-now request) and
 ``running_for`` (the slot of the run in flight; until now next_run_at named

@@ -54,10 +54,9 @@ __all__ = [
 ]
 
 MAX_WORKERS: Final = 4096  # threads are made up front; beyond this, a typo would exhaust memory
-# Measured (README, "Choosing workers"): a dispatch cycle claims at most as many runs as there are
-# free workers, in one transaction, so more workers mean fewer commits per run; at 1,000 jobs 32 ran
-# 26% more runs/s than 8 at a fifth less CPU per run and 61% less p99 lateness; 64 was no cheaper
-# per run than 32. Idle threads cost no CPU.
+# A dispatch cycle claims at most as many runs as there are free workers, in one transaction, so
+# more workers mean fewer commits per run; idle threads cost no CPU. The figures behind 32:
+# docs/explanation/performance.md, "Choosing workers".
 DEFAULT_WORKERS: Final = 32
 # Upper bounds of the options (README, "Input limits"): beyond them a value is a
 # typo, and it would overflow a datetime, a SQL integer or a C timeout later.

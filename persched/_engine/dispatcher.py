@@ -1,4 +1,4 @@
-"""The dispatcher: the one thread a run's way starts from, and the account of reserved workers.
+"""The dispatcher: the one thread a run's way starts from, which claims what is due and queues what follows.
 
 One direction
 -------------
@@ -10,33 +10,26 @@ reserved worker in the `persched._engine.workers.WorkerPool`. The worker hands t
 outcome in (`complete`); the next cycle writes it, and the store's answer (the
 job's next slot, or where a lost claim's row stands) goes back into the
 window. The `RunBook` never calls the dispatcher: it returns what to queue
-(`persched._engine.runs.Dispatched`). `Dispatcher` makes the window, the worker pool and
-the overrun watch, and starts and stops them with its thread: `JobScheduler`
-starts and stops only the dispatcher.
+(`persched._engine.runs.Dispatched`). `Dispatcher` makes the window and the
+`persched._engine.handover.Handover` (the worker pool, the overrun watch and the
+account of reserved workers), and starts and stops them with its thread:
+the scheduler's `persched._engine.lifecycle.Lifecycle` starts and stops only
+the dispatcher.
 
 Threads and locks
 -----------------
 Entries are pushed by any thread (schedule(), the heartbeat after a recovery
 or a change picked up) and popped only by the dispatcher. ``_cond`` guards
-the window, the count of free workers (and of runs that gave theirs back and
-go on elsewhere), the completions handed in and the stop flags, and nothing
-else: no database call, no user code, no logging and no join happens while it
-is held. The dispatcher decides under it (pop every due entry it has free
+the window, the hand-over's account (the count of free workers, of runs that
+gave theirs back and go on elsewhere, and the completions handed in) and the
+stop flags, and nothing else: no database call, no user code, no logging and
+no join happens while it is held. The dispatcher decides under it (pop every due entry it has free
 workers for, reserving one worker each, so a claimed run never waits for a
 thread; take the completions handed in), releases it, and then acts: it
 queues what a claim or a write returned only once the `RunBook` has
 returned, so the claim gate and ``_cond`` never nest (the hand-over, under
 the gate, takes only the overrun watch's lock). Lock order: ``_cond`` before
 a `FakeClock`'s lock, never the reverse.
-
-The account of reserved workers
--------------------------------
-``_free_workers`` is the only count of workers: a cycle reserves one per
-entry it pops (a search as many as it may claim) before the claim, and gives
-back those that took no run; a worker's completion frees its worker. A run
-that hands an awaitable to the application's loop gives its worker back at
-once (`persched._engine.workers`: the pool calls the release); it is counted in
-``_elsewhere`` until its completion, which frees no other worker.
 
 Why stale entries are harmless
 ------------------------------
@@ -132,15 +125,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from .. import _realtime
-from .._model.instant import US_PER_SECOND, Instant, Micros, seconds
-from .overrun import OverrunWatch
+from .._model.instant import US_PER_SECOND, Instant, Micros
+from .handover import Handover
 from .runs import Dispatched
 from .tracebacks import describe
 from .window import Cursor, Entry, Window
-from .workers import WorkerPool
 
 if TYPE_CHECKING:
-    from .._store.records import Claim, ClaimEntry, Completion
+    from .._store.records import ClaimEntry, Completion
     from .runs import RunBook
     from .timebase import Timebase
 
@@ -158,7 +150,6 @@ TAKE_UP_SLACK: Final = 1_000_000  # µs: a wake-up later than this after its due
 GATHER: Final = 0.002  # real seconds
 # How often an instance with free workers searches, and how late a row must be.
 SEARCH_EVERY: Final = Micros(500_000)
-KILLED_EXIT_SECONDS: Final = 1.0  # after a stop grace, how long a shutdown waits for killed children to exit
 
 
 class Cycle(NamedTuple):
@@ -183,7 +174,7 @@ class Refill(NamedTuple):
 
 
 class Dispatcher:
-    """Owns the dispatch loop and its thread, the window, the worker pool and the overrun watch.
+    """Owns the dispatch loop and its thread, the window and the hand-over to the workers.
 
     Args:
         timebase: The scheduler's time frame.
@@ -214,28 +205,21 @@ class Dispatcher:
         self._timebase = timebase
         self._runs = runs
         self.window = Window(timebase, owns, reach)
-        self.pool = WorkerPool(
-            workers, self._finished, allowed_modules, release=self._release_worker, namespace=runs.namespace
-        )
-        self.overrun = OverrunWatch(timebase, self._overran)
+        self._cond = threading.Condition()
+        self.handover = Handover(self._cond, timebase, runs, workers, allowed_modules, self._queue)
+        self.pool = self.handover.pool
         self._max_batch = max_batch
         self._search_every = search_every
         self._gather = gather
-        self._cond = threading.Condition()
         self._refill: RefillCallback | None = None
         self._shared = False  # other instances share the work: search for what nobody queued
         self._searched_at = Instant(0)  # when it last searched (start(): as if then)
-        self._workers = workers
-        self._free_workers = workers
-        self._elsewhere = 0  # runs that gave their worker back and go on (async jobs on the application's loop)
         self._in_cycle = False
         self._backlog = False  # the last claim left due entries for want of workers
         self._gather_until: float | None = None  # _realtime.monotonic() when this gathering ends
         self._asleep_since: Instant | None = None  # when it began waiting for the head with a worker free
-        self._completions: list[Completion] = []
         self._claiming = True  # False once shutdown began: completions only
         self._stopping = False
-        self._exited = False
         self._thread = threading.Thread(target=self._loop, name="persched-dispatcher", daemon=True)
 
     # -- lifecycle -------------------------------------------------------------------
@@ -274,34 +258,12 @@ class Dispatcher:
     def shutdown(self, left: Callable[[], float | None]) -> bool:
         """After `stop_claiming`: let the workers finish, write their completions, end every thread;
         False if a run is still going when `left()` (the time left, None: no limit) runs out."""
-        self.pool.stop()
-        drained = self.pool.join(left)
-        if not drained:
-            drained = self._stop_runs_in_flight()
+        drained = self.handover.drain(left)
         self.stop()  # after the workers: it writes their last completions
         self.join(left())
         self.retry_unwritten()
-        self.overrun.stop()
+        self.handover.overrun.stop()
         return drained
-
-    def _stop_runs_in_flight(self) -> bool:
-        """The shutdown's timeout passed: ask the runs in flight to stop, and give those in a child process
-        their stop grace to end (docs/reference/behaviour.md, "Shutdown"); True once every run ended."""
-        # A process job is killed once its grace is over: it then still has to exit and be recorded. A thread
-        # or async run cannot be made to end, so nothing waits for it past the caller's timeout.
-        longest = self.pool.stops.longest_grace()
-        grace = seconds(longest) + KILLED_EXIT_SECONDS if longest else 0.0
-        stopped = self.pool.stops.request_all("shutdown")
-        if stopped:
-            logger.warning(
-                "%d run%s in flight asked to stop (the shutdown's timeout passed); waiting up to %g s for those "
-                "in a child process (stop_grace_seconds, and a second for a killed process to exit)",
-                stopped,
-                "" if stopped == 1 else "s",
-                grace,
-            )
-        deadline = _realtime.monotonic() + grace
-        return self.pool.join(lambda: max(0.0, deadline - _realtime.monotonic()))
 
     def finish_late(self) -> None:
         """After a `shutdown` that gave up on runs in flight: wait for them and write their outcomes."""
@@ -370,56 +332,6 @@ class Dispatcher:
         with self._cond:
             self._queue(dispatched)
 
-    # -- the workers' side -----------------------------------------------------------
-
-    def _hand_over(self, claim: Claim) -> None:
-        """Under the claim gate: give a won run to its reserved worker."""
-        if claim.max_runtime is not None:
-            self.overrun.watch(claim)
-        self.pool.submit(claim)
-
-    def _release_worker(self, claim: Claim) -> None:
-        """Worker callback: the run goes on elsewhere (an async job on the application's loop), its
-        worker is free for other runs now (module docstring)."""
-        with self._cond:
-            self._free_workers += 1
-            self._elsewhere += 1
-            self._cond.notify_all()
-
-    def _overran(self, claim: Claim) -> None:
-        """Overrun-watch callback: record the overrun; with on_overrun="stop" also ask the run to stop."""
-        if self._runs.on_overrun(claim) and claim.run_policy.on_overrun == "stop":
-            signal = self.pool.stops.signal_of(claim)
-            if signal is not None:
-                signal.request("max_runtime")
-
-    def _finished(self, claim: Claim, outcome: str, error: str | None, held_worker: bool) -> None:
-        """Worker (or awaitable runner) callback: a run ended; the next cycle writes its outcome."""
-        if claim.max_runtime is not None:
-            self.overrun.done(claim.run_id)
-        completion = self._runs.ended(claim, outcome, error)
-        if not self.complete(completion, frees_worker=held_worker):
-            dispatched = self._runs.write_completions([completion])  # the thread is gone (shutdown timed out)
-            with self._cond:
-                self._queue(dispatched)
-
-    def complete(self, completion: Completion, *, frees_worker: bool = True) -> bool:
-        """Hand in a finished run (its worker is free again, unless it was released) for the next cycle to write.
-
-        Returns False, taking nothing, once the thread has exited: the caller
-        then writes the completion itself.
-        """
-        with self._cond:
-            if self._exited:
-                return False
-            self._completions.append(completion)
-            if frees_worker:
-                self._free_workers += 1
-            else:
-                self._elsewhere -= 1
-            self._cond.notify_all()
-            return True
-
     # -- idle ------------------------------------------------------------------------
 
     def wait_idle(self, timeout: float | None) -> bool:
@@ -441,9 +353,7 @@ class Dispatcher:
         now = self._timebase.now()
         due = self._claiming and (self.window.head_due(now) or self.window.refill_due(now))
         due = due or self.window.refilling is not None or self._search_due(now)
-        return (
-            not (due or self._completions or self._in_cycle or self._elsewhere) and self._free_workers == self._workers
-        )
+        return not (due or self._in_cycle) and self.handover.settled()
 
     # -- the loop --------------------------------------------------------------------
 
@@ -456,7 +366,8 @@ class Dispatcher:
             now = self._timebase.now()
             # A refill first, unless it was the last thing done and entries are due: the
             # entries loaded by a long catch-up of refills start while it goes on.
-            head_due = window.head_due(now) and self._free_workers > 0
+            workers = self.handover
+            head_due = window.head_due(now) and workers.free > 0
             if self._claiming and window.refill_due(now) and not (window.just_refilled and head_due):
                 return Refill(*window.begin_refill(now))
             window.just_refilled = False
@@ -464,26 +375,25 @@ class Dispatcher:
                 self._cond.wait(left)
                 continue
             due: list[ClaimEntry] = []
-            if self._claiming and len(window) and self._free_workers:
-                limit = min(self._free_workers, self._max_batch)
+            if self._claiming and len(window) and workers.free:
+                limit = min(workers.free, self._max_batch)
                 asleep = self._asleep_since
                 due = [(job, gen, at, taken_at(at, now, asleep)) for at, job, gen in window.pop_due(now, limit)]
-                self._free_workers -= len(due)  # reserve before the claim
+                workers.reserve(len(due))  # before the claim
                 self._backlog = len(due) == limit and window.head_due(now)
                 self._gather_until = None
-            if due or self._completions:
-                completions, self._completions = self._completions, []
+            if due or workers.completions:
                 self._in_cycle = True
-                return Cycle(completions, due)
+                return Cycle(workers.take_completions(), due)
             if self._search_due(now):
                 # Nothing of the heap's is due and workers are free: claim what nobody took.
-                limit = min(self._free_workers, self._max_batch)
-                self._free_workers -= limit  # reserve before the claim
+                limit = min(workers.free, self._max_batch)
+                workers.reserve(limit)  # before the claim
                 self._searched_at = now
                 self._in_cycle = True
                 return Search(limit, Instant(now - self._search_every))
             if self._stopping:
-                self._exited = True
+                workers.collecting = False
                 return None
             self._timebase.clock.wait(self._cond, self._sleep())
 
@@ -492,7 +402,7 @@ class Dispatcher:
         now = self._timebase.now()
         wakes: list[Instant] = []
         head = self.window.head()
-        if self._claiming and head is not None and self._free_workers:
+        if self._claiming and head is not None and self.handover.free:
             self._asleep_since = now if self._asleep_since is None else self._asleep_since
             wakes.append(head)
         else:
@@ -507,7 +417,7 @@ class Dispatcher:
     def _gather_left(self) -> float:
         """Under ``_cond``: real seconds left to wait for busy workers before the next claim,
         0 to claim now (module docstring)."""
-        if not (self._backlog and self._claiming and 0 < self._free_workers < self._workers):
+        if not (self._backlog and self._claiming and 0 < self.handover.free < self.handover.size):
             return 0.0
         if not self.window.head_due(self._timebase.now()):
             return 0.0
@@ -519,7 +429,7 @@ class Dispatcher:
     def _next_search(self) -> Instant | None:
         """Under ``_cond``: when to search for rows no claim took (module docstring); None while
         no search may run (alone, not claiming, no free worker)."""
-        if not self._shared or not self._claiming or self._free_workers <= 0:
+        if not self._shared or not self._claiming or self.handover.free <= 0:
             return None
         return Instant(self._searched_at + self._search_every)
 
@@ -541,15 +451,15 @@ class Dispatcher:
             dispatched = Dispatched()
             try:
                 if isinstance(step, Search):
-                    dispatched = self._runs.claim_overdue(step.limit, step.before, self._hand_over)
+                    dispatched = self._runs.claim_overdue(step.limit, step.before, self.handover.hand_over)
                 else:
-                    dispatched = self._runs.cycle(step.completions, step.due, self._hand_over)
+                    dispatched = self._runs.cycle(step.completions, step.due, self.handover.hand_over)
             except BaseException as exc:  # noqa: BLE001 - the dispatcher must outlive any failure
                 what = "a search for overdue runs" if isinstance(step, Search) else "a dispatch cycle"
                 logger.error("%s failed\n%s", what, describe(exc))
             with self._cond:
                 self._queue(dispatched)
-                self._free_workers += reserved - dispatched.handed_over
+                self.handover.give_back(reserved - dispatched.handed_over)
                 self._in_cycle = False
                 self._cond.notify_all()
 

@@ -7,9 +7,10 @@ dispatcher and emits its event. No lock of this module: the store's
 transaction is each operation's linearization point.
 
 It is one half of `JobScheduler`, mixed into it: the other half
-(`persched._engine.scheduler`) owns the lifecycle, the threads and their
-wiring, and provides the attributes and the three checks declared at the top
-of the class.
+(`persched._engine.scheduler`) wires the parts and provides the attributes
+declared at the top of the class; its `persched._engine.lifecycle.Lifecycle`
+checks that the scheduler is open and migrates the schema at the first use,
+and its `persched._model.definitions.DefinitionChecks` checks the arguments.
 """
 
 from __future__ import annotations
@@ -19,19 +20,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .. import _loggers
 from .._model.checks import positive
-from .._model.declare import DeclareResult, JobSpec, SharedChecks, check_specs
+from .._model.declare import DeclareResult, JobSpec
 from .._model.instant import to_datetime
 from .._model.models import (
     Job,
     JobState,
     Run,
     given_options,
-    validate_definition,
     validate_job_id,
-    validate_policies,
 )
 from .._model.pauses import check_pause
-from .._model.targets import reference_of
 from .._store import RunNowVerdict
 from .._store.coming import coming_slots
 from .._store.views import whereabouts
@@ -42,12 +40,14 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable
     from datetime import date, datetime
 
+    from .._model.definitions import DefinitionChecks
     from .._model.instant import Instant
-    from .._model.models import Executor, JobDefinition, Misfire, OnOverrun, Overlap, Recurrence
+    from .._model.models import Executor, Misfire, OnOverrun, Overlap, Recurrence
     from .._store import Store
     from .dispatcher import Dispatcher
     from .events import EventKind
     from .heartbeat import Heartbeat
+    from .lifecycle import Lifecycle
     from .runs import RunBook
     from .timebase import Timebase
 
@@ -67,18 +67,13 @@ class JobOperations:
     _dispatcher: Dispatcher
     _heartbeat: Heartbeat
     _runs: RunBook
-    _state: str
-    _allowed_modules: tuple[str, ...] | None
-    _max_args_bytes: int
+    _lifecycle: Lifecycle
+    _checks: DefinitionChecks
 
     if TYPE_CHECKING:
 
         @property
         def namespace(self) -> str: ...
-
-        def _check_open(self) -> None: ...  # raises unless this process's scheduler is not shut down
-
-        def _ensure_schema(self) -> None: ...  # migrates the schema once, at the first use
 
         def _emit(self, kind: EventKind, job_id: str, generation: int, *, job: Job | None = None) -> None: ...
 
@@ -188,31 +183,12 @@ class JobOperations:
             StoreError: The database cannot be written.
         """
         options = given_options(locals())  # every keyword option, as given (declared in persched._model.models.OPTIONS)
-        self._check_open()
-        definition = self._definition(
+        self._lifecycle.check_open()
+        definition = self._checks.definition(
             job_id, fn, interval_seconds, args=args, kwargs=kwargs, start_in=start_in, **options
         )
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         return self._upserted(*self._store.upsert_job(definition, self._timebase.now()))
-
-    def _definition(
-        self,
-        job_id: object,
-        fn: Callable[..., Any] | str,
-        interval_seconds: object,
-        *,
-        args: object = (),
-        kwargs: object = None,
-        start_in: object = None,
-        **options: object,
-    ) -> JobDefinition:
-        """Check schedule()'s arguments (raises InvalidJobError; writes nothing); `options` are its keyword options."""
-        validate_job_id(job_id)
-        target = reference_of(fn, self._allowed_modules)
-        policies = validate_policies(interval_seconds, **options)
-        return validate_definition(
-            job_id, target, policies, args, kwargs, start_in, max_args_bytes=self._max_args_bytes
-        )
 
     def _upserted(self, job: Job, change: str, due: Instant | None) -> Job:
         """After an upsert: log, queue the job's next slot, emit the event."""
@@ -228,7 +204,7 @@ class JobOperations:
                     job.generation,
                     job.end_at.isoformat() if job.end_at is not None else "-",
                 )
-            if due is not None and self._state == "running":
+            if due is not None and self._lifecycle.state == "running":
                 self._dispatcher.offer(due, job.job_id, job.generation)
             kind: EventKind = "job_replaced" if change == "replaced" else "job_scheduled"
             self._emit(kind, job.job_id, job.generation, job=job)
@@ -266,19 +242,18 @@ class JobOperations:
             SchedulerStateError: The scheduler was shut down.
             StoreError: The database cannot be written (nothing written).
         """
-        self._check_open()
+        self._lifecycle.check_open()
         for name, flag in (("prune", prune), ("allow_empty", allow_empty)):
             if not isinstance(flag, bool):
                 raise InvalidJobError(name, f"must be True or False, got {flag!r}")
-        shared = SharedChecks(lambda fn: reference_of(fn, self._allowed_modules), validate_policies)
-        definitions = [self._spec_definition(spec, shared) for spec in check_specs(specs)]
+        definitions = self._checks.declared(specs)
         if prune and not definitions and not allow_empty:
             raise InvalidJobError(
                 "specs",
                 f"is empty, and prune=True would deschedule every declared job of namespace {self.namespace!r}; "
                 "pass allow_empty=True to do that",
             )
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         upserts, pruned = self._store.declare_jobs(definitions, self._timebase.now(), prune=prune)
         # After the commit: log, queue and announce each change as schedule() and deschedule() do.
         declared = DeclareResult(
@@ -291,19 +266,6 @@ class JobOperations:
             self._emit("job_descheduled", job_id, generation)
         logger.info("%s", declared.summary())
         return declared
-
-    def _spec_definition(self, spec: JobSpec, shared: SharedChecks) -> JobDefinition:
-        """`_definition` of a spec (its id checked by `check_specs`), with the checks specs share made once."""
-        options = dict(spec.options)
-        args, kwargs, start_in = options.pop("args", ()), options.pop("kwargs", None), options.pop("start_in", None)
-        try:
-            target = shared.reference(spec.fn)
-            policies = shared.policies(spec.interval_seconds, options)
-            return validate_definition(
-                spec.job_id, target, policies, args, kwargs, start_in, max_args_bytes=self._max_args_bytes
-            )
-        except InvalidJobError as exc:  # name the spec as well as its argument
-            raise InvalidJobError(f"specs[{spec.job_id!r}].{exc.argument}", exc.reason) from None
 
     def deschedule(self, job_id: str, wait: bool = False, timeout: float | None = None) -> bool:
         """Remove a job: its current generation never starts again, in any process.
@@ -325,10 +287,10 @@ class JobOperations:
             SchedulerStateError: The scheduler was shut down.
             StoreError: The database cannot be written.
         """
-        self._check_open()
+        self._lifecycle.check_open()
         validate_job_id(job_id)
         timeout = check_wait(wait, timeout)
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         generation = self._store.deschedule_job(job_id, self._timebase.now())
         removed = generation is not None
         if generation is not None:
@@ -368,11 +330,11 @@ class JobOperations:
             InvalidJobError: `until` naive or not ahead of now, `note` too long (nothing is written).
             JobNotFoundError: No such job in this namespace (unknown, or descheduled).
         """
-        self._check_open()
+        self._lifecycle.check_open()
         validate_job_id(job_id)
         now = self._timebase.now()
         end, text = check_pause(until, note, now)
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         generation = self._store.pause_job(job_id, now, until=end, note=text)
         if generation is None:
             self._check_found(job_id)
@@ -394,10 +356,10 @@ class JobOperations:
         Raises:
             InvalidJobError: `until` naive or not ahead of now, `note` too long (nothing is written).
         """
-        self._check_open()
+        self._lifecycle.check_open()
         now = self._timebase.now()
         end, text = check_pause(until, note, now)
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         count = self._store.pause_all_jobs(now, until=end, note=text)
         logger.info("paused %d jobs of namespace %s", count, self.namespace)
         if end is not None and count:
@@ -415,9 +377,9 @@ class JobOperations:
         Raises:
             JobNotFoundError: No such job in this namespace (unknown, or descheduled).
         """
-        self._check_open()
+        self._lifecycle.check_open()
         validate_job_id(job_id)
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         resumed = self._store.resume_job(job_id, self._timebase.now())
         if resumed is None:
             self._check_found(job_id)
@@ -431,8 +393,8 @@ class JobOperations:
         Returns:
             How many jobs were resumed (0 when none was paused).
         """
-        self._check_open()
-        self._ensure_schema()
+        self._lifecycle.check_open()
+        self._lifecycle.ensure_schema()
         resumed = self._store.resume_all_jobs(self._timebase.now())
         for job_id, generation, due in resumed:
             self._resumed(job_id, generation, due)
@@ -440,7 +402,7 @@ class JobOperations:
 
     def _resumed(self, job_id: str, generation: int, due: Instant | None) -> None:
         logger.info("job %s generation %d resumed", job_id, generation)
-        if due is not None and self._state == "running":
+        if due is not None and self._lifecycle.state == "running":
             self._dispatcher.offer(due, job_id, generation)
         self._emit("job_resumed", job_id, generation)
 
@@ -459,9 +421,9 @@ class JobOperations:
             JobNotFoundError: No such job in this namespace (unknown, or descheduled).
             SchedulerStateError: The job is paused or finished.
         """
-        self._check_open()
+        self._lifecycle.check_open()
         validate_job_id(job_id)
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         now = self._timebase.now()
         verdict, generation = self._store.request_run_now(job_id, now)
         if verdict is RunNowVerdict.UNKNOWN:
@@ -471,7 +433,7 @@ class JobOperations:
         if verdict is RunNowVerdict.REQUESTED:
             assert generation is not None
             logger.info("job %s generation %d: run now requested", job_id, generation)
-            if self._state == "running":
+            if self._lifecycle.state == "running":
                 self._dispatcher.offer(now, job_id, generation)  # a run in flight: its completion queues it too
         return verdict.will_run
 
@@ -491,9 +453,9 @@ class JobOperations:
         Raises:
             JobNotFoundError: No such job in this namespace (unknown, or descheduled).
         """
-        self._check_open()
+        self._lifecycle.check_open()
         validate_job_id(job_id)
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         running = self._store.request_cancel(job_id, self._timebase.now())
         if running is None:
             raise self._not_found(job_id, whereabouts(self._store, job_id))
@@ -523,9 +485,9 @@ class JobOperations:
 
     def get_job(self, job_id: str) -> Job | None:
         """Return the job `job_id` (scheduled, running, paused or finished), or None (also once descheduled)."""
-        self._check_open()
+        self._lifecycle.check_open()
         validate_job_id(job_id)
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         return self._store.get_job(job_id)
 
     def next_runs(self, job_id: str, count: int = 10) -> list[datetime]:
@@ -545,10 +507,10 @@ class JobOperations:
             InvalidJobError: `count` is not a whole number from 1 to 1000.
             JobNotFoundError: No such job in this namespace (unknown, or descheduled).
         """
-        self._check_open()
+        self._lifecycle.check_open()
         validate_job_id(job_id)
         wanted = int(positive("count", count, integer=True, maximum=MAX_NEXT_RUNS))
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         slots = self._store.get_job_as(lambda row: coming_slots(row, wanted), job_id)
         if slots is None:
             self._check_found(job_id)
@@ -557,15 +519,15 @@ class JobOperations:
 
     def jobs(self) -> list[Job]:
         """Return every job not descheduled (scheduled, running, paused, finished), soonest first."""
-        self._check_open()
-        self._ensure_schema()
+        self._lifecycle.check_open()
+        self._lifecycle.ensure_schema()
         return self._store.list_jobs()
 
     def runs(self, job_id: str | None = None, limit: int = 100) -> list[Run]:
         """Return the latest runs of `job_id` (or of all jobs), newest first."""
-        self._check_open()
+        self._lifecycle.check_open()
         if job_id is not None:
             validate_job_id(job_id)
         limit = int(positive("limit", limit, integer=True, maximum=MAX_COUNT))
-        self._ensure_schema()
+        self._lifecycle.ensure_schema()
         return self._store.list_runs(job_id, limit)

@@ -2,54 +2,41 @@
 
 Responsibilities
 ----------------
-This module keeps the lifecycle (start, shutdown, the fork and atexit hooks),
-the wiring and the observation (listeners, the observer, wait_idle); the
-operations on jobs are `JobOperations`' (`operations`), mixed in, and the rest
-lives next to it. The
-constructor's options are checked once, into a frozen `SchedulerConfig`
-(`persched._engine.config`). A run's way, one direction from its due entry to its
-recorded outcome, is the `Dispatcher`'s (`persched._engine.dispatcher`), which makes,
-starts and stops the heap window, the worker pool and the overrun watch: this
-module starts and stops the dispatcher alone (beside the heartbeat and the
-events). The claims, the writes and the account of what is in flight are the
-`RunBook`'s (`persched._engine.runs`). Run-history retention is `Retention`'s
+This module wires the parts and keeps the observation (listeners, the
+observer, wait_idle); the operations on jobs are `JobOperations`'s
+(`persched._engine.operations`), mixed in; the state, start-up and shutdown
+in order, and the fork and atexit hooks are `Lifecycle`'s
+(`persched._engine.lifecycle`, with its two locks). The constructor's options
+are checked once, into a frozen `SchedulerConfig` (`persched._engine.config`).
+A run's way, one direction from its due entry to its recorded outcome, is the
+`Dispatcher`'s (`persched._engine.dispatcher`), which makes, starts and stops
+the heap window and the hand-over to the workers (`persched._engine.handover`:
+the worker pool, the overrun watch): the lifecycle starts
+and stops the dispatcher alone (beside the heartbeat and the events). The
+claims, the writes and the account of what is in flight are the `RunBook`'s
+(`persched._engine.runs`). Run-history retention is `Retention`'s
 (`persched._engine.retention`), called by the heartbeat.
 
-Threads and locks
------------------
+Threads
+-------
 Public methods run on the caller's thread and go straight to the store; a
 schedule() that changed the job pushes a heap entry afterwards. The threads
 (``persched-dispatcher``, ``-worker-{i}``, ``-heartbeat``, ``-overrun``,
 ``-events``, ``-shutdown``, and `persched._interfaces.async_front`'s
 ``-async-watch``) call into the `Dispatcher`, the `RunBook`, `Retention` and
 the few callbacks here (``_emit``, ``_on_lost``, ``_maintenance``). This
-module holds two locks, never nested with each other except as noted:
-
-- ``_state_lock`` guards the lifecycle state ("new", "running", "stopped").
-- ``_schema_lock`` makes the first use migrate the schema once; `start()`
-  takes it under ``_state_lock`` (order: ``_state_lock`` → ``_schema_lock``),
-  and holds both across the migration.
-
-Shutdown's linearization point is `RunBook.stop_claiming()` (called by
-`Dispatcher.stop_claiming`), which sets the stop flag under the claim gate
-(see `persched._engine.runs` for the gate, the in-flight condition and their
-order; `persched._engine.retention` for its lock, which nests with none).
-Neither lock here is held while calling into the dispatcher, so the
-modules' locks never nest. No user code runs under any of them; user code
+module holds no lock. No user code runs under any persched lock; user code
 runs only in `persched._engine.workers`.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
-import os
-import threading
-import weakref
 from typing import TYPE_CHECKING, Final
 
 from .. import _loggers, _realtime
-from .._model.instant import Instant, seconds, to_datetime
+from .._model.definitions import DefinitionChecks
+from .._model.instant import to_datetime
 from .._model.models import (
     DEFAULT_MAX_ARGS_BYTES,
     DEFAULT_NAMESPACE,
@@ -58,10 +45,7 @@ from .._model.models import (
 )
 from .._store import Store
 from .._store import db as _db
-from .._store import migrate as _migrate
 from .._store.observer import Observer
-from ..clock import SystemClock
-from ..errors import SchedulerStateError, StoreError
 from .change_pickup import ChangePickup
 from .config import (
     DEFAULT_KEEP_ERROR_RUNS,
@@ -75,9 +59,10 @@ from .context import current_run
 from .dispatcher import Dispatcher
 from .events import Event, EventBus
 from .heartbeat import Heartbeat
-from .horizon import DEFAULT_HORIZON_SECONDS, Horizon
+from .horizon import DEFAULT_HORIZON_SECONDS
 from .internals import Internals
 from .leases import Leases
+from .lifecycle import Lifecycle
 from .membership import Membership
 from .operations import JobOperations
 from .pause_ends import PauseEnds
@@ -86,9 +71,9 @@ from .retention import Retention
 from .runs import RunBook
 from .skew import ClockCheck
 from .timebase import Timebase
-from .workers import current_run_claim
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Callable, Iterable
     from types import TracebackType
 
@@ -101,51 +86,6 @@ __all__ = ["JobScheduler", "current_run", "internals_of"]
 logger = logging.getLogger(_loggers.LIBRARY)
 
 DEFAULT_URL: Final = "sqlite:///persched.db"
-ATEXIT_TIMEOUT_SECONDS: Final = 10.0  # how long interpreter exit waits for in-flight runs
-
-_live: weakref.WeakSet[JobScheduler] = weakref.WeakSet()
-_made: weakref.WeakSet[JobScheduler] = weakref.WeakSet()  # every scheduler of this process, for the fork hook
-_inherited_pools: list[object] = []  # a forked child's copies of its parent's pools: kept, never closed
-
-
-@atexit.register
-def _shutdown_live_schedulers() -> None:
-    # Daemon threads still run during atexit (bpo-39812), so in-flight runs
-    # can finish and record their outcome.
-    for scheduler in list(_live):
-        if scheduler._owned():  # a forked child leaves its parent's schedulers alone
-            scheduler.shutdown(wait=True, timeout=ATEXIT_TIMEOUT_SECONDS)
-
-
-def _after_fork_in_child() -> None:
-    """The parent's schedulers are not this process's to run or shut down (docs/reference/behaviour.md, "Forks").
-
-    Their pooled connections are the parent's: a child must neither use nor
-    close them (SQLite's "do not carry a connection across fork()"; a
-    PostgreSQL connection closed here ends the parent's session). So each
-    engine gets a fresh, empty pool and the old one is kept, untouched
-    (SQLAlchemy's pooling docs: ``engine.dispose(close=False)`` in the child).
-    """
-    _live.clear()
-    running: list[str] = []
-    for scheduler in list(_made):
-        engine = scheduler._store.engine
-        _inherited_pools.append(engine.pool)
-        engine.dispose(close=False)
-        if scheduler._state == "running":
-            running.append(scheduler.instance_id)
-    if running and current_run_claim() is None:  # a job's own fork is no surprise: no warning there
-        # A pre-fork server (gunicorn --preload) would otherwise run every job in its master, silently.
-        logger.warning(
-            "process %d was forked from process %d, whose scheduler %s keeps running there, not here: "
-            "create the scheduler after the fork (e.g. in gunicorn's post_fork hook, or without --preload)",
-            os.getpid(),
-            os.getppid(),
-            ", ".join(running),
-        )
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def internals_of(scheduler: JobScheduler) -> Internals:
@@ -296,16 +236,10 @@ class JobScheduler(JobOperations):
         self._config: Final = config
         self.namespace: Final = config.namespace
         self.instance_id: Final = config.instance_id
-        self._allowed_modules = config.allowed_modules  # this and the next: read by _definition
-        self._max_args_bytes = config.max_args_bytes
-        self._pid = os.getpid()  # the process this scheduler belongs to (docs/reference/behaviour.md, "Forks")
+        self._checks = DefinitionChecks(config.allowed_modules, config.max_args_bytes)
         self._timebase = Timebase(config.clock)
         engine = _db.open_engine(config.url, config.engine)  # the options were checked above, once
         self._store = Store(engine, _db.mask(engine.url), namespace=self.namespace)
-        self._schema_lock = threading.Lock()
-        self._schema_ready = False
-        self._state_lock = threading.Lock()
-        self._state = "new"
         self._events = EventBus()
         # A job its failures paused (pause_after_failures), in a commit of this instance's store.
         self._store.failures_paused = lambda job_id, generation: self._emit("job_paused", job_id, generation)
@@ -335,8 +269,18 @@ class JobScheduler(JobOperations):
             config.allowed_modules,
         )
         self._heartbeat = self._make_heartbeat(config)
-
-        _made.add(self)
+        self._lifecycle = Lifecycle(
+            self.instance_id,
+            config.horizon,
+            store=self._store,
+            timebase=self._timebase,
+            clock_check=self._clock_check,
+            membership=self._membership,
+            runs=self._runs,
+            dispatcher=self._dispatcher,
+            heartbeat=self._heartbeat,
+            events=self._events,
+        )
 
     def _make_heartbeat(self, config: SchedulerConfig) -> Heartbeat:
         """The heartbeat thread's periodic tasks (`persched._engine.heartbeat`), wired to the engine."""
@@ -394,59 +338,7 @@ class JobScheduler(JobOperations):
             SchemaVersionError: The database's schema is newer than this code.
             StoreError: The database cannot be used.
         """
-        self._check_process()
-        with self._state_lock:
-            if self._state != "new":
-                raise SchedulerStateError(f"start() on a scheduler that is {self._state}; make a new JobScheduler")
-            self._ensure_schema()
-            # "running" before loading: a schedule() committed after the load
-            # sees it and pushes its own entry.
-            self._state = "running"
-        if isinstance(self._timebase.clock, SystemClock) and (tool := _realtime.frozen_by()) is not None:
-            # README "Testing": the default clock keeps to real time inside a frozen test; say so.
-            logger.warning(
-                "time is frozen by %s, and scheduler %s runs on the real clock: pass "
-                "clock=persched.testing.FrozenTimeClock() to follow the frozen time",
-                tool,
-                self.instance_id,
-            )
-        horizon = Horizon(self._store, self._timebase)
-        swept: list[tuple[Instant, str, int]] = []
-        try:
-            # Join the members first: the jobs loaded are the ones this instance owns.
-            self._membership.beat()
-            # Read the change counter first: a change committed while loading
-            # is then picked up again rather than missed.
-            change_seq = self._store.change_seq()
-            # The bounded heap (persched._engine.horizon): the first sweep batch (rows ahead of the
-            # clock, pending run-now requests), then the jobs due within the horizon.
-            more = horizon.sweep(lambda *entry: swept.append(entry))
-            entries, cursor = horizon.refill(None, Instant(self._timebase.now() + self._config.horizon))
-        except BaseException:
-            self.shutdown(wait=False)
-            raise
-        _live.add(self)
-        self._dispatcher.start(
-            entries + swept,
-            refill=horizon.refill,
-            cursor=cursor,
-            horizon=self._config.horizon,
-            refill_rows=horizon.rows,
-            shared=self._membership.shared,
-        )
-        self._heartbeat.start(
-            change_seq,
-            bound=self._dispatcher.pickup_bound,
-            sweep=(lambda: horizon.sweep(self._dispatcher.offer)) if more else None,
-        )
-        logger.info(
-            "scheduler %s started with %d job%s due within %g s on %s",
-            self.instance_id,
-            len(entries),
-            "" if len(entries) == 1 else "s",
-            seconds(self._config.horizon),
-            self._store.url,
-        )
+        self._lifecycle.start()
 
     def shutdown(self, wait: bool = True, timeout: float | None = None) -> None:
         """Stop dispatching; let in-flight runs finish; release the database.
@@ -459,89 +351,7 @@ class JobScheduler(JobOperations):
             wait: Block until in-flight runs finished (up to `timeout`).
             timeout: Seconds to wait for in-flight runs; None waits for ever.
         """
-        self._check_process()
-        timeout = check_wait(wait, timeout)
-        with self._state_lock:
-            previous, self._state = self._state, "stopped"
-        if previous == "stopped":
-            return
-        self._dispatcher.stop_claiming()
-        if previous == "new":
-            self._events.stop(timeout)
-            self._store.engine.dispose()
-            return
-        if wait and not self._dispatcher.pool.owns_current_thread():
-            self._finish_shutdown(timeout)
-        else:
-            threading.Thread(
-                target=self._finish_shutdown,
-                args=(None,),
-                name="persched-shutdown",
-                daemon=True,
-            ).start()
-
-    def _finish_shutdown(self, timeout: float | None) -> None:
-        # Real time: this waits for threads, not for schedule slots.
-        deadline = None if timeout is None else _realtime.monotonic() + timeout
-
-        def left() -> float | None:
-            return None if deadline is None else max(0.0, deadline - _realtime.monotonic())
-
-        busy = self._runs.busy_jobs()
-        if busy:
-            # Name what the operator is waiting for.
-            logger.info(
-                "scheduler %s waits for %d run%s in flight to finish: %s%s",
-                self.instance_id,
-                len(busy),
-                "" if len(busy) == 1 else "s",
-                ", ".join(busy),
-                "" if timeout is None else f" (at most {timeout:g} s)",
-            )
-        drained = self._dispatcher.shutdown(left)
-        self._heartbeat.stop()
-        self._heartbeat.join(left())
-        self._leave()
-        self._events.stop(left())
-        _live.discard(self)
-        if drained:
-            self._store.engine.dispose()
-            logger.info("scheduler %s shut down", self.instance_id)
-        else:
-            logger.warning(
-                "scheduler %s shut down with runs still in flight after %s s; each is recorded when it ends, "
-                "or as lost once its lease lapses if the process exits first",
-                self.instance_id,
-                timeout,
-            )
-            threading.Thread(target=self._close_after_late_runs, name="persched-late-close", daemon=True).start()
-
-    def _pick_up_cancels(self) -> None:
-        """At a change pick-up: stop the runs here that `cancel()` asked for elsewhere (`persched._store.cancels`)."""
-        stops = self._dispatcher.pool.stops
-        if not stops.in_flight():  # nothing runs here: nothing to read
-            return
-        for job_id in self._store.cancel_requests(self.instance_id):
-            if stops.request(job_id, "cancel"):
-                logger.info("job %s: its run is stopped, as cancel() asked elsewhere", job_id)
-
-    def _leave(self) -> None:
-        """Delete this instance's membership row, so that the others take its jobs at once (after
-        the heartbeat stopped: its next round would write the row again)."""
-        try:
-            self._membership.leave()
-        except StoreError as exc:
-            logger.warning("leaving the instances that share the work failed (the others wait a lease): %s", exc)
-
-    def _close_after_late_runs(self) -> None:
-        """After shutdown gave up on runs in flight: once they ended (and wrote their outcomes), close the pool.
-
-        The dispatcher and the heartbeat had no time left to be joined either: the pool is closed only
-        once no thread of this scheduler can check a connection out again.
-        """
-        self._dispatcher.finish_late()
-        self._heartbeat.join(None)
-        self._store.engine.dispose()
+        self._lifecycle.shutdown(wait, timeout)
 
     def __enter__(self) -> JobScheduler:
         self.start()
@@ -572,7 +382,7 @@ class JobScheduler(JobOperations):
         Returns:
             True when idle; False if `timeout` passed first.
         """
-        self._check_process()
+        self._lifecycle.check_process()
         timeout = check_wait(True, timeout)
         deadline = None if timeout is None else _realtime.monotonic() + timeout
 
@@ -586,36 +396,19 @@ class JobScheduler(JobOperations):
 
     # -- internals ------------------------------------------------------------------
 
-    def _owned(self) -> bool:
-        return os.getpid() == self._pid
-
-    def _check_process(self) -> None:
-        if not self._owned():
-            raise SchedulerStateError(
-                f"this JobScheduler belongs to process {self._pid}, and this is a forked child "
-                f"(process {os.getpid()}): a scheduler cannot be used or shut down after fork(). "
-                "Create the scheduler after the fork, in the process that uses it: for example in "
-                "gunicorn's post_fork hook, or run gunicorn without --preload"
-            )
-
-    def _check_open(self) -> None:
-        self._check_process()
-        if self._state == "stopped":
-            raise SchedulerStateError("the scheduler was shut down; make a new JobScheduler")
-
-    def _ensure_schema(self) -> None:
-        with self._schema_lock:
-            if not self._schema_ready:
-                _migrate.upgrade(self._store.engine)
-                # Before anything is claimed or written: a host whose clock is wrong keeps to the
-                # database's time from its first slot on (persched._engine.skew).
-                self._clock_check.check()
-                self._schema_ready = True
-
     def _maintenance(self) -> None:
         """Heartbeat callback: retry unwritten completions, then prune run history."""
         self._dispatcher.retry_unwritten()
         self._retention.prune()
+
+    def _pick_up_cancels(self) -> None:
+        """At a change pick-up: stop the runs here that `cancel()` asked for elsewhere (`persched._store.cancels`)."""
+        stops = self._dispatcher.pool.stops
+        if not stops.in_flight():  # nothing runs here: nothing to read
+            return
+        for job_id in self._store.cancel_requests(self.instance_id):
+            if stops.request(job_id, "cancel"):
+                logger.info("job %s: its run is stopped, as cancel() asked elsewhere", job_id)
 
     # -- events and observation ------------------------------------------
 
@@ -640,12 +433,12 @@ class JobScheduler(JobOperations):
             InvalidJobError: `callback` is not callable or a kind is unknown.
             SchedulerStateError: Called in a forked child of the scheduler's process.
         """
-        self._check_process()
+        self._lifecycle.check_process()
         self._events.add(callback, kinds)
 
     def remove_listener(self, callback: Listener) -> bool:
         """Stop calling `callback`; True if it was registered."""
-        self._check_process()
+        self._lifecycle.check_process()
         return self._events.remove(callback)
 
     def set_observer(self, observer: Observer | None) -> None:

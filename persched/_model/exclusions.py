@@ -116,11 +116,6 @@ class Exclusions:
         i = self.span_of(t)
         return t if i is None else self.ends[i]
 
-    def last_allowed(self, t: Instant) -> Instant:
-        """`t`, or the last instant before the span holding it."""
-        i = self.span_of(t)
-        return t if i is None else Instant(self.starts[i] - 1)
-
 
 @functools.lru_cache(maxsize=1024)
 def exclusions_of(entries: tuple[str, ...], timezone: str) -> Exclusions:

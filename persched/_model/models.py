@@ -206,10 +206,6 @@ class Option:
         """A Policies value -> its column's (and its Job field's) value."""
         return _TO_COLUMN[self.unit](value)
 
-    def from_column(self, value: Any) -> Any:  # noqa: ANN401 - the column value of any option
-        """A column's value -> its Policies value."""
-        return _FROM_COLUMN[self.unit](value)
-
     def read(self, policies: Policies | TriggerSpec) -> Any:  # noqa: ANN401 - the Policies value of any option
         """This option's Policies value; one kept in other fields is a kind's argument (run_at), which
         that kind reads back (None for a job of another kind)."""

@@ -62,7 +62,6 @@ __all__ = [
     "interval_trigger",
     "jitter_offset",
     "kind_of",
-    "once_trigger",
     "validate_cron",
     "validate_timezone",
 ]
@@ -431,7 +430,7 @@ class OneShotTrigger:
     @classmethod
     def of(cls, spec: TriggerSpec, anchor: Instant) -> Trigger | None:
         assert spec.end_at is not None
-        return once_trigger(spec.end_at)
+        return cls(spec.end_at)
 
     def next_after(self, t: Instant) -> Instant:
         return self.at if t < self.at else Instant(max(t, self.at) + 1)
@@ -475,11 +474,6 @@ def chosen_kind(is_given: Callable[[str], bool]) -> type[Trigger]:
             f"give exactly one of {', '.join(arguments[:-1])} and {arguments[-1]}",
         )
     return given[0]
-
-
-def once_trigger(at: Instant) -> Trigger:
-    """Return the trigger of a one-shot job: its one slot is `at`."""
-    return OneShotTrigger(at)
 
 
 def interval_trigger(anchor: Instant, interval: Micros) -> Trigger:

@@ -61,6 +61,10 @@ class StoredRow:
         the claims read each won row's policies this way)."""
         return self.__dict__.__getitem__
 
+    def get(self, name: str) -> Any:  # noqa: ANN401 - a column's value, as on a SQLAlchemy Row
+        """A column's value, or None when the row was selected without that column (the claims' narrower set)."""
+        return self.__dict__.get(name)
+
     def describe(self) -> str:
         """The problems in one line: ``"next_run_at: 'x' is not ...; generation: ..."``."""
         return "; ".join(f"{column}: {reason}" for column, reason in self.problems.items())

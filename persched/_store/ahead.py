@@ -69,7 +69,7 @@ def corrected_slot(row: StoredRow, now: Instant, updated_at: Instant | None) -> 
         # A pending attempt is due off the grid, within its slot: not ahead of it, unless that slot
         # itself lies ahead of `now` (a clock ahead ran it): then the row goes back to its grid from
         # that slot, and the attempt is dropped (`correct_ahead`). Only the whole row has the slot.
-        slot = instant_or_none(row.__dict__.get("retry_for"))
+        slot = instant_or_none(row.get("retry_for"))
         if slot is None or slot - now <= CLOCK_STEP_FLOOR:
             return None
         basis = slot

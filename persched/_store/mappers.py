@@ -306,7 +306,7 @@ def due_of(row: StoredRow, reach: JitterReach) -> Instant | None:
     plan = None if row.paused or row.state != SCHEDULED else readable_plan(row)
     if plan is None:
         return None
-    retry = row.__dict__.get("retry_attempt") is not None  # an attempt pending: due without jitter
+    retry = row.get("retry_attempt") is not None  # an attempt pending: due without jitter
     return plan.due_at(from_datetime(row.next_run_at), instant_or_none(row.run_now_at), reach, retry=retry)
 
 

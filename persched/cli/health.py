@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .._store import Store
     from .._store.health import InstanceRow, Problem
 
-__all__ = ["cmd_check", "cmd_instances", "describe", "no_scheduler_note"]
+__all__ = ["cmd_check", "cmd_instances", "no_scheduler_note"]
 
 
 def _now() -> Instant:
@@ -92,18 +92,13 @@ def cmd_instances(args: argparse.Namespace) -> int:
     return with_store(args, body, read_only=True)
 
 
-def describe(problem: Problem) -> str:
-    """One line for `problem`, saying what is wrong and what to look at (the dashboard's words too)."""
-    return problem_words(problem)
-
-
 def _problem_json(problem: Problem) -> dict[str, Any]:
     return {
         "problem": problem.kind,
         "namespace": problem.namespace,
         "job_id": problem.job_id,
         "at": _iso_json(problem.at),
-        "message": describe(problem),
+        "message": problem_words(problem),
     }
 
 
@@ -116,7 +111,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             where = "every namespace" if args.all_namespaces else f"namespace {store.namespace!r}"
             say(f"ok: {where} of {store.url} is healthy")
         for problem in [] if args.json else found:
-            say(describe(problem))
+            say(problem_words(problem))
         return EXIT_ERROR if found else EXIT_OK
 
     return with_store(args, body, read_only=True)

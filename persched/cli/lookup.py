@@ -57,20 +57,15 @@ def missing_job(store: Store, job_id: str) -> JobNotFoundError:
     found = whereabouts(store, job_id)
     if found is not None and found[0] != store.namespace and found[1]:
         owner = found[0]
-        return JobNotFoundError(job_id, store.namespace, owner=owner, remedy=f"add --namespace {_shell_word(owner)}")
+        return JobNotFoundError(job_id, store.namespace, owner=owner, remedy=f"add --namespace {shlex.quote(owner)}")
     if found == (store.namespace, False):
         return JobNotFoundError(
-            job_id, store.namespace, descheduled=True, remedy=f"`persched runs {_shell_word(job_id)}` shows its history"
+            job_id, store.namespace, descheduled=True, remedy=f"`persched runs {shlex.quote(job_id)}` shows its history"
         )
     ids = job_ids(store, MAX_SUGGESTION_IDS + 1)
     near = difflib.get_close_matches(job_id, ids, n=1) if len(ids) <= MAX_SUGGESTION_IDS else []
     remedy = f"did you mean {near[0]!r}?" if near else "`persched jobs` lists its jobs"
     return JobNotFoundError(job_id, store.namespace, remedy=remedy)
-
-
-def _shell_word(text: str) -> str:
-    """`text` as one word a user can paste into a shell (quoted only when it needs to be)."""
-    return shlex.quote(text)
 
 
 MAX_NAMESPACES_NAMED: Final = 10  # namespaces listed by name when the chosen one is empty
@@ -87,7 +82,7 @@ def _other_namespaces(store: Store) -> list[str]:
     near = difflib.get_close_matches(store.namespace, list(counts), n=1)
     return [
         "namespaces with jobs: " + ", ".join(named),
-        f"did you mean --namespace {_shell_word(near[0])}? (or --all-namespaces for all of them)"
+        f"did you mean --namespace {shlex.quote(near[0])}? (or --all-namespaces for all of them)"
         if near
         else "choose one with --namespace NAME, or all of them with --all-namespaces",
     ]

@@ -19,7 +19,7 @@ from persched._model.instant import from_datetime
 from persched.metrics import SchedulerMetrics
 from persched.testing import FakeClock
 from tests.metrics.test_metrics import START, scrape, value
-from tests.support.helpers import TIMEOUT
+from tests.support.attempts import retried_slot
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -34,22 +34,9 @@ def clock() -> FakeClock:
 
 
 def _run_the_slot(sched: JobScheduler, clock: FakeClock) -> None:
-    """Schedule "flaky" (three attempts of its first slot) and "plain"; run them to the end of that slot."""
-    sched.schedule(
-        "flaky",
-        "tests.support.jobs:follow",
-        3600.0,
-        args=("flaky", ["error", "error", "ok"]),
-        start_in=0,
-        retries=3,
-        retry_delay_seconds=10,
-    )
-    sched.schedule("plain", "tests.support.jobs:record", 3600.0, args=("plain",), start_in=0)
-    sched.start()
-    assert sched.wait_idle(TIMEOUT)
-    for step in (10.0, 20.0):  # attempt 2 is due 10 s after the first ended, attempt 3 20 s after the second
-        clock.advance(step)
-        assert sched.wait_idle(TIMEOUT)
+    """Run "flaky"'s first slot to its end: attempt 2 is due 10 s after the first ended, attempt 3 20 s
+    after the second."""
+    retried_slot(sched, clock, "plain", (10.0, 20.0))
     assert sorted(run.attempt for run in sched.runs("flaky")) == [1, 2, 3]
 
 

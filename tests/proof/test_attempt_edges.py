@@ -19,12 +19,13 @@ from persched._store import db as _db
 from persched._store import migrate as _migrate
 from persched.testing import FakeClock
 from tests.support import jobs, race_jobs
+from tests.support.attempts import START, advance, settled_runs
 from tests.support.helpers import EPOCH, TIMEOUT
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from persched import Job, JobScheduler, Run
+    from persched import Job
     from tests.conftest import SchedulerFactory
 
 pytestmark = pytest.mark.every_engine
@@ -131,22 +132,10 @@ def test_a_pending_attempt_and_a_run_now_request_due_together_each_run_once(stor
 
 # --- on a scheduler, on a FakeClock at an odd instant ----------------------------------------------
 
-START: Final = 1_700_000_123.456789
-
 
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(START)
-
-
-def _runs(sched: JobScheduler, job_id: str) -> list[Run]:
-    assert sched.wait_idle(TIMEOUT)
-    return sorted(sched.runs(job_id, limit=1_000), key=lambda run: run.run_id or 0)
-
-
-def _advance(sched: JobScheduler, clock: FakeClock, seconds: float) -> None:
-    clock.advance(seconds)
-    assert sched.wait_idle(TIMEOUT)
 
 
 @pytest.mark.parametrize("restart", [False, True], ids=["running", "after-a-restart"])
@@ -165,8 +154,8 @@ def test_a_job_with_jitter_starts_its_attempt_exactly_when_due(
         retries=1,
         retry_delay_seconds=10,
     )
-    _advance(sched, clock, 1800)  # the first slot, whatever its jitter
-    [first] = _runs(sched, "jit")
+    advance(sched, clock, 1800)  # the first slot, whatever its jitter
+    [first] = settled_runs(sched, "jit")
     assert first.finished_at is not None
     job = sched.get_job("jit")
     assert job is not None
@@ -175,10 +164,10 @@ def test_a_job_with_jitter_starts_its_attempt_exactly_when_due(
         sched.shutdown()
         sched = make_scheduler(clock=clock, heartbeat_seconds=1.0, start=True)
         assert sched.wait_idle(TIMEOUT)
-    _advance(sched, clock, 10 - 0.000_001)
-    assert len(_runs(sched, "jit")) == 1
-    _advance(sched, clock, 0.000_001)
-    assert [(r.attempt, r.outcome) for r in _runs(sched, "jit")] == [(1, "error"), (2, "ok")]
+    advance(sched, clock, 10 - 0.000_001)
+    assert len(settled_runs(sched, "jit")) == 1
+    advance(sched, clock, 0.000_001)
+    assert [(r.attempt, r.outcome) for r in settled_runs(sched, "jit")] == [(1, "error"), (2, "ok")]
 
 
 def test_overlap_skip_gives_no_retry_once_the_run_outlasted_its_next_slot(
@@ -195,15 +184,15 @@ def test_overlap_skip_gives_no_retry_once_the_run_outlasted_its_next_slot(
     slot = running.scheduled_for
     clock.advance(130)  # the slots +60 and +120 pass while attempt 1 runs
     gate.release.set()
-    runs = _runs(sched, "ov")
+    runs = settled_runs(sched, "ov")
     assert [(r.attempt, r.outcome) for r in runs if r.outcome != "missed"] == [(1, "error")]
     job = sched.get_job("ov")
     assert job is not None
     # Its next slot (+60) came before the run ended: no attempt; the overlap dropped +60 and +120.
     assert (job.pending_attempt, job.next_run_at) == (None, slot + timedelta(seconds=180))
     assert len([r for r in caplog.records if "gave up" in r.getMessage()]) == 1
-    _advance(sched, clock, 50)  # +180: a slot of its own, attempt 1 again, and its retry pending
-    runs = [r for r in _runs(sched, "ov") if r.outcome != "missed"]
+    advance(sched, clock, 50)  # +180: a slot of its own, attempt 1 again, and its retry pending
+    runs = [r for r in settled_runs(sched, "ov") if r.outcome != "missed"]
     assert [(r.attempt, r.outcome, r.scheduled_for) for r in runs][-1] == (1, "error", slot + timedelta(seconds=180))
     assert sched.get_job("ov").pending_attempt == 2  # type: ignore[union-attr]
 
@@ -224,11 +213,11 @@ def test_catch_up_after_a_downtime_drops_the_passed_attempt_and_runs_each_missed
         retries=1,
         retry_delay_seconds=30,
     )
-    [first] = _runs(sched, "cu")
+    [first] = settled_runs(sched, "cu")
     sched.shutdown()
     clock.advance(150)  # down: the attempt (+30) and the slots +60, +120 pass
     again = make_scheduler(clock=clock, heartbeat_seconds=1.0, start=True)
-    runs = _runs(again, "cu")
+    runs = settled_runs(again, "cu")
     slot = first.scheduled_for
     assert [(r.attempt, r.outcome, r.scheduled_for) for r in runs] == [
         (1, "error", slot),
@@ -256,10 +245,10 @@ def test_a_hundred_retries_a_millisecond_apart_each_run_once_and_the_slot_is_giv
         retry_backoff=1.0,
         pause_after_failures=2,
     )
-    assert len(_runs(sched, "many")) == 1
+    assert len(settled_runs(sched, "many")) == 1
     for _ in range(100):
-        _advance(sched, clock, 0.0011)  # a little more than the delay: the clock's float steps
-    runs = _runs(sched, "many")
+        advance(sched, clock, 0.0011)  # a little more than the delay: the clock's float steps
+    runs = settled_runs(sched, "many")
     assert [r.attempt for r in runs] == list(range(1, 102))
     assert {r.scheduled_for for r in runs} == {runs[0].scheduled_for}
     job = sched.get_job("many")
@@ -290,8 +279,8 @@ def test_a_cron_retry_across_the_fall_back_is_due_in_elapsed_time_and_never_reac
         retry_backoff=1.0,
     )
     fires = sched.next_runs("dst", count=3)
-    _advance(sched, clock, 60)  # 05:30 UTC, 01:30 EDT
-    [first] = _runs(sched, "dst")
+    advance(sched, clock, 60)  # 05:30 UTC, 01:30 EDT
+    [first] = settled_runs(sched, "dst")
     assert first.scheduled_for == fires[0]
     assert first.finished_at is not None
     job = sched.get_job("dst")
@@ -299,13 +288,13 @@ def test_a_cron_retry_across_the_fall_back_is_due_in_elapsed_time_and_never_reac
     due = first.finished_at + timedelta(seconds=1800)  # elapsed time: 06:00 UTC, 01:00 EST
     if due < fires[1]:
         assert (job.pending_attempt, job.next_run_at) == (2, due)
-        _advance(sched, clock, 1800)
-        assert [(r.attempt, r.scheduled_for) for r in _runs(sched, "dst")][-1] == (2, fires[0])
+        advance(sched, clock, 1800)
+        assert [(r.attempt, r.scheduled_for) for r in settled_runs(sched, "dst")][-1] == (2, fires[0])
     else:
         assert (job.pending_attempt, job.next_run_at) == (None, fires[1])
     # No attempt at or after the next fire: whatever ran there is that fire's attempt 1.
-    _advance(sched, clock, 3600 * 2)
-    for run in _runs(sched, "dst"):
+    advance(sched, clock, 3600 * 2)
+    for run in settled_runs(sched, "dst"):
         assert run.scheduled_for in fires
         assert run.attempt == 1 or run.started_at < fires[fires.index(run.scheduled_for) + 1]
 
@@ -326,11 +315,11 @@ def test_a_huge_backoff_gives_up_or_is_capped(
         retry_backoff=1e300,  # attempt 3's delay overflows any float: no slot is that long
         retry_max_delay_seconds=cap,
     )
-    assert [r.attempt for r in _runs(sched, "huge")] == [1]
-    _advance(sched, clock, 10)
-    _advance(sched, clock, 20)
-    _advance(sched, clock, 20)
-    runs = _runs(sched, "huge")
+    assert [r.attempt for r in settled_runs(sched, "huge")] == [1]
+    advance(sched, clock, 10)
+    advance(sched, clock, 20)
+    advance(sched, clock, 20)
+    runs = settled_runs(sched, "huge")
     assert [r.attempt for r in runs] == attempts
     job = sched.get_job("huge")
     assert job is not None

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import random
-import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -25,9 +24,20 @@ from persched.errors import JobNotFoundError
 from tests.proof._settings import scale
 from tests.support import proof_jobs
 from tests.support.helpers import TIMEOUT, wait_until
-from tests.support.history import History, Op, RunRow, Start, assert_consistent, check, runs_from_url
+from tests.support.history import (
+    History,
+    Op,
+    RunRow,
+    Start,
+    assert_consistent,
+    check,
+    drive,
+    runs_from_url,
+    wait_until_live,
+)
 
 if TYPE_CHECKING:
+    import threading
     from collections.abc import Callable
 
 pytestmark = pytest.mark.every_engine
@@ -222,16 +232,7 @@ def test_random_operations_on_retrying_jobs_satisfy_the_checker(db_url: str, see
             start_in=0,
         )
         history.schedule(steady, "steady", 0.3)
-        barrier = threading.Barrier(threads_n)
-        threads = [
-            threading.Thread(target=_driver, args=(sched, history, key, seed + i, per_thread, barrier))
-            for i in range(threads_n)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(TIMEOUT * 6)
-        assert not any(t.is_alive() for t in threads)
+        drive(threads_n, lambda i, barrier: _driver(sched, history, key, seed + i, per_thread, barrier), TIMEOUT * 6)
         offset = sched._timebase._offset
         sched.run_now("steady")  # its run-now run fails (attempt 1) and is not retried
 
@@ -243,12 +244,7 @@ def test_random_operations_on_retrying_jobs_satisfy_the_checker(db_url: str, see
 
         wait_until(steady_done, message="the steady job's slot ran its third attempt and its run-now run failed")
 
-        def liveness_holds() -> bool:
-            so_far, started = history.snapshot()
-            problems = check(so_far, runs_from_url(db_url, offset), started, end=time.monotonic(), live_after=0.0)
-            return not [problem for problem in problems if problem.startswith("R4")]
-
-        wait_until(liveness_holds, timeout=TIMEOUT * 2, message="every job left scheduled ran its final generation")
+        wait_until_live(history, lambda: runs_from_url(db_url, offset), TIMEOUT * 2)
         end = time.monotonic()
     finally:
         sched.shutdown(wait=True, timeout=TIMEOUT)

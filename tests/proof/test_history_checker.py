@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import random
-import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -21,10 +20,22 @@ import pytest
 from persched import JobScheduler
 from tests.proof._settings import scale
 from tests.support import proof_jobs
-from tests.support.helpers import TIMEOUT, sqlite_path, wait_until
-from tests.support.history import History, Op, OpLog, RunRow, Start, assert_consistent, check, runs_from_db
+from tests.support.helpers import TIMEOUT, sqlite_path
+from tests.support.history import (
+    History,
+    Op,
+    OpLog,
+    RunRow,
+    Start,
+    assert_consistent,
+    check,
+    drive,
+    runs_from_db,
+    wait_until_live,
+)
 
 if TYPE_CHECKING:
+    import threading
     from pathlib import Path
 
 # --- the checker rejects bad histories ---------------------------------------------
@@ -237,30 +248,13 @@ def test_random_operations_from_many_threads_satisfy_the_checker(tmp_path: Path,
     sched = JobScheduler(url, workers=4, lease_seconds=30.0, synchronous="NORMAL")
     try:
         sched.start()
-        barrier = threading.Barrier(threads_n)
-        threads = [
-            threading.Thread(target=_driver, args=(sched, history, key, seed + i, per_thread, barrier))
-            for i in range(threads_n)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(TIMEOUT * 12)
-        assert not any(t.is_alive() for t in threads)
+        drive(threads_n, lambda i, barrier: _driver(sched, history, key, seed + i, per_thread, barrier), TIMEOUT * 12)
         ops, _ = history.snapshot()
         assert len(ops) == threads_n * per_thread
         offset = sched._timebase._offset
         path = sqlite_path(url)
 
-        def liveness_holds() -> bool:
-            """The checker's own R4: every job left scheduled claimed its final generation after
-            that schedule was invoked (an unchanged re-schedule returns a generation that may
-            have run before it; waiting for any run of it ended the history too early)."""
-            so_far, started = history.snapshot()
-            problems = check(so_far, runs_from_db(path, offset), started, end=time.monotonic(), live_after=0.0)
-            return not [problem for problem in problems if problem.startswith("R4")]
-
-        wait_until(liveness_holds, message="every job left scheduled ran its final generation")
+        wait_until_live(history, lambda: runs_from_db(path, offset), TIMEOUT)
         end = time.monotonic()
     finally:
         sched.shutdown(wait=True, timeout=TIMEOUT)

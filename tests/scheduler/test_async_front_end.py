@@ -224,7 +224,7 @@ def test_shutdown_lets_async_runs_on_the_loop_finish(db_url: str) -> None:
         clock.advance(5)
         await wait_loop_event("long:started")
         stopping = asyncio.create_task(sched.shutdown(wait=True))
-        while sched.scheduler._state != "stopped":
+        while sched.scheduler._lifecycle.state != "stopped":
             await asyncio.sleep(0.005)  # until shutdown began, bounded by BOUND
         assert not stopping.done()  # it waits for the run, which needs this loop: no deadlock
         async_jobs.loop_event("long").set()

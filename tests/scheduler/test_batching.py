@@ -119,11 +119,11 @@ def test_behind_a_backlog_the_next_claim_waits_for_every_busy_worker(
     dispatcher = _dispatcher(started, cycles, 3 * WORKERS, gather)
     wait_until(lambda: len(cycles.claimed()) == 1, message="the first claim")
     assert cycles.claimed() == [["j00", "j01", "j02", "j03"]]  # 8 entries left due: a backlog
-    dispatcher.complete(done(0))
+    dispatcher.handover.complete(done(0))
     # The dispatcher either gathers (waits for the three others) or claims at once.
     wait_until(lambda: gathering.is_set() or len(cycles.claimed()) > 1, message="the dispatcher's next step")
     for n in (1, 2, 3):
-        dispatcher.complete(done(n))
+        dispatcher.handover.complete(done(n))
     wait_until(lambda: len(cycles.written()) == WORKERS, message="the four completions written")
     # One cycle wrote the four completions and claimed four runs: one commit, not two or four.
     assert cycles.claimed()[1] == ["j04", "j05", "j06", "j07"]
@@ -135,7 +135,7 @@ def test_gathering_is_bounded_by_its_real_time(started: list[Dispatcher], cycles
     dispatcher = _dispatcher(started, cycles, 3 * WORKERS, gather)
     wait_until(lambda: len(cycles.claimed()) == 1, message="the first claim")
     freed = time.monotonic()
-    dispatcher.complete(done(0))  # the three other workers stay busy
+    dispatcher.handover.complete(done(0))  # the three other workers stay busy
     wait_until(lambda: len(cycles.claimed()) == 2, message="the claim for the one free worker")
     assert time.monotonic() - freed >= gather
     assert cycles.seen[1] == (["done-0"], ["j04"])
@@ -144,5 +144,5 @@ def test_gathering_is_bounded_by_its_real_time(started: list[Dispatcher], cycles
 def test_without_a_backlog_a_completion_is_written_at_once(started: list[Dispatcher], cycles: Cycles) -> None:
     dispatcher = _dispatcher(started, cycles, WORKERS - 1, gather=TIMEOUT * 6)  # fewer due than workers
     wait_until(lambda: len(cycles.claimed()) == 1, message="the first claim")
-    dispatcher.complete(done(0))  # two workers stay busy: nothing is behind, nothing waits
+    dispatcher.handover.complete(done(0))  # two workers stay busy: nothing is behind, nothing waits
     wait_until(lambda: cycles.written() == ["done-0"], message="the completion written without gathering")

@@ -50,7 +50,7 @@ def schedulers(url: str, clock: FakeClock) -> Iterator[list[JobScheduler]]:
     yield made
     jobs.release_all()
     for sched in reversed(made):
-        if sched._state == "running":
+        if sched._lifecycle.state == "running":
             sched.shutdown(wait=True, timeout=TIMEOUT)
 
 

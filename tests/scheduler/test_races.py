@@ -308,8 +308,8 @@ def test_completion_of_an_old_generation_vs_a_new_definition(
 def shutdown_workers_first(sched: JobScheduler, wait: bool = True, timeout: float | None = None) -> None:
     """A broken shutdown: no claim gate, and workers told to stop before the
     dispatcher has handed over the claim it is making."""
-    with sched._state_lock:
-        sched._state = "stopped"
+    with sched._lifecycle._state_lock:
+        sched._lifecycle.state = "stopped"
     sched._runs._stopping = True
     sched._dispatcher.stop()
     sched._dispatcher.pool.stop()
@@ -345,7 +345,7 @@ def test_shutdown_waits_for_a_claim_inside_the_store(
         assert seam.entered.wait(TIMEOUT)  # the dispatcher is inside the claim
         t = threading.Thread(target=shutdown, name="test-shutdown")
         t.start()
-        wait_until(lambda: sched._state == "stopped", message="shutdown began")
+        wait_until(lambda: sched._lifecycle.state == "stopped", message="shutdown began")
         assert not done.is_set()  # it cannot finish while the claim is open
         seam.go()
         t.join(TIMEOUT)

@@ -23,20 +23,19 @@ from persched._store.schema import jobs as jobs_table
 from persched.errors import InvalidJobError
 from persched.testing import FakeClock
 from tests.support import jobs
+from tests.support.attempts import START, started, stored_job
 from tests.support.helpers import TIMEOUT, finished_runs, wait_until
 from tests.support.seams import patch_store, store_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from persched import Job
     from persched._engine.events import Event
     from persched._model.instant import Instant
     from tests.conftest import SchedulerFactory
 
 pytestmark = pytest.mark.every_engine
 
-START: Final = 1_700_000_123.456789  # an odd instant
 EVERY: Final = 10.0
 NOTE: Final = "paused after 3 consecutive failures"
 
@@ -44,16 +43,6 @@ NOTE: Final = "paused after 3 consecutive failures"
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(START)
-
-
-def _scheduler(factory: SchedulerFactory, clock: FakeClock) -> JobScheduler:
-    return factory(clock=clock, heartbeat_seconds=1.0, start=True)
-
-
-def _job(sched: JobScheduler, job_id: str) -> Job:
-    job = sched.get_job(job_id)
-    assert job is not None
-    return job
 
 
 def _run_slots(sched: JobScheduler, clock: FakeClock, job_id: str, total: int) -> None:
@@ -86,17 +75,17 @@ def _pause_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 def test_fewer_failures_in_a_row_than_n_never_pause(
     make_scheduler: SchedulerFactory, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    sched = _scheduler(make_scheduler, clock)
+    sched = started(make_scheduler, clock)
     events = _paused_events(sched)
     script = ["error", "error", "ok", "error", "error"]  # N - 1, a success, N - 1
     with caplog.at_level(logging.WARNING, logger="persched"):
         sched.schedule("a", jobs.follow, EVERY, args=("a", script), start_in=0, pause_after_failures=3)
         _run_slots(sched, clock, "a", len(script))
-    job = _job(sched, "a")
+    job = stored_job(sched, "a")
     assert (job.paused, job.pause_note, job.failure_streak, job.pause_after_failures) == (False, None, 2, 3)
     assert [r.outcome for r in reversed(finished_runs(sched, "a"))] == script
     _run_slots(sched, clock, "a", len(script) + 1)  # and it goes on running (a success past the script)
-    assert _job(sched, "a").failure_streak == 0
+    assert stored_job(sched, "a").failure_streak == 0
     assert events == []
     assert _pause_warnings(caplog) == []
 
@@ -104,14 +93,14 @@ def test_fewer_failures_in_a_row_than_n_never_pause(
 def test_n_failures_in_a_row_pause_the_job_with_a_note_an_event_and_one_warning(
     make_scheduler: SchedulerFactory, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    sched = _scheduler(make_scheduler, clock)
+    sched = started(make_scheduler, clock)
     events = _paused_events(sched)
     with caplog.at_level(logging.WARNING, logger="persched"):
         script = ["ok", "error", "error", "error"]
         sched.schedule("a", jobs.follow, EVERY, args=("a", script), start_in=0, pause_after_failures=3)
         _run_slots(sched, clock, "a", 4)
         wait_until(lambda: len(events) == 1, message="the job_paused event")
-    job = _job(sched, "a")
+    job = stored_job(sched, "a")
     assert (job.paused, job.state.value, job.pause_note, job.failure_streak) == (True, "paused", NOTE, 3)
     (event,) = events
     assert (event.kind, event.job_id, event.generation) == ("job_paused", "a", job.generation)
@@ -124,59 +113,59 @@ def test_n_failures_in_a_row_pause_the_job_with_a_note_an_event_and_one_warning(
     assert len(jobs.calls("a")) == 4
     # A resume clears the note and the count: N more failures before it pauses again.
     assert sched.resume("a")
-    job = _job(sched, "a")
+    job = stored_job(sched, "a")
     assert (job.paused, job.pause_note, job.failure_streak) == (False, None, 0)
     clock.advance(EVERY)
     wait_until(lambda: len(jobs.calls("a")) == 5, message="the first slot after the resume")
-    wait_until(lambda: _job(sched, "a").last_outcome == "ok", message="its outcome")
-    assert not _job(sched, "a").paused
+    wait_until(lambda: stored_job(sched, "a").last_outcome == "ok", message="its outcome")
+    assert not stored_job(sched, "a").paused
 
 
 def test_the_count_survives_a_restart(make_scheduler: SchedulerFactory, clock: FakeClock) -> None:
-    first = _scheduler(make_scheduler, clock)
+    first = started(make_scheduler, clock)
     first.schedule("a", jobs.fail, EVERY, args=("a", "down"), start_in=0, pause_after_failures=3)
     _run_slots(first, clock, "a", 2)
-    assert _job(first, "a").failure_streak == 2
+    assert stored_job(first, "a").failure_streak == 2
     first.shutdown(wait=True, timeout=TIMEOUT)
-    second = _scheduler(make_scheduler, clock)
-    assert _job(second, "a").failure_streak == 2
+    second = started(make_scheduler, clock)
+    assert stored_job(second, "a").failure_streak == 2
     clock.advance(EVERY)
-    wait_until(lambda: _job(second, "a").paused, message="paused by the third failure, after the restart")
-    job = _job(second, "a")
+    wait_until(lambda: stored_job(second, "a").paused, message="paused by the third failure, after the restart")
+    job = stored_job(second, "a")
     assert (job.pause_note, job.failure_streak, len(jobs.calls("a"))) == (NOTE, 3, 3)
 
 
 def test_a_replacement_starts_the_count_again(make_scheduler: SchedulerFactory, clock: FakeClock) -> None:
-    sched = _scheduler(make_scheduler, clock)
+    sched = started(make_scheduler, clock)
     sched.schedule("a", jobs.fail, EVERY, args=("a", "down"), start_in=0, pause_after_failures=3)
     _run_slots(sched, clock, "a", 2)
     replaced = sched.schedule("a", jobs.fail, EVERY, args=("a", "still down"), pause_after_failures=3)
     assert (replaced.generation, replaced.failure_streak) == (2, 0)
     _run_slots(sched, clock, "a", 4)  # two more, of generation 2
-    job = _job(sched, "a")
+    job = stored_job(sched, "a")
     assert (job.paused, job.failure_streak) == (False, 2)
     # An unchanged declaration keeps the generation, and the count with it.
     assert sched.schedule("a", jobs.fail, EVERY, args=("a", "still down"), pause_after_failures=3).failure_streak == 2
 
 
 def test_a_job_without_the_option_is_never_paused(make_scheduler: SchedulerFactory, clock: FakeClock) -> None:
-    sched = _scheduler(make_scheduler, clock)
+    sched = started(make_scheduler, clock)
     sched.schedule("a", jobs.fail, EVERY, args=("a", "down"), start_in=0)
     _run_slots(sched, clock, "a", 4)
-    job = _job(sched, "a")
+    job = stored_job(sched, "a")
     assert (job.paused, job.failure_streak, job.error_count) == (False, 4, 4)
 
 
 def test_a_pause_of_its_own_is_kept_with_its_note(make_scheduler: SchedulerFactory, clock: FakeClock) -> None:
     """The Nth failure of a job that someone paused while it ran leaves that pause and its note as they are."""
-    sched = _scheduler(make_scheduler, clock)
+    sched = started(make_scheduler, clock)
     sched.schedule("a", jobs.block_then_fail, EVERY, args=("a",), start_in=0, pause_after_failures=1)
     gate = jobs.gate("a")
     assert gate.started.wait(TIMEOUT)
     assert sched.pause("a", note="maintenance")
     gate.release.set()
-    wait_until(lambda: _job(sched, "a").last_outcome == "error", message="the failure recorded")
-    job = _job(sched, "a")
+    wait_until(lambda: stored_job(sched, "a").last_outcome == "error", message="the failure recorded")
+    job = stored_job(sched, "a")
     assert (job.paused, job.pause_note, job.failure_streak) == (True, "maintenance", 1)
 
 
@@ -211,39 +200,39 @@ def _keeping_the_count(store: Store) -> Callable[..., object]:
 def test_a_resume_before_the_nth_failure_is_recorded_is_never_undone(
     make_scheduler: SchedulerFactory, clock: FakeClock, broken: bool
 ) -> None:
-    sched = _scheduler(make_scheduler, clock)
+    sched = started(make_scheduler, clock)
     store = store_of(sched)
     resume: dict[str, Any] = {"side_effect": _keeping_the_count(store)} if broken else {"wraps": store.resume_job}
     with patch_store(sched, "resume_job", **resume):
         sched.schedule("a", jobs.fail_then_block, EVERY, args=("a",), start_in=0, pause_after_failures=2)
-        wait_until(lambda: _job(sched, "a").failure_streak == 1, message="the first failure")
+        wait_until(lambda: stored_job(sched, "a").failure_streak == 1, message="the first failure")
         clock.advance(EVERY)
         gate = jobs.gate("a")
         assert gate.started.wait(TIMEOUT)  # the second run is in flight; it will fail
         assert sched.pause("a", note="looking into it")
         assert sched.resume("a")  # the operator is done: the count starts again
         gate.release.set()
-        wait_until(lambda: _job(sched, "a").run_count == 2, message="the second failure recorded")
-    job = _job(sched, "a")
+        wait_until(lambda: stored_job(sched, "a").run_count == 2, message="the second failure recorded")
+    job = stored_job(sched, "a")
     assert (job.paused, job.pause_note, job.failure_streak, job.last_outcome) == (False, None, 1, "error")
 
 
 def test_a_failure_recorded_while_an_operator_paused_the_job_leaves_that_pause_alone(
     make_scheduler: SchedulerFactory, clock: FakeClock
 ) -> None:
-    sched = _scheduler(make_scheduler, clock)
+    sched = started(make_scheduler, clock)
     sched.schedule("a", jobs.fail_then_block, EVERY, args=("a",), start_in=0, pause_after_failures=2)
-    wait_until(lambda: _job(sched, "a").failure_streak == 1, message="the first failure")
+    wait_until(lambda: stored_job(sched, "a").failure_streak == 1, message="the first failure")
     clock.advance(EVERY)
     gate = jobs.gate("a")
     assert gate.started.wait(TIMEOUT)
     assert sched.pause("a", note="looking into it")
     gate.release.set()
-    wait_until(lambda: _job(sched, "a").run_count == 2, message="the second failure recorded")
-    job = _job(sched, "a")
+    wait_until(lambda: stored_job(sched, "a").run_count == 2, message="the second failure recorded")
+    job = stored_job(sched, "a")
     assert (job.paused, job.pause_note, job.failure_streak) == (True, "looking into it", 2)
     assert sched.resume("a")
-    job = _job(sched, "a")
+    job = stored_job(sched, "a")
     assert (job.paused, job.pause_note, job.failure_streak) == (False, None, 0)
 
 
@@ -275,7 +264,7 @@ def test_two_threads_never_double_the_warning(
     make_scheduler: SchedulerFactory, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Two jobs that reach their count in the same cycle: one WARNING and one event each."""
-    sched = _scheduler(make_scheduler, clock)
+    sched = started(make_scheduler, clock)
     events = _paused_events(sched)
     with caplog.at_level(logging.WARNING, logger="persched"):
         for job_id in ("a", "b"):

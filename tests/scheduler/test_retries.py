@@ -23,42 +23,21 @@ from persched._store.health import problems
 from persched.errors import InvalidJobError
 from persched.testing import FakeClock
 from tests.support import jobs
+from tests.support.attempts import START, advance, settled_runs, started, stored_job
 from tests.support.helpers import TIMEOUT, db_sql
 
 if TYPE_CHECKING:
-    from persched import Job, JobScheduler, Run
+    from persched import Job, JobScheduler
     from tests.conftest import SchedulerFactory
 
 pytestmark = pytest.mark.every_engine
 
-START: Final = 1_700_000_123.456789  # an odd instant
 US: Final = 0.000_001
 
 
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(START)
-
-
-def _scheduler(factory: SchedulerFactory, clock: FakeClock) -> JobScheduler:
-    return factory(clock=clock, heartbeat_seconds=1.0, start=True)
-
-
-def _job(sched: JobScheduler, job_id: str) -> Job:
-    job = sched.get_job(job_id)
-    assert job is not None
-    return job
-
-
-def _runs(sched: JobScheduler, job_id: str) -> list[Run]:
-    """The runs of `job_id`, oldest first, each waited for to its outcome."""
-    assert sched.wait_idle(TIMEOUT)
-    return sorted(sched.runs(job_id, limit=1_000), key=lambda run: run.run_id or 0)
-
-
-def _advance(sched: JobScheduler, clock: FakeClock, seconds: float) -> None:
-    clock.advance(seconds)
-    assert sched.wait_idle(TIMEOUT)
 
 
 def _failing(sched: JobScheduler, job_id: str, script: list[str], every: float, **options: Any) -> Job:  # noqa: ANN401
@@ -70,30 +49,30 @@ def _failing(sched: JobScheduler, job_id: str, script: list[str], every: float, 
 def test_each_attempt_starts_exactly_when_due_and_runs_the_same_slot(
     make_scheduler: SchedulerFactory, clock: FakeClock
 ) -> None:
-    sched = _scheduler(make_scheduler, clock)
+    sched = started(make_scheduler, clock)
     _failing(sched, "flaky", ["error", "error", "ok"], 3600.0, retries=3, retry_delay_seconds=10, retry_backoff=2)
-    [first] = _runs(sched, "flaky")
+    [first] = settled_runs(sched, "flaky")
     assert (first.attempt, first.outcome) == (1, "error")
     assert first.finished_at is not None
-    job = _job(sched, "flaky")
+    job = stored_job(sched, "flaky")
     assert job.pending_attempt == 2
     assert job.next_run_at == first.finished_at + timedelta(seconds=10)
 
-    _advance(sched, clock, 10 - US)  # one microsecond early: nothing
-    assert len(_runs(sched, "flaky")) == 1
-    _advance(sched, clock, US)
-    second = _runs(sched, "flaky")[-1]
+    advance(sched, clock, 10 - US)  # one microsecond early: nothing
+    assert len(settled_runs(sched, "flaky")) == 1
+    advance(sched, clock, US)
+    second = settled_runs(sched, "flaky")[-1]
     assert (second.attempt, second.outcome, second.scheduled_for) == (2, "error", first.scheduled_for)
     assert second.finished_at is not None
-    assert _job(sched, "flaky").next_run_at == second.finished_at + timedelta(seconds=20)  # backoff 2
+    assert stored_job(sched, "flaky").next_run_at == second.finished_at + timedelta(seconds=20)  # backoff 2
 
-    _advance(sched, clock, 20 - US)
-    assert len(_runs(sched, "flaky")) == 2
-    _advance(sched, clock, US)
-    runs = _runs(sched, "flaky")
+    advance(sched, clock, 20 - US)
+    assert len(settled_runs(sched, "flaky")) == 2
+    advance(sched, clock, US)
+    runs = settled_runs(sched, "flaky")
     assert [(r.attempt, r.outcome) for r in runs] == [(1, "error"), (2, "error"), (3, "ok")]
     assert {r.scheduled_for for r in runs} == {first.scheduled_for}
-    job = _job(sched, "flaky")
+    job = stored_job(sched, "flaky")
     assert job.pending_attempt is None
     assert job.next_run_at == first.scheduled_for + timedelta(hours=1)  # back on its grid
     assert job.failure_streak == 0  # the slot succeeded in the end
@@ -103,13 +82,13 @@ def test_each_attempt_starts_exactly_when_due_and_runs_the_same_slot(
 def test_an_attempt_never_reaches_the_next_slot(
     make_scheduler: SchedulerFactory, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    sched = _scheduler(make_scheduler, clock)
+    sched = started(make_scheduler, clock)
     # Attempt 2 at +25 s; attempt 3 would come 50 s after that, past the next slot at +60 s.
     _failing(sched, "tight", ["error", "error", "ok"], 60.0, retries=5, retry_delay_seconds=25)
-    [first] = _runs(sched, "tight")
-    _advance(sched, clock, 25)
-    assert [r.attempt for r in _runs(sched, "tight")] == [1, 2]
-    job = _job(sched, "tight")
+    [first] = settled_runs(sched, "tight")
+    advance(sched, clock, 25)
+    assert [r.attempt for r in settled_runs(sched, "tight")] == [1, 2]
+    job = stored_job(sched, "tight")
     assert job.pending_attempt is None
     assert job.next_run_at == first.scheduled_for + timedelta(seconds=60)
     gave_up = [r.getMessage() for r in caplog.records if "gave up" in r.getMessage()]
@@ -117,8 +96,8 @@ def test_an_attempt_never_reaches_the_next_slot(
     assert "after 2 attempts" in gave_up[0]
     assert job.failure_streak == 1  # the slot ended in failure
 
-    _advance(sched, clock, 35)  # the next slot runs as its own first attempt, and succeeds
-    runs = _runs(sched, "tight")
+    advance(sched, clock, 35)  # the next slot runs as its own first attempt, and succeeds
+    runs = settled_runs(sched, "tight")
     assert [(r.attempt, r.outcome) for r in runs] == [(1, "error"), (2, "error"), (1, "ok")]
     assert runs[-1].scheduled_for == first.scheduled_for + timedelta(seconds=60)
 
@@ -126,7 +105,7 @@ def test_an_attempt_never_reaches_the_next_slot(
 def test_the_delay_is_capped_and_a_fixed_delay_job_retries_before_its_next_run(
     make_scheduler: SchedulerFactory, clock: FakeClock
 ) -> None:
-    sched = _scheduler(make_scheduler, clock)
+    sched = started(make_scheduler, clock)
     sched.schedule(
         "fd",
         jobs.follow,
@@ -139,82 +118,82 @@ def test_the_delay_is_capped_and_a_fixed_delay_job_retries_before_its_next_run(
         retry_backoff=3,
         retry_max_delay_seconds=150,
     )
-    assert [r.attempt for r in _runs(sched, "fd")] == [1]
-    _advance(sched, clock, 100)  # attempt 2
-    _advance(sched, clock, 150)  # attempt 3: 300 s capped at 150 s
-    runs = _runs(sched, "fd")
+    assert [r.attempt for r in settled_runs(sched, "fd")] == [1]
+    advance(sched, clock, 100)  # attempt 2
+    advance(sched, clock, 150)  # attempt 3: 300 s capped at 150 s
+    runs = settled_runs(sched, "fd")
     assert [r.attempt for r in runs] == [1, 2, 3]
     last = runs[-1]
     assert last.finished_at is not None
     # Attempt 4 would be due 150 s after attempt 3 ended, before the next run (600 s after that end).
-    assert _job(sched, "fd").next_run_at == last.finished_at + timedelta(seconds=150)
-    _advance(sched, clock, 150)
-    runs = _runs(sched, "fd")
+    assert stored_job(sched, "fd").next_run_at == last.finished_at + timedelta(seconds=150)
+    advance(sched, clock, 150)
+    runs = settled_runs(sched, "fd")
     assert [(r.attempt, r.outcome) for r in runs][-1] == (4, "ok")
     ended = runs[-1].finished_at
     assert ended is not None
-    assert _job(sched, "fd").next_run_at == ended + timedelta(seconds=600)
+    assert stored_job(sched, "fd").next_run_at == ended + timedelta(seconds=600)
 
 
 def test_pause_deschedule_and_replacement_drop_a_pending_attempt(
     make_scheduler: SchedulerFactory, clock: FakeClock
 ) -> None:
-    sched = _scheduler(make_scheduler, clock)
+    sched = started(make_scheduler, clock)
     for job_id in ("paused", "gone", "replaced"):
         _failing(sched, job_id, ["error"], 3600.0, retries=2, retry_delay_seconds=10)
         assert sched.wait_idle(TIMEOUT)
-        assert _job(sched, job_id).pending_attempt == 2
+        assert stored_job(sched, job_id).pending_attempt == 2
     sched.pause("paused")
     sched.deschedule("gone")
     sched.schedule("replaced", jobs.follow, 3600.0, args=("replaced", []), retries=2, retry_delay_seconds=11)
-    assert _job(sched, "paused").pending_attempt is None
-    assert _job(sched, "replaced").pending_attempt is None
-    _advance(sched, clock, 30)
+    assert stored_job(sched, "paused").pending_attempt is None
+    assert stored_job(sched, "replaced").pending_attempt is None
+    advance(sched, clock, 30)
     for job_id in ("paused", "gone", "replaced"):
-        assert [r.attempt for r in _runs(sched, job_id)] == [1], job_id
+        assert [r.attempt for r in settled_runs(sched, job_id)] == [1], job_id
     sched.resume("paused")  # back on its grid: the dropped attempt does not come back
-    _advance(sched, clock, 30)
-    assert [r.attempt for r in _runs(sched, "paused")] == [1]
+    advance(sched, clock, 30)
+    assert [r.attempt for r in settled_runs(sched, "paused")] == [1]
 
 
 def test_a_run_now_run_is_never_retried_and_leaves_a_pending_attempt_alone(
     make_scheduler: SchedulerFactory, clock: FakeClock
 ) -> None:
-    sched = _scheduler(make_scheduler, clock)
+    sched = started(make_scheduler, clock)
     _failing(sched, "rn", ["error", "error", "ok"], 3600.0, retries=1, retry_delay_seconds=100)
-    [first] = _runs(sched, "rn")
-    pending_at = _job(sched, "rn").next_run_at
+    [first] = settled_runs(sched, "rn")
+    pending_at = stored_job(sched, "rn").next_run_at
     assert sched.run_now("rn")
     assert sched.wait_idle(TIMEOUT)
-    runs = _runs(sched, "rn")
+    runs = settled_runs(sched, "rn")
     assert [(r.attempt, r.run_now, r.outcome) for r in runs] == [(1, False, "error"), (1, True, "error")]
-    job = _job(sched, "rn")
+    job = stored_job(sched, "rn")
     assert (job.pending_attempt, job.next_run_at) == (2, pending_at)
-    _advance(sched, clock, 100)
-    last = _runs(sched, "rn")[-1]
+    advance(sched, clock, 100)
+    last = settled_runs(sched, "rn")[-1]
     assert (last.attempt, last.scheduled_for, last.outcome) == (2, first.scheduled_for, "ok")
 
 
 def test_a_pending_attempt_survives_a_restart_and_is_dropped_once_its_slot_passed(
     make_scheduler: SchedulerFactory, clock: FakeClock
 ) -> None:
-    sched = _scheduler(make_scheduler, clock)
+    sched = started(make_scheduler, clock)
     _failing(sched, "kept", ["error", "ok"], 3600.0, retries=1, retry_delay_seconds=10)
     _failing(sched, "late", ["error", "ok"], 60.0, retries=1, retry_delay_seconds=10)
     assert sched.wait_idle(TIMEOUT)
-    [kept_first] = _runs(sched, "kept")
-    [late_first] = _runs(sched, "late")
+    [kept_first] = settled_runs(sched, "kept")
+    [late_first] = settled_runs(sched, "late")
     sched.shutdown()
 
     clock.advance(65)  # no scheduler runs: "kept"'s attempt is due and its slot current; "late"'s slot passed
-    again = _scheduler(make_scheduler, clock)
+    again = started(make_scheduler, clock)
     assert again.wait_idle(TIMEOUT)
-    kept = _runs(again, "kept")
+    kept = settled_runs(again, "kept")
     assert [(r.attempt, r.scheduled_for, r.outcome) for r in kept] == [
         (1, kept_first.scheduled_for, "error"),
         (2, kept_first.scheduled_for, "ok"),
     ]
-    late = _runs(again, "late")
+    late = settled_runs(again, "late")
     # Its attempt 2 never ran: the next slot (+60 s) ran instead, as its first attempt.
     assert [(r.attempt, r.scheduled_for) for r in late if r.outcome != "missed"] == [
         (1, late_first.scheduled_for),
@@ -279,22 +258,22 @@ def test_gave_up_is_logged_once_per_slot(
     make_scheduler: SchedulerFactory, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="persched")
-    sched = _scheduler(make_scheduler, clock)
+    sched = started(make_scheduler, clock)
     _failing(sched, "doomed", ["error"] * 10, 3600.0, retries=2, retry_delay_seconds=5, retry_backoff=1)
-    assert [r.attempt for r in _runs(sched, "doomed")] == [1]
-    _advance(sched, clock, 5)
-    _advance(sched, clock, 5)
-    assert [(r.attempt, r.outcome) for r in _runs(sched, "doomed")] == [(1, "error"), (2, "error"), (3, "error")]
+    assert [r.attempt for r in settled_runs(sched, "doomed")] == [1]
+    advance(sched, clock, 5)
+    advance(sched, clock, 5)
+    assert [(r.attempt, r.outcome) for r in settled_runs(sched, "doomed")] == [(1, "error"), (2, "error"), (3, "error")]
     gave_up = [r.getMessage() for r in caplog.records if "gave up" in r.getMessage()]
     assert len(gave_up) == 1
     assert "after 3 attempts" in gave_up[0]
-    assert _job(sched, "doomed").failure_streak == 1
+    assert stored_job(sched, "doomed").failure_streak == 1
 
 
 def test_persched_check_counts_failed_slots_not_failed_attempts(
     make_scheduler: SchedulerFactory, clock: FakeClock, db_url: str
 ) -> None:
-    sched = _scheduler(make_scheduler, clock)
+    sched = started(make_scheduler, clock)
     _failing(sched, "flaky", ["error"] * 20, 60.0, retries=2, retry_delay_seconds=5, retry_backoff=1)
     engine = _db.make_engine(db_url)
     reader = Store(engine, _db.mask(engine.url))
@@ -304,17 +283,17 @@ def test_persched_check_counts_failed_slots_not_failed_attempts(
             now = Instant(micros(clock.now()))
             return [p.job_id or "" for p in problems(reader, now, failures=slots) if p.kind == "failing"]
 
-        assert [r.attempt for r in _runs(sched, "flaky")] == [1]
+        assert [r.attempt for r in settled_runs(sched, "flaky")] == [1]
         assert failing(1) == []  # attempt 1 failed, and its slot has an attempt pending: not settled
-        _advance(sched, clock, 5)
-        _advance(sched, clock, 5)
-        assert [r.attempt for r in _runs(sched, "flaky")] == [1, 2, 3]
+        advance(sched, clock, 5)
+        advance(sched, clock, 5)
+        assert [r.attempt for r in settled_runs(sched, "flaky")] == [1, 2, 3]
         assert failing(1) == ["flaky"]
         assert failing(2) == []  # three failed attempts are one failed slot
-        _advance(sched, clock, 50)  # the next slot: attempts 1, 2 and 3 fail too
-        _advance(sched, clock, 5)
-        _advance(sched, clock, 5)
-        assert [r.attempt for r in _runs(sched, "flaky")] == [1, 2, 3, 1, 2, 3]
+        advance(sched, clock, 50)  # the next slot: attempts 1, 2 and 3 fail too
+        advance(sched, clock, 5)
+        advance(sched, clock, 5)
+        assert [r.attempt for r in settled_runs(sched, "flaky")] == [1, 2, 3, 1, 2, 3]
         assert failing(2) == ["flaky"]
         assert failing(3) == []
     finally:
@@ -324,11 +303,11 @@ def test_persched_check_counts_failed_slots_not_failed_attempts(
 def test_a_hand_edited_attempt_past_the_jobs_retries_is_not_run(
     make_scheduler: SchedulerFactory, clock: FakeClock, db_url: str
 ) -> None:
-    sched = _scheduler(make_scheduler, clock)
+    sched = started(make_scheduler, clock)
     _failing(sched, "edited", ["error"], 3600.0, retries=2, retry_delay_seconds=10)
-    [first] = _runs(sched, "edited")
+    [first] = settled_runs(sched, "edited")
     db_sql(db_url, "UPDATE persched_jobs SET retry_attempt = 99 WHERE job_id = 'edited'")
-    _advance(sched, clock, 10)
-    assert [r.attempt for r in _runs(sched, "edited")] == [1]  # attempt 99 never starts: the slot gave up
-    job = _job(sched, "edited")
+    advance(sched, clock, 10)
+    assert [r.attempt for r in settled_runs(sched, "edited")] == [1]  # attempt 99 never starts: the slot gave up
+    job = stored_job(sched, "edited")
     assert (job.pending_attempt, job.next_run_at) == (None, first.scheduled_for + timedelta(hours=1))

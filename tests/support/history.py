@@ -63,11 +63,26 @@ from datetime import datetime, timezone
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any, Final
 
+from tests.support.helpers import wait_until
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
     from pathlib import Path
 
-__all__ = ["History", "Op", "OpLog", "RunRow", "Start", "assert_consistent", "check", "describe", "runs_from_db", "ts"]
+__all__ = [
+    "History",
+    "Op",
+    "OpLog",
+    "RunRow",
+    "Start",
+    "assert_consistent",
+    "check",
+    "describe",
+    "drive",
+    "runs_from_db",
+    "ts",
+    "wait_until_live",
+]
 
 OUTCOMES: Final = frozenset({"ok", "error", "lost", "stopped", None})
 RETRIED: Final = frozenset({"error", "lost"})  # the outcomes a later attempt of the slot may follow
@@ -457,6 +472,31 @@ def _attempt_problems(runs: list[RunRow], starts: list[Start], timed: bool) -> l
                 f"before attempt {k - 1}'s (run {before_start.run_id}) ended"
             )
     return problems
+
+
+def drive(count: int, driver: Callable[[int, threading.Barrier], None], timeout: float) -> None:
+    """Run ``driver(i, barrier)`` on `count` threads that start together at `barrier`; fail unless
+    every one ended within `timeout` real seconds."""
+    barrier = threading.Barrier(count)
+    threads = [threading.Thread(target=driver, args=(i, barrier)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+    assert not any(thread.is_alive() for thread in threads)
+
+
+def wait_until_live(history: History, runs: Callable[[], list[RunRow]], timeout: float) -> None:
+    """Wait until the checker's own R4 holds: every job left scheduled claimed its final generation
+    after that schedule was invoked (an unchanged re-schedule returns a generation that may have
+    run before it; waiting for any run of it would end the history too early)."""
+
+    def live() -> bool:
+        so_far, started = history.snapshot()
+        problems = check(so_far, runs(), started, end=time.monotonic(), live_after=0.0)
+        return not [problem for problem in problems if problem.startswith("R4")]
+
+    wait_until(live, timeout=timeout, message="every job left scheduled ran its final generation")
 
 
 def assert_consistent(ops: list[Op], runs: list[RunRow], starts: list[Start], **options: Any) -> None:  # noqa: ANN401

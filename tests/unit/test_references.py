@@ -2,9 +2,12 @@
 
 Two checks, read from the files without a database:
 
-- no comment, docstring or string under persched/ or tests/ cites a document
-  or a tracker the repository does not hold (the contract a reader has is
+- no comment, docstring or string of the code (persched/, tests/,
+  benchmarks/, migrations/, examples/), and no page of their Markdown, of
+  docs/, README.md or CONTRIBUTING.md, cites a document or a tracker the
+  repository does not hold (the contract a reader has is
   docs/reference/behaviour.md: cite a page and its heading, or a test);
+  CHANGELOG.md keeps its history;
 - every backticked ``persched.…`` dotted name in a docstring under persched/
   and in a documentation page (docs/, README.md) names a module or an
   attribute that exists: the module is imported and the rest looked up with
@@ -20,6 +23,7 @@ import ast
 import importlib
 import re
 from pathlib import Path
+from typing import Final
 
 import pytest
 
@@ -39,6 +43,9 @@ _UNFOLLOWABLE = re.compile(
         )
     )
 )
+# Where the code and its pages are read for such citations.
+_CODE_FOLDERS: Final = ("persched", "tests", "benchmarks", "migrations", "examples")
+_PAGES: Final = ("README.md", "CONTRIBUTING.md")
 _DOTTED = re.compile(r"`(persched(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`")
 _FILE_NAME = re.compile(r"\.(?:db|py|md|toml|ini|cfg|txt|json|sqlite3?|localhost)$")  # and host names
 _FRAMEWORK_MODULES = ("persched.integrations.django.",)
@@ -54,13 +61,20 @@ def _doc_pages() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
-def unfollowable(paths: list[Path]) -> list[str]:
+def citing_files(root: Path = ROOT) -> list[Path]:
+    """The files whose text may cite only what the repository holds (module docstring)."""
+    code = [path for folder in _CODE_FOLDERS for suffix in ("*.py", "*.md") for path in (root / folder).rglob(suffix)]
+    pages = [root / name for name in _PAGES if (root / name).is_file()]
+    return sorted(path for path in [*code, *pages, *(root / "docs").rglob("*.md")] if path.resolve() != THIS)
+
+
+def unfollowable(paths: list[Path], root: Path = ROOT) -> list[str]:
     """`path:line: text` of each line that cites what the repository does not hold."""
     hits = []
     for path in paths:
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if _UNFOLLOWABLE.search(line):
-                hits.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+                hits.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
     return hits
 
 
@@ -113,7 +127,7 @@ def unresolved(texts: list[tuple[str, str]]) -> list[str]:
 
 
 def test_no_citation_of_what_the_repository_does_not_hold() -> None:
-    hits = unfollowable(_python_files("persched", "tests"))
+    hits = unfollowable(citing_files())
     assert not hits, f"{len(hits)} citations a reader cannot follow:\n" + "\n".join(hits)
 
 
@@ -146,6 +160,27 @@ def test_backticked_names_in_docs_resolve() -> None:
 )
 def test_the_citation_pattern(line: str, cites: bool) -> None:
     assert bool(_UNFOLLOWABLE.search(line)) is cites
+
+
+def test_a_citation_is_found_in_every_folder_read(tmp_path: Path) -> None:
+    places = [
+        "persched/m.py",
+        "tests/t.py",
+        "benchmarks/b.py",
+        "benchmarks/README.md",
+        "migrations/versions/0099_x.py",
+        "examples/e.py",
+        "docs/how-to/page.md",
+        "README.md",
+        "CONTRIBUTING.md",
+    ]
+    for place in places:
+        (tmp_path / place).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / place).write_text("ok\n# reserve before the claim: " + "SP" + "EC §2\n", encoding="utf-8")
+    (tmp_path / "CHANGELOG.md").write_text("- (" + "iss" + "ue 4) history\n", encoding="utf-8")
+    hits = unfollowable(citing_files(tmp_path), tmp_path)
+    assert sorted(hit.split(":")[0] for hit in hits) == sorted(places)
+    assert all(hit.split(":")[1] == "2" for hit in hits)
 
 
 def test_the_name_check() -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Final
 from persched import JobScheduler
 from persched._model.instant import micros
 from persched.testing import FakeClock
+from tests.support.attempts import retried_slot
 from tests.support.helpers import TIMEOUT
 from tests.web.conftest import START, serve_app
 from tests.web.test_app import request
@@ -31,21 +32,7 @@ def _history(url: str, clock: FakeClock) -> list[Run]:
     """Make the history; return flaky's runs, oldest first."""
     sched = JobScheduler(url, clock=clock)
     try:
-        sched.schedule(
-            "flaky",
-            "tests.support.jobs:follow",
-            3600.0,
-            args=("flaky", ["error", "error", "ok"]),
-            start_in=0,
-            retries=3,
-            retry_delay_seconds=10,
-            retry_max_delay_seconds=600,
-        )
-        sched.schedule("good", "tests.support.jobs:record", 3600.0, args=("good",), start_in=0)
-        sched.start()
-        assert sched.wait_idle(TIMEOUT)
-        clock.advance(10)  # attempt 2; attempt 3 is due 20 s after it ended
-        assert sched.wait_idle(TIMEOUT)
+        retried_slot(sched, clock, "good", (10.0,), retry_max_delay_seconds=600)  # attempt 3: 20 s after attempt 2
         runs = sorted(sched.runs("flaky", limit=10), key=lambda run: run.run_id or 0)
     finally:
         sched.shutdown(wait=True, timeout=TIMEOUT)

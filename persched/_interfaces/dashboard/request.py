@@ -45,7 +45,6 @@ DEVICE_COOKIE: Final = "persched_device"  # + "_" + the port: a browser that sig
 MAX_FORM_BYTES: Final = 10_000
 MAX_QUERY_CHARS: Final = 2_000
 MAX_PARAMETERS: Final = 10
-FORM_FIELDS: Final = frozenset({"token", "id", "ns", "action", "csrf"})
 WHOLE: Final = re.compile(r"[0-9]{1,18}")  # ASCII digits only: str.isdigit() takes "²"
 
 

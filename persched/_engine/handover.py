@@ -1,0 +1,180 @@
+"""The hand-over between the dispatcher and its workers, and the account of reserved workers.
+
+The dispatcher reserves a worker for each entry it is about to claim
+(`Handover.reserve`), hands each won run to its reserved worker
+(`Handover.hand_over`, under the claim gate) and gives back the reservations
+that took no run (`Handover.give_back`). A worker hands its outcome in
+(`Handover.complete`), and the dispatcher's next cycle writes it. `Handover`
+makes the worker pool and the overrun watch that its callbacks serve.
+
+The account of reserved workers
+-------------------------------
+``free`` is the only count of workers: a cycle reserves one per entry it pops
+(a search as many as it may claim) before the claim, and gives back those
+that took no run; a worker's completion frees its worker. A run that hands an
+awaitable to the application's loop gives its worker back at once
+(`persched._engine.workers`: the pool calls the release); it is counted in
+``elsewhere`` until its completion, which frees no other worker.
+
+Locks
+-----
+The counts and the completions handed in are guarded by the dispatcher's
+condition (``cond``, `persched._engine.dispatcher`): the dispatcher reads and
+changes them under it, and the workers' callbacks take it. `hand_over` runs
+under the claim gate and takes only the overrun watch's lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Final
+
+from .. import _realtime
+from .._model.instant import seconds
+from .overrun import OverrunWatch
+from .workers import WorkerPool
+
+if TYPE_CHECKING:
+    import threading
+    from collections.abc import Callable
+
+    from .._store.records import Claim, Completion
+    from .runs import Dispatched, RunBook
+    from .timebase import Timebase
+
+__all__ = ["Handover"]
+
+logger = logging.getLogger(__name__)
+
+KILLED_EXIT_SECONDS: Final = 1.0  # after a stop grace, how long a shutdown waits for killed children to exit
+
+
+class Handover:
+    """The worker pool, the overrun watch, and the account of reserved workers and completions handed in.
+
+    Args:
+        cond: The dispatcher's condition, which guards the account (module docstring).
+        timebase: The scheduler's time frame.
+        runs: Writes outcomes and overruns (`persched._engine.runs.RunBook`).
+        workers: How many runs may be in flight at once (the worker pool's size).
+        allowed_modules: As for `WorkerPool`.
+        queue: Under ``cond``: queue what a write returned (the dispatcher's).
+    """
+
+    def __init__(
+        self,
+        cond: threading.Condition,
+        timebase: Timebase,
+        runs: RunBook,
+        workers: int,
+        allowed_modules: tuple[str, ...] | None,
+        queue: Callable[[Dispatched], None],
+    ) -> None:
+        self._cond = cond
+        self._runs = runs
+        self._queue = queue
+        self.size = workers
+        self.free = workers
+        self.elsewhere = 0  # runs that gave their worker back and go on (async jobs on the application's loop)
+        self.completions: list[Completion] = []
+        self.collecting = True  # False once the dispatcher thread exited: a worker writes its own outcome
+        self.pool = WorkerPool(
+            workers, self._finished, allowed_modules, release=self._release, namespace=runs.namespace
+        )
+        self.overrun = OverrunWatch(timebase, self._overran)
+
+    # -- the dispatcher's side (under ``cond``) ---------------------------------------
+
+    def reserve(self, count: int) -> None:
+        """Reserve `count` free workers before a claim."""
+        self.free -= count
+
+    def give_back(self, count: int) -> None:
+        """Give back reserved workers that took no run."""
+        self.free += count
+
+    def take_completions(self) -> list[Completion]:
+        """The completions handed in since the last call, for a cycle to write."""
+        completions, self.completions = self.completions, []
+        return completions
+
+    def settled(self) -> bool:
+        """No completion waits to be written, no run goes on elsewhere and every worker is free."""
+        return not (self.completions or self.elsewhere) and self.free == self.size
+
+    def hand_over(self, claim: Claim) -> None:
+        """Under the claim gate: give a won run to its reserved worker."""
+        if claim.max_runtime is not None:
+            self.overrun.watch(claim)
+        self.pool.submit(claim)
+
+    # -- the workers' side ------------------------------------------------------------
+
+    def complete(self, completion: Completion, *, frees_worker: bool = True) -> bool:
+        """Hand in a finished run (its worker is free again, unless it was released) for the next cycle to write.
+
+        Returns False, taking nothing, once the dispatcher thread has exited:
+        the caller then writes the completion itself.
+        """
+        with self._cond:
+            if not self.collecting:
+                return False
+            self.completions.append(completion)
+            if frees_worker:
+                self.free += 1
+            else:
+                self.elsewhere -= 1
+            self._cond.notify_all()
+            return True
+
+    def _finished(self, claim: Claim, outcome: str, error: str | None, held_worker: bool) -> None:
+        """Worker (or awaitable runner) callback: a run ended; the next cycle writes its outcome."""
+        if claim.max_runtime is not None:
+            self.overrun.done(claim.run_id)
+        completion = self._runs.ended(claim, outcome, error)
+        if not self.complete(completion, frees_worker=held_worker):
+            dispatched = self._runs.write_completions([completion])  # the thread is gone (shutdown timed out)
+            with self._cond:
+                self._queue(dispatched)
+
+    def _release(self, claim: Claim) -> None:
+        """Worker callback: the run goes on elsewhere (an async job on the application's loop), its
+        worker is free for other runs now (module docstring)."""
+        with self._cond:
+            self.free += 1
+            self.elsewhere += 1
+            self._cond.notify_all()
+
+    def _overran(self, claim: Claim) -> None:
+        """Overrun-watch callback: record the overrun; with on_overrun="stop" also ask the run to stop."""
+        if self._runs.on_overrun(claim) and claim.run_policy.on_overrun == "stop":
+            signal = self.pool.stops.signal_of(claim)
+            if signal is not None:
+                signal.request("max_runtime")
+
+    # -- shutdown ---------------------------------------------------------------------
+
+    def drain(self, left: Callable[[], float | None]) -> bool:
+        """Stop the workers once their runs ended; False if a run is still going when `left()` (the time
+        left, None: no limit) runs out, after the runs in flight were asked to stop."""
+        self.pool.stop()
+        return self.pool.join(left) or self._stop_runs_in_flight()
+
+    def _stop_runs_in_flight(self) -> bool:
+        """The shutdown's timeout passed: ask the runs in flight to stop, and give those in a child process
+        their stop grace to end (docs/reference/behaviour.md, "Shutdown"); True once every run ended."""
+        # A process job is killed once its grace is over: it then still has to exit and be recorded. A thread
+        # or async run cannot be made to end, so nothing waits for it past the caller's timeout.
+        longest = self.pool.stops.longest_grace()
+        grace = seconds(longest) + KILLED_EXIT_SECONDS if longest else 0.0
+        stopped = self.pool.stops.request_all("shutdown")
+        if stopped:
+            logger.warning(
+                "%d run%s in flight asked to stop (the shutdown's timeout passed); waiting up to %g s for those "
+                "in a child process (stop_grace_seconds, and a second for a killed process to exit)",
+                stopped,
+                "" if stopped == 1 else "s",
+                grace,
+            )
+        deadline = _realtime.monotonic() + grace
+        return self.pool.join(lambda: max(0.0, deadline - _realtime.monotonic()))

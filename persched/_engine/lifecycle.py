@@ -1,0 +1,315 @@
+"""A scheduler's life in its process: its state, start-up and shutdown in order, the fork and atexit hooks.
+
+`Lifecycle` holds a `JobScheduler`'s state ("new", "running", "stopped"),
+migrates the schema at the first use, and starts and stops the parts that
+`persched._engine.scheduler` wired: the members' row, the dispatcher (which
+starts and stops the window, the workers and the overrun watch), the
+heartbeat and the events. A scheduler belongs to the process that made it
+(docs/reference/behaviour.md, "Forks"): the fork hook here leaves a forked
+child's copies alone, and the atexit hook shuts down the running ones.
+
+Locks
+-----
+Two locks, never nested with each other except as noted:
+
+- ``_state_lock`` guards the state.
+- ``_schema_lock`` makes the first use migrate the schema once; `start()`
+  takes it under ``_state_lock`` (order: ``_state_lock`` → ``_schema_lock``),
+  and holds both across the migration.
+
+Shutdown's linearization point is `RunBook.stop_claiming()` (called by
+`Dispatcher.stop_claiming`), which sets the stop flag under the claim gate
+(see `persched._engine.runs` for the gate, the in-flight condition and their
+order; `persched._engine.retention` for its lock, which nests with none).
+Neither lock here is held while calling into the dispatcher, so the
+modules' locks never nest. No user code runs under any of them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import weakref
+from typing import TYPE_CHECKING, Final
+
+from .. import _loggers, _realtime
+from .._model.instant import Instant, Micros, seconds
+from .._store import migrate as _migrate
+from ..clock import SystemClock
+from ..errors import SchedulerStateError, StoreError
+from .config import check_wait
+from .horizon import Horizon
+from .workers import current_run_claim
+
+if TYPE_CHECKING:
+    from .._store import Store
+    from .dispatcher import Dispatcher
+    from .events import EventBus
+    from .heartbeat import Heartbeat
+    from .membership import Membership
+    from .runs import RunBook
+    from .skew import ClockCheck
+    from .timebase import Timebase
+
+__all__ = ["Lifecycle"]
+
+logger = logging.getLogger(_loggers.LIBRARY)
+
+ATEXIT_TIMEOUT_SECONDS: Final = 10.0  # how long interpreter exit waits for in-flight runs
+
+_live: weakref.WeakSet[Lifecycle] = weakref.WeakSet()
+_made: weakref.WeakSet[Lifecycle] = weakref.WeakSet()  # every scheduler of this process, for the fork hook
+_inherited_pools: list[object] = []  # a forked child's copies of its parent's pools: kept, never closed
+
+
+@atexit.register
+def _shutdown_live_schedulers() -> None:
+    # Daemon threads still run during atexit (bpo-39812), so in-flight runs
+    # can finish and record their outcome.
+    for lifecycle in list(_live):
+        if lifecycle.owned():  # a forked child leaves its parent's schedulers alone
+            lifecycle.shutdown(wait=True, timeout=ATEXIT_TIMEOUT_SECONDS)
+
+
+def _after_fork_in_child() -> None:
+    """The parent's schedulers are not this process's to run or shut down (docs/reference/behaviour.md, "Forks").
+
+    Their pooled connections are the parent's: a child must neither use nor
+    close them (SQLite's "do not carry a connection across fork()"; a
+    PostgreSQL connection closed here ends the parent's session). So each
+    engine gets a fresh, empty pool and the old one is kept, untouched
+    (SQLAlchemy's pooling docs: ``engine.dispose(close=False)`` in the child).
+    """
+    _live.clear()
+    running: list[str] = []
+    for lifecycle in list(_made):
+        engine = lifecycle.store.engine
+        _inherited_pools.append(engine.pool)
+        engine.dispose(close=False)
+        if lifecycle.state == "running":
+            running.append(lifecycle.instance_id)
+    if running and current_run_claim() is None:  # a job's own fork is no surprise: no warning there
+        # A pre-fork server (gunicorn --preload) would otherwise run every job in its master, silently.
+        logger.warning(
+            "process %d was forked from process %d, whose scheduler %s keeps running there, not here: "
+            "create the scheduler after the fork (e.g. in gunicorn's post_fork hook, or without --preload)",
+            os.getpid(),
+            os.getppid(),
+            ", ".join(running),
+        )
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class Lifecycle:
+    """A scheduler's state, and the order in which its parts start and stop (module docstring).
+
+    Args:
+        instance_id: The scheduler's name, for its log lines.
+        horizon: How far ahead the dispatcher keeps jobs in memory (`persched._engine.horizon`).
+        store, timebase, clock_check, membership, runs, dispatcher, heartbeat, events: The
+            scheduler's parts, as `persched._engine.scheduler` wired them.
+    """
+
+    def __init__(
+        self,
+        instance_id: str,
+        horizon: Micros,
+        *,
+        store: Store,
+        timebase: Timebase,
+        clock_check: ClockCheck,
+        membership: Membership,
+        runs: RunBook,
+        dispatcher: Dispatcher,
+        heartbeat: Heartbeat,
+        events: EventBus,
+    ) -> None:
+        self.instance_id = instance_id
+        self._horizon = horizon
+        self.store = store
+        self._timebase = timebase
+        self._clock_check = clock_check
+        self._membership = membership
+        self._runs = runs
+        self._dispatcher = dispatcher
+        self._heartbeat = heartbeat
+        self._events = events
+        self._pid = os.getpid()  # the process this scheduler belongs to (docs/reference/behaviour.md, "Forks")
+        self._schema_lock = threading.Lock()
+        self._schema_ready = False
+        self._state_lock = threading.Lock()
+        self.state = "new"
+        _made.add(self)
+
+    # -- checks -----------------------------------------------------------------------
+
+    def owned(self) -> bool:
+        """Whether this process made the scheduler (False in a forked child)."""
+        return os.getpid() == self._pid
+
+    def check_process(self) -> None:
+        """Raise unless this process made the scheduler."""
+        if not self.owned():
+            raise SchedulerStateError(
+                f"this JobScheduler belongs to process {self._pid}, and this is a forked child "
+                f"(process {os.getpid()}): a scheduler cannot be used or shut down after fork(). "
+                "Create the scheduler after the fork, in the process that uses it: for example in "
+                "gunicorn's post_fork hook, or run gunicorn without --preload"
+            )
+
+    def check_open(self) -> None:
+        """Raise unless this process made the scheduler and it is not shut down."""
+        self.check_process()
+        if self.state == "stopped":
+            raise SchedulerStateError("the scheduler was shut down; make a new JobScheduler")
+
+    def ensure_schema(self) -> None:
+        """Migrate the schema to head at the first use."""
+        with self._schema_lock:
+            if not self._schema_ready:
+                _migrate.upgrade(self.store.engine)
+                # Before anything is claimed or written: a host whose clock is wrong keeps to the
+                # database's time from its first slot on (persched._engine.skew).
+                self._clock_check.check()
+                self._schema_ready = True
+
+    # -- start ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """`JobScheduler.start`: migrate, join the members, load the jobs, start the threads."""
+        self.check_process()
+        with self._state_lock:
+            if self.state != "new":
+                raise SchedulerStateError(f"start() on a scheduler that is {self.state}; make a new JobScheduler")
+            self.ensure_schema()
+            # "running" before loading: a schedule() committed after the load
+            # sees it and pushes its own entry.
+            self.state = "running"
+        if isinstance(self._timebase.clock, SystemClock) and (tool := _realtime.frozen_by()) is not None:
+            # README "Testing": the default clock keeps to real time inside a frozen test; say so.
+            logger.warning(
+                "time is frozen by %s, and scheduler %s runs on the real clock: pass "
+                "clock=persched.testing.FrozenTimeClock() to follow the frozen time",
+                tool,
+                self.instance_id,
+            )
+        horizon = Horizon(self.store, self._timebase)
+        swept: list[tuple[Instant, str, int]] = []
+        try:
+            # Join the members first: the jobs loaded are the ones this instance owns.
+            self._membership.beat()
+            # Read the change counter first: a change committed while loading
+            # is then picked up again rather than missed.
+            change_seq = self.store.change_seq()
+            # The bounded heap (persched._engine.horizon): the first sweep batch (rows ahead of the
+            # clock, pending run-now requests), then the jobs due within the horizon.
+            more = horizon.sweep(lambda *entry: swept.append(entry))
+            entries, cursor = horizon.refill(None, Instant(self._timebase.now() + self._horizon))
+        except BaseException:
+            self.shutdown(wait=False, timeout=None)
+            raise
+        _live.add(self)
+        self._dispatcher.start(
+            entries + swept,
+            refill=horizon.refill,
+            cursor=cursor,
+            horizon=self._horizon,
+            refill_rows=horizon.rows,
+            shared=self._membership.shared,
+        )
+        self._heartbeat.start(
+            change_seq,
+            bound=self._dispatcher.pickup_bound,
+            sweep=(lambda: horizon.sweep(self._dispatcher.offer)) if more else None,
+        )
+        logger.info(
+            "scheduler %s started with %d job%s due within %g s on %s",
+            self.instance_id,
+            len(entries),
+            "" if len(entries) == 1 else "s",
+            seconds(self._horizon),
+            self.store.url,
+        )
+
+    # -- shutdown ---------------------------------------------------------------------
+
+    def shutdown(self, wait: bool, timeout: float | None) -> None:
+        """`JobScheduler.shutdown`: stop claiming, then let the runs finish and stop every thread."""
+        self.check_process()
+        timeout = check_wait(wait, timeout)
+        with self._state_lock:
+            previous, self.state = self.state, "stopped"
+        if previous == "stopped":
+            return
+        self._dispatcher.stop_claiming()
+        if previous == "new":
+            self._events.stop(timeout)
+            self.store.engine.dispose()
+            return
+        if wait and not self._dispatcher.pool.owns_current_thread():
+            self._finish_shutdown(timeout)
+        else:
+            threading.Thread(
+                target=self._finish_shutdown,
+                args=(None,),
+                name="persched-shutdown",
+                daemon=True,
+            ).start()
+
+    def _finish_shutdown(self, timeout: float | None) -> None:
+        # Real time: this waits for threads, not for schedule slots.
+        deadline = None if timeout is None else _realtime.monotonic() + timeout
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - _realtime.monotonic())
+
+        busy = self._runs.busy_jobs()
+        if busy:
+            # Name what the operator is waiting for.
+            logger.info(
+                "scheduler %s waits for %d run%s in flight to finish: %s%s",
+                self.instance_id,
+                len(busy),
+                "" if len(busy) == 1 else "s",
+                ", ".join(busy),
+                "" if timeout is None else f" (at most {timeout:g} s)",
+            )
+        drained = self._dispatcher.shutdown(left)
+        self._heartbeat.stop()
+        self._heartbeat.join(left())
+        self._leave()
+        self._events.stop(left())
+        _live.discard(self)
+        if drained:
+            self.store.engine.dispose()
+            logger.info("scheduler %s shut down", self.instance_id)
+        else:
+            logger.warning(
+                "scheduler %s shut down with runs still in flight after %s s; each is recorded when it ends, "
+                "or as lost once its lease lapses if the process exits first",
+                self.instance_id,
+                timeout,
+            )
+            threading.Thread(target=self._close_after_late_runs, name="persched-late-close", daemon=True).start()
+
+    def _leave(self) -> None:
+        """Delete this instance's membership row, so that the others take its jobs at once (after
+        the heartbeat stopped: its next round would write the row again)."""
+        try:
+            self._membership.leave()
+        except StoreError as exc:
+            logger.warning("leaving the instances that share the work failed (the others wait a lease): %s", exc)
+
+    def _close_after_late_runs(self) -> None:
+        """After shutdown gave up on runs in flight: once they ended (and wrote their outcomes), close the pool.
+
+        The dispatcher and the heartbeat had no time left to be joined either: the pool is closed only
+        once no thread of this scheduler can check a connection out again.
+        """
+        self._dispatcher.finish_late()
+        self._heartbeat.join(None)
+        self.store.engine.dispose()
