@@ -244,6 +244,10 @@ def open_sqlite(url: URL, busy_timeout_seconds: float, sync: str, create: bool, 
                 cursor.execute(f"PRAGMA wal_autocheckpoint = {CHECKPOINT_BYTES // page_size}")
             cursor.execute(f"PRAGMA synchronous = {sync}")
             cursor.execute("PRAGMA foreign_keys = ON")
+            # Statement journals in memory: a statement of a transaction that wrote already (the
+            # dispatch cycle's) keeps the pages it changes in one, and past 64 KiB SQLite spills
+            # it to a temp file of its own, written and thrown away with every cycle.
+            cursor.execute("PRAGMA temp_store = MEMORY")
         finally:
             cursor.close()
 
