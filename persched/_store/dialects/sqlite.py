@@ -175,12 +175,12 @@ PAGE_SIZE: Final = 1024
 # but 1 MB of 1 KiB ones). A checkpoint writes each page the WAL holds back once, and a 1 KiB page
 # written back dirties a whole 4 KiB page of the file system's cache: the longer the cycle, the
 # more of a hot page's changes (a job's row, an index entry) one write back carries.
-CHECKPOINT_BYTES: Final = 16 << 20
+CHECKPOINT_BYTES: Final = 64 << 20
 # Bytes a WAL file keeps once a checkpoint reset it. SQLite otherwise keeps
 # the WAL at the largest size it ever grew to (a long reader can hold a
 # checkpoint back for gigabytes); above the CHECKPOINT_BYTES of a normal
 # auto-checkpoint cycle, so that cycle never truncates and regrows.
-JOURNAL_SIZE_LIMIT: Final = 32 << 20
+JOURNAL_SIZE_LIMIT: Final = 128 << 20
 
 
 def sqlite_file(url: URL) -> str | None:
