@@ -266,7 +266,7 @@ class Transactions:
         """Checkpoint the WAL into the database and truncate it; True if that freed space.
 
         Why a full volume did not recover: SQLite checkpoints only
-        from the commit of a write that left 1000 pages (4 MB) in the WAL,
+        from the commit of a write that left 64 MiB of pages in the WAL,
         and a checkpoint never shrinks the WAL file. Each small transaction
         appends whole pages, so on a volume with less free space than that
         the WAL takes all of it (about 700 KB of WAL for a 4 KB database on a

@@ -10,13 +10,15 @@ error. Each instant is written by Core and found again by driver SQL, on every e
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from unittest import mock
 
 import pytest
 from sqlalchemy import select, update
 from sqlalchemy.exc import DBAPIError
 
-from persched._model.instant import Instant, micros, to_datetime
+from persched._model.instant import Instant, Micros, from_datetime, micros, to_datetime
 from persched._model.models import validate_definition, validate_policies
+from persched._store import Claim
 from persched._store.dialects import Sql
 from persched._store.schema import jobs
 from tests.support import race_jobs
@@ -69,3 +71,21 @@ def test_a_connection_gone_under_the_driver_cursor_is_invalidated(store: Store) 
             cur.executemany("UPDATE persched_jobs SET paused = ? WHERE job_id = ?", [(True, "a"), (True, "b")])
         assert caught.value.connection_invalidated  # what `Dialect.is_transient` retries on
         assert conn.invalidated  # never handed out again
+
+
+def test_a_claim_writes_back_every_won_row_when_they_take_several_statements(store: Store) -> None:
+    """SQLite writes the won rows back from one VALUES list per statement, as many rows as its
+    parameter limit takes: a limit of two rows a statement still writes all five, each its own."""
+    ids = [f"j{i}" for i in range(5)]
+    for job_id in ids:
+        job, _, _ = store.upsert_job(
+            validate_definition(job_id, race_jobs.RECORD, validate_policies(10.0), (), {}, None), T
+        )
+    slot = from_datetime(job.next_run_at)  # every job's first slot: the same
+    entries = [(job_id, 1, slot, slot) for job_id in ids]
+    with mock.patch.object(type(store.dialect), "max_parameters", 23):  # the write back binds 11 values a row
+        results = store.claim_runs(entries, Instant(slot + 5), "me:1:aaaaaa", Micros(30_000_000))
+    assert [type(result) for result in results] == [Claim] * 5
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(jobs.c.job_id, jobs.c.state, jobs.c.owner, jobs.c.running_for)).all()
+    assert sorted(rows) == [(job_id, "running", "me:1:aaaaaa", to_datetime(slot)) for job_id in ids]

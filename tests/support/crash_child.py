@@ -64,6 +64,12 @@ REPLACED_INTERVAL: Final = 0.07  # "a" is replaced with this interval (upsert po
 HISTORY_BEFORE_ARMING: Final = 6  # callable starts before a point is armed, so that the crash has a past
 EXIT_DEADLINE: Final = 3
 EXIT_MISSED: Final = 4
+# The claim's write back of its won rows, as each engine's `Dialect.update_rows` begins it (upper case;
+# SQLite sets every row from one VALUES list, the others bind each row's values in turn).
+_CLAIM_WRITE_BACK: Final = (
+    "UPDATE PERSCHED_JOBS SET STATE = ?, OWNER = ?",
+    "UPDATE PERSCHED_JOBS SET STATE = V.COLUMN1",
+)
 
 # name -> where the process stops.
 POINTS: Final = {
@@ -239,7 +245,7 @@ def _listen(crash: _Crash, sched: JobScheduler) -> None:
         if not active:
             return
         sql = statement.lstrip().upper()
-        if active[-1] == "claim" and sql.replace("%S", "?").startswith("UPDATE PERSCHED_JOBS SET STATE = ?, OWNER = ?"):
+        if active[-1] == "claim" and sql.replace("%S", "?").startswith(_CLAIM_WRITE_BACK):
             crash.fire("claim-after-update")
         elif active[-1] == "claim" and sql.startswith("INSERT INTO PERSCHED_RUNS"):
             crash.tx()["claim"] = True  # this transaction won a claim

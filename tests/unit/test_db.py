@@ -219,7 +219,7 @@ def test_pragmas_read_back(in_tmp: Path, engines: list[Engine]) -> None:
     with eng.connect() as conn:
         values = {
             name: conn.exec_driver_sql(f"PRAGMA {name}").scalar()
-            for name in ("journal_mode", "synchronous", "busy_timeout", "foreign_keys")
+            for name in ("journal_mode", "synchronous", "busy_timeout", "foreign_keys", "temp_store")
         }
     assert values == {
         "journal_mode": "wal",
@@ -227,6 +227,7 @@ def test_pragmas_read_back(in_tmp: Path, engines: list[Engine]) -> None:
         # SQLite's own handler waits briefly; BEGIN IMMEDIATE waits the 2.5 s (see the next test).
         "busy_timeout": _sqlite.BUSY_SLICE_MS,
         "foreign_keys": 1,
+        "temp_store": 2,  # MEMORY: a dispatch cycle's statement journals spill to no temp file
     }
 
 

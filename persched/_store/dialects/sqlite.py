@@ -47,6 +47,8 @@ from ..urls import mask
 from . import READONLY, Dialect, value_rows
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from sqlalchemy import ColumnElement, Connection, Engine, Insert, Row, Select, Table
     from sqlalchemy.engine import URL
     from sqlalchemy.engine.interfaces import DBAPIConnection
@@ -59,6 +61,13 @@ logger = logging.getLogger(__name__)
 
 _NAIVE_EPOCH: Final = datetime(1970, 1, 1)
 
+
+# The text of each instant bound lately (`SQLiteDialect.bind_instant`), at most this many.
+_INSTANT_TEXTS: dict[int, str] = {}
+_INSTANT_TEXTS_KEPT: Final = 16_384
+
+# UPDATE … FROM, for `SQLiteDialect.update_rows`.
+_UPDATE_FROM_SINCE: Final = (3, 33, 0)
 
 _SQLITE_BUSY: Final = 5
 _SQLITE_LOCKED: Final = 6
@@ -118,6 +127,26 @@ class SQLiteDialect(Dialect):
     def insert_ignoring_conflicts(self, table: Table) -> Insert:
         return insert(table).on_conflict_do_nothing()
 
+    def update_rows(
+        self, cur: DriverCursor, table: Table, names: Sequence[str], key: Sequence[str], rows: list[tuple[Any, ...]]
+    ) -> int:
+        """`Dialect.update_rows` as one ``UPDATE … FROM (VALUES …)`` (SQLite 3.33+) for up to
+        `max_parameters` values: the driver steps one statement, where executemany steps once a row
+        and takes the GIL back between rows. The keys are distinct (a claim's won rows)."""
+        if sqlite3.sqlite_version_info < _UPDATE_FROM_SINCE or not rows:
+            return super().update_rows(cur, table, names, key, rows)
+        width = len(names) + len(key)
+        sets = ", ".join(f"{name} = v.column{i}" for i, name in enumerate(names, 1))
+        where = " AND ".join(f"{table.name}.{name} = v.column{i}" for i, name in enumerate(key, len(names) + 1))
+        written = 0
+        per_statement = self.max_parameters // width
+        for start in range(0, len(rows), per_statement):
+            chunk = rows[start : start + per_statement]
+            values = f"(VALUES {value_rows(len(chunk), width)}) AS v"
+            sql = f"UPDATE {table.name} SET {sets} FROM {values} WHERE {where}"  # noqa: S608 - ours
+            written += cur.execute(sql, tuple(value for row in chunk for value in row)).rowcount
+        return written
+
     def raw_instant(self, value: object) -> Instant:
         if isinstance(value, datetime):
             return from_datetime(value)
@@ -130,7 +159,15 @@ class SQLiteDialect(Dialect):
 
     def bind_instant(self, at: Instant) -> object:
         # SQLAlchemy's fixed-width text, microseconds always written, so that text order is time order.
-        return (_NAIVE_EPOCH + timedelta(microseconds=at)).isoformat(" ", "microseconds")
+        # Kept by instant: a run binds the same few instants again and again (its slot and next slot
+        # at the claim, again at the completion; a batch's claim time and lease for each of its rows).
+        text = _INSTANT_TEXTS.get(at)
+        if text is None:
+            text = (_NAIVE_EPOCH + timedelta(microseconds=at)).isoformat(" ", "microseconds")
+            if len(_INSTANT_TEXTS) >= _INSTANT_TEXTS_KEPT:
+                _INSTANT_TEXTS.clear()  # then it starts again
+            _INSTANT_TEXTS[at] = text
+        return text
 
     def migration_lock(self, conn: Connection) -> None:
         pass  # the migration's transaction began with BEGIN IMMEDIATE: it holds the write lock
@@ -160,13 +197,15 @@ BEGIN_MAX_DELAY: Final = 0.004  # seconds: well under one 0.1 s slot, and cheap 
 # (it cannot change in WAL mode).
 PAGE_SIZE: Final = 1024
 # WAL bytes after which a commit checkpoints (SQLite's default, 1000 pages, is 4 MB of 4 KiB pages
-# but 1 MB of 1 KiB ones: a cycle that short copies each hot page back more often).
-CHECKPOINT_BYTES: Final = 4 << 20
+# but 1 MB of 1 KiB ones). A checkpoint writes each page the WAL holds back once, and a 1 KiB page
+# written back dirties a whole 4 KiB page of the file system's cache: the longer the cycle, the
+# more of a hot page's changes (a job's row, an index entry) one write back carries.
+CHECKPOINT_BYTES: Final = 64 << 20
 # Bytes a WAL file keeps once a checkpoint reset it. SQLite otherwise keeps
 # the WAL at the largest size it ever grew to (a long reader can hold a
 # checkpoint back for gigabytes); above the CHECKPOINT_BYTES of a normal
 # auto-checkpoint cycle, so that cycle never truncates and regrows.
-JOURNAL_SIZE_LIMIT: Final = 8 << 20
+JOURNAL_SIZE_LIMIT: Final = 128 << 20
 
 
 def sqlite_file(url: URL) -> str | None:
@@ -244,6 +283,10 @@ def open_sqlite(url: URL, busy_timeout_seconds: float, sync: str, create: bool, 
                 cursor.execute(f"PRAGMA wal_autocheckpoint = {CHECKPOINT_BYTES // page_size}")
             cursor.execute(f"PRAGMA synchronous = {sync}")
             cursor.execute("PRAGMA foreign_keys = ON")
+            # Statement journals in memory: a statement of a transaction that wrote already (the
+            # dispatch cycle's) keeps the pages it changes in one, and past 64 KiB SQLite spills
+            # it to a temp file of its own, written and thrown away with every cycle.
+            cursor.execute("PRAGMA temp_store = MEMORY")
         finally:
             cursor.close()
 
