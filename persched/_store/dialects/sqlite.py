@@ -62,10 +62,6 @@ logger = logging.getLogger(__name__)
 _NAIVE_EPOCH: Final = datetime(1970, 1, 1)
 
 
-# The text of each instant bound lately (`SQLiteDialect.bind_instant`), at most this many.
-_INSTANT_TEXTS: dict[int, str] = {}
-_INSTANT_TEXTS_KEPT: Final = 16_384
-
 # UPDATE … FROM, for `SQLiteDialect.update_rows`.
 _UPDATE_FROM_SINCE: Final = (3, 33, 0)
 
@@ -159,15 +155,7 @@ class SQLiteDialect(Dialect):
 
     def bind_instant(self, at: Instant) -> object:
         # SQLAlchemy's fixed-width text, microseconds always written, so that text order is time order.
-        # Kept by instant: a run binds the same few instants again and again (its slot and next slot
-        # at the claim, again at the completion; a batch's claim time and lease for each of its rows).
-        text = _INSTANT_TEXTS.get(at)
-        if text is None:
-            text = (_NAIVE_EPOCH + timedelta(microseconds=at)).isoformat(" ", "microseconds")
-            if len(_INSTANT_TEXTS) >= _INSTANT_TEXTS_KEPT:
-                _INSTANT_TEXTS.clear()  # then it starts again
-            _INSTANT_TEXTS[at] = text
-        return text
+        return (_NAIVE_EPOCH + timedelta(microseconds=at)).isoformat(" ", "microseconds")
 
     def migration_lock(self, conn: Connection) -> None:
         pass  # the migration's transaction began with BEGIN IMMEDIATE: it holds the write lock
