@@ -37,8 +37,9 @@ From ``persched_runs`` afterwards:
   (``instances_cpu_ms_per_run`` and ``server_cpu_ms_per_run`` apart);
 - ``db_per_run`` (PostgreSQL, MariaDB): the server's own counters over the
   window per run: transactions, rows inserted/updated/read, WAL or redo bytes;
-  on MariaDB also the clients' statements and pings (round trips). PostgreSQL counts a
-  ping (``SELECT 1`` outside a transaction) as a transaction.
+  on MariaDB also the clients' statements and pings (round trips; its status counters
+  are the whole server's, other clients' included). PostgreSQL counts a ping
+  (``SELECT 1`` outside a transaction) as a transaction.
 
 Prints one JSON line per measurement; with `--reps`, the counts are
 interleaved (1 2 3 4 1 2 3 4 ...) so that a noisy machine weighs on all of

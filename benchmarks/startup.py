@@ -16,8 +16,8 @@ scheduler and waits for the probe's first run. Reported:
   memory, so its figure is near zero by design.
 
 With ``--db`` (PostgreSQL), ``--intervals own`` gives each job an interval of its
-own of 10-60 min and its first slot within one interval from now (a million
-such jobs offer about 480 slots a second), and ``--run-for S`` keeps the child
+own of 10-60 min and its first slot within one interval from 2 min after the
+fill began (a million such jobs offer about 480 slots a second), and ``--run-for S`` keeps the child
 dispatching S seconds after the probe ran: ``rss_mb_over_run`` is its RSS
 every S/10 s (flat, or growing with the jobs it has run), ``runs`` the runs
 recorded meanwhile.
@@ -42,6 +42,7 @@ from benchmarks import targets
 HOUR = 3600.0
 PROBE = "probe"
 PROBE_TARGET = "benchmarks.targets:probe"
+OWN_LEAD = 120.0  # s: --intervals own: no first slot before then (filling a million rows takes a minute)
 
 
 def _child(system: str, path: str, workers: int, timeout: float, run_for: float) -> None:
@@ -124,10 +125,11 @@ def _populate_server(url: str, jobs: int, analyze: bool, own_intervals: bool) ->
             text("UPDATE persched_jobs SET next_run_at = :later, first_run_at = :later WHERE job_id <> 'j0'"),
             {"later": at(now + int(HOUR * 1_000_000))},
         )
-        if own_intervals:  # j<n>: 600-3599.996 s, the first slot 10 s to one interval from now
+        if own_intervals:  # j<n>: 600-3599.996 s, the first slot `OWN_LEAD` s to one interval from now
             n = "CAST(SUBSTR(job_id, 2) AS BIGINT)"
             interval = f"600 + MOD({n}, 3000) + MOD({n}, 997) / 1000.0"
-            offset = f"10 + MOD({n} * 7919, CAST((interval_seconds - 10) * 1000 AS BIGINT)) / 1000.0"
+            lead = f"{OWN_LEAD:.0f}"
+            offset = f"{lead} + MOD({n} * 7919, CAST((interval_seconds - {lead}) * 1000 AS BIGINT)) / 1000.0"
             first = f":now + ({offset}) * INTERVAL '1 second'"
             conn.execute(text(f"UPDATE persched_jobs SET interval_seconds = {interval}"))  # noqa: S608 - ours
             own = f"UPDATE persched_jobs SET next_run_at = {first}, first_run_at = {first} WHERE job_id <> 'j0'"  # noqa: S608
