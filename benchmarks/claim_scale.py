@@ -15,6 +15,10 @@ other engines' form), interleaved with the arrays.
     python -m benchmarks.claim_scale --db mysql+pymysql://root@127.0.0.1:3306/bench --jobs 2000 100000
     python -m benchmarks.claim_scale --db postgresql+psycopg://... --lists --explain --batch 256
 
+``--intervals own`` gives each job an interval of its own (41-59 s, 90,000 distinct values:
+the plans of 100,000 such jobs share no cache but their policies' shape), as
+``benchmarks.multi_instance --intervals slow`` does; ``same`` (the default), every job 60 s.
+
 ``--explain`` (PostgreSQL) prints instead the claim's locking read of `--batch` due rows
 under ``EXPLAIN (ANALYZE, BUFFERS)``, rolled back: the median planning and execution
 ms of 7, the first buffers line and scan line.
@@ -126,8 +130,24 @@ def explain(store: Store, batch: int, times: int = 7) -> dict[str, Any]:
     }
 
 
-def measure(url: str, count: int, batch: int, cycles: int, *, plans: bool = False) -> dict[str, Any]:
+def _own_intervals(store: Store) -> None:
+    """Give job j<n> the interval 59 - (n mod 90,000) / 5,000 s: 41-59 s, so each job is due again
+    within the next pass's 60 s, once, whichever slot its claim took."""
+    number = (
+        "CAST(SUBSTR(job_id, 2) AS INTEGER)"
+        if store.engine.dialect.name == "postgresql"
+        else "CAST(SUBSTRING(job_id, 2) AS UNSIGNED)"
+    )
+    with store.engine.begin() as conn:
+        conn.execute(text(f"UPDATE persched_jobs SET interval_seconds = 59 - MOD({number}, 90000) / 5000.0"))  # noqa: S608
+
+
+def measure(
+    url: str, count: int, batch: int, cycles: int, *, plans: bool = False, own_intervals: bool = False
+) -> dict[str, Any]:
     store = _fill(url, count)
+    if own_intervals:
+        _own_intervals(store)
     if plans:
         found = explain(store, batch)
         store.engine.dispose()
@@ -173,6 +193,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--cycles", type=int, default=300)
     p.add_argument("--reps", type=int, default=1, help="repetitions, interleaved over the sizes (and claims)")
+    p.add_argument("--intervals", choices=("same", "own"), default="same", help="60 s each, or 41-59 s of its own")
     p.add_argument("--lists", action="store_true", help="PostgreSQL: also the claim with IN lists and CASE chains")
     p.add_argument("--explain", action="store_true", help="PostgreSQL: the claim's plan, planning and execution ms")
     args = p.parse_args()
@@ -183,7 +204,11 @@ def main() -> None:
         for n in args.jobs:
             for form in forms:
                 dialect.binds_arrays = form
-                found[form, n].append(measure(args.db, n, args.batch, args.cycles, plans=args.explain))
+                found[form, n].append(
+                    measure(
+                        args.db, n, args.batch, args.cycles, plans=args.explain, own_intervals=args.intervals == "own"
+                    )
+                )
     if args.explain:
         for (form, n), reps in found.items():
             c.emit(
@@ -204,6 +229,7 @@ def main() -> None:
                 "workload": "claim_scale",
                 "engine": _db.make_engine(args.db).dialect.name,
                 "claim": "arrays" if form else "lists",
+                "intervals": args.intervals,
                 "jobs": n,
                 "batch": args.batch,
                 "wall_ms_per_cycle": wall,

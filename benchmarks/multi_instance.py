@@ -36,7 +36,10 @@ From ``persched_runs`` afterwards:
   ``mariadbd``: read from /proc), per run in the window, in ms
   (``instances_cpu_ms_per_run`` and ``server_cpu_ms_per_run`` apart);
 - ``db_per_run`` (PostgreSQL, MariaDB): the server's own counters over the
-  window per run: transactions, rows inserted/updated/read, WAL or redo bytes.
+  window per run: transactions, rows inserted/updated/read, WAL or redo bytes;
+  on MariaDB also the clients' statements and pings (round trips; its status counters
+  are the whole server's, other clients' included). PostgreSQL counts a ping
+  (``SELECT 1`` outside a transaction) as a transaction.
 
 Prints one JSON line per measurement; with `--reps`, the counts are
 interleaved (1 2 3 4 1 2 3 4 ...) so that a noisy machine weighs on all of
@@ -152,6 +155,8 @@ def _db_counters(url: str) -> dict[str, float]:
                 "rows_updated": ("Handler_update",),
                 "rows_read": ("Handler_read_key", "Handler_read_next", "Handler_read_rnd_next"),
                 "redo_bytes": ("Innodb_os_log_written",),
+                "statements": ("Questions",),  # the clients' statements: round trips, but pings
+                "pings": ("Com_admin_commands",),  # COM_PING (a pooled connection's check) among others
             }
             return {name: sum(float(status.get(key, 0)) for key in names) for name, names in keys.items()}
     finally:

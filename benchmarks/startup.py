@@ -14,6 +14,16 @@ scheduler and waits for the probe's first run. Reported:
   reading, so the figure is the state the scheduler keeps (plus SQLite's page
   cache and allocator slack). APScheduler 3 keeps its jobs in the store, not in
   memory, so its figure is near zero by design.
+
+With ``--db`` (PostgreSQL), ``--intervals own`` gives each job an interval of its
+own of 10-60 min and its first slot within one interval from 2 min after the
+fill began (a million such jobs offer about 480 slots a second), and ``--run-for S`` keeps the child
+dispatching S seconds after the probe ran: ``rss_mb_over_run`` is its RSS
+every S/10 s (flat, or growing with the jobs it has run), ``runs`` the runs
+recorded meanwhile.
+
+    python -m benchmarks.startup --system persched --db postgresql+psycopg://... --jobs 1000000 --analyze \\
+        --intervals own --run-for 120
 """
 
 from __future__ import annotations
@@ -32,9 +42,10 @@ from benchmarks import targets
 HOUR = 3600.0
 PROBE = "probe"
 PROBE_TARGET = "benchmarks.targets:probe"
+OWN_LEAD = 120.0  # s: --intervals own: no first slot before then (filling a million rows takes a minute)
 
 
-def _child(system: str, path: str, workers: int, timeout: float) -> None:
+def _child(system: str, path: str, workers: int, timeout: float, run_for: float) -> None:
     # Libraries first, so that RSS growth after this line is the scheduler's own state.
     stop: Any
     if system == "persched":
@@ -67,6 +78,10 @@ def _child(system: str, path: str, workers: int, timeout: float) -> None:
     dispatched = targets.PROBED.wait(timeout)
     gc.collect()
     rss1 = c.rss_bytes()
+    over_run = []
+    for _ in range(10 if run_for else 0):  # RSS while it dispatches (--run-for)
+        time.sleep(run_for / 10)
+        over_run.append(round(c.rss_bytes() / 2**20, 1))
     c.emit(
         {
             "child": True,
@@ -75,6 +90,7 @@ def _child(system: str, path: str, workers: int, timeout: float) -> None:
             "probe_at": targets.PROBE_AT[0] if targets.PROBE_AT else None,
             "rss_delta": rss1 - rss0,
             "rss": rss1,
+            "rss_mb_over_run": over_run,
         }
     )
     stop()
@@ -92,9 +108,10 @@ def _populate(system: str, path: str, jobs: int) -> None:
         c.aps_populate(path, ((j, "benchmarks.targets:noop", iv, f, ()) for j, iv, f in rows))
 
 
-def _populate_server(url: str, jobs: int, analyze: bool) -> None:
-    """A PostgreSQL or MariaDB database (emptied first) with `jobs` jobs an hour away, filled in SQL
-    from one row, the first of them the probe, due now; ANALYZEd or not (a table just filled)."""
+def _populate_server(url: str, jobs: int, analyze: bool, own_intervals: bool) -> None:
+    """A PostgreSQL or MariaDB database (emptied first) with `jobs` jobs an hour away (or, with
+    `own_intervals`, on PostgreSQL, 10-60 min each, due within one interval), filled in SQL from one
+    row, the first of them the probe, due now; ANALYZEd or not (a table just filled)."""
     from sqlalchemy import text
 
     from benchmarks.claim_scale import _fill
@@ -108,6 +125,15 @@ def _populate_server(url: str, jobs: int, analyze: bool) -> None:
             text("UPDATE persched_jobs SET next_run_at = :later, first_run_at = :later WHERE job_id <> 'j0'"),
             {"later": at(now + int(HOUR * 1_000_000))},
         )
+        if own_intervals:  # j<n>: 600-3599.996 s, the first slot `OWN_LEAD` s to one interval from now
+            n = "CAST(SUBSTR(job_id, 2) AS BIGINT)"
+            interval = f"600 + MOD({n}, 3000) + MOD({n}, 997) / 1000.0"
+            lead = f"{OWN_LEAD:.0f}"
+            offset = f"{lead} + MOD({n} * 7919, CAST((interval_seconds - {lead}) * 1000 AS BIGINT)) / 1000.0"
+            first = f":now + ({offset}) * INTERVAL '1 second'"
+            conn.execute(text(f"UPDATE persched_jobs SET interval_seconds = {interval}"))  # noqa: S608 - ours
+            own = f"UPDATE persched_jobs SET next_run_at = {first}, first_run_at = {first} WHERE job_id <> 'j0'"  # noqa: S608
+            conn.execute(text(own), {"now": at(now)})
         conn.execute(
             text(
                 "UPDATE persched_jobs SET job_id = :probe, target = :target, next_run_at = :now, first_run_at = :now"
@@ -125,15 +151,19 @@ def main() -> None:
     p.add_argument("--db", default=None, help="persched on a PostgreSQL or MariaDB URL (a database of its own)")
     p.add_argument("--analyze", action="store_true", help="with --db: ANALYZE the table once it is filled")
     p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--intervals", choices=("hour", "own"), default="hour", help="with --db: 1 h each, or 10-60 min")
+    p.add_argument("--run-for", type=float, default=0.0, help="seconds to go on dispatching after the probe ran")
     p.add_argument("--child", default=None, help=argparse_hidden())
     args = p.parse_args()
     c.quiet_logging()
     if args.child:
-        _child(args.system, args.child, c.workers(args), args.timeout)
+        _child(args.system, args.child, c.workers(args), args.timeout, args.run_for)
         return
 
     if args.db:  # a server: filled anew each time (in SQL, seconds for a million rows), probe due now
-        _populate_server(args.db, args.jobs, args.analyze)
+        if args.intervals == "own" and not args.db.startswith("postgresql"):
+            p.error("--intervals own: PostgreSQL only")
+        _populate_server(args.db, args.jobs, args.analyze, args.intervals == "own")
         path = args.db
     elif args.cache:
         os.makedirs(args.cache, exist_ok=True)
@@ -155,9 +185,9 @@ def main() -> None:
         c.aps_probe_now(path, PROBE, PROBE_TARGET, when)
 
     cmd = [sys.executable, "-m", "benchmarks.startup", "--system", args.system, "--workers", str(c.workers(args))]
-    cmd += ["--child", path, "--timeout", str(args.timeout)]
+    cmd += ["--child", path, "--timeout", str(args.timeout), "--run-for", str(args.run_for)]
     launched = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout + 60, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout + args.run_for + 60, check=False)
     record: dict[str, Any] = {"workload": "startup", "system": args.system, "jobs": args.jobs}
     child = next((json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")), None)
     if child is None or not child["dispatched"]:
@@ -170,8 +200,24 @@ def main() -> None:
             rss_delta_mb=round(child["rss_delta"] / 2**20, 1),
             rss_mb=round(child["rss"] / 2**20, 1),
         )
+        if args.run_for:
+            record.update(rss_mb_over_run=child["rss_mb_over_run"], runs=_runs(args.db) if args.db else None)
     c.emit(record)
     c.finish()
+
+
+def _runs(url: str) -> int:
+    """The runs recorded in the database behind `url`."""
+    from sqlalchemy import text
+
+    from persched._store.db import make_engine
+
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(text("SELECT count(*) FROM persched_runs")).scalar_one())
+    finally:
+        engine.dispose()
 
 
 def argparse_hidden() -> str:

@@ -35,7 +35,7 @@ from .checks import (
     validate_namespace,
 )
 from .exclusions import validate_exclude
-from .instant import Instant, Micros, from_datetime, seconds, to_datetime
+from .instant import Instant, Micros, from_datetime, micros, seconds, to_datetime
 from .policy import DEFAULT_RETRY_BACKOFF, DEFAULT_RETRY_DELAY, DEFAULT_STOP_GRACE
 from .terms import DEFAULT_NAMESPACE, Executor, JobState, Misfire, OnOverrun, Outcome, Overlap, Recurrence
 
@@ -76,6 +76,7 @@ __all__ = [  # with the names of `terms` and `checks` its callers import from he
     "given_options",
     "job_policy_fields",
     "shown",
+    "stored_interval",
     "validate_definition",
     "validate_job_id",
     "validate_namespace",
@@ -724,6 +725,23 @@ def check_stored(policies: Policies) -> None:
         InvalidJobError: The policies are not ones schedule() would write.
     """
     validate_policies(**policies.arguments())
+
+
+def stored_interval(value: float | None) -> Micros | None:
+    """The `Policies.interval` of a stored interval_seconds, checked as `check_stored` checks it
+    (the interval's check reads no other option, nor does any other option's read it: a
+    row's interval can be checked apart from policies shared with other jobs).
+
+    Raises:
+        InvalidJobError: It is not an interval schedule() would write.
+    """
+    us = _micros_of_column(value)
+    if us is not None and 1 <= us <= _MAX_INTERVAL_MICROS:  # accepted: the check's answer, without its work
+        return us
+    return _check_interval("interval_seconds", _seconds_column(us), {}, {})  # None, or refused: says why
+
+
+_MAX_INTERVAL_MICROS: Final = micros(MAX_INTERVAL_SECONDS)
 
 
 def validate_definition(

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from .._model.instant import Instant, Micros, from_datetime, to_datetime
-from .._model.models import CLAIM_POLICY_COLUMNS
+from .._model.models import stored_interval
 from .._model.policy import ClaimPlan
 from ._rows import read_row
 from .ahead import corrected_slot
@@ -31,16 +31,17 @@ from .mappers import (
     QUARANTINE,
     RUNNING,
     SCHEDULED,
+    SHAPE_COLUMNS,
     STANDING_COLUMNS,
     column_micros,
     instant_or_none,
     missed_record,
     nullable_micros,
     pending_retry,
-    plan_of,
     plan_or_quarantine,
     readable_plan,
     retry_of,
+    shape_of,
     stored,
 )
 from .records import Carried, Claim, ClaimEntry, ClaimMiss
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy import Connection, Insert
 
-    from .._model.policy import JobPlan, Retry
+    from .._model.policy import JobPlan, PlanShape, Retry
     from .._model.triggers import JitterReach
     from ._rows import StoredRow
     from .dialects import Dialect, DriverCursor
@@ -86,33 +87,41 @@ PASSED_BY_RETRY: Final = Micros(50_000)
 # The claim's RETURNING columns, by position in the driver's rows.
 _NAMES: Final = tuple(column.name for column in DISPATCH_COLUMNS)
 _AT: Final = {name: index for index, name in enumerate(_NAMES)}
-# What a row's plan is made of (`mappers.plan_of`): the key of `_RAW_PLANS`.
-_PLAN_COLUMNS: Final = tuple(_AT[name] for name in ("job_id", "generation", "first_run_at", *CLAIM_POLICY_COLUMNS))
-_RAW_PLANS: dict[tuple[Any, ...], JobPlan] = {}  # plans by the raw values they were read from (see _plan_of_raw)
-_RAW_PLANS_KEPT: Final = 65_536  # then it starts again (as the plans' own caches in `mappers`)
+# What a row's plan is made of: the policies it shares with other jobs (`mappers.shape_of`: kept
+# by their raw values, the key of `_RAW_SHAPES`), and its own job id, generation, anchor and interval.
+_SHAPE_AT: Final = tuple(_AT[name] for name in SHAPE_COLUMNS)
+_JOB_ID, _GENERATION, _FIRST_RUN_AT, _INTERVAL = (
+    _AT[name] for name in ("job_id", "generation", "first_run_at", "interval_seconds")
+)
+_RAW_SHAPES: dict[tuple[Any, ...], PlanShape] = {}  # shapes by the raw values they were read from
+_RAW_SHAPES_KEPT: Final = 4_096  # then it starts again (as `mappers.shape_of`'s own cache)
 
 
-def _plan_of_raw(raw: tuple[Any, ...], engine: str) -> JobPlan | None:
-    """The plan of a row as the driver returned it, or None if its values cannot be read (the caller
-    then reads the row defensively). Plans are kept by the raw values they were read from: those
-    values, read once by `read_row` and checked, give the same plan again without being read."""
+def _plan_of_raw(raw: tuple[Any, ...], dialect: Dialect) -> JobPlan | None:
+    """The plan of a row as the driver returned it, or None if its values are not what persched
+    writes (the caller then reads the row defensively). Its shape is kept by the raw values it was
+    read from (read once by `read_row` and checked); the row's own values are checked here, each
+    time: a plan per job would not be found again at 100,000 jobs on intervals of their own."""
+    job_id, generation, interval = raw[_JOB_ID], raw[_GENERATION], raw[_INTERVAL]
+    if not isinstance(job_id, str) or type(generation) is not int or type(interval) not in (float, type(None)):
+        return None
     try:
-        key = (engine, *map(raw.__getitem__, _PLAN_COLUMNS))
-        plan = _RAW_PLANS.get(key)
+        key = (dialect.name, interval is None, *map(raw.__getitem__, _SHAPE_AT))
+        shape = _RAW_SHAPES.get(key)
     except TypeError:  # an unhashable value (a hand-written BLOB)
         return None
-    if plan is None:
-        row = read_row(DISPATCH_COLUMNS, dict(zip(_NAMES, raw, strict=True)))
-        if row.problems:
-            return None
-        try:
-            plan = plan_of(row)
-        except (ValueError, TypeError, OverflowError):  # InvalidJobError is a ValueError
-            return None
-        if len(_RAW_PLANS) >= _RAW_PLANS_KEPT:
-            _RAW_PLANS.clear()
-        _RAW_PLANS[key] = plan
-    return plan
+    try:
+        if shape is None:
+            row = read_row(DISPATCH_COLUMNS, dict(zip(_NAMES, raw, strict=True)))
+            if row.problems:
+                return None
+            shape = shape_of(row)
+            if len(_RAW_SHAPES) >= _RAW_SHAPES_KEPT:
+                _RAW_SHAPES.clear()
+            _RAW_SHAPES[key] = shape
+        return shape.plan(job_id, generation, dialect.raw_instant(raw[_FIRST_RUN_AT]), stored_interval(interval))
+    except (ValueError, TypeError, OverflowError):  # InvalidJobError is a ValueError
+        return None
 
 
 class ClaimedRow(NamedTuple):
@@ -132,7 +141,7 @@ class ClaimedRow(NamedTuple):
 
 def _claimed_row(raw: tuple[Any, ...], dialect: Dialect) -> ClaimedRow | None:
     """A won row from the driver's values; None if any is not what persched writes (read it defensively)."""
-    plan = _plan_of_raw(raw, dialect.name)
+    plan = _plan_of_raw(raw, dialect)
     if plan is None:
         return None
     target, args, kwargs = raw[_AT["target"]], raw[_AT["args"]], raw[_AT["kwargs"]]

@@ -139,9 +139,9 @@ def make_engine(
     busy timeout and ``foreign_keys=ON``. Write transactions begin with
     ``BEGIN IMMEDIATE``; pass execution option ``persched_readonly=True`` for a
     deferred ``BEGIN``. ``sqlite://`` (in memory) uses a single shared
-    connection. PostgreSQL URLs use psycopg 3 with ``pool_pre_ping``;
-    MySQL/MariaDB URLs PyMySQL with ``pool_pre_ping`` at READ COMMITTED (see
-    the module docstring).
+    connection. PostgreSQL URLs use psycopg 3, MySQL/MariaDB URLs PyMySQL at
+    READ COMMITTED (see the module docstring); both ping a pooled connection
+    only after it sat idle (`persched._store.dialects.idle_ping`).
 
     Args:
         url_or_path: A SQLAlchemy URL or a plain SQLite file path.

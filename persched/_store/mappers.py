@@ -19,9 +19,17 @@ from sqlalchemy import bindparam, select, update
 
 from .._model import triggers as _triggers
 from .._model.instant import Instant, Micros, from_datetime, to_datetime
-from .._model.models import CLAIM_POLICY_COLUMNS, JobState, Policies, check_stored, job_policy_fields
+from .._model.models import (
+    CLAIM_POLICY_COLUMNS,
+    POLICY_COLUMNS,
+    JobState,
+    Policies,
+    check_stored,
+    job_policy_fields,
+    stored_interval,
+)
 from .._model.plain_models import PlainJob, PlainRun
-from .._model.policy import JobPlan, Missed, Retry
+from .._model.policy import JobPlan, Missed, PlanShape, Retry
 from ..errors import InvalidJobError
 from ._rows import StoredRow, raw_columns, read_row, readable
 from .schema import COUNTER_MAX, jobs, runs
@@ -238,37 +246,35 @@ def plan_of(row: StoredRow) -> JobPlan:
 
 def plan_at(row: StoredRow, generation: int, *, with_start: bool = False) -> JobPlan:
     # start_at placed the grid's anchor once; only a correction reads it again (so claims need not).
-    if not with_start:
-        # The claims' path: by the row's values as read, before any Policies is built.
-        return _plan_of_columns(
-            row.job_id, generation, row.first_run_at, tuple(map(row.value_of, CLAIM_POLICY_COLUMNS))
-        )
-    policies = policies_of(row)  # with start_at: a correction
-    return _cached_plan(row.job_id, generation, from_datetime(row.first_run_at), policies)
+    shape = shape_of(row, with_start=with_start)
+    return shape.plan(row.job_id, generation, from_datetime(row.first_run_at), stored_interval(row.interval_seconds))
 
 
-@functools.lru_cache(maxsize=65_536)
-def _plan_of_columns(job_id: str, generation: int, first_run_at: datetime, values: tuple[Any, ...]) -> JobPlan:
-    # `values` are read_row's (floats, text, aware datetimes): equal values give equal policies.
-    policies = Policies.from_columns(dict(zip(CLAIM_POLICY_COLUMNS, values, strict=True)).__getitem__, for_claims=True)
-    return _cached_plan(job_id, generation, from_datetime(first_run_at), policies)
+# A row's policy columns but its interval (`shape_of`): what jobs on intervals of their own share.
+SHAPE_COLUMNS: Final = tuple(name for name in CLAIM_POLICY_COLUMNS if name != "interval_seconds")
+_SHAPE_COLUMNS_WITH_START: Final = tuple(name for name in POLICY_COLUMNS if name != "interval_seconds")
+_STAND_IN_INTERVAL: Final = 1.0  # seconds: a shape's interval (each plan takes its job's own)
 
 
-@functools.lru_cache(maxsize=65_536)
-def _cached_plan(job_id: str, generation: int, anchor: Instant, stored: Policies) -> JobPlan:
-    # Checked like schedule()'s arguments, once per definition: a row written by
-    # something else (a hand-made UPDATE) fails here, not deep inside a decision.
-    _checked(stored)
-    return JobPlan.of(job_id, generation, anchor, stored)
+def shape_of(row: StoredRow, *, with_start: bool = False) -> PlanShape:
+    """The `PlanShape` of a row's policies (raises InvalidJobError if they cannot be read); without
+    start_at unless `with_start`."""
+    columns = _SHAPE_COLUMNS_WITH_START if with_start else SHAPE_COLUMNS
+    return _plan_shape(tuple(map(row.value_of, columns)), row.interval_seconds is not None, with_start)
 
 
-@functools.lru_cache(maxsize=65_536)
-def _checked(stored: Policies) -> None:
-    # `check_stored` depends on the policies alone (a failure raises, and is not cached): a job
-    # scheduled anew (a new id, a new generation) shares its policies' check with the others
-    # (half of `to_job` in schedule()/deschedule() churn). As many as the plans kept: a job
-    # whose interval is its own has policies of its own (declare() of 100,000 such jobs).
-    check_stored(stored)
+@functools.lru_cache(maxsize=4_096)
+def _plan_shape(values: tuple[Any, ...], has_interval: bool, with_start: bool) -> PlanShape:
+    # `values` are read_row's (floats, text, aware datetimes): equal values give equal shapes. Jobs
+    # share a few (100,000 jobs on intervals of their own: one), so a few kept serve them all; a
+    # shape is a `Policies` and the parts built from it, about 2 KiB: at most 8 MiB kept.
+    # Checked like schedule()'s arguments, once per shape (the row's own interval: `stored_interval`):
+    # a row written by something else (a hand-made UPDATE) fails here, not deep inside a decision.
+    column = dict(zip(_SHAPE_COLUMNS_WITH_START if with_start else SHAPE_COLUMNS, values, strict=True))
+    column["interval_seconds"] = _STAND_IN_INTERVAL if has_interval else None
+    policies = Policies.from_columns(column.__getitem__, for_claims=not with_start)
+    check_stored(policies)
+    return PlanShape.of(policies)
 
 
 def regrid(row: StoredRow, plan: JobPlan, corrected: Instant, change_seq: int) -> dict[str, Any]:

@@ -64,6 +64,7 @@ from ..._model.instant import Instant, from_datetime, to_datetime
 from ...errors import StoreError
 from ..urls import mask
 from . import Dialect, DriverCursor, Sql, marks, value_rows
+from .idle_ping import ping_after_idle
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -244,7 +245,8 @@ DIALECT: Final = MySQLDialect()
 
 
 def open_mysql(url: URL) -> Engine:
-    """A MySQL or MariaDB engine: PyMySQL, READ COMMITTED, a strict UTC session (module docstring)."""
+    """A MySQL or MariaDB engine: PyMySQL, READ COMMITTED, a strict UTC session (module docstring), a ping
+    of a connection idle for a while (`idle_ping`)."""
     connect_args: dict[str, Any] = {
         # Runs on every new connection, before the dialect's own first queries.
         "init_command": (
@@ -258,9 +260,8 @@ def open_mysql(url: URL) -> Engine:
     if "charset" not in url.query:
         connect_args["charset"] = "utf8mb4"  # 4-byte UTF-8: every str a job_id may hold (not in the URL shown)
     try:
-        return create_engine(
+        engine = create_engine(
             url,
-            pool_pre_ping=True,
             # Below the server's wait_timeout (8 h by default), which closes idle connections.
             pool_recycle=3600,
             isolation_level="READ COMMITTED",
@@ -271,3 +272,4 @@ def open_mysql(url: URL) -> Engine:
             mask(url),
             "the MySQL/MariaDB driver is not installed: pip install persched[mysql]",
         ) from exc
+    return ping_after_idle(engine)  # not pool_pre_ping: see idle_ping

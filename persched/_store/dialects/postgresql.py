@@ -29,6 +29,7 @@ from sqlalchemy.exc import OperationalError
 
 from ..._model.instant import Instant, from_datetime, to_datetime
 from . import Dialect, Sql
+from .idle_ping import ping_after_idle
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -125,7 +126,7 @@ class PostgreSQLDialect(Dialect):
 
     def change_listener(self, raw: DBAPIConnection) -> _Listener:
         pg = cast("psycopg.Connection[Any]", raw)
-        pg.rollback()  # a pooled connection may be in a transaction (pool_pre_ping's SELECT 1)
+        pg.rollback()  # a pooled connection may be in a transaction
         pg.autocommit = True  # LISTEN takes effect at once, and nothing else is ever sent here
         schema = pg.execute("SELECT current_schema()").fetchone()
         pg.execute(f"LISTEN {CHANGES_CHANNEL}")
@@ -163,8 +164,9 @@ DIALECT: Final = PostgreSQLDialect()
 
 
 def open_postgresql(url: URL) -> Engine:
-    """A PostgreSQL engine: psycopg 3, ``pool_pre_ping``, a connect timeout unless the URL has one."""
+    """A PostgreSQL engine: psycopg 3, a ping of a connection idle for a while (`idle_ping`), a connect
+    timeout unless the URL has one."""
     connect_args: dict[str, Any] = {}
     if "connect_timeout" not in url.query:
         connect_args["connect_timeout"] = _PG_CONNECT_TIMEOUT
-    return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+    return ping_after_idle(create_engine(url, connect_args=connect_args))  # not pool_pre_ping: see idle_ping
