@@ -32,20 +32,20 @@ from .._model.instant import Instant, from_datetime
 from .._model.policy import JobPlan, place_grid
 from ..errors import InvalidJobError, StoreError
 from ._rows import StoredRow, raw_columns, read_row, read_rows
-from .dialects import Sql, marks
+from .dialects import Sql, marks, value_rows
 from .mappers import (
     DESCHEDULED,
     FINISHED,
     JOB_COLUMNS,
     RAW_JOBS,
     SCHEDULED,
-    definition_key,
     generation_of,
     to_job,
 )
 from .part import Part
 from .records import Upserted
-from .schema import UTCDateTime, jobs, runs
+from .schema import jobs, runs
+from .shapes import Shapes
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
@@ -70,8 +70,7 @@ _FIND_JOBS: Final = f"SELECT {_JOB_SELECT} FROM persched_jobs WHERE job_id"  # n
 # Whether the id has a row, locking it (`locking_sql`): a result's columns cost SQLAlchemy about 1.5 µs
 # each to describe, also when no row comes back, so a new id is looked for with one.
 _PROBE_JOB: Final = "SELECT state FROM persched_jobs WHERE job_id = ?"
-_INSTANT_COLUMNS: Final = frozenset(column.name for column in jobs.c if isinstance(column.type, UTCDateTime))
-_MARK_DECLARED: Final = "UPDATE persched_jobs SET declared = ? WHERE job_id = ?"
+_MARK_DECLARED: Final = "UPDATE persched_jobs SET declared = ? WHERE job_id"  # + = ? or IN (...)
 # The change counter's row, read locking (`Dialect.locking_sql`): a declaration holds it to its commit
 # without writing it, so an unchanged declaration writes nothing.
 _HOLD_CHANGES: Final = "SELECT seq FROM persched_changes WHERE id = 1"
@@ -83,6 +82,12 @@ _PARAMETERS_SPARE: Final = 8  # a statement's parameters besides its ids
 def _insert_job(names: tuple[str, ...]) -> str:
     """The INSERT of a new job's row, its columns `names` (each schedule() writes the same ones)."""
     return f"INSERT INTO persched_jobs ({', '.join(names)}) VALUES ({marks(len(names))})"  # noqa: S608 - ours
+
+
+@functools.lru_cache(maxsize=16)
+def _insert_jobs(names: tuple[str, ...], count: int) -> str:
+    """The INSERT of `count` new jobs' rows in one statement (declare(): a chunk of its new jobs)."""
+    return f"INSERT INTO persched_jobs ({', '.join(names)}) VALUES {value_rows(count, len(names))}"  # noqa: S608
 
 
 @functools.lru_cache(maxsize=16)
@@ -98,22 +103,35 @@ _DESCHEDULE: Final = "state = ?, owner = NULL, lease_until = NULL, updated_at = 
 
 
 class _Written(NamedTuple):
-    """What an upsert's body did: the row it kept (read), or the driver values it wrote over it."""
+    """What an upsert's body did: the row as it now stands, raw by name (the one it kept, or the driver
+    values it wrote over it); `own`: that row's own columns read already (`Shapes.read`), or None."""
 
-    row: StoredRow | dict[str, Any]
+    row: dict[str, Any]
     change: Literal["created", "replaced", "unchanged"]
     due: Instant | None
+    own: StoredRow | None = None
 
 
 class _Decision(NamedTuple):
-    """What an upsert writes (`write`: None for nothing) and what it then returns (`written`).
+    """What an upsert writes and what it then returns (`written`).
 
-    `replaces`: `write` is an UPDATE of a row known to be there, so it must match exactly one.
+    `kind`: "insert" (a new row, `values` its columns), "replace" (an UPDATE of the columns `values`
+    of a row known to be there, so it must match exactly one), "mark" (the row kept, marked
+    declared) or "keep" (nothing written).
     """
 
     written: _Written
-    write: Sql | None
-    replaces: bool
+    kind: Literal["insert", "replace", "mark", "keep"]
+    values: dict[str, Any] | None = None
+
+    def statement(self) -> Sql | None:
+        """The write of this one decision (schedule()'s), or None."""
+        job_id = self.written.row["job_id"]
+        if self.kind == "insert" and self.values is not None:
+            return Sql(_insert_job(tuple(self.values)), tuple(self.values.values()))
+        if self.kind == "replace" and self.values is not None:
+            return Sql(_replace_job(tuple(self.values)), (*self.values.values(), job_id))
+        return Sql(f"{_MARK_DECLARED} = ?", (True, job_id)) if self.kind == "mark" else None
 
 
 def _next_generation(conn: Connection, row: StoredRow) -> int:
@@ -134,8 +152,7 @@ def _next_generation(conn: Connection, row: StoredRow) -> int:
 
 def _upserted(done: _Written) -> Upserted:
     """The `Upserted` of an upsert's body, its Job made after the commit (on the caller's thread)."""
-    found, change, due = done
-    return Upserted(to_job(found if isinstance(found, StoredRow) else read_row(JOB_COLUMNS, found)), change, due)
+    return Upserted(to_job(read_row(JOB_COLUMNS, done.row)), done.change, done.due)
 
 
 class JobsStore(Part):
@@ -166,11 +183,11 @@ class JobsStore(Part):
         """declare(): upsert every definition as declared and, with `prune`, deschedule this namespace's
         declared jobs that `definitions` leaves out, all in one transaction: all of it commits, or none.
 
-        The rows are read in bulk and compared in Python; only what changed is
-        written, a statement per kind of write for all its rows (the driver's
-        executemany). No statement binds more parameters than the engine takes
-        (`Dialect.max_parameters`), at any number of definitions. A declaration
-        that changes nothing writes nothing.
+        The rows are read in bulk and compared in Python (`Shapes`); only what changed is written, a
+        statement per chunk of rows: the new rows in multi-row INSERTs, the replaced ones by
+        `Dialect.update_rows`, the ones marked declared by one UPDATE of their ids. No statement binds
+        more parameters than the engine takes (`Dialect.max_parameters`), at any number of
+        definitions. A declaration that changes nothing writes nothing.
 
         Returns:
             Each definition's `Upserted`, in order, and the (job_id, generation) of each job pruned.
@@ -184,7 +201,7 @@ class JobsStore(Part):
         # order (PostgreSQL, MariaDB: FOR UPDATE) and never deadlock each other.
         order = sorted(range(len(definitions)), key=ids.__getitem__)
 
-        def body(conn: Connection) -> tuple[list[_Written], list[tuple[str, int]]]:
+        def body(conn: Connection) -> tuple[list[_Written], list[tuple[str, int]], Shapes]:
             # The change counter's row first: its lock (held to the commit) orders declarations that
             # race, so each reads the rows the one before it committed and the last one's set is what
             # remains. Every other change of a definition (schedule, deschedule, pause...) writes that
@@ -194,22 +211,23 @@ class JobsStore(Part):
             held = self._read_jobs(conn, ids)
             # Before the first write: an id another namespace holds refuses the whole declaration.
             self._refuse_clashes(ids, held)
-            decided: dict[int, _Decision] = {}
+            shapes = Shapes()
+            decided: list[_Decision | None] = [None] * len(definitions)
             for i in order:
-                decision = self._decide(conn, definitions[i], now, held.get(ids[i]), declared=True)
+                decision = self._decide(conn, definitions[i], now, held.get(ids[i]), declared=True, shapes=shapes)
                 if isinstance(decision, str):  # cannot come since the check (the lock): raising rolls all back
                     raise self._clash(ids[i], decision, declared=True)
                 decided[i] = decision
-            self._write_decisions(conn, [decided[i] for i in order])
+            self._write_decisions(conn, [decided[i] for i in order])  # type: ignore[misc]  # all decided
             pruned = self._prune_declared(conn, set(ids), now) if prune else []
-            return [decided[i].written for i in range(len(definitions))], pruned
+            return [decision.written for decision in decided if decision is not None], pruned, shapes
 
         for _ in range(3):
             try:
-                rows, pruned = self._write(body, "declare")
+                rows, pruned, shapes = self._write(body, "declare")
             except IntegrityError:
                 continue  # a first schedule of one of the ids raced ours (as in upsert_job): decide again
-            return [_upserted(row) for row in rows], pruned
+            return [Upserted(shapes.job(done.row, done.own), done.change, done.due) for done in rows], pruned
         raise StoreError(self.url, "declare kept conflicting")
 
     def _ids_per_query(self) -> int:
@@ -238,18 +256,35 @@ class JobsStore(Part):
                 raise self._clash(job_id, str(found["namespace"]), declared=True)
 
     def _write_decisions(self, conn: Connection, decisions: Sequence[_Decision]) -> None:
-        """Run the writes of `decisions`: one executemany per statement, its rows in the order given."""
-        batches: dict[str, list[tuple[Any, ...]]] = {}
-        replacing: dict[str, bool] = {}
+        """Run the writes of `decisions`, a statement per chunk of rows, each kind's rows in the order given."""
+        inserts: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+        replaces: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+        marked: list[str] = []
         for decision in decisions:
-            if decision.write is not None:
-                batches.setdefault(decision.write.text, []).append(decision.write.params)
-                replacing[decision.write.text] = decision.replaces
+            job_id, values = decision.written.row["job_id"], decision.values
+            if decision.kind == "insert" and values is not None:
+                inserts.setdefault(tuple(values), []).append(tuple(values.values()))
+            elif decision.kind == "replace" and values is not None:
+                replaces.setdefault(tuple(values), []).append((*values.values(), job_id))
+            elif decision.kind == "mark":
+                marked.append(job_id)
         cursor = self.dialect.cursor(conn)
-        for sql, rows in batches.items():
-            done = cursor.executemany(sql, rows)
-            if replacing[sql] and done.rowcount != len(rows):  # cannot happen: no row goes away meanwhile
-                raise StoreError(self.url, f"declare: {len(rows) - done.rowcount} of its rows went away")
+        for names, rows in inserts.items():
+            step = max(1, self.dialect.max_parameters // len(names))
+            for start in range(0, len(rows), step):
+                chunk = rows[start : start + step]
+                cursor.execute(_insert_jobs(names, len(chunk)), [value for row in chunk for value in row])
+        for names, rows in replaces.items():
+            step = max(1, self.dialect.max_parameters // (len(names) + 1))
+            for start in range(0, len(rows), step):
+                chunk = rows[start : start + step]
+                done = self.dialect.update_rows(cursor, jobs, names, ("job_id",), chunk)
+                if done != len(chunk):  # cannot happen: no row goes away meanwhile
+                    raise StoreError(self.url, f"declare: {len(chunk) - done} of its rows went away")
+        step = self._ids_per_query()
+        for start in range(0, len(marked), step):
+            some = marked[start : start + step]
+            cursor.execute(f"{_MARK_DECLARED} IN ({marks(len(some))})", (True, *some))
 
     def _clash(self, job_id: str, namespace: str, *, declared: bool = False) -> InvalidJobError:
         return InvalidJobError(
@@ -276,46 +311,46 @@ class JobsStore(Part):
             # A probe first, holding the row: a new id (the usual schedule()) reads one column, not all.
             known = next(iter(dialect.execute(conn, probe)), None) is not None
             found = next(iter(dialect.execute(conn, find)), None) if known else None
-            decision = self._decide(
-                conn, definition, now, None if found is None else dict(found._mapping), declared=declared
-            )
+            held = None if found is None else dict(found._mapping)
+            decision = self._decide(conn, definition, now, held, declared=declared, shapes=Shapes())
             if isinstance(decision, str):
                 return decision  # raised after the (group) commit: see _write_grouped
-            if decision.write is not None:
-                done = dialect.execute(conn, decision.write)
-                if decision.replaces and done.rowcount != 1:  # cannot happen: the row is held
+            write = decision.statement()
+            if write is not None:
+                done = dialect.execute(conn, write)
+                if decision.kind == "replace" and done.rowcount != 1:  # cannot happen: the row is held
                     raise StoreError(self.url, f"schedule of {definition.job_id!r}: its row went away")
             return decision.written
 
         return body
 
     def _decide(
-        self, conn: Connection, definition: JobDefinition, now: Instant, held: dict[str, Any] | None, *, declared: bool
+        self,
+        conn: Connection,
+        definition: JobDefinition,
+        now: Instant,
+        held: dict[str, Any] | None,
+        *,
+        declared: bool,
+        shapes: Shapes,
     ) -> _Decision | str:
         """What an upsert of `definition` writes over `held` (its row, raw as `RAW_JOBS` reads it; None:
         there is none), or the namespace that holds the id. The row is held, or cannot change meanwhile."""
         at = self.dialect.bind_instant
-        row = None if held is None else read_row(JOB_COLUMNS, held)
+        row = None if held is None else shapes.read(held)  # its own columns: all a decision reads
         if row is not None and row.state != DESCHEDULED and row.namespace != self.namespace:
             return str(row.namespace)
-        if (
-            row is not None
-            and held is not None
-            and row.state != DESCHEDULED
-            and not row.problems  # a row edited into something unreadable is replaced: the way out
-            and definition_key(row) == definition.key()
-        ):
+        # A row edited into something unreadable is replaced (`holds`): the way out.
+        if held is not None and row is not None and row.state != DESCHEDULED and shapes.holds(held, row, definition):
             if declared and not row.declared:
-                kept = read_row(JOB_COLUMNS, {**held, "declared": True})
-                return _Decision(_Written(kept, "unchanged", None), Sql(_MARK_DECLARED, (True, row.job_id)), False)
-            return _Decision(_Written(row, "unchanged", None), None, False)  # keep generation and grid
+                return _Decision(_Written({**held, "declared": True}, "unchanged", None), "mark")
+            return _Decision(_Written(held, "unchanged", None, row), "keep")  # keep generation and grid
         policies = definition.policies
         # A generation is never reused, also after deschedule (no ABA); the row
         # is held (write lock, or FOR UPDATE), so the next one is known here.
         generation = 1 if row is None else _next_generation(conn, row)
         anchor, first = place_grid(policies, now, definition.start_in)
         plan = JobPlan.of(definition.job_id, generation, anchor, policies)
-        columns = policies.columns()
         # A replacement keeps an operator's pause: a re-deploy must not resume a paused job.
         paused = row is not None and row.state != DESCHEDULED and bool(row.paused)
         # Driver values (timestamps by bind_instant, as UTCDateTime stores them: tests/store/test_churn_sql.py).
@@ -323,10 +358,7 @@ class JobsStore(Part):
             "target": definition.target,
             "args": definition.args_json,
             "kwargs": definition.kwargs_json,
-            **{
-                name: at(from_datetime(value)) if value is not None and name in _INSTANT_COLUMNS else value
-                for name, value in columns.items()
-            },
+            **shapes.bound_columns(policies, at),
             "first_run_at": at(anchor),
             "next_run_at": at(first),
             "generation": generation,
@@ -357,14 +389,12 @@ class JobsStore(Part):
         # reads it back on every engine).
         if row is None:
             written = {"job_id": definition.job_id, "created_at": at(now), **values}
-            insert = Sql(_insert_job(tuple(written)), tuple(written.values()))
-            return _Decision(_Written(written, "created", due), insert, False)
+            return _Decision(_Written(written, "created", due), "insert", written)
         if "created_at" in row.problems:  # the replacement is the fix the listing asked for
             values["created_at"] = at(now)
         assert held is not None  # a row was read
-        replace = Sql(_replace_job(tuple(values)), (*values.values(), definition.job_id))
         change: Literal["created", "replaced"] = "replaced" if row.state != DESCHEDULED else "created"
-        return _Decision(_Written({**held, **values}, change, due), replace, True)
+        return _Decision(_Written({**held, **values}, change, due), "replace", values)
 
     def deschedule_job(self, job_id: str, now: Instant) -> int | None:
         """Mark the job descheduled; return the generation descheduled, None if there was no active job."""
