@@ -32,7 +32,7 @@ from .._model.instant import Instant, from_datetime
 from .._model.policy import JobPlan, place_grid
 from ..errors import InvalidJobError, StoreError
 from ._rows import StoredRow, raw_columns, read_row, read_rows
-from .dialects import Sql, marks, value_rows
+from .dialects import Sql, marks
 from .mappers import (
     DESCHEDULED,
     FINISHED,
@@ -45,14 +45,15 @@ from .mappers import (
 from .part import Part
 from .records import Upserted
 from .schema import jobs, runs
-from .shapes import Shapes
+from .shapes import Shapes, raw_row, raw_value, written_over
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Sequence
+    from collections.abc import Callable, Collection, Iterator, Sequence
 
     from sqlalchemy import Connection
 
     from .._model.models import Job, JobDefinition
+    from .shapes import RawRow
 
 
 logger = logging.getLogger(__name__)
@@ -85,12 +86,6 @@ def _insert_job(names: tuple[str, ...]) -> str:
 
 
 @functools.lru_cache(maxsize=16)
-def _insert_jobs(names: tuple[str, ...], count: int) -> str:
-    """The INSERT of `count` new jobs' rows in one statement (declare(): a chunk of its new jobs)."""
-    return f"INSERT INTO persched_jobs ({', '.join(names)}) VALUES {value_rows(count, len(names))}"  # noqa: S608
-
-
-@functools.lru_cache(maxsize=16)
 def _replace_job(names: tuple[str, ...]) -> str:
     """The UPDATE that replaces a job's row by its job_id, writing the columns `names`."""
     return f"UPDATE persched_jobs SET {', '.join(f'{name} = ?' for name in names)} WHERE job_id = ?"  # noqa: S608
@@ -103,10 +98,10 @@ _DESCHEDULE: Final = "state = ?, owner = NULL, lease_until = NULL, updated_at = 
 
 
 class _Written(NamedTuple):
-    """What an upsert's body did: the row as it now stands, raw by name (the one it kept, or the driver
-    values it wrote over it); `own`: that row's own columns read already (`Shapes.read`), or None."""
+    """What an upsert's body did: the row as it now stands, raw (the one it kept, or the driver values
+    it wrote over it); `own`: that row's own columns read already (`Shapes.read`), or None."""
 
-    row: dict[str, Any]
+    row: RawRow
     change: Literal["created", "replaced", "unchanged"]
     due: Instant | None
     own: StoredRow | None = None
@@ -126,7 +121,7 @@ class _Decision(NamedTuple):
 
     def statement(self) -> Sql | None:
         """The write of this one decision (schedule()'s), or None."""
-        job_id = self.written.row["job_id"]
+        job_id = raw_value(self.written.row, "job_id")
         if self.kind == "insert" and self.values is not None:
             return Sql(_insert_job(tuple(self.values)), tuple(self.values.values()))
         if self.kind == "replace" and self.values is not None:
@@ -152,7 +147,16 @@ def _next_generation(conn: Connection, row: StoredRow) -> int:
 
 def _upserted(done: _Written) -> Upserted:
     """The `Upserted` of an upsert's body, its Job made after the commit (on the caller's thread)."""
-    return Upserted(to_job(read_row(JOB_COLUMNS, done.row)), done.change, done.due)
+    return Upserted(to_job(read_rows(JOB_COLUMNS, (done.row,))[0]), done.change, done.due)
+
+
+def _made(rows: list[_Written], shapes: Shapes) -> Iterator[Upserted]:
+    """The `Upserted` of each of `rows`, in order, each made as it is taken and its row then let go
+    (`rows` ends empty): a declaration's rows and its jobs, 100,000 of each, are never all held at once."""
+    rows.reverse()
+    while rows:
+        done = rows.pop()
+        yield Upserted(shapes.job(done.row, done.own), done.change, done.due)
 
 
 class JobsStore(Part):
@@ -179,7 +183,7 @@ class JobsStore(Part):
 
     def declare_jobs(
         self, definitions: Sequence[JobDefinition], now: Instant, *, prune: bool
-    ) -> tuple[list[Upserted], list[tuple[str, int]]]:
+    ) -> tuple[Iterator[Upserted], list[tuple[str, int]]]:
         """declare(): upsert every definition as declared and, with `prune`, deschedule this namespace's
         declared jobs that `definitions` leaves out, all in one transaction: all of it commits, or none.
 
@@ -190,7 +194,8 @@ class JobsStore(Part):
         definitions. A declaration that changes nothing writes nothing.
 
         Returns:
-            Each definition's `Upserted`, in order, and the (job_id, generation) of each job pruned.
+            Each definition's `Upserted`, in order, its Job made as it is taken (after the commit, one at
+            a time: 100,000 of them need not all be held twice), and the (job_id, generation) of each job pruned.
 
         Raises:
             InvalidJobError: An id belongs to an active job of another namespace (nothing written);
@@ -212,48 +217,50 @@ class JobsStore(Part):
             # Before the first write: an id another namespace holds refuses the whole declaration.
             self._refuse_clashes(ids, held)
             shapes = Shapes()
-            decided: list[_Decision | None] = [None] * len(definitions)
+            written: list[_Written | None] = [None] * len(definitions)
+            writes: list[_Decision] = []  # in job_id order
             for i in order:
                 decision = self._decide(conn, definitions[i], now, held.get(ids[i]), declared=True, shapes=shapes)
                 if isinstance(decision, str):  # cannot come since the check (the lock): raising rolls all back
                     raise self._clash(ids[i], decision, declared=True)
-                decided[i] = decision
-            self._write_decisions(conn, [decided[i] for i in order])  # type: ignore[misc]  # all decided
+                written[i] = decision.written
+                if decision.kind != "keep":
+                    writes.append(decision)
+            self._write_decisions(conn, writes)
             pruned = self._prune_declared(conn, set(ids), now) if prune else []
-            return [decision.written for decision in decided if decision is not None], pruned, shapes
+            return written, pruned, shapes  # type: ignore[return-value]  # each decided
 
         for _ in range(3):
             try:
                 rows, pruned, shapes = self._write(body, "declare")
             except IntegrityError:
                 continue  # a first schedule of one of the ids raced ours (as in upsert_job): decide again
-            return [Upserted(shapes.job(done.row, done.own), done.change, done.due) for done in rows], pruned
+            return _made(rows, shapes), pruned
         raise StoreError(self.url, "declare kept conflicting")
 
     def _ids_per_query(self) -> int:
         """How many ids one ``IN (...)`` binds: under the engine's limit of parameters, with some spare."""
         return min(_IDS_PER_QUERY, self.dialect.max_parameters - _PARAMETERS_SPARE)
 
-    def _read_jobs(self, conn: Connection, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def _read_jobs(self, conn: Connection, job_ids: Sequence[str]) -> dict[str, RawRow]:
         """The rows of `job_ids` that exist (any namespace, any state), raw, by job_id."""
         cursor = self.dialect.cursor(conn)
-        names = [column.name for column in JOB_COLUMNS]
         step = self._ids_per_query()
-        rows: dict[str, dict[str, Any]] = {}
+        rows: dict[str, RawRow] = {}
         for start in range(0, len(job_ids), step):
             chunk = job_ids[start : start + step]
-            sql = f"{_FIND_JOBS} IN ({marks(len(chunk))})"
-            for values in cursor.execute(sql, chunk).fetchall():
-                row = dict(zip(names, values, strict=True))
-                rows[row["job_id"]] = row
+            found = cursor.execute(f"{_FIND_JOBS} IN ({marks(len(chunk))})", chunk).fetchall()
+            rows.update((raw_value(row, "job_id"), row) for row in found)
         return rows
 
-    def _refuse_clashes(self, job_ids: Sequence[str], held: dict[str, dict[str, Any]]) -> None:
+    def _refuse_clashes(self, job_ids: Sequence[str], held: dict[str, RawRow]) -> None:
         """Raise for the first of `job_ids` (in their order) whose row in `held` is another namespace's active job."""
         for job_id in job_ids:
             found = held.get(job_id)
-            if found is not None and found["state"] != DESCHEDULED and found["namespace"] != self.namespace:
-                raise self._clash(job_id, str(found["namespace"]), declared=True)
+            if found is None or raw_value(found, "state") == DESCHEDULED:
+                continue
+            if (namespace := raw_value(found, "namespace")) != self.namespace:
+                raise self._clash(job_id, str(namespace), declared=True)
 
     def _write_decisions(self, conn: Connection, decisions: Sequence[_Decision]) -> None:
         """Run the writes of `decisions`, a statement per chunk of rows, each kind's rows in the order given."""
@@ -261,7 +268,7 @@ class JobsStore(Part):
         replaces: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
         marked: list[str] = []
         for decision in decisions:
-            job_id, values = decision.written.row["job_id"], decision.values
+            job_id, values = raw_value(decision.written.row, "job_id"), decision.values
             if decision.kind == "insert" and values is not None:
                 inserts.setdefault(tuple(values), []).append(tuple(values.values()))
             elif decision.kind == "replace" and values is not None:
@@ -270,10 +277,7 @@ class JobsStore(Part):
                 marked.append(job_id)
         cursor = self.dialect.cursor(conn)
         for names, rows in inserts.items():
-            step = max(1, self.dialect.max_parameters // len(names))
-            for start in range(0, len(rows), step):
-                chunk = rows[start : start + step]
-                cursor.execute(_insert_jobs(names, len(chunk)), [value for row in chunk for value in row])
+            self.dialect.insert_rows(cursor, jobs, names, rows)
         for names, rows in replaces.items():
             step = max(1, self.dialect.max_parameters // (len(names) + 1))
             for start in range(0, len(rows), step):
@@ -311,7 +315,7 @@ class JobsStore(Part):
             # A probe first, holding the row: a new id (the usual schedule()) reads one column, not all.
             known = next(iter(dialect.execute(conn, probe)), None) is not None
             found = next(iter(dialect.execute(conn, find)), None) if known else None
-            held = None if found is None else dict(found._mapping)
+            held = None if found is None else tuple(found)
             decision = self._decide(conn, definition, now, held, declared=declared, shapes=Shapes())
             if isinstance(decision, str):
                 return decision  # raised after the (group) commit: see _write_grouped
@@ -329,13 +333,13 @@ class JobsStore(Part):
         conn: Connection,
         definition: JobDefinition,
         now: Instant,
-        held: dict[str, Any] | None,
+        held: RawRow | None,
         *,
         declared: bool,
         shapes: Shapes,
     ) -> _Decision | str:
-        """What an upsert of `definition` writes over `held` (its row, raw as `RAW_JOBS` reads it; None:
-        there is none), or the namespace that holds the id. The row is held, or cannot change meanwhile."""
+        """What an upsert of `definition` writes over `held` (its row, raw; None: there is none), or the
+        namespace that holds the id. The row is held, or cannot change meanwhile."""
         at = self.dialect.bind_instant
         row = None if held is None else shapes.read(held)  # its own columns: all a decision reads
         if row is not None and row.state != DESCHEDULED and row.namespace != self.namespace:
@@ -343,7 +347,7 @@ class JobsStore(Part):
         # A row edited into something unreadable is replaced (`holds`): the way out.
         if held is not None and row is not None and row.state != DESCHEDULED and shapes.holds(held, row, definition):
             if declared and not row.declared:
-                return _Decision(_Written({**held, "declared": True}, "unchanged", None), "mark")
+                return _Decision(_Written(written_over(held, {"declared": True}), "unchanged", None), "mark")
             return _Decision(_Written(held, "unchanged", None, row), "keep")  # keep generation and grid
         policies = definition.policies
         # A generation is never reused, also after deschedule (no ABA); the row
@@ -385,16 +389,16 @@ class JobsStore(Part):
         }
         due = None if values["state"] != SCHEDULED or paused else plan.due_at(first, None, self.jitter_reach)
         # Written without RETURNING: the row as stored is the one read above (held since)
-        # with these values over it, read by the same `read_row` (tests/store/test_churn_sql.py
+        # with these values over it, read by the same `read_rows` (tests/store/test_churn_sql.py
         # reads it back on every engine).
         if row is None:
             written = {"job_id": definition.job_id, "created_at": at(now), **values}
-            return _Decision(_Written(written, "created", due), "insert", written)
+            return _Decision(_Written(raw_row(written), "created", due), "insert", written)
         if "created_at" in row.problems:  # the replacement is the fix the listing asked for
             values["created_at"] = at(now)
         assert held is not None  # a row was read
         change: Literal["created", "replaced"] = "replaced" if row.state != DESCHEDULED else "created"
-        return _Decision(_Written({**held, **values}, change, due), "replace", values)
+        return _Decision(_Written(written_over(held, values), change, due), "replace", values)
 
     def deschedule_job(self, job_id: str, now: Instant) -> int | None:
         """Mark the job descheduled; return the generation descheduled, None if there was no active job."""

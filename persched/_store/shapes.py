@@ -17,29 +17,55 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .._model.instant import from_datetime
 from .._model.models import POLICY_COLUMNS
-from ._rows import StoredRow, read_row
+from ._rows import StoredRow, read_rows
 from .mappers import JOB_COLUMNS, OWN_JOB_COLUMNS, own_job_fields, policies_of, to_job
 from .schema import UTCDateTime, jobs
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Mapping
+    from typing import TypeAlias
 
     from .._model.instant import Instant
     from .._model.models import JobDefinition, Policies
     from .._model.public_models import Job
 
-__all__ = ["Shapes"]
+    RawRow: TypeAlias = tuple[Any, ...]
 
+__all__ = ["Shapes", "raw_row", "raw_value", "written_over"]
+
+# A row is raw (`RawRow`): the driver's values of `mappers.JOB_COLUMNS`, in that order, as `_FIND_JOBS`
+# reads them or as the store binds them (`Dialect.bind_instant`): 100,000 need no dict each.
+_INDEX: Final = {column.name: i for i, column in enumerate(JOB_COLUMNS)}
+_TARGET: Final = _INDEX["target"]
+_all_values: Final = itemgetter(*_INDEX)  # a row by column name -> raw
+_own_values: Final = itemgetter(*(_INDEX[column.name] for column in OWN_JOB_COLUMNS))
 _POLICY_COLUMNS: Final = tuple(jobs.c[name] for name in POLICY_COLUMNS)
-_policy_values: Final = itemgetter(*POLICY_COLUMNS)  # a row's raw policy values, by name: its shape's key
+_policy_values: Final = itemgetter(*(_INDEX[name] for name in POLICY_COLUMNS))  # a shape's key, with the target
 _INSTANT_POLICY_COLUMNS: Final = frozenset(
     column.name for column in _POLICY_COLUMNS if isinstance(column.type, UTCDateTime)
 )
 
 
+def raw_row(values: Mapping[str, Any]) -> RawRow:
+    """A row given by column name (every column of `mappers.JOB_COLUMNS`), raw."""
+    return _all_values(values)  # type: ignore[no-any-return]  # a tuple: more than one name
+
+
+def raw_value(row: RawRow, name: str) -> Any:  # noqa: ANN401 - a driver's value
+    """The value of the column `name` of a raw row."""
+    return row[_INDEX[name]]
+
+
+def written_over(row: RawRow, values: Mapping[str, Any]) -> RawRow:
+    """The raw `row` with the columns `values` written over it."""
+    changed = list(row)
+    for name, value in values.items():
+        changed[_INDEX[name]] = value
+    return tuple(changed)
+
+
 class Shapes:
-    """The shapes of one transaction's rows (module docstring). Rows are raw, by column name, as
-    `mappers.RAW_JOBS` reads them or as the store binds them (`Dialect.bind_instant`).
+    """The shapes of one transaction's rows (module docstring), raw (`RawRow`).
 
     Two raw values that are equal are read alike: the drivers return one Python type per column
     (SQLite's column affinity turns a hand-written 60 into 60.0 in a float column, and 2.0 into 2 in
@@ -68,35 +94,35 @@ class Shapes:
         return found[1]
 
     @staticmethod
-    def read(values: Mapping[str, Any]) -> StoredRow:
+    def read(row: RawRow) -> StoredRow:
         """The columns a row holds of its own (`mappers.OWN_JOB_COLUMNS`), read."""
-        return read_row(OWN_JOB_COLUMNS, values)
+        return read_rows(OWN_JOB_COLUMNS, (_own_values(row),))[0]
 
-    def holds(self, values: Mapping[str, Any], row: StoredRow, definition: JobDefinition) -> bool:
-        """True if the row `values` (its own columns read: `row`) can be read and holds `definition` as
-        it is, its target, arguments and policies: scheduling it again changes nothing."""
+    def holds(self, row: RawRow, own: StoredRow, definition: JobDefinition) -> bool:
+        """True if the `row` (its own columns read: `own`) can be read and holds `definition` as it is,
+        its target, arguments and policies: scheduling it again changes nothing."""
         return (
-            not row.problems
-            and row.args == definition.args_json
-            and row.kwargs == definition.kwargs_json
-            and values["target"] == definition.target  # text (readable) if it is equal
-            and self._stored_policies(values) == definition.policies  # None (unreadable) never is
+            not own.problems
+            and own.args == definition.args_json
+            and own.kwargs == definition.kwargs_json
+            and row[_TARGET] == definition.target  # text (readable) if it is equal
+            and self._stored_policies(row) == definition.policies  # None (unreadable) never is
         )
 
-    def _stored_policies(self, values: Mapping[str, Any]) -> Policies | None:
-        key = _policy_values(values)
+    def _stored_policies(self, row: RawRow) -> Policies | None:
+        key = _policy_values(row)
         try:
             return self._policies[key]
         except KeyError:
             pass
-        read = read_row(_POLICY_COLUMNS, values)
+        read = read_rows(_POLICY_COLUMNS, (key,))[0]
         found = self._policies[key] = None if read.problems else policies_of(read)
         return found
 
-    def job(self, values: Mapping[str, Any], row: StoredRow | None = None) -> Job:
-        """The `Job` of the row `values`, as `mappers.to_job` makes it; `row`: its own columns, read already."""
-        own = self.read(values) if row is None else row
-        key = (values["target"], _policy_values(values))
+    def job(self, row: RawRow, own: StoredRow | None = None) -> Job:
+        """The `Job` of the `row`, as `mappers.to_job` makes it; `own`: its own columns, read already."""
+        own = self.read(row) if own is None else own
+        key = (row[_TARGET], _policy_values(row))
         template = self._templates.get(key)
         if template is not None and not own.problems:
             problems: dict[str, str] = {}
@@ -105,7 +131,7 @@ class Shapes:
                 # Every field the template does not share with this row is in `fields`, of the type
                 # validation gives it (read_row's, as to_job's): a copy need not validate again.
                 return template.model_copy(update=fields)
-        job = to_job(read_row(JOB_COLUMNS, values))
+        job = to_job(read_rows(JOB_COLUMNS, (row,))[0])
         if template is None and job.unreadable is None:
             self._templates[key] = job  # its target, policy fields and schedule are its shape's
         return job
