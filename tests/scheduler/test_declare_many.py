@@ -215,11 +215,17 @@ def test_a_declaration_returns_each_job_as_it_is_stored(db_url: str, app: JobSch
         "WHERE job_id = 'every-2'",
     )
     clock.advance(17.25)
-    changed = [JobSpec("every-1", TARGET, 61.0, args=(1,)), *(s for s in shapes() if s.job_id != "every-1")]
+    # Replaced together (MariaDB: in one UPDATE of many rows), each with columns of its own NULL or not.
+    replaced = ("every-1", "window-0", "once-1", "delay")
+    changed = [
+        JobSpec(s.job_id, s.fn, s.interval_seconds, **{**s.options, "kwargs": {"v": 2}}) if s.job_id in replaced else s
+        for s in shapes()
+    ]
     again = app.declare(changed)
-    assert again.replaced == ("every-1",)
-    assert (again[0].paused, again[0].pause_note) == (True, "by an operator")  # a replacement keeps the pause
-    assert again[4].paused_until == WINDOW
-    assert again[5].unreadable == "state: 'bogus' is not a job state"
-    assert (again[2].run_count, again[2].pending_attempt, again[2].run_now_requested) == (7, 2, True)
+    assert again.replaced == replaced
+    job = {j.job_id: j for j in again}
+    assert (job["every-1"].paused, job["every-1"].pause_note) == (True, "by an operator")  # a replacement keeps it
+    assert job["cron-1"].paused_until == WINDOW
+    assert job["cron-2"].unreadable == "state: 'bogus' is not a job state"
+    assert (job["every-2"].run_count, job["every-2"].pending_attempt, job["every-2"].run_now_requested) == (7, 2, True)
     assert_as_stored(app, again)
