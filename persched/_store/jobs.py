@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeVar, cast
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -187,9 +187,9 @@ class JobsStore(Part):
         """declare(): upsert every definition as declared and, with `prune`, deschedule this namespace's
         declared jobs that `definitions` leaves out, all in one transaction: all of it commits, or none.
 
-        The rows are read in bulk and compared in Python (`Shapes`); only what changed is written, a
-        statement per chunk of rows: the new rows in multi-row INSERTs, the replaced ones by
-        `Dialect.update_rows`, the ones marked declared by one UPDATE of their ids. No statement binds
+        The rows are read in bulk and compared in Python (`Shapes`); only what changed is written, in
+        one call of many rows for each kind: the new rows by `Dialect.insert_rows`, the replaced ones
+        by the driver's executemany, the ones marked declared by an UPDATE of their ids. No statement binds
         more parameters than the engine takes (`Dialect.max_parameters`), at any number of
         definitions. A declaration that changes nothing writes nothing.
 
@@ -228,7 +228,7 @@ class JobsStore(Part):
                     writes.append(decision)
             self._write_decisions(conn, writes)
             pruned = self._prune_declared(conn, set(ids), now) if prune else []
-            return written, pruned, shapes  # type: ignore[return-value]  # each decided
+            return cast("list[_Written]", written), pruned, shapes  # each decided
 
         for _ in range(3):
             try:
@@ -279,12 +279,11 @@ class JobsStore(Part):
         for names, rows in inserts.items():
             self.dialect.insert_rows(cursor, jobs, names, rows)
         for names, rows in replaces.items():
-            step = max(1, self.dialect.max_parameters // (len(names) + 1))
-            for start in range(0, len(rows), step):
-                chunk = rows[start : start + step]
-                done = self.dialect.update_rows(cursor, jobs, names, ("job_id",), chunk)
-                if done != len(chunk):  # cannot happen: no row goes away meanwhile
-                    raise StoreError(self.url, f"declare: {len(chunk) - done} of its rows went away")
+            # The driver's executemany, a statement a row: a replacement's arguments may be 128 KiB, and
+            # MariaDB takes at most `max_allowed_packet` (16 MiB) in one statement.
+            done = cursor.executemany(_replace_job(names), rows).rowcount
+            if done != len(rows):  # cannot happen: no row goes away meanwhile
+                raise StoreError(self.url, f"declare: {len(rows) - done} of its rows went away")
         step = self._ids_per_query()
         for start in range(0, len(marked), step):
             some = marked[start : start + step]

@@ -46,7 +46,9 @@ CHANGES_CHANNEL: Final = "persched_changes"  # LISTEN / NOTIFY channel of the ch
 _PG_CONNECT_TIMEOUT: Final = 10  # seconds, unless the URL says otherwise
 _PG: Final = PGDialect_psycopg()  # type: ignore[no-untyped-call]  # compiles a column's type (`_array_type`)
 _ANNOUNCE: Final = Sql("SELECT pg_notify(?, current_schema())", (CHANGES_CHANNEL,))
-_ROWS_PER_INSERT: Final = 10_000  # `insert_rows`: rows a statement, whose arrays psycopg builds in memory
+# `insert_rows`: rows a statement. At most 128 MiB of arguments (max_args_bytes, 64 KiB each for args and
+# kwargs, a row), far under the 1 GiB a message takes; a hundred statements for 100,000 rows.
+_ROWS_PER_INSERT: Final = 1_000
 
 
 # SQLSTATEs after which the whole transaction may succeed when tried again.
