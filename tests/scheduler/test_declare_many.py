@@ -100,7 +100,9 @@ def test_an_unchanged_declaration_writes_nothing(db_url: str, app: JobScheduler,
     assert all(j.state is JobState.SCHEDULED for j in app.jobs())
 
 
-def test_new_jobs_are_inserted_in_one_call_under_the_limit(app: JobScheduler) -> None:
+@contextlib.contextmanager
+def insert_calls(sched: JobScheduler) -> Iterator[list[str]]:
+    """Each call with an INSERT the scheduler's store makes meanwhile from this thread (an executemany: one)."""
     calls: list[str] = []
     caller = threading.get_ident()
 
@@ -108,19 +110,31 @@ def test_new_jobs_are_inserted_in_one_call_under_the_limit(app: JobScheduler) ->
         if threading.get_ident() == caller and sql.lstrip().upper().startswith("INSERT"):
             calls.append(sql)
 
-    engine = store_of(app).engine
+    engine = store_of(sched).engine
     event.listen(engine, "before_cursor_execute", grab)
     try:
-        with parameter_limit(app, LIMIT), statements(app) as sent:
-            declared = app.declare(specs(range(101)))
+        yield calls
     finally:
         event.remove(engine, "before_cursor_execute", grab)
+
+
+def test_new_jobs_are_inserted_in_one_call_under_the_limit(app: JobScheduler) -> None:
+    with parameter_limit(app, LIMIT), statements(app) as sent, insert_calls(app) as calls:
+        declared = app.declare(specs(range(101)))
     assert len(declared.created) == 101
     assert max(count for _, count in sent) <= LIMIT
     # One executemany (SQLite, MariaDB: PyMySQL sends it in multi-row statements) or one INSERT of
     # an array a column (PostgreSQL), not a call a row.
     assert len(calls) == 1
     assert [j.job_id for j in app.jobs()] == [f"job-{i:03d}" for i in range(101)]
+
+
+def test_more_new_jobs_than_one_statement_holds_are_all_inserted(app: JobScheduler) -> None:
+    with insert_calls(app) as calls:
+        declared = app.declare(specs(range(1001)))  # PostgreSQL: 1,000 rows a statement
+    assert len(declared.created) == 1001
+    assert len(calls) <= 2
+    assert {j.job_id: j.args for j in app.jobs()} == {f"job-{i:03d}": (i,) for i in range(1001)}
 
 
 def test_jobs_scheduled_by_hand_and_declared_unchanged_are_marked_declared(
@@ -215,7 +229,7 @@ def test_a_declaration_returns_each_job_as_it_is_stored(db_url: str, app: JobSch
         "WHERE job_id = 'every-2'",
     )
     clock.advance(17.25)
-    # Replaced together (MariaDB: in one UPDATE of many rows), each with columns of its own NULL or not.
+    # Replaced together, each with columns of its own NULL or not.
     replaced = ("every-1", "window-0", "once-1", "delay")
     changed = [
         JobSpec(s.job_id, s.fn, s.interval_seconds, **{**s.options, "kwargs": {"v": 2}}) if s.job_id in replaced else s
