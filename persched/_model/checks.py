@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime, timezone
 from typing import Any, Final
 
@@ -50,6 +51,10 @@ EARLIEST_INSTANT = datetime(1, 1, 2, tzinfo=timezone.utc)
 LATEST_INSTANT = datetime(9000, 1, 1, tzinfo=timezone.utc)
 
 _WHOLE: Final = 2**31  # a `shown` limit that never cuts: repr() as it is, but safe for huge ints
+_CONTROL_CHARACTERS: Final = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1: not in an id
+# Values JSON gives back as they are (the round trip of `as_json`); text too when it is ASCII.
+_PLAIN_SCALARS: Final = frozenset({int, float, bool, type(None)})
+_JSON: Final = json.JSONEncoder(allow_nan=False, sort_keys=True, separators=(",", ":"))  # json.dumps makes one a call
 
 
 def shown(value: object, limit: int = 80) -> str:
@@ -86,7 +91,7 @@ def validate_job_id(job_id: object) -> str:
             "job_id",
             f"must be at most {MAX_JOB_ID_LENGTH} characters, got {len(job_id)}",
         )
-    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in job_id):
+    if _CONTROL_CHARACTERS.search(job_id):
         raise InvalidJobError("job_id", f"must not contain control characters: {job_id!r}")
     check_encodable("job_id", job_id)
     return job_id
@@ -98,7 +103,7 @@ def validate_namespace(namespace: object, argument: str = "namespace") -> str:
         raise InvalidJobError(argument, f"must be a non-empty str such as 'billing', got {namespace!r}")
     if len(namespace) > MAX_NAMESPACE_LENGTH:
         raise InvalidJobError(argument, f"must be at most {MAX_NAMESPACE_LENGTH} characters, got {len(namespace)}")
-    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in namespace):
+    if _CONTROL_CHARACTERS.search(namespace):
         raise InvalidJobError(argument, f"must not contain control characters: {namespace!r}")
     check_encodable(argument, namespace)  # a lone surrogate: no database can store it
     return namespace
@@ -147,10 +152,28 @@ def _check_shape(argument: str, value: object) -> None:
                 stack.extend((v, depth + 1) for v in item)
 
 
+def _plain(item: object) -> bool:
+    return type(item) in _PLAIN_SCALARS or _ascii_text(item)
+
+
+def _flat(value: object) -> bool:
+    """True for a list of plain scalars, or a dict of them by ASCII keys (the usual args and kwargs): one
+    level deep, no text a database refuses, and JSON gives it back as it is (no check or round trip needed)."""
+    if type(value) is list:
+        return all(map(_plain, value))
+    return type(value) is dict and all(map(_plain, value.values())) and all(map(_ascii_text, value))
+
+
+def _ascii_text(item: object) -> bool:
+    return type(item) is str and item.isascii()
+
+
 def as_json(argument: str, value: object, max_bytes: int = DEFAULT_MAX_ARGS_BYTES) -> str:
-    _check_shape(argument, value)
+    flat = _flat(value)
+    if not flat:
+        _check_shape(argument, value)
     try:
-        text = json.dumps(value, allow_nan=False, sort_keys=True, separators=(",", ":"))
+        text = _JSON.encode(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidJobError(argument, f"must be JSON-serialisable (persched never pickles): {exc}") from exc
     if len(text) > max_bytes:  # ASCII: json escapes everything else
@@ -159,7 +182,7 @@ def as_json(argument: str, value: object, max_bytes: int = DEFAULT_MAX_ARGS_BYTE
             f"is {len(text)} bytes as JSON, more than max_args_bytes ({max_bytes}); store large data elsewhere "
             "and pass a reference to it",
         )
-    if json.loads(text) != value:
+    if not flat and json.loads(text) != value:
         # e.g. non-str dict keys, tuples nested inside: they would come back changed.
         raise InvalidJobError(argument, f"does not survive a JSON round trip unchanged: {value!r}")
     return text

@@ -137,12 +137,16 @@ class DeclareResult(list["Job"]):
     __slots__ = ("created", "namespace", "pruned", "replaced", "unchanged")
 
     def __init__(self, namespace: str, changes: Iterable[tuple[Job, str]], pruned: Iterable[str] = ()) -> None:
-        pairs = list(changes)
-        super().__init__(job for job, _ in pairs)
+        super().__init__()
+        ids: dict[str, list[str]] = {"created": [], "replaced": [], "unchanged": []}
+        for job, change in changes:  # once, one pair at a time: a declaration may hold 100,000
+            self.append(job)
+            if change in ids:
+                ids[change].append(job.job_id)
         self.namespace = namespace
-        self.created: tuple[str, ...] = tuple(job.job_id for job, change in pairs if change == "created")
-        self.replaced: tuple[str, ...] = tuple(job.job_id for job, change in pairs if change == "replaced")
-        self.unchanged: tuple[str, ...] = tuple(job.job_id for job, change in pairs if change == "unchanged")
+        self.created: tuple[str, ...] = tuple(ids["created"])
+        self.replaced: tuple[str, ...] = tuple(ids["replaced"])
+        self.unchanged: tuple[str, ...] = tuple(ids["unchanged"])
         self.pruned: tuple[str, ...] = tuple(pruned)
 
     @property

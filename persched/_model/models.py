@@ -159,10 +159,11 @@ class Policies:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: declare() holds one a spec, 100,000 of them
 class JobDefinition:
-    """What `schedule()` writes, validated; `key()` decides "identical"
-    (same generation, same grid) versus "replaced"."""
+    """What `schedule()` writes, validated. Its target, arguments and policies decide "identical" (same
+    generation, same grid) versus "replaced" (`persched._store.shapes.Shapes.holds`); not start_in,
+    which only places a new grid."""
 
     job_id: str
     target: str
@@ -170,10 +171,6 @@ class JobDefinition:
     kwargs_json: str
     policies: Policies
     start_in: Micros | None
-
-    def key(self) -> tuple[Any, ...]:
-        """Everything that makes up the definition (not start_in: it only places a new grid)."""
-        return (self.target, self.args_json, self.kwargs_json, self.policies)
 
 
 Unit = Literal["seconds", "instant", "plain", "dates"]

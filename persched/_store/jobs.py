@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeVar, cast
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -39,20 +39,21 @@ from .mappers import (
     JOB_COLUMNS,
     RAW_JOBS,
     SCHEDULED,
-    definition_key,
     generation_of,
     to_job,
 )
 from .part import Part
 from .records import Upserted
-from .schema import UTCDateTime, jobs, runs
+from .schema import jobs, runs
+from .shapes import Shapes, raw_row, raw_value, written_over
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Sequence
+    from collections.abc import Callable, Collection, Iterator, Sequence
 
     from sqlalchemy import Connection
 
     from .._model.models import Job, JobDefinition
+    from .shapes import RawRow
 
 
 logger = logging.getLogger(__name__)
@@ -70,8 +71,7 @@ _FIND_JOBS: Final = f"SELECT {_JOB_SELECT} FROM persched_jobs WHERE job_id"  # n
 # Whether the id has a row, locking it (`locking_sql`): a result's columns cost SQLAlchemy about 1.5 µs
 # each to describe, also when no row comes back, so a new id is looked for with one.
 _PROBE_JOB: Final = "SELECT state FROM persched_jobs WHERE job_id = ?"
-_INSTANT_COLUMNS: Final = frozenset(column.name for column in jobs.c if isinstance(column.type, UTCDateTime))
-_MARK_DECLARED: Final = "UPDATE persched_jobs SET declared = ? WHERE job_id = ?"
+_MARK_DECLARED: Final = "UPDATE persched_jobs SET declared = ? WHERE job_id"  # + = ? or IN (...)
 # The change counter's row, read locking (`Dialect.locking_sql`): a declaration holds it to its commit
 # without writing it, so an unchanged declaration writes nothing.
 _HOLD_CHANGES: Final = "SELECT seq FROM persched_changes WHERE id = 1"
@@ -98,22 +98,35 @@ _DESCHEDULE: Final = "state = ?, owner = NULL, lease_until = NULL, updated_at = 
 
 
 class _Written(NamedTuple):
-    """What an upsert's body did: the row it kept (read), or the driver values it wrote over it."""
+    """What an upsert's body did: the row as it now stands, raw (the one it kept, or the driver values
+    it wrote over it); `own`: that row's own columns read already (`Shapes.read`), or None."""
 
-    row: StoredRow | dict[str, Any]
+    row: RawRow
     change: Literal["created", "replaced", "unchanged"]
     due: Instant | None
+    own: StoredRow | None = None
 
 
 class _Decision(NamedTuple):
-    """What an upsert writes (`write`: None for nothing) and what it then returns (`written`).
+    """What an upsert writes and what it then returns (`written`).
 
-    `replaces`: `write` is an UPDATE of a row known to be there, so it must match exactly one.
+    `kind`: "insert" (a new row, `values` its columns), "replace" (an UPDATE of the columns `values`
+    of a row known to be there, so it must match exactly one), "mark" (the row kept, marked
+    declared) or "keep" (nothing written).
     """
 
     written: _Written
-    write: Sql | None
-    replaces: bool
+    kind: Literal["insert", "replace", "mark", "keep"]
+    values: dict[str, Any] | None = None
+
+    def statement(self) -> Sql | None:
+        """The write of this one decision (schedule()'s), or None."""
+        job_id = raw_value(self.written.row, "job_id")
+        if self.kind == "insert" and self.values is not None:
+            return Sql(_insert_job(tuple(self.values)), tuple(self.values.values()))
+        if self.kind == "replace" and self.values is not None:
+            return Sql(_replace_job(tuple(self.values)), (*self.values.values(), job_id))
+        return Sql(f"{_MARK_DECLARED} = ?", (True, job_id)) if self.kind == "mark" else None
 
 
 def _next_generation(conn: Connection, row: StoredRow) -> int:
@@ -134,8 +147,16 @@ def _next_generation(conn: Connection, row: StoredRow) -> int:
 
 def _upserted(done: _Written) -> Upserted:
     """The `Upserted` of an upsert's body, its Job made after the commit (on the caller's thread)."""
-    found, change, due = done
-    return Upserted(to_job(found if isinstance(found, StoredRow) else read_row(JOB_COLUMNS, found)), change, due)
+    return Upserted(to_job(read_rows(JOB_COLUMNS, (done.row,))[0]), done.change, done.due)
+
+
+def _made(rows: list[_Written], shapes: Shapes) -> Iterator[Upserted]:
+    """The `Upserted` of each of `rows`, in order, each made as it is taken and its row then let go
+    (`rows` ends empty): a declaration's rows and its jobs, 100,000 of each, are never all held at once."""
+    rows.reverse()
+    while rows:
+        done = rows.pop()
+        yield Upserted(shapes.job(done.row, done.own), done.change, done.due)
 
 
 class JobsStore(Part):
@@ -162,18 +183,19 @@ class JobsStore(Part):
 
     def declare_jobs(
         self, definitions: Sequence[JobDefinition], now: Instant, *, prune: bool
-    ) -> tuple[list[Upserted], list[tuple[str, int]]]:
+    ) -> tuple[Iterator[Upserted], list[tuple[str, int]]]:
         """declare(): upsert every definition as declared and, with `prune`, deschedule this namespace's
         declared jobs that `definitions` leaves out, all in one transaction: all of it commits, or none.
 
-        The rows are read in bulk and compared in Python; only what changed is
-        written, a statement per kind of write for all its rows (the driver's
-        executemany). No statement binds more parameters than the engine takes
-        (`Dialect.max_parameters`), at any number of definitions. A declaration
-        that changes nothing writes nothing.
+        The rows are read in bulk and compared in Python (`Shapes`); only what changed is written, in
+        one call of many rows for each kind: the new rows by `Dialect.insert_rows`, the replaced ones
+        by the driver's executemany, the ones marked declared by an UPDATE of their ids. No statement binds
+        more parameters than the engine takes (`Dialect.max_parameters`), at any number of
+        definitions. A declaration that changes nothing writes nothing.
 
         Returns:
-            Each definition's `Upserted`, in order, and the (job_id, generation) of each job pruned.
+            Each definition's `Upserted`, in order, its Job made as it is taken (after the commit, one at
+            a time: 100,000 of them need not all be held twice), and the (job_id, generation) of each job pruned.
 
         Raises:
             InvalidJobError: An id belongs to an active job of another namespace (nothing written);
@@ -184,7 +206,7 @@ class JobsStore(Part):
         # order (PostgreSQL, MariaDB: FOR UPDATE) and never deadlock each other.
         order = sorted(range(len(definitions)), key=ids.__getitem__)
 
-        def body(conn: Connection) -> tuple[list[_Written], list[tuple[str, int]]]:
+        def body(conn: Connection) -> tuple[list[_Written], list[tuple[str, int]], Shapes]:
             # The change counter's row first: its lock (held to the commit) orders declarations that
             # race, so each reads the rows the one before it committed and the last one's set is what
             # remains. Every other change of a definition (schedule, deschedule, pause...) writes that
@@ -194,62 +216,78 @@ class JobsStore(Part):
             held = self._read_jobs(conn, ids)
             # Before the first write: an id another namespace holds refuses the whole declaration.
             self._refuse_clashes(ids, held)
-            decided: dict[int, _Decision] = {}
+            shapes = Shapes()
+            written: list[_Written | None] = [None] * len(definitions)
+            writes: list[_Decision] = []  # in job_id order
             for i in order:
-                decision = self._decide(conn, definitions[i], now, held.get(ids[i]), declared=True)
+                decision = self._decide(conn, definitions[i], now, held.get(ids[i]), declared=True, shapes=shapes)
                 if isinstance(decision, str):  # cannot come since the check (the lock): raising rolls all back
                     raise self._clash(ids[i], decision, declared=True)
-                decided[i] = decision
-            self._write_decisions(conn, [decided[i] for i in order])
+                written[i] = decision.written
+                if decision.kind != "keep":
+                    writes.append(decision)
+            self._write_decisions(conn, writes)
             pruned = self._prune_declared(conn, set(ids), now) if prune else []
-            return [decided[i].written for i in range(len(definitions))], pruned
+            return cast("list[_Written]", written), pruned, shapes  # each decided
 
         for _ in range(3):
             try:
-                rows, pruned = self._write(body, "declare")
+                rows, pruned, shapes = self._write(body, "declare")
             except IntegrityError:
                 continue  # a first schedule of one of the ids raced ours (as in upsert_job): decide again
-            return [_upserted(row) for row in rows], pruned
+            return _made(rows, shapes), pruned
         raise StoreError(self.url, "declare kept conflicting")
 
     def _ids_per_query(self) -> int:
         """How many ids one ``IN (...)`` binds: under the engine's limit of parameters, with some spare."""
         return min(_IDS_PER_QUERY, self.dialect.max_parameters - _PARAMETERS_SPARE)
 
-    def _read_jobs(self, conn: Connection, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def _read_jobs(self, conn: Connection, job_ids: Sequence[str]) -> dict[str, RawRow]:
         """The rows of `job_ids` that exist (any namespace, any state), raw, by job_id."""
         cursor = self.dialect.cursor(conn)
-        names = [column.name for column in JOB_COLUMNS]
         step = self._ids_per_query()
-        rows: dict[str, dict[str, Any]] = {}
+        rows: dict[str, RawRow] = {}
         for start in range(0, len(job_ids), step):
             chunk = job_ids[start : start + step]
-            sql = f"{_FIND_JOBS} IN ({marks(len(chunk))})"
-            for values in cursor.execute(sql, chunk).fetchall():
-                row = dict(zip(names, values, strict=True))
-                rows[row["job_id"]] = row
+            found = cursor.execute(f"{_FIND_JOBS} IN ({marks(len(chunk))})", chunk).fetchall()
+            rows.update((raw_value(row, "job_id"), row) for row in found)
         return rows
 
-    def _refuse_clashes(self, job_ids: Sequence[str], held: dict[str, dict[str, Any]]) -> None:
+    def _refuse_clashes(self, job_ids: Sequence[str], held: dict[str, RawRow]) -> None:
         """Raise for the first of `job_ids` (in their order) whose row in `held` is another namespace's active job."""
         for job_id in job_ids:
             found = held.get(job_id)
-            if found is not None and found["state"] != DESCHEDULED and found["namespace"] != self.namespace:
-                raise self._clash(job_id, str(found["namespace"]), declared=True)
+            if found is None or raw_value(found, "state") == DESCHEDULED:
+                continue
+            if (namespace := raw_value(found, "namespace")) != self.namespace:
+                raise self._clash(job_id, str(namespace), declared=True)
 
     def _write_decisions(self, conn: Connection, decisions: Sequence[_Decision]) -> None:
-        """Run the writes of `decisions`: one executemany per statement, its rows in the order given."""
-        batches: dict[str, list[tuple[Any, ...]]] = {}
-        replacing: dict[str, bool] = {}
+        """Run the writes of `decisions`, a statement per chunk of rows, each kind's rows in the order given."""
+        inserts: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+        replaces: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+        marked: list[str] = []
         for decision in decisions:
-            if decision.write is not None:
-                batches.setdefault(decision.write.text, []).append(decision.write.params)
-                replacing[decision.write.text] = decision.replaces
+            job_id, values = raw_value(decision.written.row, "job_id"), decision.values
+            if decision.kind == "insert" and values is not None:
+                inserts.setdefault(tuple(values), []).append(tuple(values.values()))
+            elif decision.kind == "replace" and values is not None:
+                replaces.setdefault(tuple(values), []).append((*values.values(), job_id))
+            elif decision.kind == "mark":
+                marked.append(job_id)
         cursor = self.dialect.cursor(conn)
-        for sql, rows in batches.items():
-            done = cursor.executemany(sql, rows)
-            if replacing[sql] and done.rowcount != len(rows):  # cannot happen: no row goes away meanwhile
-                raise StoreError(self.url, f"declare: {len(rows) - done.rowcount} of its rows went away")
+        for names, rows in inserts.items():
+            self.dialect.insert_rows(cursor, jobs, names, rows)
+        for names, rows in replaces.items():
+            # The driver's executemany, a statement a row: a replacement's arguments may be 128 KiB, and
+            # MariaDB takes at most `max_allowed_packet` (16 MiB) in one statement.
+            done = cursor.executemany(_replace_job(names), rows).rowcount
+            if done != len(rows):  # cannot happen: no row goes away meanwhile
+                raise StoreError(self.url, f"declare: {len(rows) - done} of its rows went away")
+        step = self._ids_per_query()
+        for start in range(0, len(marked), step):
+            some = marked[start : start + step]
+            cursor.execute(f"{_MARK_DECLARED} IN ({marks(len(some))})", (True, *some))
 
     def _clash(self, job_id: str, namespace: str, *, declared: bool = False) -> InvalidJobError:
         return InvalidJobError(
@@ -276,46 +314,46 @@ class JobsStore(Part):
             # A probe first, holding the row: a new id (the usual schedule()) reads one column, not all.
             known = next(iter(dialect.execute(conn, probe)), None) is not None
             found = next(iter(dialect.execute(conn, find)), None) if known else None
-            decision = self._decide(
-                conn, definition, now, None if found is None else dict(found._mapping), declared=declared
-            )
+            held = None if found is None else tuple(found)
+            decision = self._decide(conn, definition, now, held, declared=declared, shapes=Shapes())
             if isinstance(decision, str):
                 return decision  # raised after the (group) commit: see _write_grouped
-            if decision.write is not None:
-                done = dialect.execute(conn, decision.write)
-                if decision.replaces and done.rowcount != 1:  # cannot happen: the row is held
+            write = decision.statement()
+            if write is not None:
+                done = dialect.execute(conn, write)
+                if decision.kind == "replace" and done.rowcount != 1:  # cannot happen: the row is held
                     raise StoreError(self.url, f"schedule of {definition.job_id!r}: its row went away")
             return decision.written
 
         return body
 
     def _decide(
-        self, conn: Connection, definition: JobDefinition, now: Instant, held: dict[str, Any] | None, *, declared: bool
+        self,
+        conn: Connection,
+        definition: JobDefinition,
+        now: Instant,
+        held: RawRow | None,
+        *,
+        declared: bool,
+        shapes: Shapes,
     ) -> _Decision | str:
-        """What an upsert of `definition` writes over `held` (its row, raw as `RAW_JOBS` reads it; None:
-        there is none), or the namespace that holds the id. The row is held, or cannot change meanwhile."""
+        """What an upsert of `definition` writes over `held` (its row, raw; None: there is none), or the
+        namespace that holds the id. The row is held, or cannot change meanwhile."""
         at = self.dialect.bind_instant
-        row = None if held is None else read_row(JOB_COLUMNS, held)
+        row = None if held is None else shapes.read(held)  # its own columns: all a decision reads
         if row is not None and row.state != DESCHEDULED and row.namespace != self.namespace:
             return str(row.namespace)
-        if (
-            row is not None
-            and held is not None
-            and row.state != DESCHEDULED
-            and not row.problems  # a row edited into something unreadable is replaced: the way out
-            and definition_key(row) == definition.key()
-        ):
+        # A row edited into something unreadable is replaced (`holds`): the way out.
+        if held is not None and row is not None and row.state != DESCHEDULED and shapes.holds(held, row, definition):
             if declared and not row.declared:
-                kept = read_row(JOB_COLUMNS, {**held, "declared": True})
-                return _Decision(_Written(kept, "unchanged", None), Sql(_MARK_DECLARED, (True, row.job_id)), False)
-            return _Decision(_Written(row, "unchanged", None), None, False)  # keep generation and grid
+                return _Decision(_Written(written_over(held, {"declared": True}), "unchanged", None), "mark")
+            return _Decision(_Written(held, "unchanged", None, row), "keep")  # keep generation and grid
         policies = definition.policies
         # A generation is never reused, also after deschedule (no ABA); the row
         # is held (write lock, or FOR UPDATE), so the next one is known here.
         generation = 1 if row is None else _next_generation(conn, row)
         anchor, first = place_grid(policies, now, definition.start_in)
         plan = JobPlan.of(definition.job_id, generation, anchor, policies)
-        columns = policies.columns()
         # A replacement keeps an operator's pause: a re-deploy must not resume a paused job.
         paused = row is not None and row.state != DESCHEDULED and bool(row.paused)
         # Driver values (timestamps by bind_instant, as UTCDateTime stores them: tests/store/test_churn_sql.py).
@@ -323,10 +361,7 @@ class JobsStore(Part):
             "target": definition.target,
             "args": definition.args_json,
             "kwargs": definition.kwargs_json,
-            **{
-                name: at(from_datetime(value)) if value is not None and name in _INSTANT_COLUMNS else value
-                for name, value in columns.items()
-            },
+            **shapes.bound_columns(policies, at),
             "first_run_at": at(anchor),
             "next_run_at": at(first),
             "generation": generation,
@@ -353,18 +388,16 @@ class JobsStore(Part):
         }
         due = None if values["state"] != SCHEDULED or paused else plan.due_at(first, None, self.jitter_reach)
         # Written without RETURNING: the row as stored is the one read above (held since)
-        # with these values over it, read by the same `read_row` (tests/store/test_churn_sql.py
+        # with these values over it, read by the same `read_rows` (tests/store/test_churn_sql.py
         # reads it back on every engine).
         if row is None:
             written = {"job_id": definition.job_id, "created_at": at(now), **values}
-            insert = Sql(_insert_job(tuple(written)), tuple(written.values()))
-            return _Decision(_Written(written, "created", due), insert, False)
+            return _Decision(_Written(raw_row(written), "created", due), "insert", written)
         if "created_at" in row.problems:  # the replacement is the fix the listing asked for
             values["created_at"] = at(now)
         assert held is not None  # a row was read
-        replace = Sql(_replace_job(tuple(values)), (*values.values(), definition.job_id))
         change: Literal["created", "replaced"] = "replaced" if row.state != DESCHEDULED else "created"
-        return _Decision(_Written({**held, **values}, change, due), replace, True)
+        return _Decision(_Written(written_over(held, values), change, due), "replace", values)
 
     def deschedule_job(self, job_id: str, now: Instant) -> int | None:
         """Mark the job descheduled; return the generation descheduled, None if there was no active job."""

@@ -109,6 +109,8 @@ STANDING_COLUMNS: Final = tuple(
 )
 
 JOB_COLUMNS, RAW_JOBS = readable(jobs)
+# The columns a row holds of its own (`own_job_fields`): all but its target and policy columns.
+OWN_JOB_COLUMNS: Final = tuple(column for column in JOB_COLUMNS if column.name not in ("target", *POLICY_COLUMNS))
 RUN_COLUMNS, RAW_RUNS = readable(runs)
 
 
@@ -232,11 +234,6 @@ def policies_of(row: StoredRow, *, with_start: bool = True) -> Policies:
 
     Without start_at unless `with_start`."""
     return Policies.from_columns(row.value_of, for_claims=not with_start)
-
-
-def definition_key(row: StoredRow) -> tuple[Any, ...]:
-    """The stored counterpart of `JobDefinition.key()`."""
-    return (row.target, row.args, row.kwargs, policies_of(row))
 
 
 def plan_of(row: StoredRow) -> JobPlan:
@@ -364,6 +361,20 @@ def plain_job(row: StoredRow) -> PlainJob:
 def job_fields(row: StoredRow) -> dict[str, Any]:
     """The fields of the `Job` of a row."""
     problems = dict(row.problems)
+    fields = own_job_fields(row, problems)
+    schedule = "unreadable" if problems else _describe(row)
+    return {
+        "target": row.target,
+        **fields,
+        **job_policy_fields(row.value_of),  # the options' fields (models.OPTIONS)
+        "schedule": schedule,
+        "unreadable": "; ".join(f"{column}: {reason}" for column, reason in problems.items()) or None,
+    }
+
+
+def own_job_fields(row: StoredRow, problems: dict[str, str]) -> dict[str, Any]:
+    """The fields of the `Job` of a row that are its own, from `OWN_JOB_COLUMNS`: not those its target and
+    policy columns give (which rows of one definition share); what cannot be read is added to `problems`."""
     args = _json_value(row, "args", list, problems)
     kwargs = _json_value(row, "kwargs", dict, problems)
     try:
@@ -371,11 +382,9 @@ def job_fields(row: StoredRow) -> dict[str, Any]:
     except ValueError:
         problems["state"] = f"{row.state!r} is not a job state"
         state = JobState.PAUSED  # a state the claims do not know: the job does not run
-    schedule = "unreadable" if problems else _describe(row)
     pending = retry_of(row)
     return {
         "job_id": row.job_id,
-        "target": row.target,
         "args": tuple(args),
         "kwargs": kwargs,
         "next_run_at": row.next_run_at,
@@ -389,7 +398,6 @@ def job_fields(row: StoredRow) -> dict[str, Any]:
         "last_outcome": row.last_outcome,
         "owner": row.owner,
         "lease_until": row.lease_until,
-        **job_policy_fields(row.value_of),  # the options' fields (models.OPTIONS)
         "paused": bool(row.paused),
         "paused_until": row.paused_until,
         "pause_note": row.pause_note,
@@ -397,8 +405,6 @@ def job_fields(row: StoredRow) -> dict[str, Any]:
         # As the claims read it: a hand-edited pair that is not an attempt shows as none.
         "pending_attempt": None if pending is None else pending.attempt,
         "pending_attempt_slot": None if pending is None else to_datetime(pending.slot),
-        "schedule": schedule,
-        "unreadable": "; ".join(f"{column}: {reason}" for column, reason in problems.items()) or None,
         "namespace": row.namespace,
         "declared": bool(row.declared),
     }

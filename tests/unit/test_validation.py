@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import math
 import re
 from datetime import datetime, timedelta, timezone
@@ -19,6 +20,7 @@ import pydantic
 import pytest
 
 from persched import Job, JobScheduler, JobState
+from persched._model.checks import as_json
 from persched.errors import InvalidJobError, PerschedError, StoreError
 from persched.testing import FakeClock
 from tests.support import jobs
@@ -242,6 +244,39 @@ def test_non_json_args_refused(sched: JobScheduler, args: Any, kwargs: Any) -> N
         lambda: sched.schedule("new", jobs.record, 10.0, args=args, kwargs=kwargs),
         job_id="new",
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "stored"),
+    [
+        ([], "[]"),
+        ({}, "{}"),
+        (
+            [1, -0.0, 2.5e-300, True, None, "plain", 10**30],
+            '[1,-0.0,2.5e-300,true,null,"plain",' + "1" + "0" * 30 + "]",
+        ),
+        ({"b": 1, "a": "x", "c": None}, '{"a":"x","b":1,"c":null}'),
+        (["é", "😀"], '["\\u00e9","\\ud83d\\ude00"]'),
+        ([[1], {"k": [2]}], '[[1],{"k":[2]}]'),
+        ([[1], {"k": (2,)}], None),  # a tuple inside comes back a list
+        ({1: "key"}, None),  # an int key comes back text
+        ([1, (2, 3)], None),
+        ([math.nan], None),
+        ({"x": math.inf}, None),
+        ([10**5000], None),  # more digits than int() reads back
+        (["lone \udc80"], None),
+        ({"lone \udc80": 1}, None),
+    ],
+    ids=lambda value: type(value).__name__,
+)
+def test_arguments_flat_or_nested_are_written_and_refused_alike(value: object, stored: str | None) -> None:
+    """Flat arguments (plain scalars, one level) skip the shape check and the round trip: same text, same refusals."""
+    if stored is None:
+        with pytest.raises(InvalidJobError):
+            as_json("args", value)
+    else:
+        assert as_json("args", value) == stored
+        assert json.loads(stored) == value
 
 
 def test_json_args_round_trip(sched: JobScheduler) -> None:

@@ -229,6 +229,15 @@ class Dialect:
         sql = f"{into} ON CONFLICT DO NOTHING RETURNING {returning}"
         return cur.execute(sql, tuple(value for row in rows for value in row)).fetchall()
 
+    def insert_rows(self, cur: DriverCursor, table: Table, names: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
+        """Insert `rows` (driver values of the columns `names`), all of them or none (a row that is
+        there already raises `IntegrityError`), in as few statements as the engine takes.
+
+        The driver's executemany: one call, in-process on SQLite; PyMySQL sends the rows of an
+        INSERT's executemany in multi-row statements of at most a megabyte itself.
+        """
+        cur.executemany(f"INSERT INTO {table.name} ({', '.join(names)}) VALUES ({marks(len(names))})", rows)  # noqa: S608 - ours
+
     def locking_sql(self, query: str) -> str:
         """The SELECT `query` (driver SQL), locking the rows it reads until the transaction ends (where reads
         do not already). In Core, ``Select.with_for_update()`` does it: SQLAlchemy leaves it out on SQLite."""
