@@ -29,7 +29,7 @@ import pytest
 from persched import JobScheduler
 from tests.support import cli_jobs, jobs
 from tests.support.cli_run import REPO, RUN_TIMEOUT, cli_env, persched
-from tests.support.helpers import TIMEOUT, finished_runs, sql, wait_until
+from tests.support.helpers import TIMEOUT, finished_runs, sql, wait_started, wait_until
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -277,8 +277,7 @@ def test_show_says_that_the_lease_of_a_dead_process_expired(tmp_path: Path) -> N
             stderr=subprocess.STDOUT,
         )
         try:
-            wait_until(lambda: marker.exists() or child.poll() is not None, message="the child's run started")
-            assert child.poll() is None, (tmp_path / "child.out").read_text()
+            wait_started(child, marker.exists, "the child's run started", (tmp_path / "child.out").read_text)
         finally:
             child.send_signal(signal.SIGKILL)
             child.wait(TIMEOUT)

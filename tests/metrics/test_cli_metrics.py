@@ -9,8 +9,9 @@ import pytest
 
 pytest.importorskip("prometheus_client")
 
+from persched.metrics import JOBS_CACHE_SECONDS, METRICS_LIMITS
 from tests.metrics.test_metrics import scrape, value
-from tests.support.helpers import wait_until
+from tests.support.helpers import TIMEOUT, wait_until
 from tests.support.raw_http import connect, get
 from tests.support.served import Served
 
@@ -32,7 +33,9 @@ def test_run_serves_metrics_until_sigterm(tmp_path: Path) -> None:
         # Jobs by state is read from the database at most every 5 s: a scrape before the
         # setup hook scheduled "tick" may still be the cached answer for a while.
         wait_until(
-            lambda: value(scrape(url), "persched_jobs", state="scheduled") == 1, message="the job count caught up"
+            lambda: value(scrape(url), "persched_jobs", state="scheduled") == 1,
+            timeout=JOBS_CACHE_SECONDS + TIMEOUT,
+            message="the job count caught up",
         )
     finally:
         code = served.stop()
@@ -61,7 +64,8 @@ def test_the_endpoint_answers_only_its_own_names_and_outlasts_slow_clients(tmp_p
                 sock = connect(port)
                 sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n")
                 slow.append(sock)
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1.0)  # served within a second
+            # Served before the slow clients' read timeout: an endpoint that waited for them answers only after it.
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=METRICS_LIMITS.read_timeout / 2)
             conn.request("GET", "/metrics")
             assert conn.getresponse().status == 200
             conn.close()

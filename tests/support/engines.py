@@ -67,15 +67,16 @@ class EngineSpec:
         fresh: ``fresh(tmp_path, tag)`` enters a brand-new empty database and yields its
             URL; the database is removed on exit. `tag` names it (for leftovers).
         baseline: ``baseline(url)`` records the state of a just-migrated database and
-            returns a function that brings it back to that state (empties it but
-            for what migrations seed); None: tests get a `fresh` database each instead.
+            enters a function that brings it back to that state (empties it but
+            for what migrations seed), until the session ends; None: tests get a
+            `fresh` database each instead.
     """
 
     name: str
     label: str
     url_env: str | None
     fresh: Callable[[Path, str], AbstractContextManager[str]]
-    baseline: Callable[[str], Callable[[], None]] | None = None
+    baseline: Callable[[str], AbstractContextManager[Callable[[], None]]] | None = None
 
     @property
     def marker(self) -> pytest.MarkDecorator | None:
@@ -167,7 +168,7 @@ class MigratedDatabases:
         if made is None:
             url = self._stack.enter_context(engine.fresh(self._tmp_path, "session"))
             migrate(url)
-            self._made[engine.name] = (url, engine.baseline(url))
+            self._made[engine.name] = (url, self._stack.enter_context(engine.baseline(url)))
             return url
         url, reset = made
         reset()

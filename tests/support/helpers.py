@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EPOCH",
+    "START_TIMEOUT",
     "TIMEOUT",
     "at",
     "at_us",
@@ -45,10 +46,14 @@ __all__ = [
     "stop_gracefully",
     "thread_runs",
     "wait_finished",
+    "wait_started",
     "wait_until",
 ]
 
 TIMEOUT: Final = 10.0  # real seconds; the bound of every blocking call in the tests
+# Real seconds for a child process to import persched, migrate and reach its first sign of life: on
+# 2 cores that other work keeps busy (load 10-15) an import alone may take most of TIMEOUT.
+START_TIMEOUT: Final = 3 * TIMEOUT
 POLL: Final = 0.02  # real seconds: the longest pause between two checks of a predicate
 EPOCH: Final = 1_800_000_000.0  # FakeClock start: 2027-01-15T08:00:00Z, a round number
 
@@ -63,7 +68,7 @@ def at(offset: float) -> datetime:
     return to_datetime(at_us(offset))
 
 
-def stop_gracefully(proc: subprocess.Popen[bytes], what: str, output: Callable[[], str]) -> int:
+def stop_gracefully(proc: subprocess.Popen[Any], what: str, output: Callable[[], str]) -> int:
     """SIGTERM to `proc` (a graceful stop) and its exit status; if it has not stopped after
     3 x TIMEOUT, it is killed and an AssertionError names `what`, with its `output`."""
     if proc.poll() is None:
@@ -106,6 +111,16 @@ def wait_until(predicate: Callable[[], bool], timeout: float = TIMEOUT, message:
             raise AssertionError(f"timed out after {timeout}s waiting for: {message}")
         time.sleep(pause)
         pause = min(pause * 2, POLL)
+
+
+def wait_started(proc: subprocess.Popen[Any], ready: Callable[[], bool], what: str, output: Callable[[], str]) -> None:
+    """Wait until the child `proc` is `ready` (a marker, a line); fail with its `output` if it ended first.
+
+    Bounded by `START_TIMEOUT`: the wait ends as soon as the child exits, so
+    the long bound costs nothing but the time a starved start-up needs.
+    """
+    wait_until(lambda: ready() or proc.poll() is not None, timeout=START_TIMEOUT, message=what)
+    assert proc.poll() is None, f"{what}: the child exited ({proc.returncode}) first:\n{output()}"
 
 
 def finished_runs(sched: JobScheduler, job_id: str) -> list[Run]:

@@ -74,12 +74,14 @@ __all__ = [
     "Op",
     "OpLog",
     "RunRow",
+    "RunsReader",
     "Start",
     "assert_consistent",
     "check",
     "describe",
     "drive",
     "runs_from_db",
+    "runs_from_url",
     "ts",
     "wait_until_live",
 ]
@@ -245,15 +247,34 @@ def runs_from_db(path: str, offset_us: int = 0) -> list[RunRow]:
 
 def runs_from_url(url: str, offset_us: int = 0) -> list[RunRow]:
     """`runs_from_db` of any engine's database, by its SQLAlchemy URL."""
-    from sqlalchemy import create_engine, text  # only where a server's history is read
-
-    engine = create_engine(url)
+    reader = RunsReader(url, offset_us)
     try:
-        with engine.connect() as conn:
-            rows = conn.execute(text(f"SELECT {_RUN_COLUMNS} FROM persched_runs ORDER BY run_id")).fetchall()  # noqa: S608
+        return reader.runs()
     finally:
-        engine.dispose()
-    return [_run_row(tuple(r), offset_us) for r in rows]
+        reader.close()
+
+
+class RunsReader:
+    """`runs_from_url`, again and again through one engine: for polling, where a new connection to a
+    server each time would cost a handshake of the server's CPU the scheduler under test needs."""
+
+    def __init__(self, url: str, offset_us: int = 0) -> None:
+        from sqlalchemy import create_engine  # only where a server's history is read
+
+        self._engine = create_engine(url)
+        self._offset_us = offset_us
+
+    def runs(self) -> list[RunRow]:
+        """Every row of ``persched_runs``, oldest first."""
+        from sqlalchemy import text
+
+        with self._engine.connect() as conn:
+            rows = conn.execute(text(f"SELECT {_RUN_COLUMNS} FROM persched_runs ORDER BY run_id")).fetchall()  # noqa: S608
+        return [_run_row(tuple(r), self._offset_us) for r in rows]
+
+    def close(self) -> None:
+        """Release the engine."""
+        self._engine.dispose()
 
 
 _RUN_COLUMNS: Final = (

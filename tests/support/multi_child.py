@@ -3,7 +3,7 @@
 Usage::
 
     python -m tests.support.multi_child --url URL --instance ID --ready PATH --effects PATH
-        [--lease 1.0] [--heartbeat 0.2] [--pickup 0.2] [--workers 8] [--deadline 120]
+        [--lease 1.0] [--heartbeat 0.2] [--pickup 0.2] [--busy-timeout 5] [--workers 8] [--deadline 120]
         [--jobs N --interval S --start-in S --prefix j] [--blocker MARKER] [--share-work]
 
 Starts a `JobScheduler` on URL with a small lease, heartbeat and pick-up delay,
@@ -107,6 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lease", type=float, default=1.0)
     p.add_argument("--heartbeat", type=float, default=0.2)
     p.add_argument("--pickup", type=float, default=0.2)
+    p.add_argument("--busy-timeout", type=float, default=5.0, help="busy_timeout_seconds (SQLite)")
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--deadline", type=float, default=120.0, help="exit on its own after this many seconds")
     p.add_argument("--jobs", type=int, default=0, help="schedule this many effect jobs")
@@ -135,6 +136,7 @@ def main(argv: list[str]) -> int:
             lease_seconds=args.lease,
             heartbeat_seconds=args.heartbeat,
             pickup_seconds=args.pickup,
+            busy_timeout_seconds=args.busy_timeout,
         )
         sched.start()
         for i in range(args.jobs):

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 import pytest
 from sqlalchemy import MetaData, create_engine, insert, select, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.pool import NullPool
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -68,35 +67,33 @@ def pg_schema(tag: str = "test") -> Iterator[str]:
         admin.dispose()
 
 
-def pg_baseline(url: str) -> Callable[[], None]:
-    """Record what the migrated schema behind `url` holds; return a function that brings it back to that.
+@contextlib.contextmanager
+def pg_baseline(url: str) -> Iterator[Callable[[], None]]:
+    """Record what the migrated schema behind `url` holds; yield a function that brings it back to that.
 
     Bringing it back is ``TRUNCATE ... RESTART IDENTITY`` of every table but
     the migration version, then the rows the migrations seeded (the change
-    counter) inserted again: per test much cheaper than a new schema migrated
-    again. The tables are read from the catalogue, so a table or seed row that
-    a new migration adds is covered too.
+    counter) inserted again, on one connection kept for the session (a new
+    one is a new server process): per test much cheaper than a new schema
+    migrated again. The tables are read from the catalogue, so a table or
+    seed row that a new migration adds is covered too.
     """
-    engine = create_engine(url, poolclass=NullPool)
+    engine = create_engine(url, pool_size=1, max_overflow=0, pool_pre_ping=True)
     try:
         meta = MetaData()
         with engine.connect() as conn:
             meta.reflect(conn)
             tables = [t for t in meta.sorted_tables if t.name != _VERSION_TABLE]
             seeds = [(t, [dict(row._mapping) for row in conn.execute(select(t))]) for t in tables]
-    finally:
-        engine.dispose()
-    truncate = text("TRUNCATE " + ", ".join(f'"{t.name}"' for t in tables) + " RESTART IDENTITY")
+        truncate = text("TRUNCATE " + ", ".join(f'"{t.name}"' for t in tables) + " RESTART IDENTITY")
 
-    def reset() -> None:
-        engine = create_engine(url, poolclass=NullPool)
-        try:
+        def reset() -> None:
             with engine.begin() as conn:
                 conn.execute(truncate)
                 for table, rows in seeds:
                     if rows:
                         conn.execute(insert(table), rows)
-        finally:
-            engine.dispose()
 
-    return reset
+        yield reset
+    finally:
+        engine.dispose()

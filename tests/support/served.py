@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import IO
 
-from tests.support.helpers import TIMEOUT, wait_until
+from tests.support.helpers import START_TIMEOUT, TIMEOUT, stop_gracefully, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,7 +49,11 @@ class Served:
                 self.lines.append(line.rstrip("\n"))
 
     def wait_for(self, pattern: str) -> re.Match[str]:
-        """The first output line matching `pattern` (bounded by TIMEOUT)."""
+        """The first output line matching `pattern`.
+
+        Bounded by `START_TIMEOUT`, as the first lines come after a start-up that a busy machine
+        slows; the wait ends at once if the process exits.
+        """
         found: list[re.Match[str]] = []
 
         def seen() -> bool:
@@ -58,23 +61,18 @@ class Served:
                 found[:] = [m for line in self.lines if (m := re.search(pattern, line))]
             return bool(found) or self.proc.poll() is not None
 
-        wait_until(seen, message=f"a line matching {pattern!r}")
+        wait_until(seen, timeout=START_TIMEOUT, message=f"a line matching {pattern!r}")
         assert found, f"the process ended ({self.proc.returncode}) without {pattern!r}: {self.lines}"
         return found[0]
 
     def stop(self) -> int:
-        """SIGTERM, then the exit code (killed after TIMEOUT)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+        """SIGTERM, then the exit code (`stop_gracefully`: a process that does not stop fails the test)."""
         try:
-            code = self.proc.wait(TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait(TIMEOUT)
-        for reader in self._readers:
-            reader.join(TIMEOUT)
-        assert self.proc.stdout is not None
-        assert self.proc.stderr is not None
-        self.proc.stdout.close()
-        self.proc.stderr.close()
-        return code
+            return stop_gracefully(self.proc, "the served process", lambda: "\n".join(self.lines))
+        finally:
+            for reader in self._readers:
+                reader.join(TIMEOUT)
+            assert self.proc.stdout is not None
+            assert self.proc.stderr is not None
+            self.proc.stdout.close()
+            self.proc.stderr.close()
