@@ -33,7 +33,8 @@ from .._model.models import (
     validate_namespace,
 )
 from .._model.targets import normalize_allowed
-from .._store.options import EngineOptions, busy_timeout, synchronous_level
+from .._store.migrate import DEFAULT_MIGRATION_TIMEOUT_SECONDS
+from .._store.options import MAX_BUSY_TIMEOUT_SECONDS, EngineOptions, busy_timeout, synchronous_level
 from ..clock import SystemClock, exact_clock
 from ..errors import InvalidJobError
 from .horizon import MIN_HORIZON_SECONDS
@@ -47,12 +48,15 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_KEEP_ERROR_RUNS",
     "DEFAULT_MAX_CLOCK_SKEW_SECONDS",
+    "DEFAULT_MIGRATION_TIMEOUT_SECONDS",
     "DEFAULT_WORKERS",
     "SchedulerConfig",
     "check_share_work",
     "check_wait",
 ]
 
+# PostgreSQL's lock_timeout and MySQL's GET_LOCK take milliseconds as a C int, as SQLite's busy timeout does.
+MAX_MIGRATION_TIMEOUT_SECONDS: Final = MAX_BUSY_TIMEOUT_SECONDS
 MAX_WORKERS: Final = 4096  # threads are made up front; beyond this, a typo would exhaust memory
 # A dispatch cycle claims at most as many runs as there are free workers, in one transaction, so
 # more workers mean fewer commits per run; idle threads cost no CPU. The figures behind 32:
@@ -137,6 +141,7 @@ class SchedulerConfig:
     max_args_bytes: int
     namespace: str
     max_clock_skew: Micros | None  # beyond this offset from the database's clock, keep to its time (_engine.skew)
+    migration_timeout: float  # seconds start() waits for another process's migration (_store.migrate.upgrade)
 
     @classmethod
     def checked(
@@ -160,6 +165,7 @@ class SchedulerConfig:
         namespace: object,
         max_clock_skew_seconds: object = DEFAULT_MAX_CLOCK_SKEW_SECONDS,
         keep_error_runs: object = DEFAULT_KEEP_ERROR_RUNS,
+        migration_timeout_seconds: object = DEFAULT_MIGRATION_TIMEOUT_SECONDS,
     ) -> SchedulerConfig:
         """Check `JobScheduler`'s arguments (see its docstring), in the order it always checked them.
 
@@ -207,6 +213,9 @@ class SchedulerConfig:
             else positive("max_clock_skew_seconds", max_clock_skew_seconds, maximum=MAX_DURATION_SECONDS)
         )
         engine = EngineOptions(busy, synchronous_level(synchronous))  # checked here, not again by open_engine
+        migration_timeout = positive(
+            "migration_timeout_seconds", migration_timeout_seconds, maximum=MAX_MIGRATION_TIMEOUT_SECONDS
+        )
         return cls(
             url=os.fspath(url) if isinstance(url, os.PathLike) else url,  # a plain file path, as a pathlib.Path
             workers=count,
@@ -225,4 +234,5 @@ class SchedulerConfig:
             max_args_bytes=args_bytes,
             namespace=namespace,
             max_clock_skew=None if skew is None else Micros(micros(skew)),
+            migration_timeout=migration_timeout,
         )

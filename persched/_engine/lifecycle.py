@@ -112,6 +112,7 @@ class Lifecycle:
         horizon: How far ahead the dispatcher keeps jobs in memory (`persched._engine.horizon`).
         store, timebase, clock_check, membership, runs, dispatcher, heartbeat, events: The
             scheduler's parts, as `persched._engine.scheduler` wired them.
+        migration_timeout: Seconds `ensure_schema` waits for another process's migration.
     """
 
     def __init__(
@@ -127,6 +128,7 @@ class Lifecycle:
         dispatcher: Dispatcher,
         heartbeat: Heartbeat,
         events: EventBus,
+        migration_timeout: float,
     ) -> None:
         self.instance_id = instance_id
         self._horizon = horizon
@@ -138,6 +140,7 @@ class Lifecycle:
         self._dispatcher = dispatcher
         self._heartbeat = heartbeat
         self._events = events
+        self._migration_timeout = migration_timeout
         self._pid = os.getpid()  # the process this scheduler belongs to (docs/reference/behaviour.md, "Forks")
         self._schema_lock = threading.Lock()
         self._schema_ready = False
@@ -171,7 +174,7 @@ class Lifecycle:
         """Migrate the schema to head at the first use."""
         with self._schema_lock:
             if not self._schema_ready:
-                _migrate.upgrade(self.store.engine)
+                _migrate.upgrade(self.store.engine, migration_timeout_seconds=self._migration_timeout)
                 # Before anything is claimed or written: a host whose clock is wrong keeps to the
                 # database's time from its first slot on (persched._engine.skew).
                 self._clock_check.check()

@@ -50,6 +50,7 @@ from .change_pickup import ChangePickup
 from .config import (
     DEFAULT_KEEP_ERROR_RUNS,
     DEFAULT_MAX_CLOCK_SKEW_SECONDS,
+    DEFAULT_MIGRATION_TIMEOUT_SECONDS,
     DEFAULT_WORKERS,
     SchedulerConfig,
     check_share_work,
@@ -183,6 +184,10 @@ class JobScheduler(JobOperations):
             documentation, "Several instances": what skew does). None: never
             read it, and run on this host's clock whatever it says. A
             `persched.testing.FakeClock` is never compared with it.
+        migration_timeout_seconds: How long start() waits while another
+            process migrates the schema (default 600 s; processes starting
+            together on a new or older database queue for one migration).
+            Statements keep `busy_timeout_seconds`. Past it, `StoreError`.
 
     Raises:
         InvalidJobError: An argument is out of range.
@@ -211,6 +216,7 @@ class JobScheduler(JobOperations):
         namespace: str = DEFAULT_NAMESPACE,
         share_work: bool = True,
         max_clock_skew_seconds: float | None = DEFAULT_MAX_CLOCK_SKEW_SECONDS,
+        migration_timeout_seconds: float = DEFAULT_MIGRATION_TIMEOUT_SECONDS,
     ) -> None:
         check_share_work(share_work, stacklevel=2)
         config = SchedulerConfig.checked(
@@ -232,6 +238,7 @@ class JobScheduler(JobOperations):
             max_args_bytes=max_args_bytes,
             namespace=namespace,
             max_clock_skew_seconds=max_clock_skew_seconds,
+            migration_timeout_seconds=migration_timeout_seconds,
         )
         self._config: Final = config
         self.namespace: Final = config.namespace
@@ -280,6 +287,7 @@ class JobScheduler(JobOperations):
             dispatcher=self._dispatcher,
             heartbeat=self._heartbeat,
             events=self._events,
+            migration_timeout=config.migration_timeout,
         )
 
     def _make_heartbeat(self, config: SchedulerConfig) -> Heartbeat:

@@ -61,7 +61,13 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Final
 
-from .._engine.config import DEFAULT_KEEP_ERROR_RUNS, DEFAULT_MAX_CLOCK_SKEW_SECONDS, DEFAULT_WORKERS, check_share_work
+from .._engine.config import (
+    DEFAULT_KEEP_ERROR_RUNS,
+    DEFAULT_MAX_CLOCK_SKEW_SECONDS,
+    DEFAULT_MIGRATION_TIMEOUT_SECONDS,
+    DEFAULT_WORKERS,
+    check_share_work,
+)
 from .._engine.context import active_run
 from .._engine.horizon import DEFAULT_HORIZON_SECONDS
 from .._engine.scheduler import DEFAULT_URL, JobScheduler, internals_of
@@ -250,7 +256,7 @@ class AsyncJobScheduler:
     `heartbeat_seconds`, `busy_timeout_seconds`, `synchronous`, `keep_runs`,
     `keep_runs_for_seconds`, `keep_error_runs`, `allowed_modules`, `pickup_seconds`,
     `pickup_check_seconds`, `horizon_seconds`, `max_args_bytes`, `namespace`,
-    `share_work`, `max_clock_skew_seconds`) are those of `JobScheduler`.
+    `share_work`, `max_clock_skew_seconds`, `migration_timeout_seconds`) are those of `JobScheduler`.
 
     Raises:
         InvalidJobError: An argument is out of range.
@@ -280,6 +286,7 @@ class AsyncJobScheduler:
         namespace: str = DEFAULT_NAMESPACE,
         share_work: bool = True,
         max_clock_skew_seconds: float | None = DEFAULT_MAX_CLOCK_SKEW_SECONDS,
+        migration_timeout_seconds: float = DEFAULT_MIGRATION_TIMEOUT_SECONDS,
     ) -> None:
         if not isinstance(jobs_on_loop, bool):
             raise InvalidJobError("jobs_on_loop", f"must be True or False, got {jobs_on_loop!r}")
@@ -304,6 +311,7 @@ class AsyncJobScheduler:
             max_args_bytes=max_args_bytes,
             namespace=namespace,
             max_clock_skew_seconds=max_clock_skew_seconds,
+            migration_timeout_seconds=migration_timeout_seconds,
         )
         self.instance_id: Final = self._sched.instance_id
         self.namespace: Final = self._sched.namespace

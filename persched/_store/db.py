@@ -189,6 +189,8 @@ def open_engine(url_or_path: str, options: EngineOptions, *, create: bool = True
             # Cheap check that reads the header: a garbage file, an unreadable
             # file or a bad host fails here, not at the first job.
             if is_sqlite(conn):
+                # A deferred BEGIN: the write lock may be another process's for a while (its migration).
+                conn.execution_options(**{READONLY: True})
                 conn.exec_driver_sql("PRAGMA schema_version").scalar()
             else:
                 conn.execute(text("SELECT 1")).scalar()

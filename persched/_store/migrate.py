@@ -18,7 +18,11 @@ no lock that ends with a transaction would last through a migration),
 released by `Dialect.release_migration_lock` once the transaction has ended,
 and by the server if the session dies (each engine's
 `Dialect.migration_lock`). The revision is read *after* the lock is taken, so
-the loser of a race sees head and does nothing. SQLite and PostgreSQL have
+the loser of a race sees head and does nothing. The loser waits for the lock up
+to ``migration_timeout_seconds``, not the busy timeout of normal statements: on
+a busy machine a migration takes seconds (SQLite waits in `open_sqlite`'s begin
+listener, told by the ``LOCK_WAIT`` execution option; PostgreSQL under
+``lock_timeout``; MySQL in ``GET_LOCK``). SQLite and PostgreSQL have
 transactional DDL, so a failed migration leaves the schema as it was; MySQL
 commits each DDL statement on its own, so there a migration that fails
 half-way (the server gone) leaves the revisions before it applied and that
@@ -45,7 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from persched._store.db import READONLY, mask, store_errors
-from persched._store.dialects import dialect_for
+from persched._store.dialects import LOCK_WAIT, LockWaitExpired, dialect_for
 from persched._store.revision import HEAD_REVISION, VERSION_TABLE, quiet_alembic, stored_revisions
 from persched.errors import SchemaVersionError, StoreError
 
@@ -54,6 +58,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
 __all__ = [
+    "DEFAULT_MIGRATION_TIMEOUT_SECONDS",
     "HEAD",
     "VERSION_TABLE",
     "check_at_head",
@@ -94,6 +99,11 @@ def _config(connection: Connection | None = None) -> Config:
 
 #: The newest schema revision this code knows.
 HEAD: Final = HEAD_REVISION
+
+#: How long `upgrade` waits for another process's migration (`JobScheduler`'s
+#: ``migration_timeout_seconds``): a migration of a large history on a busy machine
+#: may take minutes, and a process that waits longer than that is more likely stuck.
+DEFAULT_MIGRATION_TIMEOUT_SECONDS: Final = 600.0
 
 
 _SCRIPT_LOCK: Final = threading.Lock()  # one reader of the script directory; taken after _PROCESS_LOCK, never before
@@ -177,28 +187,33 @@ def check_at_head(engine: Engine) -> None:
         )
 
 
-def upgrade(engine: Engine) -> None:
+def upgrade(engine: Engine, *, migration_timeout_seconds: float = DEFAULT_MIGRATION_TIMEOUT_SECONDS) -> None:
     """Upgrade the database schema to `HEAD`; do nothing if it is there.
 
     Safe to call from many threads and processes at once: one upgrades, the
-    others wait for its commit and then find the schema at head.
+    others wait for its commit (up to `migration_timeout_seconds`, not the
+    busy timeout: a migration on a busy machine takes seconds) and then find
+    the schema at head.
 
     Args:
         engine: An engine from `persched._store.db.make_engine` (on SQLite its begin
             listener takes the write lock with ``BEGIN IMMEDIATE``).
+        migration_timeout_seconds: How long to wait for the migration's lock
+            (`Dialect.migration_lock`) while another process holds it.
 
     Raises:
         SchemaVersionError: The database is at a revision this code does not
             know (made by a newer persched); nothing is changed.
-        StoreError: The database cannot be written (read-only, locked past
-            the busy timeout, unreachable).
+        StoreError: The database cannot be written (read-only, unreachable),
+            or the migration's lock was held past `migration_timeout_seconds`.
     """
     dialect = dialect_for(engine)
     with _PROCESS_LOCK, store_errors(engine.url), engine.connect() as conn:
+        conn.execution_options(**{LOCK_WAIT: migration_timeout_seconds})  # SQLite's BEGIN IMMEDIATE waits this long
         try:
             with conn.begin():
                 # Held until this transaction ends (MySQL: until released below); other upgraders queue here.
-                dialect.migration_lock(conn)
+                dialect.migration_lock(conn, migration_timeout_seconds)
                 # Read under the lock: a concurrent upgrader may just have finished.
                 found = _revision(conn)
                 if found == HEAD:
@@ -210,5 +225,13 @@ def upgrade(engine: Engine) -> None:
 
                     command.upgrade(_config(conn), "head")  # "Running upgrade ..." lines stay
                 logger.info("migrated %s from revision %s to %s", mask(engine.url), found, HEAD)
+        except LockWaitExpired as exc:
+            raise StoreError(
+                mask(engine.url),
+                f"the schema migration's lock was held past migration_timeout_seconds "
+                f"({migration_timeout_seconds:g} s) by another process (migrating, or holding a write "
+                "transaction open); if a migration is that slow, run `persched migrate` once before "
+                "starting the processes, or pass a larger migration_timeout_seconds",
+            ) from exc
         finally:
             dialect.release_migration_lock(conn)

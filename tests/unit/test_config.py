@@ -69,3 +69,11 @@ def test_make_engine_and_the_config_share_one_check(tmp_path: Path) -> None:
     with pytest.raises(InvalidJobError) as raised:
         _db.make_engine(str(tmp_path / "c.db"), busy_timeout_seconds=MAX_BUSY_TIMEOUT_SECONDS * 2)
     assert raised.value.argument == "busy_timeout_seconds"
+
+
+@pytest.mark.parametrize("value", [0, -1.5, MAX_BUSY_TIMEOUT_SECONDS * 2, "60"])
+def test_migration_timeout_out_of_range_is_named(value: object) -> None:
+    assert checked(migration_timeout_seconds=0.25).migration_timeout == 0.25
+    with pytest.raises(InvalidJobError) as raised:
+        checked(migration_timeout_seconds=value)
+    assert raised.value.argument == "migration_timeout_seconds"

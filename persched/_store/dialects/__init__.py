@@ -27,12 +27,32 @@ if TYPE_CHECKING:
 
     from ..._model.instant import Instant
 
-__all__ = ["READONLY", "ChangeListener", "Dialect", "DriverCursor", "Sql", "dialect_for", "marks", "value_rows"]
+__all__ = [
+    "LOCK_WAIT",
+    "READONLY",
+    "ChangeListener",
+    "Dialect",
+    "DriverCursor",
+    "LockWaitExpired",
+    "Sql",
+    "dialect_for",
+    "marks",
+    "value_rows",
+]
 
 
 #: Execution option: ``conn.execution_options(persched_readonly=True)`` makes
 #: the next transaction on a SQLite connection a deferred ``BEGIN``.
 READONLY: Final = "persched_readonly"
+
+#: Execution option: ``conn.execution_options(persched_lock_wait=seconds)`` makes the next
+#: transaction on a SQLite connection wait this long for the write lock at its ``BEGIN IMMEDIATE``
+#: (rather than the busy timeout), and raise `LockWaitExpired` past it: a migration's.
+LOCK_WAIT: Final = "persched_lock_wait"
+
+
+class LockWaitExpired(Exception):
+    """Another connection held the migration's lock (`Dialect.migration_lock`) past the wait asked for."""
 
 
 class Sql(NamedTuple):
@@ -305,9 +325,10 @@ class Dialect:
         """An instant as the driver takes it for a timestamp column in driver SQL: what `UTCDateTime` writes."""
         raise NotImplementedError
 
-    def migration_lock(self, conn: Connection) -> None:
+    def migration_lock(self, conn: Connection, wait_seconds: float) -> None:
         """Serialise migrations across processes until `conn`'s transaction ends
-        (or, where DDL ends transactions by itself, until `release_migration_lock`)."""
+        (or, where DDL ends transactions by itself, until `release_migration_lock`),
+        waiting at most `wait_seconds` for another migration to end (else `LockWaitExpired`)."""
         raise NotImplementedError
 
     def release_migration_lock(self, conn: Connection) -> None:

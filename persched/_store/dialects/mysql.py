@@ -63,7 +63,7 @@ from sqlalchemy.exc import DBAPIError
 from ..._model.instant import Instant, from_datetime, to_datetime
 from ...errors import StoreError
 from ..urls import mask
-from . import Dialect, DriverCursor, Sql, marks, value_rows
+from . import Dialect, DriverCursor, LockWaitExpired, Sql, marks, value_rows
 from .idle_ping import ping_after_idle
 
 if TYPE_CHECKING:
@@ -105,7 +105,6 @@ _MYSQL_SQL_MODE: Final = (
 
 # GET_LOCK names are server-wide: the database is part of the name (64 characters at most).
 _MIGRATION_LOCK: Final = "CONCAT('persched:', MD5(DATABASE()))"
-_MIGRATION_LOCK_WAIT: Final = 600  # seconds an upgrader waits for another one to finish
 
 
 def _key(table: Table) -> ColumnElement[Any]:
@@ -229,10 +228,12 @@ class MySQLDialect(Dialect):
     def bind_instant(self, at: Instant) -> object:
         return to_datetime(at).replace(tzinfo=None)  # DATETIME(6): naive UTC
 
-    def migration_lock(self, conn: Connection) -> None:
-        got = conn.exec_driver_sql(f"SELECT GET_LOCK({_MIGRATION_LOCK}, {_MIGRATION_LOCK_WAIT})").scalar()
-        if got != 1:  # 0: timed out; NULL: an error (the session was killed)
-            raise StoreError(mask(conn.engine.url), f"no migration lock within {_MIGRATION_LOCK_WAIT} s (GET_LOCK)")
+    def migration_lock(self, conn: Connection, wait_seconds: float) -> None:
+        got = conn.exec_driver_sql(f"SELECT GET_LOCK({_MIGRATION_LOCK}, %s)", (wait_seconds,)).scalar()
+        if got == 0:  # timed out
+            raise LockWaitExpired
+        if got != 1:  # NULL: an error (the session was killed)
+            raise StoreError(mask(conn.engine.url), "no migration lock (GET_LOCK returned NULL)")
 
     def release_migration_lock(self, conn: Connection) -> None:
         # A dead session's locks are gone with it: nothing to release then.

@@ -28,7 +28,7 @@ from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.exc import OperationalError
 
 from ..._model.instant import Instant, from_datetime, to_datetime
-from . import Dialect, Sql
+from . import Dialect, LockWaitExpired, Sql
 from .idle_ping import ping_after_idle
 
 if TYPE_CHECKING:
@@ -129,8 +129,20 @@ class PostgreSQLDialect(Dialect):
     def bind_instant(self, at: Instant) -> object:
         return to_datetime(at)  # timestamptz
 
-    def migration_lock(self, conn: Connection) -> None:
-        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
+    def migration_lock(self, conn: Connection, wait_seconds: float) -> None:
+        # lock_timeout bounds the wait for the advisory lock; the session's own value is back for the
+        # migration's statements (set_config(..., true) lasts until the transaction ends at most).
+        was = conn.execute(text("SELECT current_setting('lock_timeout')")).scalar_one()
+        conn.execute(
+            text("SELECT set_config('lock_timeout', :ms, true)"), {"ms": f"{max(1, round(wait_seconds * 1000))}ms"}
+        )
+        try:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
+        except OperationalError as exc:
+            if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available: lock_timeout passed
+                raise LockWaitExpired from exc
+            raise
+        conn.execute(text("SELECT set_config('lock_timeout', :was, true)"), {"was": was})
 
     def announce_change(self, conn: Connection) -> None:
         self.execute(conn, _ANNOUNCE)  # driver SQL: once per write transaction of schedule() and the like

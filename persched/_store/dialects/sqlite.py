@@ -44,7 +44,7 @@ from ... import _realtime
 from ..._model.instant import Instant, from_datetime, from_naive_utc
 from ...errors import StoreError
 from ..urls import mask
-from . import READONLY, Dialect, value_rows
+from . import LOCK_WAIT, READONLY, Dialect, LockWaitExpired, value_rows
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -157,8 +157,10 @@ class SQLiteDialect(Dialect):
         # SQLAlchemy's fixed-width text, microseconds always written, so that text order is time order.
         return (_NAIVE_EPOCH + timedelta(microseconds=at)).isoformat(" ", "microseconds")
 
-    def migration_lock(self, conn: Connection) -> None:
-        pass  # the migration's transaction began with BEGIN IMMEDIATE: it holds the write lock
+    def migration_lock(self, conn: Connection, wait_seconds: float) -> None:
+        # The migration's transaction began with BEGIN IMMEDIATE, waiting up to `wait_seconds` (its
+        # LOCK_WAIT option, `_begin_for_long`): it holds the write lock.
+        pass
 
     def data_version(self, raw: DBAPIConnection) -> int:
         cursor = raw.cursor()
@@ -279,8 +281,11 @@ def open_sqlite(url: URL, busy_timeout_seconds: float, sync: str, create: bool, 
             cursor.close()
 
     def _on_begin(conn: Connection) -> None:
-        if conn.get_execution_options().get(READONLY):
+        options = conn.get_execution_options()
+        if options.get(READONLY):
             conn.exec_driver_sql("BEGIN")
+        elif LOCK_WAIT in options:
+            _begin_for_long(conn, busy_timeout_seconds, float(options[LOCK_WAIT]))
         else:
             _begin_immediate(conn, busy_timeout_seconds)
 
@@ -343,6 +348,38 @@ def _begin_immediate(conn: Connection, busy_timeout_seconds: float) -> None:
         # Backoff between lock attempts; no lock held. Jitter keeps waiters from retrying in step.
         time.sleep(delay * random.uniform(0.5, 1.5))
         delay = min(delay * 2, BEGIN_MAX_DELAY)
+
+
+def _begin_for_long(conn: Connection, busy_timeout_seconds: float, wait_seconds: float) -> None:
+    """``BEGIN IMMEDIATE`` that waits up to `wait_seconds` for the write lock (a migration's, `LOCK_WAIT`).
+
+    Processes starting together on one file queue here while one of them
+    migrates, which may take longer than the busy timeout on a busy machine.
+    Past the busy timeout the wait is logged once (a start-up that seems to
+    hang says why); past `wait_seconds`, `LockWaitExpired`.
+    """
+    first = min(busy_timeout_seconds, wait_seconds)
+    try:
+        _begin_immediate(conn, first)
+        return
+    except OperationalError as exc:
+        if not _is_busy(exc):
+            raise
+        if wait_seconds <= first:
+            raise LockWaitExpired from exc
+    logger.info(
+        "%s: the write lock is held past the busy timeout (%g s), by another process migrating the schema "
+        "or writing; waiting up to %g s in all",
+        mask(conn.engine.url),
+        busy_timeout_seconds,
+        wait_seconds,
+    )
+    try:
+        _begin_immediate(conn, wait_seconds - first)
+    except OperationalError as exc:
+        if not _is_busy(exc):
+            raise
+        raise LockWaitExpired from exc
 
 
 def _is_busy(exc: OperationalError) -> bool:
