@@ -208,11 +208,11 @@ def test_a_quiet_database_is_checked_less_and_less_often_down_to_once_a_second_t
 def test_a_pickup_held_between_reading_the_time_and_the_rows_does_not_move_a_finished_job_back(
     make_scheduler: SchedulerFactory, clock: FakeClock
 ) -> None:
-    """A pick-up reads the time, then the changed rows. Held in between (a suspended process) while
-    this instance's run outlasts two slots and ends, it finds the row that run's end wrote a slot
-    ahead: written by this clock, not one that was ahead, so it stays where it is, and the slots that
-    passed while the run was in flight never run (docs/reference/behaviour.md, "Runs of one job
-    never overlap")."""
+    """A pick-up reads the time, then the changed rows. Held in between for over a minute (a
+    suspended process) while this instance's run outlasts two slots and ends, it finds the row that
+    run's end moved on: written by this clock, not by one that was ahead, so it stays where it is,
+    and the slots that passed while the run was in flight never run (docs/reference/behaviour.md,
+    "Runs of one job never overlap")."""
     sched = make_scheduler(clock=clock, heartbeat_seconds=1.0, start=True)
     sched._heartbeat.stop()  # the test runs the pick-up round itself
     sched._heartbeat.join(TIMEOUT)
