@@ -177,7 +177,8 @@ class ChangePickup(PeriodicTask):
         # Read before the changes: a row due later is loaded by a refill not begun yet (persched._engine.horizon).
         upto = None if self._bound is None else self._bound()
         # With now: a row written elsewhere by a clock that was ahead is put back on its grid (persched._store.ahead).
-        self._change_seq, changed = self._store.changes_since(self._change_seq, upto, self._timebase.now())
+        # The clock, not a time read now: this thread may be held before the rows are read (a suspended process).
+        self._change_seq, changed = self._store.changes_since(self._change_seq, upto, self._timebase.now)
         if logger.isEnabledFor(logging.INFO):
             self._log_changes(before, self._change_seq)  # before queueing: a claim would change the rows
         for due_at, job_id, generation in changed:

@@ -27,6 +27,7 @@ from sqlalchemy import update
 from .. import _loggers
 from .._model import triggers as _triggers
 from .._model.instant import Instant, from_datetime, to_datetime
+from ._tx import read_time
 from .mappers import CLOCK_STEP_FLOOR, SCHEDULED, instant_or_none, plan_at, readable_plan, regrid, rows_of
 from .records import Correction
 from .schema import jobs
@@ -86,15 +87,20 @@ def corrected_slot(row: StoredRow, now: Instant, updated_at: Instant | None) -> 
 def correct_ahead(
     conn: Connection,
     job_ids: Collection[str],
-    now: Instant,
+    now: Instant | Callable[[], Instant],
     change_seq: Callable[[Connection], int],
     reach: JitterReach,
 ) -> list[Correction]:
     """Move those of `job_ids` whose rows lie ahead of `now` beyond their schedule back onto their
     grid, in `conn`'s transaction (module docstring); `change_seq` gives the change counter's value
-    to announce them with (asked only when a row moves). The caller logs them once committed."""
+    to announce them with (asked only when a row moves). The caller logs them once committed.
+
+    A clock for `now` is read once the rows are read: a time read earlier, before a thread that
+    was held for a while, would take a row this instance wrote meanwhile for one a clock ahead wrote."""
     corrections: list[Correction] = []
-    for job_id, row in rows_of(conn, job_ids).items():
+    rows = rows_of(conn, job_ids)
+    now = read_time(now)
+    for job_id, row in rows.items():
         found = corrected_slot(row, now, from_datetime(row.updated_at))
         plan = None if found is None else readable_plan(row, with_start=True)
         if found is None or plan is None:

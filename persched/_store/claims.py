@@ -239,9 +239,7 @@ class ClaimsStore(Part):
                 self._on_commit(lambda: log_paused(paused, self.failures_paused))
             lost = batch.undecided()
             found, ahead = misses(conn, self.dialect, lost, claimed_at, self.jitter_reach) if lost else ({}, set())
-            corrected[:] = (
-                correct_ahead(conn, ahead, claimed_at, self._bump_change_seq, self.jitter_reach) if ahead else []
-            )
+            corrected[:] = correct_ahead(conn, ahead, now, self._bump_change_seq, self.jitter_reach) if ahead else []
             for c in corrected:  # another instance's clock was ahead: look again at the slot put right
                 found[c.job_id, c.generation] = ClaimMiss(SCHEDULED, c.generation, None, c.due, True)
             return batch.results(entries, found)

@@ -24,6 +24,7 @@ from sqlalchemy import or_, select
 from .._model import triggers as _triggers
 from .._model.instant import Instant, to_datetime
 from ._rows import raw_columns
+from ._tx import read_time
 from .ahead import correct_ahead, log_correction, written_ahead
 from .mappers import (
     CLOCK_STEP_FLOOR,
@@ -40,7 +41,7 @@ from .records import ChangeNote, Correction
 from .schema import changes, jobs
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     from sqlalchemy import Connection
 
@@ -91,7 +92,7 @@ class DueStore(Part):
         return self._read(lambda conn: int(conn.execute(select(changes.c.seq)).scalar_one()), "read change counter")
 
     def changes_since(
-        self, seq: int, upto: Instant | None = None, now: Instant | None = None
+        self, seq: int, upto: Instant | None = None, now: Instant | Callable[[], Instant] | None = None
     ) -> tuple[int, list[tuple[Instant, str, int]]]:
         """Return the counter now and ``(due_at, job_id, generation)`` of every
         scheduled (not paused) job changed after `seq`; with `upto`, only of those
@@ -102,19 +103,20 @@ class DueStore(Part):
         floor (its ``updated_at``) that lies further ahead than its schedule allows
         is put back on its grid first (`persched._store.ahead`), paused or not, and
         returned where it is now: a job that an instance whose clock was ahead
-        scheduled or resumed does not wait out that clock's error."""
+        scheduled or resumed does not wait out that clock's error. A clock for `now`
+        is read after the rows (`correct_ahead`)."""
         changed_here = [jobs.c.change_seq > seq, jobs.c.state == SCHEDULED, self._mine]
         where = [*changed_here, jobs.c.paused.is_(False)]
         if upto is not None:
             where.append(or_(jobs.c.next_run_at <= to_datetime(upto), jobs.c.run_now_at.is_not(None)))
-        written_ahead_of_now = None if now is None else jobs.c.updated_at > to_datetime(Instant(now + CLOCK_STEP_FLOOR))
 
         def body(conn: Connection) -> tuple[int, list[tuple[Instant, str, int]], set[str]]:
             now_seq = int(conn.execute(select(changes.c.seq)).scalar_one())
             rows = stored(conn.execute(select(*RAW_JOBS).where(*where)))
             due = [(due_of(row, self.jitter_reach), row.job_id, row.generation) for row in rows]
             ahead: set[str] = set()
-            if written_ahead_of_now is not None:
+            if now is not None:  # the candidates: `correct_ahead` reads the rows and the time again
+                written_ahead_of_now = jobs.c.updated_at > to_datetime(Instant(read_time(now) + CLOCK_STEP_FLOOR))
                 query = select(jobs.c.job_id).where(*changed_here, written_ahead_of_now)
                 ahead = {str(job_id) for (job_id,) in conn.execute(query)}
             return now_seq, [(at, job_id, generation) for at, job_id, generation in due if at is not None], ahead

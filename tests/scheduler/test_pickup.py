@@ -13,7 +13,9 @@ import itertools
 import logging
 import sqlite3
 import threading
+from datetime import timedelta
 from typing import TYPE_CHECKING, Final
+from unittest.mock import patch
 
 import pytest
 
@@ -200,3 +202,47 @@ def test_a_quiet_database_is_checked_less_and_less_often_down_to_once_a_second_t
     seen = steps.checks[0]
     steps.run(0.5)
     assert [round((b - seen) / 1e6, 6) for b in steps.checks[1:3]] == [0.1, 0.3], "not back at pickup_check_seconds"
+
+
+@every_engine
+def test_a_pickup_held_between_reading_the_time_and_the_rows_does_not_move_a_finished_job_back(
+    make_scheduler: SchedulerFactory, clock: FakeClock
+) -> None:
+    """A pick-up reads the time, then the changed rows. Held in between for over a minute (a
+    suspended process) while this instance's run outlasts two slots and ends, it finds the row that
+    run's end moved on: written by this clock, not by one that was ahead, so it stays where it is,
+    and the slots that passed while the run was in flight never run (docs/reference/behaviour.md,
+    "Runs of one job never overlap")."""
+    sched = make_scheduler(clock=clock, heartbeat_seconds=1.0, start=True)
+    sched._heartbeat.stop()  # the test runs the pick-up round itself
+    sched._heartbeat.join(TIMEOUT)
+    gate = jobs.gate("ov")
+    sched.schedule("ov", jobs.block_then_fail, 60.0, args=("ov",), start_in=0, overlap="skip")
+    assert gate.started.wait(TIMEOUT)
+    [running] = sched.runs("ov")
+    slot = running.scheduled_for
+    store = sched._store
+    read_changes = store.changes_since
+    held, go = threading.Event(), threading.Event()
+
+    def held_pickup(*args: object) -> object:
+        held.set()
+        assert go.wait(TIMEOUT)
+        return read_changes(*args)  # type: ignore[arg-type]
+
+    with patch.object(store, "changes_since", side_effect=held_pickup):
+        pickup = threading.Thread(target=sched._heartbeat.pickup.round, name="held-pickup")
+        pickup.start()
+        assert held.wait(TIMEOUT), "the pick-up found no change to read"
+        clock.advance(130)  # the slots +60 and +120 pass while the run is in flight
+        gate.release.set()
+        assert sched.wait_idle(TIMEOUT)  # its end is recorded: the job waits for +180
+        go.set()
+        pickup.join(TIMEOUT)
+    assert not pickup.is_alive()
+    assert sched.wait_idle(TIMEOUT)
+    runs = [(r.attempt, r.outcome, r.scheduled_for) for r in sched.runs("ov") if r.outcome != "missed"]
+    assert runs == [(1, "error", slot)]
+    job = sched.get_job("ov")
+    assert job is not None
+    assert job.next_run_at == slot + timedelta(seconds=180)
