@@ -80,8 +80,7 @@ class Horizon:
         requests; return True while rows are left."""
         if self._sweep_done:
             return False
-        now = self._timebase.now()
-        run_now, corrections, last = self._store.sweep(self._swept, SWEEP_ROWS, now)
+        run_now, corrections, last = self._store.sweep(self._swept, SWEEP_ROWS, self._timebase.now)
         for c in corrections:
             log_correction(c)
             if c.due is not None:

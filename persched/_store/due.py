@@ -257,10 +257,12 @@ class DueStore(Part):
         return self._read(body, "load due jobs")
 
     def sweep(
-        self, after: str | None, limit: int, now: Instant
+        self, after: str | None, limit: int, now: Instant | Callable[[], Instant]
     ) -> tuple[list[tuple[Instant, str, int]], list[Correction], str | None]:
         """One batch of the start-up sweep (`persched._engine.horizon`): the scheduled rows of this
-        namespace with a job_id after `after`, at most `limit`, in primary-key order.
+        namespace with a job_id after `after`, at most `limit`, in primary-key order. A clock for
+        `now` is read at each step: a correction reads it once it read the rows it corrects
+        (`persched._store.ahead.correct_ahead`), not a time taken before this thread was held.
 
         Returns ``(due_at, job_id, generation)`` of those with a pending run-now request, the
         rows it corrected because they lay ahead of the clock (see _inspect), and the last
@@ -280,7 +282,7 @@ class DueStore(Part):
             conn: Connection,
         ) -> tuple[list[tuple[Instant, str, int, bool]], list[tuple[str, int, Instant]], str | None]:
             rows = conn.execute(query).all()
-            entries, ahead = self._inspect(rows, now)
+            entries, ahead = self._inspect(rows, read_time(now))
             return entries, ahead, (str(rows[-1][1]) if len(rows) == limit else None)
 
         entries, ahead, last = self._read(body, "sweep jobs")
@@ -292,7 +294,9 @@ class DueStore(Part):
         run_now = [e for e in run_now if e[1] not in moved]
         return run_now, corrections, last
 
-    def _correct_ahead(self, candidates: Sequence[tuple[str, int, Instant]], now: Instant) -> list[Correction]:
+    def _correct_ahead(
+        self, candidates: Sequence[tuple[str, int, Instant]], now: Instant | Callable[[], Instant]
+    ) -> list[Correction]:
         """Move rows that lie further ahead than their schedule allows back onto their grid (see _inspect)."""
         ids = {job_id for job_id, _, _ in candidates}
         return self._write(

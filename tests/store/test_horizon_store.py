@@ -4,10 +4,10 @@
 
 from __future__ import annotations
 
-from persched._model.instant import Micros
+from persched._model.instant import Instant, Micros, to_datetime
 from persched._model.triggers import jitter_offset
 from persched._store import Store
-from tests.store.test_store_contract import T, at, schedule
+from tests.store.test_store_contract import T, at, job_row, schedule
 
 
 def test_load_due_reads_a_keyset_window_in_slot_order(store: Store) -> None:
@@ -83,3 +83,21 @@ def test_changes_since_upto_leaves_later_jobs_to_the_refill(store: Store) -> Non
     assert sorted(job_id for _, job_id, _ in changed) == ["far-run-now", "near"]
     _, everything = store.changes_since(seq)
     assert len(everything) == 3
+
+
+def test_a_sweep_held_before_it_corrects_keeps_a_row_written_meanwhile(store: Store) -> None:
+    """The sweep reads the clock again once it read the rows it corrects: a time read before its thread
+    was held would take a row written meanwhile (here at +130 s, next run +180 s) for one written by a
+    clock ahead, and move it back onto a slot that passed."""
+    schedule(store, at(130), job_id="a", start_in=50)
+    reads = iter([T])  # the first read, before the thread was held; every later one is +130 s
+
+    def clock() -> Instant:
+        return next(reads, at(130))
+
+    _, corrections, _ = store.sweep(None, 10, clock)
+    assert corrections == []
+    assert job_row(store).next_run_at == to_datetime(at(180))
+    # The same row against the stale time alone: it is taken for one written ahead and moved back.
+    _, corrections, _ = store.sweep(None, 10, T)
+    assert [c.job_id for c in corrections] == ["a"]
