@@ -35,12 +35,13 @@ from persched._model.instant import Instant, Micros, from_datetime, micros
 from persched._model.models import validate_definition, validate_policies
 from persched._store import Claim, ClaimMiss, Completion, Store
 from persched._store import db as _db
-from persched._store import migrate as _migrate
 from persched._store.claim_batch import DISPATCH_SELECT
 from persched._store.claims import claim_clauses
 from persched._store.dialects import Sql
 from tests.support import race_jobs
+from tests.support.engines import migrate
 from tests.support.helpers import EPOCH, TIMEOUT
+from tests.support.history import drive
 
 if TYPE_CHECKING:
     from persched import Job
@@ -109,11 +110,7 @@ def _drop_slot_index(url: str) -> None:
 @pytest.fixture
 def fresh_url(empty_db_url: str) -> str:
     """A database of this test alone (its index may be dropped), migrated to head."""
-    engine = _db.make_engine(empty_db_url)
-    try:
-        _migrate.upgrade(engine)
-    finally:
-        engine.dispose()
+    migrate(empty_db_url)
     return empty_db_url
 
 
@@ -173,27 +170,15 @@ def _race(
 ) -> list[tuple[Claim, str]]:
     """Every store claims `entries` at once (a barrier before the claims); the claims won, each with
     its instance id."""
-    barrier = threading.Barrier(len(stores))
     results: list[list[Claim | ClaimMiss]] = [[] for _ in stores]
-    errors: list[BaseException] = []
 
-    def one(i: int) -> None:
-        try:
-            if look is not None:
-                look.look(stores[i], entries)
-            barrier.wait(TIMEOUT)
-            results[i] = claim(stores[i], entries, now, f"{name}-{i}:1:abcdef")
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+    def one(i: int, barrier: threading.Barrier) -> None:
+        if look is not None:
+            look.look(stores[i], entries)
+        barrier.wait(TIMEOUT)
+        results[i] = claim(stores[i], entries, now, f"{name}-{i}:1:abcdef")
 
-    threads = [threading.Thread(target=one, args=(i,), name=f"test-racer-{i}") for i in range(len(stores))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT * 3)
-    assert not any(t.is_alive() for t in threads), "a claim hung"
-    if errors:
-        raise errors[0]
+    drive(len(stores), one, TIMEOUT * 3)
     return [(r, f"{name}-{i}:1:abcdef") for i, rs in enumerate(results) for r in rs if isinstance(r, Claim)]
 
 
@@ -284,30 +269,17 @@ def test_many_instances_racing_for_many_pending_attempts_start_each_once(
 
 def _race_each(stores: list[Store], entries: list[ClaimEntry], now: Instant) -> list[tuple[Claim, str]]:
     """`_race`, each store with the entries in an order of its own (rotated)."""
-    barrier = threading.Barrier(len(stores))
     won: list[tuple[Claim, str]] = []
-    errors: list[BaseException] = []
     lock = threading.Lock()
 
-    def one(i: int) -> None:
+    def one(i: int, barrier: threading.Barrier) -> None:
         shift = i * len(entries) // len(stores)
         mine = entries[shift:] + entries[:shift]
         who = f"stress-{i}:1:abcdef"
-        try:
-            barrier.wait(TIMEOUT)
-            results = stores[i].claim_runs(mine, now, who, LEASE)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-            return
+        barrier.wait(TIMEOUT)
+        results = stores[i].claim_runs(mine, now, who, LEASE)
         with lock:
             won.extend((c, who) for c in results if isinstance(c, Claim))
 
-    threads = [threading.Thread(target=one, args=(i,), name=f"test-stress-{i}") for i in range(len(stores))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT * 3)
-    assert not any(t.is_alive() for t in threads), "a claim hung"
-    if errors:
-        raise errors[0]
+    drive(len(stores), one, TIMEOUT * 3)
     return won

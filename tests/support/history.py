@@ -497,14 +497,24 @@ def _attempt_problems(runs: list[RunRow], starts: list[Start], timed: bool) -> l
 
 def drive(count: int, driver: Callable[[int, threading.Barrier], None], timeout: float) -> None:
     """Run ``driver(i, barrier)`` on `count` threads that start together at `barrier`; fail unless
-    every one ended within `timeout` real seconds."""
+    every one ended within `timeout` real seconds, and raise here the first error a driver raised."""
     barrier = threading.Barrier(count)
-    threads = [threading.Thread(target=driver, args=(i, barrier)) for i in range(count)]
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            driver(i, barrier)
+        except BaseException as exc:  # noqa: BLE001 - raised below, in the test's own thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,), name=f"test-driver-{i}") for i in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout)
-    assert not any(thread.is_alive() for thread in threads)
+    assert not any(thread.is_alive() for thread in threads), "a driver thread hung"
+    if errors:
+        raise errors[0]
 
 
 def wait_until_live(history: History, runs: Callable[[], list[RunRow]], timeout: float) -> None:
