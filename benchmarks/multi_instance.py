@@ -56,6 +56,7 @@ CPU per run over that of the smallest count.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -229,7 +230,12 @@ def _sample(path: Path, every: float = 0.005) -> None:
     def loop() -> None:
         while True:
             time.sleep(every)
-            for ident, frame in sys._current_frames().items():
+            gc.disable()  # before 3.11.9, a collection inside _current_frames() can deadlock
+            try:
+                frames = sys._current_frames()
+            finally:
+                gc.enable()
+            for ident, frame in frames.items():
                 if ident == me:
                     continue
                 names: list[str] = []

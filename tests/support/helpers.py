@@ -9,6 +9,7 @@ every engine.
 
 from __future__ import annotations
 
+import gc
 import signal
 import sqlite3
 import subprocess
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     import threading
     from collections.abc import Callable
     from datetime import datetime
-    from types import CodeType
+    from types import CodeType, FrameType
 
     from persched import JobScheduler, Run
     from persched.testing import FakeClock
@@ -89,12 +90,29 @@ def heartbeat_settled(sched: JobScheduler, clock: FakeClock) -> None:
 
 def thread_runs(thread: threading.Thread, code: CodeType) -> bool:
     """`thread` is running `code` right now (anywhere on its stack): it waits there, say."""
-    frame = sys._current_frames().get(thread.ident or 0)
+    frame = current_frames().get(thread.ident or 0)
     while frame is not None:
         if frame.f_code is code:
             return True
         frame = frame.f_back
     return False
+
+
+def current_frames() -> dict[int, FrameType]:
+    """`sys._current_frames()` with the garbage collector held off while it runs.
+
+    Before 3.11.9 it can deadlock the interpreter: it takes the runtime's
+    thread-list lock, and a collection that runs inside it (a frame object is
+    allocated) may wait for the GIL that a thread waiting on that lock holds.
+    Holding the collector off is how CPython itself fixed it.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return sys._current_frames()
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = TIMEOUT, message: str = "") -> None:
