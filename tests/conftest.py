@@ -20,6 +20,7 @@ IDENTITY``, then the seeded change counter).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import threading
@@ -284,6 +285,20 @@ def _reset_jobs() -> Iterator[None]:
     jobs.reset()
     yield
     jobs.release_all()
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_kept() -> Iterator[None]:
+    """Give the root logger back its handlers and level: the command line run in-process adds a
+    handler on the test's captured stderr, which is closed once the test ends, and every later
+    WARNING in the same worker would fail to write there."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture(autouse=True)

@@ -103,6 +103,11 @@ def block_until_stopped(port: int) -> None:
     threading.Event().wait(_FOREVER)
 
 
+def wait_forever() -> None:
+    """Block until a stop ends the run: it never ends by itself, nor says that it started."""
+    threading.Event().wait(_FOREVER)
+
+
 def cooperate(port: int) -> None:
     """Wait for the stop request, then leave by raise_if_stopping()."""
     run = persched.current_run()
