@@ -30,7 +30,7 @@ import pytest
 
 from tests.multi._cluster import REPO, check_once, child_env, fetch_runs, throttled
 from tests.support.frameworks import require
-from tests.support.helpers import TIMEOUT, stop_gracefully, wait_until
+from tests.support.helpers import START_TIMEOUT, TIMEOUT, stop_gracefully, wait_until
 from tests.support.postgres import pg_schema
 
 if TYPE_CHECKING:
@@ -73,8 +73,10 @@ class Gunicorn:
         return self.log.read_text(errors="replace")
 
     def get(self, path: str) -> tuple[int, bytes]:
+        """The response to a GET; bounded as a start-up is: without --preload a worker imports the
+        app (and starts its scheduler) only once it was forked, after the master listens."""
         try:
-            with urllib.request.urlopen(self.url + path, timeout=TIMEOUT) as response:
+            with urllib.request.urlopen(self.url + path, timeout=START_TIMEOUT) as response:
                 return response.status, response.read()
         except urllib.error.HTTPError as error:
             with error:

@@ -1,8 +1,8 @@
 """Network faults: a TCP proxy of our own (`tests.support.tcp_proxy`, loopback only)
 between one instance and the server (PostgreSQL, MariaDB) cuts every connection mid-run, transactions in
 flight included, and once refuses new connections for half a second. The instance
-logs, backs off, reconnects and goes on: no slot runs twice, no run is lost, and the
-slots after the recovery all run."""
+logs, backs off, reconnects and goes on: no slot runs twice, only runs the cuts left
+unknown are lost, and the slots after the recovery all run."""
 
 from __future__ import annotations
 
@@ -87,11 +87,13 @@ def test_connection_cuts_between_an_instance_and_the_server(server_url: str, tmp
     report = check_once(runs, effects_of(c), jobs, first, max_coalesced_fraction=0.35, starved=c.pressure.share())
     logger.info("measured: %s cut=%d", report.summary(), cut)
     # A cut can leave the proxied instance unable to renew a lease in time, or
-    # unsure whether a claim's commit landed (the reply was cut): such a run is
-    # recorded "lost" after one lease, never run twice (check_once above).
+    # unsure whether a commit landed (the reply was cut): such a run is recorded
+    # "lost" after one lease, never run twice (check_once above). One cut may
+    # lose every run whose completions shared the cut transaction, so the bound
+    # is when, not how many: only the cut instance's runs, started before it
+    # was back.
     lost = [r for r in runs if r.outcome == "lost"]
-    assert all(r.instance_id == "proxied" for r in lost), lost
-    assert len(lost) <= CUTS, lost
+    assert all(r.instance_id == "proxied" and r.started_at < recovered_from for r in lost), lost
     after = [r for r in runs if r.scheduled_for > recovered_from]
     after_first = {
         job_id: min(r.scheduled_for for r in after if r.job_id == job_id)
