@@ -84,7 +84,10 @@ def job_over(template: Job, fields: dict[str, Any]) -> Job:
     """
     job = Job.__new__(Job)
     _set_attribute(job, "__dict__", {**template.__dict__, **fields})
-    _set_attribute(job, "__pydantic_fields_set__", template.model_fields_set | fields.keys())
+    fields_set = template.model_fields_set
+    if not fields.keys() <= fields_set:  # else shared, as ``model_construct`` shares the one it is given
+        fields_set = fields_set | fields.keys()
+    _set_attribute(job, "__pydantic_fields_set__", fields_set)
     _set_attribute(job, "__pydantic_extra__", None)  # extra="forbid": never any
     _set_attribute(job, "__pydantic_private__", None)  # no private attributes
     return job
