@@ -73,9 +73,12 @@ class Shapes:
     an integer one), so a shape is keyed by its raw values as they are.
     """
 
-    __slots__ = ("_bound", "_instants", "_policies", "_templates")
+    __slots__ = ("_bound", "_instants", "_job_over", "_policies", "_templates")
 
     def __init__(self) -> None:
+        from .._model.public_models import job_over  # pydantic, which the read commands do without
+
+        self._job_over = job_over
         self._instants: dict[Any, datetime] = {}  # raw -> read: the rows of one declaration share most
         self._policies: dict[Hashable, Policies | None] = {}  # raw policy values -> read (None: unreadable)
         self._templates: dict[Hashable, Job] = {}  # (raw target, raw policy values) -> a readable Job
@@ -131,9 +134,7 @@ class Shapes:
             if not problems:
                 # Every field the template does not share with this row is in `fields`, of the type
                 # validation gives it (read_row's, as to_job's): a copy need not validate again.
-                from .._model.public_models import job_over  # pydantic, loaded with the template's Job
-
-                return job_over(template, fields)
+                return self._job_over(template, fields)
         job = to_job(read_rows(JOB_COLUMNS, (row,))[0])
         if template is None and job.unreadable is None:
             self._templates[key] = job  # its target, policy fields and schedule are its shape's
