@@ -104,6 +104,7 @@ class _Plan(NamedTuple):
 
 
 _PLANS_KEPT: Final = 1_024  # kinds of rows (their values' types) whose plan is kept, per column list
+_INSTANTS_KEPT: Final = 65_536  # instants a read keeps by raw value (a few MiB): rows of all different ones pass by
 
 
 class _Readers:
@@ -138,7 +139,9 @@ class _Readers:
                 value = values[i]
                 found = instants.get(value)
                 if found is None:
-                    found = instants[value] = _instant(value)
+                    found = _instant(value)
+                    if len(instants) < _INSTANTS_KEPT:
+                        instants[value] = found
                 values[i] = found
             for i, reader in plan.others:
                 values[i] = reader(values[i])

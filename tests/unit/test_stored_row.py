@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import pytest
 
+from persched._store import _rows as rows_module
 from persched._store._rows import StoredRow, _readers, _stored, read_rows
 from persched._store.mappers import JOB_COLUMNS, OWN_JOB_COLUMNS, _json_loads
 
@@ -140,3 +141,19 @@ def test_args_read_as_json_loads_reads_them(text: str) -> None:
             return type(exc).__name__, str(exc)
 
     assert outcome(_json_loads) == outcome(json.loads)
+
+
+def test_a_read_keeps_at_most_so_many_instants_and_reads_the_others_all_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(rows_module, "_INSTANTS_KEPT", 1)
+    created = [c.name for c in JOB_COLUMNS].index("created_at")
+    rows = []
+    for second in range(5):
+        raw = a_row()
+        raw[created] = f"2026-03-01 04:05:0{second}.123456"
+        rows.append(raw)
+    instants: dict[Any, datetime] = {}
+    read = read_rows(JOB_COLUMNS, rows, instants)
+    assert [row.created_at.second for row in read] == [0, 1, 2, 3, 4]
+    assert len(instants) == 1
