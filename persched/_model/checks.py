@@ -168,7 +168,12 @@ def _ascii_text(item: object) -> bool:
     return type(item) is str and item.isascii()
 
 
+_EMPTY_JSON: Final[dict[type, str]] = {list: "[]", dict: "{}"}  # most jobs have no kwargs, many no args
+
+
 def as_json(argument: str, value: object, max_bytes: int = DEFAULT_MAX_ARGS_BYTES) -> str:
+    if type(value) in _EMPTY_JSON and not value:
+        return _EMPTY_JSON[type(value)]
     flat = _flat(value)
     if not flat:
         _check_shape(argument, value)

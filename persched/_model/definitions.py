@@ -48,11 +48,11 @@ class DefinitionChecks:
         **options: object,
     ) -> JobDefinition:
         """The definition that `schedule()` is asked for; `options` are its keyword options."""
-        validate_job_id(job_id)
+        checked_id = validate_job_id(job_id)
         target = reference_of(fn, self._allowed_modules)
         policies = validate_policies(interval_seconds, **options)
         return validate_definition(
-            job_id, target, policies, args, kwargs, start_in, max_args_bytes=self._max_args_bytes
+            checked_id, target, policies, args, kwargs, start_in, max_args_bytes=self._max_args_bytes
         )
 
     def declared(self, specs: Iterable[JobSpec]) -> list[JobDefinition]:

@@ -742,7 +742,7 @@ _MAX_INTERVAL_MICROS: Final = micros(MAX_INTERVAL_SECONDS)
 
 
 def validate_definition(
-    job_id: object,
+    job_id: str,
     target: str,
     policies: Policies,
     args: object,
@@ -751,8 +751,7 @@ def validate_definition(
     *,
     max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
 ) -> JobDefinition:
-    """Check the remaining arguments of `schedule()` (the target and policies are checked by the caller)."""
-    job_id = validate_job_id(job_id)
+    """Check the remaining arguments of `schedule()` (the job id, target and policies are checked by the caller)."""
     if not isinstance(args, (tuple, list)):
         raise InvalidJobError("args", f"must be a tuple or list, got {type(args).__name__}")
     args_json = as_json("args", list(args), max_args_bytes)

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .terms import DEFAULT_NAMESPACE, JobState, Outcome
 
-__all__ = ["Job", "Run"]
+__all__ = ["Job", "Run", "job_over"]
 
 
 class Job(BaseModel):
@@ -74,6 +74,26 @@ class Job(BaseModel):
     run_at: datetime | None = None  # the one instant of a one-shot job (schedule(run_at=...))
     namespace: str = DEFAULT_NAMESPACE  # the application the job belongs to
     declared: bool = False  # written by declare(): a later declare(prune=True) may deschedule it
+
+
+def job_over(template: Job, fields: dict[str, Any]) -> Job:
+    """``template.model_copy(update=fields)``: the same `Job` (equal, with the same fields set), made
+    as pydantic's copy makes one, without its general steps (the copy module, a fields set grown key
+    by key), in a third of the time: a declaration returns 100,000. Like ``model_copy``, it does not
+    validate: `fields` must be of the types validation gives (the store's own).
+    """
+    job = Job.__new__(Job)
+    _set_attribute(job, "__dict__", {**template.__dict__, **fields})
+    fields_set = template.model_fields_set
+    if not fields.keys() <= fields_set:  # else shared, as ``model_construct`` shares the one it is given
+        fields_set = fields_set | fields.keys()
+    _set_attribute(job, "__pydantic_fields_set__", fields_set)
+    _set_attribute(job, "__pydantic_extra__", None)  # extra="forbid": never any
+    _set_attribute(job, "__pydantic_private__", None)  # no private attributes
+    return job
+
+
+_set_attribute = object.__setattr__  # a frozen model's own __setattr__ refuses, as pydantic's copy knows
 
 
 class Run(BaseModel):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import math
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from sqlalchemy import BigInteger, Boolean, Float, Integer, String, type_coerce
 from sqlalchemy.types import NullType
@@ -78,14 +78,110 @@ def raw_columns(columns: Iterable[Column[Any]]) -> list[ColumnElement[Any]]:
 def read_row(columns: Iterable[Column[Any]], raw: Mapping[Any, Any]) -> StoredRow:
     """Convert the raw values of `columns` (a row selected with `raw_columns`)."""
     readers = _readers(tuple(columns))
-    return _stored(readers, [raw[name] for _, name, _ in readers])
+    return readers.read([raw[name] for name in readers.names], {})
 
 
-def read_rows(columns: Iterable[Column[Any]], rows: Iterable[Sequence[Any]]) -> list[StoredRow]:
+def read_rows(
+    columns: Iterable[Column[Any]], rows: Iterable[Sequence[Any]], instants: dict[Any, datetime] | None = None
+) -> list[StoredRow]:
     """`read_row` of each of `rows`, by position (selected with `raw_columns(columns)`, in that order):
-    a listing reads thousands, and a row's mapping costs a lookup per column."""
-    readers = _readers(tuple(columns))
-    return [_stored(readers, raw) for raw in rows]
+    a listing reads thousands, and a row's mapping costs a lookup per column.
+
+    `instants`: the instants read so far, by raw value, for callers that read rows one call at a time;
+    rows written together share most of theirs (created and updated at one instant, on one grid).
+    """
+    read = _readers(tuple(columns)).read
+    known: dict[Any, datetime] = {} if instants is None else instants
+    return [read(raw, known) for raw in rows]
+
+
+class _Plan(NamedTuple):
+    """What a row of some types of values needs (`_Readers`): the positions of its instants, and the
+    other values that need their reader, with it."""
+
+    instants: tuple[int, ...]
+    others: tuple[tuple[int, Callable[[object], Any]], ...]
+
+
+_PLANS_KEPT: Final = 1_024  # kinds of rows (their values' types) whose plan is kept, per column list
+_INSTANTS_KEPT: Final = 65_536  # instants a read keeps by raw value (a few MiB): rows of all different ones pass by
+
+
+class _Readers:
+    """How the rows of one column list are read.
+
+    A row is read by the types of its values first: for each tuple of types met, a plan says which
+    values need their reader (instants, flags, numbers, anything unexpected) and which are already
+    what their column gives (text as str, a whole number as int, a NULL where one may be): a row of 26
+    columns costs a handful of calls instead of one a column, and an instant met before in the same
+    read costs a lookup. A reader that refuses a value sends the row the careful way (`_stored`),
+    which names every problem.
+    """
+
+    __slots__ = ("_plans", "columns", "names")
+
+    def __init__(self, columns: tuple[Column[Any], ...]) -> None:
+        self.columns = tuple((column, column.name, _reader(column)) for column in columns)
+        self.names = tuple(column.name for column in columns)
+        self._plans: dict[tuple[type, ...], _Plan] = {}
+
+    def read(self, raw: Sequence[Any], instants: dict[Any, datetime]) -> StoredRow:
+        """One row's values, read (`_stored`); `instants`: those read before, by raw value."""
+        kinds = tuple(map(type, raw))
+        plan = self._plans.get(kinds)
+        if plan is None:
+            plan = self._plan(kinds)
+            if len(self._plans) < _PLANS_KEPT:
+                self._plans[kinds] = plan
+        values = list(raw)
+        try:
+            for i in plan.instants:
+                value = values[i]
+                found = instants.get(value)
+                if found is None:
+                    found = _instant(value)
+                    if len(instants) < _INSTANTS_KEPT:
+                        instants[value] = found
+                values[i] = found
+            for i, reader in plan.others:
+                values[i] = reader(values[i])
+        except _Unreadable:
+            return _stored(self.columns, raw)
+        return StoredRow(dict(zip(self.names, values, strict=True)), {})
+
+    def _plan(self, kinds: tuple[type, ...]) -> _Plan:
+        """What a row of these `kinds` of values needs (the values not named are returned as they are)."""
+        needed = [
+            (i, column, reader)
+            for i, ((column, _, reader), kind) in enumerate(zip(self.columns, kinds, strict=True))
+            if not _as_it_is(column, kind)
+        ]
+        # An instant as the drivers give it (text, a datetime) is read through the lookup; anything else
+        # (a NULL, a number written by hand) is the reader's to refuse.
+        instants = tuple(i for i, column, _ in needed if _holds_instants(column) and kinds[i] in (str, datetime))
+        others = tuple((i, reader) for i, _, reader in needed if i not in instants)
+        return _Plan(instants, others)
+
+
+def _holds_instants(column: Column[Any]) -> bool:
+    """True if `column` holds instants (`UTCDateTime`)."""
+    return isinstance(column.type, UTCDateTime)
+
+
+def _as_it_is(column: Column[Any], kind: type) -> bool:
+    """True if every value of type `kind` is what `column`'s reader would return for it, unchanged."""
+    if kind is type(None):
+        return bool(column.nullable)
+    column_type = column.type
+    if isinstance(column_type, UTCDateTime):
+        return False
+    if isinstance(column_type, Boolean):
+        return kind is bool
+    if isinstance(column_type, (Integer, BigInteger)):
+        return kind is int
+    if isinstance(column_type, Float):
+        return False  # a float must be finite, an int becomes a float
+    return isinstance(column_type, String) and kind is str
 
 
 def _stored(readers: Sequence[tuple[Column[Any], str, Any]], raw: Sequence[Any]) -> StoredRow:
@@ -108,9 +204,9 @@ def _stored(readers: Sequence[tuple[Column[Any], str, Any]], raw: Sequence[Any])
 
 
 @functools.cache
-def _readers(columns: tuple[Column[Any], ...]) -> tuple[tuple[Column[Any], str, Callable[[object], Any]], ...]:
-    """Each column with its name and reader, found once per column list (the claims read rows by the hundred)."""
-    return tuple((column, column.name, _reader(column)) for column in columns)
+def _readers(columns: tuple[Column[Any], ...]) -> _Readers:
+    """How rows of `columns` are read, made once per column list (the claims read rows by the hundred)."""
+    return _Readers(columns)
 
 
 def _shown(value: object) -> str:

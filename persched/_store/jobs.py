@@ -32,7 +32,7 @@ from .._model.instant import Instant, from_datetime
 from .._model.policy import JobPlan, place_grid
 from ..errors import InvalidJobError, StoreError
 from ._rows import StoredRow, raw_columns, read_row, read_rows
-from .dialects import Sql, marks
+from .dialects import Dialect, Sql, marks
 from .mappers import (
     DESCHEDULED,
     FINISHED,
@@ -44,7 +44,7 @@ from .mappers import (
 )
 from .part import Part
 from .records import Upserted
-from .schema import jobs, runs
+from .schema import UTCDateTime, jobs, runs
 from .shapes import Shapes, raw_row, raw_value, written_over
 
 if TYPE_CHECKING:
@@ -65,18 +65,26 @@ T = TypeVar("T")
 # statement construction, cache keys and bind processing cost more than the database's work (as on
 # the dispatch path, claims.py). Timestamps are bound raw (`Dialect.bind_instant`); rows are read raw
 # by `read_row`, as `RAW_JOBS` reads them.
-_JOB_SELECT: Final = ", ".join(column.name for column in JOB_COLUMNS)
-_FIND_JOB: Final = f"SELECT {_JOB_SELECT} FROM persched_jobs WHERE job_id = ?"  # noqa: S608 - ours
-_FIND_JOBS: Final = f"SELECT {_JOB_SELECT} FROM persched_jobs WHERE job_id"  # noqa: S608 - ours; + IN (...)
+_FIND_JOB: Final = "SELECT {} FROM persched_jobs WHERE job_id = ?"  # `_job_select`
+_FIND_JOBS_WHERE: Final = "SELECT {} FROM persched_jobs WHERE"  # `_job_select`; + `any_of`
 # Whether the id has a row, locking it (`locking_sql`): a result's columns cost SQLAlchemy about 1.5 µs
 # each to describe, also when no row comes back, so a new id is looked for with one.
 _PROBE_JOB: Final = "SELECT state FROM persched_jobs WHERE job_id = ?"
-_MARK_DECLARED: Final = "UPDATE persched_jobs SET declared = ? WHERE job_id"  # + = ? or IN (...)
+_MARK_DECLARED_WHERE: Final = "UPDATE persched_jobs SET declared = ? WHERE"  # + job_id = ? or `any_of`
 # The change counter's row, read locking (`Dialect.locking_sql`): a declaration holds it to its commit
 # without writing it, so an unchanged declaration writes nothing.
 _HOLD_CHANGES: Final = "SELECT seq FROM persched_changes WHERE id = 1"
 _IDS_PER_QUERY: Final = 10_000  # ids bound in one IN (...) at most, and fewer where the engine takes fewer
 _PARAMETERS_SPARE: Final = 8  # a statement's parameters besides its ids
+
+
+@functools.lru_cache(maxsize=8)
+def _job_select(dialect: Dialect) -> str:
+    """The select list of a job's row (`JOB_COLUMNS`, in order), its instants as the dialect reads them best."""
+    return ", ".join(
+        dialect.read_instant_sql(column.name) if isinstance(column.type, UTCDateTime) else column.name
+        for column in JOB_COLUMNS
+    )
 
 
 @functools.lru_cache(maxsize=16)
@@ -126,7 +134,7 @@ class _Decision(NamedTuple):
             return Sql(_insert_job(tuple(self.values)), tuple(self.values.values()))
         if self.kind == "replace" and self.values is not None:
             return Sql(_replace_job(tuple(self.values)), (*self.values.values(), job_id))
-        return Sql(f"{_MARK_DECLARED} = ?", (True, job_id)) if self.kind == "mark" else None
+        return Sql(f"{_MARK_DECLARED_WHERE} job_id = ?", (True, job_id)) if self.kind == "mark" else None
 
 
 def _next_generation(conn: Connection, row: StoredRow) -> int:
@@ -247,9 +255,10 @@ class JobsStore(Part):
         cursor = self.dialect.cursor(conn)
         step = self._ids_per_query()
         rows: dict[str, RawRow] = {}
+        select = _FIND_JOBS_WHERE.format(_job_select(self.dialect))
         for start in range(0, len(job_ids), step):
-            chunk = job_ids[start : start + step]
-            found = cursor.execute(f"{_FIND_JOBS} IN ({marks(len(chunk))})", chunk).fetchall()
+            which = self.dialect.any_of("job_id", job_ids[start : start + step])
+            found = cursor.execute(f"{select} {which.text}", which.params).fetchall()
             rows.update((raw_value(row, "job_id"), row) for row in found)
         return rows
 
@@ -286,8 +295,8 @@ class JobsStore(Part):
                 raise StoreError(self.url, f"declare: {len(rows) - done} of its rows went away")
         step = self._ids_per_query()
         for start in range(0, len(marked), step):
-            some = marked[start : start + step]
-            cursor.execute(f"{_MARK_DECLARED} IN ({marks(len(some))})", (True, *some))
+            which = self.dialect.any_of("job_id", marked[start : start + step])
+            cursor.execute(f"{_MARK_DECLARED_WHERE} {which.text}", (True, *which.params))
 
     def _clash(self, job_id: str, namespace: str, *, declared: bool = False) -> InvalidJobError:
         return InvalidJobError(
@@ -305,7 +314,7 @@ class JobsStore(Part):
         """
         dialect = self.dialect
         probe = Sql(dialect.locking_sql(_PROBE_JOB), (definition.job_id,))
-        find = Sql(_FIND_JOB, (definition.job_id,))
+        find = Sql(_FIND_JOB.format(_job_select(dialect)), (definition.job_id,))
 
         # The body returns the row (read, or the driver values written) and the Job is made from it
         # after the commit, on the caller's thread: the group's transaction holds SQLite's write lock
@@ -422,6 +431,11 @@ class JobsStore(Part):
         descheduled by id in chunks: no statement binds `keep` whole.
         """
         declared = Sql(_DECLARED_JOBS, (DESCHEDULED, True, self.namespace))
+        # Every id of `keep` is a declared job of this namespace by now: when they are all there are, the
+        # ids need not be listed (a set declared again unchanged reads one number, not 100,000 ids).
+        counted = Sql(f"SELECT COUNT(*) FROM persched_jobs WHERE {declared.text}", declared.params)  # noqa: S608 - ours
+        if next(iter(self.dialect.execute(conn, counted)))[0] == len(keep):
+            return []
         listed = Sql(f"SELECT job_id FROM persched_jobs WHERE {declared.text}", declared.params)  # noqa: S608 - ours
         gone = sorted(job_id for (job_id,) in self.dialect.execute(conn, listed) if job_id not in keep)
         if not gone:

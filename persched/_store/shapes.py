@@ -23,6 +23,7 @@ from .schema import UTCDateTime, jobs
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Mapping
+    from datetime import datetime
     from typing import TypeAlias
 
     from .._model.instant import Instant
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Shapes", "raw_row", "raw_value", "written_over"]
 
-# A row is raw (`RawRow`): the driver's values of `mappers.JOB_COLUMNS`, in that order, as `_FIND_JOBS`
+# A row is raw (`RawRow`): the driver's values of `mappers.JOB_COLUMNS`, in that order, as `jobs._FIND_JOBS_WHERE`
 # reads them or as the store binds them (`Dialect.bind_instant`): 100,000 need no dict each.
 _INDEX: Final = {column.name: i for i, column in enumerate(JOB_COLUMNS)}
 _TARGET: Final = _INDEX["target"]
@@ -72,9 +73,13 @@ class Shapes:
     an integer one), so a shape is keyed by its raw values as they are.
     """
 
-    __slots__ = ("_bound", "_policies", "_templates")
+    __slots__ = ("_bound", "_instants", "_job_over", "_policies", "_templates")
 
     def __init__(self) -> None:
+        from .._model.public_models import job_over  # pydantic, which the read commands do without
+
+        self._job_over = job_over
+        self._instants: dict[Any, datetime] = {}  # raw -> read: the rows of one declaration share most
         self._policies: dict[Hashable, Policies | None] = {}  # raw policy values -> read (None: unreadable)
         self._templates: dict[Hashable, Job] = {}  # (raw target, raw policy values) -> a readable Job
         self._bound: dict[int, tuple[Policies, dict[str, Any]]] = {}  # by id: checked Policies are not hashed
@@ -93,10 +98,9 @@ class Shapes:
             found = self._bound[id(policies)] = (policies, columns)
         return found[1]
 
-    @staticmethod
-    def read(row: RawRow) -> StoredRow:
+    def read(self, row: RawRow) -> StoredRow:
         """The columns a row holds of its own (`mappers.OWN_JOB_COLUMNS`), read."""
-        return read_rows(OWN_JOB_COLUMNS, (_own_values(row),))[0]
+        return read_rows(OWN_JOB_COLUMNS, (_own_values(row),), self._instants)[0]
 
     def holds(self, row: RawRow, own: StoredRow, definition: JobDefinition) -> bool:
         """True if the `row` (its own columns read: `own`) can be read and holds `definition` as it is,
@@ -130,7 +134,7 @@ class Shapes:
             if not problems:
                 # Every field the template does not share with this row is in `fields`, of the type
                 # validation gives it (read_row's, as to_job's): a copy need not validate again.
-                return template.model_copy(update=fields)
+                return self._job_over(template, fields)
         job = to_job(read_rows(JOB_COLUMNS, (row,))[0])
         if template is None and job.unreadable is None:
             self._templates[key] = job  # its target, policy fields and schedule are its shape's

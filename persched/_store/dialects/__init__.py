@@ -321,6 +321,11 @@ class Dialect:
         """A timestamp as the driver returns it raw -> instant (ValueError/TypeError if it is not one)."""
         raise NotImplementedError
 
+    def read_instant_sql(self, column: str) -> str:
+        """A timestamp column in a select list of rows read by `persched._store._rows` (which reads a
+        driver's datetime or its naive UTC text): the column itself, where the driver reads it fast."""
+        return column
+
     def bind_instant(self, at: Instant) -> object:
         """An instant as the driver takes it for a timestamp column in driver SQL: what `UTCDateTime` writes."""
         raise NotImplementedError

@@ -228,6 +228,11 @@ class MySQLDialect(Dialect):
     def bind_instant(self, at: Instant) -> object:
         return to_datetime(at).replace(tzinfo=None)  # DATETIME(6): naive UTC
 
+    def read_instant_sql(self, column: str) -> str:
+        # Its text: PyMySQL parses each DATETIME in Python (a third of the time it takes to read 100,000
+        # job rows), where persched's reader reads each distinct text once.
+        return f"CAST({column} AS CHAR)"
+
     def migration_lock(self, conn: Connection, wait_seconds: float) -> None:
         got = conn.exec_driver_sql(f"SELECT GET_LOCK({_MIGRATION_LOCK}, %s)", (wait_seconds,)).scalar()
         if got == 0:  # timed out
