@@ -45,6 +45,11 @@ rather than ``INSERT IGNORE``, which would also turn data errors into
 warnings. The index is over a generated column that is NULL for run-now rows
 (MySQL has no partial index: `persched._store.schema`).
 
+An UPDATE once for each row of a batch (`update_each`: the claim's write
+back, a dispatch cycle's completions) is one statement, the rows' values a
+derived table joined to the table by the key, where PyMySQL's executemany
+would send one statement, and wait one round trip, a row.
+
 Migrations are serialised by ``GET_LOCK``: MySQL commits at every DDL
 statement, so no lock that ends with a transaction would hold through a
 migration; `release_migration_lock` gives it back afterwards.
