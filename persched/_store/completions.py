@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Completion statements (executemany over every completion of a cycle).
+# Completion statements, each run for every completion of a cycle in one call (`Dialect.update_each`).
 # started_at too: an async job's coroutine may start after its claim (its loop was busy), and
 # the record says when it did (`Claim.started_at`, as the run ran; persched._interfaces.async_front).
 _FINISH_RUN: Final = (
@@ -206,14 +206,14 @@ class CompletionsStore(Part):
             cur = self.dialect.cursor(conn)
             failing = list(carried_failing)
             given_up = dict(carried_gave_up)
-            cur.executemany(_FINISH_RUN, params)
+            self.dialect.update_each(cur, _FINISH_RUN, params)
             due: list[Instant | None] = [None] * len(completions)
             rest: Sequence[int] = range(len(completions))
-            # One executemany: one call into the driver however many rows (each call gives the
+            # One call into the driver however many rows (`Dialect.update_each`: each call gives the
             # GIL away, then waits for it behind the workers). If every row matched, each stood
             # where its claim left it and goes on to its carried slot; else every completion is
             # read (`_finish_read`), and one that this UPDATE moved reads as queued at that slot.
-            if moves and cur.executemany(_FINISH_CARRIED, moves).rowcount == len(moves):
+            if moves and self.dialect.update_each(cur, _FINISH_CARRIED, moves) == len(moves):
                 for i, next_at, over, plan, retried in carried:
                     due[i] = None if over else plan.due_at(next_at, None, self.jitter_reach, retry=retried)
                 done = {i for i, *_ in carried}
@@ -329,7 +329,7 @@ class CompletionsStore(Part):
             if retry is None and failed(c.outcome) and plan.pause_after_failures:
                 failing.append(FailingJob(row.job_id, row.generation, plan.pause_after_failures, c.finished_at))
         if moves:
-            cur.executemany(_FINISH_JOB, moves)
+            self.dialect.update_each(cur, _FINISH_JOB, moves)
         w.apply(conn, cur, self.dialect, self._insert_runs)
         self._after_commit(w.missed)
         return due

@@ -24,7 +24,7 @@ from tests.support.engines import MigratedDatabases, engine_named
 from tests.support.helpers import EPOCH, TIMEOUT, at_us
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
     from pathlib import Path
 
 pytestmark = pytest.mark.mariadb
@@ -106,3 +106,75 @@ def test_claims_of_a_stale_entry_never_make_the_live_claim_pass_the_row_by(store
         stale.join(TIMEOUT)
         other.engine.dispose()
     assert lost == []
+
+
+def _jobs(store: Store, job_ids: tuple[str, ...]) -> list[Claim]:
+    """Schedule `job_ids` every 10 s from T and claim each one's first slot."""
+    slots = []
+    for job_id in job_ids:
+        definition = validate_definition(job_id, race_jobs.RECORD, validate_policies(10.0), (), {}, None)
+        job, _, _ = store.upsert_job(definition, T)
+        slots.append((job_id, job.generation, from_datetime(job.next_run_at)))
+    now = max(slot for _, _, slot in slots)
+    claims = store.claim_runs([(*key, now) for key in slots], now, ME, LEASE)
+    assert all(isinstance(c, Claim) for c in claims), claims
+    return claims  # type: ignore[return-value]
+
+
+def test_a_cycles_completions_are_two_statements_whatever_their_number(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PyMySQL's executemany sends an UPDATE once per row: the completions of a dispatch cycle
+    (a run's record and its job's row each) are one statement each for all of them
+    (`Dialect.update_each`), not a round trip per run."""
+    import pymysql.connections
+
+    claims = _jobs(store, tuple(f"j{i}" for i in range(12)))
+    sent: list[str] = []
+    query = pymysql.connections.Connection.query
+
+    def counted(self: pymysql.connections.Connection, sql: str, unbuffered: bool = False) -> int:
+        sent.append(sql)
+        return query(self, sql, unbuffered)
+
+    monkeypatch.setattr(pymysql.connections.Connection, "query", counted)
+    done = Instant(max(c.scheduled_for for c in claims) + micros(1.5))
+    due = store.finish_runs([Completion(c, "ok", None, done) for c in claims], ME)
+    monkeypatch.undo()
+    updates = [q for q in sent if q.lstrip().upper().startswith("UPDATE")]
+    assert len(updates) == 2, [q[:80] for q in updates]
+    assert due == [Instant(c.scheduled_for + micros(10.0)) for c in claims]
+
+
+def test_update_each_changes_each_row_by_its_own_values_and_counts_the_rows_matched(store: Store) -> None:
+    """The one statement (a derived table joined by the WHERE) matches as the executemany of the
+    same rows does: by each row's own key (binary: "a" is not "A"), a row whose values are
+    already there counted (FOUND_ROWS), a row the WHERE excludes or that is not there left out."""
+    claims = {c.job_id: c for c in _jobs(store, ("a", "A", "b", "c"))}
+    at = store.dialect.bind_instant
+    done = at(Instant(T + micros(20.0)))
+    sql = "UPDATE persched_runs SET finished_at = ?, outcome = ?, error = ? WHERE run_id = ? AND outcome IS NULL"
+
+    def write(rows: Sequence[tuple[object, ...]]) -> int:
+        with store.engine.begin() as conn:
+            return store.dialect.update_each(store.dialect.cursor(conn), sql, rows)
+
+    assert write([(done, "error", "x", claims["c"].run_id), (done, "ok", None, 0)]) == 1  # "c" closed
+    rows = [
+        (done, "ok", None, claims["a"].run_id),
+        (done, "error", "boom", claims["A"].run_id),
+        (done, "ok", None, claims["c"].run_id),  # closed already: the WHERE excludes it
+        (done, "ok", None, 10**12),  # no such run
+    ]
+    assert write(rows) == 2
+    with store.engine.connect() as conn:
+        found = conn.execute(select(runs.c.job_id, runs.c.outcome, runs.c.error, runs.c.finished_at)).all()
+    by_job = {job_id: (outcome, error, finished) for job_id, outcome, error, finished in found}
+    finished = from_datetime(by_job["a"][2]) if by_job["a"][2] else None
+    assert {job_id: value[:2] for job_id, value in by_job.items()} == {
+        "a": ("ok", None),
+        "A": ("error", "boom"),
+        "b": (None, None),
+        "c": ("error", "x"),
+    }
+    assert finished == Instant(T + micros(20.0))

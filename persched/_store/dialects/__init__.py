@@ -303,7 +303,18 @@ class Dialect:
         """
         sets = ", ".join(f"{name} = ?" for name in names)
         where = " AND ".join(f"{name} = ?" for name in key)
-        return cur.executemany(f"UPDATE {table.name} SET {sets} WHERE {where}", rows).rowcount  # noqa: S608 - ours
+        return self.update_each(cur, f"UPDATE {table.name} SET {sets} WHERE {where}", rows)  # noqa: S608 - ours
+
+    def update_each(self, cur: DriverCursor, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        """Run ``UPDATE <table> SET … WHERE …`` (driver SQL) once for each parameter row, every row in one
+        call; the rows changed (matched), summed.
+
+        Each row's WHERE names its own table row by its key, and no SET
+        expression reads a column the statement sets but its own, so that the
+        rows' updates are independent of one another and of their order.
+        The driver's executemany: one call, a pipeline on psycopg, in-process on SQLite.
+        """
+        return cur.executemany(sql, rows).rowcount
 
     def execute(self, conn: Connection, statement: Sql) -> Any:  # noqa: ANN401 - the driver's cursor result
         """Run one statement of driver SQL (its parameters raw: timestamps by `bind_instant`)."""

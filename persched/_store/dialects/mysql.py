@@ -45,6 +45,11 @@ rather than ``INSERT IGNORE``, which would also turn data errors into
 warnings. The index is over a generated column that is NULL for run-now rows
 (MySQL has no partial index: `persched._store.schema`).
 
+An UPDATE once for each row of a batch (`update_each`: the claim's write
+back, a dispatch cycle's completions) is one statement, the rows' values a
+derived table joined to the table by the key, where PyMySQL's executemany
+would send one statement, and wait one round trip, a row.
+
 Migrations are serialised by ``GET_LOCK``: MySQL commits at every DDL
 statement, so no lock that ends with a transaction would hold through a
 migration; `release_migration_lock` gives it back afterwards.
@@ -105,6 +110,11 @@ _MYSQL_SQL_MODE: Final = (
 
 # GET_LOCK names are server-wide: the database is part of the name (64 characters at most).
 _MIGRATION_LOCK: Final = "CONCAT('persched:', MD5(DATABASE()))"
+
+
+def _same(value: object, other: object) -> bool:
+    """Whether two driver values are written alike (0 == False == 0.0 in Python, not in SQL text)."""
+    return type(value) is type(other) and value == other
 
 
 def _key(table: Table) -> ColumnElement[Any]:
@@ -187,17 +197,35 @@ class MySQLDialect(Dialect):
         locking = f"SELECT {columns} FROM {table.name} WHERE {candidates.text} FOR UPDATE SKIP LOCKED"  # noqa: S608
         return cur.execute(locking, candidates.params).fetchall()
 
-    def update_rows(
-        self, cur: DriverCursor, table: Table, names: Sequence[str], key: Sequence[str], rows: list[tuple[Any, ...]]
-    ) -> int:
-        # One statement: PyMySQL's executemany sends an UPDATE once per row (a round trip each).
-        columns = (*names, *key)
-        given = f"SELECT {', '.join(f'? AS {name}' for name in columns)}"
-        given += f" UNION ALL SELECT {marks(len(columns))}" * (len(rows) - 1)
-        on = " AND ".join(f"t.{name} = v.{name}" for name in key)
-        sets = ", ".join(f"t.{name} = v.{name}" for name in names)
-        sql = f"UPDATE {table.name} t JOIN ({given}) v ON {on} SET {sets}"  # noqa: S608 - ours
-        return cur.execute(sql, tuple(value for row in rows for value in row)).rowcount
+    def update_each(self, cur: DriverCursor, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        # One statement for every row: PyMySQL's executemany sends an UPDATE once per row (a round
+        # trip each; a dispatch cycle writes two rows a run). The rows' values are a derived table,
+        # ``v``, read first (STRAIGHT_JOIN: else the planner may start from an index of the WHERE's
+        # constant terms) and joined to the table by the WHERE, which finds each row by its primary
+        # key: each ``?`` of the SET and the WHERE becomes that row's column of ``v``, or stays a
+        # ``?`` bound once if every row has the same value there (a claim's owner and lease, an
+        # outcome: PyMySQL quotes each value in Python, the client's main cost). A table row is
+        # changed once, as by an executemany of rows that name distinct rows (the base method's
+        # contract), and the count is of the rows matched (FOUND_ROWS).
+        head, _, rest = sql.partition(" SET ")
+        first, *pieces = rest.split("?")
+        varying = [i for i in range(len(pieces)) if any(not _same(row[i], rows[0][i]) for row in rows)]
+        if not varying:  # one row (or the same row twice): nothing to join
+            return super().update_each(cur, sql, rows)
+        each = set(varying)
+        text = first + "".join(f"{f'v.p{i}' if i in each else '?'}{piece}" for i, piece in enumerate(pieces))
+        shared = tuple(value for i, value in enumerate(rows[0]) if i not in each)
+        columns = ", ".join(f"? AS p{i}" for i in varying)
+        table = head.removeprefix("UPDATE ")
+        written = 0
+        per_statement = (self.max_parameters - len(shared)) // len(varying)
+        for start in range(0, len(rows), per_statement):
+            chunk = rows[start : start + per_statement]
+            given = f"SELECT {columns}" + f" UNION ALL SELECT {marks(len(varying))}" * (len(chunk) - 1)
+            joined = f"UPDATE ({given}) v STRAIGHT_JOIN {table} SET {text}"  # noqa: S608 - ours
+            values = tuple(row[i] for row in chunk for i in varying)
+            written += cur.execute(joined, (*values, *shared)).rowcount
+        return written
 
     def _update_held(
         self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, held: tuple[Any, ...], columns: str
