@@ -7,6 +7,7 @@ errors counts calls that raised. Prints one JSON line.
 
 from __future__ import annotations
 
+import resource
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,12 @@ def main() -> None:
     p.add_argument("--window", type=float, default=10.0)
     p.add_argument("--profile", action="store_true", help="pyinstrument report of the churn threads on stderr")
     p.add_argument("--show-all", action="store_true", help="with --profile: do not hide library frames")
+    p.add_argument(
+        "--wal-cycled",
+        action="store_true",
+        help="persched: write one checkpoint cycle of WAL before the window, so that its commits "
+        "overwrite the WAL file instead of growing it (a process's steady state)",
+    )
     args = p.parse_args()
     log = c.quiet_logging()
     path = c.db_path(args.dir)
@@ -38,6 +45,8 @@ def main() -> None:
         scheduler = JobScheduler(path, workers=c.workers(args))
         scheduler.start()
         record["synchronous"] = "FULL/wal"
+        if args.wal_cycled:
+            record["wal_cycled"] = _cycle_wal(path)
 
         def add(job_id: str) -> object:
             return scheduler.schedule(job_id, "benchmarks.targets:noop", HOUR)
@@ -101,18 +110,20 @@ def main() -> None:
     threads = [threading.Thread(target=churn, args=(t,), daemon=True) for t in range(args.threads)]
     for thread in threads:
         thread.start()
-    t0, cpu0 = time.monotonic(), time.process_time()
+    t0, cpu0, usage0 = time.monotonic(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
     deadline[0] = t0 + args.window
     barrier.wait()
     for thread in threads:
         thread.join(args.window + 30)
-    t1, cpu1 = time.monotonic(), time.process_time()
+    t1, cpu1, usage1 = time.monotonic(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
     stop()
     record.update(
         window_s=round(t1 - t0, 3),
         ops=sum(ops),
         ops_per_s=round(sum(ops) / (t1 - t0), 1),
         cpu_s_per_1000_ops=round((cpu1 - cpu0) / sum(ops) * 1000, 4) if sum(ops) else None,
+        # Threads giving the CPU up to wait (a commit's fsync, a lock, the GIL): each costs cold caches.
+        waits_per_op=round((usage1.ru_nvcsw - usage0.ru_nvcsw) / sum(ops), 2) if sum(ops) else None,
         errors=sum(errors),
         first_error=first_error[0] if first_error else None,
         stuck_threads=sum(t.is_alive() for t in threads),
@@ -122,6 +133,27 @@ def main() -> None:
     if sessions:
         _report(sessions, args.show_all, f"churn, {args.system}, {args.threads} threads: {record['ops_per_s']} ops/s")
     c.finish()
+
+
+def _cycle_wal(path: str) -> int:
+    """Grow the WAL of `path` past one checkpoint cycle (rows written to a scratch table, then dropped)
+    while the scheduler has it open, so that later commits overwrite the WAL file; its size in MiB."""
+    import os
+    import sqlite3
+
+    from persched._store.dialects.sqlite import CHECKPOINT_BYTES
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("CREATE TABLE churn_scratch (b BLOB)")
+        for _ in range(CHECKPOINT_BYTES // (8 << 20) + 1):  # 8 MiB a transaction
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany("INSERT INTO churn_scratch VALUES (?)", ((os.urandom(900),) for _ in range(8192)))
+            conn.execute("COMMIT")
+        conn.execute("DROP TABLE churn_scratch")
+    finally:
+        conn.close()
+    return os.path.getsize(f"{path}-wal") >> 20
 
 
 def _report(sessions: list[Any], show_all: bool, title: str) -> None:

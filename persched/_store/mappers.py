@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from .._model.public_models import Job, Run
     from .._model.triggers import JitterReach
+    from .dialects import NamedRow
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ def counted(column: str, step: str) -> str:
     return f"CASE WHEN {column} < {COUNTER_MAX} THEN {column} + {step} ELSE {COUNTER_MAX} END"
 
 
-def stored(result: Iterable[Row[Any]], columns: Sequence[Column[Any]] = JOB_COLUMNS) -> list[StoredRow]:
+def stored(result: Iterable[Row[Any] | NamedRow], columns: Sequence[Column[Any]] = JOB_COLUMNS) -> list[StoredRow]:
     """Rows selected with `raw_columns`, read one by one (`_rows.read_row`)."""
     return [read_row(columns, row._mapping) for row in result]
 

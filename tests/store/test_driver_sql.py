@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from unittest import mock
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import Connection, event, select, update
 from sqlalchemy.exc import DBAPIError
 
 from persched._model.instant import Instant, Micros, from_datetime, micros, to_datetime
@@ -71,6 +71,55 @@ def test_a_connection_gone_under_the_driver_cursor_is_invalidated(store: Store) 
             cur.executemany("UPDATE persched_jobs SET paused = ? WHERE job_id = ?", [(True, "a"), (True, "b")])
         assert caught.value.connection_invalidated  # what `Dialect.is_transient` retries on
         assert conn.invalidated  # never handed out again
+
+
+def test_a_statement_of_the_store_returns_named_rows_and_its_rowcount(store: Store) -> None:
+    """`Dialect.execute` runs on the driver's cursor: its rows are read by position, by attribute and
+    by name (as SQLAlchemy's `Row`), a write says how many rows it changed, and a connection not in a
+    transaction begins one first, as SQLAlchemy's own execute does."""
+    store.upsert_job(validate_definition("a", race_jobs.RECORD, validate_policies(10.0), (), {}, None), T)
+    with store.engine.connect() as conn:
+        found = store.dialect.execute(
+            conn, Sql("SELECT job_id, generation AS gen FROM persched_jobs WHERE job_id = ?", ("a",))
+        )
+        assert conn.in_transaction()
+        (row,) = found
+        assert (row[0], row.job_id, row.gen, row._mapping) == ("a", "a", 1, {"job_id": "a", "gen": 1})
+        changed = store.dialect.execute(conn, Sql("UPDATE persched_jobs SET paused = ? WHERE job_id <> ?", (False, "")))
+        assert (changed.rowcount, changed.fetchall()) == (1, [])
+        conn.rollback()
+
+
+def test_a_statement_without_parameters_keeps_a_literal_percent(store: Store) -> None:
+    """Sent without parameters, as SQLAlchemy sends it: PyMySQL and psycopg read ``%`` as a
+    placeholder only in a statement that has parameters."""
+    with store.engine.begin() as conn:
+        (row,) = store.dialect.execute(conn, Sql("SELECT '100%' AS share"))
+        assert row.share == "100%"
+
+
+def test_schedule_and_deschedule_make_no_sqlalchemy_result(store: Store) -> None:
+    """Every statement of schedule() and deschedule(), the SQLite BEGIN IMMEDIATE too, runs on the
+    driver's cursor, never through SQLAlchemy's ``exec_driver_sql`` (its result costs several times the
+    statement); the cursor listeners still see each statement."""
+    statements: list[str] = []
+
+    def cursor(conn: object, cursor: object, statement: str, *args: object) -> None:
+        statements.append(statement)
+
+    definition = validate_definition("a", race_jobs.RECORD, validate_policies(10.0), (), {}, None)
+    event.listen(store.engine, "before_cursor_execute", cursor)
+    try:
+        with mock.patch.object(
+            Connection, "exec_driver_sql", autospec=True, side_effect=Connection.exec_driver_sql
+        ) as sa:
+            store.upsert_job(definition, T)  # created
+            store.upsert_job(definition, T)  # unchanged
+            store.deschedule_job("a", T)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", cursor)
+    assert sa.call_args_list == []
+    assert len(statements) >= 6, statements
 
 
 def test_a_claim_writes_back_every_won_row_when_they_take_several_statements(store: Store) -> None:

@@ -68,13 +68,13 @@ from sqlalchemy.exc import DBAPIError
 from ..._model.instant import Instant, from_datetime, to_datetime
 from ...errors import StoreError
 from ..urls import mask
-from . import Dialect, DriverCursor, LockWaitExpired, Sql, marks, value_rows
+from . import Dialect, DriverCursor, LockWaitExpired, NamedRow, Sql, marks, value_rows
 from .idle_ping import ping_after_idle
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from sqlalchemy import ColumnElement, Connection, Engine, Insert, Row, Table
+    from sqlalchemy import ColumnElement, Connection, Engine, Insert, Table
     from sqlalchemy.engine import URL
 
 # Server and client error numbers after which the whole transaction may succeed when tried
@@ -142,7 +142,7 @@ class MySQLDialect(Dialect):
 
     def update_sql(
         self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, columns: str
-    ) -> list[Row[Any]]:
+    ) -> list[NamedRow]:
         # Lock the rows the UPDATE would change, change exactly those, read them back (module docstring).
         key = _key(table).name
         locking = f"SELECT {key} FROM {table.name} WHERE {predicate.text} FOR UPDATE"  # noqa: S608 - ours
@@ -151,7 +151,7 @@ class MySQLDialect(Dialect):
 
     def update_key_sql(
         self, conn: Connection, table: Table, assignments: Sql, key: object, columns: str
-    ) -> Row[Any] | None:
+    ) -> NamedRow | None:
         # The row is held already, or the UPDATE locks it (by its key): no locking read first.
         name = _key(table).name
         change = f"UPDATE {table.name} SET {assignments.text} WHERE {name} = ?"  # noqa: S608 - ours
@@ -229,7 +229,7 @@ class MySQLDialect(Dialect):
 
     def _update_held(
         self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, held: tuple[Any, ...], columns: str
-    ) -> list[Row[Any]]:
+    ) -> list[NamedRow]:
         """Change the rows of the keys `held`, which this transaction has locked, where `predicate`
         still holds; read them back (module docstring)."""
         if not held:

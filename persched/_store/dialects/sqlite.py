@@ -336,7 +336,9 @@ def _begin_immediate(conn: Connection, busy_timeout_seconds: float) -> None:
     deadline: float | None = None
     while True:
         try:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # On the driver's cursor (`DriverCursor`): once per write transaction, where SQLAlchemy's
+            # result of a statement costs more than the statement.
+            DIALECT.cursor(conn).execute("BEGIN IMMEDIATE")
             return
         except OperationalError as exc:
             if not _is_busy(exc):
