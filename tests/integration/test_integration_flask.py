@@ -25,7 +25,7 @@ from persched import JobScheduler, JobSpec
 from persched.errors import PerschedError, SchedulerStateError
 from tests.multi._cluster import REPO, child_env, throttled
 from tests.support.frameworks import require
-from tests.support.helpers import TIMEOUT, db_sql, sql, stop_gracefully, wait_until
+from tests.support.helpers import START_TIMEOUT, TIMEOUT, db_sql, sql, stop_gracefully, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -42,6 +42,14 @@ JOB: Final = "flask.sync"
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'flask.db'}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _outcomes(db: str, job_id: str = JOB) -> list[str | None]:
@@ -256,7 +264,11 @@ def test_flask_run_with_the_reloader_runs_jobs_in_its_child_only_and_sigterm_to_
         (child,) = [pid for pid, (where, _) in placed.items() if where == "here"]
         wait_until(throttled(lambda: _outcomes(db).count("ok") >= 3), timeout=3 * TIMEOUT, message="runs")
         os.kill(child, signal.SIGTERM)  # werkzeug's reloader turns it into sys.exit(0): exit hooks run
-        assert proc.wait(3 * TIMEOUT) == 0, log.read_text()
+        try:
+            assert proc.wait(START_TIMEOUT) == 0, log.read_text()
+        except subprocess.TimeoutExpired:
+            state = "alive" if _alive(child) else "gone"
+            raise AssertionError(f"the reloader lives on; its child {child} is {state}:\n{log.read_text()}") from None
     finally:
         if proc.poll() is None:
             stop_gracefully(proc, "flask run", log.read_text)
