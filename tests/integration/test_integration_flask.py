@@ -44,12 +44,7 @@ def db(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'flask.db'}"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+LOST_EXIT: Final = "SystemExit: 0"  # the last line of a SystemExit that Python could only print
 
 
 def _outcomes(db: str, job_id: str = JOB) -> list[str | None]:
@@ -263,12 +258,20 @@ def test_flask_run_with_the_reloader_runs_jobs_in_its_child_only_and_sigterm_to_
         assert placed[proc.pid][0] == "nowhere", log.read_text()  # the reloader's parent
         (child,) = [pid for pid, (where, _) in placed.items() if where == "here"]
         wait_until(throttled(lambda: _outcomes(db).count("ok") >= 3), timeout=3 * TIMEOUT, message="runs")
-        os.kill(child, signal.SIGTERM)  # werkzeug's reloader turns it into sys.exit(0): exit hooks run
-        try:
-            assert proc.wait(START_TIMEOUT) == 0, log.read_text()
-        except subprocess.TimeoutExpired:
-            state = "alive" if _alive(child) else "gone"
-            raise AssertionError(f"the reloader lives on; its child {child} is {state}:\n{log.read_text()}") from None
+        # werkzeug's reloader turns SIGTERM into sys.exit(0) (exit hooks run) wherever the child's main
+        # thread is. When that is inside a garbage collector's callback, Python prints "Exception ignored
+        # in ..." and the SystemExit is lost, as a user's Ctrl+C would be: the signal is sent again then.
+        for _ in range(3):
+            lost = log.read_text().count(LOST_EXIT)
+            os.kill(child, signal.SIGTERM)
+            wait_until(
+                throttled(lambda: proc.poll() is not None or log.read_text().count(LOST_EXIT) > lost),  # noqa: B023
+                timeout=START_TIMEOUT,
+                message=f"the reloader to exit after its child's SIGTERM (the log at the signal:)\n{log.read_text()}",
+            )
+            if proc.poll() is not None:
+                break
+        assert proc.wait(TIMEOUT) == 0, log.read_text()
     finally:
         if proc.poll() is None:
             stop_gracefully(proc, "flask run", log.read_text)
