@@ -46,7 +46,8 @@ def raw_request(port: int, data: bytes, timeout: float = TIMEOUT) -> RawReply:
         return read_reply(sock)
 
 
-def get(port: int, path: str, host: str | None = None, headers: str = "") -> RawReply:
+def get(port: int, path: str, host: str | None = None, headers: str = "", timeout: float = TIMEOUT) -> RawReply:
     """GET `path` with Host `host` (default 127.0.0.1:port; "" sends none) and extra header lines."""
     host_line = "" if host == "" else f"Host: {host or f'127.0.0.1:{port}'}\r\n"
-    return raw_request(port, f"GET {path} HTTP/1.1\r\n{host_line}{headers}Connection: close\r\n\r\n".encode("latin-1"))
+    head = f"GET {path} HTTP/1.1\r\n{host_line}{headers}Connection: close\r\n\r\n"
+    return raw_request(port, head.encode("latin-1"), timeout)

@@ -19,7 +19,7 @@ from persched._interfaces.dashboard.actions import MESSAGES
 from persched._interfaces.http.server import Limits
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT
-from tests.support.raw_http import connect
+from tests.support.raw_http import connect, get
 from tests.web.conftest import START, TOKEN, fill, serve_app
 from tests.web.test_app import csrf_of, request, sign_in
 
@@ -183,25 +183,10 @@ def test_idle_connections_are_closed_while_the_namespace_views_are_served(namesp
         idle = [connect(dashboard.port) for _ in range(50)]
         try:
             for path in ("/", "/?ns=default", "/?all=1", "/runs?all=1", "/job?id=web.a", "/job?id=good&ns=default"):
-                conn_reply = _served(dashboard.port, path)
-                assert conn_reply == 200, path
+                assert get(dashboard.port, path, timeout=IDLE_TIMEOUT).status == 200, path
             assert threading.active_count() == threads
             for sock in idle:
                 assert sock.recv(4096).startswith(b"HTTP/1.0 408 ")  # bounded by the socket's TIMEOUT
         finally:
             for sock in idle:
                 sock.close()
-
-
-def _served(port: int, path: str) -> int:
-    """The status of a GET of `path`, answered before the idle connections' read timeout."""
-    import http.client
-
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=IDLE_TIMEOUT)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        response.read()
-        return response.status
-    finally:
-        conn.close()

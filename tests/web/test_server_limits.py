@@ -9,7 +9,6 @@ had one thread per connection).
 
 from __future__ import annotations
 
-import http.client
 import logging
 import threading
 import time
@@ -36,17 +35,6 @@ if TYPE_CHECKING:
 def _threads(dashboard: Dashboard) -> int:
     assert dashboard.server.wait_serving(TIMEOUT)  # its workers have started
     return threading.active_count()
-
-
-def _served(port: int, path: str = "/") -> int:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        response.read()
-        return response.status
-    finally:
-        conn.close()
 
 
 def _slow_sockets(port: int, count: int) -> list[socket.socket]:
@@ -143,7 +131,7 @@ def test_a_head_over_the_limit_is_431(limited: Dashboard) -> None:
     assert reply.status == 431
     many = f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode() + b"X-A: b\r\n" * 101 + b"\r\n"
     assert raw_request(port, many).status == 431  # headers counted, not only bytes
-    assert _served(port) == 200
+    assert get(port, "/").status == 200
 
 
 def test_a_body_over_the_limit_is_413_before_it_is_sent(dashboard: Dashboard) -> None:
@@ -192,8 +180,8 @@ def test_sixty_slow_clients_cost_no_thread_and_a_normal_client_is_served(patient
     before = _threads(patient)
     slow = _slow_sockets(port, 60)  # three times max_connections
     try:
-        assert _served(port) == 200
-        assert _served(port, "/runs") == 200
+        assert get(port, "/").status == 200
+        assert get(port, "/runs").status == 200
         assert _threads(patient) == before  # 60 slow sockets, no new thread
     finally:
         for sock in slow:
@@ -206,7 +194,7 @@ def test_beyond_max_connections_the_oldest_unfinished_one_is_closed(patient: Das
     try:
         newer = _slow_sockets(port, 1)
         assert _closed_by_server(slow[0]) == b""  # the oldest, closed without an answer
-        assert _served(port) == 200
+        assert get(port, "/").status == 200
         newer[0].close()
     finally:
         for sock in slow:
