@@ -168,17 +168,21 @@ class ChangePickup(PeriodicTask):
 
         One cheap read of the change counter when nothing changed.
         """
-        if self._store.change_seq() == self._change_seq:
+        seen = self._store.change_seq()
+        if seen == self._change_seq:
             return
         self._changed()
-        if self._membership.notice():
-            self._repartition(self._membership.shared)  # a member joined or left (persched._engine.membership)
+        self._notice()
         before = self._change_seq
         # Read before the changes: a row due later is loaded by a refill not begun yet (persched._engine.horizon).
         upto = None if self._bound is None else self._bound()
         # With now: a row written elsewhere by a clock that was ahead is put back on its grid (persched._store.ahead).
         # The clock, not a time read now: this thread may be held before the rows are read (a suspended process).
         self._change_seq, changed = self._store.changes_since(self._change_seq, upto, self._timebase.now)
+        if self._change_seq != seen:
+            # The counter moved after the membership looked: a join or leave in between would
+            # otherwise wait for the next beat, since the next round sees no move.
+            self._notice()
         if logger.isEnabledFor(logging.INFO):
             self._log_changes(before, self._change_seq)  # before queueing: a claim would change the rows
         for due_at, job_id, generation in changed:
@@ -186,6 +190,10 @@ class ChangePickup(PeriodicTask):
         logger.debug("picked up %d changed jobs (change %d)", len(changed), self._change_seq)
         if self._cancels is not None:  # a cancel moves the counter too
             self._cancels()
+
+    def _notice(self) -> None:
+        if self._membership.notice():
+            self._repartition(self._membership.shared)  # a member joined or left (persched._engine.membership)
 
     def _log_changes(self, after: int, upto: int) -> None:
         """Tell the operator what another process or the CLI changed; a bulk change is cut short."""

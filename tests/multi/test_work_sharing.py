@@ -372,6 +372,27 @@ def test_a_join_and_a_leave_are_seen_within_a_pickup_not_a_heartbeat(
         engine.dispose()
 
 
+def test_a_leave_committed_while_a_pickup_reads_the_changes_is_seen_by_that_pickup(
+    me: JobScheduler, other: Store
+) -> None:
+    """A pick-up asks the membership first and reads the changes after: a leave committed in
+    between moves the counter past what the membership saw, so the next pick-up sees no move.
+    The pick-up that read it looks at the members again, instead of leaving OTHER in the view
+    until the next beat."""
+    membership, pickup = me._membership, me._heartbeat.pickup
+    beat(other, me)  # a join: the counter moves
+    real = me._store.changes_since
+
+    def changes_since_after_a_leave(*args: Any, **kwargs: Any) -> Any:  # noqa: ANN401 - the store's own types
+        other.leave_membership(OTHER)  # commits after the membership looked, before the counter is read
+        return real(*args, **kwargs)
+
+    with patch.object(me._store, "changes_since", changes_since_after_a_leave):
+        pickup.round()
+    pickup.round()  # the counter stands still now
+    assert membership.members == (ME,)
+
+
 def test_a_member_that_does_not_share_is_no_reason_to_beat_at_each_change(
     me: JobScheduler, other: Store, db_url: str
 ) -> None:
