@@ -50,7 +50,7 @@ MAX_ARGS_DEPTH = 100  # nesting levels of args / kwargs (json would hit the recu
 EARLIEST_INSTANT = datetime(1, 1, 2, tzinfo=timezone.utc)
 LATEST_INSTANT = datetime(9000, 1, 1, tzinfo=timezone.utc)
 
-_WHOLE: Final = 2**31  # a `shown` limit that never cuts: repr() as it is, but safe for huge ints
+WHOLE: Final = 2**31  # a `shown` limit that never cuts: repr() as it is, but safe for huge ints
 _CONTROL_CHARACTERS: Final = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1: not in an id
 # Values JSON gives back as they are (the round trip of `as_json`); text too when it is ASCII.
 _PLAIN_SCALARS: Final = frozenset({int, float, bool, type(None)})
@@ -205,7 +205,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 def as_choice(argument: str, value: object) -> Any:  # noqa: ANN401 - one of the Literal types above
     if value not in _CHOICES[argument]:
         raise InvalidJobError(
-            argument, f"must be one of {', '.join(map(repr, _CHOICES[argument]))}, got {shown(value, _WHOLE)}"
+            argument, f"must be one of {', '.join(map(repr, _CHOICES[argument]))}, got {shown(value, WHOLE)}"
         )
     return value
 
@@ -222,7 +222,7 @@ def as_instant(argument: str, value: object) -> Instant | None:
     if value is None:
         return None
     if not isinstance(value, datetime):
-        raise InvalidJobError(argument, f"must be a timezone-aware datetime, got {shown(value, _WHOLE)}")
+        raise InvalidJobError(argument, f"must be a timezone-aware datetime, got {shown(value, WHOLE)}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidJobError(argument, f"must be timezone-aware (naive datetimes are ambiguous), got {value!r}")
     # Compared as aware datetimes, which never overflows; converting first would.

@@ -43,6 +43,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from ..errors import InvalidJobError
+from .checks import WHOLE, shown
 from .instant import US_PER_SECOND, Instant, Micros, to_datetime
 
 if TYPE_CHECKING:
@@ -405,7 +406,7 @@ class OneShotTrigger:
         if argument in ("start_at", "end_at"):
             return "a one-shot job (run_at) has no window; its one run is at run_at"
         if argument == "recurrence":
-            return f"a one-shot job (run_at) does not recur, got {value!r}"
+            return f"a one-shot job (run_at) does not recur, got {shown(value, WHOLE)}"
         if argument == "start_in":
             return "a one-shot job runs at its run_at; give run_at alone"
         if argument == "exclude":
@@ -562,13 +563,9 @@ def validate_timezone(name: object) -> str:
         InvalidJobError: ("timezone", reason).
     """
     if not isinstance(name, str) or not name:
-        # repr() of an int past 4,300 digits raises: name it by its size instead
-        got = (
-            f"an integer of {name.bit_length()} bits"
-            if isinstance(name, int) and name.bit_length() > 256
-            else repr(name)
+        raise InvalidJobError(
+            "timezone", f"must be an IANA time zone name such as 'Europe/Paris', got {shown(name, WHOLE)}"
         )
-        raise InvalidJobError("timezone", f"must be an IANA time zone name such as 'Europe/Paris', got {got}")
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):

@@ -48,7 +48,7 @@ from .records import Carried, Claim, ClaimEntry, ClaimMiss
 from .schema import jobs
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Sequence
+    from collections.abc import Callable, Collection, Sequence
 
     from sqlalchemy import Connection, Insert
 
@@ -168,9 +168,7 @@ def _claimed_row(raw: tuple[Any, ...], dialect: Dialect) -> ClaimedRow | None:
 
 def _retry_at(row: StoredRow, bound: Instant, now: Instant, reach: JitterReach) -> Instant | None:
     """When an entry that lost its claim on `row` at `now` should look again (see `ClaimMiss`)."""
-    if row.problems:
-        # Not by this entry: jobs() and `persched jobs` report the row until it is scheduled again.
-        logger.error("job %s is not retried: its stored row cannot be read: %s", row.job_id, row.describe())
+    if row.problems:  # settled by `misses` while it waits; while it runs, its run's completion moves it on
         return None
     plan = None if row.paused or row.state not in (SCHEDULED, RUNNING) else readable_plan(row)
     if plan is None:
@@ -214,12 +212,22 @@ def standing(conn: Connection, dialect: Dialect, job_ids: Collection[str]) -> di
 
 
 def misses(
-    conn: Connection, dialect: Dialect, bounds: dict[tuple[str, int], Instant], now: Instant, reach: JitterReach
+    conn: Connection,
+    dialect: Dialect,
+    bounds: dict[tuple[str, int], Instant],
+    now: Instant,
+    reach: JitterReach,
+    settle: Callable[[StoredRow], None],
 ) -> tuple[dict[tuple[str, int], ClaimMiss], set[str]]:
     """What each lost entry ``(job_id, generation)`` found: the row as it is now, and when to look again;
     and the jobs whose rows another instance moved further ahead than their schedule allows (a
-    clock that was ahead: `persched._store.ahead` puts them back)."""
+    clock that was ahead: `persched._store.ahead` puts them back). A waiting row that cannot be read
+    is handed to `settle`: no entry looks at it again, and a later one may never come (a stale
+    entry that lost on it may have been its last)."""
     found = standing(conn, dialect, {job_id for job_id, _ in bounds})
+    for unreadable in found.values():
+        if unreadable.problems and unreadable.state == SCHEDULED and not unreadable.paused:
+            settle(unreadable)
     lost = {
         key: ClaimMiss(row.state, row.generation, row.owner, _retry_at(row, bound, now, reach), _taken(row, bound))
         for key, bound in bounds.items()

@@ -42,6 +42,7 @@ defensively (`_rows.read_row`) and settled alone.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import select, tuple_, update
@@ -54,8 +55,10 @@ from .dialects import Sql, marks
 from .failures import log_paused, pause_failing
 from .mappers import (
     DISPATCH_COLUMNS,
+    QUARANTINE_WAITING,
     RAW_DISPATCH,
     SCHEDULED,
+    plan_or_quarantine,
     readable_plan,
     refused_record,
     retry_of,
@@ -70,6 +73,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy import Connection
 
+    from ._rows import StoredRow
     from .claim_batch import Won
     from .dialects import Dialect, DriverCursor
 
@@ -238,7 +242,11 @@ class ClaimsStore(Part):
                 paused = pause_failing(cur, self.dialect, batch.writes.failing)
                 self._on_commit(lambda: log_paused(paused, self.failures_paused))
             lost = batch.undecided()
-            found, ahead = misses(conn, self.dialect, lost, claimed_at, self.jitter_reach) if lost else ({}, set())
+            found: dict[tuple[str, int], ClaimMiss] = {}
+            ahead: set[str] = set()
+            if lost:
+                settle = partial(self._settle_unreadable, conn, at=claimed_at, instance_id=instance_id)
+                found, ahead = misses(conn, self.dialect, lost, claimed_at, self.jitter_reach, settle)
             corrected[:] = correct_ahead(conn, ahead, now, self._bump_change_seq, self.jitter_reach) if ahead else []
             for c in corrected:  # another instance's clock was ahead: look again at the slot put right
                 found[c.job_id, c.generation] = ClaimMiss(SCHEDULED, c.generation, None, c.due, True)
@@ -258,6 +266,14 @@ class ClaimsStore(Part):
             return results
         # The database refused one of the rows: each entry alone, so that only that one is settled apart.
         return [self.store.claim_runs([entry], now, instance_id, lease)[0] for entry in entries]
+
+    def _settle_unreadable(self, conn: Connection, row: StoredRow, *, at: Instant, instance_id: str) -> None:
+        """Pause a waiting job whose row a lost claim found unreadable, with an "error" record saying why
+        (as a won row's read does: `mappers.plan_or_quarantine`), unless it moved on meanwhile."""
+        if conn.execute(QUARANTINE_WAITING, {"b_job_id": row.job_id, "b_generation": row.generation}).rowcount == 1:
+            records: list[dict[str, Any]] = []
+            plan_or_quarantine(row, at, instance_id, [], records)  # logs and words the record
+            conn.execute(self._insert_runs, records)
 
     def _park_claim(
         self, entry: ClaimEntry, now: Instant | Callable[[], Instant], instance_id: str, detail: str

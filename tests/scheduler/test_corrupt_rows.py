@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from persched import JobScheduler, JobState
+from persched._model.instant import Instant, Micros, from_datetime
+from persched._store import ClaimMiss
 from persched.cli import main as cli_main
 from persched.errors import InvalidJobError
 from persched.testing import FakeClock
@@ -26,6 +28,7 @@ from tests.support import jobs
 from tests.support.helpers import finished_runs, sql, wait_until
 from tests.support.postgres import pg_schema
 from tests.support.seams import store_of
+from tests.support.store_calls import claim_one
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -195,6 +198,32 @@ def test_a_row_edited_while_its_run_is_in_flight_costs_only_its_job(
     bad = sched.get_job("bad")
     assert bad is not None
     assert bad.paused
+
+
+@pytest.mark.parametrize(("column", "value"), [("first_run_at", "'x'"), ("interval_seconds", "'ten'")])
+def test_an_entry_that_loses_its_claim_on_an_unreadable_waiting_row_settles_it(
+    make_scheduler: SchedulerFactory, fake_clock: FakeClock, column: str, value: str
+) -> None:
+    """A stale entry (its slot before the row's) loses its claim; when the row it finds cannot be
+    read, it settles it as a won row's read does, since it may be the last entry of that job: paused,
+    with an "error" record saying why. Dropping it silently left the job waiting for ever."""
+    sched = make_scheduler()
+    sched.schedule("bad", jobs.record, 1.0, args=("bad",))
+    job = sched.get_job("bad")
+    assert job is not None
+    _edit(make_scheduler.url, column, value)
+    now = Instant(from_datetime(job.next_run_at) + 1)
+    stale = Instant(from_datetime(job.next_run_at) - 1_000_000)
+    miss = claim_one(store_of(sched), "bad", job.generation, stale, now, "me", Micros(30_000_000))
+    assert isinstance(miss, ClaimMiss)
+    (record,) = sched.runs("bad")
+    assert record.outcome == "error"
+    assert record.error is not None
+    assert column in record.error
+    assert sql(make_scheduler.url, "SELECT paused, state FROM persched_jobs WHERE job_id = 'bad'") == [(1, "scheduled")]
+    again = claim_one(store_of(sched), "bad", job.generation, stale, now, "me", Micros(30_000_000))
+    assert isinstance(again, ClaimMiss)
+    assert len(sched.runs("bad")) == 1  # settled once: paused, it is left alone
 
 
 def test_resume_and_run_now_of_an_unreadable_row_say_what_to_fix(make_scheduler: SchedulerFactory) -> None:

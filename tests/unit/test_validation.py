@@ -13,6 +13,7 @@ import functools
 import json
 import math
 import re
+import sys
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -405,6 +406,29 @@ def test_arguments_nested_too_deeply_refused(sched: JobScheduler, where: str) ->
     options = {"args": [deep]} if where == "args" else {"kwargs": {"k": deep}}
     err = assert_refused(sched, where, lambda: sched.schedule("new", jobs.record, 10.0, **options), "new")
     assert "nested" in str(err)
+
+
+# Every option but args and kwargs (their own test above), each with the interval or cron it needs.
+_OPTIONS_OF_A_GIVEN_SHAPE = [
+    "interval_seconds", "start_in", "cron", "timezone", "recurrence", "misfire", "max_catch_up", "grace_seconds",
+    "overlap", "jitter_seconds", "start_at", "end_at", "max_runtime_seconds", "on_overrun", "executor",
+    "stop_grace_seconds", "exclude", "pause_after_failures", "retries", "retry_delay_seconds", "retry_backoff",
+    "retry_max_delay_seconds", "retry_lost", "run_at",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("argument", _OPTIONS_OF_A_GIVEN_SHAPE)
+def test_any_option_nested_past_the_recursion_limit_is_refused_by_name(sched: JobScheduler, argument: str) -> None:
+    """A value whose repr() itself exceeds the recursion limit: the message must still be written
+    (a RecursionError raised while wording it escaped for the time zone, depending on how deep the
+    caller's stack already was)."""
+    deep: Any = "leaf"
+    for _ in range(sys.getrecursionlimit() + 100):
+        deep = [deep]
+    given: dict[str, Any] = {argument: deep}
+    if argument not in ("interval_seconds", "cron", "run_at"):
+        given["interval_seconds"] = 10.0
+    assert_refused(sched, argument, lambda: sched.schedule("new", jobs.record, **given), "new")
 
 
 def test_arguments_nested_moderately_are_kept(sched: JobScheduler) -> None:
