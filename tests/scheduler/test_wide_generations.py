@@ -4,8 +4,8 @@ Every replacement, and every schedule after a deschedule, takes the next
 generation, never one used before (no ABA). The tests plant a generation by
 hand: at the old 32-bit bound the job is replaced, descheduled, scheduled
 again and runs each time, its runs recorded under generations past 2**31; at
-2**63 - 1, the last one there is, the job keeps running and can be
-descheduled, but a replacement is refused with an error naming the job and
+2**63 - 1, the last one there is, the job keeps running and can be paused,
+resumed and descheduled, but a replacement is refused with an error naming the job and
 saying what to do, and every other job carries on.
 """
 
@@ -98,6 +98,9 @@ def test_a_job_at_the_64_bit_bound_runs_but_is_never_replaced(
     assert other is not None
     assert (maxed.generation, maxed.interval_seconds) == (INT64_MAX, 1.0)  # left as it was
     assert (other.generation, other.interval_seconds) == (1, 1.0)
+
+    assert sched.pause("maxed")
+    assert sched.resume("maxed")
 
     # Every other job carries on: replaced, and running.
     assert sched.schedule("other", jobs.record, 2.0, args=("other", "replaced")).generation == 2
