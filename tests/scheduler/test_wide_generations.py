@@ -114,3 +114,18 @@ def test_a_job_at_the_64_bit_bound_runs_but_is_never_replaced(
         sched.schedule("maxed", jobs.record, 2.0)
     assert sched.get_job("maxed") is None
     assert db_sql(make_scheduler.url, "SELECT generation FROM persched_jobs WHERE job_id = 'maxed'") == [(INT64_MAX,)]
+
+
+@pytest.mark.sqlite_only("only SQLite lets text into an integer column")
+def test_an_unreadable_generation_after_runs_of_the_last_one_is_refused_too(
+    make_scheduler: SchedulerFactory, fake_clock: FakeClock
+) -> None:
+    sched = _planted(make_scheduler, "maxed", INT64_MAX)
+    fake_clock.advance(1.0)
+    _ran(sched, "maxed", INT64_MAX)
+    sched.shutdown()
+    # The replacement of an unreadable generation goes on after its runs' highest: none is left.
+    db_sql(make_scheduler.url, "UPDATE persched_jobs SET generation = 'two' WHERE job_id = 'maxed'")
+    with pytest.raises(InvalidJobError, match=f"'maxed' is at generation {INT64_MAX}"):
+        make_scheduler().schedule("maxed", jobs.record, 2.0)
+    assert db_sql(make_scheduler.url, "SELECT generation FROM persched_jobs WHERE job_id = 'maxed'") == [("two",)]
