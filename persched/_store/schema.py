@@ -262,6 +262,7 @@ runs = Table(
     metadata,
     Column("run_id", _Wide, primary_key=True, autoincrement=True),
     Column("job_id", String(200), nullable=False),
+    # 64-bit since revision 0016, as the jobs' (also the type of PostgreSQL's array binds: dialects/postgresql.py).
     Column("generation", _Wide, nullable=False),
     Column("scheduled_for", UTCDateTime, nullable=False),
     Column("started_at", UTCDateTime, nullable=False),
