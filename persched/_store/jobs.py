@@ -44,7 +44,7 @@ from .mappers import (
 )
 from .part import Part
 from .records import Upserted
-from .schema import UTCDateTime, jobs, runs
+from .schema import COUNTER_MAX, UTCDateTime, jobs, runs
 from .shapes import Shapes, raw_row, raw_value, written_over
 
 if TYPE_CHECKING:
@@ -137,20 +137,34 @@ class _Decision(NamedTuple):
         return Sql(f"{_MARK_DECLARED_WHERE} job_id = ?", (True, job_id)) if self.kind == "mark" else None
 
 
-def _next_generation(conn: Connection, row: StoredRow) -> int:
-    """The generation a replacement of `row` gets: never one used before (no ABA)."""
-    if "generation" not in row.problems:
-        return int(row.generation) + 1
-    # The counter itself was edited away: go on after every generation its runs recorded.
-    recorded = conn.execute(select(*raw_columns([runs.c.generation])).where(runs.c.job_id == row.job_id)).scalars()
-    generation = 1 + max((generation_of(g) for g in recorded), default=0)
-    logger.warning(
-        "job %s: its stored generation cannot be read (%s); the replacement is generation %d",
-        row.job_id,
-        row.problems["generation"],
-        generation,
-    )
-    return generation
+def _next_generation(conn: Connection, row: StoredRow, argument: str) -> int:
+    """The generation a replacement of `row` gets: never one used before (no ABA).
+
+    Raises:
+        InvalidJobError: The last one was `COUNTER_MAX` (a hand-edited row), named as `argument`.
+    """
+    unreadable = "generation" in row.problems
+    if unreadable:  # the counter itself was edited away: go on after every generation its runs recorded
+        recorded = conn.execute(select(*raw_columns([runs.c.generation])).where(runs.c.job_id == row.job_id)).scalars()
+        last = max((generation_of(g) for g in recorded), default=0)
+    else:
+        last = int(row.generation)
+    if last >= COUNTER_MAX:  # never saturated: a generation used again would let an old run's claim pass
+        raise InvalidJobError(
+            argument,
+            f"{row.job_id!r} is at generation {last}, the last a 64-bit column holds, so it cannot be replaced "
+            "(no job is replaced that often: its row was edited by hand); set persched_jobs.generation back "
+            "below that and above every generation of the job in persched_runs, or schedule the new definition "
+            "under another job id",
+        )
+    if unreadable:
+        logger.warning(
+            "job %s: its stored generation cannot be read (%s); the replacement is generation %d",
+            row.job_id,
+            row.problems["generation"],
+            last + 1,
+        )
+    return last + 1
 
 
 def _upserted(done: _Written) -> Upserted:
@@ -360,7 +374,8 @@ class JobsStore(Part):
         policies = definition.policies
         # A generation is never reused, also after deschedule (no ABA); the row
         # is held (write lock, or FOR UPDATE), so the next one is known here.
-        generation = 1 if row is None else _next_generation(conn, row)
+        argument = f"specs[{definition.job_id!r}].job_id" if declared else "job_id"  # as `_clash` names it
+        generation = 1 if row is None else _next_generation(conn, row, argument)
         anchor, first = place_grid(policies, now, definition.start_in)
         plan = JobPlan.of(definition.job_id, generation, anchor, policies)
         # A replacement keeps an operator's pause: a re-deploy must not resume a paused job.

@@ -109,8 +109,10 @@ def _not_mysql(
     return kw["dialect"].name not in _MYSQL
 
 
-#: The bound of the counters (run_count, error_count, beats): 64-bit on every engine (revision 0007;
-#: SQLite's INTEGER always was). The completions saturate at it instead of failing (`persched._store.mappers`).
+#: The bound of the counters (run_count, error_count, beats) and of a job's generation: 64-bit on every
+#: engine (revisions 0007 and 0016; SQLite's INTEGER always was). The completions saturate at it instead of
+#: failing (`persched._store.mappers`); a generation never saturates: a replacement past it is refused
+#: (`persched._store.jobs`).
 COUNTER_MAX: Final = 2**63 - 1
 # A 64-bit integer column; SQLite's INTEGER is one already, and only an INTEGER primary key is its rowid.
 _Wide = BigInteger().with_variant(Integer(), "sqlite")
@@ -206,7 +208,7 @@ jobs = Table(
     # A pending attempt (next_run_at is when it is due): its number, and the slot it tries again.
     Column("retry_attempt", Integer, nullable=True),
     Column("retry_for", UTCDateTime, nullable=True),
-    Column("generation", Integer, nullable=False),
+    Column("generation", _Wide, nullable=False),  # 64-bit since revision 0016
     Column("state", String(16), nullable=False),
     Column("owner", String(255), nullable=True),  # instance_id holding the claim
     Column("lease_until", UTCDateTime, nullable=True),
@@ -260,7 +262,8 @@ runs = Table(
     metadata,
     Column("run_id", _Wide, primary_key=True, autoincrement=True),
     Column("job_id", String(200), nullable=False),
-    Column("generation", Integer, nullable=False),
+    # 64-bit since revision 0016, as the jobs' (also the type of PostgreSQL's array binds: dialects/postgresql.py).
+    Column("generation", _Wide, nullable=False),
     Column("scheduled_for", UTCDateTime, nullable=False),
     Column("started_at", UTCDateTime, nullable=False),
     Column("finished_at", UTCDateTime, nullable=True),
