@@ -1,0 +1,88 @@
+"""`Dialect.update_each` writes each parameter row into its own table row, as an executemany does.
+
+MariaDB's is one UPDATE joined to a derived table of the rows' values (persched/_store/dialects/mysql.py):
+its key comparison (the connection's collation against the column's), its columns' types (a derived
+table's are those of its rows together) and its size (the server's max_allowed_packet) are the
+server's, not the driver's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import pytest
+from sqlalchemy import func, select
+
+from persched._model.instant import Instant, Micros, from_datetime, micros
+from persched._store import Claim, Completion
+from persched._store.schema import jobs, runs
+from tests.support.helpers import EPOCH
+from tests.support.store_calls import schedule_each
+
+if TYPE_CHECKING:
+    from persched._store import Store
+
+T: Final = Instant(micros(EPOCH + 0.1234567))
+LEASE: Final = Micros(30_000_000)
+KEY: Final = ("job_id", "generation")
+
+# Ids that one collation or another takes for the same: case, a trailing space (PAD SPACE), an accent,
+# two characters outside the BMP (utf8mb4_general_ci weighs them alike), "ß" and "ss", quotes and
+# placeholders of either parameter style.
+ODD_IDS: Final = ("a", "A", "a ", "ä", "\U0001f600", "\U0001f601", "ß", "ss", "it's?", "back\\slash", "%s", "?")
+
+
+def test_each_row_is_written_by_its_own_id_whatever_a_collation_would_match(store: Store) -> None:
+    schedule_each(store, ODD_IDS, T)
+    rows = [(f"owner of {job_id!r}", job_id, 1) for job_id in ODD_IDS]
+    with store.engine.begin() as conn:
+        written = store.dialect.update_rows(store.dialect.cursor(conn), jobs, ("owner",), KEY, rows)
+    with store.engine.connect() as conn:
+        found = dict(conn.execute(select(jobs.c.job_id, jobs.c.owner)).all())
+    assert found == {job_id: f"owner of {job_id!r}" for job_id in ODD_IDS}
+    assert written == len(ODD_IDS)
+
+
+@pytest.mark.parametrize("null_first", [True, False], ids=["null-first", "null-later"])
+def test_nulls_beside_instants_and_numbers_are_written_as_null(store: Store, null_first: bool) -> None:
+    """The first row's NULL does not make the column of the rows' values a NULL or text one."""
+    ids = tuple(f"j{i}" for i in range(4))
+    schedule_each(store, ids, T)
+    values: list[tuple[Instant | None, int | None]] = [(None, None), (Instant(T + 7), 3), (None, None)]
+    values.append((Instant(T + 1_000_001), 12))
+    if not null_first:
+        values.reverse()
+    at = store.dialect.bind_instant
+    rows = [(None if slot is None else at(slot), n, job_id, 1) for (slot, n), job_id in zip(values, ids, strict=True)]
+    with store.engine.begin() as conn:
+        written = store.dialect.update_rows(store.dialect.cursor(conn), jobs, ("retry_for", "retry_attempt"), KEY, rows)
+    with store.engine.connect() as conn:
+        found = conn.execute(select(jobs.c.retry_for, jobs.c.retry_attempt).order_by(jobs.c.job_id)).all()
+    assert [(None if slot is None else from_datetime(slot), n) for slot, n in found] == values
+    assert written == len(ids)
+
+
+def test_a_cycles_completions_past_the_servers_packet_are_still_written(store: Store) -> None:
+    """MariaDB takes a statement of at most max_allowed_packet (16 MiB by default): a cycle of 720
+    failed runs whose errors are 8,000 characters of CJK text (24 kB each: 17 MB in all, as a backlog
+    of outcomes kept through an outage makes) is written in statements under it. In one statement,
+    the server closed the connection, an error taken as transient: retried with the same outcomes for
+    ever, and every dispatch cycle of the instance with them."""
+    ids = tuple(f"j{i}" for i in range(720))
+    schedule_each(store, ids, T)
+    with store.engine.connect() as conn:
+        slots = [
+            (job_id, gen, from_datetime(at))
+            for job_id, gen, at in conn.execute(select(jobs.c.job_id, jobs.c.generation, jobs.c.next_run_at))
+        ]
+    now = max(slot for _, _, slot in slots)
+    claims = [c for c in store.claim_runs([(*s, now) for s in slots], now, "me", LEASE) if isinstance(c, Claim)]
+    assert len(claims) == len(ids)
+    error = "数据库连接失败" * 1_200  # 8,400 characters: cut to MAX_ERROR_TEXT, 3 bytes each
+    done = Instant(now + 1_500_000)
+    due = store.finish_runs([Completion(c, "error", f"{c.job_id}: {error}", done) for c in claims], "me")
+    assert len(due) == len(ids)
+    assert None not in due
+    with store.engine.connect() as conn:
+        outcomes = conn.execute(select(runs.c.outcome, func.count()).group_by(runs.c.outcome)).all()
+    assert outcomes == [("error", len(ids))]
