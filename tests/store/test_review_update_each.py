@@ -86,3 +86,28 @@ def test_a_cycles_completions_past_the_servers_packet_are_still_written(store: S
     with store.engine.connect() as conn:
         outcomes = conn.execute(select(runs.c.outcome, func.count()).group_by(runs.c.outcome)).all()
     assert outcomes == [("error", len(ids))]
+
+
+@pytest.mark.parametrize("fraction", [0, 123_456], ids=["whole-seconds", "odd"])
+def test_a_where_on_instants_bound_per_row_matches_the_stored_instants(store: Store, fraction: int) -> None:
+    """PyMySQL writes an instant without its fraction when it has none ('… 12:00:00'): compared as text
+    with the stored DATETIME(6) ('… 12:00:00.000000') it would never match; the rows' values must
+    compare as instants. Slots on whole seconds are the common case (an interval of whole seconds
+    from a whole second)."""
+    ids = tuple(f"j{i}" for i in range(3))
+    schedule_each(store, ids, T)
+    at = store.dialect.bind_instant
+    slots = [Instant(micros(EPOCH + 60 * i) + fraction) for i in range(len(ids))]
+    with store.engine.begin() as conn:
+        cur = store.dialect.cursor(conn)
+        store.dialect.update_rows(
+            cur, jobs, ("running_for",), KEY, [(at(s), j, 1) for s, j in zip(slots, ids, strict=True)]
+        )
+    sql = "UPDATE persched_jobs SET owner = ? WHERE job_id = ? AND running_for = ?"
+    with store.engine.begin() as conn:
+        rows = [(f"o{j}", j, at(s)) for s, j in zip(slots, ids, strict=True)]
+        written = store.dialect.update_each(store.dialect.cursor(conn), sql, rows)
+    with store.engine.connect() as conn:
+        owners = conn.execute(select(jobs.c.owner).order_by(jobs.c.job_id)).scalars().all()
+    assert owners == [f"o{j}" for j in ids]
+    assert written == len(ids)
