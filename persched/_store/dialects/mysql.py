@@ -130,10 +130,12 @@ def _chunks(rows: Sequence[Sequence[Any]], varying: Sequence[int], most: int) ->
     """`rows` in runs of at most `most` rows whose `varying` values take at most about `_STATEMENT_BYTES`
     (a row alone may take more: one statement for it, as an executemany would send)."""
     start, size = 0, 0
+    fixed = _VALUE_BYTES * (len(varying) + 1)  # its values and its " UNION ALL SELECT "
     for end, row in enumerate(rows):
-        cost = _VALUE_BYTES  # its " UNION ALL SELECT "
+        cost = fixed
         for value in map(row.__getitem__, varying):
-            cost += _TEXT_BYTES * len(value) if type(value) is str else _VALUE_BYTES
+            if type(value) is str:
+                cost += _TEXT_BYTES * len(value)
         if end > start and (end - start == most or size + cost > _STATEMENT_BYTES):
             yield rows[start:end]
             start, size = end, 0
