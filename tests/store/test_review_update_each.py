@@ -111,3 +111,25 @@ def test_a_where_on_instants_bound_per_row_matches_the_stored_instants(store: St
         owners = conn.execute(select(jobs.c.owner).order_by(jobs.c.job_id)).scalars().all()
     assert owners == [f"o{j}" for j in ids]
     assert written == len(ids)
+
+
+def test_a_cycle_of_odd_ids_claims_and_completes_each_job_alone(store: Store) -> None:
+    """The whole dispatch path (the claim's locking read and write back, the completions, an array of
+    ids on PostgreSQL, the joined UPDATEs on MariaDB) with ids that a collation could take for one
+    another: each job is claimed once, its run recorded on its own row, its next slot its own."""
+    schedule_each(store, ODD_IDS, T)
+    with store.engine.connect() as conn:
+        found = conn.execute(select(jobs.c.job_id, jobs.c.generation, jobs.c.next_run_at)).all()
+    slots = [(job_id, gen, from_datetime(at)) for job_id, gen, at in found]
+    now = max(slot for _, _, slot in slots)
+    claims = [c for c in store.claim_runs([(*s, now) for s in slots], now, "me", LEASE) if isinstance(c, Claim)]
+    assert sorted(c.job_id for c in claims) == sorted(ODD_IDS)
+    done = Instant(now + 1_500_000)
+    outcomes = {job_id: ("error" if i % 2 else "ok") for i, job_id in enumerate(ODD_IDS)}
+    due = store.finish_runs([Completion(c, outcomes[c.job_id], c.job_id, done) for c in claims], "me")
+    assert due == [Instant(c.scheduled_for + micros(10.0)) for c in claims]
+    with store.engine.connect() as conn:
+        recorded = conn.execute(select(runs.c.job_id, runs.c.outcome, runs.c.error)).all()
+        rows = conn.execute(select(jobs.c.job_id, jobs.c.state, jobs.c.run_count, jobs.c.last_outcome)).all()
+    assert sorted(recorded) == sorted((job_id, outcome, job_id) for job_id, outcome in outcomes.items())
+    assert sorted(rows) == sorted((job_id, "scheduled", 1, outcome) for job_id, outcome in outcomes.items())
