@@ -273,21 +273,23 @@ class ClaimsStore(Part):
 
     def _settle_unreadable(self, conn: Connection, row: StoredRow, *, at: Instant, instance_id: str) -> bool:
         """Pause a waiting job whose row or schedule a lost claim found unreadable, with an "error" record
-        saying why (as a won row's read does: `mappers.plan_or_quarantine`); True if it did.
+        saying why (as a won row's read does: `mappers.plan_or_quarantine`); False if its entries
+        should look again in a moment.
 
-        The row was read without a lock: it is locked and read again first, passed by if another
-        transaction holds it (as the claim's own locking read passes rows by: an operator's fix under
-        way would hold every claim of this instance until its commit), and left alone if it moved on
-        or reads well by now (a fix committed since)."""
-        where = (jobs.c.job_id == row.job_id, jobs.c.generation == row.generation)
-        query = select(*_RAW_STANDING).where(*where, jobs.c.state == SCHEDULED, jobs.c.paused.is_(False))
-        held = stored(self.dialect.lock_first(conn, query, 1), STANDING_COLUMNS)
-        if not held or not unreadable_waiting(held[0]):
+        The row was read without a lock: it is locked and read again first. One that another
+        transaction holds is passed by (as the claim's own locking read passes rows by: an operator's
+        fix under way would hold every claim of this instance until its commit), and one that reads
+        well or moved on by now is left as it is: False, either way. One whose generation is no number
+        never matches the pause (it stays as it is, listed unreadable): True, nothing to look at again."""
+        query = select(*_RAW_STANDING).where(jobs.c.job_id == row.job_id)
+        locked = stored(self.dialect.lock_first(conn, query, 1), STANDING_COLUMNS)
+        if not locked or not unreadable_waiting(locked[0]):
             return False
-        conn.execute(QUARANTINE, {"b_job_id": row.job_id, "b_generation": row.generation})
-        records: list[dict[str, Any]] = []
-        plan_or_quarantine(held[0], at, instance_id, [], records)  # logs and words the record
-        conn.execute(self._insert_runs, records)
+        (held,) = locked
+        if conn.execute(QUARANTINE, {"b_job_id": held.job_id, "b_generation": held.generation}).rowcount == 1:
+            records: list[dict[str, Any]] = []
+            plan_or_quarantine(held, at, instance_id, [], records)  # logs and words the record
+            conn.execute(self._insert_runs, records)
         return True
 
     def _park_claim(

@@ -112,3 +112,31 @@ def test_a_lost_claim_never_waits_for_an_unreadable_row_another_transaction_hold
     paused, records = _stands(store)
     assert paused
     assert [outcome for outcome, _ in records] == ["error"]
+
+
+@pytest.mark.parametrize("engine_name", ["sqlite", "mariadb"], indirect=True)
+def test_a_lost_claim_settles_a_row_whose_pause_flag_is_no_flag(store: Store) -> None:
+    """A `paused` edited into something that is no flag (SQLite's 'yes', MariaDB's 7): the row reads
+    as waiting, unpaused, with that column unreadable. Settled once, not looked at again and again."""
+    generation, slot = _scheduled(store)
+    _edit(store, "paused = 'yes'" if store.dialect.name == "sqlite" else "paused = 7")
+    now = Instant(slot + 1)
+    stale = Instant(slot - 1_000_000)
+    miss = claim_one(store, "bad", generation, stale, now, "me", LEASE)
+    assert isinstance(miss, ClaimMiss)
+    assert miss.due_at is None  # settled: no entry looks at it again
+    paused, records = _stands(store)
+    assert paused
+    assert [outcome for outcome, _ in records] == ["error"]
+
+
+@pytest.mark.parametrize("engine_name", ["sqlite"], indirect=True)
+def test_a_lost_claim_drops_a_row_whose_generation_is_no_number(store: Store) -> None:
+    """A `generation` that is no number never matches a claim or a quarantine (behaviour.md, "Rows
+    edited by hand": it stays as it is, listed unreadable): the entry that lost on it is dropped, not
+    sent to look again every 50 ms for ever."""
+    generation, slot = _scheduled(store)
+    _edit(store, "generation = 'two'")
+    miss = claim_one(store, "bad", generation, Instant(slot - 1_000_000), Instant(slot + 1), "me", LEASE)
+    assert isinstance(miss, ClaimMiss)
+    assert miss.due_at is None
