@@ -18,7 +18,7 @@ from sqlalchemy import select, text
 from persched._model.instant import Instant, Micros, from_datetime, micros
 from persched._model.models import validate_definition, validate_policies
 from persched._store import ClaimMiss
-from persched._store.schema import jobs, runs
+from persched._store.schema import runs
 from tests.support import race_jobs
 from tests.support.helpers import EPOCH, TIMEOUT
 from tests.support.store_calls import claim_one
@@ -41,11 +41,12 @@ def _edit(store: Store, assignment: str) -> None:
         conn.exec_driver_sql(f"UPDATE persched_jobs SET {assignment} WHERE job_id = 'bad'")  # noqa: S608 - test data
 
 
-def _stands(store: Store) -> tuple[bool, list[tuple[str | None, str | None]]]:
+def _stands(store: Store) -> tuple[object, list[tuple[str | None, str | None]]]:
+    """Job "bad"'s `paused` as stored (1 or True once paused; what was edited in, else) and its records."""
     with store.engine.connect() as conn:
-        paused = conn.execute(select(jobs.c.paused).where(jobs.c.job_id == "bad")).scalar_one()
+        paused = conn.exec_driver_sql("SELECT paused FROM persched_jobs WHERE job_id = 'bad'").scalar_one()  # raw
         records = conn.execute(select(runs.c.outcome, runs.c.error).where(runs.c.job_id == "bad")).all()
-    return bool(paused), [(outcome, error) for outcome, error in records]
+    return paused, [(outcome, error) for outcome, error in records]
 
 
 @pytest.mark.parametrize(
@@ -67,7 +68,7 @@ def test_a_lost_claim_settles_a_waiting_row_whose_schedule_cannot_be_read(
     miss = claim_one(store, "bad", generation, stale, now, "me", LEASE)
     assert isinstance(miss, ClaimMiss)
     paused, records = _stands(store)
-    assert paused
+    assert paused == 1
     ((outcome, error),) = records
     assert outcome == "error"
     assert error is not None
@@ -110,7 +111,7 @@ def test_a_lost_claim_never_waits_for_an_unreadable_row_another_transaction_hold
     # Released: the entry's next claim settles it.
     miss = claim_one(store, "bad", generation, stale, Instant(now + 1), "me", LEASE)
     paused, records = _stands(store)
-    assert paused
+    assert paused == 1
     assert [outcome for outcome, _ in records] == ["error"]
 
 
@@ -126,7 +127,7 @@ def test_a_lost_claim_settles_a_row_whose_pause_flag_is_no_flag(store: Store) ->
     assert isinstance(miss, ClaimMiss)
     assert miss.due_at is None  # settled: no entry looks at it again
     paused, records = _stands(store)
-    assert paused
+    assert paused == 1
     assert [outcome for outcome, _ in records] == ["error"]
 
 
