@@ -4,7 +4,8 @@ An entry whose slot is before the row's (a stale one) loses its claim; when the 
 cannot be read, that entry may have been the job's last, so the job is paused with an "error" record
 saying why, as a won claim's read does (tests/scheduler/test_corrupt_rows.py, on SQLite). Here: on
 every engine, a row whose stored schedule cannot be read (each column of the right type, its value
-refused), and a row another transaction holds meanwhile (an operator's fix under way).
+refused), a row another transaction holds meanwhile (an operator's fix under way), a pause flag that
+is no flag, and a generation that is no number (never matched: dropped, not looked at again).
 """
 
 from __future__ import annotations
@@ -84,10 +85,11 @@ def test_a_lost_claim_never_waits_for_an_unreadable_row_another_transaction_hold
     retried; PostgreSQL: waits for ever). The row is left to the holder, and the entry looks again."""
     generation, slot = _scheduled(store)
     # A value of its column's type that the row reader refuses (a row problem), on either server.
-    _edit(store, "interval_seconds = 'NaN'" if store.dialect.name == "postgresql" else "job_id = job_id")
-    if store.dialect.name != "postgresql":
+    if store.dialect.name == "postgresql":
+        _edit(store, "interval_seconds = 'NaN'")
+    else:
         with store.engine.begin() as conn:
-            conn.exec_driver_sql("SET SESSION sql_mode = ''")
+            conn.exec_driver_sql("SET SESSION sql_mode = ''")  # lets a zero date in
             conn.exec_driver_sql("UPDATE persched_jobs SET first_run_at = '0000-00-00' WHERE job_id = 'bad'")
             conn.exec_driver_sql("SET SESSION sql_mode = DEFAULT")
     now = Instant(slot + 1)
