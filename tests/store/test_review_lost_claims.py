@@ -14,7 +14,8 @@ import threading
 from typing import TYPE_CHECKING, Final
 
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import create_engine, select, text
+from sqlalchemy.pool import NullPool
 
 from persched._model.instant import Instant, Micros, from_datetime, micros
 from persched._model.models import validate_definition, validate_policies
@@ -87,11 +88,14 @@ def test_a_lost_claim_never_waits_for_an_unreadable_row_another_transaction_hold
     # A value of its column's type that the row reader refuses (a row problem), on either server.
     if store.dialect.name == "postgresql":
         _edit(store, "interval_seconds = 'NaN'")
-    else:
-        with store.engine.begin() as conn:
-            conn.exec_driver_sql("SET SESSION sql_mode = ''")  # lets a zero date in
-            conn.exec_driver_sql("UPDATE persched_jobs SET first_run_at = '0000-00-00' WHERE job_id = 'bad'")
-            conn.exec_driver_sql("SET SESSION sql_mode = DEFAULT")
+    else:  # on a connection of its own: the store's keep their strict sql_mode
+        editor = create_engine(store.engine.url, poolclass=NullPool)
+        try:
+            with editor.begin() as conn:
+                conn.exec_driver_sql("SET SESSION sql_mode = ''")  # lets a zero date in
+                conn.exec_driver_sql("UPDATE persched_jobs SET first_run_at = '0000-00-00' WHERE job_id = 'bad'")
+        finally:
+            editor.dispose()
     now = Instant(slot + 1)
     stale = Instant(slot - 1_000_000)
     results: list[object] = []
