@@ -38,6 +38,7 @@ from .mappers import (
     missed_record,
     nullable_micros,
     pending_retry,
+    plan_of,
     plan_or_quarantine,
     readable_plan,
     retry_of,
@@ -217,24 +218,43 @@ def misses(
     bounds: dict[tuple[str, int], Instant],
     now: Instant,
     reach: JitterReach,
-    settle: Callable[[StoredRow], None],
+    settle: Callable[[StoredRow], bool],
 ) -> tuple[dict[tuple[str, int], ClaimMiss], set[str]]:
     """What each lost entry ``(job_id, generation)`` found: the row as it is now, and when to look again;
     and the jobs whose rows another instance moved further ahead than their schedule allows (a
-    clock that was ahead: `persched._store.ahead` puts them back). A waiting row that cannot be read
-    is handed to `settle`: no entry looks at it again, and a later one may never come (a stale
-    entry that lost on it may have been its last)."""
+    clock that was ahead: `persched._store.ahead` puts them back). A waiting row whose stored row or
+    schedule cannot be read is handed to `settle`, since a later entry may never come (a stale entry
+    that lost on it may have been its last): settled, no entry looks at it again; passed by (True
+    not returned: another transaction holds it, or it moved on), its entries look again in a moment."""
     found = standing(conn, dialect, {job_id for job_id, _ in bounds})
-    for unreadable in found.values():
-        if unreadable.problems and unreadable.state == SCHEDULED and not unreadable.paused:
-            settle(unreadable)
+    settled = {row.job_id: settle(row) for row in found.values() if unreadable_waiting(row)}
+
+    def retry_at(row: StoredRow, bound: Instant) -> Instant | None:
+        if row.job_id not in settled:
+            return _retry_at(row, bound, now, reach)
+        return None if settled[row.job_id] else Instant(max(now, bound) + PASSED_BY_RETRY)
+
     lost = {
-        key: ClaimMiss(row.state, row.generation, row.owner, _retry_at(row, bound, now, reach), _taken(row, bound))
+        key: ClaimMiss(row.state, row.generation, row.owner, retry_at(row, bound), _taken(row, bound))
         for key, bound in bounds.items()
         if (row := found.get(key[0])) is not None
     }
     ahead = {job_id for job_id, row in found.items() if corrected_slot(row, now, None) is not None}
     return lost, ahead
+
+
+def unreadable_waiting(row: StoredRow) -> bool:
+    """Whether `row` waits, not paused, with a stored row or schedule that cannot be read: a claim that
+    reads it pauses it (`mappers.plan_or_quarantine`)."""
+    if row.state != SCHEDULED or row.paused:
+        return False
+    if row.problems:
+        return True
+    try:
+        plan_of(row)
+    except (ValueError, TypeError, OverflowError):  # as `plan_or_quarantine` catches them
+        return True
+    return False
 
 
 class _Write(NamedTuple):

@@ -48,16 +48,18 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy import select, tuple_, update
 
 from .._model.instant import Instant, Micros, from_datetime, to_datetime
+from ._rows import raw_columns
 from ._tx import REFUSED, read_time, refusal_of
 from .ahead import correct_ahead, log_correction
-from .claim_batch import DISPATCH_SELECT, ClaimBatch, misses
+from .claim_batch import DISPATCH_SELECT, ClaimBatch, misses, unreadable_waiting
 from .dialects import Sql, marks
 from .failures import log_paused, pause_failing
 from .mappers import (
     DISPATCH_COLUMNS,
-    QUARANTINE_WAITING,
+    QUARANTINE,
     RAW_DISPATCH,
     SCHEDULED,
+    STANDING_COLUMNS,
     plan_or_quarantine,
     readable_plan,
     refused_record,
@@ -90,6 +92,8 @@ _START_COLUMNS: Final = (
     "run_now",
     "attempt",
 )
+# Where a job stands (`mappers.STANDING_COLUMNS`), selected raw: a lost claim's settling reads its row again.
+_RAW_STANDING: Final = raw_columns(STANDING_COLUMNS)
 
 
 def _bound_of(entries: list[tuple[int, Instant]], dialect: Dialect) -> Sql:
@@ -267,13 +271,26 @@ class ClaimsStore(Part):
         # The database refused one of the rows: each entry alone, so that only that one is settled apart.
         return [self.store.claim_runs([entry], now, instance_id, lease)[0] for entry in entries]
 
-    def _settle_unreadable(self, conn: Connection, row: StoredRow, *, at: Instant, instance_id: str) -> None:
-        """Pause a waiting job whose row a lost claim found unreadable, with an "error" record saying why
-        (as a won row's read does: `mappers.plan_or_quarantine`), unless it moved on meanwhile."""
-        if conn.execute(QUARANTINE_WAITING, {"b_job_id": row.job_id, "b_generation": row.generation}).rowcount == 1:
+    def _settle_unreadable(self, conn: Connection, row: StoredRow, *, at: Instant, instance_id: str) -> bool:
+        """Pause a waiting job whose row or schedule a lost claim found unreadable, with an "error" record
+        saying why (as a won row's read does: `mappers.plan_or_quarantine`); False if its entries
+        should look again in a moment.
+
+        The row was read without a lock: it is locked and read again first. One that another
+        transaction holds is passed by (as the claim's own locking read passes rows by: an operator's
+        fix under way would hold every claim of this instance until its commit), and one that reads
+        well or moved on by now is left as it is: False, either way. One whose generation is no number
+        never matches the pause (it stays as it is, listed unreadable): True, nothing to look at again."""
+        query = select(*_RAW_STANDING).where(jobs.c.job_id == row.job_id)
+        locked = stored(self.dialect.lock_first(conn, query, 1), STANDING_COLUMNS)
+        if not locked or not unreadable_waiting(locked[0]):
+            return False
+        (held,) = locked
+        if conn.execute(QUARANTINE, {"b_job_id": held.job_id, "b_generation": held.generation}).rowcount == 1:
             records: list[dict[str, Any]] = []
-            plan_or_quarantine(row, at, instance_id, [], records)  # logs and words the record
+            plan_or_quarantine(held, at, instance_id, [], records)  # logs and words the record
             conn.execute(self._insert_runs, records)
+        return True
 
     def _park_claim(
         self, entry: ClaimEntry, now: Instant | Callable[[], Instant], instance_id: str, detail: str

@@ -135,10 +135,6 @@ QUARANTINE: Final = (
     .values(_PAUSED_AND_FREED)
 )
 
-# The same for a row a lost claim found (`claim_batch.misses`): no lock holds it, so only while it
-# still waits, unpaused, in that generation (another instance may have claimed it meanwhile).
-QUARANTINE_WAITING: Final = QUARANTINE.where(jobs.c.state == SCHEDULED, jobs.c.paused.is_(False))
-
 # Pause a job whose row the database refused to move on, while it is still that run's (see
 # `refused_record`): the refused run's job waits for an operator, and every other job goes on.
 PARK: Final = (

@@ -96,8 +96,9 @@ class DriverCursor:
     rows come back as the driver's tuples. Two things stay as SQLAlchemy does
     them, so that the transaction machinery (`_tx`) and the tests see no
     difference: the engine's ``before_cursor_execute`` and
-    ``after_cursor_execute`` listeners are called for every statement (the
-    fault-injection and crash-point tests hook there), and a driver error is
+    ``after_cursor_execute`` listeners are called for every statement, with a
+    context object of its own (`_StatementContext`; the fault-injection and
+    crash-point tests hook there, and tracers), and a driver error is
     raised as SQLAlchemy raises it (a `DBAPIError`, which `_tx` retries or
     reports; a connection that is gone is invalidated). Engine ``handle_error``
     listeners are not called here: persched registers none.
@@ -157,9 +158,10 @@ class DriverCursor:
 
     def _run(self, sql: str, params: Any, *, many: bool) -> None:  # noqa: ANN401 - driver values
         conn = self._conn
+        context = _StatementContext()
         try:
             for before in self._before:  # as SQLAlchemy calls them (retval listeners may rewrite)
-                sql, params = before(conn, self._cursor, sql, params, None, many)
+                sql, params = before(conn, self._cursor, sql, params, context, many)
             if many:
                 self._cursor.executemany(sql, params)
             elif params:
@@ -167,7 +169,7 @@ class DriverCursor:
             else:  # as SQLAlchemy sends a statement without parameters: a literal % stays one
                 self._cursor.execute(sql)
             for after in self._after:
-                after(conn, self._cursor, sql, params, None, many)
+                after(conn, self._cursor, sql, params, context, many)
         except self._driver_error as exc:
             raise self._wrapped(exc, sql, params, many=many) from exc
 
@@ -189,6 +191,14 @@ class DriverCursor:
         if gone and not conn.invalidated:
             conn.invalidate(exc)  # never handed out again; the transaction must roll back
         return error
+
+
+class _StatementContext:
+    """The ``context`` that cursor listeners get for a statement of `DriverCursor`: not SQLAlchemy's
+    execution context (there is none), but one object per statement, from ``before_cursor_execute``
+    to ``after_cursor_execute``, that a listener may keep its own state on, as tracers do on
+    SQLAlchemy's (OpenTelemetry's instrumentation sets ``context._otel_span``: with None it raised
+    AttributeError on every statement of an instrumented application's scheduler)."""
 
 
 class NamedRow(tuple):  # type: ignore[type-arg]  # the driver's values, of any type

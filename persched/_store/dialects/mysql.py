@@ -72,7 +72,7 @@ from . import Dialect, DriverCursor, LockWaitExpired, NamedRow, Sql, marks, valu
 from .idle_ping import ping_after_idle
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Iterator, Sequence
 
     from sqlalchemy import ColumnElement, Connection, Engine, Insert, Table
     from sqlalchemy.engine import URL
@@ -115,6 +115,32 @@ _MIGRATION_LOCK: Final = "CONCAT('persched:', MD5(DATABASE()))"
 def _same(value: object, other: object) -> bool:
     """Whether two driver values are written alike (0 == False == 0.0 in Python, not in SQL text)."""
     return type(value) is type(other) and value == other
+
+
+# The bytes a statement of `MySQLDialect.update_each` takes at most (about), as PyMySQL bounds its
+# executemany of an INSERT (a megabyte): a server closes the connection on a statement past its
+# max_allowed_packet (16 MiB by default on MariaDB, often less where set by hand), an error taken as
+# transient, so a cycle's outcomes with long errors (a backlog kept through an outage) failed for ever.
+_STATEMENT_BYTES: Final = 1_000_000
+_VALUE_BYTES: Final = 32  # a value that is no text, as PyMySQL writes it (an instant: 28), and its comma
+_TEXT_BYTES: Final = 4  # a character of text at most, escaped or not (utf8mb4)
+
+
+def _chunks(rows: Sequence[Sequence[Any]], varying: Sequence[int], most: int) -> Iterator[Sequence[Sequence[Any]]]:
+    """`rows` in runs of at most `most` rows whose `varying` values take at most about `_STATEMENT_BYTES`
+    (a row alone may take more: one statement for it, as an executemany would send)."""
+    start, size = 0, 0
+    fixed = _VALUE_BYTES * (len(varying) + 1)  # its values and its " UNION ALL SELECT "
+    for end, row in enumerate(rows):
+        cost = fixed
+        for value in map(row.__getitem__, varying):
+            if type(value) is str:
+                cost += _TEXT_BYTES * len(value)
+        if end > start and (end - start == most or size + cost > _STATEMENT_BYTES):
+            yield rows[start:end]
+            start, size = end, 0
+        size += cost
+    yield rows[start:]
 
 
 def _key(table: Table) -> ColumnElement[Any]:
@@ -218,9 +244,7 @@ class MySQLDialect(Dialect):
         columns = ", ".join(f"? AS p{i}" for i in varying)
         table = head.removeprefix("UPDATE ")
         written = 0
-        per_statement = (self.max_parameters - len(shared)) // len(varying)
-        for start in range(0, len(rows), per_statement):
-            chunk = rows[start : start + per_statement]
+        for chunk in _chunks(rows, varying, (self.max_parameters - len(shared)) // len(varying)):
             given = f"SELECT {columns}" + f" UNION ALL SELECT {marks(len(varying))}" * (len(chunk) - 1)
             joined = f"UPDATE ({given}) v STRAIGHT_JOIN {table} SET {text}"  # noqa: S608 - ours
             values = tuple(row[i] for row in chunk for i in varying)
