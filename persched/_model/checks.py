@@ -189,7 +189,7 @@ def as_json(argument: str, value: object, max_bytes: int = DEFAULT_MAX_ARGS_BYTE
         )
     if not flat and json.loads(text) != value:
         # e.g. non-str dict keys, tuples nested inside: they would come back changed.
-        raise InvalidJobError(argument, f"does not survive a JSON round trip unchanged: {value!r}")
+        raise InvalidJobError(argument, f"does not survive a JSON round trip unchanged: {shown(value, WHOLE)}")
     return text
 
 
