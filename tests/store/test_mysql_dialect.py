@@ -189,8 +189,11 @@ def test_a_declaration_reads_a_row_too_long_for_one_json_array_as_it_is(store: S
     ]
     for definition in declared:
         store.upsert_job(definition, T, declared=True)
-    with store.engine.begin() as conn:  # valid JSON text of a string of quotes: twice as long as a JSON string
+    with store.engine.begin() as conn:
         (packet,) = conn.exec_driver_sql("SELECT @@max_allowed_packet").one()
+        if packet // 2 >= 2**24:  # MySQL 8's default of 64 MiB: more than a MEDIUMTEXT holds
+            pytest.skip("max_allowed_packet is more than twice what the args column holds")
+        # Args of half a packet, valid JSON text of escaped quotes, each of which JSON escapes again.
         conn.exec_driver_sql(
             "UPDATE persched_jobs SET args = CONCAT('[\"', REPEAT('\\\\\"', %s), '\"]') WHERE job_id = 'a'",
             (packet // 4 + 1,),
