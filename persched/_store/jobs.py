@@ -65,8 +65,8 @@ T = TypeVar("T")
 # statement construction, cache keys and bind processing cost more than the database's work (as on
 # the dispatch path, claims.py). Timestamps are bound raw (`Dialect.bind_instant`); rows are read raw
 # by `read_row`, as `RAW_JOBS` reads them.
-_FIND_JOB: Final = "SELECT {} FROM persched_jobs WHERE job_id = ?"  # `_job_select`
-_FIND_JOBS_WHERE: Final = "SELECT {} FROM persched_jobs WHERE"  # `_job_select`; + `any_of`
+_FIND_JOB: Final = "SELECT {} FROM persched_jobs WHERE job_id = ?"  # `_job_columns`
+_JOBS_WHERE: Final = "FROM persched_jobs WHERE"  # after `_job_columns` (`Dialect.select_many`); + `any_of`
 # Whether the id has a row, locking it (`locking_sql`): a result's columns cost SQLAlchemy about 1.5 µs
 # each to describe, also when no row comes back, so a new id is looked for with one.
 _PROBE_JOB: Final = "SELECT state FROM persched_jobs WHERE job_id = ?"
@@ -79,9 +79,9 @@ _PARAMETERS_SPARE: Final = 8  # a statement's parameters besides its ids
 
 
 @functools.lru_cache(maxsize=8)
-def _job_select(dialect: Dialect) -> str:
+def _job_columns(dialect: Dialect) -> tuple[str, ...]:
     """The select list of a job's row (`JOB_COLUMNS`, in order), its instants as the dialect reads them best."""
-    return ", ".join(
+    return tuple(
         dialect.read_instant_sql(column.name) if isinstance(column.type, UTCDateTime) else column.name
         for column in JOB_COLUMNS
     )
@@ -269,10 +269,10 @@ class JobsStore(Part):
         cursor = self.dialect.cursor(conn)
         step = self._ids_per_query()
         rows: dict[str, RawRow] = {}
-        select = _FIND_JOBS_WHERE.format(_job_select(self.dialect))
+        columns = _job_columns(self.dialect)
         for start in range(0, len(job_ids), step):
             which = self.dialect.any_of("job_id", job_ids[start : start + step])
-            found = cursor.execute(f"{select} {which.text}", which.params).fetchall()
+            found = self.dialect.select_many(cursor, columns, Sql(f"{_JOBS_WHERE} {which.text}", which.params))
             rows.update((raw_value(row, "job_id"), row) for row in found)
         return rows
 
@@ -328,7 +328,7 @@ class JobsStore(Part):
         """
         dialect = self.dialect
         probe = Sql(dialect.locking_sql(_PROBE_JOB), (definition.job_id,))
-        find = Sql(_FIND_JOB.format(_job_select(dialect)), (definition.job_id,))
+        find = Sql(_FIND_JOB.format(", ".join(_job_columns(dialect))), (definition.job_id,))
 
         # The body returns the row (read, or the driver values written) and the Job is made from it
         # after the commit, on the caller's thread: the group's transaction holds SQLite's write lock

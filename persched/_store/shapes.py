@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Shapes", "raw_row", "raw_value", "written_over"]
 
-# A row is raw (`RawRow`): the driver's values of `mappers.JOB_COLUMNS`, in that order, as `jobs._FIND_JOBS_WHERE`
+# A row is raw (`RawRow`): the driver's values of `mappers.JOB_COLUMNS`, in that order, as `jobs.JobsStore._read_jobs`
 # reads them or as the store binds them (`Dialect.bind_instant`): 100,000 need no dict each.
 _INDEX: Final = {column.name: i for i, column in enumerate(JOB_COLUMNS)}
 _TARGET: Final = _INDEX["target"]

@@ -3,7 +3,8 @@
 History inserts skip a slot the unique index holds and name only the rows
 really inserted, on both of the dialect's paths: MariaDB's multi-row
 ``INSERT … RETURNING`` (which returns the existing row for a skipped one) and
-MySQL 8's one INSERT per row (read back by ``lastrowid``).
+MySQL 8's one INSERT per row (read back by ``lastrowid``). declare() reads
+each row as one JSON array, and a row too long for one as it is.
 """
 
 from __future__ import annotations
@@ -178,3 +179,29 @@ def test_update_each_changes_each_row_by_its_own_values_and_counts_the_rows_matc
         "c": ("error", "x"),
     }
     assert finished == Instant(T + micros(20.0))
+
+
+def test_a_declaration_reads_a_row_too_long_for_one_json_array_as_it_is(store: Store) -> None:
+    # declare() reads each row as one JSON array (`select_many`); MariaDB gives NULL for an array over
+    # max_allowed_packet (16 MiB by default): its rows are then read as they are, and declared over.
+    declared = [
+        validate_definition(job_id, race_jobs.RECORD, validate_policies(10.0), ("x",), {}, None) for job_id in "ab"
+    ]
+    for definition in declared:
+        store.upsert_job(definition, T, declared=True)
+    with store.engine.begin() as conn:
+        (packet,) = conn.exec_driver_sql("SELECT @@max_allowed_packet").one()
+        if packet // 2 >= 2**24:  # MySQL 8's default of 64 MiB: more than a MEDIUMTEXT holds
+            pytest.skip("max_allowed_packet is more than twice what the args column holds")
+        # Args of half a packet, valid JSON text of escaped quotes, each of which JSON escapes again.
+        conn.exec_driver_sql(
+            "UPDATE persched_jobs SET args = CONCAT('[\"', REPEAT('\\\\\"', %s), '\"]') WHERE job_id = 'a'",
+            (packet // 4 + 1,),
+        )
+    upserts, pruned = store.declare_jobs(declared, Instant(T + micros(1.0)), prune=True)
+    assert [(u.job.job_id, u.job.args, u.change) for u in upserts] == [
+        ("a", ("x",), "replaced"),
+        ("b", ("x",), "unchanged"),
+    ]
+    assert pruned == []
+    assert store.get_job("a").args == ("x",)  # type: ignore[union-attr]

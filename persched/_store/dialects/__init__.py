@@ -414,6 +414,11 @@ class Dialect:
         driver's datetime or its naive UTC text): the column itself, where the driver reads it fast."""
         return column
 
+    def select_many(self, cur: DriverCursor, columns: Sequence[str], rest: Sql) -> list[tuple[Any, ...]]:
+        """The rows of ``SELECT <columns> <rest>`` (driver SQL), each a tuple of the values of `columns` as the
+        driver returns them: a read of thousands of rows at once (declare()'s)."""
+        return cur.execute(f"SELECT {', '.join(columns)} {rest.text}", rest.params).fetchall()
+
     def bind_instant(self, at: Instant) -> object:
         """An instant as the driver takes it for a timestamp column in driver SQL: what `UTCDateTime` writes."""
         raise NotImplementedError

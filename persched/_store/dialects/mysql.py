@@ -58,6 +58,7 @@ migration; `release_migration_lock` gives it back afterwards.
 from __future__ import annotations
 
 import contextlib
+import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -284,6 +285,17 @@ class MySQLDialect(Dialect):
         # Its text: PyMySQL parses each DATETIME in Python (a third of the time it takes to read 100,000
         # job rows), where persched's reader reads each distinct text once.
         return f"CAST({column} AS CHAR)"
+
+    def select_many(self, cur: DriverCursor, columns: Sequence[str], rest: Sql) -> list[tuple[Any, ...]]:
+        # PyMySQL parses every value of every row in Python: 100,000 job rows of 49 columns cost it more
+        # than a second. Each row comes as one JSON array instead, which json's C decoder parses. It holds
+        # the values the text protocol would have sent (a DOUBLE in its shortest exact form), but for a
+        # whole DOUBLE, an int: the rows' readers read a number column's int as its float (`_rows`).
+        packed = cur.execute(f"SELECT JSON_ARRAY({', '.join(columns)}) {rest.text}", rest.params).fetchall()
+        if any(row is None for (row,) in packed):  # a row longer than max_allowed_packet as JSON: read as it is
+            return super().select_many(cur, columns, rest)
+        loads = json.loads
+        return [tuple(loads(row)) for (row,) in packed]
 
     def migration_lock(self, conn: Connection, wait_seconds: float) -> None:
         got = conn.exec_driver_sql(f"SELECT GET_LOCK({_MIGRATION_LOCK}, %s)", (wait_seconds,)).scalar()
