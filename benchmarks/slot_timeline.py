@@ -58,7 +58,7 @@ def main() -> None:
 
 def _measure(args: argparse.Namespace) -> None:
     from persched import JobScheduler
-    from persched._engine import dispatcher as _dispatcher
+    from persched._engine import handover as _handover
     from persched._engine import runs as _runs
     from persched._engine.scheduler import internals_of
 
@@ -74,14 +74,14 @@ def _measure(args: argparse.Namespace) -> None:
         cycles[current[0]] = time.monotonic()
         return real_cycle(self, completions, due, hand_over)
 
-    real_hand_over = _dispatcher.Dispatcher._hand_over
+    real_hand_over = _handover.Handover.hand_over
 
     def hand_over(self: Any, claim: Any) -> None:  # noqa: ANN401
         handed[(claim.job_id, round(claim.scheduled_for / 1e6, 6))] = (time.monotonic(), current[0])
         real_hand_over(self, claim)
 
     _runs.RunBook.cycle = cycle  # type: ignore[method-assign]  # this process only
-    _dispatcher.Dispatcher._hand_over = hand_over  # type: ignore[method-assign]  # this process only
+    _handover.Handover.hand_over = hand_over  # type: ignore[method-assign]  # this process only
     path = c.db_path(None)
     base = math.ceil(time.time()) + 1.0
     firsts = {f"j{i}": base + i / args.jobs for i in range(args.jobs)}
