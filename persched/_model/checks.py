@@ -22,6 +22,7 @@ __all__ = [
     "MAX_STORED_INT",
     "MAX_TIMEZONE_LENGTH",
     "MIN_INTERVAL_SECONDS",
+    "WHOLE",
     "as_choice",
     "as_instant",
     "as_json",
