@@ -31,14 +31,18 @@ INT32_MAX: Final = 2**31 - 1
 INT64_MAX: Final = 2**63 - 1
 
 
-def _planted(make_scheduler: SchedulerFactory, job_id: str, generation: int) -> JobScheduler:
-    """A started scheduler over `job_id` and "other" (every second), `job_id`'s generation set by hand before."""
+def _planted(make_scheduler: SchedulerFactory, clock: FakeClock, job_id: str, generation: int) -> JobScheduler:
+    """A started scheduler over `job_id` and "other" (every second), `job_id`'s generation set by hand
+    before, once `job_id` ran its first slot in that generation."""
     first = make_scheduler()
     for name in (job_id, "other"):
         first.schedule(name, jobs.record, 1.0, args=(name,))
     first.shutdown()
     db_sql(make_scheduler.url, "UPDATE persched_jobs SET generation = :g WHERE job_id = :j", g=generation, j=job_id)
-    return make_scheduler(start=True)
+    sched = make_scheduler(start=True)
+    clock.advance(1.0)
+    _ran(sched, job_id, generation)  # claims and completions keep the generation: the job runs
+    return sched
 
 
 def _ran(sched: JobScheduler, job_id: str, generation: int) -> None:
@@ -52,9 +56,7 @@ def _ran(sched: JobScheduler, job_id: str, generation: int) -> None:
 def test_a_job_past_the_32_bit_bound_is_replaced_rescheduled_and_runs(
     make_scheduler: SchedulerFactory, fake_clock: FakeClock
 ) -> None:
-    sched = _planted(make_scheduler, "big", INT32_MAX)
-    fake_clock.advance(1.0)
-    _ran(sched, "big", INT32_MAX)
+    sched = _planted(make_scheduler, fake_clock, "big", INT32_MAX)
 
     # Before revision 0016, PostgreSQL and MariaDB refused this write: out of range for an INTEGER.
     replaced = sched.schedule("big", jobs.record, 2.0, args=("big", "replaced"))
@@ -77,9 +79,7 @@ def test_a_job_past_the_32_bit_bound_is_replaced_rescheduled_and_runs(
 def test_a_job_at_the_64_bit_bound_runs_but_is_never_replaced(
     make_scheduler: SchedulerFactory, fake_clock: FakeClock
 ) -> None:
-    sched = _planted(make_scheduler, "maxed", INT64_MAX)
-    fake_clock.advance(1.0)
-    _ran(sched, "maxed", INT64_MAX)  # claims and completions keep the generation: the job runs
+    sched = _planted(make_scheduler, fake_clock, "maxed", INT64_MAX)
     _ran(sched, "other", 1)
 
     with pytest.raises(InvalidJobError) as refused:
@@ -120,9 +120,7 @@ def test_a_job_at_the_64_bit_bound_runs_but_is_never_replaced(
 def test_an_unreadable_generation_after_runs_of_the_last_one_is_refused_too(
     make_scheduler: SchedulerFactory, fake_clock: FakeClock
 ) -> None:
-    sched = _planted(make_scheduler, "maxed", INT64_MAX)
-    fake_clock.advance(1.0)
-    _ran(sched, "maxed", INT64_MAX)
+    sched = _planted(make_scheduler, fake_clock, "maxed", INT64_MAX)
     sched.shutdown()
     # The replacement of an unreadable generation goes on after its runs' highest: none is left.
     db_sql(make_scheduler.url, "UPDATE persched_jobs SET generation = 'two' WHERE job_id = 'maxed'")
