@@ -135,6 +135,7 @@ QUARANTINE: Final = (
     .values(_PAUSED_AND_FREED)
 )
 
+
 # Pause a job whose row the database refused to move on, while it is still that run's (see
 # `refused_record`): the refused run's job waits for an operator, and every other job goes on.
 PARK: Final = (
