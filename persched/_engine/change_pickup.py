@@ -171,6 +171,11 @@ class ChangePickup(PeriodicTask):
         seen = self._store.change_seq()
         if seen == self._change_seq:
             return
+        if self._store.only_own_changes(self._change_seq, seen):
+            # Every change since the last look was made here (schedule(), deschedule(), pause()... of this
+            # scheduler, its own beats): the call that made each queued and announced it.
+            self._change_seq = seen
+            return
         self._changed()
         self._notice()
         before = self._change_seq

@@ -324,6 +324,17 @@ class Transactions:
             if len(self._own_changes) > _OWN_CHANGES_KEPT:  # nobody reads them (no heartbeat): forget the oldest
                 self._own_changes = set(sorted(self._own_changes)[-_OWN_CHANGES_KEPT // 2 :])
 
+    def only_own_changes(self, after: int, upto: int) -> bool:
+        """Whether every change-counter value in ``(after, upto]`` is one this store committed; if so,
+        they are forgotten here (the change pick-up reads nothing for them: each call that made one
+        queued and announced its change itself)."""
+        values = range(after + 1, upto + 1)
+        with self._own_lock:
+            if len(values) > len(self._own_changes) or not all(seq in self._own_changes for seq in values):
+                return False
+            self._own_changes.difference_update(values)
+        return True
+
     def _take_own_changes(self, upto: int) -> set[int]:
         """The change-counter values up to `upto` that this store committed, forgotten here."""
         with self._own_lock:
