@@ -180,8 +180,9 @@ class Transactions:
         # No fork while this process is inside SQLite (persched._store.fork_gate).
         self._fork_share = FORK_GATE.share if self.dialect.in_process else contextlib.nullcontext
         self._low_space = False  # after SQLITE_FULL: checkpoint after every write (see _reclaim_wal)
-        # Change-counter values this store committed, so that the heartbeat's
-        # log names only the changes made elsewhere (see changes_made_elsewhere).
+        # Change-counter values this store committed, so that the heartbeat's pick-up reads
+        # nothing for them (only_own_changes) and its log names only the changes made elsewhere
+        # (see changes_made_elsewhere).
         self._own_changes: set[int] = set()
         self._own_lock = threading.Lock()
         # Told of retries, errors and missed slots (`_observe`); the default does nothing.
