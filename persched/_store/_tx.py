@@ -326,12 +326,12 @@ class Transactions:
                 self._own_changes = set(sorted(self._own_changes)[-_OWN_CHANGES_KEPT // 2 :])
 
     def only_own_changes(self, after: int, upto: int) -> bool:
-        """Whether every change-counter value in ``(after, upto]`` is one this store committed; if so,
+        """Whether ``(after, upto]`` holds change-counter values and each is one this store committed; if so,
         they are forgotten here (the change pick-up reads nothing for them: each call that made one
         queued and announced its change itself)."""
         values = range(after + 1, upto + 1)
         with self._own_lock:
-            if len(values) > len(self._own_changes) or not all(seq in self._own_changes for seq in values):
+            if not values or len(values) > len(self._own_changes) or any(s not in self._own_changes for s in values):
                 return False
             self._own_changes.difference_update(values)
         return True
