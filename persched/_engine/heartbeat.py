@@ -63,7 +63,6 @@ class Heartbeat:
     """The heartbeat thread and its tasks (module docstring).
 
     Args:
-        clock: The scheduler's clock.
         pickup: The change pick-up (runs first).
         membership: The membership round.
         leases: Lease renewal and recovery.
