@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 from ..errors import InvalidJobError
@@ -41,6 +40,7 @@ from .terms import DEFAULT_NAMESPACE, Executor, JobState, Misfire, OnOverrun, Ou
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+    from datetime import datetime
     from typing import TypeAlias
 
     from .public_models import Job, Run
@@ -194,7 +194,6 @@ class Option:
     attr: str | None
     unit: Unit
     default: object  # schedule()'s default (public units), also the Job field's
-    type: object  # the Job field's type
     check: Check
     shown: tuple[str, str] | None = None  # `persched show`: (label, words; {} is the value) when not the default
     read_by_claims: bool = True  # False: claims and completions never read it (`_store` leaves it out)
@@ -402,7 +401,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="interval",
         unit="seconds",
         default=None,
-        type=float | None,
         check=_check_interval,
     ),
     Option(
@@ -410,7 +408,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="cron",
         unit="plain",
         default=None,
-        type=str | None,
         check=_check_cron,
     ),
     Option(
@@ -418,7 +415,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="timezone",
         unit="plain",
         default="UTC",
-        type=str,
         check=_check_timezone,
     ),
     Option(
@@ -426,7 +422,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="recurrence",
         unit="plain",
         default="fixed_rate",
-        type=str,
         check=_check_choice,
         shown=("recurrence", "{} (one interval after the previous run ends; no grid)"),
     ),
@@ -435,7 +430,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="misfire",
         unit="plain",
         default="coalesce",
-        type=str,
         check=_check_choice,
     ),
     Option(
@@ -443,7 +437,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="max_catch_up",
         unit="plain",
         default=None,
-        type=int | None,
         check=_check_max_catch_up,
     ),
     Option(
@@ -451,7 +444,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="grace",
         unit="seconds",
         default=1.0,
-        type=float,
         check=_duration(allow_zero=True),
         shown=("grace", "{} (a slot not started by then is missed)"),
     ),
@@ -460,7 +452,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="overlap",
         unit="plain",
         default="forbid",
-        type=str,
         check=_check_choice,
         shown=("overlap", "{} (slots passing while a run is in flight are dropped as missed)"),
     ),
@@ -469,7 +460,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="jitter",
         unit="seconds",
         default=0.0,
-        type=float,
         check=_duration(allow_zero=True),
         shown=("jitter", "each run starts up to {} after its slot"),
     ),
@@ -478,7 +468,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="start_at",
         unit="instant",
         default=None,
-        type=datetime | None,
         check=_check_instant,
         read_by_claims=False,  # it placed the grid's anchor once; only a correction reads it again
     ),
@@ -487,7 +476,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="end_at",
         unit="instant",
         default=None,
-        type=datetime | None,
         check=_check_end_at,
     ),
     Option(
@@ -495,7 +483,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="max_runtime",
         unit="seconds",
         default=None,
-        type=float | None,
         check=_duration(allow_zero=False, optional=True),
         shown=("max runtime", "{} (a longer run is reported as overran)"),
     ),
@@ -504,7 +491,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="on_overrun",
         unit="plain",
         default="warn",
-        type=str,
         check=_check_choice,
         shown=("on overrun", "{} (a run past its max runtime is asked to stop)"),
     ),
@@ -513,7 +499,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="executor",
         unit="plain",
         default="thread",
-        type=str,
         check=_check_choice,
         shown=("executor", "{} (each run in a child process)"),
     ),
@@ -522,7 +507,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="stop_grace",
         unit="seconds",
         default=5.0,
-        type=float,
         check=_duration(allow_zero=False),
         shown=("stop grace", "a stopped child process is killed {} after SIGTERM"),
     ),
@@ -531,7 +515,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="exclude",
         unit="dates",
         default=None,
-        type=tuple[str, ...] | None,
         check=_check_exclude,
     ),
     Option(
@@ -539,7 +522,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="pause_after_failures",
         unit="plain",
         default=None,
-        type=int | None,
         check=_check_pause_after_failures,
     ),
     Option(
@@ -547,7 +529,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="retries",
         unit="plain",
         default=0,
-        type=int,
         check=_check_retries,
     ),
     Option(
@@ -555,7 +536,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="retry_delay",
         unit="seconds",
         default=10.0,
-        type=float,
         check=_duration(allow_zero=False),
     ),
     Option(
@@ -563,7 +543,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="retry_backoff",
         unit="plain",
         default=2.0,
-        type=float,
         check=_check_backoff,
     ),
     Option(
@@ -571,7 +550,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="retry_max_delay",
         unit="seconds",
         default=None,
-        type=float | None,
         check=_duration(allow_zero=False, optional=True),
     ),
     Option(
@@ -579,7 +557,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="retry_lost",
         unit="plain",
         default=False,
-        type=bool,
         check=_check_flag,
     ),
     Option(
@@ -587,7 +564,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr=None,  # kept as a window of one instant: start_at = end_at = run_at (OneShotTrigger)
         unit="instant",
         default=None,
-        type=datetime | None,
         check=_check_instant,
     ),
 )
