@@ -209,6 +209,8 @@ def count_claims(path: Path) -> None:
 
     dialects.DriverCursor._run = timed_run  # type: ignore[method-assign]
 
+    _count_dispatch(counts, seconds)
+
     def write() -> None:
         times = {f"{name}_s": round(total, 3) for name, total in seconds.items()}
         by_statement = {name: [round(total, 3), statement_calls[name]] for name, total in statements.most_common()}
@@ -217,6 +219,26 @@ def count_claims(path: Path) -> None:
     atexit.register(write)
     if os.environ.get("PERSCHED_BENCH_SAMPLE"):
         _sample(path.with_suffix(".samples"))
+
+
+def _count_dispatch(counts: Counter[str], seconds: Counter[str]) -> None:
+    """``--counts``: the dispatcher's cycles by the entries they claimed, and its waits: the wall
+    seconds it waited with no worker free while entries were due (its claims not overlapped with
+    the runs), and with workers free."""
+    from persched._engine.dispatcher import Cycle, Dispatcher
+
+    original = Dispatcher._next_step
+
+    def next_step(self: Dispatcher) -> object:
+        t = time.perf_counter()
+        starved = self.handover.free == 0 and self.window.head_due(self._timebase.now())
+        step = original(self)
+        seconds["wait_no_worker" if starved else "wait_other"] += time.perf_counter() - t
+        if isinstance(step, Cycle) and step.due:
+            counts[f"batch_{len(step.due)}"] += 1
+        return step
+
+    Dispatcher._next_step = next_step  # type: ignore[method-assign]
 
 
 def _sample(path: Path, every: float = 0.005) -> None:
