@@ -110,22 +110,6 @@ figures: docs/explanation/performance.md, "The dispatch path"). Only a
 backlog waits, so a scheduler that keeps up never does; the runs that wait
 are late already, by more than this.
 
-Overlapping claims with runs on a server
-----------------------------------------
-On SQLite a commit is this process's flush of the file, which a larger
-batch amortises. On PostgreSQL and MariaDB a cycle is a few round trips, and
-what must not happen is a dispatcher that waits for them with its runs
-idle, or for its runs with its connection idle: one that is behind and
-claims as many runs as it has workers has none left, so it waits for that
-batch's runs to report back before it claims again, and the claim's round
-trips and the runs take turns instead of overlapping. At the edge of a
-dispatcher's capacity that loses the race for good: the longer cycles let
-more come due, which keeps every claim at every worker. So with
-``overlap`` (the server engines), a claim takes at most half of the
-workers (`claim_batch`), and while behind, the next cycle gathers only that
-many: one half's runs run while the claim of the other half's is in
-flight.
-
 Idle
 ----
 `wait_idle()` (the testing kit behind `JobScheduler.wait_idle`) waits under
@@ -203,9 +187,6 @@ class Dispatcher:
         search_every: How often to search for rows no claim took (module docstring), when
             workers are free and nothing in the heap is due; only rows this late are taken.
         gather: Real seconds a cycle behind a backlog waits for busy workers (module docstring).
-        overlap: Claim at most half of the workers at once, so that a claim is in flight
-            while the last one's runs run (module docstring, "Overlapping claims"): a server's
-            round trips, not a file's flush.
     """
 
     def __init__(
@@ -220,7 +201,6 @@ class Dispatcher:
         max_batch: int = 256,
         search_every: Micros = SEARCH_EVERY,
         gather: float = GATHER,
-        overlap: bool = False,
     ) -> None:
         self._timebase = timebase
         self._runs = runs
@@ -229,7 +209,6 @@ class Dispatcher:
         self.handover = Handover(self._cond, timebase, runs, workers, allowed_modules, self._queue)
         self.pool = self.handover.pool
         self._max_batch = max_batch
-        self.claim_batch = claim_batch(workers, overlap)  # the most runs one claim takes
         self._search_every = search_every
         self._gather = gather
         self._refill: RefillCallback | None = None
@@ -397,7 +376,7 @@ class Dispatcher:
                 continue
             due: list[ClaimEntry] = []
             if self._claiming and len(window) and workers.free:
-                limit = min(workers.free, self._max_batch, self.claim_batch)
+                limit = min(workers.free, self._max_batch)
                 asleep = self._asleep_since
                 due = [(job, gen, at, taken_at(at, now, asleep)) for at, job, gen in window.pop_due(now, limit)]
                 workers.reserve(len(due))  # before the claim
@@ -437,8 +416,8 @@ class Dispatcher:
 
     def _gather_left(self) -> float:
         """Under ``_cond``: real seconds left to wait for busy workers before the next claim,
-        0 to claim now (module docstring): until a whole claim's batch of workers is free."""
-        if not (self._backlog and self._claiming and 0 < self.handover.free < self.claim_batch):
+        0 to claim now (module docstring)."""
+        if not (self._backlog and self._claiming and 0 < self.handover.free < self.handover.size):
             return 0.0
         if not self.window.head_due(self._timebase.now()):
             return 0.0
@@ -502,12 +481,6 @@ class Dispatcher:
         with self._cond:
             self.window.refilled(entries, cursor)
             self._cond.notify_all()
-
-
-def claim_batch(workers: int, overlap: bool) -> int:
-    """The most entries one claim takes: every worker, or half of them with `overlap` (module
-    docstring, "Overlapping claims")."""
-    return max(1, workers // 2) if overlap else workers
 
 
 def taken_at(due_at: Instant, now: Instant, asleep_since: Instant | None) -> Instant:

@@ -274,9 +274,6 @@ class JobScheduler(JobOperations):
             self._membership.owns,
             self._store.jitter_reach,
             config.allowed_modules,
-            # A server's cycle is round trips, overlapped with the runs; SQLite's commit is a flush that
-            # a whole batch amortises (persched._engine.dispatcher, "Overlapping claims").
-            overlap=not self._store.dialect.in_process,
         )
         self._heartbeat = self._make_heartbeat(config)
         self._lifecycle = Lifecycle(

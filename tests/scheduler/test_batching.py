@@ -1,5 +1,4 @@
-"""The dispatcher gathers a batch while behind (persched._engine.dispatcher "Gathering a batch"), and on a
-server overlaps its claims with its runs ("Overlapping claims with runs on a server").
+"""The dispatcher gathers a batch while behind (persched._engine.dispatcher "Gathering a batch").
 
 The dispatcher is driven directly: a stand-in run book records what each cycle
 was given and hands every claimed entry to a "worker" that the test plays,
@@ -26,7 +25,6 @@ if TYPE_CHECKING:
 
     from persched._engine.runs import RunBook
     from persched._store.records import ClaimEntry, Completion
-    from tests.conftest import SchedulerFactory
 
 WORKERS = 4
 START = 1_700_000_123.456789
@@ -84,19 +82,11 @@ def started(cycles: Cycles) -> Iterator[list[Dispatcher]]:
         dispatcher.shutdown(lambda: TIMEOUT)
 
 
-def _dispatcher(
-    started: list[Dispatcher], cycles: Cycles, jobs: int, gather: float, *, overlap: bool = False
-) -> Dispatcher:
+def _dispatcher(started: list[Dispatcher], cycles: Cycles, jobs: int, gather: float) -> Dispatcher:
     timebase = Timebase(FakeClock(START))
     due = timebase.now()
     dispatcher = Dispatcher(
-        timebase,
-        cast("RunBook", cycles),
-        WORKERS,
-        lambda job_id: True,
-        lambda: Micros(0),
-        gather=gather,
-        overlap=overlap,
+        timebase, cast("RunBook", cycles), WORKERS, lambda job_id: True, lambda: Micros(0), gather=gather
     )
     dispatcher.start([(due, f"j{n:02}", 1) for n in range(jobs)])
     started.append(dispatcher)
@@ -156,35 +146,3 @@ def test_without_a_backlog_a_completion_is_written_at_once(started: list[Dispatc
     wait_until(lambda: len(cycles.claimed()) == 1, message="the first claim")
     dispatcher.handover.complete(done(0))  # two workers stay busy: nothing is behind, nothing waits
     wait_until(lambda: cycles.written() == ["done-0"], message="the completion written without gathering")
-
-
-@pytest.mark.parametrize(
-    "overlap",
-    [True, pytest.param(False, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="claims all"))],
-    ids=["overlaps", "broken-claims-every-worker"],
-)
-def test_behind_on_a_server_the_next_claim_goes_while_the_last_runs_run(
-    started: list[Dispatcher], cycles: Cycles, overlap: bool
-) -> None:
-    _dispatcher(started, cycles, 3 * WORKERS, gather=TIMEOUT * 6, overlap=overlap)
-    # No run reports back: the second claim takes the other half of the workers meanwhile.
-    wait_until(lambda: len(cycles.claimed()) == 2, message="two claims while the first runs run")
-    assert cycles.claimed() == [["j00", "j01"], ["j02", "j03"]]
-
-
-def test_behind_on_a_server_a_claim_gathers_half_of_the_workers(started: list[Dispatcher], cycles: Cycles) -> None:
-    dispatcher = _dispatcher(started, cycles, 3 * WORKERS, gather=TIMEOUT * 6, overlap=True)
-    wait_until(lambda: len(cycles.claimed()) == 2, message="two claims of half of the workers each")
-    dispatcher.handover.complete(done(0))  # one worker free: the next claim waits for a second
-    dispatcher.handover.complete(done(1))
-    wait_until(lambda: len(cycles.claimed()) == 3, message="the claim for the two free workers")
-    assert cycles.seen[-1] == (["done-0", "done-1"], ["j04", "j05"])
-
-
-@pytest.mark.every_engine
-def test_the_server_engines_claim_half_of_the_workers_at_once(
-    make_scheduler: SchedulerFactory, engine_name: str
-) -> None:
-    sched = make_scheduler(workers=WORKERS)
-    # SQLite's commit is a flush that a whole batch amortises; a server's cycle is round trips.
-    assert sched._dispatcher.claim_batch == (WORKERS if engine_name == "sqlite" else WORKERS // 2)
