@@ -417,7 +417,8 @@ def measure(
         start = (max(time.time(), min(first.values())) if slow else max(first.values())) + warmup
         end = start + window
         time.sleep(max(0.0, start - time.time()))
-        cpu_before = sum(map(_cpu_seconds, (p.pid for p in children[kill_at is not None :]))), _server_cpu_seconds()
+        survivors = children[kill_at is not None :]  # the killed one stays readable (unreaped): not counted
+        cpu_before = sum(map(_cpu_seconds, (p.pid for p in survivors))), _server_cpu_seconds()
         db_before = _db_counters(url)
         killed = None
         if kill_at is not None:
@@ -425,7 +426,7 @@ def measure(
             children[0].kill()
             killed = time.time()
         time.sleep(max(0.0, end - time.time()))
-        cpu_after = sum(map(_cpu_seconds, (p.pid for p in children))), _server_cpu_seconds()
+        cpu_after = sum(map(_cpu_seconds, (p.pid for p in survivors))), _server_cpu_seconds()
         db_after = _db_counters(url)
         time.sleep(max(0.0, end + settle - time.time()))
     finally:
