@@ -27,9 +27,22 @@ From ``persched_runs`` afterwards:
 - ``ran``: runs whose ``scheduled_for`` lies in the window (a slot coalesced
   into a later run has no run of its own, so it counts as not run);
 - ``runs_per_s`` = ran / window, ``fraction_of_offered`` = ran / offered;
+- ``started_per_s``: runs that started in the window, whatever their slot: what an instance
+  that is behind runs (its slots of before the window included), where ``runs_per_s`` counts
+  only the window's slots;
 - ``lateness_ms`` p50/p99/max: ``started_at - scheduled_for`` of those runs
   (``started_at`` is the claim's commit: a run starts when its claim commits);
+- ``ready_after_first_slot_s``, ``first_run_after_first_slot_s``: from the load's first slot
+  to the moment every process had started, and to the first run (a slow load is declared
+  before the processes start: positive, and the first slots wait for the processes);
 - ``twice``: slots run more than once, over the whole history (must be 0);
+- with ``--kill-at S``: instance ``i0`` gets SIGKILL `S` seconds into the window (its id
+  cannot be proven dead, so the others wait a lease, 30 s, before its jobs get new owners), and
+  ``killed`` describes the slots of its jobs (those it ran before the kill) due after the kill:
+  ``offered``, ``fraction_of_offered``, ``lateness_ms`` p50/p99/max, ``late_over_1s_until_s``
+  (how long after the kill the last of them more than a second late was due) and
+  ``first_run_elsewhere_s`` p50/max (from the kill to each job's first run by another instance);
+  the CPU figures then leave out the killed process;
 - ``by_instance``: runs per process in the window;
 - ``cpu_ms_per_run``: CPU seconds spent during the window by the instances
   and, for a server on this machine, by its processes (``postgres``,
@@ -87,7 +100,10 @@ START_TIMEOUT: Final = 60.0  # seconds for a process to start its scheduler
 STOP_TIMEOUT: Final = 30.0  # seconds for a graceful shutdown
 LEAD: Final = 2.0  # seconds from the last schedule() to the first slots
 BEFORE_SHUTDOWN: list[Callable[[], None]] = []  # a child's, run on SIGTERM
-SLOW_LEAD: Final = 15.0  # a slow load's first slots: after the processes started
+# A slow load's first slots: after the processes started. Declaring 100,000 jobs, reading them
+# back, ANALYZE and starting the processes took 40 s on a 2-core machine: with a lead of 15 s the
+# processes started 25 s behind slots they never saw come due, a backlog of the harness's making.
+SLOW_LEAD: Final = 60.0
 
 
 def intervals(jobs: int, kind: str) -> dict[str, float]:
@@ -209,6 +225,8 @@ def count_claims(path: Path) -> None:
 
     dialects.DriverCursor._run = timed_run  # type: ignore[method-assign]
 
+    _count_dispatch(counts, seconds)
+
     def write() -> None:
         times = {f"{name}_s": round(total, 3) for name, total in seconds.items()}
         by_statement = {name: [round(total, 3), statement_calls[name]] for name, total in statements.most_common()}
@@ -217,6 +235,26 @@ def count_claims(path: Path) -> None:
     atexit.register(write)
     if os.environ.get("PERSCHED_BENCH_SAMPLE"):
         _sample(path.with_suffix(".samples"))
+
+
+def _count_dispatch(counts: Counter[str], seconds: Counter[str]) -> None:
+    """``--counts``: the dispatcher's cycles by the entries they claimed, and its waits: the wall
+    seconds it waited with no worker free while entries were due (its claims not overlapped with
+    the runs), and with workers free."""
+    from persched._engine.dispatcher import Cycle, Dispatcher
+
+    original = Dispatcher._next_step
+
+    def next_step(self: Dispatcher) -> object:
+        t = time.perf_counter()
+        starved = self.handover.free == 0 and self.window.head_due(self._timebase.now())
+        step = original(self)
+        seconds["wait_no_worker" if starved else "wait_other"] += time.perf_counter() - t
+        if isinstance(step, Cycle) and step.due:
+            counts[f"batch_{len(step.due)}"] += 1
+        return step
+
+    Dispatcher._next_step = next_step  # type: ignore[method-assign]
 
 
 def _sample(path: Path, every: float = 0.005) -> None:
@@ -335,6 +373,7 @@ def measure(
     counts: bool = False,
     slow: bool = False,
     analyze: bool = False,
+    kill_at: float | None = None,
 ) -> dict[str, Any]:
     """Run `instances` processes on a fresh database; the numbers of the module docstring."""
     from sqlalchemy import select
@@ -370,17 +409,24 @@ def measure(
                 if time.monotonic() > deadline or children[i].poll() is not None:
                     raise SystemExit(f"instance {i} did not start")
                 time.sleep(0.05)
+        ready = time.time()
         if not slow:
             sched = JobScheduler(url)
             first = _schedule(sched, load, slow)
             sched.shutdown()
-        start = (time.time() if slow else max(first.values())) + warmup
+        start = (max(time.time(), min(first.values())) if slow else max(first.values())) + warmup
         end = start + window
         time.sleep(max(0.0, start - time.time()))
-        cpu_before = sum(map(_cpu_seconds, (p.pid for p in children))), _server_cpu_seconds()
+        survivors = children[kill_at is not None :]  # the killed one stays readable (unreaped): not counted
+        cpu_before = sum(map(_cpu_seconds, (p.pid for p in survivors))), _server_cpu_seconds()
         db_before = _db_counters(url)
+        killed = None
+        if kill_at is not None:
+            time.sleep(max(0.0, start + kill_at - time.time()))
+            children[0].kill()
+            killed = time.time()
         time.sleep(max(0.0, end - time.time()))
-        cpu_after = sum(map(_cpu_seconds, (p.pid for p in children))), _server_cpu_seconds()
+        cpu_after = sum(map(_cpu_seconds, (p.pid for p in survivors))), _server_cpu_seconds()
         db_after = _db_counters(url)
         time.sleep(max(0.0, end + settle - time.time()))
     finally:
@@ -394,7 +440,11 @@ def measure(
         q = select(runs.c.job_id, runs.c.scheduled_for, runs.c.started_at, runs.c.instance_id, runs.c.run_now)
         rows = conn.execute(q.order_by(runs.c.run_id)).all()
     engine.dispose()
-    counted = {f"i{i}": json.loads((marks / f"i{i}.counts").read_text()) for i in range(instances) if counts}
+    counted = {
+        f"i{i}": json.loads((marks / f"i{i}.counts").read_text())
+        for i in range(instances)
+        if counts and (marks / f"i{i}.counts").exists()  # a killed instance wrote none
+    }
     parsed = [(r[0], r[1].timestamp(), r[2].timestamp(), r[3]) for r in rows if not r[4]]
     every = Counter((job_id, slot) for job_id, slot, _, _ in parsed)
     in_window = [r for r in parsed if start <= r[1] < end]
@@ -414,6 +464,10 @@ def measure(
         "ran": len(slots),
         "runs_per_s": round(len(slots) / window, 1),
         "fraction_of_offered": round(len(slots) / offered, 4),
+        "started_per_s": round(sum(1 for r in parsed if start <= r[2] < end) / window, 1),
+        # From the first slot of the load: when every process had started, and the first run.
+        "ready_after_first_slot_s": round(ready - min(first.values()), 1),
+        "first_run_after_first_slot_s": round(min(r[2] for r in parsed) - min(first.values()), 1) if parsed else None,
         "lateness_ms": {
             "p50": c.percentile(late, 50),
             "p99": c.percentile(late, 99),
@@ -426,6 +480,39 @@ def measure(
         "server_cpu_ms_per_run": round(server_cpu * 1000 / ran, 4),
         "db_per_run": {name: round((db_after[name] - db_before[name]) / ran, 3) for name in db_before},
         **({"claims_by_instance": counted} if counts else {}),
+        **({"killed": _killed(parsed, first, load, killed, end)} if killed is not None else {}),
+    }
+
+
+def _killed(
+    parsed: list[tuple[str, float, float, str]],
+    first: dict[str, float],
+    load: dict[str, float],
+    killed: float,
+    end: float,
+) -> dict[str, Any]:
+    """``--kill-at``: what became of the slots of the killed instance's jobs due after the kill."""
+    theirs = {job_id for job_id, slot, started, instance in parsed if instance == "i0" and started < killed}
+    after = [r for r in parsed if r[0] in theirs and killed <= r[1] < end]
+    late = sorted((started - slot) * 1000 for _, slot, started, _ in after)
+    offered = sum(_slots_in(first[job_id], load[job_id], killed, end) for job_id in theirs)
+    elsewhere: dict[str, float] = {}
+    for job_id, _, started, instance in parsed:
+        if job_id in theirs and instance != "i0" and started >= killed:
+            elsewhere[job_id] = min(elsewhere.get(job_id, math.inf), started - killed)
+    moved = sorted(elsewhere.values())
+    over = [slot - killed for _, slot, started, _ in after if started - slot > 1.0]
+    return {
+        "jobs": len(theirs),
+        "offered": offered,
+        "fraction_of_offered": round(len({(r[0], r[1]) for r in after}) / max(1, offered), 4),
+        "lateness_ms": {
+            "p50": c.percentile(late, 50),
+            "p99": c.percentile(late, 99),
+            "max": late[-1] if late else None,
+        },
+        "late_over_1s_until_s": round(max(over), 1) if over else 0.0,
+        "first_run_elsewhere_s": {"p50": c.percentile(moved, 50), "max": moved[-1] if moved else None},
     }
 
 
@@ -486,6 +573,7 @@ def main() -> None:
         help="count claims tried / won and the seconds spent in the store's claim and finish calls, per instance",
     )
     p.add_argument("--analyze", action="store_true", help="ANALYZE the jobs table once the load is stored")
+    p.add_argument("--kill-at", type=float, default=None, help="SIGKILL instance i0 this many seconds into the window")
     args = p.parse_args()
     if args.child:
         child(*args.child, workers=args.workers, counts=args.counts or None)
@@ -509,6 +597,7 @@ def main() -> None:
                 # A slow load is a large table just filled: its planner statistics first, as autovacuum
                 # would give them a minute later (a test server may run without autovacuum).
                 analyze=args.analyze or args.intervals == "slow",
+                kill_at=args.kill_at,
             )
             records[n].append(record)
             c.emit(record)

@@ -168,110 +168,66 @@ class SchedulerMetrics(Observer):
         self.per_job: Final = per_job
         self._cache_ns = micros(cache) * 1_000  # monotonic_ns() compares with it
         job = ("job",) if per_job else ()
-        # Made unregistered, then registered together (`_register`): a clash leaves the registry as it was.
-        ns = namespace
-        self.runs_started = Counter(
-            "runs_started", "Runs whose claim committed (they started).", job, namespace=ns, registry=None
-        )
-        self.runs = Counter(
+        made: list[Collector] = []  # unregistered, then registered together: a clash leaves the registry as it was
+
+        def counter(name: str, doc: str, labels: Sequence[str] = job) -> Counter:
+            made.append(metric := Counter(name, doc, labels, namespace=namespace, registry=None))
+            return metric
+
+        def histogram(name: str, doc: str, labels: Sequence[str], buckets: Sequence[float]) -> Histogram:
+            made.append(metric := Histogram(name, doc, labels, buckets=buckets, namespace=namespace, registry=None))
+            return metric
+
+        self.runs_started = counter("runs_started", "Runs whose claim committed (they started).")
+        self.runs = counter(
             "runs",
             "Runs that ended, by outcome: ok, error, stopped, lost (recorded by this instance).",
             ("outcome", *job),
-            namespace=ns,
-            registry=None,
         )
-        self.lateness = Histogram(
+        self.lateness = histogram(
             "run_lateness_seconds",
             "Seconds from a run's slot (scheduled_for) to its start (started_at).",
             job,
-            buckets=lateness,
-            namespace=ns,
-            registry=None,
+            lateness,
         )
-        self.duration = Histogram(
+        self.duration = histogram(
             "run_duration_seconds",
             "Seconds from a run's start to its end, by outcome (ok, error, stopped).",
             ("outcome", *job),
-            buckets=durations,
-            namespace=ns,
-            registry=None,
+            durations,
         )
-        self.runs_stopped = Counter(
-            "runs_stopped",
-            "Runs that ended when asked to stop (max runtime, cancel, shutdown); also in runs_total.",
-            job,
-            namespace=ns,
-            registry=None,
+        self.runs_stopped = counter(
+            "runs_stopped", "Runs that ended when asked to stop (max runtime, cancel, shutdown); also in runs_total."
         )
-        self.run_retries = Counter(
-            "run_retries",
-            "Attempts past the first of a slot (retries) that started; also in runs_started_total.",
-            job,
-            namespace=ns,
-            registry=None,
+        self.run_retries = counter(
+            "run_retries", "Attempts past the first of a slot (retries) that started; also in runs_started_total."
         )
-        self.missed_slots = Counter(
-            "missed_slots",
-            "Slots recorded as missed (not run); ranges too long to count add 0.",
-            job,
-            namespace=ns,
-            registry=None,
+        self.missed_slots = counter(
+            "missed_slots", "Slots recorded as missed (not run); ranges too long to count add 0."
         )
-        self.missed_records = Counter(
-            "missed_records",
-            'History records of outcome "missed" (each stands for a range of slots).',
-            job,
-            namespace=ns,
-            registry=None,
+        self.missed_records = counter(
+            "missed_records", 'History records of outcome "missed" (each stands for a range of slots).'
         )
-        self.claim_conflicts = Counter(
+        self.claim_conflicts = counter(
             "claim_conflicts",
             "Claims that lost: another instance, or an older queue entry of this one, moved the job first.",
-            job,
-            namespace=ns,
-            registry=None,
         )
-        self.store_retries = Counter(
-            "store_retries",
-            "Store transactions retried after a transient failure, by operation.",
-            ("operation",),
-            namespace=ns,
-            registry=None,
+        self.store_retries = counter(
+            "store_retries", "Store transactions retried after a transient failure, by operation.", ("operation",)
         )
-        self.store_errors = Counter(
-            "store_errors",
-            "Store transactions that failed for good (StoreError), by operation.",
-            ("operation",),
-            namespace=ns,
-            registry=None,
+        self.store_errors = counter(
+            "store_errors", "Store transactions that failed for good (StoreError), by operation.", ("operation",)
         )
-        self.lease_recoveries = Counter(
-            "lease_recoveries",
-            "Runs whose lease expired, recovered (recorded lost) by this instance.",
-            namespace=ns,
-            registry=None,
+        self.lease_recoveries = counter(
+            "lease_recoveries", "Runs whose lease expired, recovered (recorded lost) by this instance.", ()
         )
         self._lock = threading.Lock()
         self._scheduler: JobScheduler | None = None
         self._internals: Internals | None = None  # the attached scheduler's, for what is read at scrape time
         self._caches: dict[str, tuple[int, object]] = {}  # what was read at scrape time: (monotonic ns, value)
         self._live = _LiveCollector(namespace, self)
-        self._register(
-            self.runs_started,
-            self.runs,
-            self.lateness,
-            self.duration,
-            self.runs_stopped,
-            self.run_retries,
-            self.missed_slots,
-            self.missed_records,
-            self.claim_conflicts,
-            self.store_retries,
-            self.store_errors,
-            self.lease_recoveries,
-            # Last: a registry that describes collectors (the default one) collects at once.
-            self._live,
-        )
+        # Last: a registry that describes collectors (the default one) collects at once.
+        self._register(*made, self._live)
 
     def _register(self, *collectors: Collector) -> None:
         """Register every collector on the registry, or none: a name it holds already undoes the others."""

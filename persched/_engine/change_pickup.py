@@ -61,8 +61,6 @@ class ChangePickup(PeriodicTask):
     """Reads the change counter and queues what changed elsewhere (module docstring).
 
     Args:
-        store: The store.
-        timebase: The scheduler's time frame.
         queue: Called with each job that another instance (or the CLI) scheduled or replaced.
         membership: Asked whether a member came or went when the counter moved.
         repartition: Called with `Membership.shared` when the view changed.

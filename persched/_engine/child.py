@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from .._model.targets import resolve
 from .._store.records import Claim
 from ..errors import RunStopped
-from .context import ActiveRun, active_run
+from .context import ACTIVE_RUN, ActiveRun
 from .tracebacks import describe
 from .workers import awaited, unwrapped
 
@@ -68,7 +68,7 @@ def _run(conn: Connection, run: dict[str, Any]) -> dict[str, str | None]:
         attempt=run["attempt"],
     )
     active = ActiveRun(claim, run["namespace"])
-    active_run().set(active)
+    ACTIVE_RUN.set(active)
     running = [True]  # the job is still in its call: only then does a stop raise into it
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from .._store.records import Claim
 
-__all__ = ["STOP_REASONS", "ActiveRun", "RunContext", "StopSignal", "active_run", "current_run", "stop_text"]
+__all__ = ["ACTIVE_RUN", "STOP_REASONS", "ActiveRun", "RunContext", "StopSignal", "current_run", "stop_text"]
 
 # Why a run is asked to stop -> the words its record keeps (docs/reference/behaviour.md, "Stopping a run").
 STOP_REASONS: Final = {
@@ -143,12 +143,8 @@ class RunContext(Run):
             raise RunStopped(reason or "requested")
 
 
-_active: contextvars.ContextVar[ActiveRun | None] = contextvars.ContextVar("persched_current_run", default=None)
-
-
-def active_run() -> contextvars.ContextVar[ActiveRun | None]:
-    """The context variable that holds the run executing in this context (the worker sets it)."""
-    return _active
+#: The run executing in this context: the worker sets it, `current_run` reads it.
+ACTIVE_RUN: contextvars.ContextVar[ActiveRun | None] = contextvars.ContextVar("persched_current_run", default=None)
 
 
 def current_run() -> RunContext | None:
@@ -158,5 +154,5 @@ def current_run() -> RunContext | None:
     and watch ``stopping`` (or call ``raise_if_stopping()``) to end early when
     asked (docs/reference/behaviour.md, "Stopping a run").
     """
-    active = _active.get()
+    active = ACTIVE_RUN.get()
     return None if active is None else active.context()

@@ -59,7 +59,12 @@ instance queues its next slots too (`persched._engine.runs.RunBook`), racing its
 until a claim of it loses to another claim (its owner is back, or another
 instance adopted it); so the job of an owner that died or was cut off runs
 late once, at the search, and on time after that, while the others have not
-yet dropped the owner from their views (a lease). The search's bound is not
+yet dropped the owner from their views (a lease). A search that took as
+many rows as it had workers for may have left more behind (the share of an
+owner that died): the next one is due at once, whenever workers are free and
+nothing of the heap's is due, not `search_every` later, so the instances
+with free workers run the overdue rows as fast as they free workers, not
+a batch every `search_every`. The search's bound is not
 shortened below `search_every`: `next_run_at` is the grid slot, without the
 job's jitter, so a short bound would take a jittered row before it is due. A
 single instance never searches.
@@ -458,6 +463,9 @@ class Dispatcher:
                 what = "a search for overdue runs" if isinstance(step, Search) else "a dispatch cycle"
                 logger.error("%s failed\n%s", what, describe(exc))
             with self._cond:
+                if isinstance(step, Search) and dispatched.handed_over >= step.limit:
+                    # Every worker it had found a row: more may be overdue, search again at once.
+                    self._searched_at = Instant(self._searched_at - self._search_every)
                 self._queue(dispatched)
                 self.handover.give_back(reserved - dispatched.handed_over)
                 self._in_cycle = False

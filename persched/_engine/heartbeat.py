@@ -60,16 +60,7 @@ logger = logging.getLogger(__name__)
 
 
 class Heartbeat:
-    """The heartbeat thread and its tasks (module docstring).
-
-    Args:
-        clock: The scheduler's clock.
-        pickup: The change pick-up (runs first).
-        membership: The membership round.
-        leases: Lease renewal and recovery.
-        pause_ends: The timed pauses' ends.
-        maintenance: The maintenance round (runs last, before the start-up sweep).
-    """
+    """The heartbeat thread and its tasks, in the order the module docstring lists them."""
 
     def __init__(
         self,

@@ -59,9 +59,6 @@ class Leases(PeriodicTask):
     """Renews this instance's leases and recovers expired ones of any instance (module docstring).
 
     Args:
-        store: The store.
-        timebase: The scheduler's time frame.
-        instance_id: This scheduler's instance id.
         lease: How long a lease lasts without renewal.
         period: How often to renew and look for expired leases.
         in_flight: Returns the run ids in flight in this process.

@@ -81,8 +81,6 @@ class Membership:
 
     Args:
         store: The store (its namespace is the one shared).
-        timebase: The scheduler's time frame.
-        instance_id: This instance.
         lease: How long a member's count may stand still before it counts as gone.
         clock_check: Measures this instance's time against the database's clock in each beat's
             transaction, and gives the offset its row shows (`persched._engine.skew`).

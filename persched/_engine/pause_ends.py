@@ -45,7 +45,6 @@ class PauseEnds(PeriodicTask):
 
     Args:
         store: The store (its namespace's pauses).
-        timebase: The scheduler's time frame.
         queue: Called with each resumed job's due instant, id and generation (the dispatcher's offer).
         resumed: Called with each job this instance resumed (the ``job_resumed`` event).
         period: How often to read the earliest end again (``heartbeat_seconds``).

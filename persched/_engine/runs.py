@@ -116,8 +116,6 @@ class RunBook:
     """Claims due runs and hands them over, records their outcomes; counts what is in flight.
 
     Args:
-        store: The store.
-        timebase: The scheduler's time frame.
         instance_id: This scheduler's instance id (the owner of its claims).
         lease: How long a claim is owned without a heartbeat.
         emit: Emits run_started, run_finished, run_failed, run_stopped and run_overran.

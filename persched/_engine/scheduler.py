@@ -423,15 +423,13 @@ class JobScheduler(JobOperations):
     def add_listener(self, callback: Listener, kinds: Iterable[EventKind] | None = None) -> None:
         """Call `callback(event)` for each event of `kinds` (default: every kind).
 
-        Kinds: ``job_scheduled``, ``job_replaced``, ``job_descheduled``,
-        ``run_started``, ``run_finished`` (outcome "ok"), ``run_failed``
-        (outcome "error"), ``run_lost``. Listeners are called in order on one
-        daemon thread, ``persched-events``, never on the dispatcher or a
-        worker: a listener that raises is logged and ignored, one that blocks
-        delays only the listeners and events behind it. Undelivered events
-        beyond 10,000 are dropped with a WARNING. Runs of other instances
-        sharing the database produce no events here, except ``run_lost``
-        when this instance's heartbeat recovers them.
+        The kinds are `persched.Event`'s (its ``kind``). Listeners are called in
+        order on one daemon thread, ``persched-events``, never on the dispatcher
+        or a worker: a listener that raises is logged and ignored, one that
+        blocks delays only the listeners and events behind it. Undelivered
+        events beyond 10,000 are dropped with a WARNING. Runs of other instances
+        sharing the database produce no events here, except ``run_lost`` when
+        this instance's heartbeat recovers them.
 
         Args:
             callback: Takes one `persched._engine.events.Event`.

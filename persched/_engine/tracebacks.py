@@ -80,7 +80,7 @@ def describe(exc: BaseException, *, user_code: bool = False) -> str:
 def _one(exc: BaseException, user_code: bool) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     if user_code:
-        first = next((i for i, frame in enumerate(frames) if not _calls_jobs(frame.filename)), None)
+        first = next((i for i, frame in enumerate(frames) if not frame.filename.startswith(_CALLERS)), None)
         if first is not None:
             frames = traceback.StackSummary.from_list(frames[first:])
     lines = ["Traceback (most recent call last):\n"] if frames else []
@@ -90,10 +90,6 @@ def _one(exc: BaseException, user_code: bool) -> str:
             lines.append(f"    {frame.line.strip()}\n")
     lines.extend(traceback.format_exception_only(exc))
     return "".join(lines)
-
-
-def _calls_jobs(filename: str) -> bool:
-    return filename.startswith(_CALLERS)
 
 
 def log_job_failure(logger: logging.Logger, job_id: str, generation: int, exc: BaseException, text: str) -> None:

@@ -64,7 +64,6 @@ class Window:
     """The heap of due entries and the refills' cursor (module docstring); the caller holds the lock.
 
     Args:
-        timebase: The scheduler's time frame.
         owns: Whether this instance owns a job (`persched._engine.membership`).
         reach: The largest jitter a queued due time may carry (the store's `persched._model.triggers.JitterReach`).
     """

@@ -64,7 +64,7 @@ from .._model.targets import TargetNotFound, resolve
 from .._model.terms import DEFAULT_NAMESPACE
 from .._store.records import Claim
 from ..errors import RunStopped
-from .context import ActiveRun, StopSignal, active_run, stop_text
+from .context import ACTIVE_RUN, ActiveRun, StopSignal, stop_text
 from .processes import ProcessRun, run_in_process
 from .stops import RunStops
 from .tracebacks import describe, log_job_failure
@@ -82,7 +82,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_current = active_run()  # the run executing in a context: what current_run() reads (persched._engine.context)
 
 # (claim, outcome "ok" | "error", error text or None, whether the run still held its worker);
 # called on the worker thread, or on the awaitable runner's.
@@ -115,14 +114,14 @@ class EscapedError(Exception):
 
 def current_run_claim() -> Claim | None:
     """The claim of the run executing on this thread, or None."""
-    active = _current.get()
+    active = ACTIVE_RUN.get()
     return None if active is None else active.claim
 
 
 def set_current_run_claim(claim: Claim) -> None:
     """Make `claim` what `current_run()` returns in this context (an async job's task, as the runner runs it)."""
-    active = _current.get()
-    _current.set(ActiveRun(claim, DEFAULT_NAMESPACE) if active is None else dataclasses.replace(active, claim=claim))
+    active = ACTIVE_RUN.get()
+    ACTIVE_RUN.set(ActiveRun(claim, DEFAULT_NAMESPACE) if active is None else dataclasses.replace(active, claim=claim))
 
 
 async def awaited(awaitable: Any) -> None:  # noqa: ANN401 - whatever an async job returns
@@ -263,14 +262,14 @@ def _execute(
 ) -> tuple[str, str | None] | None:
     """Run `active`'s target; return (outcome, error text), or None once `hand_over` took its awaitable."""
     claim = active.claim
-    token = _current.set(active)
+    token = ACTIVE_RUN.set(active)
     if claim.run_policy.executor == "process":
         try:
             outcome, error = run_in_process(
                 ProcessRun(claim, active.namespace, allowed_modules, claim.run_policy), active.stop
             )
         finally:
-            _current.reset(token)
+            ACTIVE_RUN.reset(token)
         if outcome != "ok":  # as for a thread: an error at ERROR with its text, a stop at WARNING
             level = logging.WARNING if outcome == "stopped" else logging.ERROR
             logger.log(
@@ -327,7 +326,7 @@ def _execute(
         return ended
     finally:
         del fn
-        _current.reset(token)
+        ACTIVE_RUN.reset(token)
     if os.getpid() != pid:
         _end_forked_child(None)
     return "ok", None

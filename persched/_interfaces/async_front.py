@@ -68,7 +68,7 @@ from .._engine.config import (
     DEFAULT_WORKERS,
     check_share_work,
 )
-from .._engine.context import active_run
+from .._engine.context import ACTIVE_RUN
 from .._engine.horizon import DEFAULT_HORIZON_SECONDS
 from .._engine.scheduler import DEFAULT_URL, JobScheduler, internals_of
 from .._engine.tracebacks import describe
@@ -133,7 +133,7 @@ class _LoopRunner:
             coroutine.close()  # never started: no "never awaited" warning, for it nor for the job's
             _close(awaitable)
             raise
-        active = active_run().get()  # the worker's run, whose stop cancels the task (from any thread)
+        active = ACTIVE_RUN.get()  # the worker's run, whose stop cancels the task (from any thread)
         if active is not None:
             active.stop.on_request(functools.partial(_cancel, future))
         with self._cond:

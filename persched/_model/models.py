@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 from ..errors import InvalidJobError
@@ -41,6 +40,7 @@ from .terms import DEFAULT_NAMESPACE, Executor, JobState, Misfire, OnOverrun, Ou
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+    from datetime import datetime
     from typing import TypeAlias
 
     from .public_models import Job, Run
@@ -194,8 +194,6 @@ class Option:
     attr: str | None
     unit: Unit
     default: object  # schedule()'s default (public units), also the Job field's
-    type: object  # the Job field's type
-    doc: str  # what it does: schedule()'s "Args:" entry starts with these words
     check: Check
     shown: tuple[str, str] | None = None  # `persched show`: (label, words; {} is the value) when not the default
     read_by_claims: bool = True  # False: claims and completions never read it (`_store` leaves it out)
@@ -403,8 +401,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="interval",
         unit="seconds",
         default=None,
-        type=float | None,
-        doc="Seconds between slots; > 0, at most 10 years.",
         check=_check_interval,
     ),
     Option(
@@ -412,9 +408,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="cron",
         unit="plain",
         default=None,
-        type=str | None,
-        doc="A 5-field cron expression (or 6 with seconds), or a shortcut (`@hourly`, `@daily`, `@midnight`, "
-        "`@weekly`, `@monthly`, `@yearly`, `@annually`), instead of `interval_seconds`.",
         check=_check_cron,
     ),
     Option(
@@ -422,8 +415,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="timezone",
         unit="plain",
         default="UTC",
-        type=str,
-        doc="The IANA zone `cron` and `exclude` are read in; default UTC.",
         check=_check_timezone,
     ),
     Option(
@@ -431,8 +422,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="recurrence",
         unit="plain",
         default="fixed_rate",
-        type=str,
-        doc='"fixed_rate" (a grid) or "fixed_delay" (one interval after the previous run ended).',
         check=_check_choice,
         shown=("recurrence", "{} (one interval after the previous run ends; no grid)"),
     ),
@@ -441,9 +430,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="misfire",
         unit="plain",
         default="coalesce",
-        type=str,
-        doc='What late slots become: "coalesce" (one run stands for them), "skip" (dropped, recorded as missed) '
-        'or "catch_up" (the `max_catch_up` most recent run, oldest first).',
         check=_check_choice,
     ),
     Option(
@@ -451,8 +437,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="max_catch_up",
         unit="plain",
         default=None,
-        type=int | None,
-        doc='How many missed slots "catch_up" runs.',
         check=_check_max_catch_up,
     ),
     Option(
@@ -460,8 +444,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="grace",
         unit="seconds",
         default=1.0,
-        type=float,
-        doc="How late a run may start and still be on time.",
         check=_duration(allow_zero=True),
         shown=("grace", "{} (a slot not started by then is missed)"),
     ),
@@ -470,9 +452,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="overlap",
         unit="plain",
         default="forbid",
-        type=str,
-        doc='Slots passing during a run: "forbid" (they wait for it and follow `misfire`) or "skip" '
-        "(dropped, recorded as missed).",
         check=_check_choice,
         shown=("overlap", "{} (slots passing while a run is in flight are dropped as missed)"),
     ),
@@ -481,8 +460,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="jitter",
         unit="seconds",
         default=0.0,
-        type=float,
-        doc="Each run starts up to this much after its slot.",
         check=_duration(allow_zero=True),
         shown=("jitter", "each run starts up to {} after its slot"),
     ),
@@ -491,8 +468,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="start_at",
         unit="instant",
         default=None,
-        type=datetime | None,
-        doc="No slot before this (aware datetime); an interval grid is anchored here.",
         check=_check_instant,
         read_by_claims=False,  # it placed the grid's anchor once; only a correction reads it again
     ),
@@ -501,8 +476,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="end_at",
         unit="instant",
         default=None,
-        type=datetime | None,
-        doc="No slot after this; then the job is finished.",
         check=_check_end_at,
     ),
     Option(
@@ -510,8 +483,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="max_runtime",
         unit="seconds",
         default=None,
-        type=float | None,
-        doc="Report a run still going after this long.",
         check=_duration(allow_zero=False, optional=True),
         shown=("max runtime", "{} (a longer run is reported as overran)"),
     ),
@@ -520,9 +491,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="on_overrun",
         unit="plain",
         default="warn",
-        type=str,
-        doc='What a run past `max_runtime_seconds` gets: "warn" (it is reported as overran) or "stop" '
-        "(it is also asked to stop).",
         check=_check_choice,
         shown=("on overrun", "{} (a run past its max runtime is asked to stop)"),
     ),
@@ -531,9 +499,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="executor",
         unit="plain",
         default="thread",
-        type=str,
-        doc='Where the callable runs: "thread" (a worker thread) or "process" (a child process per run, '
-        "which a stop can end).",
         check=_check_choice,
         shown=("executor", "{} (each run in a child process)"),
     ),
@@ -542,8 +507,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="stop_grace",
         unit="seconds",
         default=5.0,
-        type=float,
-        doc='How long a stopped child process (executor="process") has after SIGTERM before it is killed.',
         check=_duration(allow_zero=False),
         shown=("stop grace", "a stopped child process is killed {} after SIGTERM"),
     ),
@@ -552,9 +515,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="exclude",
         unit="dates",
         default=None,
-        type=tuple[str, ...] | None,
-        doc="Dates ('2026-12-25', datetime.date) and inclusive ranges ('2026-12-24/2026-12-26') in `timezone` "
-        "on which the job has no slot; at most 1,000 entries.",
         check=_check_exclude,
     ),
     Option(
@@ -562,9 +522,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="pause_after_failures",
         unit="plain",
         default=None,
-        type=int | None,
-        doc="Pause the job after this many slots in a row ended in failure (outcome error, lost or stopped); "
-        "a success starts the count again.",
         check=_check_pause_after_failures,
     ),
     Option(
@@ -572,9 +529,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="retries",
         unit="plain",
         default=0,
-        type=int,
-        doc=f"Try a run that failed (outcome error) again, up to this many times (0 to {MAX_RETRIES}), within its "
-        "slot: never at or after the job's next slot.",
         check=_check_retries,
     ),
     Option(
@@ -582,8 +536,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="retry_delay",
         unit="seconds",
         default=10.0,
-        type=float,
-        doc="How long after a failed attempt ended the next one is due (the first retry's delay).",
         check=_duration(allow_zero=False),
     ),
     Option(
@@ -591,8 +543,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="retry_backoff",
         unit="plain",
         default=2.0,
-        type=float,
-        doc="Each retry's delay is the previous one's times this (>= 1).",
         check=_check_backoff,
     ),
     Option(
@@ -600,8 +550,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="retry_max_delay",
         unit="seconds",
         default=None,
-        type=float | None,
-        doc="The longest delay before a retry (None: no cap).",
         check=_duration(allow_zero=False, optional=True),
     ),
     Option(
@@ -609,8 +557,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr="retry_lost",
         unit="plain",
         default=False,
-        type=bool,
-        doc='Also try again a run recorded "lost" (its scheduler died while it ran).',
         check=_check_flag,
     ),
     Option(
@@ -618,9 +564,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
         attr=None,  # kept as a window of one instant: start_at = end_at = run_at (OneShotTrigger)
         unit="instant",
         default=None,
-        type=datetime | None,
-        doc="Run once at this instant (aware datetime), instead of `interval_seconds` or `cron`; the job is "
-        "finished after it.",
         check=_check_instant,
     ),
 )

@@ -134,7 +134,6 @@ class Trigger(Slots, Protocol):
 
     # -- the kind (class side): how schedule() chooses it and a job's policies build it -------------
 
-    KIND: ClassVar[str]  # "interval", "cron", "once"
     ARGUMENT: ClassVar[str]  # the schedule() argument that chooses this kind (also its Job field)
 
     @classmethod
@@ -174,7 +173,6 @@ class IntervalTrigger:
     anchor: Instant
     interval: Micros
 
-    KIND: ClassVar[str] = "interval"
     ARGUMENT: ClassVar[str] = "interval_seconds"
 
     @classmethod
@@ -247,7 +245,6 @@ class CronTrigger:
     expression: str
     timezone: str
 
-    KIND: ClassVar[str] = "cron"
     ARGUMENT: ClassVar[str] = "cron"
 
     @classmethod
@@ -394,7 +391,6 @@ class OneShotTrigger:
     at: Instant
 
     # Stored as a window of one instant: start_at = end_at = run_at, neither interval nor cron.
-    KIND: ClassVar[str] = "once"
     ARGUMENT: ClassVar[str] = "run_at"
 
     @classmethod

@@ -86,9 +86,8 @@ class Problem:
     namespace: str
     job_id: str | None = None
     count: int = 0  # no_scheduler: the jobs waiting; failing: the failed slots in a row
-    at: datetime | None = (
-        None  # no_scheduler: the latest renewal seen; overdue: the slot due; failing: the latest start
-    )
+    # no_scheduler: the latest renewal seen; overdue: the slot due; failing: the latest start
+    at: datetime | None = None
     late: Micros | None = None  # overdue: how late the slot is
     allowed: Micros | None = None  # overdue: its grace plus the lease
 

@@ -11,7 +11,7 @@ from its newest run, so a DELETE reads about what the job keeps.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from sqlalchemy import and_, func, literal_column, select, update
 
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ._rows import StoredRow
 
 T = TypeVar("T")
+MAX_BATCHES_BY_AGE: Final = 10  # transactions of `prune_runs` by age per call
 
 
 def iter_chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
@@ -122,13 +123,12 @@ class HistoryStore(Part):
         keep_error_runs: int | None = None,
         job_ids: set[str] | frozenset[str] = frozenset(),
         batch: int = 500,
-        max_batches: int = 10,
     ) -> int:
         """Delete finished runs beyond the retention; return how many were deleted.
 
         Runs without an outcome (in flight) are never deleted. Each
         transaction is short (at most `batch` jobs, or `batch` rows by age),
-        so a claim waits for at most one of them; at most `max_batches`
+        so a claim waits for at most one of them; at most `MAX_BATCHES_BY_AGE`
         transactions by age run per call (the rest waits for the next call).
 
         Args:
@@ -142,7 +142,6 @@ class HistoryStore(Part):
             job_ids: The jobs to prune by count (those that recorded runs
                 since the last call; see `jobs_over_run_limit`).
             batch: Jobs, or rows by age, per transaction.
-            max_batches: Transactions by age per call.
         """
         deleted = 0
         if keep_runs is not None:
@@ -187,7 +186,7 @@ class HistoryStore(Part):
                     return 0
                 return max(conn.execute(runs.delete().where(runs.c.run_id.in_(ids))).rowcount, 0)
 
-            for _ in range(max_batches):
+            for _ in range(MAX_BATCHES_BY_AGE):
                 count = self._write(by_age, "prune runs")
                 deleted += count
                 if count < batch:

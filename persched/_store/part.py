@@ -4,7 +4,7 @@ The store is composed, not inherited: `persched._store.store.Store` is the
 transaction machinery (`persched._store._tx.Transactions`) and holds one
 object of each part (jobs, claims, completions, ...). A part reaches that
 machinery through the names below, so that its methods read as the store's
-own; each name asks the store at every call, so that a test that patches a
+own; each method asks the store at every call, so that a test that patches a
 method on the store (``patch.object(store, "_write")``) reaches the parts too.
 `Store` offers the parts' methods as its own with `offered`.
 """
@@ -18,10 +18,6 @@ from ._tx import Transactions
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sqlalchemy import ColumnElement, Insert
-
-    from .._model.triggers import JitterReach
-    from .dialects import Dialect
     from .store import Store
 
 __all__ = ["Part", "offered"]
@@ -61,30 +57,13 @@ class Part:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-
-    @property
-    def dialect(self) -> Dialect:
-        return self.store.dialect
-
-    @property
-    def namespace(self) -> str:
-        return self.store.namespace
-
-    @property
-    def url(self) -> str:
-        return self.store.url
-
-    @property
-    def _mine(self) -> ColumnElement[bool]:
-        return self.store._mine
-
-    @property
-    def _insert_runs(self) -> Insert:
-        return self.store._insert_runs
-
-    @property
-    def jitter_reach(self) -> JitterReach:
-        return self.store.jitter_reach
+        # Set once by the store's __init__, so copied; `failures_paused` is set later, so asked.
+        self.dialect = store.dialect
+        self.namespace = store.namespace
+        self.url = store.url
+        self._mine = store._mine
+        self._insert_runs = store._insert_runs
+        self.jitter_reach = store.jitter_reach
 
     @property
     def failures_paused(self) -> Callable[[str, int], object]:

@@ -1,10 +1,6 @@
 """`Store`: the transaction machinery of one namespace, composed with the parts that write and read it.
 
-`Store` is `_tx.Transactions` (engine, transactions, retries, group commit) and
-holds one object of each part, a module of this package: `jobs`, `steering`,
-`due`, `claims`, `completions`, `leases`, `history`, `members`, `cancels`. A
-part reaches the machinery through `part.Part`; the store offers each part's
-methods as its own (`part.offered`), so callers see one object.
+How a part reaches the machinery, and how the store offers its methods as its own: `persched._store.part`.
 """
 
 from __future__ import annotations

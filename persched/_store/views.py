@@ -38,7 +38,7 @@ from sqlalchemy import exists, func, select
 
 from .._model.models import JobState
 from ._rows import read_row
-from .mappers import JOB_COLUMNS, RAW_JOBS, RAW_RUNS, RUN_COLUMNS, to_job, to_run
+from .mappers import DESCHEDULED, JOB_COLUMNS, RAW_JOBS, RAW_RUNS, RUN_COLUMNS, to_job, to_run
 from .schema import jobs, runs
 
 if TYPE_CHECKING:
@@ -69,7 +69,6 @@ __all__ = [
 
 #: The outcomes the runs page filters by; "running" is a run with no outcome yet.
 OUTCOMES: Final = ("ok", "error", "stopped", "lost", "missed", "running")
-_DESCHEDULED: Final = JobState.DESCHEDULED.value
 
 
 def job_counts(store: Store) -> dict[str, int]:
@@ -82,7 +81,7 @@ def job_counts(store: Store) -> dict[str, int]:
         )
         query = (
             select(jobs.c.state, jobs.c.paused, func.count())
-            .where(jobs.c.state != _DESCHEDULED)
+            .where(jobs.c.state != DESCHEDULED)
             .group_by(jobs.c.state, jobs.c.paused)
         )
         for state, paused, count in conn.execute(query):
@@ -100,7 +99,7 @@ def namespace_counts(store: Store) -> dict[str, dict[str, int]]:
     def body(conn: Connection) -> dict[str, dict[str, int]]:
         query = (
             select(jobs.c.namespace, jobs.c.state, jobs.c.paused, func.count())
-            .where(jobs.c.state != _DESCHEDULED)
+            .where(jobs.c.state != DESCHEDULED)
             .group_by(jobs.c.namespace, jobs.c.state, jobs.c.paused)
         )
         found: dict[str, dict[str, int]] = {}
@@ -131,7 +130,7 @@ def job_ids(store: Store, limit: int) -> list[str]:
     """Up to `limit` ids of the store's namespace's active jobs (one query, for "did you mean ...?")."""
 
     def body(conn: Connection) -> list[str]:
-        query = select(jobs.c.job_id).where(jobs.c.state != _DESCHEDULED, jobs.c.namespace == store.namespace)
+        query = select(jobs.c.job_id).where(jobs.c.state != DESCHEDULED, jobs.c.namespace == store.namespace)
         return [str(job_id) for (job_id,) in conn.execute(query.limit(limit))]
 
     return store._read(body, "job ids")
@@ -143,7 +142,7 @@ def all_jobs_as(store: Store, make: Callable[[StoredRow], T]) -> list[T]:
     def body(conn: Connection) -> list[T]:
         query = (
             select(*RAW_JOBS)
-            .where(jobs.c.state != _DESCHEDULED)
+            .where(jobs.c.state != DESCHEDULED)
             .order_by(jobs.c.namespace, jobs.c.next_run_at, jobs.c.job_id)
         )
         return [make(read_row(JOB_COLUMNS, row._mapping)) for row in conn.execute(query)]
@@ -170,7 +169,7 @@ def whereabouts(store: Store, job_id: str) -> tuple[str, bool] | None:
 
     def body(conn: Connection) -> tuple[str, bool] | None:
         row = conn.execute(select(jobs.c.namespace, jobs.c.state).where(jobs.c.job_id == job_id)).first()
-        return None if row is None else (str(row.namespace), row.state != _DESCHEDULED)
+        return None if row is None else (str(row.namespace), row.state != DESCHEDULED)
 
     return store._read(body, "where is a job")
 
@@ -227,7 +226,7 @@ def jobs_query(
     `unindexed` is the store dialect's: it keeps the namespace term off its
     index so that the page stays a walk of the primary key.
     """
-    query = select(*RAW_JOBS).where(jobs.c.state != _DESCHEDULED).order_by(jobs.c.job_id).limit(limit)
+    query = select(*RAW_JOBS).where(jobs.c.state != DESCHEDULED).order_by(jobs.c.job_id).limit(limit)
     if namespace is not None:
         query = query.where(_of_namespaces(unindexed(jobs.c.namespace), namespace))
     return query if after is None else query.where(jobs.c.job_id > after)

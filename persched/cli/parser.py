@@ -38,8 +38,8 @@ MAX_CLI_INT: Final = 2**31 - 1  # --limit, --workers: what a SQL LIMIT takes eve
 SHOW_RUNS: Final = 10  # runs listed by `show` unless --limit says otherwise
 
 
-JSON_COMMANDS: Final = ("jobs", "show", "runs", "instances", "check", "next")
-DEFAULT_FAILURES: Final = 3  # `check`: failed runs in a row that make a job "failing"  # the commands that print --json
+JSON_COMMANDS: Final = ("jobs", "show", "runs", "instances", "check", "next")  # the commands that print --json
+DEFAULT_FAILURES: Final = 3  # `check`: failed runs in a row that make a job "failing"
 
 
 class Parser(argparse.ArgumentParser):

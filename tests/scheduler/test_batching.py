@@ -1,4 +1,5 @@
-"""The dispatcher gathers a batch while behind (persched._engine.dispatcher "Gathering a batch").
+"""The dispatcher gathers a batch while behind (persched._engine.dispatcher "Gathering a batch"), and
+searches again at once after a search that filled every worker ("Sharing the work").
 
 The dispatcher is driven directly: a stand-in run book records what each cycle
 was given and hands every claimed entry to a "worker" that the test plays,
@@ -13,10 +14,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from persched._engine.dispatcher import Dispatcher
+from persched._engine.dispatcher import SEARCH_EVERY, Dispatcher
 from persched._engine.runs import Dispatched
 from persched._engine.timebase import Timebase
-from persched._model.instant import Micros
+from persched._model.instant import Micros, seconds
 from persched.testing import FakeClock
 from tests.support.helpers import TIMEOUT, wait_until
 
@@ -39,6 +40,8 @@ class Cycles:
     def __init__(self) -> None:
         self.seen: list[tuple[list[Any], list[str]]] = []
         self.lock = threading.Lock()
+        self.searches: list[int] = []  # the limit of each search for overdue rows
+        self.overdue = 0  # how many rows a search finds
 
     def cycle(self, completions: list[Any], due: list[ClaimEntry], hand_over: object) -> Dispatched:
         with self.lock:
@@ -53,6 +56,11 @@ class Cycles:
 
     def retry_unwritten(self) -> Dispatched:
         return Dispatched()
+
+    def claim_overdue(self, limit: int, before: object, hand_over: object) -> Dispatched:
+        with self.lock:
+            self.searches.append(limit)
+            return Dispatched(handed_over=min(limit, self.overdue))
 
     def claimed(self) -> list[list[str]]:
         with self.lock:
@@ -146,3 +154,39 @@ def test_without_a_backlog_a_completion_is_written_at_once(started: list[Dispatc
     wait_until(lambda: len(cycles.claimed()) == 1, message="the first claim")
     dispatcher.handover.complete(done(0))  # two workers stay busy: nothing is behind, nothing waits
     wait_until(lambda: cycles.written() == ["done-0"], message="the completion written without gathering")
+
+
+def _searching(started: list[Dispatcher], cycles: Cycles, overdue: int) -> tuple[Dispatcher, FakeClock]:
+    """A dispatcher that shares the work, nothing in its heap, `overdue` rows for each search to find;
+    its first search is due."""
+    clock = FakeClock(START)
+    dispatcher = Dispatcher(Timebase(clock), cast("RunBook", cycles), WORKERS, lambda job_id: True, lambda: Micros(0))
+    cycles.overdue = overdue
+    dispatcher.start([], shared=True)
+    started.append(dispatcher)
+    clock.advance(seconds(SEARCH_EVERY))
+    wait_until(lambda: len(cycles.searches) == 1, message="the first search")
+    return dispatcher, clock
+
+
+def test_a_search_that_filled_every_worker_is_followed_by_another_once_workers_are_free(
+    started: list[Dispatcher], cycles: Cycles
+) -> None:
+    dispatcher, _ = _searching(started, cycles, overdue=WORKERS)
+    for n in range(WORKERS):
+        dispatcher.handover.complete(done(n))
+    # The clock stands still: without the repeat, the next search would wait SEARCH_EVERY.
+    wait_until(lambda: len(cycles.searches) == 2, message="a second search at once")
+    assert cycles.searches == [WORKERS, WORKERS]
+
+
+def test_a_search_that_found_fewer_rows_than_workers_waits_search_every(
+    started: list[Dispatcher], cycles: Cycles
+) -> None:
+    dispatcher, clock = _searching(started, cycles, overdue=WORKERS - 1)
+    for n in range(WORKERS - 1):
+        dispatcher.handover.complete(done(n))
+    assert dispatcher.wait_idle(TIMEOUT)  # the completions written, no search due
+    assert len(cycles.searches) == 1
+    clock.advance(seconds(SEARCH_EVERY))
+    wait_until(lambda: len(cycles.searches) == 2, message="the search SEARCH_EVERY later")

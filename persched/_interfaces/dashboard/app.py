@@ -65,7 +65,6 @@ class WebApp:
         secret: Keys the CSRF tokens of forms. Default: random per process,
             right for ``persched web``; an application served by several
             processes passes its own secret (the same in each) with `authorize`.
-        session_seconds: How long a sign-in with the token lasts.
         hosts: Check each request's ``Host`` against these rules first (a dashboard mounted in an
             application, `persched.web.dashboard`); None: the server checks it (``persched web``).
         namespaces: The only namespaces it serves (with the store's first); None: every one.
@@ -84,7 +83,6 @@ class WebApp:
         *,
         authorize: Authorize | None = None,
         secret: bytes | None = None,
-        session_seconds: float = SESSION_SECONDS,
         hosts: HostRules | None = None,
         namespaces: Collection[str] | None = None,
         monotonic: Callable[[], float] | None = None,
@@ -96,7 +94,7 @@ class WebApp:
         now = now or SystemClock().now_us
         served = Namespaces(store, namespaces)
         monotonic = monotonic or _realtime.monotonic
-        self._access = Access(token, authorize, secret, session_seconds, monotonic)
+        self._access = Access(token, authorize, secret, SESSION_SECONDS, monotonic)
         self._frame = Frame(self._access, store.url)
         self._refuse = Refuse(self._frame, RefusalLog(logger, monotonic))
         self._pages = Pages(served, self._access, self._frame, now)

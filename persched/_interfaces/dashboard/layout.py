@@ -55,10 +55,6 @@ def e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _outcome_class(run: Run) -> str:
-    return run.outcome or "running"
-
-
 class Frame:
     """The frame of every page: the header (its links, who is signed in, the database) around a page's body.
 
@@ -134,7 +130,7 @@ def runs_table(
             + f"<td>{e(iso(run.scheduled_for))}</td><td>{e(iso(run.started_at))}</td>"
             f"<td class=num>{e(late)}</td><td class=num>{e(took)}</td>"
             + (f'<td class="num try">{e(run_attempt(run))}</td>' if tries else "")
-            + f'<td class="{e(_outcome_class(run))}">{e(run_outcome(run))}</td>'
+            + f'<td class="{e(run.outcome or "running")}">{e(run_outcome(run))}</td>'
             f"<td><pre>{e(error[0][:200])}</pre></td></tr>"
         )
     return f"<table id=runs>{head}{''.join(rows)}</table>"
