@@ -16,6 +16,10 @@ first commit it sees brings it back to `pickup_check_seconds`: an idle
 scheduler wakes about once a second, not ten times, and a change after a
 quiet spell is picked up within a second.
 
+A pick-up that finds only this scheduler's own changes since its last look
+(`Store.only_own_changes`) reads nothing more: each call that made one queued
+and announced it when it committed.
+
 A member's join or leave moves the change counter too, so a pick-up that sees
 the counter move also asks the membership whether a member came or went
 (`persched._engine.membership.Membership.notice`). With the bounded heap
@@ -168,6 +172,11 @@ class ChangePickup(PeriodicTask):
         """
         seen = self._store.change_seq()
         if seen == self._change_seq:
+            return
+        if self._store.only_own_changes(self._change_seq, seen):
+            # Every change since the last look was made here (schedule(), deschedule(), pause()... of this
+            # scheduler, its own beats): the call that made each queued and announced it.
+            self._change_seq = seen
             return
         self._changed()
         self._notice()

@@ -180,8 +180,9 @@ class Transactions:
         # No fork while this process is inside SQLite (persched._store.fork_gate).
         self._fork_share = FORK_GATE.share if self.dialect.in_process else contextlib.nullcontext
         self._low_space = False  # after SQLITE_FULL: checkpoint after every write (see _reclaim_wal)
-        # Change-counter values this store committed, so that the heartbeat's
-        # log names only the changes made elsewhere (see changes_made_elsewhere).
+        # Change-counter values this store committed, so that the heartbeat's pick-up reads
+        # nothing for them (only_own_changes) and its log names only the changes made elsewhere
+        # (see changes_made_elsewhere).
         self._own_changes: set[int] = set()
         self._own_lock = threading.Lock()
         # Told of retries, errors and missed slots (`_observe`); the default does nothing.
@@ -324,6 +325,17 @@ class Transactions:
             if len(self._own_changes) > _OWN_CHANGES_KEPT:  # nobody reads them (no heartbeat): forget the oldest
                 self._own_changes = set(sorted(self._own_changes)[-_OWN_CHANGES_KEPT // 2 :])
 
+    def only_own_changes(self, after: int, upto: int) -> bool:
+        """Whether ``(after, upto]`` holds change-counter values and each is one this store committed; if so,
+        they are forgotten here (the change pick-up reads nothing for them: each call that made one
+        queued and announced its change itself)."""
+        values = range(after + 1, upto + 1)
+        with self._own_lock:
+            if not values or len(values) > len(self._own_changes) or any(s not in self._own_changes for s in values):
+                return False
+            self._own_changes.difference_update(values)
+        return True
+
     def _take_own_changes(self, upto: int) -> set[int]:
         """The change-counter values up to `upto` that this store committed, forgotten here."""
         with self._own_lock:
@@ -406,13 +418,19 @@ class Transactions:
     def _commit_group(self, group: list[_Pending], what: str) -> None:
         def together(conn: Connection) -> list[Any]:
             # The bodies queued while this transaction began (the writer lock, BEGIN) join it too
-            # (3.4 instead of 2.4 writes per commit with 4 threads); a retry of the
-            # transaction takes those that came since as well. A body alone that fails is not
-            # run again (below): its error is its caller's.
-            with self._group_cond:
-                group.extend(self._group_queue)
-                self._group_queue = []
-            return [pending.body(conn) for pending in group]
+            # (3.4 instead of 2.4 writes per commit with 4 threads), and so do those queued while
+            # the bodies before them ran, until none is left to take before the COMMIT (each caller
+            # has one body at most in the queue, so this ends); a retry of the transaction takes
+            # those that came since as well. A body alone that fails is not run again (below): its
+            # error is its caller's.
+            results: list[Any] = []
+            while True:
+                with self._group_cond:
+                    group.extend(self._group_queue)
+                    self._group_queue = []
+                if len(results) == len(group):
+                    return results
+                results.extend(pending.body(conn) for pending in group[len(results) :])
 
         try:
             results = self._write(together, what)

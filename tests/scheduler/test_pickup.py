@@ -221,6 +221,9 @@ def test_a_pickup_held_between_reading_the_time_and_the_rows_does_not_move_a_fin
     assert gate.started.wait(TIMEOUT)
     [running] = sched.runs("ov")
     slot = running.scheduled_for
+    # A change made elsewhere (a pick-up reads nothing for this scheduler's own): the pick-up reads
+    # every row changed since its last look, the run's job's too.
+    make_scheduler(clock=clock).schedule("elsewhere", jobs.record, 3600.0)
     store = sched._store
     read_changes = store.changes_since
     held, go = threading.Event(), threading.Event()
@@ -246,3 +249,24 @@ def test_a_pickup_held_between_reading_the_time_and_the_rows_does_not_move_a_fin
     job = sched.get_job("ov")
     assert job is not None
     assert job.next_run_at == slot + timedelta(seconds=180)
+
+
+@every_engine
+def test_a_pickup_reads_no_rows_for_this_schedulers_own_changes(
+    make_scheduler: SchedulerFactory, clock: FakeClock
+) -> None:
+    """The pick-up is for changes made elsewhere: this scheduler's own schedule() and deschedule()
+    queued and announced theirs, so after only those a pick-up reads the counter and stops; a
+    change made elsewhere is read as before."""
+    sched = make_scheduler(clock=clock, start=True)
+    sched._heartbeat.stop()  # the test runs the pick-up round itself
+    sched._heartbeat.join(TIMEOUT)
+    pickup, store = sched._heartbeat.pickup, sched._store
+    sched.schedule("mine", jobs.record, 3600.0, args=("mine",))
+    sched.deschedule("mine")
+    with patch.object(store, "changes_since", wraps=store.changes_since) as read:
+        pickup.round()
+        assert read.call_count == 0
+        make_scheduler(clock=clock).schedule("elsewhere", jobs.record, 3600.0, args=("elsewhere",))
+        pickup.round()
+        assert read.call_count == 1

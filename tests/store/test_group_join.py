@@ -84,3 +84,33 @@ def test_a_write_alone_that_fails_runs_once(store: Store) -> None:
     else:  # pragma: no cover - the assertion below says what went wrong
         raise AssertionError("the conflict was not raised")
     assert runs == [1]
+
+
+def test_writes_queued_while_the_group_runs_share_its_commit(store: Store) -> None:
+    """A write queued after the leader took its group, while the group's bodies run, is taken before
+    the COMMIT too, instead of waiting for a commit of its own."""
+    running, seqs = threading.Event(), {}
+
+    def first(conn: Connection) -> int:
+        running.set()
+        wait_until(lambda: len(store._group_queue) == 1, message="the second write queued")
+        return store._bump_change_seq(conn)
+
+    def second(conn: Connection) -> int:
+        return store._bump_change_seq(conn)
+
+    def run(name: str, body: Callable[[Connection], int]) -> None:
+        seqs[name] = store._write_grouped(body, "test")
+
+    before = store.change_seq()
+    leader = threading.Thread(target=run, args=("first", first), name="test-leader")
+    leader.start()
+    assert running.wait(TIMEOUT), "the leader's body never ran"
+    late = threading.Thread(target=run, args=("second", second), name="test-late")
+    late.start()
+    for thread in (leader, late):
+        thread.join(TIMEOUT)
+    assert not leader.is_alive()
+    assert not late.is_alive()
+    assert seqs == {"first": before + 1, "second": before + 1}  # one transaction, one commit
+    assert store.change_seq() == before + 1
