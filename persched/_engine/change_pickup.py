@@ -17,8 +17,10 @@ scheduler wakes about once a second, not ten times, and a change after a
 quiet spell is picked up within a second.
 
 A pick-up that finds only this scheduler's own changes since its last look
-(`Store.only_own_changes`) reads nothing more: each call that made one queued
-and announced it when it committed.
+(`Store.only_own_changes`) reads no changed rows: each call that made one
+queued and announced it when it committed. It still reads the cancel requests
+of the runs in flight here, for a `cancel()` made here before a worker took
+its run.
 
 A member's join or leave moves the change counter too, so a pick-up that sees
 the counter move also asks the membership whether a member came or went
@@ -175,8 +177,12 @@ class ChangePickup(PeriodicTask):
             return
         if self._store.only_own_changes(self._change_seq, seen):
             # Every change since the last look was made here (schedule(), deschedule(), pause()... of this
-            # scheduler, its own beats): the call that made each queued and announced it.
+            # scheduler, its own beats): the call that made each queued and announced it. But a cancel()
+            # made here may have found its run claimed and not yet taken by a worker: its request waits
+            # on the row for this read (which costs nothing while no run is in flight here).
             self._change_seq = seen
+            if self._cancels is not None:
+                self._cancels()
             return
         self._changed()
         self._notice()
