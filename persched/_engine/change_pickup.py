@@ -72,7 +72,8 @@ class ChangePickup(PeriodicTask):
         pickup_check: How often to ask SQLite whether another connection committed
             while commits come, backing off to `QUIET_CHECK` while none do; also the
             least time between two pick-ups that a signal asked for.
-        cancels: Called when the counter moved: stops the runs here that a cancel made elsewhere asked for.
+        cancels: Called when the counter moved: stops the runs here that a cancel asked for; True while
+            a request found no run here to stop yet, which has it called at every pick-up until then.
     """
 
     def __init__(
@@ -86,10 +87,11 @@ class ChangePickup(PeriodicTask):
         *,
         pickup: Micros,
         pickup_check: Micros,
-        cancels: Callable[[], None] | None = None,
+        cancels: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__("picking up changes", pickup)
-        self._cancels = cancels  # stops the runs here that cancel() asked for elsewhere (`persched._store.cancels`)
+        self._cancels = cancels  # stops the runs here that cancel() asked for (`persched._store.cancels`)
+        self._cancels_owed = False  # a cancel request found no run here to stop yet: read them again
         self._store = store
         self._timebase = timebase
         self._queue = queue
@@ -174,15 +176,16 @@ class ChangePickup(PeriodicTask):
         """
         seen = self._store.change_seq()
         if seen == self._change_seq:
+            if self._cancels_owed:
+                self._stop_cancelled()
             return
         if self._store.only_own_changes(self._change_seq, seen):
             # Every change since the last look was made here (schedule(), deschedule(), pause()... of this
             # scheduler, its own beats): the call that made each queued and announced it. But a cancel()
             # made here may have found its run claimed and not yet taken by a worker: its request waits
-            # on the row for this read (which costs nothing while no run is in flight here).
+            # on the row for this read (none is made while nothing is claimed or running here).
             self._change_seq = seen
-            if self._cancels is not None:
-                self._cancels()
+            self._stop_cancelled()
             return
         self._changed()
         self._notice()
@@ -201,8 +204,13 @@ class ChangePickup(PeriodicTask):
         for due_at, job_id, generation in changed:
             self._queue(due_at, job_id, generation)
         logger.debug("picked up %d changed jobs (change %d)", len(changed), self._change_seq)
-        if self._cancels is not None:  # a cancel moves the counter too
-            self._cancels()
+        self._stop_cancelled()  # a cancel moves the counter too
+
+    def _stop_cancelled(self) -> None:
+        """Stop the runs here that a cancel asked for; keep asking while a request found none to stop
+        (its run claimed here, not yet taken by a worker: the counter will not move again for it)."""
+        if self._cancels is not None:
+            self._cancels_owed = self._cancels()
 
     def _notice(self) -> None:
         if self._membership.notice():

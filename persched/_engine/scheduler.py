@@ -409,14 +409,21 @@ class JobScheduler(JobOperations):
         self._dispatcher.retry_unwritten()
         self._retention.prune()
 
-    def _pick_up_cancels(self) -> None:
-        """At a change pick-up: stop the runs here that `cancel()` asked for elsewhere (`persched._store.cancels`)."""
-        stops = self._dispatcher.pool.stops
-        if not stops.in_flight():  # nothing runs here: nothing to read
-            return
+    def _pick_up_cancels(self) -> bool:
+        """At a change pick-up: stop the runs here that `cancel()` asked for (`persched._store.cancels`).
+
+        True while a request found no run here to stop: its run was claimed and no worker has taken
+        it yet (or it ended and its completion is not written yet); the next pick-ups read again."""
+        handover, stops = self._dispatcher.handover, self._dispatcher.pool.stops
+        if handover.free == handover.size and not handover.elsewhere:  # nothing claimed or running here
+            return False
+        waiting = False
         for job_id in self._store.cancel_requests(self.instance_id):
             if stops.request(job_id, "cancel"):
-                logger.info("job %s: its run is stopped, as cancel() asked elsewhere", job_id)
+                logger.info("job %s: its run is stopped, as cancel() asked", job_id)
+            else:
+                waiting = True
+        return waiting
 
     # -- events and observation ------------------------------------------
 
