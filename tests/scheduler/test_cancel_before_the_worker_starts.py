@@ -30,7 +30,7 @@ every_engine = pytest.mark.parametrize("engine_name", engine_params(), indirect=
 @every_engine
 @pytest.mark.parametrize("read_in_between", [False, True], ids=["pickup-after", "pickup-in-between-and-after"])
 def test_a_cancel_made_before_the_worker_registered_the_run_stops_it_at_a_pickup(
-    make_scheduler: SchedulerFactory, fake_clock: FakeClock, read_in_between: bool
+    make_scheduler: SchedulerFactory, fake_clock: FakeClock, read_in_between: bool, request: pytest.FixtureRequest
 ) -> None:
     # read_in_between: a pick-up also comes while the run waits for its worker; it finds no run here to
     # stop, and the counter does not move again for that request, yet a later pick-up still stops it.
@@ -38,7 +38,8 @@ def test_a_cancel_made_before_the_worker_registered_the_run_stops_it_at_a_pickup
     sched._heartbeat.stop()  # the test runs the pick-up rounds itself
     sched._heartbeat.join(TIMEOUT)
     pickup, stops = sched._heartbeat.pickup, sched._dispatcher.pool.stops
-    sched.schedule("c", stop_jobs.thread_cooperate, stop_jobs.SLOT, args=("c",))
+    key = f"early-cancel-{request.node.callspec.id}"  # stop_jobs' events are the process's: a key of its own
+    sched.schedule(key, stop_jobs.thread_cooperate, stop_jobs.SLOT, args=(key,))
     pickup.round()  # the mark past the schedule
     registering, go = threading.Event(), threading.Event()
     started = stops.started
@@ -52,13 +53,13 @@ def test_a_cancel_made_before_the_worker_registered_the_run_stops_it_at_a_pickup
     try:
         fake_clock.advance(stop_jobs.SLOT)
         assert registering.wait(TIMEOUT), "no worker took the run"
-        assert sched.cancel("c") is True  # the row is running: the request is written
+        assert sched.cancel(key) is True  # the row is running: the request is written
         if read_in_between:
             pickup.round()  # the request is read, but no run here is registered to stop yet
         go.set()
-        assert stop_jobs.started_event("c").wait(TIMEOUT), "the run did not start"
+        assert stop_jobs.started_event(key).wait(TIMEOUT), "the run did not start"
         pickup.round()  # the cancel moved the counter, or a request still waits: the requests are read
-        assert stop_jobs.seen("c").stopping.is_set(), "the cancelled run was never asked to stop"
+        assert stop_jobs.seen(key).stopping.is_set(), "the cancelled run was never asked to stop"
     finally:
         go.set()
-        stops.request("c", "the test ends")
+        stops.request(key, "the test ends")
