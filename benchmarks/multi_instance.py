@@ -468,11 +468,7 @@ def measure(
         # From the first slot of the load: when every process had started, and the first run.
         "ready_after_first_slot_s": round(ready - min(first.values()), 1),
         "first_run_after_first_slot_s": round(min(r[2] for r in parsed) - min(first.values()), 1) if parsed else None,
-        "lateness_ms": {
-            "p50": c.percentile(late, 50),
-            "p99": c.percentile(late, 99),
-            "max": late[-1] if late else None,
-        },
+        "lateness_ms": _lateness(late),
         "twice": sum(1 for n in every.values() if n > 1),
         "by_instance": dict(sorted(Counter(r[3] for r in in_window).items())),
         "cpu_ms_per_run": round((instances_cpu + server_cpu) * 1000 / ran, 4),
@@ -482,6 +478,11 @@ def measure(
         **({"claims_by_instance": counted} if counts else {}),
         **({"killed": _killed(parsed, first, load, killed, end)} if killed is not None else {}),
     }
+
+
+def _lateness(late: list[float]) -> dict[str, float | None]:
+    """p50, p99 and max of `late` (sorted milliseconds)."""
+    return {"p50": c.percentile(late, 50), "p99": c.percentile(late, 99), "max": late[-1] if late else None}
 
 
 def _killed(
@@ -506,11 +507,7 @@ def _killed(
         "jobs": len(theirs),
         "offered": offered,
         "fraction_of_offered": round(len({(r[0], r[1]) for r in after}) / max(1, offered), 4),
-        "lateness_ms": {
-            "p50": c.percentile(late, 50),
-            "p99": c.percentile(late, 99),
-            "max": late[-1] if late else None,
-        },
+        "lateness_ms": _lateness(late),
         "late_over_1s_until_s": round(max(over), 1) if over else 0.0,
         "first_run_elsewhere_s": {"p50": c.percentile(moved, 50), "max": moved[-1] if moved else None},
     }
