@@ -32,7 +32,7 @@ import pytest
 from persched import JobScheduler
 from persched.errors import SchedulerStateError
 from persched.testing import FakeClock
-from tests.support import jobs
+from tests.support import jobs, stop_jobs
 from tests.support.engines import (
     ENGINES,
     SQLITE_FILE,
@@ -332,4 +332,5 @@ def _no_leaked_threads() -> Iterator[None]:
             t.join(max(deadline - time.monotonic(), 0.0))
             if t.is_alive():
                 leaked.append(t)
+    stop_jobs.forget()  # once its jobs' threads ended: a later test that reuses a key starts unseen
     assert not leaked, f"threads left alive: {[t.name for t in leaked]}"

@@ -157,6 +157,13 @@ _seen: dict[str, object] = {}
 _GATE_TIMEOUT = 60.0  # seconds: a job a test forgot to stop ends by itself
 
 
+def forget() -> None:
+    """Forget every key's events and RunContext: a test that reuses another's key starts unseen."""
+    with _lock:
+        _started_events.clear()
+        _seen.clear()
+
+
 def started_event(key: str) -> threading.Event:
     """The event a job of `key` sets once it runs."""
     with _lock:
