@@ -15,12 +15,13 @@ scheduler and waits for the probe's first run. Reported:
   cache and allocator slack). APScheduler 3 keeps its jobs in the store, not in
   memory, so its figure is near zero by design.
 
-With ``--db`` (PostgreSQL), ``--intervals own`` gives each job an interval of its
+With ``--db`` (PostgreSQL or MariaDB), ``--intervals own`` gives each job an interval of its
 own of 10-60 min and its first slot within one interval from 2 min after the
 fill began (a million such jobs offer about 480 slots a second), and ``--run-for S`` keeps the child
 dispatching S seconds after the probe ran: ``rss_mb_over_run`` is its RSS
 every S/10 s (flat, or growing with the jobs it has run), ``runs`` the runs
-recorded meanwhile.
+recorded meanwhile, ``slots_due`` the slots due by the last run's start (each job's
+first slot and every interval after it), so ``runs / slots_due`` is the fraction run.
 
     python -m benchmarks.startup --system persched --db postgresql+psycopg://... --jobs 1000000 --analyze \\
         --intervals own --run-for 120
@@ -110,7 +111,7 @@ def _populate(system: str, path: str, jobs: int) -> None:
 
 def _populate_server(url: str, jobs: int, analyze: bool, own_intervals: bool) -> None:
     """A PostgreSQL or MariaDB database (emptied first) with `jobs` jobs an hour away (or, with
-    `own_intervals`, on PostgreSQL, 10-60 min each, due within one interval), filled in SQL from one
+    `own_intervals`, 10-60 min each, due within one interval), filled in SQL from one
     row, the first of them the probe, due now; ANALYZEd or not (a table just filled)."""
     from sqlalchemy import text
 
@@ -126,11 +127,17 @@ def _populate_server(url: str, jobs: int, analyze: bool, own_intervals: bool) ->
             {"later": at(now + int(HOUR * 1_000_000))},
         )
         if own_intervals:  # j<n>: 600-3599.996 s, the first slot `OWN_LEAD` s to one interval from now
-            n = "CAST(SUBSTR(job_id, 2) AS BIGINT)"
+            postgres = store.engine.dialect.name == "postgresql"
+            integer = "BIGINT" if postgres else "SIGNED"
+            n = f"CAST(SUBSTR(job_id, 2) AS {integer})"
             interval = f"600 + MOD({n}, 3000) + MOD({n}, 997) / 1000.0"
             lead = f"{OWN_LEAD:.0f}"
-            offset = f"{lead} + MOD({n} * 7919, CAST((interval_seconds - {lead}) * 1000 AS BIGINT)) / 1000.0"
-            first = f":now + ({offset}) * INTERVAL '1 second'"
+            offset = f"{lead} + MOD({n} * 7919, CAST((interval_seconds - {lead}) * 1000 AS {integer})) / 1000.0"
+            first = (
+                f":now + ({offset}) * INTERVAL '1 second'"
+                if postgres
+                else f"TIMESTAMPADD(MICROSECOND, CAST(({offset}) * 1000000 AS {integer}), :now)"
+            )
             conn.execute(text(f"UPDATE persched_jobs SET interval_seconds = {interval}"))  # noqa: S608 - ours
             own = f"UPDATE persched_jobs SET next_run_at = {first}, first_run_at = {first} WHERE job_id <> 'j0'"  # noqa: S608
             conn.execute(text(own), {"now": at(now)})
@@ -161,8 +168,6 @@ def main() -> None:
         return
 
     if args.db:  # a server: filled anew each time (in SQL, seconds for a million rows), probe due now
-        if args.intervals == "own" and not args.db.startswith("postgresql"):
-            p.error("--intervals own: PostgreSQL only")
         _populate_server(args.db, args.jobs, args.analyze, args.intervals == "own")
         path = args.db
     elif args.cache:
@@ -201,13 +206,16 @@ def main() -> None:
             rss_mb=round(child["rss"] / 2**20, 1),
         )
         if args.run_for:
-            record.update(rss_mb_over_run=child["rss_mb_over_run"], runs=_runs(args.db) if args.db else None)
+            record.update(rss_mb_over_run=child["rss_mb_over_run"])
+            if args.db:
+                runs, due = _runs_and_slots_due(args.db)
+                record.update(runs=runs, slots_due=due, fraction=round(runs / due, 4) if due else None)
     c.emit(record)
     c.finish()
 
 
-def _runs(url: str) -> int:
-    """The runs recorded in the database behind `url`."""
+def _runs_and_slots_due(url: str) -> tuple[int, int]:
+    """The runs recorded in the database behind `url`, and the slots due by the last run's start."""
     from sqlalchemy import text
 
     from persched._store.db import make_engine
@@ -215,9 +223,15 @@ def _runs(url: str) -> int:
     engine = make_engine(url)
     try:
         with engine.connect() as conn:
-            return int(conn.execute(text("SELECT count(*) FROM persched_runs")).scalar_one())
+            runs = int(conn.execute(text("SELECT count(*) FROM persched_runs")).scalar_one())
+            end = conn.execute(text("SELECT max(started_at) FROM persched_runs")).scalar_one()
+            rows = conn.execute(
+                text("SELECT first_run_at, interval_seconds FROM persched_jobs WHERE first_run_at <= :end"),
+                {"end": end},
+            ).all()
     finally:
         engine.dispose()
+    return runs, sum(int((end - first).total_seconds() // interval) + 1 for first, interval in rows)
 
 
 def argparse_hidden() -> str:
