@@ -1,32 +1,12 @@
 """`JobScheduler`: the public facade that wires store, dispatcher, workers and heartbeat.
 
-Responsibilities
-----------------
-This module wires the parts and keeps the observation (listeners, the
-observer, wait_idle); the operations on jobs are `JobOperations`'s
-(`persched._engine.operations`), mixed in; the state, start-up and shutdown
-in order, and the fork and atexit hooks are `Lifecycle`'s
-(`persched._engine.lifecycle`, with its two locks). The constructor's options
-are checked once, into a frozen `SchedulerConfig` (`persched._engine.config`).
-A run's way, one direction from its due entry to its recorded outcome, is the
-`Dispatcher`'s (`persched._engine.dispatcher`), which makes, starts and stops
-the heap window and the hand-over to the workers (`persched._engine.handover`:
-the worker pool, the overrun watch): the lifecycle starts
-and stops the dispatcher alone (beside the heartbeat and the events). The
-claims, the writes and the account of what is in flight are the `RunBook`'s
-(`persched._engine.runs`). Run-history retention is `Retention`'s
-(`persched._engine.retention`), called by the heartbeat.
-
-Threads
--------
-Public methods run on the caller's thread and go straight to the store; a
-schedule() that changed the job pushes a heap entry afterwards. The threads
-(``persched-dispatcher``, ``-worker-{i}``, ``-heartbeat``, ``-overrun``,
-``-events``, ``-shutdown``, and `persched._interfaces.async_front`'s
-``-async-watch``) call into the `Dispatcher`, the `RunBook`, `Retention` and
-the few callbacks here (``_emit``, ``_on_lost``, ``_maintenance``). This
-module holds no lock. No user code runs under any persched lock; user code
-runs only in `persched._engine.workers`.
+This module wires the parts and keeps the observation (listeners, the observer,
+wait_idle). The operations on jobs are `persched._engine.operations`'s, mixed in;
+the state, start-up, shutdown and the fork and atexit hooks are
+`persched._engine.lifecycle`'s; a run's way is `persched._engine.dispatcher`'s.
+Public methods run on the caller's thread and go straight to the store. This
+module holds no lock, and no user code runs under any persched lock
+(docs/explanation/engine.md, "Threads").
 """
 
 from __future__ import annotations
@@ -111,8 +91,7 @@ class JobScheduler(JobOperations):
             CPU while idle. Each dispatch cycle claims at most as many due
             runs as there are free workers, in one transaction, so more
             workers also mean fewer commits per run (the documentation,
-            "Performance"). A worker is reserved before its claim, so a claimed
-            run never waits for a thread.
+            "Performance").
         clock: Where time comes from; `persched.testing.FakeClock` in tests.
         instance_id: Names this scheduler on the runs it claims; default
             ``host:pid:random~proof``, where the proof (Linux: boot id, pid
@@ -152,12 +131,8 @@ class JobScheduler(JobOperations):
         pickup_check_seconds: The least time between two pick-ups that a
             signal asked for (a stream of changes is read in batches); on
             SQLite also how often to ask whether another connection
-            committed (``PRAGMA data_version``, which reads no file), the
-            only time the change counter is read before `pickup_seconds`.
-            While no connection commits, the check backs off (each quiet
-            check doubles the wait, up to 1 s) and the first commit seen
-            restores it, so an idle scheduler wakes about once a second and
-            a change after a quiet spell is picked up within a second.
+            committed (``PRAGMA data_version``, which reads no file). While
+            no connection commits, the check backs off to once a second.
         horizon_seconds: How far ahead the dispatcher keeps jobs in memory
             (at least 2 s): it loads the jobs due within this time, and loads
             more as time moves on, so memory and start-up do not grow with the
@@ -257,16 +232,15 @@ class JobScheduler(JobOperations):
             self._timebase,
             self._store.server_time,
             config.max_clock_skew,
-            follow=not self._store.dialect.in_process,  # SQLite: the machine's clock (persched._engine.skew)
+            follow=not self._store.dialect.in_process,  # SQLite: the machine's clock
             instance_id=self.instance_id,
             retimed=lambda: self._dispatcher.retime(),  # made below
         )
-        # Every instance is a member (what `persched instances` and `persched check` read); a lone one owns every job.
+        # Every instance is a member, even a lone one (`persched instances` reads them).
         self._membership = Membership(self._store, self._timebase, self.instance_id, config.lease, self._clock_check)
         self._runs = RunBook(
             self._store, self._timebase, self.instance_id, config.lease, self._emit, self._retention.recorded
         )
-        # The one thing started and stopped: it makes the window, the worker pool and the overrun watch.
         self._dispatcher = Dispatcher(
             self._timebase,
             self._runs,
@@ -291,7 +265,7 @@ class JobScheduler(JobOperations):
         )
 
     def _make_heartbeat(self, config: SchedulerConfig) -> Heartbeat:
-        """The heartbeat thread's periodic tasks (`persched._engine.heartbeat`), wired to the engine."""
+        """The heartbeat thread and its tasks, wired to the engine."""
         offer, membership = self._dispatcher.offer, self._membership
 
         def renew_membership() -> None:
@@ -412,8 +386,9 @@ class JobScheduler(JobOperations):
     def _pick_up_cancels(self) -> bool:
         """At a change pick-up: stop the runs here that `cancel()` asked for (`persched._store.cancels`).
 
-        True while a request found no run here to stop: its run was claimed and no worker has taken
-        it yet (or it ended and its completion is not written yet); the next pick-ups read again."""
+        True while a request found no run here to stop yet: claimed and not taken by a worker,
+        or ended and not yet written. The next pick-ups read again.
+        """
         handover, stops = self._dispatcher.handover, self._dispatcher.pool.stops
         if handover.free == handover.size and not handover.elsewhere:  # nothing claimed or running here
             return False
@@ -481,7 +456,7 @@ class JobScheduler(JobOperations):
         job: Job | None = None,
         run: Run | Callable[[], Run | None] | None = None,
     ) -> None:
-        # A run's payload is built only when a listener wants the event (20 µs a run otherwise).
+        # A run's payload is built only when a listener wants the event.
         if not self._events.wants(kind):
             return
         payload = run() if callable(run) else run
