@@ -86,7 +86,6 @@ class ActiveRun:
     stop: StopSignal = field(default_factory=StopSignal)
 
     def context(self) -> RunContext:
-        """The `RunContext` a job reads."""
         claim = self.claim
         context = RunContext(
             job_id=claim.job_id,

@@ -161,7 +161,6 @@ class Dispatcher:
             self._cond.notify_all()
 
     def join(self, timeout: float | None) -> None:
-        """Wait for the dispatcher thread to end."""
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
@@ -359,7 +358,7 @@ class Dispatcher:
 
 
 def taken_at(due_at: Instant, now: Instant, asleep_since: Instant | None) -> Instant:
-    """When an entry popped at `now` was taken up (docs/explanation/engine.md, "Lateness")."""
+    """When an entry popped at `now` was taken up (docs/explanation/engine.md, "Lateness is measured ...")."""
     if asleep_since is None or now - due_at > TAKE_UP_SLACK:
         return now
     return Instant(min(now, max(due_at, asleep_since)))

@@ -66,7 +66,6 @@ class Handover:
         self.free -= count
 
     def give_back(self, count: int) -> None:
-        """Give back reserved workers that took no run."""
         self.free += count
 
     def take_completions(self) -> list[Completion]:

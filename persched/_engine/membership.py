@@ -72,7 +72,6 @@ class Membership:
         return len(self.members) > 1
 
     def owns(self, job_id: str) -> bool:
-        """Whether this instance owns `job_id` in its current view."""
         members = self.members
         return len(members) == 1 or owner_among(members, job_id) == self._instance_id
 

@@ -41,7 +41,7 @@ class PeriodicTask(abc.ABC):
 
     @abc.abstractmethod
     def round(self) -> None:
-        """Do one round, now."""
+        """Do one round, now (no thread needed: tests call it directly)."""
 
 
 class Every(PeriodicTask):
@@ -52,5 +52,4 @@ class Every(PeriodicTask):
         self._action = action
 
     def round(self) -> None:
-        """Call the action."""
         self._action()

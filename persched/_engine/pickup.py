@@ -97,7 +97,6 @@ class ChangeListener:
         self._thread = threading.Thread(target=self._loop, name="persched-listener", daemon=True)
 
     def start(self) -> None:
-        """Start the thread."""
         self._pipe = os.pipe()
         self._thread.start()
 
@@ -110,7 +109,6 @@ class ChangeListener:
                 os.write(self._pipe[1], b"\0")  # one byte into an empty pipe: never blocks
 
     def join(self, timeout: float | None) -> None:
-        """Wait for the thread to end."""
         if self._thread.is_alive():
             self._thread.join(timeout)
 

@@ -27,7 +27,6 @@ class Timebase:
         self._offset = clock.now_us() - clock.monotonic_us()
 
     def now(self) -> Instant:
-        """Return the current instant in this scheduler's frame."""
         return Instant(self.clock.monotonic_us() + self._offset)
 
     def shift(self, by: Micros) -> None:

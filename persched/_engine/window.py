@@ -63,11 +63,9 @@ class Window:
         return len(self._heap)
 
     def head(self) -> Instant | None:
-        """The earliest due time queued, or None."""
         return self._heap[0][0] if self._heap else None
 
     def head_due(self, now: Instant) -> bool:
-        """Whether an entry is due at `now`."""
         return bool(self._heap) and self._heap[0][0] <= now
 
     def push(self, due_at: Instant, job_id: str, generation: int) -> bool:

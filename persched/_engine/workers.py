@@ -133,7 +133,6 @@ class WorkerPool:
         ]
 
     def start(self) -> None:
-        """Start every worker thread."""
         for thread in self._threads:
             thread.start()
 
@@ -159,7 +158,6 @@ class WorkerPool:
         return runner.join(deadline()) and workers_done if runner is not None else workers_done
 
     def owns_current_thread(self) -> bool:
-        """True when called from one of this pool's workers."""
         return threading.current_thread() in self._threads
 
     def _loop(self) -> None:
