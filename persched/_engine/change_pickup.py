@@ -77,11 +77,7 @@ class ChangePickup(PeriodicTask):
         self._bound: Callable[[], Instant | None] | None = None
 
     def start(self, change_seq: int, bound: Callable[[], Instant | None] | None, request: Callable[[], None]) -> None:
-        """Look for changes after `change_seq` from now on; `request` is how a listener asks for a pick-up.
-
-        `bound` (the bounded heap's `Dispatcher.pickup_bound`) limits the changed
-        jobs queued to those due by then.
-        """
+        """Look for changes after `change_seq`, queueing those due by `bound()`; a listener calls `request`."""
         self._change_seq = change_seq
         self._bound = bound
         engine, signal = self._store.engine, self._store.dialect.change_signal

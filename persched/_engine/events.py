@@ -101,13 +101,7 @@ class EventBus:
         self.dropped = 0
 
     def add(self, listener: Listener, kinds: Iterable[str] | None = None) -> None:
-        """Call `listener(event)` for every event of `kinds` (default: all).
-
-        Adding a listener that is already there replaces its kinds.
-
-        Raises:
-            InvalidJobError: `listener` is not callable or a kind is unknown.
-        """
+        """Call `listener(event)` for every event of `kinds` (default: all); adding it again replaces its kinds."""
         if not callable(listener):
             raise InvalidJobError("callback", f"must be callable, got {listener!r}")
         if isinstance(kinds, str):
@@ -123,10 +117,7 @@ class EventBus:
             self._listeners.append((listener, wanted))
 
     def remove(self, listener: Listener) -> bool:
-        """Stop calling `listener`; True if it was registered.
-
-        A call already in progress on the events thread is not interrupted.
-        """
+        """Stop calling `listener` (a call under way goes on); True if it was registered."""
         with self._lock:
             before = len(self._listeners)
             self._listeners = [(f, k) for f, k in self._listeners if f != listener]
@@ -175,10 +166,7 @@ class EventBus:
         return True
 
     def stop(self, timeout: float | None) -> None:
-        """Deliver what is queued (up to `timeout` seconds), then end the thread.
-
-        Idempotent; callable from a listener (then it does not wait for itself).
-        """
+        """Deliver what is queued (up to `timeout`), then end the thread; idempotent, callable from a listener."""
         with self._lock:
             already, self._stopped = self._stopped, True
             thread = self._thread
