@@ -111,8 +111,7 @@ class JobScheduler(JobOperations):
             recorded a tenth of this more, so it may briefly hold up to 10%
             more.
         keep_runs_for_seconds: Delete runs that finished longer ago than
-            this (None: no limit by age). Pruning runs on the heartbeat
-            thread in short transactions, never on the dispatch path.
+            this (None: no limit by age). Pruning never runs on the dispatch path.
         keep_error_runs: Failed runs (outcome error, lost or stopped) kept
             per job apart from `keep_runs`: the newest this many, so that a
             burst of successes never erases the last failures (None: every
@@ -144,20 +143,17 @@ class JobScheduler(JobOperations):
             and changes only the jobs of its namespace, so several
             applications can share one database. Default "default" (every
             job made before namespaces existed is there).
-        share_work: Deprecated, with no effect: several instances on one
-            database (one namespace) always share the work, each job having
-            one owner among the live instances (the documentation, "Several
-            instances"). False warns (`DeprecationWarning`) and shares all the
-            same; the option will be removed in the next minor release.
+        share_work: Deprecated, with no effect: instances on one database
+            always share the work (the documentation, "Several instances").
+            False warns (`DeprecationWarning`); the option will be removed in
+            the next minor release.
         max_clock_skew_seconds: How far this host's clock may be from the
-            database's clock (default 2 s). The scheduler reads the
-            database's clock at its first use and at every heartbeat
-            (SQLite: this machine's clock, at its first use); beyond this
-            offset it logs one WARNING and keeps to the database's time, so
-            that a host with a wrong clock neither takes over the others'
-            work nor runs slots early or late by its error (the
-            documentation, "Several instances": what skew does). None: never
-            read it, and run on this host's clock whatever it says. A
+            database's clock (default 2 s), read at the first use and at every
+            heartbeat (SQLite: this machine's clock, at the first use). Beyond
+            it the scheduler logs one WARNING and keeps to the database's
+            time, so a host with a wrong clock neither takes over the others'
+            work nor runs slots early or late (the documentation, "Several
+            instances": what skew does). None: never read it. A
             `persched.testing.FakeClock` is never compared with it.
         migration_timeout_seconds: How long start() waits while another
             process migrates the schema (default 600 s; processes starting
