@@ -10,10 +10,11 @@ a C timeout later. Pure: no threads, no locks, no I/O.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import threading
 import warnings
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .._model.checks import positive
 from .._model.instant import Micros, micros
@@ -33,7 +34,7 @@ from .horizon import MIN_HORIZON_SECONDS
 from .liveness import default_instance_id
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
     from ..clock import Clock, SecondsClock
 
@@ -45,6 +46,7 @@ __all__ = [
     "SchedulerConfig",
     "check_share_work",
     "check_wait",
+    "scheduler_options",
 ]
 
 # PostgreSQL's lock_timeout and MySQL's GET_LOCK take milliseconds as a C int, as SQLite's busy timeout does.
@@ -182,7 +184,7 @@ class SchedulerConfig:
         horizon = positive("horizon_seconds", horizon_seconds, maximum=MAX_DURATION_SECONDS)
         if horizon < MIN_HORIZON_SECONDS:
             raise InvalidJobError("horizon_seconds", f"must be at least {MIN_HORIZON_SECONDS:g} s")
-        # host:pid:random~proof: a restart on this host can tell that it is gone (see _liveness).
+        # host:pid:random~proof: a restart on this host can tell that it is gone (persched._engine.liveness).
         instance = default_instance_id() if instance_id is None else _instance_id(instance_id)
         try:  # callers may pass anything: refuse it cleanly
             exact = exact_clock(clock if clock is not None else SystemClock())
@@ -217,3 +219,11 @@ class SchedulerConfig:
             max_clock_skew=None if skew is None else Micros(micros(skew)),
             migration_timeout=migration_timeout,
         )
+
+
+_CHECKED: Final = tuple(inspect.signature(SchedulerConfig.checked).parameters)
+
+
+def scheduler_options(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments of `SchedulerConfig.checked` among `arguments` (a constructor's ``locals()``), as given."""
+    return {name: arguments[name] for name in _CHECKED}

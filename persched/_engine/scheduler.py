@@ -35,6 +35,7 @@ from .config import (
     SchedulerConfig,
     check_share_work,
     check_wait,
+    scheduler_options,
 )
 from .context import current_run
 from .dispatcher import Dispatcher
@@ -190,27 +191,7 @@ class JobScheduler(JobOperations):
         migration_timeout_seconds: float = DEFAULT_MIGRATION_TIMEOUT_SECONDS,
     ) -> None:
         check_share_work(share_work, stacklevel=2)
-        config = SchedulerConfig.checked(
-            url,
-            workers,
-            clock,
-            instance_id=instance_id,
-            lease_seconds=lease_seconds,
-            heartbeat_seconds=heartbeat_seconds,
-            busy_timeout_seconds=busy_timeout_seconds,
-            synchronous=synchronous,
-            keep_runs=keep_runs,
-            keep_runs_for_seconds=keep_runs_for_seconds,
-            keep_error_runs=keep_error_runs,
-            allowed_modules=allowed_modules,
-            pickup_seconds=pickup_seconds,
-            pickup_check_seconds=pickup_check_seconds,
-            horizon_seconds=horizon_seconds,
-            max_args_bytes=max_args_bytes,
-            namespace=namespace,
-            max_clock_skew_seconds=max_clock_skew_seconds,
-            migration_timeout_seconds=migration_timeout_seconds,
-        )
+        config = SchedulerConfig.checked(**scheduler_options(locals()))
         self._config: Final = config
         self.namespace: Final = config.namespace
         self.instance_id: Final = config.instance_id

@@ -28,6 +28,7 @@ from .._engine.config import (
     DEFAULT_MIGRATION_TIMEOUT_SECONDS,
     DEFAULT_WORKERS,
     check_share_work,
+    scheduler_options,
 )
 from .._engine.context import ACTIVE_RUN
 from .._engine.horizon import DEFAULT_HORIZON_SECONDS
@@ -250,27 +251,7 @@ class AsyncJobScheduler:
             raise InvalidJobError("jobs_on_loop", f"must be True or False, got {jobs_on_loop!r}")
         self._jobs_on_loop = jobs_on_loop
         check_share_work(share_work, stacklevel=2)  # here: the warning names the caller's line
-        self._sched = JobScheduler(
-            url,
-            workers,
-            clock,
-            instance_id=instance_id,
-            lease_seconds=lease_seconds,
-            heartbeat_seconds=heartbeat_seconds,
-            busy_timeout_seconds=busy_timeout_seconds,
-            synchronous=synchronous,
-            keep_runs=keep_runs,
-            keep_runs_for_seconds=keep_runs_for_seconds,
-            keep_error_runs=keep_error_runs,
-            allowed_modules=allowed_modules,
-            pickup_seconds=pickup_seconds,
-            pickup_check_seconds=pickup_check_seconds,
-            horizon_seconds=horizon_seconds,
-            max_args_bytes=max_args_bytes,
-            namespace=namespace,
-            max_clock_skew_seconds=max_clock_skew_seconds,
-            migration_timeout_seconds=migration_timeout_seconds,
-        )
+        self._sched = JobScheduler(**scheduler_options(locals()))
         self.instance_id: Final = self._sched.instance_id
         self.namespace: Final = self._sched.namespace
 
