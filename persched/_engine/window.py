@@ -1,9 +1,10 @@
 """The heap of due entries and its bounded window: passive, guarded by the dispatcher's lock.
 
 An entry is ``(due_at, job_id, generation)``: every field compares, so ties never
-compare payloads (bpo-19270 cannot arise). `Window` has no lock and no thread: the
-`persched._engine.dispatcher.Dispatcher` calls it under its condition, and only its
-thread pops, so a push, a pop and the decision to sleep see one state.
+compare payloads (the hazard behind CPython `sched`'s sequence numbers, bpo-19270).
+`Window` has no lock and no thread: the `persched._engine.dispatcher.Dispatcher`
+calls it under its condition, and only its thread pops, so a push, a pop and the
+decision to sleep see one state.
 
 `offer` keeps only an owned job's entry, `push` any (an adopted job). With refills
 the heap holds only what is due within the horizon: every row at or before the

@@ -4,15 +4,15 @@
 reserved before its claim, so a claim never waits for a thread. A worker runs the
 target with no persched lock held, passes the outcome to the `complete` callback,
 and drops its references to the callable, its arguments and any exception
-(futures bpo-16284, trio's ``del fn``). A worker never dies from user code:
-everything, `SystemExit` and `KeyboardInterrupt` included, is recorded as
-"error". A coroutine runs on the worker's own loop, through `awaited`, which keeps
-those two inside the task (asyncio would re-raise them out of the loop). With an
-`AwaitableRunner` the worker calls `release`, hands the awaitable over and goes
-back to the queue; the runner calls `finished` from a thread of its own, never
-from the loop. A job that forks ends its child on the worker when it returns
-(docs/reference/behaviour.md, "Forks"). More: docs/explanation/engine.md,
-"The hand-over and the workers".
+(futures bpo-16284, trio's ``del fn``).
+
+A worker never dies from user code: everything, `SystemExit` and
+`KeyboardInterrupt` included, is recorded as "error". A coroutine runs on the
+worker's own loop through `awaited`, which keeps those two inside the task
+(asyncio would re-raise them out of the loop). With an `AwaitableRunner` the
+worker calls `release`, hands the awaitable over and goes back to the queue; the
+runner calls `finished` from a thread of its own, never from the loop. A job that
+forks ends its child on the worker (docs/reference/behaviour.md, "Forks").
 """
 
 from __future__ import annotations
