@@ -1,34 +1,12 @@
 """The change pick-up: queueing the jobs that other instances, or the command line, changed.
 
-Every `pickup_seconds` the heartbeat thread reads the change counter
-(``persched_changes``) and queues the jobs scheduled or replaced elsewhere
-since it last looked: one indexed read per second by default. It reads it
-sooner when the engine says that another connection committed
-(`persched._engine.pickup`): on SQLite a ``PRAGMA data_version`` every
-`pickup_check_seconds` that reads no file, on PostgreSQL a listener thread
-woken by NOTIFY, which asks the heartbeat for a pick-up (`ChangePickup.request`);
-either way at most once per `pickup_check_seconds`, so that a stream of
-changes is read in batches. Those signals only hurry the pick-up; the poll
-stays its backstop. While no connection commits, the SQLite check backs off,
-each quiet check doubling the wait up to `QUIET_CHECK` (1 s, or
-`pickup_seconds` if that is shorter, and then in the poll's wake-up), and the
-first commit it sees brings it back to `pickup_check_seconds`: an idle
-scheduler wakes about once a second, not ten times, and a change after a
-quiet spell is picked up within a second.
-
-A pick-up that finds only this scheduler's own changes since its last look
-(`Store.only_own_changes`) reads no changed rows: each call that made one
-queued and announced it when it committed. It still reads the cancel requests
-of the runs in flight here, for a `cancel()` made here before a worker took
-its run.
-
-A member's join or leave moves the change counter too, so a pick-up that sees
-the counter move also asks the membership whether a member came or went
-(`persched._engine.membership.Membership.notice`). With the bounded heap
-(`persched._engine.horizon`), it asks only for the changed jobs the heap's
-refills have passed (later ones are loaded by a refill).
-
-Correctness never depends on this: a stale heap entry's claim simply fails.
+Every `pickup_seconds` the heartbeat reads the change counter (``persched_changes``)
+and queues the jobs changed since it last looked. `persched._engine.pickup`'s
+signals make it read sooner, at most once per `pickup_check_seconds`; the poll
+stays the backstop. A pick-up that sees the counter move also asks the membership
+whether a member came or went, and re-reads the cancel requests. Correctness never
+depends on it: a stale heap entry's claim fails (docs/explanation/engine.md,
+"The change pick-up").
 """
 
 from __future__ import annotations
@@ -60,20 +38,10 @@ QUIET_CHECK: Final = Micros(US_PER_SECOND)  # the longest wait between two check
 
 
 class ChangePickup(PeriodicTask):
-    """Reads the change counter and queues what changed elsewhere (module docstring).
+    """Reads the change counter and queues what changed elsewhere.
 
-    Args:
-        queue: Called with each job that another instance (or the CLI) scheduled or replaced.
-        membership: Asked whether a member came or went when the counter moved.
-        repartition: Called with `Membership.shared` when the view changed.
-        changed: Called when the counter moved (a change made elsewhere may be a pause with an end).
-        pickup: How often to read the change counter, whatever the signals say; on
-            PostgreSQL also how long the listener waits after a failed connect.
-        pickup_check: How often to ask SQLite whether another connection committed
-            while commits come, backing off to `QUIET_CHECK` while none do; also the
-            least time between two pick-ups that a signal asked for.
-        cancels: Called when the counter moved: stops the runs here that a cancel asked for; True while
-            a request found no run here to stop yet, which has it called at every pick-up until then.
+    `cancels` stops the runs here that a cancel asked for; it returns True while a
+    request found no run here to stop yet, and is then called at every pick-up.
     """
 
     def __init__(
@@ -90,8 +58,8 @@ class ChangePickup(PeriodicTask):
         cancels: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__("picking up changes", pickup)
-        self._cancels = cancels  # stops the runs here that cancel() asked for (`persched._store.cancels`)
-        self._cancels_owed = False  # a cancel request found no run here to stop yet: read them again
+        self._cancels = cancels
+        self._cancels_owed = False
         self._store = store
         self._timebase = timebase
         self._queue = queue
@@ -109,11 +77,7 @@ class ChangePickup(PeriodicTask):
         self._bound: Callable[[], Instant | None] | None = None
 
     def start(self, change_seq: int, bound: Callable[[], Instant | None] | None, request: Callable[[], None]) -> None:
-        """Look for changes after `change_seq` from now on; `request` is how a listener asks for a pick-up.
-
-        `bound` (the bounded heap's `Dispatcher.pickup_bound`) limits the changed
-        jobs queued to those due by then.
-        """
+        """Look for changes after `change_seq`, queueing those due by `bound()`; a listener calls `request`."""
         self._change_seq = change_seq
         self._bound = bound
         engine, signal = self._store.engine, self._store.dialect.change_signal
@@ -147,8 +111,7 @@ class ChangePickup(PeriodicTask):
         self._schedule()
 
     def run(self, now: int) -> None:
-        """Check for commits if that is due, then pick up if the poll or a signal says so (the next
-        round is scheduled before the pick-up, which may fail; the check never raises)."""
+        """Check for commits if due, then pick up if the poll or a signal says so; the next round is set first."""
         checked = self._watch is not None and now >= self._next_check
         if self._watch is not None and checked:
             if self._watch.changed():
@@ -158,9 +121,8 @@ class ChangePickup(PeriodicTask):
         picks = now >= self._next_pickup or (self.owed and now >= self._earliest)
         if picks:
             self.owed = False
-            # At most one pick-up per pickup_check: under a stream of changes each reads many.
             self._earliest, self._next_pickup = now + self._pickup_check, now + self.period
-        if checked:  # no later than the poll, so that a quiet scheduler wakes once for both
+        if checked:  # no later than the poll: a quiet scheduler wakes once for both
             self._next_check = min(now + self._check_every, max(self._next_pickup, now + self._pickup_check))
         self._schedule()
         if picks:
@@ -170,34 +132,28 @@ class ChangePickup(PeriodicTask):
         self.due = min(self._next_pickup, self._next_check, self._earliest if self.owed else NEVER)
 
     def round(self) -> None:
-        """Queue the jobs that were scheduled or replaced elsewhere since the last look.
-
-        One cheap read of the change counter when nothing changed.
-        """
+        """Queue the jobs changed elsewhere since the last look; one read of the counter if none."""
         seen = self._store.change_seq()
         if seen == self._change_seq:
             if self._cancels_owed:
                 self._stop_cancelled()
             return
         if self._store.only_own_changes(self._change_seq, seen):
-            # Every change since the last look was made here (schedule(), deschedule(), pause()... of this
-            # scheduler, its own beats): the call that made each queued and announced it. But a cancel()
-            # made here may have found its run claimed and not yet taken by a worker: its request waits
-            # on the row for this read (none is made while nothing is claimed or running here).
+            # Each call that made these changes queued them itself. A cancel() made here may
+            # have found its run not yet taken by a worker: its request waits for this read.
             self._change_seq = seen
             self._stop_cancelled()
             return
         self._changed()
         self._notice()
         before = self._change_seq
-        # Read before the changes: a row due later is loaded by a refill not begun yet (persched._engine.horizon).
+        # Read before the changes: a row due later is loaded by a refill not begun yet.
         upto = None if self._bound is None else self._bound()
-        # With now: a row written elsewhere by a clock that was ahead is put back on its grid (persched._store.ahead).
-        # The clock, not a time read now: this thread may be held before the rows are read (a suspended process).
+        # The clock, not an instant read now: rows written ahead are put back on their grid
+        # (persched._store.ahead) at the time they are read, however long this thread was held.
         self._change_seq, changed = self._store.changes_since(self._change_seq, upto, self._timebase.now)
         if self._change_seq != seen:
-            # The counter moved after the membership looked: a join or leave in between would
-            # otherwise wait for the next beat, since the next round sees no move.
+            # Moved after the membership looked: the next round would not see a join in between.
             self._notice()
         if logger.isEnabledFor(logging.INFO):
             self._log_changes(before, self._change_seq)  # before queueing: a claim would change the rows
@@ -207,14 +163,13 @@ class ChangePickup(PeriodicTask):
         self._stop_cancelled()  # a cancel moves the counter too
 
     def _stop_cancelled(self) -> None:
-        """Stop the runs here that a cancel asked for; keep asking while a request found none to stop
-        (its run claimed here, not yet taken by a worker: the counter will not move again for it)."""
+        """Stop the runs here that a cancel asked for; keep asking while a request found none yet."""
         if self._cancels is not None:
             self._cancels_owed = self._cancels()
 
     def _notice(self) -> None:
         if self._membership.notice():
-            self._repartition(self._membership.shared)  # a member joined or left (persched._engine.membership)
+            self._repartition(self._membership.shared)  # a member joined or left
 
     def _log_changes(self, after: int, upto: int) -> None:
         """Tell the operator what another process or the CLI changed; a bulk change is cut short."""

@@ -1,18 +1,12 @@
 """The child process of a run with ``executor="process"``: import the target, call it, report.
 
-`persched._engine.processes` starts this module's `main` in a process made by
-multiprocessing's "forkserver" (or "spawn") method, never by a fork of the
-scheduler, so the child holds none of the parent's threads, locks or
-connections. It gets the run as JSON text, imports the target by its
-reference (within ``allowed_modules``), sets up the `RunContext` that
-`persched.current_run()` returns, calls the target (an async one on an event
-loop of its own), and sends one JSON report through its pipe:
-``{"outcome": "ok" | "error" | "stopped" | "unstarted", "error": text or null}``.
-
-A stop arrives as SIGTERM. The parent first sends the reason through the same
-pipe; the handler reads it, sets ``stopping`` and raises `persched.errors.RunStopped`
-in the job (the main thread), so a job blocked in a sleep ends at once. A job
-that catches it and keeps going is killed after ``stop_grace_seconds``.
+`persched._engine.processes` starts `main` by "forkserver" or "spawn", never by a
+fork of the scheduler, so the child holds none of the parent's threads, locks or
+connections. It reads the run as JSON, calls the target with the `RunContext`
+set, and sends one JSON report through its pipe (``outcome``, ``error``). A stop
+arrives as SIGTERM after its reason on the pipe: the handler sets ``stopping`` and
+raises `persched.errors.RunStopped` in the job's main thread, so a sleeping job
+ends at once.
 """
 
 from __future__ import annotations

@@ -1,27 +1,20 @@
 """`JobScheduler`'s constructor options, checked once into a frozen `SchedulerConfig`.
 
-Every option is checked here and nowhere else: `SchedulerConfig.checked`
-refuses a bad value with `InvalidJobError` naming the argument, before
-anything is opened or written, and returns the values in the units persched
-uses inside (whole microseconds, ints, an exact `Clock`). The part that the
-engine needs (`persched._store.options.EngineOptions`: SQLite's busy timeout
-and ``synchronous``) is checked by the store's own rules, the same for a
-direct `persched._store.db.make_engine` call.
-
-The bounds (README, "Input limits") are where a value stops being a choice
-and becomes a typo that would overflow a datetime, a SQL integer or a C
-timeout later. The number checks that public methods share with the
-options (`runs(limit=)`, the `timeout` of shutdown / deschedule / wait_idle)
-live here too. Pure: no threads, no locks, no I/O.
+`SchedulerConfig.checked` refuses a bad value with `InvalidJobError` naming the
+argument, before anything is opened, and returns the values in persched's inner
+units (whole microseconds, an exact `Clock`). The bounds (README, "Input limits")
+are where a value becomes a typo that would overflow a datetime, a SQL integer or
+a C timeout later. Pure: no threads, no locks, no I/O.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import threading
 import warnings
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .._model.checks import positive
 from .._model.instant import Micros, micros
@@ -41,7 +34,7 @@ from .horizon import MIN_HORIZON_SECONDS
 from .liveness import default_instance_id
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
     from ..clock import Clock, SecondsClock
 
@@ -53,27 +46,21 @@ __all__ = [
     "SchedulerConfig",
     "check_share_work",
     "check_wait",
+    "scheduler_options",
 ]
 
 # PostgreSQL's lock_timeout and MySQL's GET_LOCK take milliseconds as a C int, as SQLite's busy timeout does.
 MAX_MIGRATION_TIMEOUT_SECONDS: Final = MAX_BUSY_TIMEOUT_SECONDS
 MAX_WORKERS: Final = 4096  # threads are made up front; beyond this, a typo would exhaust memory
-# A dispatch cycle claims at most as many runs as there are free workers, in one transaction, so
-# more workers mean fewer commits per run; idle threads cost no CPU. The figures behind 32:
-# docs/explanation/performance.md, "Choosing workers".
-DEFAULT_WORKERS: Final = 32
-# Upper bounds of the options (README, "Input limits"): beyond them a value is a
-# typo, and it would overflow a datetime, a SQL integer or a C timeout later.
+DEFAULT_WORKERS: Final = 32  # docs/explanation/performance.md, "Choosing workers"
 MAX_DURATION_SECONDS: Final = MAX_INTERVAL_SECONDS  # lease, heartbeat, pickup (check), retention: 10 years
 MAX_TIMEOUT_SECONDS: Final = float(threading.TIMEOUT_MAX)  # shutdown / deschedule waits
 MAX_COUNT: Final = MAX_STORED_INT  # keep_runs, runs(limit): SQL LIMIT / OFFSET values
 MAX_ARGS_BYTES_LIMIT: Final = 64 * 1024 * 1024  # max_args_bytes itself: the store is not a blob store
-# Seconds: hosts synced by NTP or chrony agree to milliseconds; a database round trip on a busy
-# machine takes a good part of a second. Beyond this, the offset is a wrong clock (persched._engine.skew).
+# Synced hosts agree to milliseconds and a busy round trip takes part of a second: beyond, a wrong clock.
 DEFAULT_MAX_CLOCK_SKEW_SECONDS: Final = 2.0
 MAX_INSTANCE_ID_LENGTH: Final = 255  # characters: owner and instance_id are String(255)
-# Failed runs kept per job apart from keep_runs, so that a burst of successes never erases the last failures.
-DEFAULT_KEEP_ERROR_RUNS: Final = 1000
+DEFAULT_KEEP_ERROR_RUNS: Final = 1000  # a burst of successes never erases the last failures
 
 
 def check_wait(wait: object, timeout: object) -> float | None:
@@ -90,11 +77,7 @@ def check_wait(wait: object, timeout: object) -> float | None:
 
 
 def check_share_work(share_work: object, *, stacklevel: int) -> None:
-    """Check the deprecated `share_work` option: True or False, and False warns that it has no effect.
-
-    `stacklevel` is `warnings.warn`'s, counted from this function: the warning names the line
-    that made the scheduler (docs/reference/options.md, "share_work").
-    """
+    """Check the deprecated `share_work` option; False warns that it has no effect (at `stacklevel`)."""
     if not isinstance(share_work, bool):
         raise InvalidJobError("share_work", f"must be True or False, not {share_work!r}")
     if not share_work:
@@ -167,7 +150,7 @@ class SchedulerConfig:
         keep_error_runs: object = DEFAULT_KEEP_ERROR_RUNS,
         migration_timeout_seconds: object = DEFAULT_MIGRATION_TIMEOUT_SECONDS,
     ) -> SchedulerConfig:
-        """Check `JobScheduler`'s arguments (see its docstring), in the order it always checked them.
+        """Check `JobScheduler`'s arguments, in the order it always checked them.
 
         Raises:
             InvalidJobError: An argument is out of range; nothing was opened.
@@ -201,7 +184,7 @@ class SchedulerConfig:
         horizon = positive("horizon_seconds", horizon_seconds, maximum=MAX_DURATION_SECONDS)
         if horizon < MIN_HORIZON_SECONDS:
             raise InvalidJobError("horizon_seconds", f"must be at least {MIN_HORIZON_SECONDS:g} s")
-        # host:pid:random~proof: a restart on this host can tell that it is gone (see _liveness).
+        # host:pid:random~proof: a restart on this host can tell that it is gone (persched._engine.liveness).
         instance = default_instance_id() if instance_id is None else _instance_id(instance_id)
         try:  # callers may pass anything: refuse it cleanly
             exact = exact_clock(clock if clock is not None else SystemClock())
@@ -236,3 +219,11 @@ class SchedulerConfig:
             max_clock_skew=None if skew is None else Micros(micros(skew)),
             migration_timeout=migration_timeout,
         )
+
+
+_CHECKED: Final = tuple(inspect.signature(SchedulerConfig.checked).parameters)
+
+
+def scheduler_options(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments of `SchedulerConfig.checked` among `arguments` (a constructor's ``locals()``), as given."""
+    return {name: arguments[name] for name in _CHECKED}

@@ -1,20 +1,12 @@
 """What a running job sees of its run: `current_run()`, the `RunContext`, and the stop request behind it.
 
-Threads
--------
-A run's `StopSignal` is made by the thread that starts the run and set by
-whichever thread asks it to stop: the overrun watch (``on_overrun="stop"``),
-the pick-up that sees a cancel request, or `shutdown()` at its timeout. The
-first request wins: its reason is written before the event is set, under the
-signal's own lock, so a job that sees `RunContext.stopping` set reads the
-reason that set it. The callbacks registered with `StopSignal.on_request`
-(cancel an async job's task, wake the parent of a child process) run once, on
-the requesting thread, outside that lock.
-
-The run itself travels in a `contextvars.ContextVar`, set by the worker around
-the call (and copied into an async job's task), so `current_run()` answers in
-the job's own thread or task and nowhere else. It builds a fresh `RunContext`
-at each call; every one of a run shares that run's `stopping` event.
+A run's `StopSignal` is set by whichever thread asks first: the overrun watch, the
+pick-up of a cancel, or `shutdown()` at its timeout. The reason is written before
+the event is set, under the signal's own lock, so a job that sees `stopping` set
+reads the reason that set it. Callbacks registered with `StopSignal.on_request`
+run once, on the requesting thread, outside that lock. The run travels in a
+`contextvars.ContextVar` set by the worker around the call, so `current_run()`
+answers in the job's own thread or task and nowhere else.
 """
 
 from __future__ import annotations
@@ -94,7 +86,6 @@ class ActiveRun:
     stop: StopSignal = field(default_factory=StopSignal)
 
     def context(self) -> RunContext:
-        """The `RunContext` a job reads."""
         claim = self.claim
         context = RunContext(
             job_id=claim.job_id,

@@ -1,125 +1,25 @@
-"""The dispatcher: the one thread a run's way starts from, which claims what is due and queues what follows.
+"""The dispatcher: the one thread that claims what is due, and writes what finished.
 
-One direction
--------------
-A run goes one way: the `persched._engine.window.Window` (a passive heap) yields its due
-entry to the ``persched-dispatcher`` thread, which reserves a worker for it,
-claims it through the `persched._engine.runs.RunBook` (one transaction with the
-completions handed in since the last cycle), and hands each won run to its
-reserved worker in the `persched._engine.workers.WorkerPool`. The worker hands the
-outcome in (`complete`); the next cycle writes it, and the store's answer (the
-job's next slot, or where a lost claim's row stands) goes back into the
-window. The `RunBook` never calls the dispatcher: it returns what to queue
-(`persched._engine.runs.Dispatched`). `Dispatcher` makes the window and the
-`persched._engine.handover.Handover` (the worker pool, the overrun watch and the
-account of reserved workers), and starts and stops them with its thread:
-the scheduler's `persched._engine.lifecycle.Lifecycle` starts and stops only
-the dispatcher.
+``persched-dispatcher`` pops due entries from the `persched._engine.window.Window`,
+claims them through the `persched._engine.runs.RunBook` in one transaction with
+the outcomes handed in since the last cycle, and hands each won run to the worker
+it reserved for it. The `RunBook` never calls back: it returns what to queue
+(`persched._engine.runs.Dispatched`). Any thread may push an entry; only this
+thread pops.
 
-Threads and locks
------------------
-Entries are pushed by any thread (schedule(), the heartbeat after a recovery
-or a change picked up) and popped only by the dispatcher. ``_cond`` guards
-the window, the hand-over's account (the count of free workers, of runs that
-gave theirs back and go on elsewhere, and the completions handed in) and the
-stop flags, and nothing else: no database call, no user code, no logging and
-no join happens while it is held. The dispatcher decides under it (pop every due entry it has free
-workers for, reserving one worker each, so a claimed run never waits for a
-thread; take the completions handed in), releases it, and then acts: it
-queues what a claim or a write returned only once the `RunBook` has
-returned, so the claim gate and ``_cond`` never nest (the hand-over, under
-the gate, takes only the overrun watch's lock). Lock order: ``_cond`` before
-a `FakeClock`'s lock, never the reverse.
+``_cond`` guards the window, the hand-over's account of workers and outcomes,
+and the stop flags. No database call, user code, logging or join happens under
+it. The thread decides under it (pop what it has free workers for, reserving one
+each, so a claimed run never waits for a thread), releases it, then acts. It
+queues what a claim returned only after the `RunBook` returned, so the claim gate
+and ``_cond`` never nest. Lock order: ``_cond`` before a `FakeClock`'s lock.
 
-Why stale entries are harmless
-------------------------------
-The heap is a hint; the store decides. An entry left behind by deschedule(),
-by a replacement (new generation) or by another instance's run fails its
-claim, because the claim is conditional on generation, state and slot. The
-entry is then dropped, or queued again at the row's real next slot (the
-claim's result tells which). Nothing is ever removed from the heap by search.
+Why stale entries are harmless: the claim is conditional on generation, state
+and slot, so an entry left by a deschedule, a replacement or another instance's
+run fails its claim and is dropped or queued at the row's real slot.
 
-Sharing the work
-----------------
-Several instances on one database share a namespace's jobs: each job has one
-owner among the live instances (`persched._engine.membership`), and an instance queues
-only the jobs it owns (`persched._engine.window`, "Ownership"; a lone instance owns
-every job). A lost claim whose slot another claim took (`ClaimMiss.taken`)
-is queued again at the row's next slot only by the job's owner, in case the
-claimer dies; any other instance drops it. What nobody queues (views differ
-for a heartbeat, an owner is saturated, or it died and the others have not
-seen it yet) the database hands out: while other members share the work,
-every `search_every`, when workers are free and nothing in the heap is due,
-the dispatcher reserves its free workers and searches (the claim by query,
-`Store.claim_overdue`), which claims the oldest rows due more than
-`search_every` ago, whoever owns them, SKIP LOCKED so that two instances
-searching at once take disjoint rows. So an owner that falls behind is helped
-by the instances with free workers. A job that a search ran is *adopted*: the
-instance queues its next slots too (`persched._engine.runs.RunBook`), racing its owner,
-until a claim of it loses to another claim (its owner is back, or another
-instance adopted it); so the job of an owner that died or was cut off runs
-late once, at the search, and on time after that, while the others have not
-yet dropped the owner from their views (a lease). A search that took as
-many rows as it had workers for may have left more behind (the share of an
-owner that died): the next one is due at once, whenever workers are free and
-nothing of the heap's is due, not `search_every` later, so the instances
-with free workers run the overdue rows as fast as they free workers, not
-a batch every `search_every`. The search's bound is not
-shortened below `search_every`: `next_run_at` is the grid slot, without the
-job's jitter, so a short bound would take a jittered row before it is due. A
-single instance never searches.
-
-Waiting
--------
-The dispatcher sleeps on ``_cond`` with a timeout until the head entry is due
-(measured on the monotonic clock through the `Timebase`), or until it is
-notified: a new head, a freed worker, a completion handed in, or stop. An
-idle scheduler with many jobs sleeps until the earliest one (no busy
-polling), or the next refill of the window.
-
-Lateness is measured when an entry is taken up
------------------------------------------------
-Each entry popped is stamped with `taken_at`, the instant the scheduler took
-it up, and the claim measures a slot's lateness there (docs/how-to/schedules.md,
-"Missed runs": a small `grace_seconds` must not drop the slots of a scheduler
-that is not behind). An entry that came due while the dispatcher slept waiting for
-it, with a worker free, was taken up on time: `taken_at` is its due time,
-however long the claim's commit took. Not so, and `taken_at` is when it was
-popped: an entry that came due while every worker was busy or while a cycle
-ran; one pushed already late (a change picked up, a recovery: the sleep is
-counted from that push, `_asleep_since`); and one whose wake-up came more
-than `TAKE_UP_SLACK` after its due time (the process was stopped or starved:
-a stall, not dispatch latency). Entries of one job and generation that are
-due together take one worker between them (the rest are dropped: the claim
-would refuse them); of two generations of one job due together, the earlier
-entry is claimed and the other waits for the next cycle (the claim's slot
-bound is per job_id: with both in one batch, a stale generation's bound would
-apply to the live one's row).
-
-Refills
--------
-With a refill (`start(refill=...)`, `persched._engine.horizon`), the window is bounded
-(`persched._engine.window`, "The bounded window"): the dispatcher reads the rows after
-the cursor on its thread, with ``_cond`` released, and queues the owned ones.
-
-Gathering a batch while behind
-------------------------------
-A cycle's commit costs about the same for one run as for thirty (SQLite's
-fsync, a round trip), so while entries are due that found no free worker (a
-backlog), the next cycle waits, up to `gather` of real time from when a
-worker became free, for every worker to be free before it claims.
-Without it, runs that end fast settle into groups: each cycle claims as many
-as reported back while the one before committed, and two groups of 16 (or 24
-and 8) take turns with 32 workers, two commits where one would do (the
-figures: docs/explanation/performance.md, "The dispatch path"). Only a
-backlog waits, so a scheduler that keeps up never does; the runs that wait
-are late already, by more than this.
-
-Idle
-----
-`wait_idle()` (the testing kit behind `JobScheduler.wait_idle`) waits under
-``_cond`` until no entry is due, no completion waits to be written, no cycle
-is running, every worker is free and no run goes on elsewhere.
+Waiting, lateness (`taken_at`), gathering a batch while behind, refills and the
+search for overdue rows: docs/explanation/engine.md, "The dispatcher".
 """
 
 from __future__ import annotations
@@ -145,16 +45,12 @@ __all__ = ["Dispatcher", "RefillCallback"]
 
 logger = logging.getLogger(__name__)
 
-# Called on the dispatcher thread, on no lock: ``refill(cursor, before)`` returns the entries of
-# the rows after `cursor` whose next_run_at lies before `before` (or the first of them) and the
-# cursor after them (see `persched._engine.horizon.Horizon.refill`).
+# On the dispatcher thread, on no lock: `persched._engine.horizon.Horizon.refill`.
 RefillCallback = Callable[[Cursor | None, Instant], tuple[list[Entry], Cursor]]
 NO_HORIZON: Final = Micros(0)
 TAKE_UP_SLACK: Final = 1_000_000  # µs: a wake-up later than this after its due time is a stall
-# How long a cycle behind a backlog waits for busy workers to report back (module docstring).
-GATHER: Final = 0.002  # real seconds
-# How often an instance with free workers searches, and how late a row must be.
-SEARCH_EVERY: Final = Micros(500_000)
+GATHER: Final = 0.002  # real seconds a cycle behind a backlog waits for busy workers
+SEARCH_EVERY: Final = Micros(500_000)  # how often to search for overdue rows, and how late they must be
 
 
 class Cycle(NamedTuple):
@@ -179,20 +75,7 @@ class Refill(NamedTuple):
 
 
 class Dispatcher:
-    """Owns the dispatch loop and its thread, the window and the hand-over to the workers.
-
-    Args:
-        timebase: The scheduler's time frame.
-        runs: Claims, writes and counts what is in flight (`persched._engine.runs.RunBook`).
-        workers: How many runs may be in flight at once (the worker pool's size).
-        owns: Whether this instance owns a job (`persched._engine.membership`).
-        reach: The largest jitter of the due times the store handed out (`Window`).
-        allowed_modules: As for `WorkerPool`.
-        max_batch: At most this many claims per cycle.
-        search_every: How often to search for rows no claim took (module docstring), when
-            workers are free and nothing in the heap is due; only rows this late are taken.
-        gather: Real seconds a cycle behind a backlog waits for busy workers (module docstring).
-    """
+    """The dispatch loop and its thread; makes the window and the hand-over to the workers."""
 
     def __init__(
         self,
@@ -218,11 +101,11 @@ class Dispatcher:
         self._gather = gather
         self._refill: RefillCallback | None = None
         self._shared = False  # other instances share the work: search for what nobody queued
-        self._searched_at = Instant(0)  # when it last searched (start(): as if then)
+        self._searched_at = Instant(0)
         self._in_cycle = False
         self._backlog = False  # the last claim left due entries for want of workers
-        self._gather_until: float | None = None  # _realtime.monotonic() when this gathering ends
-        self._asleep_since: Instant | None = None  # when it began waiting for the head with a worker free
+        self._gather_until: float | None = None  # _realtime.monotonic()
+        self._asleep_since: Instant | None = None  # waiting for the head with a worker free since
         self._claiming = True  # False once shutdown began: completions only
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="persched-dispatcher", daemon=True)
@@ -239,12 +122,7 @@ class Dispatcher:
         refill_rows: int = 0,
         shared: bool = False,
     ) -> None:
-        """Fill the window with ``(due_at, job_id, generation)``, start the workers and the thread.
-
-        With `refill`, the window is bounded (`persched._engine.window`): `entries` are the
-        rows up to `cursor`, and refills load up to `horizon` ahead, `refill_rows` being
-        what one refill reads at most. `shared`: other instances share the work (`repartition`).
-        """
+        """Fill the window, start the workers and the thread; with `refill`, the window is bounded."""
         with self._cond:
             self._shared = shared
             self._searched_at = self._timebase.now()
@@ -261,8 +139,7 @@ class Dispatcher:
             self._cond.notify_all()
 
     def shutdown(self, left: Callable[[], float | None]) -> bool:
-        """After `stop_claiming`: let the workers finish, write their completions, end every thread;
-        False if a run is still going when `left()` (the time left, None: no limit) runs out."""
+        """After `stop_claiming`: drain the workers, write their outcomes, end the threads; False on timeout."""
         drained = self.handover.drain(left)
         self.stop()  # after the workers: it writes their last completions
         self.join(left())
@@ -271,7 +148,7 @@ class Dispatcher:
         return drained
 
     def finish_late(self) -> None:
-        """After a `shutdown` that gave up on runs in flight: wait for them and write their outcomes."""
+        """After a `shutdown` that gave up: wait for the runs in flight and write their outcomes."""
         self.pool.join(lambda: None)
         self.join(None)
         self.retry_unwritten()
@@ -284,22 +161,20 @@ class Dispatcher:
             self._cond.notify_all()
 
     def join(self, timeout: float | None) -> None:
-        """Wait for the dispatcher thread to end."""
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
     # -- what makes a job due --------------------------------------------------------
 
     def offer(self, due_at: Instant, job_id: str, generation: int) -> None:
-        """Queue a run of `job_id`'s `generation` for `due_at` if this instance owns the job
-        (`persched._engine.window`, "Ownership")."""
+        """Queue a run of `job_id`'s `generation` for `due_at` if this instance owns the job."""
         with self._cond:
             self._push(due_at, job_id, generation, self.window.offer)
 
     def _push(self, due_at: Instant, job_id: str, generation: int, into: Callable[[Instant, str, int], bool]) -> None:
         """Under ``_cond``: queue an entry; wake the thread if it is the new head."""
         if self._asleep_since is not None and due_at < self._asleep_since:
-            # Late already: the sleep did not wait for it (module docstring).
+            # Late already: the sleep did not wait for it.
             self._asleep_since = max(self._asleep_since, self._timebase.now())
         if into(due_at, job_id, generation):
             self._cond.notify_all()
@@ -312,16 +187,14 @@ class Dispatcher:
             self._push(*entry, self.window.offer)
 
     def repartition(self, shared: bool) -> None:
-        """The members' view changed: keep the owned entries only, reload the owned rows with the
-        next refill, and search for overdue rows only while `shared` (module docstring)."""
+        """The members' view changed: keep the owned entries, reload the owned rows; search only while `shared`."""
         with self._cond:
             self.window.repartition()
             self._shared = shared
             self._cond.notify_all()
 
     def retime(self) -> None:
-        """The time frame moved (`persched._engine.skew`): look at the head again, and reload the
-        rows due within the horizon of the new time with the next refill."""
+        """The time frame moved (`persched._engine.skew`): look at the head again, reload the rows."""
         with self._cond:
             self.window.retime()
             self._cond.notify_all()
@@ -340,17 +213,16 @@ class Dispatcher:
     # -- idle ------------------------------------------------------------------------
 
     def wait_idle(self, timeout: float | None) -> bool:
-        """Block until nothing is due or being written and every worker is free; False on timeout (real seconds)."""
+        """Block until nothing is due or being written and every worker is free; False on timeout."""
         deadline = None if timeout is None else _realtime.monotonic() + timeout
         with self._cond:
             while not self._idle():
                 left = None if deadline is None else deadline - _realtime.monotonic()
                 if left is not None and left <= 0:
                     return False
-                # The dispatcher re-reads the clock now: a clock that moves without waking
-                # anyone (a test's frozen time, persched.testing.FrozenTimeClock) is taken up at once.
+                # Re-read the clock now: a FrozenTimeClock moves without waking anyone.
                 self._cond.notify_all()
-                # Bounded: advancing a FakeClock wakes this condition, the real clock does not.
+                # Bounded: a FakeClock's advance wakes this condition, the real clock does not.
                 self._cond.wait(0.05 if left is None else min(left, 0.05))
             return True
 
@@ -363,14 +235,13 @@ class Dispatcher:
     # -- the loop --------------------------------------------------------------------
 
     def _next_step(self) -> Cycle | Search | Refill | None:
-        """Under ``_cond``: wait for completions, or due entries and free workers, and take them;
-        or for a refill or a search to be due; None once stopped."""
+        """Under ``_cond``: wait for the next thing to do and take it; None once stopped."""
         window = self.window
         self._asleep_since = None
         while True:
             now = self._timebase.now()
-            # A refill first, unless it was the last thing done and entries are due: the
-            # entries loaded by a long catch-up of refills start while it goes on.
+            # A refill first, unless it was the last thing done and entries are due:
+            # a long catch-up of refills must not hold back the entries it loaded.
             workers = self.handover
             head_due = window.head_due(now) and workers.free > 0
             if self._claiming and window.refill_due(now) and not (window.just_refilled and head_due):
@@ -391,7 +262,6 @@ class Dispatcher:
                 self._in_cycle = True
                 return Cycle(workers.take_completions(), due)
             if self._search_due(now):
-                # Nothing of the heap's is due and workers are free: claim what nobody took.
                 limit = min(workers.free, self._max_batch)
                 workers.reserve(limit)  # before the claim
                 self._searched_at = now
@@ -415,13 +285,11 @@ class Dispatcher:
         if (search_at := self._next_search()) is not None:
             wakes.append(search_at)
         if self._claiming and (refill_at := self.window.refill_wake()) is not None:
-            # The head may lie beyond the cursor, or nothing is queued.
             wakes.append(refill_at)
         return max(0, min(wakes) - now) / US_PER_SECOND if wakes else None
 
     def _gather_left(self) -> float:
-        """Under ``_cond``: real seconds left to wait for busy workers before the next claim,
-        0 to claim now (module docstring)."""
+        """Under ``_cond``: real seconds left to gather a batch while behind; 0 to claim now."""
         if not (self._backlog and self._claiming and 0 < self.handover.free < self.handover.size):
             return 0.0
         if not self.window.head_due(self._timebase.now()):
@@ -432,14 +300,12 @@ class Dispatcher:
         return max(0.0, self._gather_until - now)
 
     def _next_search(self) -> Instant | None:
-        """Under ``_cond``: when to search for rows no claim took (module docstring); None while
-        no search may run (alone, not claiming, no free worker)."""
+        """Under ``_cond``: when to search for overdue rows; None while no search may run."""
         if not self._shared or not self._claiming or self.handover.free <= 0:
             return None
         return Instant(self._searched_at + self._search_every)
 
     def _search_due(self, now: Instant) -> bool:
-        """Under ``_cond``: whether to search for rows no claim took now."""
         search_at = self._next_search()
         return search_at is not None and now >= search_at
 
@@ -464,7 +330,7 @@ class Dispatcher:
                 logger.error("%s failed\n%s", what, describe(exc))
             with self._cond:
                 if isinstance(step, Search) and dispatched.handed_over >= step.limit:
-                    # Every worker it had found a row: more may be overdue, search again at once.
+                    # Every worker found a row: more may be overdue, search again at once.
                     self._searched_at = Instant(self._searched_at - self._search_every)
                 self._queue(dispatched)
                 self.handover.give_back(reserved - dispatched.handed_over)
@@ -482,8 +348,8 @@ class Dispatcher:
                 self.window.refill_failed()
                 self._cond.notify_all()
             return
-        # Hashed before taking the lock (thousands of rows); an entry kept by a view that
-        # changes meanwhile costs at most one claim, and the change reloads anyway.
+        # Filtered off the lock (thousands of rows): a view that changes meanwhile
+        # costs at most one failed claim, and the change reloads anyway.
         owns = self.window.owns
         entries = [entry for entry in entries if owns(entry[1])]
         with self._cond:
@@ -492,8 +358,7 @@ class Dispatcher:
 
 
 def taken_at(due_at: Instant, now: Instant, asleep_since: Instant | None) -> Instant:
-    """When an entry popped at `now` was taken up, the dispatcher having slept for it with a worker
-    free since `asleep_since` (None: it did not; module docstring, "Lateness")."""
+    """When an entry popped at `now` was taken up (docs/explanation/engine.md, "Lateness is measured ...")."""
     if asleep_since is None or now - due_at > TAKE_UP_SLACK:
         return now
     return Instant(min(now, max(due_at, asleep_since)))

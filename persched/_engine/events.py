@@ -1,32 +1,13 @@
 """Scheduler events and their delivery to listeners on one dedicated thread.
 
-Threads
--------
-Events are emitted by whichever persched thread observes the change: the
-caller of schedule()/deschedule(), the dispatcher (a run started), a worker
-(a run finished or failed), the heartbeat (a run was recorded as lost).
-`EventBus.emit` never blocks and never calls a listener: it puts the event on a
-bounded `queue.Queue` and returns. One daemon thread, ``persched-events``,
-takes events off the queue in order and calls each interested listener with
-no persched lock held.
-
-Consequences, documented for users (docs/operations.md):
-
-- A listener that raises is logged (ERROR, with its traceback) and ignored;
-  the other listeners and the scheduler carry on.
-- A listener that blocks delays the listeners after it, and the events after
-  it, but never dispatch, workers or the heartbeat: they only enqueue.
-- The queue holds `DEFAULT_MAX_PENDING` events. When it is full (a listener
-  blocked for a long time), new events are dropped, counted in
-  `EventBus.dropped`, and logged at WARNING (the first drop and every
-  `DROP_LOG_EVERY`-th after it).
-- The thread is started with the first event that some listener wants, so a
-  scheduler without listeners has no events thread at all. It is stopped by
-  ``shutdown()``: events queued before that are still delivered (bounded by
-  the shutdown timeout), events emitted afterwards are dropped silently.
-
-``_lock`` guards the listener list, the started/stopped flags and the drop
-counter. It is never held while a listener runs, while logging, or in a join.
+Whichever persched thread observes a change emits its event. `EventBus.emit`
+never blocks and never calls a listener: it puts the event on a bounded queue
+(full: the event is dropped and counted), and ``persched-events``, started with
+the first event some listener wants, calls the listeners in order with no
+persched lock held. So a listener that blocks delays only the listeners and
+events behind it, never dispatch, workers or the heartbeat (docs/operations.md,
+"Events"). ``_lock`` guards the listener list, the flags and the drop counter,
+and is never held while a listener runs, while logging, or in a join.
 """
 
 from __future__ import annotations
@@ -108,12 +89,7 @@ _STOP: Final = object()  # queue sentinel
 
 
 class EventBus:
-    """Listeners, a bounded queue and the ``persched-events`` delivery thread.
-
-    Args:
-        max_pending: How many undelivered events may wait before new ones are
-            dropped.
-    """
+    """Listeners, a bounded queue of `max_pending` events and the ``persched-events`` delivery thread."""
 
     def __init__(self, max_pending: int = DEFAULT_MAX_PENDING) -> None:
         self._queue: queue.Queue[Event | object] = queue.Queue(maxsize=max_pending)
@@ -125,13 +101,7 @@ class EventBus:
         self.dropped = 0
 
     def add(self, listener: Listener, kinds: Iterable[str] | None = None) -> None:
-        """Call `listener(event)` for every event of `kinds` (default: all).
-
-        Adding a listener that is already there replaces its kinds.
-
-        Raises:
-            InvalidJobError: `listener` is not callable or a kind is unknown.
-        """
+        """Call `listener(event)` for every event of `kinds` (default: all); adding it again replaces its kinds."""
         if not callable(listener):
             raise InvalidJobError("callback", f"must be callable, got {listener!r}")
         if isinstance(kinds, str):
@@ -147,10 +117,7 @@ class EventBus:
             self._listeners.append((listener, wanted))
 
     def remove(self, listener: Listener) -> bool:
-        """Stop calling `listener`; True if it was registered.
-
-        A call already in progress on the events thread is not interrupted.
-        """
+        """Stop calling `listener` (a call under way goes on); True if it was registered."""
         with self._lock:
             before = len(self._listeners)
             self._listeners = [(f, k) for f, k in self._listeners if f != listener]
@@ -199,10 +166,7 @@ class EventBus:
         return True
 
     def stop(self, timeout: float | None) -> None:
-        """Deliver what is queued (up to `timeout` seconds), then end the thread.
-
-        Idempotent; callable from a listener (then it does not wait for itself).
-        """
+        """Deliver what is queued (up to `timeout`), then end the thread; idempotent, callable from a listener."""
         with self._lock:
             already, self._stopped = self._stopped, True
             thread = self._thread

@@ -1,27 +1,12 @@
 """The hand-over between the dispatcher and its workers, and the account of reserved workers.
 
-The dispatcher reserves a worker for each entry it is about to claim
-(`Handover.reserve`), hands each won run to its reserved worker
-(`Handover.hand_over`, under the claim gate) and gives back the reservations
-that took no run (`Handover.give_back`). A worker hands its outcome in
-(`Handover.complete`), and the dispatcher's next cycle writes it. `Handover`
-makes the worker pool and the overrun watch that its callbacks serve.
-
-The account of reserved workers
--------------------------------
-``free`` is the only count of workers: a cycle reserves one per entry it pops
-(a search as many as it may claim) before the claim, and gives back those
-that took no run; a worker's completion frees its worker. A run that hands an
-awaitable to the application's loop gives its worker back at once
-(`persched._engine.workers`: the pool calls the release); it is counted in
-``elsewhere`` until its completion, which frees no other worker.
-
-Locks
------
-The counts and the completions handed in are guarded by the dispatcher's
-condition (``cond``, `persched._engine.dispatcher`): the dispatcher reads and
-changes them under it, and the workers' callbacks take it. `hand_over` runs
-under the claim gate and takes only the overrun watch's lock.
+The dispatcher reserves a worker per entry before it claims (`Handover.reserve`),
+hands each won run over under the claim gate (`Handover.hand_over`, which takes
+only the overrun watch's lock) and gives back what took no run. A worker hands
+its outcome in (`Handover.complete`) for the next cycle to write. ``free`` is the
+only count of workers; a run handed to the application's loop gives its worker
+back at once and is counted in ``elsewhere`` until its outcome. The counts and
+the outcomes are guarded by the dispatcher's condition (``cond``).
 """
 
 from __future__ import annotations
@@ -50,16 +35,7 @@ KILLED_EXIT_SECONDS: Final = 1.0  # after a stop grace, how long a shutdown wait
 
 
 class Handover:
-    """The worker pool, the overrun watch, and the account of reserved workers and completions handed in.
-
-    Args:
-        cond: The dispatcher's condition, which guards the account (module docstring).
-        timebase: The scheduler's time frame.
-        runs: Writes outcomes and overruns (`persched._engine.runs.RunBook`).
-        workers: How many runs may be in flight at once (the worker pool's size).
-        allowed_modules: As for `WorkerPool`.
-        queue: Under ``cond``: queue what a write returned (the dispatcher's).
-    """
+    """The worker pool, the overrun watch, and the account of reserved workers and outcomes handed in."""
 
     def __init__(
         self,
@@ -90,7 +66,6 @@ class Handover:
         self.free -= count
 
     def give_back(self, count: int) -> None:
-        """Give back reserved workers that took no run."""
         self.free += count
 
     def take_completions(self) -> list[Completion]:
@@ -111,11 +86,7 @@ class Handover:
     # -- the workers' side ------------------------------------------------------------
 
     def complete(self, completion: Completion, *, frees_worker: bool = True) -> bool:
-        """Hand in a finished run (its worker is free again, unless it was released) for the next cycle to write.
-
-        Returns False, taking nothing, once the dispatcher thread has exited:
-        the caller then writes the completion itself.
-        """
+        """Hand in a finished run for the next cycle to write; False once the dispatcher thread exited."""
         with self._cond:
             if not self.collecting:
                 return False
@@ -138,8 +109,7 @@ class Handover:
                 self._queue(dispatched)
 
     def _release(self, claim: Claim) -> None:
-        """Worker callback: the run goes on elsewhere (an async job on the application's loop), its
-        worker is free for other runs now (module docstring)."""
+        """Worker callback: the run goes on on the application's loop; its worker is free now."""
         with self._cond:
             self.free += 1
             self.elsewhere += 1
@@ -155,16 +125,14 @@ class Handover:
     # -- shutdown ---------------------------------------------------------------------
 
     def drain(self, left: Callable[[], float | None]) -> bool:
-        """Stop the workers once their runs ended; False if a run is still going when `left()` (the time
-        left, None: no limit) runs out, after the runs in flight were asked to stop."""
+        """Stop the workers once their runs ended; False if a run outlived `left()` and the stop asked of it."""
         self.pool.stop()
         return self.pool.join(left) or self._stop_runs_in_flight()
 
     def _stop_runs_in_flight(self) -> bool:
-        """The shutdown's timeout passed: ask the runs in flight to stop, and give those in a child process
-        their stop grace to end (docs/reference/behaviour.md, "Shutdown"); True once every run ended."""
-        # A process job is killed once its grace is over: it then still has to exit and be recorded. A thread
-        # or async run cannot be made to end, so nothing waits for it past the caller's timeout.
+        """Ask the runs in flight to stop and give child processes their grace; True once every run ended."""
+        # A killed child still has to exit and be recorded; a thread or async run cannot be made
+        # to end, so nothing waits for it past the caller's timeout.
         longest = self.pool.stops.longest_grace()
         grace = seconds(longest) + KILLED_EXIT_SECONDS if longest else 0.0
         stopped = self.pool.stops.request_all("shutdown")

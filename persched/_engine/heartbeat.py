@@ -1,36 +1,14 @@
 """The ``persched-heartbeat`` thread: it runs the periodic tasks when they are due.
 
-Tasks
------
-Each task is a `persched._engine.periodic.PeriodicTask`: a name, a period from
-the scheduler's options, its next due instant on the scheduler's monotonic
-time base, and one round that a test can call directly. At one wake the
-thread runs, in this order, those that are due:
-
-1. the change pick-up (`persched._engine.change_pickup`), with SQLite's commit
-   check and its back-off: every `pickup_seconds`, sooner when a signal asks;
-2. membership (`persched._engine.membership`), every `heartbeat_seconds`: this
-   instance's row renewed, the others' read, the database's clock measured in
-   the same transaction (`persched._engine.skew`); a new view of the members
-   is handed to the dispatcher (`repartition`: it keeps only the jobs this
-   instance owns);
-3. leases (`persched._engine.leases`), every `heartbeat_seconds`: renewal, and
-   recovery of what no live instance moves on;
-4. the timed pauses' ends (`persched._engine.pause_ends`): due at the earliest end;
-5. maintenance, every `heartbeat_seconds`: outcomes not written yet, and
-   run-history retention (`persched._engine.retention`), off the dispatch path;
-6. the start-up sweep of the bounded heap (`persched._engine.horizon`), one
-   batch after another until it is done.
-
-A round that fails is logged (a `StoreError` as a WARNING, anything else as
-an ERROR with its traceback) and never stops the others: the task's next
-round is due as before (`PeriodicTask.failed`).
+At each wake it runs, in this order, the tasks that are due: the change pick-up,
+membership, leases, the timed pauses' ends, maintenance (unwritten outcomes and
+retention), and the start-up sweep until it is done. A round that fails is logged
+and the task runs again a period later (`run_round`); it never stops the others.
 
 Between wakes the thread waits on the scheduler's clock for the earliest due
-instant, for a pick-up request (`request_pickup`, from the PostgreSQL
-listener's thread), or for `stop`. ``_cond`` guards only the stop flag and
-the requests that other threads make; it is the condition the clock waits on.
-The tasks themselves are touched by this thread alone.
+instant, a pick-up request (`request_pickup`, from the PostgreSQL listener), a
+new pause end (`pause_ending`) or `stop`. ``_cond`` guards only the stop flag and
+those requests; the tasks are touched by this thread alone.
 """
 
 from __future__ import annotations
@@ -60,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 
 class Heartbeat:
-    """The heartbeat thread and its tasks, in the order the module docstring lists them."""
+    """The heartbeat thread and its tasks, in the order they run."""
 
     def __init__(
         self,
@@ -92,12 +70,7 @@ class Heartbeat:
         bound: Callable[[], Instant | None] | None = None,
         sweep: Callable[[], bool] | None = None,
     ) -> None:
-        """Start the heartbeat thread; changes after `change_seq` will be picked up.
-
-        `bound` (the bounded heap's `Dispatcher.pickup_bound`) limits the changed
-        jobs queued to those due by then; `sweep` is one batch of the start-up
-        sweep (`persched._engine.horizon`), run back to back until it returns False.
-        """
+        """Start the thread; changes after `change_seq` will be picked up, and `sweep` run until it returns False."""
         self.pickup.start(change_seq, bound, self.request_pickup)
         if sweep is not None:
             self.tasks.append(StartupSweep(sweep, self._clock, retry=self.leases.period))
@@ -116,9 +89,7 @@ class Heartbeat:
             self._cond.notify_all()
 
     def wait_pause_ends(self, timeout: float | None) -> bool:
-        """Block until no timed pause has ended on the scheduler's clock without being resumed yet (for
-        `JobScheduler.wait_idle`: on a FakeClock, the `advance()` that reaches a pause's end resumes it);
-        False if `timeout` (real seconds) passed first. Returns at once while the thread does not run."""
+        """Block until every timed pause that has ended was resumed (for `JobScheduler.wait_idle`); False on timeout."""
         deadline = None if timeout is None else _realtime.monotonic() + timeout
         with self._cond:
             while (
@@ -195,8 +166,7 @@ def run_round(task: PeriodicTask, now: int) -> None:
 
 
 class StartupSweep(PeriodicTask):
-    """The bounded heap's start-up sweep: batch after batch at once, until done; a failed batch
-    is tried again `retry` later."""
+    """The bounded heap's start-up sweep: batch after batch, until done; a failed batch is retried `retry` later."""
 
     def __init__(self, sweep: Callable[[], bool], clock: Clock, *, retry: Micros) -> None:
         super().__init__("checking the stored jobs", retry)
@@ -204,5 +174,4 @@ class StartupSweep(PeriodicTask):
         self._clock = clock
 
     def round(self) -> None:
-        """One batch of the sweep; the next at once while rows are left, never once it is done."""
         self.due = self._clock.monotonic_us() if self._sweep() else NEVER

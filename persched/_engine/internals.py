@@ -1,15 +1,9 @@
 """`Internals`: what persched's own front ends may use of a `JobScheduler` beyond its public methods.
 
-`persched._interfaces.async_front` runs async jobs on the application's
-event loop: it hands the worker pool a runner for their awaitables, and
-needs the scheduler's time frame and its number of workers to build it.
-`persched.metrics` reads, at scrape time, the scheduler's database (its
-store) and its time frame. Both reach these parts through this one object,
-from `persched._engine.scheduler.internals_of`, never through the
-scheduler's private attributes, so the engine may rewire itself behind it.
-
-It is internal, not public API: an application uses `JobScheduler`'s
-methods. Tests use it as the front ends do (`tests/support/seams.py`).
+`persched._interfaces.async_front` needs the worker pool, the time frame and the
+number of workers; `persched.metrics` the store and the time frame. Both get them
+from `persched._engine.scheduler.internals_of`, never from the scheduler's private
+attributes, so the engine may rewire itself behind this seam. Not public API.
 """
 
 from __future__ import annotations
@@ -26,7 +20,7 @@ __all__ = ["Internals"]
 
 
 class Internals:
-    """The named seam into one scheduler (module docstring).
+    """The named seam into one scheduler.
 
     Attributes:
         store: The scheduler's store: its database, engine and namespace. For

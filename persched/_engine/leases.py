@@ -1,30 +1,13 @@
 """Lease renewal, and recovery of the runs (and job rows) that no live instance moves on.
 
-One round (`Leases.round`, every `heartbeat_seconds` on the heartbeat thread):
-
-1. renews the leases of the runs in flight here, and only those (a slow
-   but alive run is never recovered, while an open run of this
-   instance that no worker holds lapses like any other);
-2. reads every open run (outcome NULL) that is not in flight here, and notes
-   the lease value it sees together with the *monotonic* time it first saw
-   that value. A run whose lease value has not changed for `lease_seconds`
-   of this thread's monotonic time is recovered: marked "lost", its job back
-   on its grid (`Store.recover_run`, conditional on the observed value). A run
-   whose owner is provably gone (`persched._engine.liveness`) is recovered at once.
-3. reads the job rows that no recovery would ever move on (stranded: a
-   ``running`` row with no open run, or a state that is not a job state: only
-   a hand edit leaves one) and frees each one that stood unchanged for
-   `lease_seconds` the same way (`Store.free_stranded_job`, conditional on
-   the row as seen): back on its grid, or paused, with a record saying why.
-
-Expiry is measured by observation on the local monotonic clock, not by
-comparing the stored ``lease_until`` with the local wall clock: a wall clock
-stepped forward, or skewed against the owner's, cannot fake a death
-(docs/multi.md, "Clock skew"). The price: a fresh instance waits one full lease before
-it recovers what a dead instance left behind.
-
-One run or row that cannot be recovered is logged once and tried again each
-round; it never holds back the others.
+One round, on the heartbeat thread: renew the leases of the runs in flight here;
+recover each other open run whose lease value stood still for `lease_seconds`,
+or whose owner is provably gone (`persched._engine.liveness`); free each stranded
+job row that stood unchanged as long. Each recovery is conditional on the value
+seen. Expiry is observed on the local monotonic clock, never computed from the
+stored ``lease_until`` and the local wall clock, so a stepped or skewed clock
+cannot fake a death (docs/multi.md, "When an instance dies"). One run or row that
+fails is logged once and tried again each round.
 """
 
 from __future__ import annotations
@@ -56,15 +39,7 @@ _NAME: Final = "heartbeat"
 
 
 class Leases(PeriodicTask):
-    """Renews this instance's leases and recovers expired ones of any instance (module docstring).
-
-    Args:
-        lease: How long a lease lasts without renewal.
-        period: How often to renew and look for expired leases.
-        in_flight: Returns the run ids in flight in this process.
-        queue: Called with each job that recovery put back on its grid.
-        lost: Called with each run this task recorded as lost (events).
-    """
+    """Renews this instance's leases and recovers expired ones of any instance."""
 
     def __init__(
         self,
@@ -86,13 +61,10 @@ class Leases(PeriodicTask):
         self._queue = queue
         self._lost = lost
         self._announced = False  # the first round says which runs of other instances wait for their lease
-        # run_id -> (lease value seen, monotonic microseconds when it was first seen)
-        self._seen: dict[int, tuple[object, int]] = {}
-        # Open runs whose recovery failed (logged once each): the others' recovery goes on meanwhile.
-        self._unrecovered: set[int] = set()
-        # stranded row as seen -> monotonic µs when it was first seen so (see the module docstring)
-        self._stranded: dict[Stranded, int] = {}
-        self._unfreed: set[Stranded] = set()  # stranded rows whose freeing failed (logged once each)
+        self._seen: dict[int, tuple[object, int]] = {}  # run_id -> (lease value, monotonic µs first seen)
+        self._unrecovered: set[int] = set()  # recovery failed, logged once
+        self._stranded: dict[Stranded, int] = {}  # row as seen -> monotonic µs first seen so
+        self._unfreed: set[Stranded] = set()  # freeing failed, logged once
 
     def round(self) -> None:
         """Renew leases, then recover what has expired (one round)."""
@@ -131,8 +103,7 @@ class Leases(PeriodicTask):
                 self._queue(due, row.job_id, row.generation)
 
     def _recover_dead_owners(self, open_runs: list[OpenRun]) -> list[OpenRun]:
-        """Recover at once the runs whose owner is provably gone (same host and boot,
-        its process ended); return the others, which wait out their lease as before."""
+        """Recover at once the runs whose owner is provably gone; return the others, which wait out their lease."""
         waiting = []
         for run in open_runs:
             if run.instance_id != self._instance_id and provably_dead(run.instance_id):

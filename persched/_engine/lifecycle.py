@@ -1,28 +1,14 @@
 """A scheduler's life in its process: its state, start-up and shutdown in order, the fork and atexit hooks.
 
-`Lifecycle` holds a `JobScheduler`'s state ("new", "running", "stopped"),
-migrates the schema at the first use, and starts and stops the parts that
-`persched._engine.scheduler` wired: the members' row, the dispatcher (which
-starts and stops the window, the workers and the overrun watch), the
-heartbeat and the events. A scheduler belongs to the process that made it
-(docs/reference/behaviour.md, "Forks"): the fork hook here leaves a forked
-child's copies alone, and the atexit hook shuts down the running ones.
-
-Locks
------
-Two locks, never nested with each other except as noted:
-
-- ``_state_lock`` guards the state.
-- ``_schema_lock`` makes the first use migrate the schema once; `start()`
-  takes it under ``_state_lock`` (order: ``_state_lock`` → ``_schema_lock``),
-  and holds both across the migration.
-
-Shutdown's linearization point is `RunBook.stop_claiming()` (called by
-`Dispatcher.stop_claiming`), which sets the stop flag under the claim gate
-(see `persched._engine.runs` for the gate, the in-flight condition and their
-order; `persched._engine.retention` for its lock, which nests with none).
-Neither lock here is held while calling into the dispatcher, so the
-modules' locks never nest. No user code runs under any of them.
+``_state_lock`` guards the state ("new", "running", "stopped"); ``_schema_lock``
+makes the first use migrate once. `start()` takes ``_schema_lock`` under
+``_state_lock`` and holds both across the migration; no other lock nests with
+them, and neither is held while calling into the dispatcher. Shutdown's
+linearization point is `RunBook.stop_claiming()` (`persched._engine.runs`): no
+claim commits after it returns, and the outcomes of the runs in flight are still
+written. A scheduler belongs to the process that made it
+(docs/reference/behaviour.md, "Forks"): the fork hook leaves a child's copies
+alone, and the atexit hook shuts down the running ones.
 """
 
 from __future__ import annotations
@@ -74,13 +60,11 @@ def _shutdown_live_schedulers() -> None:
 
 
 def _after_fork_in_child() -> None:
-    """The parent's schedulers are not this process's to run or shut down (docs/reference/behaviour.md, "Forks").
+    """Leave the parent's schedulers and their pooled connections alone in a forked child.
 
-    Their pooled connections are the parent's: a child must neither use nor
-    close them (SQLite's "do not carry a connection across fork()"; a
-    PostgreSQL connection closed here ends the parent's session). So each
-    engine gets a fresh, empty pool and the old one is kept, untouched
-    (SQLAlchemy's pooling docs: ``engine.dispose(close=False)`` in the child).
+    A child must neither use nor close the parent's connections (a PostgreSQL
+    connection closed here ends the parent's session), so each engine gets a
+    fresh pool and the old one is kept untouched (``dispose(close=False)``).
     """
     _live.clear()
     running: list[str] = []
@@ -105,15 +89,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Lifecycle:
-    """A scheduler's state, and the order in which its parts start and stop (module docstring).
-
-    Args:
-        instance_id: The scheduler's name, for its log lines.
-        horizon: How far ahead the dispatcher keeps jobs in memory (`persched._engine.horizon`).
-        store, timebase, clock_check, membership, runs, dispatcher, heartbeat, events: The
-            scheduler's parts, as `persched._engine.scheduler` wired them.
-        migration_timeout: Seconds `ensure_schema` waits for another process's migration.
-    """
+    """A scheduler's state, and the order in which its parts start and stop."""
 
     def __init__(
         self,
@@ -141,7 +117,7 @@ class Lifecycle:
         self._heartbeat = heartbeat
         self._events = events
         self._migration_timeout = migration_timeout
-        self._pid = os.getpid()  # the process this scheduler belongs to (docs/reference/behaviour.md, "Forks")
+        self._pid = os.getpid()  # the process this scheduler belongs to
         self._schema_lock = threading.Lock()
         self._schema_ready = False
         self._state_lock = threading.Lock()
@@ -175,8 +151,7 @@ class Lifecycle:
         with self._schema_lock:
             if not self._schema_ready:
                 _migrate.upgrade(self.store.engine, migration_timeout_seconds=self._migration_timeout)
-                # Before anything is claimed or written: a host whose clock is wrong keeps to the
-                # database's time from its first slot on (persched._engine.skew).
+                # Before anything is claimed or written: a wrong clock keeps to the database's from the first slot.
                 self._clock_check.check()
                 self._schema_ready = True
 
@@ -189,11 +164,9 @@ class Lifecycle:
             if self.state != "new":
                 raise SchedulerStateError(f"start() on a scheduler that is {self.state}; make a new JobScheduler")
             self.ensure_schema()
-            # "running" before loading: a schedule() committed after the load
-            # sees it and pushes its own entry.
+            # "running" before loading: a schedule() committed after the load pushes its own entry.
             self.state = "running"
         if isinstance(self._timebase.clock, SystemClock) and (tool := _realtime.frozen_by()) is not None:
-            # README "Testing": the default clock keeps to real time inside a frozen test; say so.
             logger.warning(
                 "time is frozen by %s, and scheduler %s runs on the real clock: pass "
                 "clock=persched.testing.FrozenTimeClock() to follow the frozen time",
@@ -205,11 +178,9 @@ class Lifecycle:
         try:
             # Join the members first: the jobs loaded are the ones this instance owns.
             self._membership.beat()
-            # Read the change counter first: a change committed while loading
-            # is then picked up again rather than missed.
+            # Before loading: a change committed while loading is picked up again, not missed.
             change_seq = self.store.change_seq()
-            # The bounded heap (persched._engine.horizon): the first sweep batch (rows ahead of the
-            # clock, pending run-now requests), then the jobs due within the horizon.
+            # The first sweep batch, then the jobs due within the horizon (persched._engine.horizon).
             more = horizon.sweep(lambda *entry: swept.append(entry))
             entries, cursor = horizon.refill(None, Instant(self._timebase.now() + self._horizon))
         except BaseException:
@@ -272,7 +243,6 @@ class Lifecycle:
 
         busy = self._runs.busy_jobs()
         if busy:
-            # Name what the operator is waiting for.
             logger.info(
                 "scheduler %s waits for %d run%s in flight to finish: %s%s",
                 self.instance_id,
@@ -300,19 +270,14 @@ class Lifecycle:
             threading.Thread(target=self._close_after_late_runs, name="persched-late-close", daemon=True).start()
 
     def _leave(self) -> None:
-        """Delete this instance's membership row, so that the others take its jobs at once (after
-        the heartbeat stopped: its next round would write the row again)."""
+        """Delete this instance's membership row, after the heartbeat stopped (its next round would write it again)."""
         try:
             self._membership.leave()
         except StoreError as exc:
             logger.warning("leaving the instances that share the work failed (the others wait a lease): %s", exc)
 
     def _close_after_late_runs(self) -> None:
-        """After shutdown gave up on runs in flight: once they ended (and wrote their outcomes), close the pool.
-
-        The dispatcher and the heartbeat had no time left to be joined either: the pool is closed only
-        once no thread of this scheduler can check a connection out again.
-        """
+        """After shutdown gave up: close the pool once no thread of this scheduler can check a connection out."""
         self._dispatcher.finish_late()
         self._heartbeat.join(None)
         self.store.engine.dispose()

@@ -1,22 +1,13 @@
 """Instance ids that let a restart on the same host see that their process is gone.
 
-A default instance id is ``host:pid:random~proof``, the proof being
-``machine.start``: ``machine`` is a hash of what must match for a pid to
-mean the same process here -- the kernel's boot id
-(``/proc/sys/kernel/random/boot_id``, new at every boot), the inode of the
-pid namespace (containers sharing a hostname and a kernel have their own pid
-numbers) and the uid -- and ``start`` is the process's start time in clock
-ticks after boot (``/proc/PID/stat`` field 22; a reused pid has another).
-The hash keeps the id short and does not publish the boot id.
-
-`provably_dead` says True only when all of that is checkable here and shows
-the process gone: same host, same machine hash (so same boot, pid namespace
-and uid: with ``hidepid`` another user's processes are invisible, so they
-never count as gone), ``/proc`` that is this namespace's, and then no
-process with that pid, or one that started at another time. Anything else --
-another host, a custom instance id, no ``/proc``, an unreadable field -- is
-"not proven", and the lease decides as before (a live instance
-is never recovered).
+A default id is ``host:pid:random~machine.start``: ``machine`` hashes the boot
+id, the pid namespace's inode and the uid; ``start`` is the process's start time
+in clock ticks (``/proc/PID/stat`` field 22), which a reused pid does not share.
+`provably_dead` is True only when all of that is checkable here and shows the
+process gone: the same host and machine hash (with ``hidepid`` another user's
+processes are invisible, hence the uid), a ``/proc`` of this pid namespace, and
+no process with that pid or one started at another time. Anything else is "not
+proven", and the lease decides: a live instance is never recovered.
 """
 
 from __future__ import annotations

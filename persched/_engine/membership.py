@@ -1,47 +1,17 @@
 """Which live instance owns which job, when several share one namespace's work.
 
-Every scheduler keeps a row in ``persched_instances`` (a lone instance is a
-member of one: it owns every job) and renews it with each heartbeat (its
-``beats`` count goes up), reading everyone's row in the same transaction
-(`persched._store.members`; the heartbeat's "renewing membership" task,
-`persched._engine.heartbeat`). From those reads each instance
-keeps its *view*: itself, and every other member whose count moved
-within the last lease. Liveness is judged as leases are (`persched._engine.leases`):
-by observing the count change on the local monotonic clock, never by
-comparing a stored time with the local wall clock, so a stepped or skewed clock
-cannot fake a death. A member whose count stood still for a lease, or whose
-process is provably gone (`persched._engine.liveness`), is dropped from the view and
-its row deleted (conditional on the count seen: a member that came back keeps
-its row); one that shuts down deletes its own row, and the others take its
-jobs at their next beat.
+Each beat renews this instance's row in ``persched_instances`` and reads the
+others' in one transaction. The *view* is this instance and every member whose
+beat count moved within the last lease of the local monotonic clock, so a stepped
+clock cannot fake a death; a member provably gone (`persched._engine.liveness`) is
+dropped at once. The owner of a job is the member with the highest
+``blake2b(member, job_id)`` (rendezvous hashing): a join or leave moves only that
+member's share. Views may differ for up to a lease; a slot still runs once, since
+that is the claim's guarantee, not the view's (docs/multi.md, "How instances
+share the work").
 
-Ownership is rendezvous hashing over the view: the owner of a job is the
-member with the highest ``blake2b(member, job_id)``. A member that joins or
-leaves moves only its own share of the jobs (about 1/N each), and every
-instance with the same view computes the same owner with no coordination.
-
-A join or a leave moves the change counter (`persched._store.members`), and
-each instance's heartbeat thread, which watches that counter for job changes,
-then reads the member rows (`notice`): if a row came or went, it beats at
-once. So a member that joins or shuts down is seen by the others within a
-pick-up (`pickup_seconds`, 1 s by default; on PostgreSQL and on one SQLite
-file usually within milliseconds, when a commit signal wakes the pick-up), not
-at their next beat a heartbeat period later. One that dies is seen after a
-lease.
-
-Views differ for at most that long (a departure without a leave: a lease).
-Meanwhile a job may have two owners, whose claims race and one wins (the
-database decides, as always), or none, and then the search for overdue rows
-(`persched._engine.dispatcher`) runs it 0.5 s late. Neither can run a slot twice: that guarantee is the claim's,
-not the view's.
-
-A row marked ``shares`` false was written by an instance of an earlier
-release started with ``share_work=False``, which tries every slot of every
-job: it is seen, and forgotten like any other, but counted in no view (every
-instance of this release writes ``shares`` true).
-
-The view is a tuple replaced whole by the heartbeat thread; other threads read
-it without a lock (one attribute read).
+The view is a tuple replaced whole by the heartbeat thread; other threads read it
+without a lock.
 """
 
 from __future__ import annotations
@@ -77,14 +47,7 @@ def owner_among(members: tuple[str, ...], job_id: str) -> str:
 
 
 class Membership:
-    """This instance's view of the members of its namespace (module docstring).
-
-    Args:
-        store: The store (its namespace is the one shared).
-        lease: How long a member's count may stand still before it counts as gone.
-        clock_check: Measures this instance's time against the database's clock in each beat's
-            transaction, and gives the offset its row shows (`persched._engine.skew`).
-    """
+    """This instance's view of the members of its namespace; `clock_check` reads the database's clock in each beat."""
 
     def __init__(
         self,
@@ -109,7 +72,6 @@ class Membership:
         return len(self.members) > 1
 
     def owns(self, job_id: str) -> bool:
-        """Whether this instance owns `job_id` in its current view."""
         members = self.members
         return len(members) == 1 or owner_among(members, job_id) == self._instance_id
 
@@ -148,7 +110,7 @@ class Membership:
                     logger.info("instance %s stopped renewing its membership; its jobs move to the others", member)
                 continue
             seen[member] = (beats, first_seen)
-            if shares:  # not an earlier release's racing instance (module docstring)
+            if shares:  # False: an earlier release's share_work=False instance, in no view
                 live.append(member)
         self._seen = seen
         view = tuple(sorted(live))
@@ -160,7 +122,6 @@ class Membership:
 
     def notice(self) -> bool:
         """The change counter moved: beat now if a member's row came or went; return True if the view changed."""
-        # The rows of the last beat, sharing or not (an earlier release's racing instance is in no view).
         if self._store.member_ids() == frozenset(self._seen) | {self._instance_id}:
             return False
         return self.beat()

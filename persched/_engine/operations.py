@@ -1,16 +1,9 @@
 """`JobOperations`: what a `JobScheduler` does to jobs (schedule, declare, deschedule, pause, ...).
 
-Each operation checks its arguments first (a bad one raises `InvalidJobError`
-and writes nothing), makes its change in one store transaction, and only
-after the commit logs it, queues the job's next slot on the running
-dispatcher and emits its event. No lock of this module: the store's
-transaction is each operation's linearization point.
-
-It is one half of `JobScheduler`, mixed into it: the other half
-(`persched._engine.scheduler`) wires the parts and provides the attributes
-declared at the top of the class; its `persched._engine.lifecycle.Lifecycle`
-checks that the scheduler is open and migrates the schema at the first use,
-and its `persched._model.definitions.DefinitionChecks` checks the arguments.
+Each operation checks its arguments first (a bad one writes nothing), makes its
+change in one store transaction, which is its linearization point, and only after
+the commit logs it, queues the job's next slot and emits its event. It is mixed
+into `JobScheduler`, which provides the attributes declared at the top of the class.
 """
 
 from __future__ import annotations
@@ -59,7 +52,7 @@ logger = logging.getLogger(_loggers.LIBRARY)
 
 
 class JobOperations:
-    """The public operations on jobs, for `JobScheduler` (module docstring)."""
+    """The public operations on jobs, for `JobScheduler`."""
 
     # Provided by JobScheduler.
     _store: Store
@@ -182,7 +175,7 @@ class JobOperations:
             SchedulerStateError: The scheduler was shut down.
             StoreError: The database cannot be written.
         """
-        options = given_options(locals())  # every keyword option, as given (declared in persched._model.models.OPTIONS)
+        options = given_options(locals())  # every keyword option of persched._model.models.OPTIONS
         self._lifecycle.check_open()
         definition = self._checks.definition(
             job_id, fn, interval_seconds, args=args, kwargs=kwargs, start_in=start_in, **options
@@ -195,8 +188,7 @@ class JobOperations:
         if change != "unchanged":
             logger.info("job %s generation %d %s: %s %s", job.job_id, job.generation, change, job.target, job.schedule)
             if job.state == JobState.FINISHED:
-                # Accepted (an application re-declaring a campaign that ended must still start),
-                # but never silently: no slot of its window is left (README "Operator messages").
+                # Accepted (a re-declared campaign that ended must not stop a start-up), never silently.
                 logger.warning(
                     "job %s generation %d has no slot left in its window (end_at %s is past): it is finished "
                     "at once and never runs; give it a later end_at, or remove it",
@@ -256,7 +248,6 @@ class JobOperations:
         self._lifecycle.ensure_schema()
         upserts, pruned = self._store.declare_jobs(definitions, self._timebase.now(), prune=prune)
         del definitions  # let go before the jobs are made: of 100,000 specs, the collector need not walk both
-        # After the commit: log, queue and announce each change as schedule() and deschedule() do.
         declared = DeclareResult(
             self.namespace,
             ((self._upserted(job, change, due), change) for job, change, due in upserts),

@@ -1,10 +1,9 @@
 """The overrun watch: reports runs still going after their job's max_runtime_seconds.
 
 A Python thread cannot be killed, so an overrun is reported, not stopped
-(docs/how-to/schedules.md, "Max runtime"): the `overran` callback logs, flags the run
-record and emits an event. One daemon thread, ``persched-overrun``, sleeps on
-its condition until the earliest deadline (through the scheduler's clock, so
-a `FakeClock` drives it too); it calls the callback on no lock.
+(docs/how-to/schedules.md, "Max runtime"). ``persched-overrun`` sleeps on its
+condition, through the scheduler's clock, until the earliest deadline, and calls
+the `overran` callback on no lock.
 """
 
 from __future__ import annotations

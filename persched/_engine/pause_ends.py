@@ -1,22 +1,11 @@
 """Timed pauses coming to their end: ``pause(job_id, until=...)`` resumes the job at `until`, once.
 
-`PauseEnds` is one of the heartbeat thread's periodic tasks
-(`persched._engine.periodic`): it keeps the earliest end of its namespace's
-timed pauses (`next_end`, one read of ``ix_persched_jobs_paused_until`` every
-`heartbeat_seconds`, after a pick-up that found changes, and when this process
-pauses a job with an end: `reread`) and is due at it on the scheduler's clock,
-so under a `FakeClock` the resume happens at the `advance()` that reaches
-`until`, to the microsecond. A failed read keeps the end known before; a
-failed resume is tried again a period later.
-
-`resume_ended` resumes each job whose pause has ended as ``resume()`` would
-at the instant `until` itself (not at the wake, which may come later): the
-grid goes on from `until`, and the slots that passed while paused do not
-run. The store's update is conditional on the row still being paused with
-that very end, so when several instances wake for it, one resumes the job and
-the others change nothing; a ``resume()`` or a new pause in between wins
-likewise. The end lives in the row, so it survives restarts: a scheduler
-that starts after `until` resumes the job at its first round.
+`PauseEnds`, a heartbeat task, keeps the earliest end of the namespace's timed
+pauses and is due at it on the scheduler's clock, so under a `FakeClock` the
+resume happens at the `advance()` that reaches `until`. A job is resumed as
+``resume()`` would at `until` itself, conditional on the row still being paused
+with that end: of several instances one resumes it, and a ``resume()`` or a new
+pause in between wins. The end lives in the row, so it survives restarts.
 """
 
 from __future__ import annotations
@@ -41,14 +30,7 @@ logger = logging.getLogger(_loggers.LIBRARY)
 
 
 class PauseEnds(PeriodicTask):
-    """The namespace's timed pauses, resumed at their end (module docstring).
-
-    Args:
-        store: The store (its namespace's pauses).
-        queue: Called with each resumed job's due instant, id and generation (the dispatcher's offer).
-        resumed: Called with each job this instance resumed (the ``job_resumed`` event).
-        period: How often to read the earliest end again (``heartbeat_seconds``).
-    """
+    """The namespace's timed pauses, resumed at their end; the earliest end is read again every `period`."""
 
     def __init__(
         self,

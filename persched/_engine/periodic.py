@@ -1,16 +1,9 @@
 """What the ``persched-heartbeat`` thread runs: periodic tasks, each due at an instant.
 
-A `PeriodicTask` has a name (the log says "<name> failed, will retry"), a
-period taken from the scheduler's options, and `due`, the instant of its next
-round in monotonic microseconds of the scheduler's clock. `run` is what the
-heartbeat thread calls once `due` has come: by default it schedules the next
-round a period on, then does this one (`round`), so a round that fails is
-tried again a period later. `round` does one round and nothing else, so a test
-calls it directly, on a `persched.testing.FakeClock`, with no thread at all.
-
-Tasks are used by the heartbeat thread alone (`persched._engine.heartbeat`):
-their attributes need no lock. Requests from other threads reach a task
-through the heartbeat, which hands them over on its own thread.
+A `PeriodicTask`'s `run` schedules the next round a period on, then does this one
+(`round`), so a round that fails is tried again a period later. `round` does one
+round and nothing else, so a test calls it directly on a `persched.testing.FakeClock`.
+Tasks are used by the heartbeat thread alone: their attributes need no lock.
 """
 
 from __future__ import annotations
@@ -30,12 +23,7 @@ NEVER: Final = 2**63  # monotonic µs: a task that has nothing left to do
 
 
 class PeriodicTask(abc.ABC):
-    """One of the heartbeat thread's tasks (module docstring).
-
-    Args:
-        name: What the task does, for the log ("renewing membership").
-        period: How long after one round the next is due.
-    """
+    """One of the heartbeat thread's tasks; `name` is what it does, for the log ("renewing membership")."""
 
     def __init__(self, name: str, period: Micros) -> None:
         self.name: Final = name
@@ -53,7 +41,7 @@ class PeriodicTask(abc.ABC):
 
     @abc.abstractmethod
     def round(self) -> None:
-        """Do one round, now."""
+        """Do one round, now (no thread needed: tests call it directly)."""
 
 
 class Every(PeriodicTask):
@@ -64,5 +52,4 @@ class Every(PeriodicTask):
         self._action = action
 
     def round(self) -> None:
-        """Call the action."""
         self._action()

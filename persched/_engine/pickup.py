@@ -1,30 +1,15 @@
 """Cheap signals that another connection committed, so that the change pick-up runs at once.
 
-The change counter (``persched_changes``, `Store.change_seq`) is what the
-pick-up of docs/multi.md trusts, and the heartbeat still reads it every
-`pickup_seconds`: that poll is the backstop of everything here (a lost
-notification, a listener reconnecting, MariaDB, which has neither signal).
-This module only says when to read it sooner (`Dialect.change_signal`);
-the pick-up itself is `persched._engine.change_pickup`'s:
-
-- SQLite, `CommitWatch`: ``PRAGMA data_version`` on a connection of its own,
-  asked every `pickup_check_seconds` on the heartbeat thread. It changes only
-  when another connection committed and reads no file, so the counter is
-  read only after a commit, and a change is picked up within that interval.
-- PostgreSQL, `ChangeListener`: a ``persched-listener`` thread LISTENs on a
-  connection of its own; every write that moves the counter NOTIFYs in its
-  transaction (`Dialect.announce_change`), and the thread asks the heartbeat
-  for a pick-up within milliseconds of that commit. It asks after every
-  (re)connect too: what committed while nobody listened was announced to no one.
-
-Threads and locks. `CommitWatch` is used by the heartbeat thread alone. The
-listener thread owns its connection and waits in ``select`` on its socket and
-on a pipe that `ChangeListener.stop` writes to, so shutdown never waits for a
-notification; after a failed connect it waits `retry` on the scheduler's
-clock. Its ``_cond`` guards the stop flag and the pipe, and is held for no
-I/O but the one-byte write. Each keeps its connection checked out of the
-store's pool while it runs; the listener's goes back closed (a LISTENing
-session must not serve the store's transactions).
+They only hurry `persched._engine.change_pickup`, whose poll stays the backstop
+(a lost notification, a reconnect, MariaDB). SQLite: `CommitWatch` asks ``PRAGMA
+data_version``, which reads no file, on a connection of its own, on the heartbeat
+thread alone. PostgreSQL: `ChangeListener`'s ``persched-listener`` thread LISTENs
+on a connection of its own and asks for a pick-up at each notification and after
+each (re)connect. It waits in ``select`` on its socket and a pipe that `stop`
+writes to, so shutdown never waits for a notification. Its ``_cond`` guards the
+stop flag and the pipe and is held for no I/O but that one-byte write. The
+listening connection goes back closed: a LISTENing session must not serve the
+store's transactions.
 """
 
 from __future__ import annotations
@@ -56,12 +41,7 @@ logger = logging.getLogger(__name__)
 
 
 class CommitWatch:
-    """Tells whether another connection committed since the last look (SQLite's ``data_version``).
-
-    Args:
-        engine: The store's engine; one of its connections is kept for this.
-        dialect: The store's dialect (`change_signal` "data_version").
-    """
+    """Tells whether another connection committed since the last look (SQLite's ``data_version``)."""
 
     def __init__(self, engine: Engine, dialect: Dialect) -> None:
         self._engine = engine
@@ -103,15 +83,7 @@ class CommitWatch:
 
 
 class ChangeListener:
-    """A thread that calls `wake` when another instance announced a change (PostgreSQL's LISTEN).
-
-    Args:
-        engine: The store's engine; one of its connections is kept for this.
-        dialect: The store's dialect (`change_signal` "notify").
-        clock: The scheduler's clock: the wait between failed connects.
-        retry: How long to wait after a failed connect before the next one.
-        wake: Asks for a pick-up; called on this thread, it must not block.
-    """
+    """A thread that calls `wake` (which must not block) when another instance announced a change."""
 
     def __init__(self, engine: Engine, dialect: Dialect, clock: Clock, retry: Micros, wake: Callable[[], None]) -> None:
         self._engine = engine
@@ -125,7 +97,6 @@ class ChangeListener:
         self._thread = threading.Thread(target=self._loop, name="persched-listener", daemon=True)
 
     def start(self) -> None:
-        """Start the thread."""
         self._pipe = os.pipe()
         self._thread.start()
 
@@ -138,7 +109,6 @@ class ChangeListener:
                 os.write(self._pipe[1], b"\0")  # one byte into an empty pipe: never blocks
 
     def join(self, timeout: float | None) -> None:
-        """Wait for the thread to end."""
         if self._thread.is_alive():
             self._thread.join(timeout)
 

@@ -1,26 +1,13 @@
 """``executor="process"``: a run's callable in a child process, which a stop can end.
 
-Threads
--------
-`run_in_process` is called on the worker thread that holds the run, and
-blocks there until the child ended, as a thread run would: the worker, the
-run's claim and its completion are the same as for a thread job. The child is
-started by multiprocessing's "forkserver" method where the platform has it,
-else "spawn": never by a fork of the scheduler's process, whose other threads
-may hold locks (a forked copy of a held lock stays held forever).
-
-The worker waits on three things at once (`multiprocessing.connection.wait`):
-the child's report on the pipe, the child's exit (its sentinel), and a
-waker pipe that the run's `StopSignal` writes to when a stop is asked, from
-whichever thread asks. On a stop the worker sends the reason to the child and
-terminates it (SIGTERM: `persched._engine.child` raises `RunStopped` in the
-job), waits up to ``stop_grace_seconds`` for it to end, then kills it.
-
-What is recorded (docs/reference/behaviour.md, "Stopping a run"): the child's
-report as it sent it; without a report, ``"stopped"`` if a stop was asked, else
-``"error"`` with the exit status or the signal that ended the child. Grace is
-measured on the real monotonic clock: it bounds how long a real process may
-take to exit, which a test clock does not govern.
+`run_in_process` blocks the worker that holds the run until the child ended, so
+the worker, the claim and the completion are those of a thread job. The child is
+started by "forkserver" (else "spawn"), never by a fork of the scheduler, whose
+other threads may hold locks. The worker waits on the child's report, its exit
+and a waker pipe that the run's `StopSignal` writes to from whichever thread
+asks. On a stop it sends the reason, SIGTERM, and after ``stop_grace_seconds`` of
+real time (a test clock does not govern a real process) SIGKILL. What is recorded:
+docs/reference/behaviour.md, "Stopping a run".
 """
 
 from __future__ import annotations
@@ -100,10 +87,7 @@ def _context() -> BaseContext:
 
 
 def run_in_process(run: ProcessRun, stop: StopSignal) -> tuple[str, str | None]:
-    """Run `run` in a child process until it ends; return (outcome, error text) to record.
-
-    Blocks the calling thread. `stop`: a request ends the child (module docstring).
-    """
+    """Run `run` in a child process, blocking until it ends; a `stop` request ends it. Return (outcome, error)."""
     from .child import main as child_main  # it imports the workers' module, which imports this one
 
     context = _context()

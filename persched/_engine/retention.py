@@ -1,22 +1,11 @@
 """Run-history retention: which jobs' runs to prune, and when.
 
-Threads and locks
------------------
-Two threads meet here. Whoever records a run's outcome (the dispatcher, a
-worker whose dispatcher is gone, the heartbeat retrying an unwritten
-outcome, shutdown) calls `recorded()`; the ``persched-heartbeat`` thread
-calls `prune()` after each round, off the dispatch path, in short
-transactions of the store's own.
-
-``_lock`` guards ``_since_prune`` (runs recorded per job since its history
-was last pruned; None until the first pass, which prunes every job over the
-limit) and nothing else: it is never held across a database call, and no
-other lock is taken under it, so it has no place in any lock order. A job is
-pruned by count once it recorded a tenth of `keep_runs` more runs: one
-DELETE per job per many runs, not per heartbeat. That DELETE keeps the job's
-newest `keep_runs` runs and its newest `keep_error_runs` failed runs besides
-(docs/reference/behaviour.md#run-history). A prune that fails puts its
-jobs back, so they are tried again next time.
+Whoever records an outcome calls `Retention.recorded` (any thread); the heartbeat
+calls `Retention.prune`, off the dispatch path, in short transactions of its own.
+``_lock`` guards the counts of runs recorded per job since their last prune, is
+held across no database call and nests with no other lock. A job is pruned once
+it recorded a tenth of `keep_runs` more runs, so a DELETE serves many runs; a
+prune that fails puts its jobs back (docs/reference/behaviour.md#run-history).
 """
 
 from __future__ import annotations
@@ -39,8 +28,7 @@ logger = logging.getLogger(_loggers.LIBRARY)
 
 
 class Retention:
-    """Keeps each job's run history within `keep_runs` runs (and `keep_error_runs` failed ones besides)
-    and `keep_for` of age (None: no bound)."""
+    """Keeps each job's run history within `keep_runs`, `keep_error_runs` and `keep_for` (None: no bound)."""
 
     def __init__(
         self,

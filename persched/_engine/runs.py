@@ -1,53 +1,23 @@
 """Run bookkeeping: the claims, the writes of outcomes, and the account of what is in flight.
 
-`RunBook` is passive: the `persched._engine.dispatcher.Dispatcher` calls it on its thread to
-claim due entries and write the outcomes handed in (`cycle`, `claim_overdue`),
-with a hand-over that gives each won run to its reserved worker; it returns a
-`Dispatched`: how many runs went to a worker, and the entries to queue (each
-job's next slot, where a lost claim's row stands). It never calls the
-dispatcher back.
+`RunBook` has no thread. ``persched-dispatcher`` calls `cycle` and `claim_overdue`
+and gets back a `Dispatched` (never a call back). Workers call `ended`; the
+heartbeat `in_flight` and `retry_unwritten`; ``persched-overrun`` `on_overrun`;
+callers `wait_for_job`, `count`, `busy_jobs` and `stop_claiming`.
 
-Threads
--------
-- ``persched-dispatcher`` calls `cycle()`: it writes the outcomes handed in
-  and claims the due entries, in one transaction (`claim_due`), and hands each
-  won run over under the claim gate; and `claim_overdue()`, the claim by query
-  of rows that no heap's claim took. It also calls `ended()` for a worker
-  (the outcome as it will be written), and `write_completions()` when the
-  dispatcher is gone (a shutdown that timed out).
-- ``persched-heartbeat`` calls `in_flight()` (whose leases to renew, and
-  never recover) and, through the dispatcher, `retry_unwritten()` (outcomes
-  a failed write left).
-- ``persched-overrun`` calls `on_overrun()` for a run past its max runtime.
-- Callers' threads: `wait_for_job()` (deschedule(wait=True)), `count()`,
-  `busy_jobs()` and `stop_claiming()` (shutdown).
+``_claim_gate`` is held across each claim transaction and the hand-over of its
+runs, and by `stop_claiming` while it sets ``_stopping``: that makes shutdown's
+linearization point exact, as a claim either committed before the flag was set
+or never commits (docs/reference/behaviour.md, "Shutdown"). ``_inflight_cond``
+guards the jobs and runs in flight, the searches under way and the unwritten
+outcomes, and is held across no database call. A claim counts its job *before*
+its transaction, and a search counts itself in ``_searches``, so a
+deschedule(wait=True) racing either waits for it.
 
-Locks
------
-- ``_claim_gate`` is held by the dispatcher around each claim transaction and
-  the hand-over of its runs to the workers, and by `stop_claiming()` while it
-  sets ``_stopping``. It is held across the database transaction on purpose:
-  that makes shutdown's linearization point exact, since a claim either
-  committed (and its run was queued for a worker) before ``_stopping`` was
-  set, or it never commits (docs/reference/behaviour.md, "Shutdown": no
-  claim commits after shutdown() begins).
-- ``_inflight_cond`` guards the count of runs in flight per job (for
-  deschedule(wait=True)), the set of run ids in flight (for the heartbeat),
-  and the outcomes whose write failed; it is never held across a database
-  call. A claim counts its job *before* its transaction, so a
-  deschedule(wait=True) racing the claim waits for it either way (a claim by
-  query, `claim_overdue`, learns its jobs only from the database: it counts
-  itself in ``_searches`` instead, and deschedule(wait=True) waits for every
-  search under way); a job is counted down when its claim was lost or its
-  outcome written, so an outcome that waits to be written again keeps its run
-  in flight and its lease renewed.
-
-Lock order: ``_claim_gate`` → ``_inflight_cond``, and ``_claim_gate`` → the
-overrun watch's lock (the hand-over watches a run with a max runtime). ``_inflight_cond``
-is innermost: nothing is taken under it. ``_overran_runs`` and ``_adopted``
-need no lock (single dict and set operations are atomic): the overrun thread
-sets a run's flag before it marks the row, the completion pops it. No user
-code runs under any of these locks; events are emitted after them.
+Lock order: ``_claim_gate`` → ``_inflight_cond``; ``_claim_gate`` → the overrun
+watch's lock. ``_inflight_cond`` is innermost. ``_overran_runs`` and ``_adopted``
+need no lock: one dict or set operation is atomic, and the overrun thread sets a
+run's flag before it marks the row. Events are emitted after every lock.
 """
 
 from __future__ import annotations
@@ -113,14 +83,7 @@ class HandOver(Protocol):
 
 
 class RunBook:
-    """Claims due runs and hands them over, records their outcomes; counts what is in flight.
-
-    Args:
-        instance_id: This scheduler's instance id (the owner of its claims).
-        lease: How long a claim is owned without a heartbeat.
-        emit: Emits run_started, run_finished, run_failed, run_stopped and run_overran.
-        recorded: Called with the job of each outcome written (retention counts them).
-    """
+    """Claims due runs and hands them over, records their outcomes; counts what is in flight."""
 
     def __init__(
         self,
@@ -144,18 +107,16 @@ class RunBook:
         self._inflight_jobs: Counter[str] = Counter()
         self._inflight_runs: set[int] = set()
         self._unwritten: list[Completion] = []  # completions a failed write left behind
-        self._overran_runs: dict[int, bool] = {}  # run_id -> True once it overran (dict ops are atomic)
-        self._searches = 0  # claims by query (claim_overdue) under way: their jobs are not counted yet
-        # (job_id, generation) of rows claim_overdue could not read: passed by (a fix is a new generation)
+        self._overran_runs: dict[int, bool] = {}  # run_id -> True once it overran
+        self._searches = 0  # claim_overdue calls under way: their jobs are not counted yet
+        # Rows claim_overdue could not read, passed by until a fix (a new generation).
         self._unreadable: set[tuple[str, int]] = set()
-        # Jobs of other owners that a search ran here: queued here until a claim loses to another's
-        # (persched._engine.dispatcher "Sharing the work"). Set operations are atomic: no lock.
-        self._adopted: set[str] = set()
+        self._adopted: set[str] = set()  # jobs of other owners that a search ran here
 
     # -- claims: the dispatcher's side ----------------------------------------------
 
     def stop_claiming(self) -> None:
-        """Shutdown's linearization point: no claim commits after this returns (see the module docstring)."""
+        """Shutdown's linearization point: no claim commits after this returns."""
         with self._claim_gate:
             self._stopping = True
 
@@ -169,7 +130,7 @@ class RunBook:
         """Write `completions` and claim `due` in one transaction; hand each won run to a reserved worker."""
         with self._inflight_cond:
             for job_id, _, _, _ in due:
-                self._inflight_jobs[job_id] += 1  # before the claim: see the module docstring
+                self._inflight_jobs[job_id] += 1  # before the claim: deschedule(wait=True) sees it
         dispatched = Dispatched()
         results: list[Claim | ClaimMiss] = []
         next_due: list[Instant | None] | None = None
@@ -208,7 +169,7 @@ class RunBook:
         """Claim up to `limit` rows due before `before` that no claim took, whoever owns them
         (`Store.claim_overdue`), handing each won run over."""
         with self._inflight_cond:
-            self._searches += 1  # the jobs it claims are not known yet: see the module docstring
+            self._searches += 1  # its jobs are not known yet: deschedule(wait=True) waits for it
         found = Overdue([], [], [], [])
         dispatched = Dispatched()
         try:
@@ -239,7 +200,7 @@ class RunBook:
         return dispatched
 
     def _hand_over(self, results: Sequence[Claim | ClaimMiss], hand_over: HandOver) -> None:
-        """Under the claim gate: give each won run to a reserved worker (see the module docstring)."""
+        """Under the claim gate: give each won run to a reserved worker."""
         for result in results:
             if isinstance(result, Claim):
                 with self._inflight_cond:
@@ -258,8 +219,7 @@ class RunBook:
                 self.job_done(job_id, None)
 
     def _requeue_missed(self, dispatched: Dispatched, job_id: str, generation: int, miss: ClaimMiss) -> None:
-        """A lost claim: queue the job again where the store says it stands (see `persched._engine.dispatcher`),
-        if this instance owns the job."""
+        """A lost claim: queue the job again where the store says it stands, if it is this instance's."""
         if miss.generation != generation or miss.due_at is None:
             return  # descheduled, replaced, paused or finished: the entry was stale
         if miss.state == _RUNNING and miss.owner == self._instance_id:
@@ -267,9 +227,8 @@ class RunBook:
         observer = self._store.observer
         notify(lambda: observer.claim_conflict(job_id), "claim conflict")
         logger.debug("claim of %s generation %d lost (state %s)", job_id, generation, miss.state)
-        # Only the job's owner queues it again (persched._engine.dispatcher "Sharing the work"); should
-        # nobody, the search for overdue rows finds it. An adopted job lost to another claim: its
-        # owner is back, or another instance adopted it.
+        # Only the owner queues it again; should nobody, the search finds it. An adopted job
+        # that lost to another claim goes back to its owner.
         if miss.taken:
             self._adopted.discard(job_id)
         self._queue(dispatched, miss.due_at, job_id, generation)
@@ -281,7 +240,7 @@ class RunBook:
     # -- completions ----------------------------------------------------------------
 
     def ended(self, claim: Claim, outcome: str, error: str | None) -> Completion:
-        """A run ended (on a worker, or on the awaitable runner's thread): its outcome as it will be written."""
+        """A run ended: its outcome as it will be written."""
         if error is not None:
             error = bound_error_text(error)  # keep the last line: the exception's type and message
         return Completion(claim, outcome, error, self._timebase.now())
@@ -305,8 +264,7 @@ class RunBook:
         return dispatched
 
     def _keep_unwritten(self, completions: Sequence[Completion]) -> None:
-        # The runs stay in flight (their leases renewed) and the heartbeat
-        # tries again, so a passing outage costs no run its outcome.
+        # The runs stay in flight, their leases renewed, until the heartbeat's retry writes them.
         with self._inflight_cond:
             self._unwritten.extend(completions)
 
@@ -344,8 +302,7 @@ class RunBook:
         return self.write_completions(unwritten)
 
     def on_overrun(self, claim: Claim) -> bool:
-        """Overrun-watch callback: a run is still going after its job's max_runtime_seconds; False if it
-        finished meanwhile (no overrun)."""
+        """Overrun-watch callback: record that a run passed its max runtime; False if it finished meanwhile."""
         self._overran_runs[claim.run_id] = True  # before the record: see _completions_written
         if not self._store.mark_overran(claim.run_id):
             self._overran_runs.pop(claim.run_id, None)  # it finished in the meantime: no overrun

@@ -1,32 +1,12 @@
 """`JobScheduler`: the public facade that wires store, dispatcher, workers and heartbeat.
 
-Responsibilities
-----------------
-This module wires the parts and keeps the observation (listeners, the
-observer, wait_idle); the operations on jobs are `JobOperations`'s
-(`persched._engine.operations`), mixed in; the state, start-up and shutdown
-in order, and the fork and atexit hooks are `Lifecycle`'s
-(`persched._engine.lifecycle`, with its two locks). The constructor's options
-are checked once, into a frozen `SchedulerConfig` (`persched._engine.config`).
-A run's way, one direction from its due entry to its recorded outcome, is the
-`Dispatcher`'s (`persched._engine.dispatcher`), which makes, starts and stops
-the heap window and the hand-over to the workers (`persched._engine.handover`:
-the worker pool, the overrun watch): the lifecycle starts
-and stops the dispatcher alone (beside the heartbeat and the events). The
-claims, the writes and the account of what is in flight are the `RunBook`'s
-(`persched._engine.runs`). Run-history retention is `Retention`'s
-(`persched._engine.retention`), called by the heartbeat.
-
-Threads
--------
-Public methods run on the caller's thread and go straight to the store; a
-schedule() that changed the job pushes a heap entry afterwards. The threads
-(``persched-dispatcher``, ``-worker-{i}``, ``-heartbeat``, ``-overrun``,
-``-events``, ``-shutdown``, and `persched._interfaces.async_front`'s
-``-async-watch``) call into the `Dispatcher`, the `RunBook`, `Retention` and
-the few callbacks here (``_emit``, ``_on_lost``, ``_maintenance``). This
-module holds no lock. No user code runs under any persched lock; user code
-runs only in `persched._engine.workers`.
+This module wires the parts and keeps the observation (listeners, the observer,
+wait_idle). The operations on jobs are `persched._engine.operations`'s, mixed in;
+the state, start-up, shutdown and the fork and atexit hooks are
+`persched._engine.lifecycle`'s; a run's way is `persched._engine.dispatcher`'s.
+Public methods run on the caller's thread and go straight to the store. This
+module holds no lock, and no user code runs under any persched lock
+(docs/explanation/engine.md, "Threads").
 """
 
 from __future__ import annotations
@@ -55,6 +35,7 @@ from .config import (
     SchedulerConfig,
     check_share_work,
     check_wait,
+    scheduler_options,
 )
 from .context import current_run
 from .dispatcher import Dispatcher
@@ -111,8 +92,7 @@ class JobScheduler(JobOperations):
             CPU while idle. Each dispatch cycle claims at most as many due
             runs as there are free workers, in one transaction, so more
             workers also mean fewer commits per run (the documentation,
-            "Performance"). A worker is reserved before its claim, so a claimed
-            run never waits for a thread.
+            "Performance").
         clock: Where time comes from; `persched.testing.FakeClock` in tests.
         instance_id: Names this scheduler on the runs it claims; default
             ``host:pid:random~proof``, where the proof (Linux: boot id, pid
@@ -132,8 +112,7 @@ class JobScheduler(JobOperations):
             recorded a tenth of this more, so it may briefly hold up to 10%
             more.
         keep_runs_for_seconds: Delete runs that finished longer ago than
-            this (None: no limit by age). Pruning runs on the heartbeat
-            thread in short transactions, never on the dispatch path.
+            this (None: no limit by age). Pruning never runs on the dispatch path.
         keep_error_runs: Failed runs (outcome error, lost or stopped) kept
             per job apart from `keep_runs`: the newest this many, so that a
             burst of successes never erases the last failures (None: every
@@ -152,12 +131,8 @@ class JobScheduler(JobOperations):
         pickup_check_seconds: The least time between two pick-ups that a
             signal asked for (a stream of changes is read in batches); on
             SQLite also how often to ask whether another connection
-            committed (``PRAGMA data_version``, which reads no file), the
-            only time the change counter is read before `pickup_seconds`.
-            While no connection commits, the check backs off (each quiet
-            check doubles the wait, up to 1 s) and the first commit seen
-            restores it, so an idle scheduler wakes about once a second and
-            a change after a quiet spell is picked up within a second.
+            committed (``PRAGMA data_version``, which reads no file). While
+            no connection commits, the check backs off to once a second.
         horizon_seconds: How far ahead the dispatcher keeps jobs in memory
             (at least 2 s): it loads the jobs due within this time, and loads
             more as time moves on, so memory and start-up do not grow with the
@@ -169,20 +144,17 @@ class JobScheduler(JobOperations):
             and changes only the jobs of its namespace, so several
             applications can share one database. Default "default" (every
             job made before namespaces existed is there).
-        share_work: Deprecated, with no effect: several instances on one
-            database (one namespace) always share the work, each job having
-            one owner among the live instances (the documentation, "Several
-            instances"). False warns (`DeprecationWarning`) and shares all the
-            same; the option will be removed in the next minor release.
+        share_work: Deprecated, with no effect: instances on one database
+            always share the work (the documentation, "Several instances").
+            False warns (`DeprecationWarning`); the option will be removed in
+            the next minor release.
         max_clock_skew_seconds: How far this host's clock may be from the
-            database's clock (default 2 s). The scheduler reads the
-            database's clock at its first use and at every heartbeat
-            (SQLite: this machine's clock, at its first use); beyond this
-            offset it logs one WARNING and keeps to the database's time, so
-            that a host with a wrong clock neither takes over the others'
-            work nor runs slots early or late by its error (the
-            documentation, "Several instances": what skew does). None: never
-            read it, and run on this host's clock whatever it says. A
+            database's clock (default 2 s), read at the first use and at every
+            heartbeat (SQLite: this machine's clock, at the first use). Beyond
+            it the scheduler logs one WARNING and keeps to the database's
+            time, so a host with a wrong clock neither takes over the others'
+            work nor runs slots early or late (the documentation, "Several
+            instances": what skew does). None: never read it. A
             `persched.testing.FakeClock` is never compared with it.
         migration_timeout_seconds: How long start() waits while another
             process migrates the schema (default 600 s; processes starting
@@ -219,27 +191,7 @@ class JobScheduler(JobOperations):
         migration_timeout_seconds: float = DEFAULT_MIGRATION_TIMEOUT_SECONDS,
     ) -> None:
         check_share_work(share_work, stacklevel=2)
-        config = SchedulerConfig.checked(
-            url,
-            workers,
-            clock,
-            instance_id=instance_id,
-            lease_seconds=lease_seconds,
-            heartbeat_seconds=heartbeat_seconds,
-            busy_timeout_seconds=busy_timeout_seconds,
-            synchronous=synchronous,
-            keep_runs=keep_runs,
-            keep_runs_for_seconds=keep_runs_for_seconds,
-            keep_error_runs=keep_error_runs,
-            allowed_modules=allowed_modules,
-            pickup_seconds=pickup_seconds,
-            pickup_check_seconds=pickup_check_seconds,
-            horizon_seconds=horizon_seconds,
-            max_args_bytes=max_args_bytes,
-            namespace=namespace,
-            max_clock_skew_seconds=max_clock_skew_seconds,
-            migration_timeout_seconds=migration_timeout_seconds,
-        )
+        config = SchedulerConfig.checked(**scheduler_options(locals()))
         self._config: Final = config
         self.namespace: Final = config.namespace
         self.instance_id: Final = config.instance_id
@@ -257,16 +209,15 @@ class JobScheduler(JobOperations):
             self._timebase,
             self._store.server_time,
             config.max_clock_skew,
-            follow=not self._store.dialect.in_process,  # SQLite: the machine's clock (persched._engine.skew)
+            follow=not self._store.dialect.in_process,  # SQLite: the machine's clock
             instance_id=self.instance_id,
             retimed=lambda: self._dispatcher.retime(),  # made below
         )
-        # Every instance is a member (what `persched instances` and `persched check` read); a lone one owns every job.
+        # Every instance is a member, even a lone one (`persched instances` reads them).
         self._membership = Membership(self._store, self._timebase, self.instance_id, config.lease, self._clock_check)
         self._runs = RunBook(
             self._store, self._timebase, self.instance_id, config.lease, self._emit, self._retention.recorded
         )
-        # The one thing started and stopped: it makes the window, the worker pool and the overrun watch.
         self._dispatcher = Dispatcher(
             self._timebase,
             self._runs,
@@ -291,7 +242,7 @@ class JobScheduler(JobOperations):
         )
 
     def _make_heartbeat(self, config: SchedulerConfig) -> Heartbeat:
-        """The heartbeat thread's periodic tasks (`persched._engine.heartbeat`), wired to the engine."""
+        """The heartbeat thread and its tasks, wired to the engine."""
         offer, membership = self._dispatcher.offer, self._membership
 
         def renew_membership() -> None:
@@ -412,8 +363,9 @@ class JobScheduler(JobOperations):
     def _pick_up_cancels(self) -> bool:
         """At a change pick-up: stop the runs here that `cancel()` asked for (`persched._store.cancels`).
 
-        True while a request found no run here to stop: its run was claimed and no worker has taken
-        it yet (or it ended and its completion is not written yet); the next pick-ups read again."""
+        True while a request found no run here to stop yet: claimed and not taken by a worker,
+        or ended and not yet written. The next pick-ups read again.
+        """
         handover, stops = self._dispatcher.handover, self._dispatcher.pool.stops
         if handover.free == handover.size and not handover.elsewhere:  # nothing claimed or running here
             return False
@@ -481,7 +433,7 @@ class JobScheduler(JobOperations):
         job: Job | None = None,
         run: Run | Callable[[], Run | None] | None = None,
     ) -> None:
-        # A run's payload is built only when a listener wants the event (20 µs a run otherwise).
+        # A run's payload is built only when a listener wants the event.
         if not self._events.wants(kind):
             return
         payload = run() if callable(run) else run

@@ -1,37 +1,15 @@
 """How far this instance's time is from the database's clock, and keeping to the database's time.
 
-Instances that share a database compare due times with their own time
-(`persched._engine.timebase`). One whose wall clock was wrong when it started
-(a bad NTP step, a host never synced) sees every row as overdue, or as far
-ahead, and would take the work over or "correct" rows that are right. So each
-instance measures its time against one clock that every instance sharing the
-database reads alike: the database's (`persched._store.members`, one short
-read at each heartbeat, in the membership's transaction). Where the two differ by more than
-``max_clock_skew_seconds``, the instance moves its time frame onto the
-database's time and says so in one WARNING; from then on it claims what is
-due by that time, and writes slots on it (docs/multi.md, "What skew does").
+A reading of the database's clock lies within the round trip around it, so the
+offset is taken from its middle and half the round trip is allowed on top of
+``max_clock_skew_seconds``: a slow round trip never passes for skew. Beyond the
+bound the time frame moves onto the database's time, with one WARNING. The frame
+follows the server at every reading on PostgreSQL and MariaDB; on SQLite, whose
+"server" clock is this machine's, only at the first (docs/explanation/engine.md,
+"Time"). Only a clock that tells real time is measured.
 
-A reading is taken between two readings of this instance's own time; the
-database's instant lies somewhere in that round trip, so the offset is taken
-from its middle and half the round trip is allowed on top of the bound: a
-slow round trip never passes for skew.
-
-On PostgreSQL and MariaDB the database's clock is the server's, which no
-step of a host's clock moves: the frame follows it at every heartbeat, so
-instances started before and after a step of the server's clock keep to one
-time. SQLite has no server: every instance on one file reads this machine's
-clock, and a step of that clock is a step of every instance's clock, which a
-running scheduler keeps out of its frame (docs/reference/behaviour.md#time).
-So on SQLite the frame is checked at the first reading only (a clock that is
-not the machine's, such as `persched.testing.ShiftedClock`, is then put
-right); later readings only show the offset.
-
-Only a clock that claims real time is measured (`persched.clock.tells_real_time`):
-a `persched.testing.FakeClock` tells a test's time, which no database shares.
-
-Threads: `check` runs on the caller's thread (the first at `start()` or at the
-first `schedule()`, under the scheduler's schema lock; then the heartbeat's).
-`offset_seconds` is one attribute, replaced whole; readers take no lock.
+`check` runs on the caller's thread at the first use (under the schema lock),
+`timed` on the heartbeat's. `offset_seconds` is replaced whole; readers take no lock.
 """
 
 from __future__ import annotations
@@ -56,15 +34,9 @@ T = TypeVar("T")
 
 
 class ClockCheck:
-    """Measures this instance's time against the database's clock and keeps to it (module docstring).
+    """Measures this instance's time against the database's clock and keeps to it.
 
-    Args:
-        timebase: The scheduler's time frame, moved when it is too far off.
-        read_reference: Reads the database's clock (`Store.server_time`).
-        bound: The offset beyond which the frame keeps to the database's time; None: never measure.
-        follow: Whether the frame follows the reference after the first reading (False on SQLite).
-        instance_id: This instance, for the log.
-        retimed: Called after the frame moved (the dispatcher looks at its queue again).
+    `bound` None: never measure. `follow`: move the frame after the first reading too (not on SQLite).
     """
 
     def __init__(
@@ -83,25 +55,22 @@ class ClockCheck:
         self._follow = follow
         self._instance_id = instance_id
         self._retimed = retimed
-        self._checked = False  # a first reading was taken
-        self._warned = False  # the clock is off beyond the bound, and a WARNING said so
-        #: How far this instance's wall clock was from the database's at the latest reading,
-        #: in seconds (positive: ahead); None until measured, or when it is not measured.
+        self._checked = False
+        self._warned = False
+        #: Seconds this wall clock was ahead of the database's at the latest reading; None: not measured.
         self.offset_seconds: float | None = None
 
     @property
     def measures(self) -> bool:
-        """Whether this instance's clock is measured at all (one that claims real time, a bound set)."""
+        """Whether this instance's clock is measured: it claims real time, and a bound is set."""
         return self._bound is not None and tells_real_time(self._timebase.clock)
 
     def check(self) -> None:
-        """Read the database's clock once; move the frame onto it if it is too far off (module docstring)."""
+        """Read the database's clock once; move the frame onto it if it is too far off."""
         self.timed(lambda reads: (None, self._read() if reads else None))
 
     def timed(self, round_trip: Callable[[bool], tuple[T, Instant | None]]) -> T:
-        """Run `round_trip` (told whether to read the database's clock: `measures`), timed on this
-        instance's clocks, and judge the database's instant it returns as `check` does; return its
-        result. The membership's heartbeat reads the clock so, in the transaction it makes anyway."""
+        """Run `round_trip` (told whether to read the database's clock), timed; judge its instant as `check` does."""
         if not self.measures:
             return round_trip(False)[0]
         timebase, clock = self._timebase, self._timebase.clock

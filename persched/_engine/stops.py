@@ -1,12 +1,9 @@
 """The runs in flight in one scheduler, each with its stop request, found by job.
 
-The worker pool registers a run when a worker takes it (`RunStops.started`)
-and forgets it once its outcome is reported (`RunStops.ended`), which for an
-async job handed to the application's loop is later, on another thread. A
-stop is asked by whoever decides it: the overrun watch (``on_overrun="stop"``),
-`cancel()` and the pick-up of a cancel made elsewhere, and `shutdown()` at
-its timeout. ``_lock`` guards the map only; a `StopSignal`'s callbacks run
-after it is released, so a stop never calls user-facing code under it.
+The worker pool registers a run when a worker takes it and forgets it once its
+outcome is reported. A stop is asked by the overrun watch, `cancel()`, the
+pick-up of a cancel made elsewhere, or `shutdown()` at its timeout. ``_lock``
+guards the map only; a `StopSignal`'s callbacks run after it is released.
 """
 
 from __future__ import annotations
@@ -73,8 +70,7 @@ class RunStops:
         return len(signals)
 
     def longest_grace(self) -> Micros:
-        """The longest stop grace of the child-process runs in flight (0 without any): how long a stopped run
-        that can be killed may take to end. A thread or async run is only asked; nothing waits for it."""
+        """The longest stop grace of the child-process runs in flight (0 without any)."""
         with self._lock:
             return max(self._graces.values(), default=Micros(0))
 

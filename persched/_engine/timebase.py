@@ -1,13 +1,9 @@
 """The scheduler's time frame: monotonic time, labelled with wall-clock instants.
 
-A scheduler reads the wall clock once, when it is made, and from then on tells
-time as ``monotonic + offset``, in whole microseconds. Grid slots are stored as
-UTC instants (other processes and restarts read them), but a running scheduler
-keeps to elapsed time: a step of the system clock (NTP, an operator) neither
-bursts runs nor stalls them (docs/reference/behaviour.md, "Time"). A restart
-re-reads the wall clock, so the frame follows a corrected clock from then on.
-An instance whose wall clock is too far from the database's clock moves its
-frame onto the database's time (`shift`, by `persched._engine.skew`).
+A scheduler reads the wall clock once, when it is made, and then tells time as
+``monotonic + offset`` in microseconds, so a step of the system clock neither
+bursts runs nor stalls them (docs/reference/behaviour.md, "Time"). `shift` moves
+the frame onto the database's time (`persched._engine.skew`).
 """
 
 from __future__ import annotations
@@ -31,7 +27,6 @@ class Timebase:
         self._offset = clock.now_us() - clock.monotonic_us()
 
     def now(self) -> Instant:
-        """Return the current instant in this scheduler's frame."""
         return Instant(self.clock.monotonic_us() + self._offset)
 
     def shift(self, by: Micros) -> None:

@@ -1,23 +1,13 @@
 """Exceptions as text for persched's logs and run records, without source carets.
 
-`traceback.format_exception` (and so `logger.exception` and `exc_info=`)
-parses source lines with `ast` to place its carets, and on CPython 3.11
-`ast.parse` running in two threads at once can fail with "AST constructor
-recursion depth mismatch" (gh-106905), in whichever thread of the
-application was parsing. persched formats exceptions on its own background
-threads, so it formats them plainly and logs the text.
-
-The text keeps the exception chain (``raise ... from``, and an exception
-raised while handling another), oldest first, as the interpreter prints it.
-For a failure that came out of a job's callable (``user_code=True``; the
-worker knows whether it had called it) each traceback starts at the first
-frame of the job's code: the frames that only called it — persched's worker,
-and for a coroutine the asyncio and concurrent.futures frames that ran it on
-a loop — come first in every traceback and say nothing about the failure,
-so they are left out. A traceback with no other frame (the hand-over to an
-application's loop that was not running) is kept whole, and so is a
-failure before the call (a stored row that cannot be used, a module that
-does not import).
+On CPython 3.11, `traceback.format_exception` (and so ``logger.exception``) calls
+`ast.parse` to place its carets, and two threads parsing at once can fail with
+"AST constructor recursion depth mismatch" (gh-106905) in whichever thread of the
+application was parsing. persched's background threads therefore format plainly.
+The chain is kept, oldest first. For a failure out of a job's callable
+(``user_code=True``) each traceback starts at the job's first frame: the worker's,
+asyncio's and concurrent.futures' frames before it say nothing about the failure.
+A traceback with no frame of the job's is kept whole.
 """
 
 from __future__ import annotations
@@ -48,13 +38,7 @@ _CONTEXT: Final = "\nDuring handling of the above exception, another exception o
 
 
 def describe(exc: BaseException, *, user_code: bool = False) -> str:
-    """Return the exception, its traceback and its chain as text, without source carets.
-
-    Args:
-        exc: The exception.
-        user_code: `exc` came out of a job's callable: start each traceback at
-            the callable's own frames (module docstring).
-    """
+    """Return the exception, its traceback and its chain as text; `user_code`: start at the job's frames."""
     # The chain, newest first, each with the words that link it to the one before it.
     chain: list[tuple[BaseException, str]] = []
     seen: set[int] = set()
@@ -93,14 +77,11 @@ def _one(exc: BaseException, user_code: bool) -> str:
 
 
 def log_job_failure(logger: logging.Logger, job_id: str, generation: int, exc: BaseException, text: str) -> None:
-    """Log a job's failure `exc` (`text`: from `describe`) at ERROR, with its traceback once logging is configured.
+    """Log a job's failure at ERROR, with its traceback `text` once logging is configured.
 
-    With no handler anywhere on the logger's way to the root (an
-    application that never configured logging), the record would reach
-    stderr through `logging.lastResort`, a whole traceback per failure: then
-    the ERROR record is one line (the exception's last line, and where the
-    traceback is) and the traceback goes to a DEBUG record, which a handler
-    configured later sees, and which the run's error keeps anyway.
+    Without any handler, `logging.lastResort` would print a whole traceback per
+    failure to stderr: the ERROR record is then one line, and the traceback goes
+    to a DEBUG record (the run's error keeps it anyway).
     """
     if logger.hasHandlers():
         logger.error("job %s generation %d raised\n%s", job_id, generation, text.rstrip())

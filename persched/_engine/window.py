@@ -1,42 +1,16 @@
-"""The heap of due times and its bounded window: passive, guarded by the dispatcher's lock.
+"""The heap of due entries and its bounded window: passive, guarded by the dispatcher's lock.
 
-The heap holds one small entry per scheduled job: ``(due_at, job_id,
-generation)``, where `due_at` is the slot the store had for the job when the
-entry was queued (an `Instant` in the scheduler's `Timebase` frame). Every
-field is comparable, so ties never compare payloads (the hazard behind
-CPython `sched`'s sequence numbers, bpo-19270, cannot arise); three fields
-keep an entry under 200 bytes.
+An entry is ``(due_at, job_id, generation)``: every field compares, so ties never
+compare payloads (the hazard behind CPython `sched`'s sequence numbers, bpo-19270).
+`Window` has no lock and no thread: the `persched._engine.dispatcher.Dispatcher`
+calls it under its condition, and only its thread pops, so a push, a pop and the
+decision to sleep see one state.
 
-`Window` has no lock and no thread: the `persched._engine.dispatcher.Dispatcher` calls it
-under its own condition (and only the dispatcher's thread pops), so that a
-push, a pop and the decision to sleep see one state.
-
-Ownership
----------
-Several instances on one database share a namespace's jobs: each job has one
-owner among the live instances (`persched._engine.membership`; a lone instance owns
-every job), and an instance queues only the jobs it owns. `offer` keeps only an
-owned job's entry, `push` any (a job this instance adopted: `persched._engine.dispatcher`,
-"Sharing the work"); a refill keeps only owned rows. `repartition` drops the
-entries of jobs no longer owned and makes the next refill start again from the
-first row, so that the jobs gained are loaded (a duplicate entry of a job kept
-costs at most one failed claim).
-
-The bounded window
-------------------
-With a refill (`load(bounded=True)`, `persched._engine.horizon`), the heap holds only
-what is due soon, never every job. The cursor is the key ``(next_run_at,
-job_id)`` of the last row the refills have read: every scheduled row at or
-before it is *covered* (loaded, or pushed by whoever changed it since); rows
-after it are loaded by a later refill. The dispatcher refills, with its lock
-released, from the cursor up to ``now + horizon`` when less than half the
-horizon is left before the cursor and the heap holds fewer than a refill's
-rows, and always once the cursor is reached. A pushed entry is dropped when
-it is certainly not covered (its due time less the largest jitter in use lies
-after the cursor: jitter only delays, so its next_run_at does too) and not due
-within the horizon; a refill loads it when the cursor gets there. While a
-refill reads, nothing is dropped: the refill may have read the row before the
-change that pushed the entry committed.
+`offer` keeps only an owned job's entry, `push` any (an adopted job). With refills
+the heap holds only what is due within the horizon: every row at or before the
+cursor is covered, and a push is dropped only when it is certainly not covered,
+not due within the horizon, and no refill is reading (docs/explanation/engine.md,
+"The window and the bounded heap").
 """
 
 from __future__ import annotations
@@ -61,23 +35,18 @@ REFILL_RETRY: Final = Micros(US_PER_SECOND)  # after a refill that failed (the d
 
 
 class Window:
-    """The heap of due entries and the refills' cursor (module docstring); the caller holds the lock.
-
-    Args:
-        owns: Whether this instance owns a job (`persched._engine.membership`).
-        reach: The largest jitter a queued due time may carry (the store's `persched._model.triggers.JitterReach`).
-    """
+    """The heap of due entries and the refills' cursor; the caller holds the dispatcher's lock."""
 
     def __init__(self, timebase: Timebase, owns: Callable[[str], bool], reach: Callable[[], Micros]) -> None:
         self._timebase = timebase
         self.owns = owns
         self._reach = reach
         self._heap: list[Entry] = []
-        self.bounded = False  # with refills: the heap holds only what is due within the horizon
+        self.bounded = False  # with refills
         self._cursor: Cursor | None = None
         self._horizon = Micros(0)
         self._rows = 0  # what one refill reads at most
-        self.refilling: Instant | None = None  # the `before` of the refill reading now
+        self.refilling: Instant | None = None  # the `before` of the refill under way
         self._retry_at: Instant | None = None
         self.just_refilled = False
         self._reload = False  # the next refill starts from the first row (repartition, retime)
@@ -95,11 +64,9 @@ class Window:
         return len(self._heap)
 
     def head(self) -> Instant | None:
-        """The earliest due time queued, or None."""
         return self._heap[0][0] if self._heap else None
 
     def head_due(self, now: Instant) -> bool:
-        """Whether an entry is due at `now`."""
         return bool(self._heap) and self._heap[0][0] <= now
 
     def push(self, due_at: Instant, job_id: str, generation: int) -> bool:
@@ -111,12 +78,11 @@ class Window:
         return self._heap[0] is entry
 
     def offer(self, due_at: Instant, job_id: str, generation: int) -> bool:
-        """`push` if this instance owns the job (module docstring); True if it is the new head."""
+        """`push` if this instance owns the job; True if it is the new head."""
         return self.owns(job_id) and self.push(due_at, job_id, generation)
 
     def pop_due(self, now: Instant, limit: int) -> list[Entry]:
-        """Pop up to `limit` entries due at `now`, one per (job_id, generation): the duplicates are
-        dropped (the claim would refuse them)."""
+        """Pop up to `limit` entries due at `now`, one per (job_id, generation); duplicates are dropped."""
         due: list[Entry] = []
         taken: set[tuple[str, int]] = set()
         while self._heap and self._heap[0][0] <= now and len(due) < limit:
@@ -145,7 +111,7 @@ class Window:
         return at if self.refilling is None else max(at, self.refilling)
 
     def _droppable(self, due_at: Instant) -> bool:
-        """An entry certainly not covered and not due within the horizon (module docstring)."""
+        """An entry certainly not covered and not due within the horizon: a refill will load it."""
         if not self.bounded or self._cursor is None or self.refilling is not None:
             return False
         return due_at - self._reach() > self._cursor[0] and due_at > self._timebase.now() + self._horizon
@@ -153,7 +119,6 @@ class Window:
     # -- refills ---------------------------------------------------------------------
 
     def refill_due(self, now: Instant) -> bool:
-        """Whether to refill now (module docstring)."""
         if not self.bounded or self.refilling is not None:
             return False
         if self._retry_at is not None and now < self._retry_at:

@@ -1,46 +1,18 @@
 """The fixed pool of worker threads: the only place user code is called.
 
-Threads
--------
-``persched-worker-{i}`` threads take won claims from one `SimpleQueue`. The
-dispatcher reserved a worker before it claimed, so a queued claim
-never waits for a thread. A worker resolves the target, runs it with no
-persched lock held, and passes the outcome to the `complete` callback (the
-dispatcher's, which writes it with its next cycle and queues the next slot). Then it drops its
-references to the callable, the arguments and any exception (futures
-bpo-16284, trio's ``del fn``), so a run does not keep garbage alive.
-
-A coroutine function is run to completion on an event loop the worker owns
-(one per worker thread, made on its first async run and closed when the
-worker stops): a run is awaited before the worker takes the next one, so an
-async job has the same guarantees as a plain one, and the loop never runs
-anything but persched's runs.
-
-With an `AwaitableRunner` (set by `AsyncJobScheduler` to run coroutines on
-the application's loop) the worker hands the awaitable over and is free at
-once: it first calls `release` (the dispatcher may use its reservation
-again), then `AwaitableRunner.start`, and goes back to the queue. The runner
-calls `finished` from a thread of its own, never from the loop, when the
-awaitable is done, and the outcome is recorded from there. So an application
-loop that is blocked holds back the async runs, never the workers, and the
-sync jobs they run (`persched._interfaces.async_front` says what a blocked loop stalls).
-`stop()` and `join()` include the runner: a shutdown waits for the runs on
-the loop as for the runs on the threads.
+``persched-worker-{i}`` threads take won claims from one `SimpleQueue`; each was
+reserved before its claim, so a claim never waits for a thread. A worker runs the
+target with no persched lock held, passes the outcome to the `complete` callback,
+and drops its references to the callable, its arguments and any exception
+(futures bpo-16284, trio's ``del fn``).
 
 A worker never dies from user code: everything, `SystemExit` and
-`KeyboardInterrupt` included, is caught, logged with its traceback through the
-``persched`` logger and recorded as outcome "error". A coroutine is awaited
-through `awaited`, which turns those two into `EscapedError` inside the task:
-asyncio re-raises them out of the loop that runs the task (``run_forever``),
-which would end the application's ``asyncio.run()``; the worker (or the
-runner) unwraps them again, so the run records what the job raised. Each
-worker stops when it takes ``None`` from the queue.
-
-A job that forks (docs/reference/behaviour.md, "Forks"): the child continues on the worker thread
-that called ``fork()``, but the scheduler around it is the parent's. When the
-job's code returns or raises in the child, the worker ends that process
-(``SystemExit`` keeps its code) instead of going back to a queue that nothing
-will ever fill; the parent's worker records the run as usual.
+`KeyboardInterrupt` included, is recorded as "error". A coroutine runs on the
+worker's own loop through `awaited`, which keeps those two inside the task
+(asyncio would re-raise them out of the loop). With an `AwaitableRunner` the
+worker calls `release`, hands the awaitable over and goes back to the queue; the
+runner calls `finished` from a thread of its own, never from the loop. A job that
+forks ends its child on the worker (docs/reference/behaviour.md, "Forks").
 """
 
 from __future__ import annotations
@@ -151,7 +123,7 @@ class WorkerPool:
         self._complete = complete
         self._namespace = namespace  # what a run's RunContext says
         self.stops = RunStops()  # the runs in flight, each with its stop request
-        self._release = release  # a run handed to the awaitable runner gives its worker back (module docstring)
+        self._release = release  # a run handed to the awaitable runner gives its worker back
         self._allowed_modules = allowed_modules
         self._pid = os.getpid()  # a worker running in another process is in a job's forked child
         self.awaitable_runner: AwaitableRunner | None = None  # None: each worker's own event loop
@@ -161,7 +133,6 @@ class WorkerPool:
         ]
 
     def start(self) -> None:
-        """Start every worker thread."""
         for thread in self._threads:
             thread.start()
 
@@ -177,10 +148,7 @@ class WorkerPool:
             self.awaitable_runner.stop()
 
     def join(self, deadline: Callable[[], float | None]) -> bool:
-        """Join the workers (never the calling thread), then the awaitable runner's runs; False if one is still going.
-
-        `deadline()` returns the time left to wait, or None for no limit.
-        """
+        """Join the workers (never the calling thread) and the runner's runs; False if one is still going."""
         me = threading.current_thread()
         for thread in self._threads:
             if thread is not me and thread.is_alive():
@@ -190,7 +158,6 @@ class WorkerPool:
         return runner.join(deadline()) and workers_done if runner is not None else workers_done
 
     def owns_current_thread(self) -> bool:
-        """True when called from one of this pool's workers."""
         return threading.current_thread() in self._threads
 
     def _loop(self) -> None:
@@ -345,8 +312,7 @@ def _cancelling(loop: asyncio.AbstractEventLoop, task: asyncio.Task[None]) -> Ca
 def _failed(
     claim: Claim, exc: BaseException, stop: StopSignal | None, *, user_code: bool = True
 ) -> tuple[str, str | None]:
-    """The outcome and error text of a run that raised `exc`: "stopped" for `RunStopped`, and for a
-    cancellation that a stop asked for; else "error" (docs/reference/behaviour.md, "Stopping a run")."""
+    """The outcome and error text of a run that raised `exc` (docs/reference/behaviour.md, "Stopping a run")."""
     reason = None if stop is None else stop.reason
     if isinstance(exc, RunStopped) or (reason is not None and isinstance(exc, asyncio.CancelledError)):
         text = describe(exc, user_code=user_code)
@@ -358,23 +324,14 @@ def _failed(
 
 
 def _failure_text(claim: Claim, exc: BaseException, *, user_code: bool = True) -> str:
-    """Log what a run raised, with its traceback; return the text its record keeps.
-
-    `user_code`: the failure came out of the job's own call, so its traceback starts
-    at the job's first frame (persched._engine.tracebacks).
-    """
+    """Log what a run raised, with its traceback; return the text its record keeps."""
     text = describe(exc, user_code=user_code)
     log_job_failure(logger, claim.job_id, claim.generation, exc, text)
     return text
 
 
 def _end_forked_child(exc: BaseException | None) -> NoReturn:
-    """End a job's forked child whose code returned (`exc` None) or raised, as the interpreter would.
-
-    Like multiprocessing's fork start method: flush stdio, then ``os._exit``,
-    so that neither persched's worker loop nor the parent's atexit hooks run
-    in the child (docs/reference/behaviour.md, "Forks").
-    """
+    """End a job's forked child as the interpreter would: flush stdio, then ``os._exit`` (no atexit hooks)."""
     code = 0
     if isinstance(exc, SystemExit):
         if exc.code is None or isinstance(exc.code, int):

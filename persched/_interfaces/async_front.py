@@ -1,53 +1,14 @@
 """`AsyncJobScheduler`: the asyncio front end (FastAPI, Starlette, aiohttp), over `JobScheduler`.
 
-Threads and the event loop
---------------------------
-Every method that touches the database awaits ``asyncio.to_thread``: the
-blocking work (SQL, migrations, joining threads at shutdown) runs on the
-loop's default executor, never on the event loop, and the threaded
-scheduler underneath keeps every guarantee of docs/reference/behaviour.md
-(the claim, the history, leases, shutdown's linearization point).
-
-Async job callables run, by default (``jobs_on_loop=True``), **on the
-application's own event loop** (the one running at `start()`), so they can
-share its connection pools, clients and locks. A worker thread still claims
-the run (a worker is reserved before the claim), calls the job to
-get its coroutine and hands it to the loop (``run_coroutine_threadsafe``);
-then it gives its worker back at once (`persched._engine.workers`), so the pool is
-free for the sync jobs whatever the loop does. At most `workers` async runs
-go at once on the loop (a semaphore on the loop: a further one waits there,
-claimed, for its turn). ``persched-async-watch`` waits for the runs' futures
-and records each outcome, off the loop; a coroutine that raises, SystemExit
-and KeyboardInterrupt included, is recorded as "error" and the loop goes on
-(`persched._engine.workers.awaited` keeps those two inside the task: asyncio would
-re-raise them out of ``run_forever`` and end the application). The watch
-looks once a second whether the loop still runs: a loop that stopped or
-closed under a run without cancelling it fails that run, recorded as
-"error", instead of leaving it in flight for ever.
-
-When a run started. A run's record says when its coroutine began: its
-``started_at`` is the instant the coroutine got its turn on the loop, read
-there and written with the outcome (while the run is in flight, the record
-shows its claim's instant, as does the ``run_started`` event). On a loop
-that keeps up the two are the same instant; on a blocked or crowded loop,
-``started_at - scheduled_for`` shows the wait, as it does for a sync run
-that waited for a worker.
-
-Consequences users must know (README, "asyncio"):
-
-- An async job that blocks (``time.sleep``, a sync driver) blocks the
-  application's loop, and with it exactly what runs on that loop: the
-  application's own requests and tasks, every other async job (their runs
-  are claimed on time, their coroutines start once the loop is free, and
-  their ``started_at`` says so), and the awaitable methods of this class
-  (they await threads, and their answers wait for the loop). It does not
-  stall persched's threads: claims, sync jobs on the workers, leases, the
-  heartbeat and the database work carry on. Make such a job sync, or pass
-  ``jobs_on_loop=False`` (each worker then runs coroutines on a loop of its
-  own, and a blocking one holds back only its worker).
-- Cancelling a task that awaits a method does not undo the call: the thread
-  it runs on cannot be stopped, so the call completes (or fails) in the
-  background, exactly as if it had not been cancelled.
+Every method that touches the database awaits ``asyncio.to_thread``, so SQL,
+migrations and joins never run on the event loop, and the threaded scheduler
+underneath keeps every guarantee. With ``jobs_on_loop=True`` a worker claims an
+async run, hands its coroutine to the application's loop and gives its worker
+back at once (`persched._engine.workers`), so a blocked loop holds back the async
+jobs and the application, never the sync jobs. ``persched-async-watch`` records
+the outcomes off the loop, and fails the runs of a loop that stopped under them.
+What users must know (a blocking job, cancelling a call, ``started_at``):
+docs/how-to/applications.md, "asyncio: `AsyncJobScheduler`".
 """
 
 from __future__ import annotations
@@ -67,6 +28,7 @@ from .._engine.config import (
     DEFAULT_MIGRATION_TIMEOUT_SECONDS,
     DEFAULT_WORKERS,
     check_share_work,
+    scheduler_options,
 )
 from .._engine.context import ACTIVE_RUN
 from .._engine.horizon import DEFAULT_HORIZON_SECONDS
@@ -101,20 +63,18 @@ LOOP_CHECK_SECONDS: Final = 1.0  # how often the watch looks whether the loop st
 class _LoopRunner:
     """Runs async jobs' awaitables on the application's loop (`persched._engine.workers.AwaitableRunner`).
 
-    `start` is called on a worker thread; ``persched-async-watch``, made on the
-    first run and ended by `stop` once no run is left, waits for the runs'
-    futures and calls each one's `finished` (never on the loop: the outcome is
-    logged and recorded from there). ``_cond`` guards the pending runs, the
-    watch's wake-up future and the stop flag; it is held for no I/O and no
-    user code, and is innermost (nothing else is taken under it).
+    `start` runs on a worker; ``persched-async-watch`` (made at the first run, ended by
+    `stop` once no run is left) calls each run's `finished`, never on the loop. ``_cond``
+    guards the pending runs, the watch's wake-up and the stop flag; it is innermost and
+    held for no I/O and no user code.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, now: Callable[[], Instant], limit: int) -> None:
         self._loop = loop
         self._now = now
-        self._slots = asyncio.Semaphore(limit)  # at most `workers` async runs go at once, as before
+        self._slots = asyncio.Semaphore(limit)  # at most `workers` async runs go at once
         self._cond = threading.Condition()
-        # Each run's future, with its claim as it runs (started_at once its coroutine began) and its callback.
+        # Each run's future -> its claim as it runs (with started_at once begun), and its callback.
         self._pending: dict[concurrent.futures.Future[None], tuple[list[Claim], Finished]] = {}
         self._wake: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._stopping = False
@@ -161,7 +121,7 @@ class _LoopRunner:
         began = False
         try:
             async with self._slots:
-                # The run started now, not at its claim: the loop may have been busy (module docstring).
+                # The run starts now, not at its claim: the loop may have been busy.
                 ran[0] = dataclasses.replace(ran[0], started_at=self._now())
                 set_current_run_claim(ran[0])
                 began = True
@@ -197,8 +157,7 @@ class _LoopRunner:
                         ran, finished = self._pending.pop(future)
                         ended.append((ran, finished, _raised(future)))
                     elif loop_gone:
-                        # An application that ended its loop without shutdown(), and without
-                        # cancelling the task (asyncio.run does cancel it): fail the run, never hang.
+                        # The loop ended without shutdown() and without cancelling the task: fail, never hang.
                         ran, finished = self._pending.pop(future)
                         if not self._loop.is_closed():
                             future.cancel()
@@ -246,7 +205,7 @@ class AsyncJobScheduler:
         url: As for `JobScheduler`.
         workers: How many sync runs may execute at once (worker threads), and
             how many async runs may go at once on the loop: an async run holds
-            a worker only while it is handed to the loop (module docstring).
+            a worker only while it is handed to the loop.
         clock: As for `JobScheduler`.
         jobs_on_loop: Run coroutine-function jobs on the event loop that
             called `start()` (default). False: each worker runs them on an
@@ -292,27 +251,7 @@ class AsyncJobScheduler:
             raise InvalidJobError("jobs_on_loop", f"must be True or False, got {jobs_on_loop!r}")
         self._jobs_on_loop = jobs_on_loop
         check_share_work(share_work, stacklevel=2)  # here: the warning names the caller's line
-        self._sched = JobScheduler(
-            url,
-            workers,
-            clock,
-            instance_id=instance_id,
-            lease_seconds=lease_seconds,
-            heartbeat_seconds=heartbeat_seconds,
-            busy_timeout_seconds=busy_timeout_seconds,
-            synchronous=synchronous,
-            keep_runs=keep_runs,
-            keep_runs_for_seconds=keep_runs_for_seconds,
-            keep_error_runs=keep_error_runs,
-            allowed_modules=allowed_modules,
-            pickup_seconds=pickup_seconds,
-            pickup_check_seconds=pickup_check_seconds,
-            horizon_seconds=horizon_seconds,
-            max_args_bytes=max_args_bytes,
-            namespace=namespace,
-            max_clock_skew_seconds=max_clock_skew_seconds,
-            migration_timeout_seconds=migration_timeout_seconds,
-        )
+        self._sched = JobScheduler(**scheduler_options(locals()))
         self.instance_id: Final = self._sched.instance_id
         self.namespace: Final = self._sched.namespace
 
@@ -414,7 +353,7 @@ class AsyncJobScheduler:
             args=args,
             kwargs=kwargs,
             start_in=start_in,
-            **given_options(locals()),  # every keyword option, as given (declared in persched._model.models.OPTIONS)
+            **given_options(locals()),  # every keyword option of persched._model.models.OPTIONS
         )
         return await asyncio.to_thread(schedule)
 
