@@ -1,18 +1,7 @@
-"""Whole-microsecond instants and durations, and their only conversions.
+"""Whole-microsecond instants and durations, and their only conversions from and to floats and datetimes.
 
-docs/reference/behaviour.md, "Time is exact to the microsecond", is the rule they keep.
-
-Inside persched an instant is an ``int`` of microseconds since the Unix epoch (UTC) and a
-duration an ``int`` of microseconds, from the clock through the heap, the triggers and the
-policies to the store and back. The database keeps microseconds too, so a slot is the same
-number in memory, in a row and in another process, and ``first + k * interval`` is exact.
-
-Floats appear only at the public edges: ``interval_seconds=0.1`` and ``FakeClock.advance(60)``
-are rounded to whole microseconds once, here (an interval of 1/3 s is 333,333 µs); the public
-models show aware `datetime`s (exact: they hold microseconds) and float seconds.
-
-`Instant` and `Micros` are NewTypes so that mypy refuses a float where one is expected; sums
-of them are plain ``int`` and are named again with the type, e.g. ``Instant(now + lease)``.
+docs/reference/behaviour.md, "Time is exact to the microsecond", is the rule; docs/explanation/interfaces.md,
+"Instants", the reasons. `Instant(now + lease)` names a sum again, so mypy keeps floats out.
 """
 
 from __future__ import annotations

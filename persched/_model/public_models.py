@@ -1,8 +1,4 @@
-"""The public models `Job` and `Run` (pydantic), imported from `persched._model.models` on first use.
-
-They live apart so that a read command, which prints `persched._model.plain_models.PlainJob`
-and `PlainRun` instead, never imports pydantic.
-"""
+"""The public models `Job` and `Run` (pydantic), apart so that a read command never imports pydantic."""
 
 from __future__ import annotations
 
