@@ -1,10 +1,7 @@
 """Open a database that exists already, at the head schema: how the command line and the dashboard reach it.
 
-Neither ever creates a database or changes its schema (that is ``persched
-migrate``'s, or a scheduler's at its start): a missing file, an empty or
-older schema is an error that says what to run, a newer one a
-`SchemaVersionError`. Alembic is imported only to say what is wrong, so a
-command that reads a database at head never pays for it.
+Never created, never migrated: a missing or older schema is an error saying what to run. Alembic is
+imported only to say what is wrong.
 """
 
 from __future__ import annotations

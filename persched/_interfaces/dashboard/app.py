@@ -1,18 +1,7 @@
-"""The dashboard as a WSGI application: `WebApp` answers each request through the part that owns it.
+"""The dashboard as a WSGI application: `WebApp` tells who acts, routes, and sets the headers.
 
-A request (`persched._interfaces.dashboard.request`) is told who acts (`persched._interfaces.dashboard.auth`),
-then routed: ``GET /``, ``/job`` and ``/runs`` to the pages that read
-(`persched._interfaces.dashboard.pages`), ``/login`` and ``/logout`` to the sign-in
-(`persched._interfaces.dashboard.signin`), ``POST /action`` to the actions
-(`persched._interfaces.dashboard.actions`), a POST from another site to a refusal. A refused
-parameter is a 400 with its reason (`BadRequest`), an unreadable database a
-503; every response carries the headers that keep it out of caches, frames
-and other sites' reach.
-
-Threads: the server runs the application on a fixed pool of worker threads;
-a `Store` holds one engine whose pool gives each thread its own connection.
-The namespaces' caches and the sessions are guarded by their own locks;
-nothing else is shared between requests.
+Threads: the server's worker threads run it; the store's engine gives each its own connection. The
+namespaces' caches and the sessions have locks of their own; nothing else is shared between requests.
 """
 
 from __future__ import annotations

@@ -1,12 +1,4 @@
-"""``persched web``: the dashboard of one database on a server of its own, until SIGINT or SIGTERM.
-
-`make_web_server` puts the application behind the Host check
-(`persched._interfaces.http.hosts`) on the bounded server (`persched._interfaces.http.server`);
-`serve` opens the database (never created, never migrated), serves it on a
-thread of its own and stops at the first stop signal. Bound to an address
-other than loopback, it warns that the job data is visible from other
-machines.
-"""
+"""``persched web``: the dashboard of one database on a server of its own, until SIGINT or SIGTERM."""
 
 from __future__ import annotations
 
