@@ -1,6 +1,6 @@
 """The Django admin's pages of persched: jobs and runs, read-only, with pause, resume, run-now and deschedule.
 
-Django's permissions decide: ``persched.view_job`` and ``view_run`` read, ``operate_job`` pauses,
+Django's permissions decide: ``"persched.view_job"`` and ``view_run`` read, ``operate_job`` pauses,
 resumes and runs now, ``deschedule_job`` deschedules. Actions go through `persched.JobScheduler` in
 each job's namespace, never through the ORM.
 """
