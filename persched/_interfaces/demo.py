@@ -77,8 +77,7 @@ def _declare(scheduler: JobScheduler) -> None:
 
 
 class _IndentedHandler(logging.Handler):
-    """Shows persched's warnings and errors inside the demo's layout: a
-    traceback is indented under its line, so the numbered steps stay readable."""
+    """Shows persched's warnings inside the demo's layout, a traceback indented under its line."""
 
     def emit(self, record: logging.LogRecord) -> None:
         first, _, rest = record.getMessage().partition("\n")

@@ -20,9 +20,7 @@ __all__ = ["open_existing"]
 def open_existing(db: str, namespace: str = DEFAULT_NAMESPACE, *, read_only: bool = False) -> Store:
     """Open a store that must already exist at the head schema; never creates or migrates.
 
-    With `read_only` (the listing commands), a database that cannot be
-    written (a read-only directory) is opened read-only, said in one line
-    on stderr.
+    With `read_only`, a database that cannot be written is opened read-only, said in one line on stderr.
 
     Raises:
         StoreError: Missing database file, no or an older persched schema, unusable database.

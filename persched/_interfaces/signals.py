@@ -26,9 +26,8 @@ SLICE_SECONDS = 0.5  # the longest a signal handled elsewhere waits for the main
 class StopSignals:
     """The stop signals received, in order (`received`); `wait` returns once one arrives.
 
-    `handler` is what ``signal.signal`` installs; it takes no lock. `on_signal`, if
-    given, runs first in the handler (it must take no lock either: the CLI exits
-    there at a second signal).
+    `handler` is what ``signal.signal`` installs; it takes no lock. `on_signal`, if given, runs first
+    in the handler and must take no lock either (the CLI exits there at a second signal).
     """
 
     def __init__(self, on_signal: Callable[[int], None] | None = None) -> None:
@@ -66,8 +65,7 @@ class StopSignals:
 def run_responsively(action: Callable[[], None]) -> None:
     """Call `action` on a thread of its own while this (main) thread waits for it in timed slices.
 
-    Signal handlers run meanwhile within `SLICE_SECONDS` (module docstring); an exception of
-    `action` is raised here.
+    Signal handlers so run within `SLICE_SECONDS`; an exception of `action` is raised here.
     """
     raised: list[BaseException] = []
 

@@ -70,9 +70,7 @@ def message_of(code: str | None) -> str | None:
 class Refuse:
     """The 403 of a refused POST, with its reason, logged through `log`.
 
-    A POST is refused when it comes from another site, lacks a valid CSRF
-    token, or comes from someone who may not act. `log` is the dashboard's
-    log of refusals, which the sign-in writes to as well.
+    For a POST from another site, without a valid CSRF token, or from someone who may not act.
     """
 
     def __init__(self, frame: Frame, log: RefusalLog) -> None:

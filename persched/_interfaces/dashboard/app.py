@@ -44,16 +44,13 @@ class WebApp:
     Args:
         store: Opened with `persched._interfaces.existing.open_existing` (never migrated); its
             namespace is the one the pages show unless they ask for another.
-        token: The access token that enables the action buttons after a
-            sign-in (``persched web``); None: read-only, unless `authorize`.
+        token: The access token that enables the buttons after a sign-in (``persched web``); None:
+            read-only, unless `authorize`.
         now: The wall clock (microseconds), for "in 3m" and for the actions' `now`.
-        authorize: For an application that mounts the dashboard behind its
-            own authentication: called with each request's WSGI environ, it
-            returns who is acting (a name, logged with each action) or None
-            (that request may only read). Not with `token`.
-        secret: Keys the CSRF tokens of forms. Default: random per process,
-            right for ``persched web``; an application served by several
-            processes passes its own secret (the same in each) with `authorize`.
+        authorize: An application's hook: called with each request's WSGI environ, it returns who acts
+            (logged with each action) or None (that request may only read). Not with `token`.
+        secret: Keys the CSRF tokens of forms. Default: random per process; an application served by
+            several processes passes its own, the same in each.
         hosts: Check each request's ``Host`` against these rules first (a dashboard mounted in an
             application, `persched.web.dashboard`); None: the server checks it (``persched web``).
         namespaces: The only namespaces it serves (with the store's first); None: every one.

@@ -38,8 +38,7 @@ def make_web_server(
 ) -> Server:
     """The dashboard's server for `app` (port 0: any free port; read it from ``server_port``).
 
-    Requests pass `HostCheck` first: only the server's own names (`HostRules`
-    and `allowed_hosts`) reach the pages.
+    Requests pass `HostCheck` first: only the server's own names and `allowed_hosts` reach the pages.
 
     Raises:
         PerschedError: The address cannot be bound, or an allowed host is malformed.
@@ -66,9 +65,7 @@ def serve(
 ) -> None:
     """Serve the dashboard of database `db` until SIGINT or SIGTERM (the ``persched web`` command).
 
-    `ready` is called with the URL once the server listens. Never creates
-    or migrates the database: `open_existing` refuses one that is not at
-    the head revision.
+    `ready` is called with the URL once the server listens. The database is never created or migrated.
 
     Raises:
         PerschedError: The token is too short, the database cannot be used, the address cannot be bound.

@@ -17,7 +17,7 @@ REFUSAL_LOG_SECONDS: Final = 60.0  # seconds between the full lines of one kind 
 
 
 class RefusalLog:
-    """The log of refusals of one server (module docstring).
+    """The log of refusals of one server: each kind's first in full, then a count with the next after `interval`.
 
     Args:
         logger: Where the lines go.

@@ -113,10 +113,10 @@ class _Connection:
 
 
 class Server:
-    """An HTTP/1.0 server of one WSGI application within `limits` (module docstring).
+    """An HTTP/1.0 server of one WSGI application within `limits`.
 
-    The interface of `socketserver`'s servers: `serve_forever` in a thread of
-    the caller's, then `shutdown` (from another thread) and `server_close`.
+    `socketserver`'s interface: `serve_forever` on a thread of the caller's, then `shutdown` (from
+    another thread) and `server_close`.
 
     Args:
         host: The address to bind ("127.0.0.1", "::1", "0.0.0.0", a name).
@@ -254,10 +254,9 @@ class Server:
     def _make_room(self, selector: selectors.BaseSelector) -> None:
         """Free a place among the connections being read: close the one that has the least to lose.
 
-        Oldest first, each is read first (a request may wait in its socket unread, when a flood of
-        connections came in the same accept burst): one that completes goes to the workers, and the
-        room is made. Else the first that was answered already (draining) or has sent nothing is
-        closed; if every one has sent part of a request, the oldest (the slowest).
+        Oldest first, each is read once more (a whole request may wait unread in its socket): one
+        that completes goes to the workers. Else the first draining or silent one is closed; if
+        every one has sent part of a request, the oldest.
         """
         for conn in list(self._reading.values()):
             before = len(self._reading)
