@@ -1,7 +1,7 @@
 """Whole-microsecond instants and durations, and their only conversions from and to floats and datetimes.
 
-docs/reference/behaviour.md, "Time is exact to the microsecond", is the rule; docs/explanation/interfaces.md,
-"Instants", the reasons. `Instant(now + lease)` names a sum again, so mypy keeps floats out.
+docs/reference/behaviour.md, "Time is exact to the microsecond", is the rule; docs/design.md, "Time",
+the reasons. `Instant(now + lease)` names a sum again, so mypy keeps floats out.
 """
 
 from __future__ import annotations
