@@ -1,8 +1,6 @@
-"""The names of persched's loggers, as docs/observability.md and docs/operations.md give them.
+"""The names of persched's loggers (docs/observability.md): part of the interface, so fixed here.
 
-A logger's name is part of the interface: an application configures it
-(``logging.getLogger("persched").setLevel(...)``). So these names are fixed
-here, not taken from the module that logs, which may move.
+Not taken from the module that logs, which may move.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Where persched reads time and waits: the `Clock` protocol and the system clock.
 
-The scheduler takes a `Clock` so that tests (and users testing their own
-schedules) can drive time with `persched.testing.FakeClock` instead of
-sleeping, or follow the time that freezegun or time-machine froze with
-`persched.testing.FrozenTimeClock`. `SystemClock` reads the system's clocks
-through `persched._realtime`, past both of those tools, so that a scheduler on
-the default clock keeps to real time even inside a frozen test.
-
-A clock tells time in whole microseconds (time is exact to the
-microsecond): integers, so that an instant read here, a slot computed from
-it and the value the database stores are one and the same number.
+A scheduler takes a `Clock`, so that tests drive time with `persched.testing.FakeClock` or follow
+frozen time with `persched.testing.FrozenTimeClock`. `SystemClock` reads the real clocks even inside
+a frozen test. A clock tells time in whole microseconds, so an instant read here, a slot computed
+from it and the value the database stores are one and the same number.
 """
 
 from __future__ import annotations
@@ -37,15 +31,14 @@ class Clock(Protocol):
     def wait(self, cond: threading.Condition, timeout: float | None) -> None:
         """Wait on `cond` (held by the caller) for at most `timeout` seconds.
 
-        `None` waits until notified. May return early (spuriously); callers
-        re-check their predicate and the time.
+        `None` waits until notified. It may return early; callers re-check their predicate and the time.
         """
         ...
 
 
 @runtime_checkable
 class SecondsClock(Protocol):
-    """A clock in float seconds (the interface before whole-microsecond clocks): `now()`, `monotonic()`, `wait()`."""
+    """A clock in float seconds: `now()`, `monotonic()`, `wait()`; `exact_clock` adapts it."""
 
     def now(self) -> float:
         """Return the wall-clock time as UTC epoch seconds."""
@@ -63,9 +56,8 @@ class SecondsClock(Protocol):
 class SystemClock:
     """The real clock: the system's wall and monotonic clocks, and `Condition.wait`.
 
-    Real even where freezegun or time-machine froze ``time.time()`` and
-    ``time.monotonic()``: a scheduler on this clock never mixes frozen and real
-    readings (pass `persched.testing.FrozenTimeClock` to follow frozen time).
+    Real even where freezegun or time-machine froze time, so it never mixes frozen and real
+    readings (`persched.testing.FrozenTimeClock` follows frozen time).
     """
 
     #: Its wall time claims to be the world's, so the scheduler checks it
@@ -128,10 +120,8 @@ def exact_clock(clock: Clock | SecondsClock) -> Clock:
 def tells_real_time(clock: object) -> bool:
     """Whether `clock`'s wall time claims to be the world's (its ``real_time`` attribute, default False).
 
-    A scheduler measures such a clock against the database's clock and keeps
-    to the database's time when they disagree by more than its
-    ``max_clock_skew_seconds`` (docs/multi.md, "What skew does"). A clock
-    that tells a test's own time (`persched.testing.FakeClock`,
-    `persched.testing.FrozenTimeClock`) is never compared with it.
+    A scheduler measures such a clock against the database's and keeps to the database's time
+    beyond ``max_clock_skew_seconds`` (docs/multi.md, "What skew does"). A test's clock is never
+    compared.
     """
     return getattr(clock, "real_time", False) is True

@@ -62,19 +62,15 @@ class StoreError(PerschedError):
 class JobNotFoundError(PerschedError, LookupError):
     """No job of that id in the namespace: never scheduled there, or descheduled.
 
-    A `LookupError`, not a `KeyError`: a `KeyError`'s ``str()`` is the repr
-    of its argument, so its message would print quoted, with escapes. Code
-    that catches `LookupError` (as `KeyError` is one) catches it.
+    A `LookupError`, not a `KeyError`, whose ``str()`` would print the message quoted, with escapes.
 
     Attributes:
         job_id: The id asked for.
         namespace: The namespace it was looked for in.
-        owner: The namespace that holds an active job of that id, if another
-            one (a job id is unique in a database); else None.
+        owner: Another namespace that holds an active job of that id, else None.
         descheduled: True if the job was in `namespace` and was descheduled.
 
-    The message ends with what to do; a caller with its own words for it
-    (the command line names its options) passes them as `remedy`.
+    The message ends with what to do: `remedy`, or persched's own words.
     """
 
     def __init__(

@@ -9,27 +9,11 @@
     metrics.attach(scheduler)             # before or after scheduler.start()
     start_http_server(9464, addr="127.0.0.1")
 
-or ``persched run --import myapp.jobs --metrics-port 9464``. Pass
-``registry=`` to register on an application's own `CollectorRegistry`.
+or ``persched run --import myapp.jobs --metrics-port 9464``. docs/observability.md lists every
+metric, its labels, and what feeds it. Each process counts what it did: sum over instances in PromQL.
 
-What feeds what (docs/observability.md lists every metric): run counts,
-lateness and duration come from the scheduler's events (a listener on the
-``persched-events`` thread, never on the dispatch path); claim conflicts,
-store retries and errors and missed slots from its `Observer` hook; runs in
-flight and dropped events are read from the scheduler at scrape time; jobs
-by state from one ``GROUP BY`` on the database at scrape time, and the live
-instances and (with ``per_job``) each job's next run and latest success
-from `persched._store.health`, each cached for `jobs_cache_seconds`.
-
-Labels are few by default: runs by ``outcome``, store retries and errors by
-``operation`` (a fixed set of store methods), jobs by ``state``. With
-``per_job=True`` the run, retry, lateness, duration, missed and conflict metrics
-also carry a ``job`` label: one series per job and bucket, so keep it for
-deployments with tens of jobs, not thousands.
-
-Everything is counted by the process it happens in: run counts by the
-instance that ran them, a lost run by the instance whose heartbeat
-recovered it. Sum over instances in PromQL.
+Threads: events are counted on the ``persched-events`` thread, the observer hook on persched's
+threads; the series read from the database at scrape time are cached for `jobs_cache_seconds`.
 """
 
 from __future__ import annotations
@@ -93,7 +77,7 @@ _METRIC_PREFIX: Final = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")  # Prometheus name
 
 
 def _buckets(argument: str, buckets: object) -> tuple[float, ...]:
-    """`buckets` as a histogram takes them: numbers >= 0, increasing; raises InvalidJobError naming `argument`."""
+    """Return `buckets` as a histogram takes them (numbers >= 0, increasing), or raise InvalidJobError."""
     if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Iterable):
         raise InvalidJobError(argument, f"must be a sequence of seconds such as (0.1, 1.0, 10.0), got {shown(buckets)}")
     values = list(buckets)
@@ -119,22 +103,17 @@ class SchedulerMetrics(Observer):
 
     Args:
         registry: Where to register (default ``prometheus_client.REGISTRY``).
-        per_job: Add a ``job`` label to the per-run metrics (one series per
-            job: opt in only for a few jobs).
-        namespace: The metric name prefix: letters, digits and underscores,
-            not starting with a digit.
-        lateness_buckets: Histogram buckets of lateness, in seconds: numbers
-            >= 0 in increasing order (``+Inf`` is added by itself).
-        duration_buckets: Histogram buckets of run duration, in seconds (as
-            `lateness_buckets`).
-        jobs_cache_seconds: How long a count of jobs by state is reused
-            between scrapes, in seconds (0: read the database at every scrape; at
-            most 10 years).
+        per_job: Add a ``job`` label to the per-run metrics (one series per job: for a few jobs only).
+        namespace: The metric name prefix: letters, digits and underscores, not starting with a digit.
+        lateness_buckets: Histogram buckets of lateness, in seconds: numbers >= 0 in increasing order
+            (``+Inf`` is added by itself).
+        duration_buckets: Histogram buckets of run duration, in seconds (as `lateness_buckets`).
+        jobs_cache_seconds: How long what is read from the database at scrape time is reused, in
+            seconds (0: read at every scrape; at most 10 years).
 
     Raises:
-        InvalidJobError: An option is not acceptable, or `registry` already
-            holds metrics of these names (one `SchedulerMetrics` per registry
-            and namespace); nothing is registered then.
+        InvalidJobError: An option is not acceptable, or `registry` already holds metrics of these
+            names (one `SchedulerMetrics` per registry and namespace); nothing is registered then.
     """
 
     def __init__(
@@ -230,7 +209,7 @@ class SchedulerMetrics(Observer):
         self._register(*made, self._live)
 
     def _register(self, *collectors: Collector) -> None:
-        """Register every collector on the registry, or none: a name it holds already undoes the others."""
+        """Register every collector, or none: a name the registry holds already undoes the others."""
         done: list[Collector] = []
         try:
             for collector in collectors:
@@ -245,18 +224,14 @@ class SchedulerMetrics(Observer):
                 "or pass another registry= or namespace=",
             ) from None
 
-    # -- wiring -------------------------------------------------------------------
-
     def attach(self, scheduler: JobScheduler | AsyncJobScheduler) -> SchedulerMetrics:
         """Feed these metrics from `scheduler` (its events and its observer hook); return self.
 
-        Attaching again to the same scheduler changes nothing (nothing is
-        counted twice). An `AsyncJobScheduler` is counted through the
-        threaded scheduler underneath.
+        Attaching again to the same scheduler changes nothing. An `AsyncJobScheduler` is counted
+        through the threaded scheduler underneath.
 
         Raises:
-            InvalidJobError: `scheduler` is not a scheduler, or these metrics
-                are attached to another scheduler already.
+            InvalidJobError: `scheduler` is not a scheduler, or these metrics count another already.
         """
         from ._engine.scheduler import JobScheduler, internals_of
         from ._interfaces.async_front import AsyncJobScheduler  # here: importing the metrics needs no scheduler module
@@ -285,7 +260,7 @@ class SchedulerMetrics(Observer):
                 scheduler.remove_listener(self._on_event)
                 scheduler.set_observer(None)
 
-    # -- events (on the persched-events thread) -------------------------------------
+    # Events, on the persched-events thread.
 
     def _on_event(self, event: Event) -> None:
         run = event.run
@@ -295,7 +270,6 @@ class SchedulerMetrics(Observer):
             if run is not None and run.attempt > 1:  # a retry: its slot came long before, on purpose
                 (self.run_retries.labels(*job) if job else self.run_retries).inc()
             elif run is not None:
-                # Whole microseconds until here (`persched._model.instant`); seconds only for Prometheus.
                 late = from_datetime(run.started_at) - from_datetime(run.scheduled_for)
                 self._observe(self.lateness, job, seconds(max(late, 0)))
         elif event.kind == "run_lost":
@@ -313,7 +287,7 @@ class SchedulerMetrics(Observer):
     def _observe(histogram: Histogram, labels: tuple[str, ...], value: float) -> None:
         (histogram.labels(*labels) if labels else histogram).observe(value)
 
-    # -- the observer hook (on persched's threads) ------------------------------------
+    # The observer hook, on persched's threads.
 
     def claim_conflict(self, job_id: str) -> None:
         (self.claim_conflicts.labels(job_id) if self.per_job else self.claim_conflicts).inc()
@@ -330,10 +304,10 @@ class SchedulerMetrics(Observer):
         counted = self.missed_slots.labels(job_id) if self.per_job else self.missed_slots
         counted.inc(slots or 0)
 
-    # -- read at scrape time ------------------------------------------------------------
+    # Read at scrape time.
 
     def _cached(self, key: str, read: Callable[[Internals], T], what: str) -> T | None:
-        """`read(internals)` from the database, at most once per `jobs_cache_seconds`; None (logged) if it failed."""
+        """Return `read(internals)`, read at most once per `jobs_cache_seconds`; None (logged) if it failed."""
         internals = self._internals
         if internals is None:
             return None
@@ -350,8 +324,7 @@ class SchedulerMetrics(Observer):
         return value
 
     def _health(self) -> tuple[int, dict[str, tuple[datetime | None, datetime | None]]] | None:
-        """The live instances of the namespace and, with `per_job`, each job's next run and
-        latest success (`persched._store.health`)."""
+        """Return the live instances and, with `per_job`, each job's next run and latest success."""
 
         def read(internals: Internals) -> tuple[int, dict[str, tuple[datetime | None, datetime | None]]]:
             live = len(_health.live_instances(internals.store, internals.now()))
@@ -422,13 +395,10 @@ def serve(
 ) -> tuple[Server, threading.Thread]:
     """Attach fresh metrics on ``prometheus_client.REGISTRY`` and serve them at ``http://host:port/metrics``.
 
-    For ``persched run --metrics-port``; an application that has its own
-    endpoint attaches `SchedulerMetrics` to its registry instead. Served by
-    persched's bounded server (`persched._interfaces.http.server`: a fixed pool of
-    threads, read timeouts, size limits) behind its Host check: only
-    127.0.0.1, localhost, [::1], the bound address, any IP address when bound
-    to all of them, and `allowed_hosts` (``--metrics-allowed-host``). Stop
-    the server with ``shutdown()`` then ``server_close()``.
+    For ``persched run --metrics-port``; an application with its own endpoint attaches
+    `SchedulerMetrics` to its registry instead. Served by persched's bounded server behind its Host
+    check: loopback names, the bound address (any IP address when bound to all), and
+    `allowed_hosts` (``--metrics-allowed-host``). Stop it with ``shutdown()`` then ``server_close()``.
 
     Raises:
         PerschedError: The address cannot be bound, or an allowed host is malformed.

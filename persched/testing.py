@@ -1,27 +1,14 @@
-"""Test helpers for users of persched: a fake clock that never sleeps, and one that follows frozen time.
+"""Clocks for tests of one's own schedules: `FakeClock` never sleeps, `FrozenTimeClock` follows frozen time.
 
-A test of one's own schedule needs no sleep and no polling loop::
+::
 
-    clock = FakeClock()                                   # any start instant works
+    clock = FakeClock()
     with JobScheduler(tmp_path / "jobs.db", clock=clock) as sched:
         sched.schedule("report", send_report, 60.0)
-        for _ in range(3):
-            clock.advance(60)                             # exactly one interval
-            assert sched.wait_idle(timeout=10)            # every due run has run and been recorded
-        assert len(sched.runs("report")) == 3
+        clock.advance(60)                      # exactly one interval: exactly one run
+        assert sched.wait_idle(timeout=10)     # it has run and been recorded
 
-Time is exact to the microsecond: ``advance(seconds)`` is rounded to
-whole microseconds once, and slots are whole microseconds too, so advancing by
-exactly a job's interval makes exactly one more run, at any start instant.
-
-A suite that already freezes time with freezegun or time-machine passes
-`FrozenTimeClock` instead, and moves time with the tool it knows::
-
-    with freeze_time("2026-06-01 12:00:00") as frozen:
-        with JobScheduler(tmp_path / "jobs.db", clock=FrozenTimeClock()) as sched:
-            sched.schedule("report", send_report, 60.0)
-            frozen.tick(60)
-            assert sched.wait_idle(timeout=10)            # the run due at 12:01 has run
+docs/tutorials/testing.md shows each clock in a pytest test.
 """
 
 from __future__ import annotations
@@ -44,16 +31,13 @@ __all__ = ["FakeClock", "FrozenTimeClock", "ShiftedClock"]
 class FakeClock:
     """A clock that moves only when told to.
 
-    Pass it as ``JobScheduler(..., clock=FakeClock())``: runs become due only
-    when ``advance()`` moves time past them, and are then dispatched to the
-    scheduler's real worker threads (``JobScheduler.wait_idle()`` waits until
-    they have finished and been recorded). Waits never time out on real time;
-    they return when notified or when ``advance()`` moves time past their
-    deadline.
+    Pass it as ``JobScheduler(..., clock=FakeClock())``: runs become due only when ``advance()``
+    moves time past them, and then run on the scheduler's real worker threads
+    (``JobScheduler.wait_idle()`` waits until they are recorded). Waits end when notified or when
+    ``advance()`` passes their deadline, never on real time.
 
-    Lock order: a scheduler's condition, then this clock's lock. ``advance()``
-    takes its own lock only to move time and copy the waiters, and wakes them
-    after releasing it.
+    Lock order: a scheduler's condition, then this clock's lock. ``advance()`` holds its lock only
+    to move time and copy the waiters, and wakes them after releasing it.
 
     Args:
         start: The initial wall time as epoch seconds, rounded to the
@@ -85,8 +69,7 @@ class FakeClock:
             return self._mono
 
     def advance(self, seconds: float) -> None:
-        """Move wall and monotonic time forward together (rounded once to the
-        microsecond) and wake every waiter."""
+        """Move wall and monotonic time forward together (rounded to the microsecond); wake every waiter."""
         if not seconds >= 0:
             raise ValueError(f"seconds: must be >= 0, got {seconds!r}")
         step = micros(seconds)
@@ -105,9 +88,8 @@ class FakeClock:
     def wait(self, cond: threading.Condition, timeout: float | None) -> None:
         """Wait on `cond` until notified; `timeout` counts fake seconds.
 
-        Time only moves in `advance()`, which notifies every condition that
-        ever waited here; the caller re-checks its deadline against
-        `monotonic_us()`. A zero or negative timeout returns at once.
+        `advance()` notifies every condition that ever waited here; the caller re-checks its deadline
+        against `monotonic_us()`. A timeout <= 0 returns at once.
         """
         if timeout is not None and timeout <= 0:
             return
@@ -115,11 +97,10 @@ class FakeClock:
             first_wait = cond not in self._conds
             self._conds.add(cond)
         if first_wait:
-            # The caller read the time before this cond was registered, so an
-            # advance() in between did not wake it: return and let it re-check.
+            # An advance() between the caller's reading of the time and this registration woke
+            # nothing: return, and let the caller re-check.
             return
-        # A real-time bound keeps a lost wake-up from hanging a test forever;
-        # callers loop on their predicate, so an early return is harmless.
+        # A lost wake-up must not hang a test; callers loop on their predicate, so an early return is harmless.
         cond.wait(1.0)
 
     def _wake_all(self) -> None:
@@ -133,29 +114,19 @@ class FakeClock:
 class FrozenTimeClock:
     """A clock that reads the time a test froze with freezegun or time-machine.
 
-    Pass it as ``JobScheduler(..., clock=FrozenTimeClock())`` inside
-    ``freeze_time(...)`` or ``time_machine.travel(..., tick=False)``: the
-    scheduler's "now" is the frozen instant, exact to the microsecond, and
-    runs become due when the test moves time (``frozen.tick()``,
-    ``frozen.move_to()``, ``traveller.shift()``, ``traveller.move_to()``).
-    ``JobScheduler.wait_idle()`` then brings the scheduler up to the new
-    instant by itself and returns once the runs due there have run; its
-    timeout, and every other timeout a caller passes, stays in real seconds.
-    With a ticking freeze (``tick=True``) time flows from the frozen instant,
-    and so do the runs.
+    Pass it as ``JobScheduler(..., clock=FrozenTimeClock())`` inside ``freeze_time(...)`` or
+    ``time_machine.travel(..., tick=False)``. The scheduler's "now" is the frozen instant, and runs
+    become due when the test moves time (``frozen.tick()``, ``traveller.shift()``, ...).
+    ``JobScheduler.wait_idle()`` then catches up by itself and returns once the runs due there have
+    run. Every timeout a caller passes stays in real seconds. With ``tick=True`` time, and the runs,
+    flow from the frozen instant. Outside frozen time it reads the real clock.
 
-    Wall and monotonic time move together when the frozen time moves
-    forward. A move back is a step of the wall clock alone, as NTP makes on
-    a real machine: a running scheduler neither re-runs nor bursts, and its
-    monotonic time waits for the frozen time to move on (a scheduler started
-    afterwards reads the earlier instant, and treats rows written ahead of it
-    as a corrected clock: see "Clock corrections across a restart" in the
-    documentation's Behaviour and limits).
-    Outside frozen time it reads the real clock.
+    A forward move moves wall and monotonic time together. A move back steps the wall clock alone,
+    as NTP does: a running scheduler neither re-runs nor bursts (docs/reference/behaviour.md,
+    "Clock corrections across a restart").
 
-    Nothing moves the frozen time while the test waits, so the scheduler's
-    threads look again every `poll_seconds` of real time (`wait_idle` does
-    not wait for that: it wakes the dispatcher itself).
+    Nothing moves the frozen time while the test waits, so waiting threads look again every
+    `poll_seconds` of real time (`wait_idle` wakes the dispatcher itself).
 
     Args:
         poll_seconds: Real seconds between two looks at the frozen time by a
@@ -194,8 +165,7 @@ class FrozenTimeClock:
     def wait(self, cond: threading.Condition, timeout: float | None) -> None:
         """Wait on `cond` for a notification, at most `poll_seconds` (or `timeout`, if less) of real time.
 
-        The caller re-checks its deadline against `monotonic_us()`, which
-        moves only when the test moves the frozen time (or it ticks).
+        The caller re-checks its deadline against `monotonic_us()`, which moves with the frozen time.
         """
         if timeout is not None and timeout <= 0:
             return
@@ -205,13 +175,10 @@ class FrozenTimeClock:
 class ShiftedClock:
     """A clock whose wall time is `seconds` off another clock's, its monotonic time untouched.
 
-    A host whose clock is wrong, as after a bad NTP step: pass it as
-    ``JobScheduler(..., clock=ShiftedClock(7200))`` to play an instance two
-    hours ahead of the others, or ``ShiftedClock(-7200)`` one behind. Over
-    the real clock (the default `base`) it claims to tell real time, so the
-    scheduler measures it against the database's clock as it measures a real
-    host's (docs/multi.md, "What skew does"); over a `FakeClock` it tells the
-    test's time, which is never compared with the database's.
+    A host whose clock is wrong: ``ShiftedClock(7200)`` plays an instance two hours ahead of the
+    others, ``ShiftedClock(-7200)`` one behind. Over the real clock (the default `base`) it claims
+    to tell real time, so the scheduler measures it against the database's clock as a real host's
+    (docs/multi.md, "What skew does"); over a `FakeClock` it tells the test's time.
 
     Args:
         seconds: How far the wall time is ahead (negative: behind), rounded to the microsecond.

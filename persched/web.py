@@ -1,8 +1,7 @@
 """The dashboard as a WSGI application, to mount in a web application that already serves pages.
 
-``persched web`` serves the dashboard on its own. An application that
-already has users and a sign-in mounts it under a prefix instead, and its
-own authentication decides who may act::
+``persched web`` serves the dashboard on its own. An application with its own users and sign-in
+mounts it under a prefix instead, and its authentication decides who may act::
 
     from persched.web import dashboard
 
@@ -10,18 +9,10 @@ own authentication decides who may act::
                     authorize=lambda environ: user_name_or_none(environ),
                     secret=SECRET_KEY, allowed_hosts=["app.example.com"])
 
-- Flask: ``Persched(dashboard_path="/persched", authorize=...)`` (`persched.integrations.flask`);
-- Django: ``include("persched.integrations.django.urls")``;
-- FastAPI / Starlette: ``app.mount("/persched", persched.integrations.asgi.dashboard(url, ...))``;
-- any other WSGI framework: this function, under a prefix.
-
-Everyone who reaches the mount may read the pages; `authorize` returns the
-name of whoever may also pause, resume, run now and deschedule (it is
-logged with each action), or None. The dashboard answers only the Host
-names of `allowed_hosts` (and loopback names): the application's own Host
-check may never see the mount (Flask's ``TRUSTED_HOSTS`` behind
-``DispatcherMiddleware``, Django's ``ALLOWED_HOSTS`` without middleware).
-`namespaces` confines it to some namespaces. docs/frameworks.md has each recipe.
+Flask, Django and FastAPI have their own recipes (`persched.integrations`, docs/frameworks.md).
+The dashboard checks the Host itself: the application's own check may never see the mount
+(Flask's ``TRUSTED_HOSTS`` behind ``DispatcherMiddleware``, Django's ``ALLOWED_HOSTS`` without
+middleware).
 """
 
 from __future__ import annotations
@@ -61,27 +52,24 @@ def dashboard(
         db: A SQLAlchemy URL or SQLite file path, at the current schema (`persched migrate`).
         namespace: The namespace the pages show first (``?ns=NAME`` shows another, ``?all=1`` all);
             default: the first of `namespaces`, else ``"default"``.
-        authorize: Called with each request's WSGI environ: the name of who
-            is acting, or None (that request may only read). Without it the
-            dashboard is read-only.
-        secret: Keys the forms' CSRF tokens; pass the application's own
-            secret (the same in every process that serves it).
-        allowed_hosts: The ``Host`` names it answers besides ``127.0.0.1``,
-            ``localhost`` and ``[::1]`` (at any port): the application's own,
-            as ``"app.example.com"`` (any port) or ``"app.example.com:8443"``;
-            ``["*"]`` answers every Host (only where the application checks it
-            before the mount). Any other Host is a 400 (DNS rebinding).
-        namespaces: The only namespaces it shows and changes; any other is a
-            404, and "all namespaces" means these. Default: every namespace.
+        authorize: Called with each request's WSGI environ: the name of who acts (logged with each
+            action), or None (that request may only read). Without it the dashboard is read-only.
+        secret: Keys the forms' CSRF tokens; pass the application's own secret (the same in every
+            process that serves it).
+        allowed_hosts: The ``Host`` names it answers besides ``127.0.0.1``, ``localhost`` and
+            ``[::1]`` (at any port): ``"app.example.com"`` (any port) or ``"app.example.com:8443"``;
+            ``["*"]`` answers every Host (only where the application checks it before the mount).
+            Any other Host is a 400 (DNS rebinding).
+        namespaces: The only namespaces it shows and changes; any other is a 404, and "all
+            namespaces" means these. Default: every namespace.
 
-    A database that does not exist yet, or has no current schema yet, or
-    cannot be reached, does not fail the application's start: until it can
-    be opened each request is answered 503 with the reason (a scheduler
-    makes the database when it starts, or ``persched migrate`` does).
+    A database that does not exist yet, has no current schema yet, or cannot be reached does not
+    fail the application's start: each request is answered 503 with the reason until it can be
+    opened.
 
     Raises:
-        PerschedError: `allowed_hosts` or `namespaces` is malformed, or
-            `namespace` is not one of `namespaces`.
+        PerschedError: `allowed_hosts` or `namespaces` is malformed, or `namespace` is not one of
+            `namespaces`.
         SchemaVersionError: The database was made by a newer persched.
     """
     rules = HostRules(None, None, allowed_hosts, "allowed_hosts=")
@@ -94,7 +82,7 @@ def dashboard(
 
 
 def _namespaces(namespaces: object) -> list[str]:
-    """`namespaces` as a list of valid namespaces, in their order; PerschedError naming the argument."""
+    """Return `namespaces` as a list of valid namespaces, in order, or raise PerschedError."""
     if isinstance(namespaces, str) or not isinstance(namespaces, Iterable):
         raise PerschedError(f"namespaces=: must be a list of namespaces such as ['web'], got {namespaces!r}")
     served = [validate_namespace(namespace, "namespaces") for namespace in namespaces]

@@ -1,10 +1,7 @@
-"""`persched demo`: schedule a few jobs, watch them run, restart, watch them resume.
+"""`persched demo`: schedule a few jobs, watch them run, restart, watch them resume (about 10 seconds).
 
-Self-contained and finishes by itself in about 10 seconds. The jobs are the
-functions below, found by reference like any user's job. The demo works on a
-database of its own, a new file in a new temporary directory, never the one
-named by ``--db`` or ``PERSCHED_DB``: its ids ("report", ...) are
-ones a user may well have, and it reschedules and deschedules them.
+It uses a new database in a temporary directory, never ``--db``: it reschedules and deschedules ids a
+user may well have.
 """
 
 from __future__ import annotations
@@ -80,8 +77,7 @@ def _declare(scheduler: JobScheduler) -> None:
 
 
 class _IndentedHandler(logging.Handler):
-    """Shows persched's warnings and errors inside the demo's layout: a
-    traceback is indented under its line, so the numbered steps stay readable."""
+    """Shows persched's warnings inside the demo's layout, a traceback indented under its line."""
 
     def emit(self, record: logging.LogRecord) -> None:
         first, _, rest = record.getMessage().partition("\n")

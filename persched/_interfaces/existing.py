@@ -1,10 +1,7 @@
 """Open a database that exists already, at the head schema: how the command line and the dashboard reach it.
 
-Neither ever creates a database or changes its schema (that is ``persched
-migrate``'s, or a scheduler's at its start): a missing file, an empty or
-older schema is an error that says what to run, a newer one a
-`SchemaVersionError`. Alembic is imported only to say what is wrong, so a
-command that reads a database at head never pays for it.
+Never created, never migrated: a missing or older schema is an error saying what to run. Alembic is
+imported only to say what is wrong.
 """
 
 from __future__ import annotations
@@ -23,9 +20,7 @@ __all__ = ["open_existing"]
 def open_existing(db: str, namespace: str = DEFAULT_NAMESPACE, *, read_only: bool = False) -> Store:
     """Open a store that must already exist at the head schema; never creates or migrates.
 
-    With `read_only` (the listing commands), a database that cannot be
-    written (a read-only directory) is opened read-only, said in one line
-    on stderr.
+    With `read_only`, a database that cannot be written is opened read-only, said in one line on stderr.
 
     Raises:
         StoreError: Missing database file, no or an older persched schema, unusable database.

@@ -1,11 +1,6 @@
 """Words for what the command line and the dashboard show: instants, durations, job states, run outcomes.
 
-Both interfaces print the same facts the same way ("in 3m 12s", "running,
-paused", "error, overran"), so the words are made here, once; each
-interface only lays them out (a table fitted to a terminal, an HTML page).
-Pure functions of their arguments: no I/O, no clock (`now` is passed in).
-They take a plain row (`PlainJob`, `PlainRun`: what the command line reads)
-or a public model (`Job`, `Run`: what the dashboard reads) alike.
+Pure (`now` is passed in); they take a plain row (`PlainJob`, `PlainRun`) or a public model alike.
 """
 
 from __future__ import annotations

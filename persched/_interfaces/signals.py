@@ -1,18 +1,8 @@
 """A stop request from SIGINT or SIGTERM, for a main thread that waits for one.
 
-A Python signal handler runs in the main thread, between two of its bytecodes,
-so it may run while that thread is inside the very wait it is to end.
-``threading.Event.set()`` from the handler then takes the lock that
-``Event.wait()`` holds at that moment and never returns: the process ignores
-every further signal and never stops (seen as a service that did not stop
-within 30 s of SIGTERM, and in a stress of 2,000 signals a second: 5 of 5
-hung). The handler here only puts on a `queue.SimpleQueue`, whose ``put`` is
-reentrant (documented for signal handlers), and the wait reads from it.
-
-The kernel delivers a signal sent to the process to any of its threads; the
-handler then runs once the main thread is back in the interpreter, which an
-untimed wait (a thread's join) delays until it ends. So the main thread only
-ever waits in timed slices (`wait`, `run_responsively`).
+The handler only puts on a `queue.SimpleQueue` (``put`` is reentrant): ``Event.set()`` from a
+handler that interrupted ``Event.wait()`` deadlocks. The main thread waits only in timed slices,
+so the handler gets to run (docs/explanation/interfaces.md, "Stopping on a signal").
 """
 
 from __future__ import annotations
@@ -36,9 +26,8 @@ SLICE_SECONDS = 0.5  # the longest a signal handled elsewhere waits for the main
 class StopSignals:
     """The stop signals received, in order (`received`); `wait` returns once one arrives.
 
-    `handler` is what ``signal.signal`` installs; it takes no lock. `on_signal`, if
-    given, runs first in the handler (it must take no lock either: the CLI exits
-    there at a second signal).
+    `handler` is what ``signal.signal`` installs; it takes no lock. `on_signal`, if given, runs first
+    in the handler and must take no lock either (the CLI exits there at a second signal).
     """
 
     def __init__(self, on_signal: Callable[[int], None] | None = None) -> None:
@@ -76,8 +65,7 @@ class StopSignals:
 def run_responsively(action: Callable[[], None]) -> None:
     """Call `action` on a thread of its own while this (main) thread waits for it in timed slices.
 
-    Signal handlers run meanwhile within `SLICE_SECONDS` (module docstring); an exception of
-    `action` is raised here.
+    Signal handlers so run within `SLICE_SECONDS`; an exception of `action` is raised here.
     """
     raised: list[BaseException] = []
 

@@ -1,8 +1,4 @@
-"""The checks of single arguments: limits, `shown` values in messages, ids, numbers, instants, JSON.
-
-Each check returns the value as persched keeps it or raises `InvalidJobError`
-naming the argument; `models` composes them into the checks of `schedule()`.
-"""
+"""The checks of single arguments: each returns the value as kept or raises `InvalidJobError` naming it."""
 
 from __future__ import annotations
 

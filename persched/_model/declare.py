@@ -1,5 +1,4 @@
-"""`JobSpec`: one job of an application's declared set, for ``declare(specs, prune=...)``;
-`DeclareResult`: what a ``declare()`` did."""
+"""`JobSpec`, one job of an application's declared set, and `DeclareResult`, what ``declare()`` did."""
 
 from __future__ import annotations
 
@@ -25,10 +24,9 @@ SCHEDULE_OPTIONS: Final = frozenset({"args", "kwargs", "start_in", *(option.name
 class JobSpec:
     """One declared job: the arguments of ``schedule()``, kept for ``declare()``.
 
-    ``JobSpec("report", send_report, 60.0, kwargs={"to": "ops"})`` declares
-    what ``schedule("report", send_report, 60.0, kwargs={"to": "ops"})``
-    would schedule. The arguments are checked by ``declare()``, all before
-    anything is written; an unknown option name is refused here.
+    ``JobSpec("report", send_report, 60.0, kwargs={"to": "ops"})`` declares what the same arguments
+    to ``schedule()`` would schedule. ``declare()`` checks them all before it writes anything; an
+    unknown option name is refused here.
 
     Raises:
         InvalidJobError: An option is not one of ``schedule()``'s.
@@ -74,10 +72,9 @@ def check_specs(specs: object) -> list[JobSpec]:
 
 
 class SharedChecks:
-    """The checks of a declaration's specs that depend only on a value many specs share: a target's
-    reference and a schedule's options are checked once per distinct value (100,000 specs often
-    name a handful of callables and intervals). A value that cannot be a dict key, or a check that
-    raises, is simply checked again each time.
+    """A declaration's checks of targets and options, made once per distinct value, not once per spec.
+
+    A value that cannot be a dict key, or a check that raises, is checked again each time.
 
     Args:
         reference: ``reference_of`` with the scheduler's allowed modules.
@@ -93,7 +90,7 @@ class SharedChecks:
         self._policies_of: dict[Hashable, Policies] = {}
 
     def reference(self, fn: object) -> str:
-        """The checked ``"module:qualname"`` of `fn`."""
+        """Return the checked ``"module:qualname"`` of `fn`."""
         # Only kinds whose equality is their identity or their text: equal keys, equal references.
         if not isinstance(fn, (str, types.FunctionType)):
             return self._reference(fn)
@@ -104,7 +101,7 @@ class SharedChecks:
         return found
 
     def policies(self, interval_seconds: object, options: Mapping[str, object]) -> Policies:
-        """The checked `Policies` of a spec's interval and schedule options."""
+        """Return the checked `Policies` of a spec's interval and schedule options."""
         # Type and repr as well as the value: 60 and 60.0 and True, or one instant in two time zones,
         # are equal values that schedule() may read differently.
         given = (("interval_seconds", interval_seconds), *options.items())
@@ -119,12 +116,9 @@ class SharedChecks:
 
 
 class DeclareResult(list["Job"]):
-    """What ``declare()`` did: a list of the declared jobs as stored (in the order of the specs),
-    with the ids it created, replaced, left unchanged and pruned.
+    """What ``declare()`` did: the declared jobs as stored, in the order of the specs, and what changed.
 
-    It is the list ``declare()`` always returned, so code that iterates or
-    indexes it is unaffected; the attributes say what changed, and `summary()`
-    says it in one line for a log.
+    A list of `Job`; its attributes name the ids by change, and `summary()` says it in one line.
 
     Attributes:
         namespace: The namespace declared.
@@ -151,12 +145,14 @@ class DeclareResult(list["Job"]):
 
     @property
     def changed(self) -> bool:
-        """True if the declaration changed anything (created, replaced or pruned a job)."""
+        """Whether the declaration created, replaced or pruned a job."""
         return bool(self.created or self.replaced or self.pruned)
 
     def summary(self) -> str:
-        """One line for a log, e.g. ``declared 4 jobs in namespace 'app': 1 created (a), 0 replaced,
-        3 unchanged, 1 pruned (x)`` (at most `SUMMARY_IDS` ids named per kind)."""
+        """Return one line for a log, naming at most `SUMMARY_IDS` ids per kind of change.
+
+        ``declared 4 jobs in namespace 'app': 1 created (a), 0 replaced, 3 unchanged, 1 pruned (x)``
+        """
         parts = [
             f"{len(ids)} {word}" + (f" ({_listed(ids)})" if ids and word != "unchanged" else "")
             for word, ids in (

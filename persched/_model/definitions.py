@@ -1,10 +1,7 @@
-"""`DefinitionChecks`: a scheduler's arguments to `schedule()` and `declare()`, checked into job definitions.
+"""`DefinitionChecks`: `schedule()` and `declare()` arguments checked into definitions, with a scheduler's options.
 
-What a scheduler's options add to the checks of single arguments
-(`persched._model.models`, `persched._model.checks`): the modules whose
-callables may be scheduled (``allowed_modules``) and the largest arguments
-(``max_args_bytes``). A check that fails raises `InvalidJobError` and
-nothing is written.
+It adds ``allowed_modules`` and ``max_args_bytes`` to the checks of `persched._model.models`; a failed check
+raises `InvalidJobError` and nothing is written.
 """
 
 from __future__ import annotations

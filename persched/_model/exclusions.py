@@ -1,19 +1,7 @@
 """Excluded dates (``exclude=``): the days on which a job has no slot, pure.
 
-An entry is a date (``"2026-12-25"``, a `datetime.date`) or an inclusive range
-of dates (``"2026-12-24/2026-12-26"``), read in the job's time zone. A job
-keeps its entries canonical (`validate_exclude`: ISO text, sorted, each once);
-its slots use them compiled (`Exclusions`: the entries merged into disjoint
-spans of instants, each from the first midnight of its first day to the first
-midnight after its last day, so a day that begins in a daylight-saving gap
-begins at the gap's end).
-
-`ExcludingSlots` wraps a job's grid so that a slot inside a span is no slot at
-all: every question about slots (the next, the latest, how many) passes over
-whole spans, never slot by slot, so a 0.5 s grid across three excluded days
-costs a few steps, and each step moves strictly past a span, so every search
-ends. A job without a grid (fixed delay) moves a due time that falls in a span
-to the span's end (`Exclusions.first_allowed`).
+Entries are kept canonical (`validate_exclude`) and compiled into disjoint spans (`Exclusions`);
+`ExcludingSlots` passes over whole spans, never slot by slot (docs/explanation/interfaces.md, "Excluded dates").
 """
 
 from __future__ import annotations

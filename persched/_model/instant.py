@@ -1,18 +1,7 @@
-"""Whole-microsecond instants and durations, and their only conversions.
+"""Whole-microsecond instants and durations, and their only conversions from and to floats and datetimes.
 
-docs/reference/behaviour.md, "Time is exact to the microsecond", is the rule they keep.
-
-Inside persched an instant is an ``int`` of microseconds since the Unix epoch (UTC) and a
-duration an ``int`` of microseconds, from the clock through the heap, the triggers and the
-policies to the store and back. The database keeps microseconds too, so a slot is the same
-number in memory, in a row and in another process, and ``first + k * interval`` is exact.
-
-Floats appear only at the public edges: ``interval_seconds=0.1`` and ``FakeClock.advance(60)``
-are rounded to whole microseconds once, here (an interval of 1/3 s is 333,333 µs); the public
-models show aware `datetime`s (exact: they hold microseconds) and float seconds.
-
-`Instant` and `Micros` are NewTypes so that mypy refuses a float where one is expected; sums
-of them are plain ``int`` and are named again with the type, e.g. ``Instant(now + lease)``.
+docs/reference/behaviour.md, "Time is exact to the microsecond", is the rule; docs/design.md, "Time",
+the reasons. `Instant(now + lease)` names a sum again, so mypy keeps floats out.
 """
 
 from __future__ import annotations
@@ -43,13 +32,11 @@ _ONE_US: Final = timedelta(microseconds=1)
 def micros(value: float) -> int:
     """Round seconds (a float or int) to whole microseconds, exactly (half to even).
 
-    The float's exact binary value is rounded (as a `Fraction` of it would be), so the rounding
-    happens once, here, and never depends on how a product of floats happened to round.
+    The float's exact binary value is rounded, once, here: never a product of floats.
     """
     if isinstance(value, int):
         return value * US_PER_SECOND
-    # The float's exact ratio, in integers (a Fraction costs about six times more, and a spec's
-    # checks round several values); inf and nan raise OverflowError and ValueError.
+    # The float's exact ratio, in integers (cheaper than a Fraction); inf and nan raise OverflowError and ValueError.
     numerator, denominator = value.as_integer_ratio()
     whole, rest = divmod(numerator * US_PER_SECOND, denominator)
     if 2 * rest > denominator or (2 * rest == denominator and whole % 2):
@@ -58,22 +45,22 @@ def micros(value: float) -> int:
 
 
 def seconds(us: int) -> float:
-    """Microseconds -> float seconds, for public fields such as `Job.interval_seconds`."""
+    """Return microseconds as float seconds, for public fields such as `Job.interval_seconds`."""
     return us / US_PER_SECOND
 
 
 def to_datetime(us: int) -> datetime:
-    """An instant -> aware UTC datetime (exact)."""
+    """Return an instant as an aware UTC datetime (exact)."""
     return _EPOCH + timedelta(microseconds=us)
 
 
 def from_datetime(dt: datetime) -> Instant:
-    """An aware datetime -> instant (exact); a naive one is read as UTC (SQLite's raw values)."""
+    """Return an aware datetime as an instant (exact); a naive one is read as UTC (SQLite's raw values)."""
     if dt.tzinfo is None:
         return from_naive_utc(dt)
     return Instant((dt - _EPOCH) // _ONE_US)
 
 
 def from_naive_utc(dt: datetime) -> Instant:
-    """A naive datetime that holds UTC -> instant (exact)."""
+    """Return a naive datetime that holds UTC as an instant (exact)."""
     return Instant((dt - _NAIVE_EPOCH) // _ONE_US)

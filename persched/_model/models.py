@@ -1,10 +1,7 @@
 """A job as `schedule()` defines it: `Policies`, `JobDefinition`, each option declared once (`OPTIONS`).
 
-`Job` and `Run` are pydantic models, defined in `public_models` and
-imported from here on first use (PEP 562), so that what a read command
-needs of this module (`JobState`, `OPTIONS`, the checks) costs no pydantic.
-The words they share (`JobState`, `Outcome`, ...) are in `terms`, the checks
-of single arguments in `checks`; both are named here too, where callers look.
+`Job` and `Run` (pydantic) are loaded from `public_models` on first use (PEP 562), so a read command
+pays no pydantic for `JobState`, `OPTIONS` or the checks.
 """
 
 from __future__ import annotations
@@ -133,14 +130,15 @@ class Policies:
     retry_lost: bool = False
 
     def columns(self) -> dict[str, Any]:
-        """The policy columns of persched_jobs (seconds as floats, instants as datetimes)."""
+        """Return the policy columns of persched_jobs (seconds as floats, instants as datetimes)."""
         return {name: to_column(getattr(self, attr)) for name, attr, to_column, _, _ in _COLUMNS}
 
     @classmethod
     def from_columns(cls, column: Callable[[str], Any], *, for_claims: bool = False) -> Policies:
-        """The policies of a persched_jobs row whose value of a column `column(name)` gives (not checked:
-        see `check_stored`); `for_claims`: only from `CLAIM_POLICY_COLUMNS`, the others left at their
-        defaults (start_at: only a grid's placement and a correction need it)."""
+        """Return the policies of a row, `column(name)` giving each column's value (unchecked: `check_stored`).
+
+        `for_claims` reads only `CLAIM_POLICY_COLUMNS` and leaves the others at their defaults.
+        """
         fields = {}
         for name, attr, read in _READ_CLAIMS if for_claims else _READ_ALL:  # the claims' hot path: kept lean
             value = column(name)
@@ -148,8 +146,7 @@ class Policies:
         return cls(**fields)
 
     def arguments(self) -> dict[str, Any]:
-        """The schedule() arguments (public units) that give these policies, but the window's instants
-        (`check_stored`): the kind's own argument, and every option stored as a number or text."""
+        """Return the schedule() arguments that give these policies, but the window's instants."""
         kind = _triggers.kind_of(self).ARGUMENT
         return {
             # excluded dates: as schedule() takes them (entries), not as their column keeps them (JSON text)
@@ -161,9 +158,11 @@ class Policies:
 
 @dataclass(frozen=True, slots=True)  # slots: declare() holds one a spec, 100,000 of them
 class JobDefinition:
-    """What `schedule()` writes, validated. Its target, arguments and policies decide "identical" (same
-    generation, same grid) versus "replaced" (`persched._store.shapes.Shapes.holds`); not start_in,
-    which only places a new grid."""
+    """What `schedule()` writes, validated.
+
+    All but `start_in` (which only places a new grid) decide "identical" versus "replaced"
+    (`persched._store.shapes.Shapes.holds`).
+    """
 
     job_id: str
     target: str
@@ -180,14 +179,10 @@ Unit = Literal["seconds", "instant", "plain", "dates"]
 class Option:
     """One argument of ``schedule()`` that is part of a job's definition.
 
-    Its keyword, its `Job` field and its persched_jobs column are all `name`; `attr` is its
-    `Policies` field (None: kept in other fields, see `read`). `unit` says how a value maps
-    between the two: float seconds <-> whole µs, aware datetime <-> instant, a JSON array of text <->
-    a tuple of excluded dates (its `Job` field: that tuple), or as it is.
-    Adding an option is one entry here, its column (`persched._store.schema`, a revision), its fields in
-    `Job` and `Policies`, its keyword on `schedule()` and `AsyncJobScheduler.schedule()`
-    (explicit, for users and mypy: tests/unit/test_options.py checks them all against this),
-    and the decision it stands for (`persched._model.policy`).
+    Its keyword, `Job` field and column are all `name`; `attr` is its `Policies` field (None: kept in
+    other fields, see `read`). `unit` maps a value between the two: float seconds <-> whole µs, aware
+    datetime <-> instant, JSON text <-> a tuple of dates, or as it is. Adding an option: docs/design.md,
+    "Code map"; tests/unit/test_options.py checks the explicit surfaces against this.
     """
 
     name: str
@@ -199,12 +194,11 @@ class Option:
     read_by_claims: bool = True  # False: claims and completions never read it (`_store` leaves it out)
 
     def to_column(self, value: Any) -> Any:  # noqa: ANN401 - the Policies value of any option
-        """A Policies value -> its column's (and its Job field's) value."""
+        """Return a Policies value as its column's (and its Job field's) value."""
         return _TO_COLUMN[self.unit](value)
 
     def read(self, policies: Policies | TriggerSpec) -> Any:  # noqa: ANN401 - the Policies value of any option
-        """This option's Policies value; one kept in other fields is a kind's argument (run_at), which
-        that kind reads back (None for a job of another kind)."""
+        """Return this option's Policies value (run_at: as its kind reads it back; None for other kinds)."""
         if self.attr is not None:
             return getattr(policies, self.attr)
         kind = _triggers.kind_of(policies)
@@ -243,8 +237,7 @@ def _dates_column(entries: tuple[str, ...] | None) -> str | None:
 
 
 def _dates_of_column(value: str | None) -> object:
-    """A JSON array of text -> a tuple of its entries; anything else (a hand edit) as it is, which the
-    check of `exclude` refuses (`check_stored`: the job is quarantined, alone)."""
+    """A JSON array of text as a tuple; anything else (a hand edit) as it is, for `check_stored` to refuse."""
     if value is None:
         return None
     try:
@@ -255,8 +248,7 @@ def _dates_of_column(value: str | None) -> object:
 
 
 def dates_field(value: str | None) -> tuple[str, ...] | None:
-    """The `Job` field of an excluded-dates column: its entries as stored (None if it cannot be read:
-    the job's `unreadable` then says why)."""
+    """Return the `Job` field of an excluded-dates column (None if unreadable: `unreadable` says why)."""
     entries = _dates_of_column(value)
     return entries if isinstance(entries, tuple) else None
 
@@ -589,9 +581,7 @@ _READ_BY_ATTR: Final = {attr: (name, read) for name, attr, read in _READ_ALL}  #
 
 
 def job_policy_fields(column: Callable[[str], Any]) -> dict[str, Any]:
-    """The `Job` fields of the options of a persched_jobs row whose value of a column `column(name)`
-    gives: each column as it is (a hand-edited value is shown as it stands); an option kept in other
-    fields (run_at) as its kind reads it back."""
+    """Return a row's option fields for `Job`, each column as it stands (run_at as its kind reads it back)."""
     fields = {name: column(name) for name in POLICY_COLUMNS}
     fields.update((name, dates_field(fields[name])) for name in _DATES_COLUMNS)
     if _DERIVED:
@@ -601,8 +591,7 @@ def job_policy_fields(column: Callable[[str], Any]) -> dict[str, Any]:
 
 
 class _ColumnSpec:
-    """The `Policies` fields of a row that a kind of trigger reads, each read from its column when asked
-    (as `Policies.from_columns` reads it): a listing of thousands of jobs builds no `Policies` for them."""
+    """A row's `Policies` fields, each read from its column when asked: a listing builds no `Policies`."""
 
     __slots__ = ("_column",)
 
@@ -619,16 +608,12 @@ class _ColumnSpec:
 
 
 def given_options(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """The keyword options among `arguments` (a front end's ``locals()``), to pass on as they were given."""
+    """Return the keyword options among `arguments` (a front end's ``locals()``), as given."""
     return {option.name: arguments[option.name] for option in KEYWORD_OPTIONS}
 
 
 def validate_policies(interval_seconds: object = None, **options: object) -> Policies:
-    """Check the schedule and policy arguments of `schedule()` (`OPTIONS` are the keywords).
-
-    First the kind of trigger: exactly one kind's argument, and nothing that does not apply to that
-    kind; then each option, in the order of `OPTIONS`.
-    """
+    """Check `schedule()`'s policy arguments: first the kind of trigger, then each option of `OPTIONS`."""
     given: dict[str, object] = {"interval_seconds": interval_seconds}
     for name, value in options.items():
         if name not in _BY_NAME or name == "interval_seconds":
@@ -657,9 +642,9 @@ _BY_NAME: Final = {option.name: option for option in OPTIONS}
 
 
 def check_stored(policies: Policies) -> None:
-    """Check policies read from a row as schedule() checks its arguments, so that a row written by
-    something else (a hand-made UPDATE) fails here, not deep inside a decision. The window's
-    instants are not checked: the column type guarantees them.
+    """Check policies read from a row as schedule() checks its arguments (the window's instants aside).
+
+    A hand-made UPDATE so fails here, not deep inside a decision.
 
     Raises:
         InvalidJobError: The policies are not ones schedule() would write.
@@ -668,9 +653,7 @@ def check_stored(policies: Policies) -> None:
 
 
 def stored_interval(value: float | None) -> Micros | None:
-    """The `Policies.interval` of a stored interval_seconds, checked as `check_stored` checks it
-    (the interval's check reads no other option, nor does any other option's read it: a
-    row's interval can be checked apart from policies shared with other jobs).
+    """Return the `Policies.interval` of a stored interval_seconds, checked apart from the other policies.
 
     Raises:
         InvalidJobError: It is not an interval schedule() would write.

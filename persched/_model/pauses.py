@@ -1,13 +1,7 @@
-"""The arguments of a pause: when it ends by itself (`until`) and why (`note`), checked once.
+"""The arguments of a pause: when it ends by itself (`until`, ahead of `now`) and why (`note`), checked once.
 
-Pure: `now` is passed in. A pause that ends is resumed at exactly its
-`until` instant by whichever scheduler of the namespace runs then
-(`persched._engine.pause_ends`), so `until` must lie ahead of `now`: an end
-already passed would resume at once, which is `resume()`.
-
-A job with ``pause_after_failures=N`` is paused by the store, in the
-transaction that records its Nth failed slot in a row, with the note
-`failures_note` gives (docs/reference/behaviour.md#repeated-failures).
+A timed pause is resumed at `until` by `persched._engine.pause_ends`; `failures_note` is the note of a
+``pause_after_failures`` pause (docs/reference/behaviour.md#repeated-failures).
 """
 
 from __future__ import annotations

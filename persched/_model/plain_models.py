@@ -1,11 +1,7 @@
-"""`PlainJob` and `PlainRun`: `Job` and `Run` as frozen dataclasses, for the read commands.
+"""`PlainJob` and `PlainRun`: `Job` and `Run` as frozen dataclasses, so the read commands never import pydantic.
 
-`persched jobs`, `show` and `runs` print rows and validate nothing, so they
-read them into these instead of the pydantic models, and never import pydantic
-(a fifth of such a command's start-up). Both are built from the one mapping of
-a stored row (`_store.mappers.job_fields`, `run_fields`), which builds the
-public models too; the fields, their types and defaults are those of `Job` and
-`Run` (tests/store/test_plain_models.py keeps them in step).
+Built from the same row mapping as the public models (`_store.mappers.job_fields`, `run_fields`);
+tests/store/test_plain_models.py keeps their fields in step.
 """
 
 from __future__ import annotations

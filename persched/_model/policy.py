@@ -1,24 +1,7 @@
-"""What a job's policies decide at each step of its life, pure.
+"""What a job's policies decide at each step of its life, pure: the store calls it on the row it holds locked.
 
-The store calls these inside its transactions, on the row it holds locked, so
-every decision is made once, by the instance whose commit wins, from the row
-as it stands. Nothing here touches the database, a clock or a lock.
-
-A job's `next_run_at` always names the next slot still to run: a claim of a
-grid slot moves it on at once (to the slot after the one now running), a
-run-now run leaves it where it is, and a completion moves it only where a
-policy says so (fixed delay; overlap "skip"). So slots that passed while a
-run was in flight are simply due when it finishes, and the claim then
-applies the job's missed-run policy to them, as to any other late slots.
-
-Excluded dates (`persched._model.exclusions`) are no slots: the trigger a
-plan holds passes over them, and a job without a grid (fixed delay) moves a
-due time that falls on one to the first instant after it (`JobPlan.allowed`).
-So every next slot below, and `place_grid`'s first, is never on an excluded date.
-
-A slot is late when its run starts more than `grace_seconds` after the slot
-plus its jitter offset (jitter delays a run on purpose, so it does not count
-against the grace).
+The invariant (a row's `next_run_at` is the next slot still to run), lateness and excluded dates:
+docs/explanation/interfaces.md, "What a job's policies decide".
 """
 
 from __future__ import annotations
@@ -38,9 +21,7 @@ __all__ = ["ClaimPlan", "JobPlan", "Missed", "PlanShape", "Retry", "RetryPolicy"
 
 
 def place_grid(policies: Policies, now: Instant, start_in: Micros | None) -> tuple[Instant, Instant]:
-    """Return ``(anchor, next_run_at)`` of a new job's grid: its anchor and its first slot not
-    before `now`, as its kind of trigger places them (`_triggers.Trigger.place`), and not on
-    an excluded date."""
+    """Return ``(anchor, next_run_at)`` of a new job: its first slot not before `now`, nor on an excluded date."""
     kind = _triggers.kind_of(policies)
     anchor, first = kind.place(policies, now, start_in)
     if policies.exclude is None:
@@ -77,7 +58,7 @@ class RunPolicy:
 
     @classmethod
     def of(cls, policies: Policies) -> RunPolicy:
-        """The run policy of `policies` (the default one, shared, when they ask for nothing else)."""
+        """Return the run policy of `policies` (the shared default when they ask for nothing else)."""
         made = cls(policies.executor, policies.on_overrun, policies.stop_grace)
         return DEFAULT_RUN_POLICY if made == DEFAULT_RUN_POLICY else made
 
@@ -97,16 +78,17 @@ class RetryPolicy:
 
     @classmethod
     def of(cls, policies: Policies) -> RetryPolicy:
-        """The retry policy of `policies` (the default one, shared, when they ask for none)."""
+        """Return the retry policy of `policies` (the shared default when they ask for none)."""
         if not policies.retries:
             return NO_RETRIES
         p = policies
         return cls(p.retries, p.retry_delay, p.retry_backoff, p.retry_max_delay, p.retry_lost)
 
     def delay_before(self, attempt: int) -> Micros | None:
-        """How long after attempt ``attempt - 1`` ended attempt `attempt` (2, 3, ...) is due: the delay
-        times backoff**(attempt - 2), capped, rounded to whole microseconds once; None past the retries
-        (or past ten years, where no slot reaches)."""
+        """Return the wait before `attempt` (2, 3, ...): delay * backoff**(attempt - 2), capped.
+
+        None past the retries, or past ten years, where no slot reaches.
+        """
         if not 2 <= attempt <= self.retries + 1:
             return None
         try:
@@ -118,7 +100,7 @@ class RetryPolicy:
         return Micros(round(delay)) if delay <= _LONGEST_DELAY else None  # beyond: no slot is that long
 
     def retried(self, outcome: str, run_now: bool) -> bool:
-        """Whether a run of `outcome` is tried again (a run-now run never is)."""
+        """Return whether a run of `outcome` is tried again (a run-now run never is)."""
         return not run_now and self.retries > 0 and (outcome == "error" or (outcome == "lost" and self.lost))
 
 
@@ -157,7 +139,7 @@ class JobPlan:
     overlap: str
     jitter: Micros
     end_at: Instant | None
-    start_at: Instant | None = None  # only where a decision needs it (see _store.mappers.plan_of): corrections
+    start_at: Instant | None = None  # only where a decision needs it: corrections
     exclusions: Exclusions | None = None
     pause_after_failures: int | None = None  # the store pauses the job when its failure streak reaches it
     run_policy: RunPolicy = DEFAULT_RUN_POLICY
@@ -169,60 +151,55 @@ class JobPlan:
         return PlanShape.of(policies).plan(job_id, generation, anchor, policies.interval)
 
     def describe(self) -> str:
-        """The schedule in words: "every 5 min", "cron 0 3 * * * Europe/Paris", "once at ..."."""
+        """Return the schedule in words: "every 5 min", "cron 0 3 * * * Europe/Paris", "once at ..."."""
         if self.trigger is not None:
             return self.trigger.describe()
         return f"every {_triggers.describe_duration(self.interval or 0)} after each run ends"
 
-    # -- placing slots -----------------------------------------------------------
-
     def is_over(self, next_run_at: Instant, run_now_at: Instant | None = None) -> bool:
-        """True when the job has finished: its next slot lies past the window,
-        and no run-now request is still to run."""
+        """Return whether the job finished: its next slot lies past the window and no run-now is pending."""
         return self.end_at is not None and next_run_at > self.end_at and run_now_at is None
 
     def jitter_for(self, slot: Instant) -> Micros:
-        """The offset of `slot`'s run, the same in every instance (docs/how-to/schedules.md, "Jitter")."""
+        """Return the offset of `slot`'s run, the same in every instance (docs/how-to/schedules.md, "Jitter")."""
         return _triggers.jitter_offset(self.job_id, self.generation, slot, self.jitter) if self.jitter else Micros(0)
 
     def due_at(
         self, next_run_at: Instant, run_now_at: Instant | None, reach: _triggers.JitterReach, *, retry: bool = False
     ) -> Instant:
-        """When the heap should try the job: its next slot plus jitter, or a pending run-now; the
-        jitter is counted in `reach`, the store's. `retry`: the row waits for a pending attempt, due at
-        `next_run_at` exactly (jitter spreads slots, not retries)."""
+        """Return when the heap should try the job: its next slot plus jitter, or a pending run-now.
+
+        The jitter is counted in `reach`. With `retry`, the row waits for an attempt due at `next_run_at`
+        exactly: jitter spreads slots, not retries.
+        """
         if self.jitter:
             reach.widen(self.jitter)
         due = next_run_at if retry else Instant(next_run_at + self.jitter_for(next_run_at))
         return due if run_now_at is None else min(due, run_now_at)
 
     def allowed(self, t: Instant) -> Instant:
-        """`t`, or the first instant after the excluded dates it falls on (a fixed-delay due time)."""
+        """Return `t`, or the first instant after the excluded dates it falls on (a fixed-delay due time)."""
         return t if self.exclusions is None else self.exclusions.first_allowed(t)
 
     def slot_after(self, slot: Instant) -> Instant:
-        """The slot after `slot` (fixed delay: one interval later, as a guess)."""
+        """Return the slot after `slot` (fixed delay: one interval later, as a guess)."""
         if self.trigger is None:
             assert self.interval is not None
             return self.allowed(Instant(slot + self.interval))
         return self.trigger.next_after(slot)
 
     def resumed(self, now: Instant, next_run_at: Instant) -> Instant:
-        """The first slot of a resume at `now`: slots that passed while paused are not
-        run, one falling exactly at `now` is (as for a new grid). Never before the row's
-        `next_run_at`, the next slot still to run: a resume on a clock behind the one
-        that ran the last slot must not put the job back on it (docs/reference/behaviour.md,
-        "Clock corrections across a restart")."""
+        """Return the first slot of a resume at `now`: one at `now` runs, earlier ones do not.
+
+        Never before `next_run_at`: a clock behind the one that ran the last slot must not put the job
+        back on it (docs/reference/behaviour.md, "Clock corrections across a restart").
+        """
         if self.trigger is None:
             return max(self.slot_after(now), next_run_at)  # fixed delay: one interval from the resume
         return max(self.trigger.next_after(Instant(now - 1)), next_run_at)
 
     def coming(self, first: Instant, count: int) -> list[Instant]:
-        """Up to `count` slots from `first` (the next slot still to run) on, within the window.
-
-        Fixed delay has no grid: only `first` is known (each later slot is one
-        interval after the previous run ends).
-        """
+        """Return up to `count` slots from `first` on, within the window (fixed delay: only `first`)."""
         slots: list[Instant] = []
         slot = first
         while len(slots) < count and not self.is_over(slot):
@@ -235,19 +212,15 @@ class JobPlan:
         return slots
 
     def corrected(self, next_run_at: Instant, now: Instant) -> Instant | None:
-        """The slot a row should have instead of `next_run_at` if that lies further ahead of `now`
-        than the schedule allows (it was written by a clock that was ahead), else None.
+        """Return the slot to write instead of `next_run_at` if a clock that was ahead wrote it, else None.
 
-        The earliest a row may be is its first slot after `now` and not before `start_at` (the
-        user's instant: a clock error does not move it). An interval job steps back from
-        `next_run_at` by whole intervals to there: the same phase, even where that is before the
-        grid's anchor (the anchor was placed by the same clock). A cron job goes to its first
-        fire there. A slot that an excluded span pushed further ahead is within the schedule:
-        a grid's next slot past the span, or a fixed-delay due time at the span's end."""
+        The earliest allowed is the first slot after `now`, not before `start_at`. An interval job steps
+        back by whole intervals, keeping its phase even before the anchor (the same clock placed it); a
+        cron job goes to its first fire there. A slot pushed ahead by an excluded span is not corrected.
+        """
         earliest = Instant(now + 1 if self.start_at is None else max(now + 1, self.start_at))
         if self.trigger is None and self.interval is not None:
-            # Fixed delay: a run that ended at `now` puts it one interval on, past any excluded
-            # dates there (`allowed`): a slot at the end of an excluded span is within its schedule.
+            # Fixed delay: a run ending now puts it one interval on, past any excluded dates.
             if next_run_at <= self.allowed(Instant(earliest - 1 + self.interval)):
                 return None
             return self.allowed(Instant(next_run_at - (next_run_at - earliest) // self.interval * self.interval))
@@ -256,7 +229,7 @@ class JobPlan:
             if steps == 0:
                 return None
             back = Instant(next_run_at - steps * self.interval)
-            # the same phase, past any excluded dates (the grid's own next_after may stop at its anchor)
+            # The same phase past excluded dates (the grid's next_after may stop at its anchor).
             while self.exclusions is not None and (span := self.exclusions.span_of(back)) is not None:
                 back = Instant(back + -(-(self.exclusions.ends[span] - back) // self.interval) * self.interval)
             return back if back < next_run_at else None
@@ -264,16 +237,19 @@ class JobPlan:
         allowed = self.trigger.next_after(Instant(earliest - 1))
         return allowed if next_run_at > allowed else None
 
-    # -- claim and completion ------------------------------------------------------
-
     def claim(
         self, next_run_at: Instant, run_now_at: Instant | None, bound: Instant, now: Instant, taken_at: Instant
     ) -> ClaimPlan:
-        """Decide a won claim: `bound` is the latest slot the heap entry may run
-        (it never runs a slot early), `now` the claim's time, `taken_at` when the
-        dispatcher took the entry up (what lateness is measured at: the
-        scheduler's own dispatch latency for a slot taken up on time does not
-        count against `grace_seconds`)."""
+        """Decide a won claim.
+
+        Args:
+            next_run_at: The row's next slot still to run.
+            run_now_at: The row's pending run-now request, or None.
+            bound: The latest slot the heap entry may run: no slot runs early.
+            now: The claim's time.
+            taken_at: When the dispatcher took the entry up. Lateness is measured there, so dispatch
+                latency does not count against `grace_seconds`.
+        """
         if next_run_at > bound:
             # Not the grid's turn: the entry is a run-now request.
             assert run_now_at is not None
@@ -314,7 +290,7 @@ class JobPlan:
         return ClaimPlan(next_run_at, False, next_run_at, None)
 
     def after_run(self, next_run_at: Instant, finished_at: Instant) -> tuple[Instant, Missed | None]:
-        """The row's next slot once a run finished at `finished_at`, and the slots it drops."""
+        """Return the row's next slot once a run finished at `finished_at`, and the slots it drops."""
         if self.trigger is None:
             assert self.interval is not None
             return self.allowed(Instant(finished_at + self.interval)), None  # fixed delay: from the run's end
@@ -326,19 +302,18 @@ class JobPlan:
         return next_run_at, None
 
     def after_loss(self, next_run_at: Instant, slot: Instant, recovered_at: Instant) -> Instant:
-        """The row's next slot once the run for `slot` was recovered as lost at `recovered_at`:
-        never `slot` again (docs/reference/behaviour.md, "Restart and crashes"), also on a clock
-        behind the one that claimed it."""
+        """Return the row's next slot once `slot`'s run was recovered as lost: never `slot` again.
+
+        Also on a clock behind the one that claimed it (docs/reference/behaviour.md, "Restart and crashes").
+        """
         if self.trigger is None:
             return max(self.slot_after(recovered_at), self.slot_after(slot))  # fixed delay: from the loss
         return next_run_at if next_run_at > slot else self.trigger.next_after(slot)
 
-    # -- retries (docs/reference/behaviour.md, "Retries") ----------------------------------------------
+    # Retries: docs/reference/behaviour.md, "Retries".
 
     def retry_before(self, slot: Instant, ended_at: Instant) -> Instant:
-        """The job's next regular slot once an attempt of `slot` ended at `ended_at`: a retry is due
-        before it or not at all. On a grid, the slot after `slot`; fixed delay: one interval after
-        that attempt's end."""
+        """Return the next regular slot after an attempt of `slot` ended: a retry is due before it or never."""
         if self.trigger is None:
             assert self.interval is not None
             return self.allowed(Instant(ended_at + self.interval))
@@ -347,9 +322,10 @@ class JobPlan:
     def retry_after(
         self, slot: Instant, attempt: int, outcome: str, run_now: bool, ended_at: Instant
     ) -> tuple[Instant, Retry] | None:
-        """When the next attempt of `slot` is due after `attempt` ended with `outcome` at `ended_at`, and
-        that attempt; None when there is none (out of retries, an outcome not retried, a run-now
-        run, or it would come at or after the job's next regular slot)."""
+        """Return when the attempt after `attempt` is due, and that attempt; None if there is none.
+
+        None also when it would come at or after the job's next regular slot.
+        """
         if not self.retry_policy.retried(outcome, run_now):
             return None
         delay = self.retry_policy.delay_before(attempt + 1)
@@ -359,7 +335,7 @@ class JobPlan:
         return (due, Retry(attempt + 1, slot)) if due < self.retry_before(slot, ended_at) else None
 
     def retry_deadline(self, retry: Retry, due: Instant) -> Instant:
-        """The next regular slot of a pending `retry` due at `due`: it starts only before then."""
+        """Return the next regular slot of a pending `retry` due at `due`: it starts only before then."""
         if self.trigger is None:
             delay = self.retry_policy.delay_before(retry.attempt)
             # Fixed delay: one interval after the failed attempt ended, which was `delay` before `due`.
@@ -371,7 +347,7 @@ class JobPlan:
         return Missed(first, last, self.trigger.count_between(first, last))
 
     def _missed_before(self, first: Instant, slot: Instant) -> Missed | None:
-        """The slots from `first` up to, not including, `slot` (None if there are none)."""
+        """Return the slots from `first` up to, not including, `slot`, or None."""
         assert self.trigger is not None
         if first >= slot:
             return None
@@ -394,11 +370,7 @@ class _WithInterval:
 
 @dataclass(frozen=True)
 class PlanShape:
-    """What the plans of jobs whose policies differ at most in their interval share: their policies,
-    kind of trigger, excluded dates, run and retry policies, built once (`plan` adds a job's own).
-
-    Jobs on intervals of their own (100,000 jobs at random intervals) share a few shapes, so a
-    store can keep the shapes it has read and build each job's plan from its row in microseconds."""
+    """What the plans of jobs whose policies differ at most in their interval share, built once."""
 
     policies: Policies  # its interval stands in for any: `plan` takes the job's own
     kind: type[_triggers.Trigger]
@@ -412,8 +384,7 @@ class PlanShape:
         return cls(policies, _triggers.kind_of(policies), exclusions, RunPolicy.of(policies), RetryPolicy.of(policies))
 
     def plan(self, job_id: str, generation: int, anchor: Instant, interval: Micros | None) -> JobPlan:
-        """The plan of a job of this shape on `interval` (None exactly when the shape's is), its grid
-        anchored at `anchor` (its first slot)."""
+        """Return the plan of a job of this shape on `interval`, anchored at `anchor` (its first slot)."""
         p = self.policies
         spec = p if interval == p.interval else cast("_triggers.TriggerSpec", _WithInterval(p, interval))
         trigger: _triggers.Slots | None = self.kind.of(spec, anchor)

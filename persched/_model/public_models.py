@@ -1,8 +1,4 @@
-"""The public models `Job` and `Run` (pydantic), imported from `persched._model.models` on first use.
-
-They live apart so that a read command, which prints `persched._model.plain_models.PlainJob`
-and `PlainRun` instead, never imports pydantic.
-"""
+"""The public models `Job` and `Run` (pydantic), apart so that a read command never imports pydantic."""
 
 from __future__ import annotations
 
@@ -68,8 +64,7 @@ class Job(BaseModel):
     pending_attempt: int | None = None  # a retry is pending: the attempt next_run_at starts (2, 3, ...)
     pending_attempt_slot: datetime | None = None  # the slot (Run.scheduled_for) that pending attempt runs
     schedule: str = ""  # the schedule in words: "every 5 min", "cron 0 3 * * * Europe/Paris"
-    # Why the stored row cannot be read (a hand edit), or None; the fields it names
-    # show placeholders. schedule() with a valid definition replaces such a row.
+    # Why the stored row cannot be read (a hand edit), or None; the fields it names show placeholders.
     unreadable: str | None = None
     run_at: datetime | None = None  # the one instant of a one-shot job (schedule(run_at=...))
     namespace: str = DEFAULT_NAMESPACE  # the application the job belongs to
@@ -77,10 +72,10 @@ class Job(BaseModel):
 
 
 def job_over(template: Job, fields: dict[str, Any]) -> Job:
-    """``template.model_copy(update=fields)``: the same `Job` (equal, with the same fields set), made
-    as pydantic's copy makes one, without its general steps (the copy module, a fields set grown key
-    by key), in a third of the time: a declaration returns 100,000. Like ``model_copy``, it does not
-    validate: `fields` must be of the types validation gives (the store's own).
+    """Return ``template.model_copy(update=fields)``, equal, without pydantic's general steps.
+
+    A declaration returns 100,000 of them. Like ``model_copy`` it does not validate: `fields` must be
+    of the types validation gives.
     """
     job = Job.__new__(Job)
     _set_attribute(job, "__dict__", {**template.__dict__, **fields})

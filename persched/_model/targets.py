@@ -1,9 +1,4 @@
-"""Callables <-> ``"module:qualname"`` references (never pickle).
-
-A job's callable is stored as a reference that another process can import
-again after a restart. `reference_of` refuses what cannot be found that way
-and says what to pass instead; `resolve` imports it back.
-"""
+"""Callables <-> ``"module:qualname"`` references that another process can import again (never pickle)."""
 
 from __future__ import annotations
 

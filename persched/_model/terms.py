@@ -1,7 +1,6 @@
-"""The model's words: a job's states, a run's outcomes, the choices of the policies, the default namespace.
+"""The model's words: job states, run outcomes, policy choices, the default namespace.
 
-Leaves of the model, below `models` and `public_models` alike, so that the two
-import in one direction only (`models` -> `public_models` -> here).
+Leaves below `models` and `public_models`, so those import in one direction only.
 """
 
 from __future__ import annotations

@@ -1,33 +1,9 @@
 """When a job's slots fall: fixed-rate grids, cron expressions and one-shot instants, pure.
 
-The kinds of trigger are a registry (`TRIGGERS`): one class each (`IntervalTrigger`, `CronTrigger`,
-`OneShotTrigger`) behind one protocol (`Trigger`). Its instance side gives the slots of one job; its
-class side says which argument of ``schedule()`` chooses the kind, what does not apply to it, how a
-job's first slot is placed and how its slots are built from the job's policies. Nothing else asks
-"interval or cron?": a new kind of trigger is one more class in `TRIGGERS` (and its argument one more
-option in `persched._model.models.OPTIONS`).
-
-Instants and durations are whole microseconds (`persched._model.instant`), so an interval grid is exact integer
-arithmetic and a slot is the same number in memory, in the store and in every process. Cron slots fall on
-whole seconds. Nothing here loops over missed slots: after a ten-year clock jump the next or latest slot
-costs one step (an interval is arithmetic, a cron one iterator step).
-
-Cron is standard 5-field syntax (minute hour day-of-month month day-of-week), or 6 fields with the
-seconds field FIRST (that is what cronsim parses), or one of Vixie cron's shortcuts (`@daily`: kept
-as written, matched as the fields it stands for, `CRON_SHORTCUTS`), evaluated on local wall time in
-an IANA zone. The DST rules are ours, not the library's, and the tests check them as rules:
-
-- a local time that does not exist (spring forward) fires once, at the first valid instant after it
-  (Europe/Paris 2026-03-29 02:30 fires at 03:00 CEST); several such times collapse into that one slot;
-- a local time that occurs twice (fall back) fires once, at its first occurrence; this holds for
-  wildcard hours too, so "*/15 * * * *" is silent for the repeated hour.
-
-We run cronsim on *naive* wall times (so it does no DST handling of its own) and map each matching
-wall time to an instant by the rules above. That map never decreases, so the slots after (or at or
-before) ``t`` come from the matching wall times after (or at or before) one computed wall time, and
-forward and reverse iteration agree. cronsim was chosen because it works on local wall time and
-follows these rules (croniter 6 fires at 03:30 on spring-forward day and again at the second 01:30
-on fall-back day); it gives up after 50 years without a match, so nothing here can loop forever.
+One class per kind of trigger in `TRIGGERS`, behind the `Trigger` protocol; nothing else asks
+"interval or cron?". Slots are whole microseconds; cron slots fall on whole seconds. The cron
+daylight-saving rules, and why mapping naive wall times keeps forward and reverse iteration in step:
+docs/explanation/interfaces.md, "Cron and daylight saving".
 """
 
 from __future__ import annotations
@@ -110,8 +86,7 @@ class TriggerSpec(Protocol):
 
 
 class Slots(Protocol):
-    """The slots of one job, as instants (whole microseconds, UTC): what a `Trigger` instance answers, and
-    `persched._model.exclusions.ExcludingSlots` too (a trigger's slots without the excluded dates)."""
+    """The slots of one job, as instants: a `Trigger` instance, or `persched._model.exclusions.ExcludingSlots`."""
 
     def next_after(self, t: Instant) -> Instant:
         """Return the first slot strictly after `t` (`NEVER` if there is none)."""
@@ -130,9 +105,7 @@ class Slots(Protocol):
 
 
 class Trigger(Slots, Protocol):
-    """The slots of one job, as instants (whole microseconds, UTC); its class is one kind of trigger."""
-
-    # -- the kind (class side): how schedule() chooses it and a job's policies build it -------------
+    """The slots of one job (instance side, `Slots`); its class is one kind of trigger."""
 
     ARGUMENT: ClassVar[str]  # the schedule() argument that chooses this kind (also its Job field)
 
@@ -142,10 +115,7 @@ class Trigger(Slots, Protocol):
 
     @classmethod
     def refusal(cls, argument: str, value: object) -> str | None:
-        """Why ``argument=value`` of schedule() does not apply to this kind (None: it does).
-
-        Only the arguments a kind refuses are asked about with a value that is not their default.
-        """
+        """Why ``argument=value`` (not its default) of schedule() does not apply to this kind, or None."""
 
     @classmethod
     def argument_of(cls, spec: TriggerSpec) -> object:
@@ -153,7 +123,7 @@ class Trigger(Slots, Protocol):
 
     @classmethod
     def fields_of(cls, value: object) -> dict[str, object]:
-        """Return the policy fields that keep this kind's checked argument `value` (`argument_of` reversed)."""
+        """Return the policy fields that keep the checked argument `value` (`argument_of` reversed)."""
 
     @classmethod
     def place(cls, spec: TriggerSpec, now: Instant, start_in: Micros | None) -> tuple[Instant, Instant]:
@@ -162,8 +132,6 @@ class Trigger(Slots, Protocol):
     @classmethod
     def of(cls, spec: TriggerSpec, anchor: Instant) -> Trigger | None:
         """Return the slots of a job of this kind anchored at `anchor` (None: fixed delay, no grid)."""
-
-    # The slots (instance side): `Slots`.
 
 
 @dataclass(frozen=True)
@@ -193,7 +161,6 @@ class IntervalTrigger:
 
     @classmethod
     def place(cls, spec: TriggerSpec, now: Instant, start_in: Micros | None) -> tuple[Instant, Instant]:
-        # The default: one interval from now; `start_at` if given.
         interval, start_at = spec.interval, spec.start_at
         assert interval is not None
         if start_at is None:
@@ -240,7 +207,10 @@ class IntervalTrigger:
 
 @dataclass(frozen=True)
 class CronTrigger:
-    """Slots where a cron expression matches local wall time in `timezone` (DST rules: module docstring)."""
+    """Slots where a cron expression matches local wall time in `timezone`.
+
+    Daylight saving: docs/explanation/interfaces.md, "Cron and daylight saving".
+    """
 
     expression: str
     timezone: str
@@ -346,8 +316,7 @@ class CronTrigger:
                 yield s
             previous = s
 
-    # Cron slots fall on whole seconds: the private iterators work in seconds, the
-    # protocol in microseconds (a floor division picks the whole second at or before).
+    # The private iterators work in whole seconds; a floor division picks the second at or before.
 
     def next_after(self, t: Instant) -> Instant:
         s = next(self._forward(t // US_PER_SECOND), None)
@@ -381,16 +350,14 @@ class CronTrigger:
 
 @dataclass(frozen=True)
 class OneShotTrigger:
-    """One slot, `at` (APScheduler's date trigger, Quartz's simple trigger without repeat).
+    """One slot, `at`, stored as a window of one instant (start_at = end_at = run_at).
 
-    After it, `next_after` answers the instant just past it rather than `NEVER`: the store
-    keeps that as the finished job's next_run_at (a datetime cannot hold `NEVER`), and it
-    lies past the job's window (its end_at is `at`), so the job is finished.
+    Past it, `next_after` answers ``at + 1``, not `NEVER` (which no datetime column holds): that lies
+    past the window, so the job is finished.
     """
 
     at: Instant
 
-    # Stored as a window of one instant: start_at = end_at = run_at, neither interval nor cron.
     ARGUMENT: ClassVar[str] = "run_at"
 
     @classmethod
@@ -419,8 +386,7 @@ class OneShotTrigger:
 
     @classmethod
     def place(cls, spec: TriggerSpec, now: Instant, start_in: Micros | None) -> tuple[Instant, Instant]:
-        # Its one slot, also when that passed already: it then runs at once, by its misfire
-        # policy (a re-declaration of an unchanged one-shot job never gets here: it keeps its row).
+        # Also when it passed: it then runs at once, by its misfire policy.
         assert spec.end_at is not None
         return spec.end_at, spec.end_at
 
@@ -572,11 +538,10 @@ def validate_timezone(name: object) -> str:
 
 
 class JitterReach:
-    """The largest jitter (µs) of the due times one store handed out, 0 before any; it only grows.
+    """The largest jitter (µs) of the due times one store handed out; it only grows.
 
-    The bounded heap (`persched._engine.window`) subtracts it from a pushed due time to find a
-    lower bound on the job's next_run_at: every due time it is handed was counted here
-    (`persched._model.policy.JobPlan.due_at` takes one).
+    `persched._engine.window` subtracts it from a due time for a lower bound on the job's next_run_at;
+    `persched._model.policy.JobPlan.due_at` counts every due time here.
     """
 
     def __init__(self) -> None:
@@ -594,11 +559,7 @@ class JitterReach:
 
 
 def jitter_offset(job_id: str, generation: int, slot: Instant, jitter: Micros) -> Micros:
-    """Return the run's offset after its slot, in ``[0, jitter)``, the same in every process.
-
-    It is a hash of (job_id, generation, slot), never `random`, so every instance and every
-    restart delays the same slot by the same amount.
-    """
+    """Return the run's offset after its slot, in ``[0, jitter)``: a hash, the same in every process."""
     if jitter <= 0:
         return Micros(0)
     key = f"{job_id}\x00{generation}\x00{slot}".encode()

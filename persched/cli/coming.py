@@ -1,8 +1,6 @@
-"""``persched next JOB``: the coming slots of a job, in UTC and in the job's time zone, daylight-saving changes marked.
+"""``persched next JOB``: the coming slots of a job in UTC and in its zone, daylight-saving changes marked.
 
-Read-only, from the job's row (`persched._store.coming`): the same slots as
-`JobScheduler.next_runs`, so what it prints is what will run (its window, a
-pause with an end, the time zone's rules).
+The same slots as `JobScheduler.next_runs`, read from the job's row (`persched._store.coming`).
 """
 
 from __future__ import annotations

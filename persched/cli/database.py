@@ -1,8 +1,4 @@
-"""The verbs that make a database: ``migrate`` (the one named, created or upgraded) and ``demo`` (one of its own).
-
-Alembic (`persched._store.migrate`) and the demo's scheduler are imported only here,
-when these verbs run.
-"""
+"""``migrate`` (create or upgrade the database named) and ``demo`` (one of its own); Alembic is imported only here."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """The entry point, ``persched.cli:main``: parse, run the verb, and turn every way it ends into an exit code.
 
-A user error is one line on stderr and exit code 1 (``--debug`` adds the
-traceback); Ctrl-C is 130; a reader of stdout that went away ends quietly
-with 141. Only here is logging configured.
+A user error is one line and 1 (``--debug`` adds the traceback), Ctrl-C 130, a closed stdout 141.
+Only here is logging configured.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ class TerminalFormatter(logging.Formatter):
     """The log lines of the command line, with the terminal escapes of a job's error or id escaped."""
 
     def format(self, record: logging.LogRecord) -> str:
-        """The record's line (and traceback), as `persched.cli.output.printable` shows text."""
+        """Return the record's line (and traceback), escaped by `persched.cli.output.printable`."""
         return printable(super().format(record), lines=True)
 
 
@@ -55,8 +54,7 @@ def _configure_logging(args: argparse.Namespace) -> None:
 
 def _closed_pipe() -> int:
     """End quietly after the reader of stdout went away."""
-    # Python flushes stdout again at exit and would complain on stderr;
-    # point it at /dev/null first (the recipe in the `signal` docs).
+    # Python flushes stdout again at exit and would complain: point it at /dev/null (the `signal` docs' recipe).
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -67,7 +65,7 @@ def _closed_pipe() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit code (the `persched.cli` docstring lists them).
+    """Run the command line; return the exit code (docs/operations.md, "Exit codes").
 
     Args:
         argv: The arguments after the program name; default ``sys.argv[1:]``.

@@ -1,9 +1,4 @@
-"""Exit codes, and the error a user is told in one line (never a traceback).
-
-`CliError` is a user error of the command line's own (a bad job id, a module
-that does not import); persched's own errors (`PerschedError`) are told the
-same way. `one_line` makes any text safe for that one line.
-"""
+"""Exit codes, and the one line (never a traceback) a user error is told in (`CliError`, `one_line`)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The verbs that tell whether anything runs: ``instances`` (the live schedulers) and ``check`` (problems, exit 1).
+"""``instances`` (the live schedulers) and ``check`` (problems, exit 1).
 
-Both read only the database (`persched._store.health`), never write and never
-migrate, so they work when every scheduler is dead: that is when they are
-needed. ``check`` is meant for cron, systemd timers, Kubernetes probes and
-monitoring: exit 0 and one line when healthy, else exit 1 and one line per
-problem (``--json``: a JSON array of the problems, ``[]`` when healthy).
-`no_scheduler_note` is the last line of ``persched jobs`` when nothing runs.
+Both only read, never migrate: they work when every scheduler is dead, which is when they are needed.
 """
 
 from __future__ import annotations

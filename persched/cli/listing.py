@@ -1,9 +1,7 @@
-"""The read-only verbs: ``jobs`` (a table of the jobs), ``show`` (one job) and ``runs`` (recorded runs).
+"""The read-only verbs: ``jobs``, ``show`` and ``runs``.
 
-They never create a database, never change its schema and never write
-(`with_store(read_only=True)`). They read plain rows (`persched._model.plain_models`),
-not the pydantic models: only ``--json`` imports pydantic, to print what the
-public models dump (start-up time, `tests/integration/test_cli_startup.py`).
+They read plain rows (`persched._model.plain_models`); only ``--json`` imports pydantic
+(tests/integration/test_cli_startup.py).
 """
 
 from __future__ import annotations

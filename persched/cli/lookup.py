@@ -1,10 +1,6 @@
-"""The database a command works on, and the job or namespace it names.
+"""The database a command works on (`with_store`: never created, never migrated), and the job or namespace it names.
 
-`with_store` opens the database for one command (never created, never
-migrated: `persched._interfaces.existing`) and closes it after. When the job named is
-not in the chosen namespace, `missing_job` says where it is instead (another
-namespace, descheduled, or a near miss: "did you mean 'report'?"); when a
-namespace has nothing to list, `say_empty` names the namespaces that have jobs.
+A job not found names where it is instead (`missing_job`); an empty namespace, those with jobs (`say_empty`).
 """
 
 from __future__ import annotations
@@ -47,8 +43,8 @@ def require_job_id(job_id: str) -> str:
         raise CliError(f"bad job id: {exc}") from exc
 
 
-# "did you mean" looks for a near miss among at most this many ids, else offers none: difflib takes
-# about 0.1 ms per similar id (CPython's own suggestions stop at 750 names, for the same reason).
+# "did you mean" looks among at most this many ids, else offers none: difflib's cost grows with each
+# (CPython's own suggestions stop at 750 names).
 MAX_SUGGESTION_IDS: Final = 1000
 
 

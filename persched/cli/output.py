@@ -1,21 +1,8 @@
 """What the commands print: lines, and tables fitted to the terminal's width.
 
-A table is fitted only for a person: at a terminal, or with ``COLUMNS`` set
-(`table_width`); ``--wide``, a file or a pipe get every cell in full, and
-``--json`` is never cut. Fitting cuts the shrinkable columns first, then
-leaves out the droppable ones, least useful first, and last narrows the
-column whose cells are never cut (`Column.own_line`: the job ids), putting a
-cell too long for it on a line of its own, whole, as ``df`` does with a long
-file system name; a cell that has a short form (`Cell`: a one-shot job's
-"at 01-15 08:00") shows it, never cut, in a column too narrow for its
-text. The words in the cells are `persched._interfaces.present`'s, shared
-with the dashboard.
-
-Everything printed passes `printable`: text from the database or from user
-code (a job's error, an id edited by hand) may hold terminal escapes, which
-reach the operator as ``\x1b``-style escapes, never as escapes a terminal
-acts on (docs/operations.md#terminal-output). ``--json`` (`json_text`) keeps
-every value exact: its control characters are JSON escapes.
+Everything printed passes `printable`, so terminal escapes from the database or user code reach the
+operator escaped (docs/operations.md#terminal-output); ``--json`` (`json_text`) keeps every value
+exact. How a table is fitted: docs/explanation/interfaces.md, "Tables on a terminal".
 """
 
 from __future__ import annotations
@@ -64,9 +51,9 @@ def _escape(match: re.Match[str]) -> str:
 
 
 def printable(text: str, *, lines: bool = False) -> str:
-    """`text` safe on a terminal: control characters and lone surrogates as backslash escapes.
+    """Return `text` safe on a terminal: control characters and lone surrogates as backslash escapes.
 
-    With `lines`, newlines and tabs are kept (the output's own lines, a traceback's).
+    With `lines`, newlines and tabs are kept.
     """
     text = (_CONTROLS_BUT_LINES if lines else _CONTROLS).sub(_escape, text)
     # argv may hold lone surrogates (undecodable bytes): escaped too, so any stream can print them.
@@ -74,7 +61,7 @@ def printable(text: str, *, lines: bool = False) -> str:
 
 
 def json_text(value: object) -> str:
-    """`value` as ``--json`` prints it: exact, with every control character a JSON escape."""
+    """Return `value` as ``--json`` prints it: exact, with every control character a JSON escape."""
     text = json.dumps(value, indent=2, ensure_ascii=False)
     return _NOT_JSON_ESCAPED.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
@@ -85,11 +72,10 @@ def say(text: str = "") -> None:
 
 
 def table_width(args: argparse.Namespace) -> int | None:
-    """The width to fit a table to, or None for full output.
+    """Return the width to fit a table to, or None for full output.
 
-    ``--wide``: full. Else ``COLUMNS`` when it is set (a request for that
-    width, also into a pipe), else the terminal's width when stdout is one.
-    Output into a file or a pipe is never cut, so scripts see every cell.
+    ``--wide``: full; else ``COLUMNS`` if set (also into a pipe); else the terminal's width if stdout
+    is one. A file or a pipe is never cut, so scripts see every cell.
     """
     if getattr(args, "wide", False):
         return None
@@ -109,13 +95,10 @@ ELLIPSIS: Final = "\u2026"  # marks a cell cut to fit the terminal
 class Column:
     """A table column: its header, and how it gives way when the table is too wide.
 
-    `drop` ranks the columns that may be left out (1 goes first); `shrink` is
-    the narrowest a column may be cut to (the end of a cut cell is ELLIPSIS).
-    An `own_line` column is narrowed last, down to its header, and never cut:
-    a cell longer than it is printed whole on a line of its own, and the
-    row's other cells on the next line (a cell wider than the terminal
-    itself is the one thing that wraps there). A column with none of these
-    is always shown in full (counts).
+    `drop` ranks the columns that may be left out (1 goes first); `shrink` is the narrowest a column
+    may be cut to (ending in ELLIPSIS). An `own_line` column is narrowed last, down to its header,
+    and never cut: a longer cell is printed whole on a line of its own, the row's other cells on the
+    next. A column with none of these is always shown in full.
     """
 
     header: str
@@ -221,9 +204,8 @@ def jobs_table(
 ) -> str:
     """The `persched jobs` table, fitted to `width` columns when given.
 
-    A job with a run in `in_flight` shows that run: its slot under NEXT RUN,
-    "started 3s ago" under WHEN, and "running, run-now" when it is one.
-    With `namespaces`, a NAMESPACE column comes first.
+    A job with a run in `in_flight` shows that run ("started 3s ago"). With `namespaces`, a NAMESPACE
+    column comes first.
     """
     rows: list[tuple[str | Cell, ...]] = []
     for job in jobs:
@@ -295,9 +277,8 @@ def runs_table(
 ) -> str:
     """The `persched runs` table (newest first), fitted to `width` columns when given.
 
-    With `namespaces` (job id -> namespace), a NAMESPACE column comes first.
-    A TRY column (the attempt of its slot) is there only when a run is a retry:
-    a table of jobs without retries keeps its columns.
+    With `namespaces` (job id -> namespace), a NAMESPACE column comes first. A TRY column appears
+    only when a run is a retry.
     """
     left_out = {"JOB"} if not with_job else set()
     if all(run.attempt == 1 for run in runs):

@@ -1,10 +1,7 @@
 """The argument parser: every verb, its options and its help, and the options that may come before the verb.
 
-`parse` returns the arguments with the defaults filled in from the
-environment (``--db``, else ``PERSCHED_DB``, else ``persched.db``; likewise
-the namespace); a usage error is one line on stderr and exit code 2
-(`Parser.error`). Each verb's function (``args.func``) is in the module of
-its group.
+Defaults come from the environment (``--db``, else ``PERSCHED_DB``, else ``persched.db``); a usage
+error is one line on stderr and exit code 2 (`Parser.error`).
 """
 
 from __future__ import annotations
@@ -397,8 +394,7 @@ def _merge_early_options(parser: Parser, args: argparse.Namespace) -> None:
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parse `argv` (default ``sys.argv[1:]``) and fill in the defaults (usage errors exit 2).
 
-    Beside the options, ``args.db_given`` says where a database was named
-    (``"--db"``, `ENV_DB`, or None), for the demo, which never uses it.
+    ``args.db_given`` says where a database was named (``"--db"``, `ENV_DB`, or None), for the demo.
     """
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -1,11 +1,6 @@
-"""The long-running verbs: ``run`` (a scheduler until SIGINT/SIGTERM) and ``web`` (the dashboard).
+"""The long-running verbs: ``run`` (a scheduler until SIGINT/SIGTERM; a second signal forces the exit) and ``web``.
 
-``run`` imports the application's module, starts a `JobScheduler` (imported
-only then: the read verbs never load it), calls the module's
-`SETUP_HOOK` and declares what it returns, serves the metrics when asked,
-and shuts down gracefully at the first stop signal; a second one forces the
-process out. ``web`` hands over to `persched._interfaces.dashboard`. Their log lines are
-``persched.cli``'s, the name operators filter on.
+`JobScheduler` is imported only here, so the read verbs never load it.
 """
 
 from __future__ import annotations
@@ -50,12 +45,10 @@ def _import_module(name: str) -> ModuleType:
 
 
 def run_allowed_modules(args: argparse.Namespace) -> list[str] | None:
-    """The `allowed_modules` of `persched run`: the imported module's top-level package
-    plus every ``--allow``, or None (anything importable) with ``--allow-any-module``.
+    """Return `persched run`'s `allowed_modules`: the imported package and every ``--allow``.
 
-    A row's target is whatever its last writer put there; by default a
-    long-running `persched run` only runs code of the application it was
-    started for (README, "Trust").
+    None (anything) with ``--allow-any-module``. A row's target is whatever its last writer put
+    there, so by default only the application's own code runs (README, "Trust").
     """
     if args.allow_any_module:
         return None

@@ -1,10 +1,7 @@
-"""The verbs that change one job: ``deschedule``, ``pause``, ``resume`` and ``run-now``.
+"""The verbs that change one job: ``deschedule``, ``pause``, ``resume``, ``run-now`` and ``cancel``.
 
-Each writes one row through the store method of the same name and never
-migrates; a scheduler running on the database picks the change up within
-its ``pickup_seconds``. One rule for all four (the package docstring): exit
-0 when the job ends up as asked, also when it already was ("nothing
-changed"); exit 1 when it cannot be done.
+Each writes one row through the store method of the same name, never migrating. Exit 0 when the job
+ends up as asked (also when it already was), 1 when it cannot be done.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """The instant a ``--until`` names: a span from now (``90m``, ``2h``, ``1d``) or an ISO-8601 instant with its offset.
 
-A span is read against the real clock of the command; an instant must say
-its UTC offset (``2026-12-28T06:00+01:00``, or ``Z``), because a local time
-without one means another instant on every host.
+An instant without an offset is refused: it would mean another instant on every host.
 """
 
 from __future__ import annotations

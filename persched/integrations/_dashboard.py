@@ -15,13 +15,10 @@ __all__ = ["ProcessDashboard", "whole_response"]
 
 
 class ProcessDashboard:
-    """A WSGI application that calls `make` (which returns the dashboard) once per process, on its first request.
+    """A WSGI application that makes the dashboard (`make`) once per process, on its first request.
 
-    The application's start may run in a process that forks its servers
-    afterwards (gunicorn ``--preload``): a database engine made there would
-    be shared by every worker. Made on a request, it belongs to the process
-    that serves, and it reads the application's settings (its secret) as
-    they are by then.
+    Made at the application's start, a pre-forking master's engine would be shared by every worker;
+    made on a request, it belongs to the process that serves, and reads the settings as they are then.
     """
 
     def __init__(self, make: Callable[[], WSGIApplication]) -> None:
@@ -41,7 +38,7 @@ class ProcessDashboard:
             return self._app
 
     def close(self) -> None:
-        """Close the database connections of this process's dashboard, if it made one (a request makes it anew)."""
+        """Close this process's dashboard's connections, if it made one (a request makes it anew)."""
         with self._lock:
             app, mine = self._app, self._pid == os.getpid()
             self._app = self._pid = None
@@ -51,7 +48,7 @@ class ProcessDashboard:
 
 
 def whole_response(app: WSGIApplication, environ: WSGIEnvironment) -> tuple[int, list[tuple[str, str]], bytes]:
-    """Run `app` on `environ` to the end: its status code, headers and body (the dashboard never streams)."""
+    """Run `app` on `environ` to the end; return its status code, headers and body (it never streams)."""
     started: list[tuple[str, list[tuple[str, str]]]] = []
 
     def start_response(

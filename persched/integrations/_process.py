@@ -1,26 +1,12 @@
 """One scheduler per serving process: what the Flask and Django integrations share.
 
-A web framework loads the application in processes that serve and in
-processes that never do: a pre-fork server's master (gunicorn
-``--preload``), a development server's reloader parent, each management or
-CLI command. A scheduler belongs to the process that made it (a forked
-child cannot use its parent's: docs/reference/behaviour.md#forks), so the
-application's start decides once where the jobs run (`Placement`):
+The application's start decides once where the jobs run (`Placement`: here, in forked workers, or
+nowhere; docs/explanation/interfaces.md, "One scheduler per serving process"). persched's exit hook
+shuts each scheduler down.
 
-- ``here``: this process serves; its scheduler starts now, at the
-  application's start, without waiting for a first request;
-- ``forked workers``: this process loads the application and then forks the
-  processes that serve; each forked child makes and starts its own scheduler
-  as it begins (`os.register_at_fork`), and this process runs none;
-- ``nowhere``: this process serves nothing (a CLI command, a reloader parent).
-
-persched's exit hook shuts each scheduler down at interpreter exit (runs
-in flight finish), which is how a gunicorn worker or a development
-server's child stops its jobs.
-
-Threads: `ProcessScheduler` is called from the application's start-up (one
-thread) and from the fork hook in a new child (one thread: the others did
-not survive the fork); its lock guards the started scheduler and its pid.
+Threads: `ProcessScheduler` is called from the application's start-up and from the fork hook in a
+new child, one thread each (the others did not survive the fork). Its lock guards the started
+scheduler and its pid; the child replaces the lock, which a parent's thread may have held at the fork.
 """
 
 from __future__ import annotations
@@ -59,12 +45,12 @@ class Placement:
 
 
 def job_set(jobs: Sequence[JobSpec] | Callable[[], Sequence[JobSpec]]) -> list[JobSpec]:
-    """The application's jobs: `jobs` itself, or what it returns when it is a callable (read at each start)."""
+    """Return the application's jobs: `jobs`, or what it returns if callable (read at each start)."""
     return list(jobs() if callable(jobs) else jobs)
 
 
 def caller(module: str, function: str) -> FrameType | None:
-    """The frame of a call of `function` of `module` on this thread's stack, if any (how a server's phase is told)."""
+    """Return the frame of a call of `module`'s `function` on this thread's stack, if any."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == function and frame.f_globals.get("__name__") == module:
@@ -74,7 +60,7 @@ def caller(module: str, function: str) -> FrameType | None:
 
 
 def gunicorn_preloading() -> bool:
-    """True while gunicorn's master loads the application before forking its workers (``--preload``)."""
+    """Return whether gunicorn's master is loading the application before forking (``--preload``)."""
     return caller("gunicorn.arbiter", "setup") is not None
 
 
@@ -104,7 +90,7 @@ class ProcessScheduler:
 
     @property
     def scheduler(self) -> JobScheduler:
-        """This process's started scheduler.
+        """Return this process's started scheduler.
 
         Raises:
             SchedulerStateError: This process runs no jobs (it says why: the placement of its start).
@@ -163,7 +149,7 @@ class ProcessScheduler:
             os.register_at_fork(after_in_child=_in_child_of(weakref.ref(self)))
 
     def _after_fork(self) -> None:
-        """In a new child: start its scheduler if it was forked from the process that waits for its workers."""
+        """In a new child: start its scheduler if it was forked from the process that placed its jobs there."""
         self._lock = threading.Lock()  # a lock another thread of the parent held at the fork stays held here
         parent, self._forks_from = self._forks_from, None  # this child's own forks start nothing
         if parent is None or parent != os.getppid():

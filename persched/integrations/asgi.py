@@ -9,9 +9,8 @@
     app = FastAPI(lifespan=asgi.lifespan("sqlite:///jobs.db", jobs=[JobSpec("sync", "myapp.tasks:sync", 60.0)]))
     app.mount("/persched", asgi.dashboard("sqlite:///jobs.db", authorize=who_may_act))
 
-The lifespan runs in each process that serves (every uvicorn worker, after
-any fork), so nothing starts at import. Only the standard library is
-imported here: the framework is the application's.
+The lifespan runs in each process that serves, so nothing starts at import. Only the standard
+library is imported here: the framework is the application's.
 """
 
 from __future__ import annotations
@@ -54,13 +53,12 @@ def lifespan(
     namespace: str = DEFAULT_NAMESPACE,
     **options: Any,  # noqa: ANN401 - AsyncJobScheduler's keywords
 ) -> Callable[[Any], contextlib.AbstractAsyncContextManager[dict[str, Any]]]:
-    """A lifespan (``FastAPI(lifespan=...)``, ``Starlette(lifespan=...)``) that runs `jobs` while the app serves.
+    """Return a lifespan (``FastAPI(lifespan=...)``, ``Starlette(lifespan=...)``) that runs `jobs` while the app serves.
 
-    At start-up it starts an `persched.AsyncJobScheduler` on `url` (async jobs run on the
-    application's loop) and declares `jobs` with prune; requests find it as
-    ``request.state.persched`` and ``app.state.persched``. At shutdown it shuts
-    it down, waiting for the runs in flight. To combine it with a lifespan of
-    your own, enter it there: ``async with persched_lifespan(app) as state: yield state``.
+    At start-up it starts a `persched.AsyncJobScheduler` on `url` and declares `jobs` with prune;
+    requests find it as ``request.state.persched`` and ``app.state.persched``. At shutdown it shuts
+    it down, waiting for the runs in flight. To combine it with a lifespan of your own, enter it
+    there: ``async with persched_lifespan(app) as state: yield state``.
 
     Args:
         url: The database (a SQLAlchemy URL or a SQLite file path); made and migrated if needed.
@@ -84,13 +82,11 @@ def lifespan(
 
 
 def dashboard(url: str, **keywords: Any) -> Dashboard:  # noqa: ANN401 - persched.web.dashboard's keywords
-    """The dashboard (`persched.web.dashboard`, same keywords) as an ASGI application to mount.
+    """Return the dashboard (`persched.web.dashboard`, same keywords) as an ASGI application to mount.
 
-    ``app.mount("/persched", dashboard(url, authorize=..., secret=...))`` in
-    FastAPI or Starlette. `authorize` gets the WSGI environ of the request, in
-    which ``environ["asgi.scope"]`` is the ASGI scope (``scope["session"]``,
-    ``scope["user"]`` of Starlette's middleware). The dashboard opens the
-    database on its first request, in the process that serves it.
+    ``app.mount("/persched", dashboard(url, authorize=..., secret=...))``. `authorize` gets the
+    request's WSGI environ, whose ``environ["asgi.scope"]`` is the ASGI scope (``scope["session"]``,
+    ``scope["user"]``). The database is opened on the first request, in the process that serves it.
     """
     return Dashboard(ProcessDashboard(functools.partial(web.dashboard, url, **keywords)))
 
@@ -98,8 +94,7 @@ def dashboard(url: str, **keywords: Any) -> Dashboard:  # noqa: ANN401 - persche
 class Dashboard:
     """An ASGI application that answers each HTTP request with the WSGI dashboard, run on a thread.
 
-    The dashboard's pages are small and read in short transactions, so each
-    request runs whole on a thread (`asyncio.to_thread`) and its response is sent at once.
+    The pages are small and read in short transactions, so each request runs whole on a thread.
     """
 
     def __init__(self, wsgi: WSGIApplication) -> None:
@@ -135,7 +130,7 @@ async def _acknowledge_lifespan(receive: Receive, send: Send) -> None:
 
 
 async def _read_body(receive: Receive) -> bytes | None:
-    """The request's body, or None past `MAX_BODY_BYTES`."""
+    """Return the request's body, or None past `MAX_BODY_BYTES`."""
     body = bytearray()
     while True:
         message = await receive()
@@ -154,7 +149,7 @@ async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], con
 
 
 def _environ(scope: Scope, body: bytes) -> dict[str, Any]:
-    """The WSGI environ (PEP 3333) of an ASGI HTTP request; a mount's prefix (``root_path``) is ``SCRIPT_NAME``."""
+    """Return the WSGI environ (PEP 3333) of an ASGI HTTP request; ``root_path`` is ``SCRIPT_NAME``."""
     root, path = scope.get("root_path", ""), scope["path"]
     if root and path.startswith(root):
         path = path[len(root) :]  # Starlette keeps the whole path and names the mount's prefix root_path

@@ -1,10 +1,8 @@
-"""persched in a Flask application: ``Persched(app)`` or ``Persched()`` then ``init_app(app)`` in the app factory.
+"""persched in a Flask application: ``Persched(app)``, or ``Persched()`` then ``init_app(app)`` in the app factory.
 
 ::
 
     from flask import Flask
-from flask.cli import FlaskGroup
-from flask.helpers import get_debug_flag
     from persched import JobSpec
     from persched.integrations.flask import Persched
 
@@ -15,15 +13,9 @@ from flask.helpers import get_debug_flag
         persched.init_app(app)
         return app
 
-`init_app` starts this process's scheduler at once (the jobs run without
-waiting for a request) when the process serves: ``flask run`` (the
-reloader's child), a gunicorn worker, ``app.run()``. Where the application
-is loaded by a process that serves nothing it starts none: gunicorn's
-master under ``--preload`` (each worker starts its own as it is forked),
-``flask run``'s reloader parent, every other ``flask`` command.
-``app.extensions["persched"]`` is the process's started scheduler; at exit
-persched shuts it down (runs in flight finish). ``flask persched ARGS`` is
-the ``persched`` command line on the same database and namespace.
+A process that serves (``flask run``'s child, a gunicorn worker, ``app.run()``) starts its scheduler
+at `init_app`; one that serves nothing starts none (`_placement`). ``flask persched ARGS`` is the
+command line on the same database and namespace.
 """
 
 from __future__ import annotations
@@ -71,9 +63,9 @@ class Persched:
             start, or a callable that returns it.
         namespace: The namespace of the application's jobs.
         dashboard_path: Mount the dashboard (`persched.web.dashboard`) at this path, e.g. ``"/persched"``.
-        authorize: Who may act in the dashboard: called with the request's WSGI environ,
-            inside a Flask request context (``session`` and ``flask_login.current_user`` work),
-            it returns a name or None. Without it the dashboard is read-only.
+        authorize: Who may act in the dashboard: called with the request's WSGI environ inside a
+            Flask request context (``session`` and ``flask_login.current_user`` work), it returns a
+            name or None. Without it the dashboard is read-only.
         allowed_hosts: The ``Host`` names the dashboard answers besides the loopback names
             (`persched.web.dashboard`'s `allowed_hosts`); default: the app's ``TRUSTED_HOSTS``
             setting. The dashboard checks them itself: Flask's own check never sees the mount.
@@ -135,7 +127,7 @@ class Persched:
             process.place(Placement("nowhere", "the app's PERSCHED_START setting is False"))
 
     def scheduler(self, app: Flask) -> JobScheduler:
-        """The started scheduler of `app` in this process.
+        """Return the started scheduler of `app` in this process.
 
         Raises:
             SchedulerStateError: This process runs no jobs; the message says why.
@@ -143,8 +135,10 @@ class Persched:
         return self._processes[app].scheduler
 
     def shutdown(self, app: Flask, timeout: float | None = None) -> None:
-        """Shut `app`'s scheduler in this process down (persched does it at exit by itself), and close
-        the database connections of its dashboard."""
+        """Shut `app`'s scheduler in this process down, and close its dashboard's connections.
+
+        persched does it at exit by itself.
+        """
         self._processes[app].shutdown(timeout)
         dashboard = self._dashboards.get(app)
         if dashboard is not None:
@@ -171,14 +165,14 @@ class Persched:
 
 
 def _keep(app: weakref.ref[Flask], sched: JobScheduler) -> None:
-    """Make `sched` the app's ``extensions["persched"]`` (a weak reference: the app's scheduler must not keep it)."""
+    """Make `sched` the app's ``extensions["persched"]`` (`app` is a weak reference)."""
     found = app()
     if found is not None:
         found.extensions["persched"] = sched
 
 
 def _placement() -> Placement:
-    """Where the jobs of this process run, from what is loading the app (see the module docstring)."""
+    """Return where this process's jobs run, from what is loading the app."""
     if gunicorn_preloading():
         return Placement("forked workers", "gunicorn --preload: its master serves nothing, each worker runs the jobs")
     context = click.get_current_context(silent=True)

@@ -1,13 +1,8 @@
-"""The actions: pause, resume, run-now, cancel and deschedule, posted by a job page's buttons (``/action``).
+"""The actions posted by a job page's buttons (``/action``): pause, resume, run-now, cancel, deschedule.
 
-Only someone who may act (`persched._interfaces.dashboard.auth.Access`) sees the buttons, and
-a POST is carried out only with the form's CSRF token, an HMAC of who acts:
-else it is refused (403, `Refuse`), as is a POST from another site (the
-application checks ``Origin`` and ``Sec-Fetch-Site`` first). An action calls
-the store method of the CLI verb of the same name, through a store of the
-form's namespace, and is logged at INFO with who and the client's address.
-The page it redirects to shows the outcome as ``msg=CODE``: a text of
-`MESSAGES`, never text from the URL.
+A POST is carried out only with the form's CSRF token, through a store of the form's namespace, and
+logged at INFO with who and the client's address. The redirect names the outcome as ``msg=CODE``,
+a text of `MESSAGES`, never text from the URL.
 """
 
 from __future__ import annotations
@@ -75,9 +70,7 @@ def message_of(code: str | None) -> str | None:
 class Refuse:
     """The 403 of a refused POST, with its reason, logged through `log`.
 
-    A POST is refused when it comes from another site, lacks a valid CSRF
-    token, or comes from someone who may not act. `log` is the dashboard's
-    log of refusals, which the sign-in writes to as well.
+    For a POST from another site, without a valid CSRF token, or from someone who may not act.
     """
 
     def __init__(self, frame: Frame, log: RefusalLog) -> None:

@@ -1,18 +1,7 @@
-"""The dashboard as a WSGI application: `WebApp` answers each request through the part that owns it.
+"""The dashboard as a WSGI application: `WebApp` tells who acts, routes, and sets the headers.
 
-A request (`persched._interfaces.dashboard.request`) is told who acts (`persched._interfaces.dashboard.auth`),
-then routed: ``GET /``, ``/job`` and ``/runs`` to the pages that read
-(`persched._interfaces.dashboard.pages`), ``/login`` and ``/logout`` to the sign-in
-(`persched._interfaces.dashboard.signin`), ``POST /action`` to the actions
-(`persched._interfaces.dashboard.actions`), a POST from another site to a refusal. A refused
-parameter is a 400 with its reason (`BadRequest`), an unreadable database a
-503; every response carries the headers that keep it out of caches, frames
-and other sites' reach.
-
-Threads: the server runs the application on a fixed pool of worker threads;
-a `Store` holds one engine whose pool gives each thread its own connection.
-The namespaces' caches and the sessions are guarded by their own locks;
-nothing else is shared between requests.
+Threads: the server's worker threads run it; the store's engine gives each its own connection. The
+namespaces' caches and the sessions have locks of their own; nothing else is shared between requests.
 """
 
 from __future__ import annotations
@@ -55,16 +44,13 @@ class WebApp:
     Args:
         store: Opened with `persched._interfaces.existing.open_existing` (never migrated); its
             namespace is the one the pages show unless they ask for another.
-        token: The access token that enables the action buttons after a
-            sign-in (``persched web``); None: read-only, unless `authorize`.
+        token: The access token that enables the buttons after a sign-in (``persched web``); None:
+            read-only, unless `authorize`.
         now: The wall clock (microseconds), for "in 3m" and for the actions' `now`.
-        authorize: For an application that mounts the dashboard behind its
-            own authentication: called with each request's WSGI environ, it
-            returns who is acting (a name, logged with each action) or None
-            (that request may only read). Not with `token`.
-        secret: Keys the CSRF tokens of forms. Default: random per process,
-            right for ``persched web``; an application served by several
-            processes passes its own secret (the same in each) with `authorize`.
+        authorize: An application's hook: called with each request's WSGI environ, it returns who acts
+            (logged with each action) or None (that request may only read). Not with `token`.
+        secret: Keys the CSRF tokens of forms. Default: random per process; an application served by
+            several processes passes its own, the same in each.
         hosts: Check each request's ``Host`` against these rules first (a dashboard mounted in an
             application, `persched.web.dashboard`); None: the server checks it (``persched web``).
         namespaces: The only namespaces it serves (with the store's first); None: every one.

@@ -1,25 +1,8 @@
-"""Who may act on the dashboard (the dashboard): the access token's sessions, or the application's hook.
+"""Who may act on the dashboard: the access token's sessions, or the application's hook; and CSRF tokens.
 
-Two ways, one per deployment:
-
-- **The access token** (``persched web``): a browser signs in with it and
-  gets a session cookie holding a random id. The ids live in this process
-  (`Sessions`, hashed), each with an expiry and the Host it was signed in
-  under (a cookie presented under another name or port is no session);
-  signing out deletes it, so a copied cookie stops working then, and every
-  session ends with the process. Failed sign-ins are limited per client
-  address and in all (`SignInLimiter`), and the token is compared in
-  constant time (the digests, so its length does not show either). A browser that signed in
-  once holds a device cookie (`Devices`, an HMAC under the token): its
-  sign-ins are counted against that cookie alone, so a guesser sharing its
-  address (every local user on 127.0.0.1) cannot lock it out.
-- **An application's own authentication** (the dashboard mounted in a
-  Flask, Django or FastAPI app): a hook called with the request's WSGI
-  environ says who is acting (a name for the log) or None (may only read).
-
-Either way a form carries a CSRF token, an HMAC of who is acting under a
-secret of the dashboard's (`csrf_token`). `Access` holds one dashboard's
-way, and says who acts in a request.
+`Access` holds one dashboard's way and says who acts in a request. `Sessions` and `SignInLimiter`
+each guard their state with a lock of their own, never held with another; `Devices` keeps no state.
+The reasoning: docs/explanation/interfaces.md, "Who may act" and "Signing in".
 """
 
 from __future__ import annotations
@@ -77,12 +60,12 @@ def same_secret(given: str, token: bytes) -> bool:
 
 
 def csrf_token(secret: bytes, actor_key: str) -> str:
-    """The CSRF token of forms for `actor_key` (a session, or a user the hook named)."""
+    """Return the CSRF token of forms for `actor_key` (a session, or a user the hook named)."""
     return hmac.new(secret, f"csrf:{actor_key}".encode(), hashlib.sha256).hexdigest()
 
 
 class Sessions:
-    """The signed-in sessions of one dashboard process (module docstring).
+    """The signed-in sessions of one dashboard process, each bound to the Host it signed in under.
 
     Args:
         lifetime: Seconds a session lasts from its sign-in.
@@ -104,7 +87,7 @@ class Sessions:
         return self._lifetime
 
     def create(self, host: str) -> str:
-        """A new session signed in under `host`; return the cookie value (only its digest is kept)."""
+        """Start a session signed in under `host`; return the cookie value (only its digest is kept)."""
         value = secrets.token_urlsafe(32)
         with self._lock:
             self._live[_digest(value)] = (self._monotonic() + self._lifetime, host)
@@ -113,7 +96,7 @@ class Sessions:
         return value
 
     def check(self, value: str, host: str) -> str | None:
-        """The session's key (for its CSRF token) if `value` is a live session of `host`, else None."""
+        """Return the session's key (for its CSRF token) if `value` is a live session of `host`, else None."""
         key = _digest(value)
         with self._lock:
             live = self._live.get(key)
@@ -131,12 +114,10 @@ class Sessions:
 
 
 class Devices:
-    """The device cookies of browsers that signed in with the token: a nonce and its HMAC under the token.
+    """Device cookies of browsers that signed in: a nonce and its HMAC under the token.
 
-    Keyed by the token, so a device cookie outlives the process (and a
-    restart) but not a change of token, and no one without the token can
-    make one. It grants nothing by itself: it only has its sign-ins counted
-    against itself rather than against its address (`SignInLimiter`).
+    One outlives a restart but not a change of token. It grants nothing: it only has its sign-ins
+    counted against itself rather than its address (`SignInLimiter`).
     """
 
     def __init__(self, token: bytes) -> None:
@@ -146,12 +127,12 @@ class Devices:
         return hmac.new(self._key, nonce.encode(), hashlib.sha256).hexdigest()
 
     def issue(self) -> str:
-        """A new device cookie value."""
+        """Return a new device cookie value."""
         nonce = secrets.token_urlsafe(16)
         return f"{nonce}.{self._mac(nonce)}"
 
     def check(self, value: str | None) -> str | None:
-        """The device's nonce if `value` is one of this token's device cookies, else None."""
+        """Return the device's nonce if `value` is one of this token's device cookies, else None."""
         nonce, dot, mac = (value or "").partition(".")
         if not dot or not nonce or not hmac.compare_digest(mac, self._mac(nonce)):
             return None
@@ -159,12 +140,10 @@ class Devices:
 
 
 class SignInLimiter:
-    """Failed sign-ins counted over `SIGN_IN_WINDOW`: per client, and from all untrusted clients.
+    """Failed sign-ins over `SIGN_IN_WINDOW`: per client, and from all untrusted clients.
 
-    A client is an address, or a trusted browser's device (`trusted`: its
-    failures count against it alone, not in all). While a limit is reached
-    every sign-in of that client is refused, the right token too, so that
-    guessing gets no answer; `retry_after` says how long for.
+    A client is an address, or a trusted device, whose failures count against it alone. While a limit
+    is reached every sign-in of that client is refused, the right token too: guessing gets no answer.
     """
 
     def __init__(
@@ -190,7 +169,7 @@ class SignInLimiter:
             del self._trusted[client]  # every failure of it is old: nothing to keep
 
     def retry_after(self, client: str, *, trusted: bool = False) -> float | None:
-        """Seconds until `client` may try again, or None if it may now."""
+        """Return the seconds until `client` may try again, or None if it may now."""
         now = self._monotonic()
         with self._lock:
             self._forget_old(now)
@@ -247,11 +226,11 @@ class Access:
 
     @property
     def read_only(self) -> bool:
-        """Nobody may act here: neither a token nor a hook."""
+        """Whether nobody may act here: neither a token nor a hook."""
         return self.token is None and self.authorize is None
 
     def actor(self, request: Request) -> Actor | None:
-        """Who acts in `request`, or None: it may only read."""
+        """Return who acts in `request`, or None: it may only read."""
         if self.authorize is not None:
             name = self.authorize(request.environ)
             return None if not name else Actor(str(name), f"user:{name}")
@@ -261,7 +240,7 @@ class Access:
         return None if session is None else Actor("a token session", f"session:{session}")
 
     def csrf(self, actor: Actor) -> str:
-        """The CSRF token of the forms that `actor` is shown."""
+        """Return the CSRF token of the forms that `actor` is shown."""
         return csrf_token(self._secret, actor.key)
 
     def csrf_matches(self, actor: Actor, given: str) -> bool:
@@ -270,7 +249,7 @@ class Access:
 
 
 def read_token_file(path: str) -> tuple[str, str | None]:
-    """The token in file `path` (its first line, stripped) and a warning if others may read the file.
+    """Return the token in file `path` (its first line) and a warning if others may read the file.
 
     Raises:
         PerschedError: The file cannot be read, is not a regular file, is empty or too large.
@@ -306,11 +285,10 @@ def read_token_file(path: str) -> tuple[str, str | None]:
 def resolve_token(
     flag: str | None, path: str | None, environ: dict[str, str] | os._Environ[str], env_name: str
 ) -> tuple[str | None, list[str]]:
-    """The access token of ``persched web`` and the warnings to log about it.
+    """Return the access token of ``persched web`` and the warnings to log about it.
 
-    From ``--token-file`` (`path`), else ``--token`` (`flag`: readable by
-    every local user in the process list, hence a warning), else the
-    environment variable `env_name`.
+    From ``--token-file`` (`path`), else ``--token`` (`flag`, with a warning: the process list shows it),
+    else the environment variable `env_name`.
 
     Raises:
         PerschedError: The token file cannot be used.

@@ -1,8 +1,4 @@
-"""The chart of a job's page: the lateness and the duration of its latest runs over time, as inline SVG.
-
-Drawn on the server (no JavaScript): two panels on one time axis, missed
-ranges shaded, failed runs (error, lost) in red, a tooltip on every point.
-"""
+"""The chart of a job's page: the lateness and the duration of its latest runs over time, as inline SVG."""
 
 from __future__ import annotations
 

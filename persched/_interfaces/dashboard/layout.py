@@ -1,8 +1,4 @@
-"""The HTML that the dashboard's pages share: the frame of every page (`Frame`), escaping, notes, the runs table.
-
-Every value is escaped (`e`) where it enters the HTML; no I/O. The chart is
-`persched._interfaces.dashboard.chart`'s.
-"""
+"""The HTML the dashboard's pages share: the frame (`Frame`), escaping (`e`), the runs table."""
 
 from __future__ import annotations
 

@@ -1,17 +1,8 @@
-"""The namespaces of one dashboard: a store for each, the counts of their jobs, and the one a page shows.
+"""The namespaces of one dashboard: the one a page shows (`view`), a store for each, the counts of their jobs.
 
-The dashboard serves the namespace it was given (``--namespace`` or
-``PERSCHED_NAMESPACE``, as the CLI: `Store.namespace`), and every page takes
-``ns=NAME`` for another one, or ``all=1`` (jobs, runs) for all of them
-(`view`). Another namespace is read and changed through a `Store` of its
-own on the dashboard's engine (`store_for`), whose methods touch only that
-namespace's rows. A dashboard confined to some namespaces (`served`,
-``dashboard(namespaces=...)``) shows and changes only those: any other is
-a 404 in `view` and in `store_for` (through which every action goes), the
-counts and the header leave the others out, and "all" means all of its own.
-The counts by namespace and state scan the jobs table, so they are cached
-for `COUNTS_CACHE_NS`; the counts and the stores are guarded by one lock,
-the only state shared between requests here.
+A dashboard confined to some namespaces (`served`) treats any other as a 404, in `view` and in
+`store_for`, through which every action goes. One lock guards the stores and the counts, which are
+cached for `COUNTS_CACHE_NS`: the only state shared between requests here.
 """
 
 from __future__ import annotations

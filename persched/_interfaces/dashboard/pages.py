@@ -1,13 +1,8 @@
 """The pages that read: the jobs (``/``), one job (``/job?id=ID``) and the runs (``/runs``).
 
-Each reads in short read transactions through the keyset-paginated queries
-of `persched._store.views` (a page costs the same at 100,000 jobs), in the
-namespace the page asks for (`Namespaces.view`); a job page shows the
-buttons of `persched._interfaces.dashboard.actions` to whoever may act.
-
-Both say what `persched check` would (`persched._store.health`, its one
-definition): a banner when no scheduler is alive for a namespace that has jobs
-waiting to run, and a mark on each job of the page that is overdue or failing.
+Each reads through the keyset-paginated queries of `persched._store.views`, and shows what
+`persched check` would (`persched._store.health`): a banner when no scheduler is alive, a mark on
+each job that is overdue or failing.
 """
 
 from __future__ import annotations

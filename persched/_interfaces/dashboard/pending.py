@@ -1,14 +1,6 @@
 """The mounted dashboard before its database exists: 503 with the reason, until a scheduler has made it.
 
-A fresh deploy starts the web application before, or while, its first
-scheduler creates and migrates the database. `until_the_database_exists`
-makes `persched.web.dashboard` return an `AwaitingDatabase` then, instead of
-failing the application's start: each request tries to open the database
-again (never creating or migrating it) and answers 503 with one line
-until that succeeds; from then on the dashboard answers every request. A
-newer schema than this code (`SchemaVersionError`) still raises at once.
-The 503 passes the dashboard's own ``Host`` check first (`allowed_hosts=`):
-its reason names the database, which no other Host may read.
+See docs/explanation/interfaces.md, "Before the database exists".
 """
 
 from __future__ import annotations

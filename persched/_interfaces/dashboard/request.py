@@ -1,11 +1,4 @@
-"""One request to the dashboard (`persched._interfaces.dashboard`), and its parameters parsed strictly.
-
-Strict: an unknown or repeated parameter, a number that is not 1 to 18
-ASCII digits (`str.isdigit()` takes "²", which `int()` refuses), an id or a
-namespace the API would refuse, a query or form that is not UTF-8 or too
-large: each is a `BadRequest` (400, or 413 for a form too large) whose
-message says which and why.
-"""
+"""One request to the dashboard, its parameters parsed strictly: anything unexpected is a `BadRequest` saying why."""
 
 from __future__ import annotations
 

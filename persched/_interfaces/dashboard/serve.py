@@ -1,12 +1,4 @@
-"""``persched web``: the dashboard of one database on a server of its own, until SIGINT or SIGTERM.
-
-`make_web_server` puts the application behind the Host check
-(`persched._interfaces.http.hosts`) on the bounded server (`persched._interfaces.http.server`);
-`serve` opens the database (never created, never migrated), serves it on a
-thread of its own and stops at the first stop signal. Bound to an address
-other than loopback, it warns that the job data is visible from other
-machines.
-"""
+"""``persched web``: the dashboard of one database on a server of its own, until SIGINT or SIGTERM."""
 
 from __future__ import annotations
 
@@ -46,8 +38,7 @@ def make_web_server(
 ) -> Server:
     """The dashboard's server for `app` (port 0: any free port; read it from ``server_port``).
 
-    Requests pass `HostCheck` first: only the server's own names (`HostRules`
-    and `allowed_hosts`) reach the pages.
+    Requests pass `HostCheck` first: only the server's own names and `allowed_hosts` reach the pages.
 
     Raises:
         PerschedError: The address cannot be bound, or an allowed host is malformed.
@@ -74,9 +65,7 @@ def serve(
 ) -> None:
     """Serve the dashboard of database `db` until SIGINT or SIGTERM (the ``persched web`` command).
 
-    `ready` is called with the URL once the server listens. Never creates
-    or migrates the database: `open_existing` refuses one that is not at
-    the head revision.
+    `ready` is called with the URL once the server listens. The database is never created or migrated.
 
     Raises:
         PerschedError: The token is too short, the database cannot be used, the address cannot be bound.

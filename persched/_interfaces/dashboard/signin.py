@@ -1,22 +1,7 @@
 """Signing in with the access token (``persched web``): the form (``/login``), the sign-in and the sign-out.
 
-Signing in under a name that every local service shares (127.0.0.1,
-localhost, [::1]) is refused with a link to the dashboard's own name,
-``persched.localhost`` (`persched._interfaces.http.hosts.OWN_NAME`):
-cookies ignore ports, so a cookie set there would reach them all.
-
-A right token makes a session (`persched._interfaces.dashboard.auth.Sessions`,
-bound to the Host it was signed in under) whose id is the cookie's, and
-gives the browser a device cookie (`Devices`). A wrong one counts against
-the client's address and against all (`SignInLimiter`), or, from a browser
-with a device cookie, against that device alone; while a client's limit is
-reached its every sign-in is refused, the right token too. So a guesser on
-the operator's address (every local user shares 127.0.0.1) cannot keep a
-browser that signed in before from signing in.
-
-The redirect after a sign-in is always this dashboard's jobs page: no
-target is ever taken from the request. A dashboard mounted behind an
-application's own sign-in (`authorize`) has no such pages.
+A loopback name every local service shares is refused for the sign-in (cookies ignore ports), and
+the redirect never comes from the request (docs/explanation/interfaces.md, "Signing in").
 """
 
 from __future__ import annotations

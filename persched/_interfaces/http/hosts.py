@@ -1,10 +1,6 @@
-"""Which ``Host`` a server answers: `HostRules`, and `HostCheck`, the middleware that applies them.
+"""Which ``Host`` a server answers (`HostRules`), and `HostCheck`, the middleware that answers 400 to others.
 
-`HostCheck` answers 400 to a request whose ``Host`` is not one of the
-server's own names (DNS rebinding: a web page whose name an attacker
-re-points at 127.0.0.1 would read the dashboard, or the metrics, as its own
-origin). The dashboard and the metrics endpoint each put one in front of
-their application; its refusals are logged without flooding (`RefusalLog`).
+It stops DNS rebinding (docs/explanation/interfaces.md, "The request head and the Host").
 """
 
 from __future__ import annotations
@@ -71,16 +67,12 @@ def _is_ip(name: str) -> bool:
 
 
 class HostRules:
-    """Which ``Host`` values a server answers (module docstring: DNS rebinding).
+    """Which ``Host`` values a server answers.
 
-    Allowed: ``127.0.0.1``, ``localhost``, ``[::1]`` and `OWN_NAME` with the
-    server's port; the bound address with the port; each of `extra`
-    (``name`` with any port or none, ``name:port`` exactly, ``*`` anything); and, when bound to
-    every address (0.0.0.0, ::), any IP address: a page cannot be served to a
-    browser under an IP address it does not own, so only a name can be rebound.
-    Without `bind_host` and `port` (a dashboard mounted in an application,
-    whose server is the application's), the loopback names at any port, and
-    `extra`.
+    Allowed: the loopback names and `OWN_NAME` with the server's port; the bound address with the
+    port; each of `extra` (``name`` at any port, ``name:port`` exactly, ``*`` anything); and, bound to
+    every address, any IP address (only a name can be rebound). Mounted (no `bind_host` and `port`):
+    the loopback names at any port, and `extra`.
 
     Args:
         bind_host: The address the server binds; None: mounted.

@@ -1,12 +1,4 @@
-"""Log lines of refused requests that a flood cannot multiply: `RefusalLog`.
-
-A client refused again and again (a wrong Host, wrong tokens, forms without
-a session) would write a line per request: tens of thousands a minute from
-one client. `RefusalLog` writes the first refusal of each kind in full, then
-counts the others of that kind, and writes the count with the first refusal
-of that kind after `REFUSAL_LOG_SECONDS` (which is written in full again,
-with its client's address). So each kind costs at most two lines a minute.
-"""
+"""Log lines of refused requests that a flood cannot multiply: at most two lines a minute for each kind."""
 
 from __future__ import annotations
 
@@ -25,7 +17,7 @@ REFUSAL_LOG_SECONDS: Final = 60.0  # seconds between the full lines of one kind 
 
 
 class RefusalLog:
-    """The log of refusals of one server (module docstring).
+    """The log of refusals of one server: each kind's first in full, then a count with the next after `interval`.
 
     Args:
         logger: Where the lines go.

@@ -1,40 +1,19 @@
-"""The HTTP server of ``persched web`` and of the metrics endpoint: bounded under hostile clients.
+"""The bounded HTTP server of ``persched web`` and the metrics endpoint.
 
-Why not `wsgiref.simple_server` with ``ThreadingMixIn``: it starts one thread
-per connection, without a bound and without a timeout, so a few hundred
-half-open connections (slowloris) are a few hundred threads, and a client
-that never finishes its request holds its thread for ever. This server is
-built from the same standard library pieces (`selectors`, `wsgiref.handlers`)
-around one rule: **a client holds a thread only once its whole request has
-arrived.**
+The rule: a client holds a thread only once its whole request has arrived. Threads:
 
-Threads and what each owns:
+- the reader (``persched-http``, the thread in `serve_forever`) owns the listening socket and every
+  connection until its request is complete: non-blocking sockets on a selector, a buffer and a
+  deadline each. It enforces `Limits`, answers refusals itself without blocking, and hands each
+  complete request to the workers over a bounded queue. Nothing else touches those connections, so
+  they need no lock.
+- the workers (``persched-http-{i}``, `Limits.workers`) each run the WSGI application on one
+  complete request, write the response on the now blocking socket within `Limits.write_timeout`,
+  and close it.
 
-- the reader (``persched-http``, the thread that calls `serve_forever`)
-  owns the listening socket and every connection until its request is
-  complete: non-blocking sockets on a selector, a buffer and a deadline
-  each. It accepts, reads, enforces the limits (`Limits`) and answers the
-  refusals itself (400, 408, 413, 431, 503: a few hundred bytes, sent
-  without blocking), then hands each complete request to the workers over a
-  bounded queue. Nothing else touches the connections it holds, so they need
-  no lock.
-- the workers (``persched-http-{i}``, `Limits.workers` of them) each take a
-  complete request, run the WSGI application (`wsgiref.handlers.SimpleHandler`,
-  HTTP/1.0, one request per connection as wsgiref does), write the response
-  on the now blocking socket within `Limits.write_timeout` and close it.
-
-So a slow or idle client costs a buffer, never a thread: at most
-`Limits.max_connections` connections are being read at once, and a new one
-beyond that closes one that has the least to lose (`Server._make_room`):
-one that sent nothing yet, else the oldest still unfinished (the slowest),
-never one whose whole request already waits in its socket. So clients that
-send their request at once, as browsers and Prometheus do, are served while
-idle and slow ones wait their turn to be dropped. Every connection has
-`Limits.read_timeout` seconds from its accept to the end of its request
-(an idle connection is closed then, with 408).
-
-The request head is read by `persched._interfaces.http.wire`; the Host check is
-`persched._interfaces.http.hosts`'s, a middleware in front of the application.
+So a slow client costs a buffer, never a thread. Beyond `Limits.max_connections`, a new connection
+evicts the one with the least to lose (`Server._make_room`). Why not wsgiref's threading server, and
+the eviction order: docs/explanation/interfaces.md, "The bounded HTTP server".
 """
 
 from __future__ import annotations
@@ -134,10 +113,10 @@ class _Connection:
 
 
 class Server:
-    """An HTTP/1.0 server of one WSGI application within `limits` (module docstring).
+    """An HTTP/1.0 server of one WSGI application within `limits`.
 
-    The interface of `socketserver`'s servers: `serve_forever` in a thread of
-    the caller's, then `shutdown` (from another thread) and `server_close`.
+    `socketserver`'s interface: `serve_forever` on a thread of the caller's, then `shutdown` (from
+    another thread) and `server_close`.
 
     Args:
         host: The address to bind ("127.0.0.1", "::1", "0.0.0.0", a name).
@@ -176,7 +155,7 @@ class Server:
         self._reading: collections.OrderedDict[int, _Connection] = collections.OrderedDict()
         self._refusals = RefusalLog(logger)  # the reader's: a flood of refused requests logs a line a minute
 
-    # -- lifecycle (the socketserver interface) ------------------------------------------
+    # The socketserver interface.
 
     def serve_forever(self) -> None:
         """Accept and read on this thread, serve on the workers, until `shutdown`."""
@@ -275,10 +254,9 @@ class Server:
     def _make_room(self, selector: selectors.BaseSelector) -> None:
         """Free a place among the connections being read: close the one that has the least to lose.
 
-        Oldest first, each is read first (a request may wait in its socket unread, when a flood of
-        connections came in the same accept burst): one that completes goes to the workers, and the
-        room is made. Else the first that was answered already (draining) or has sent nothing is
-        closed; if every one has sent part of a request, the oldest (the slowest).
+        Oldest first, each is read once more (a whole request may wait unread in its socket): one
+        that completes goes to the workers. Else the first draining or silent one is closed; if
+        every one has sent part of a request, the oldest.
         """
         for conn in list(self._reading.values()):
             before = len(self._reading)

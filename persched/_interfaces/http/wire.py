@@ -1,11 +1,7 @@
-"""The HTTP/1.x request head as the server's reader meets it: parsed strictly, or refused.
+"""The HTTP/1.x request head, parsed strictly, or a `Refusal` the reader answers itself and closes.
 
-A `Refusal` is a request the reader answers itself with a short plain-text
-response (`plain_response`) and closes: a malformed request line or header,
-a control character (NUL, a bare CR) in a header value, an HTTP version
-other than 1.0 and 1.1, a body framed by anything but
-``Content-Length`` (no chunked decoding, so no request smuggling between the
-two), a body or a head over its limit. No I/O: the reader owns the sockets.
+Only ``Content-Length`` frames a body (no chunked decoding, so no request smuggling). No I/O: the
+reader owns the sockets.
 """
 
 from __future__ import annotations

@@ -14,17 +14,10 @@ Settings (all optional)::
         "DATABASE": "default",                    # the admin: the Django database alias of URL's tables
     }
 
-Each process that serves starts its scheduler as the project starts (in
-``AppConfig.ready``): ``runserver``'s child, each gunicorn or uvicorn worker
-(after the fork, with or without ``--preload``). Processes that serve
-nothing start none: ``runserver``'s autoreloader parent and every other
-management command. ``python manage.py persched ARGS`` is the ``persched``
-command line on these settings (``migrate``, ``jobs``, ``pause``, ``run``
-...); the persched tables are made and upgraded by persched's own
-migrations, through that command or a scheduler's start, never by Django's
-(`persched.integrations.django.models` are unmanaged: the admin reads them,
-persched's API changes them).
-``scheduler()`` is the process's started scheduler, for views.
+Each process that serves starts its scheduler in ``AppConfig.ready`` (``runserver``'s child, each
+gunicorn or uvicorn worker); ``runserver``'s autoreloader parent and other management commands start
+none. ``python manage.py persched ARGS`` is the ``persched`` command line on these settings. persched's
+own migrations make its tables, never Django's. `scheduler` returns the process's scheduler, for views.
 """
 
 from __future__ import annotations
@@ -38,11 +31,11 @@ __all__ = ["scheduler"]
 
 
 def scheduler() -> JobScheduler:
-    """This process's started scheduler.
+    """Return this process's started scheduler.
 
     Raises:
-        SchedulerStateError: This process runs no jobs (a management command,
-            ``PERSCHED["START"]`` False); the message says why.
+        SchedulerStateError: This process runs no jobs (a management command, ``PERSCHED["START"]``
+            False); the message says why.
     """
     from .apps import process  # the app registry imports apps.py; this module stays light
 

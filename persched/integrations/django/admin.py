@@ -1,11 +1,8 @@
 """The Django admin's pages of persched: jobs and runs, read-only, with pause, resume, run-now and deschedule.
 
-Who sees what is Django's permissions: ``"persched.view_job"`` and
-``"persched.view_run"`` read; ``"persched.operate_job"`` pauses, resumes and
-runs now; ``"persched.deschedule_job"`` deschedules. The actions go through
-persched's API (`persched.JobScheduler`, on the settings' URL, in each
-job's namespace), so every instance sees them at once, as with ``persched
-pause``; the rows are never edited or deleted through the ORM.
+Django's permissions decide: ``"persched.view_job"`` and ``view_run`` read, ``operate_job`` pauses,
+resumes and runs now, ``deschedule_job`` deschedules. Actions go through `persched.JobScheduler` in
+each job's namespace, never through the ORM.
 """
 
 from __future__ import annotations

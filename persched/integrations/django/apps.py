@@ -21,7 +21,7 @@ process = ProcessScheduler(
 
 
 def placement() -> Placement:
-    """Where this process's jobs run (the package docstring says why)."""
+    """Return where this process's jobs run (docs/explanation/interfaces.md, "One scheduler per serving process")."""
     if not conf.start():
         return Placement("nowhere", "PERSCHED['START'] is False")
     if gunicorn_preloading():

@@ -18,10 +18,9 @@ F = TypeVar("F", bound="Callable[..., Any]")
 def django_job(fn: F) -> F:
     """Close stale database connections before and after each run of `fn`, as Django does around a request.
 
-    persched's worker threads live as long as the scheduler, and Django
-    opens one connection per thread; its request signals close them for
-    requests, nothing does for other threads. ``functools.wraps`` keeps the
-    module and qualified name, so persched finds the decorated job by reference.
+    persched's worker threads live as long as the scheduler, and Django keeps a connection per
+    thread, which only its request signals close. ``functools.wraps`` keeps the reference persched
+    finds the job by.
     """
 
     @functools.wraps(fn)

@@ -1,13 +1,7 @@
-"""persched's tables, as Django sees them for the admin: unmanaged models, never migrated by Django.
+"""persched's tables as the admin reads them: unmanaged models (``managed = False``), never migrated by Django.
 
-``managed = False`` and no ``migrations`` package: Django never creates,
-alters or drops these tables, and ``makemigrations`` leaves the app alone.
-persched's own Alembic revisions own the schema (``manage.py persched
-migrate``, or a scheduler's start). Only the columns the admin shows are
-declared. The admin reads through Django's ORM, so the tables must be in
-one of Django's databases: the default, unless ``PERSCHED["DATABASE"]``
-names another alias (it must be the database of ``PERSCHED["URL"]``).
-Changes go through persched's API, never through these models.
+persched's own revisions own the schema. Only the columns the admin shows are declared. The tables must
+be in one of Django's databases: ``PERSCHED["DATABASE"]``, the one of ``PERSCHED["URL"]``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The dashboard as a Django view, behind the project's own sign-in (`persched.integrations.django.urls`).
 
-Reading needs a staff user (``request.user.is_staff``), or whom
-``PERSCHED["MAY_READ"]`` (a function of the request) admits; acting needs a
-superuser, or whoever ``PERSCHED["AUTHORIZE"]`` (a function of the request)
-names. Django decides who acts before the dashboard sees the request, in an
-environ key no client can set, and checks the Host against ``ALLOWED_HOSTS``
-(which a bare view would otherwise never do). The view is exempt from Django's CSRF check
-because the dashboard checks its own token, keyed by ``SECRET_KEY``.
+Reading needs a staff user or ``PERSCHED["MAY_READ"]``; acting a superuser or ``PERSCHED["AUTHORIZE"]``.
+Django checks the Host (``ALLOWED_HOSTS``) and decides who acts, in an environ key no client can set,
+before the dashboard sees the request. Django's CSRF check is off: the dashboard checks its own token.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """``python manage.py persched ARGS``: the ``persched`` command line on the project's settings.
 
-``run`` without ``--import`` runs the project's jobs (``PERSCHED["JOBS"]``)
-in this process until SIGINT or SIGTERM: a dedicated scheduler process, for
-projects whose web processes run none (``PERSCHED["START"] = False``).
+``run`` without ``--import`` runs ``PERSCHED["JOBS"]`` in this process: a dedicated scheduler process.
 """
 
 from __future__ import annotations
