@@ -1,33 +1,9 @@
 """Read-only queries of the dashboard (`persched web`), the metrics and the command line: pages, counts.
 
-Every query here is a read transaction on the `Store` (never a write, never a
-migration) and is paginated by a key the database has an index on, so a page
-costs the same at 100,000 jobs and 1,000,000 runs (keyset pagination: "after
-this key", never OFFSET):
-
-- `jobs_page`: ``job_id > :after ORDER BY job_id`` -- the primary key.
-- `runs_page` without an outcome: ``run_id < :before ORDER BY run_id DESC`` --
-  the primary key; of one job: ``ix_persched_runs_job_id_run_id``.
-- `runs_page` for "error", "stopped", "lost", "missed": ``ix_persched_runs_outcome``
-  (partial, ``outcome <> 'ok'``; the query repeats that term so SQLite sees
-  the index applies); "running": ``ix_persched_runs_open`` (outcome NULL;
-  the few open runs are sorted);
-  "ok": the primary key, walking back until a page is full (ok is the common
-  outcome, so that walk is short).
-- `job_counts`: one ``GROUP BY state, paused`` over persched_jobs (a scan of the
-  table; about 30 ms at 100,000 jobs on SQLite, so the metrics cache it);
-  `namespace_counts` the same by namespace (the dashboard caches it).
-
-Across namespaces, for the command line and the errors about a job that is
-not in a namespace: `whereabouts` (one job's namespace, by primary key),
-`job_ids` (one namespace's ids, for "did you mean"), `all_jobs_as` and
-`all_runs_as` (``--all-namespaces``: whole listings, as the store's own).
-
-The dashboard shows one namespace, some (a set: a dashboard confined to
-them) or all of them (`namespace=None`). Of one namespace, jobs are still
-walked by primary key (the namespace term is kept
-off its index, as the store does: `Dialect.unindexed`), and a run's namespace
-is its job's, looked up by primary key for each run of the page.
+Each is a read transaction of a `Store`, paginated by a key the database
+has an index on ("after this key", never OFFSET), so a page costs the same at
+any size; each query names the index it walks. The queries across namespaces serve
+the command line. Why: docs/explanation/store.md, "Pages and health".
 """
 
 from __future__ import annotations
