@@ -1,14 +1,9 @@
-"""Steering jobs: pause, resume and run-now, each one transaction (`_tx`) through the group commit
-(but for the pause and resume of every job), so that calls that arrive together share one commit and
-each still linearizes at it:
+"""Steering jobs: pause, resume and run-now.
 
-- `pause_job`: no run starts after its commit (the claim's predicate reads
-  ``paused``); `resume_job` places the job on its grid from now.
-- `pause_ends`: the timed pauses that end by a time (their resume is `resume_job` with ``until``).
-- `request_run_now`: one extra run as soon as possible, off the grid.
-
-Every change bumps the change counter (`persched_changes`), which other
-instances poll to pick changes up.
+Each call is one transaction through the group commit (but for pausing and
+resuming every job), and moves the change counter. A pause linearizes at its
+commit: no run starts after it, since the claim's predicate reads ``paused``.
+A resume places the job on its grid from now.
 """
 
 from __future__ import annotations
@@ -55,7 +50,7 @@ _PAUSE: Final = (
 
 
 class SteeringStore(Part):
-    """Pause, resume and run-now (module docstring)."""
+    """Pause, resume and run-now."""
 
     def pause_job(
         self, job_id: str, now: Instant, *, until: Instant | None = None, note: str | None = None
