@@ -1,14 +1,10 @@
 """Stored rows read defensively: a hand-edited value is reported on its own row.
 
-SQLAlchemy converts a column's value while it builds a row, so one value that
-cannot be converted (a ``next_run_at`` of ``'garbage'``, an ``interval_seconds``
-of ``'ten'`` that SQLite's type affinity let in) fails the whole query: every
-job of a listing, every claim of a batch. Here the driver's raw values are
-selected instead (`raw_columns`), and `read_row` converts them one by one into
-what the column types would have given, noting what it could not read. A
-broken value is replaced by a placeholder and named in `StoredRow.problems`,
-so the caller decides for that row alone: report it, pause it, skip it. The
-row itself is never changed here.
+One value SQLAlchemy cannot convert would fail a whole query (every job of a
+listing, every claim of a batch). So the driver's raw values are selected
+(`raw_columns`) and `read_row` converts them one by one, replacing what it
+cannot read by a placeholder named in `StoredRow.problems`: the caller decides
+for that row alone. The row itself is never changed here.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """`Part`: one part of the `Store`, whose statements run through the store's transactions.
 
-The store is composed, not inherited: `persched._store.store.Store` is the
-transaction machinery (`persched._store._tx.Transactions`) and holds one
-object of each part (jobs, claims, completions, ...). A part reaches that
-machinery through the names below, so that its methods read as the store's
-own; each method asks the store at every call, so that a test that patches a
-method on the store (``patch.object(store, "_write")``) reaches the parts too.
-`Store` offers the parts' methods as its own with `offered`.
+The store holds one object of each part and offers their methods as its own
+(`offered`). A part asks its store for the machinery at every call
+(`_on_store`), so that a test patching the store (``patch.object(store,
+"_write")``) reaches the parts too.
 """
 
 from __future__ import annotations
@@ -53,7 +50,7 @@ def offered(part: str, method: Callable[Concatenate[Any, P], R]) -> Callable[Con
 
 
 class Part:
-    """A part of the store: its statements run through the store's transactions (module docstring)."""
+    """A part of the store: its statements run through the store's transactions."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
