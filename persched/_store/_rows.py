@@ -34,12 +34,9 @@ class _Unreadable(Exception):
 
 
 class StoredRow:
-    """A row's values as the column types give them, with placeholders for the ones that
-    could not be read; `problems` maps each such column to the reason.
+    """A row's values as the column types give them, placeholders for the unreadable; `problems` says why.
 
-    The values are the instance's ``__dict__``, so that a column is a plain attribute
-    (``row.next_run_at``): the claims read some twenty a run, and a lookup that first
-    fails over to ``__getattr__`` costs about a microsecond each.
+    The values are the instance's ``__dict__``, so a column is a plain attribute, not a ``__getattr__`` call.
     """
 
     __slots__ = ("__dict__", "problems")
@@ -53,8 +50,7 @@ class StoredRow:
 
     @property
     def value_of(self) -> Callable[[str], Any]:
-        """A column's value by name, for the mappers that go over `persched._model.models.OPTIONS` (a C-level lookup:
-        the claims read each won row's policies this way)."""
+        """A column's value by name (a C-level lookup), for the mappers over `persched._model.models.OPTIONS`."""
         return self.__dict__.__getitem__
 
     def get(self, name: str) -> Any:  # noqa: ANN401 - a column's value, as on a SQLAlchemy Row
@@ -92,8 +88,7 @@ def read_rows(
 
 
 class _Plan(NamedTuple):
-    """What a row of some types of values needs (`_Readers`): the positions of its instants, and the
-    other values that need their reader, with it."""
+    """What a row of some types of values needs: the positions of its instants, and its other values' readers."""
 
     instants: tuple[int, ...]
     others: tuple[tuple[int, Callable[[object], Any]], ...]
@@ -106,12 +101,9 @@ _INSTANTS_KEPT: Final = 65_536  # instants a read keeps by raw value (a few MiB)
 class _Readers:
     """How the rows of one column list are read.
 
-    A row is read by the types of its values first: for each tuple of types met, a plan says which
-    values need their reader (instants, flags, numbers, anything unexpected) and which are already
-    what their column gives (text as str, a whole number as int, a NULL where one may be): a row of 26
-    columns costs a handful of calls instead of one a column, and an instant met before in the same
-    read costs a lookup. A reader that refuses a value sends the row the careful way (`_stored`),
-    which names every problem.
+    For each tuple of value types met, a `_Plan` says which values need their reader; the rest are
+    what their column gives already. A reader that refuses a value sends the row the careful way
+    (`_stored`), which names every problem.
     """
 
     __slots__ = ("_plans", "columns", "names")

@@ -81,16 +81,7 @@ def _reason(exc: BaseException, url: URL) -> str:
 
 @contextlib.contextmanager
 def store_errors(url: URL | Engine | Connection) -> Iterator[None]:
-    """Turn database errors raised inside the block into `StoreError`.
-
-    Args:
-        url: The URL (or an engine/connection whose URL is used) to name in the
-            error, password masked.
-
-    Raises:
-        StoreError: A `SQLAlchemyError` (or a raw DBAPI error) was raised in the
-            block; the original is chained as ``__cause__``.
-    """
+    """Turn database errors raised inside the block into `StoreError` naming `url`, password masked."""
     try:
         yield
     except SQLAlchemyError as exc:
@@ -128,24 +119,12 @@ def make_engine(
     synchronous: str = "FULL",
     create: bool = True,
 ) -> Engine:
-    """Create an engine for a persched store and check that it can be used.
+    """Create an engine for a persched store, check that it can be used, and return it (the caller disposes it).
 
-    A missing SQLite file is created owner-only; every connection gets WAL,
-    ``synchronous``, a busy timeout and ``foreign_keys=ON``, and writes begin
-    with ``BEGIN IMMEDIATE`` (execution option ``persched_readonly=True``: a
-    deferred ``BEGIN``). ``sqlite://`` (in memory) shares one connection.
-    PostgreSQL uses psycopg 3, MySQL and MariaDB PyMySQL at READ COMMITTED.
-
-    Args:
-        url_or_path: A SQLAlchemy URL or a plain SQLite file path.
-        busy_timeout_seconds: How long SQLite waits for a lock before failing.
-        synchronous: SQLite ``PRAGMA synchronous``: OFF, NORMAL, FULL or EXTRA.
-            FULL (the default) makes a committed claim survive power loss.
-        create: Create a missing SQLite file; if False a missing file is an
-            error (for read-only commands).
-
-    Returns:
-        A ready engine; the caller disposes it.
+    A missing SQLite file is created owner-only (unless not `create`: read-only commands); every
+    connection gets WAL, `synchronous` (FULL: a committed claim survives power loss), a busy timeout
+    and ``foreign_keys=ON``, and writes begin with ``BEGIN IMMEDIATE``. ``sqlite://`` (in memory)
+    shares one connection. PostgreSQL uses psycopg 3, MySQL and MariaDB PyMySQL at READ COMMITTED.
 
     Raises:
         InvalidJobError: `busy_timeout_seconds` or `synchronous` is invalid.
@@ -198,13 +177,10 @@ def make_read_only_engine(url_or_path: str, *, busy_timeout_seconds: float = 5.0
     files, so it is opened ``mode=ro``, else ``immutable=1``: no locks and no
     WAL, right only because nobody can write there either.
 
-    Returns:
-        The engine (the caller disposes it) and, if it had to fall back, one
-        line saying how the database was opened (None otherwise).
+    Returns the engine (the caller disposes it) and, if it fell back, a line saying how it opened.
 
     Raises:
-        StoreError: The database cannot be opened even read-only; the error
-            of the normal open.
+        StoreError: The database cannot be opened even read-only (the normal open's error).
     """
     from .dialects.sqlite import open_sqlite, sqlite_file
 

@@ -103,13 +103,7 @@ def _revision(conn: Connection) -> str | None:
 
 
 def current_revision(engine: Engine) -> str | None:
-    """Return the schema revision recorded in the database.
-
-    Args:
-        engine: An engine from `persched._store.db.make_engine`.
-
-    Returns:
-        The revision id, or None if the database has no persched schema.
+    """Return the schema revision recorded in the database, or None if it has no persched schema.
 
     Raises:
         StoreError: The database cannot be read.
@@ -127,9 +121,6 @@ def _check_known(found: str | None) -> None:
 
 def check_at_head(engine: Engine) -> None:
     """Check, without writing, that the database schema is at `HEAD` (for read-only commands).
-
-    Args:
-        engine: An engine from `persched._store.db.make_engine`.
 
     Raises:
         SchemaVersionError: The database is at a revision this code does not
@@ -155,12 +146,7 @@ def upgrade(engine: Engine, *, migration_timeout_seconds: float = DEFAULT_MIGRAT
     """Upgrade the database schema to `HEAD`; do nothing if it is there.
 
     Safe from many threads and processes at once: one upgrades, the others wait
-    for its commit and then find the schema at head.
-
-    Args:
-        engine: An engine from `persched._store.db.make_engine`.
-        migration_timeout_seconds: How long to wait for the migration's lock
-            (`Dialect.migration_lock`) while another process holds it.
+    up to `migration_timeout_seconds` for its commit and then find the schema at head.
 
     Raises:
         SchemaVersionError: The database is at a revision this code does not
