@@ -76,11 +76,9 @@ def read_row(columns: Iterable[Column[Any]], raw: Mapping[Any, Any]) -> StoredRo
 def read_rows(
     columns: Iterable[Column[Any]], rows: Iterable[Sequence[Any]], instants: dict[Any, datetime] | None = None
 ) -> list[StoredRow]:
-    """`read_row` of each of `rows`, by position (selected with `raw_columns(columns)`, in that order):
-    a listing reads thousands, and a row's mapping costs a lookup per column.
+    """`read_row` of each of `rows`, by position (selected with `raw_columns(columns)`, in that order).
 
-    `instants`: the instants read so far, by raw value, for callers that read rows one call at a time;
-    rows written together share most of theirs (created and updated at one instant, on one grid).
+    `instants`: the instants read so far, by raw value, for callers that read rows one call at a time.
     """
     read = _readers(tuple(columns)).read
     known: dict[Any, datetime] = {} if instants is None else instants

@@ -69,22 +69,11 @@ class CompletionsStore(Part):
     """Completions."""
 
     def finish_runs(self, completions: Sequence[Completion], instance_id: str) -> list[Instant | None]:
-        """Record outcomes in one transaction; for each, when its job is due next.
+        """Record outcomes in one transaction; for each, when its job is due next (None: not to be queued).
 
-        None when the job is not to be queued: descheduled, replaced or its
-        run recovered meanwhile (the completion then changes no job row;
-        its run record is still completed unless recovery
-        already marked it lost), or paused, or finished.
-
-        A completion whose claim carried its decision (`Carried`) is written
-        as decided there, conditional on the row standing where the claim
-        left it; the others, and those whose row moved meanwhile, are read
-        and decided again (`_finish_read`).
-
-        One job never holds back another: if the database refuses the batch
-        (`RefusedWrite`: a row it will not update), each completion is
-        written alone, and one refused alone is parked (`_park`) instead of
-        failing, and so being retried, for ever.
+        A job descheduled, replaced or recovered meanwhile is left alone (its run record is still
+        completed unless marked lost). If the database refuses the batch, each completion is written
+        alone, and one refused alone is parked (`_park`) rather than retried for ever.
         """
         if not completions:
             return []

@@ -249,12 +249,7 @@ def problems(
 
 
 def job_timestamps(store: Store) -> dict[str, tuple[datetime | None, datetime | None]]:
-    """For each job of the namespace not descheduled: its next run (None when paused or
-    finished) and the end of its latest "ok" run (None if none is recorded), for the metrics.
-
-    One read transaction: the namespace's jobs (a pass over the table), then one
-    ``GROUP BY job_id`` over their "ok" runs (the run history is bounded by retention).
-    """
+    """Each active job's next run (None: paused or finished) and the end of its latest "ok" run, for the metrics."""
 
     def body(conn: Connection) -> dict[str, tuple[datetime | None, datetime | None]]:
         rows = conn.execute(

@@ -123,22 +123,10 @@ class HistoryStore(Part):
     ) -> int:
         """Delete finished runs beyond the retention; return how many were deleted.
 
-        Runs without an outcome (in flight) are never deleted. Each
-        transaction is short (at most `batch` jobs, or `batch` rows by age),
-        so a claim waits for at most one of them; at most `MAX_BATCHES_BY_AGE`
-        transactions by age run per call (the rest waits for the next call).
-
-        Args:
-            now: The current instant.
-            keep_runs: Keep the newest this many runs per job (None: no limit).
-            keep_error_runs: With `keep_runs`, also keep the newest this many
-                failed runs per job (outcome in `FAILED_OUTCOMES`), older
-                or not (None: every failed run).
-            keep_seconds: Delete runs that finished more than this long
-                (microseconds) before `now` (None: no limit).
-            job_ids: The jobs to prune by count (those that recorded runs
-                since the last call; see `jobs_over_run_limit`).
-            batch: Jobs, or rows by age, per transaction.
+        Runs in flight are never deleted. Each transaction takes at most `batch` jobs (by count) or
+        rows (by age), and at most `MAX_BATCHES_BY_AGE` by age run per call. `keep_runs` per job, and
+        with it `keep_error_runs` failed ones (None: every failed run); `keep_seconds` after they
+        finished; by count only among `job_ids` (see `jobs_over_run_limit`). None: no limit.
         """
         deleted = 0
         if keep_runs is not None:

@@ -84,10 +84,7 @@ class LeasesStore(Part):
     def renew_leases(self, instance_id: str, lease_until: Instant, run_ids: Collection[int]) -> None:
         """Push the lease of `instance_id`'s open runs `run_ids` (and their jobs) to `lease_until`.
 
-        Only the runs the caller really has in flight: a run of this instance
-        that no worker holds (a claim whose commit reply was lost, or a run
-        left by an earlier process with the same instance_id) must lapse and
-        be recovered.
+        Only runs a worker really holds: any other run of this instance must lapse and be recovered.
         """
         until = to_datetime(lease_until)
         ids = list(run_ids)

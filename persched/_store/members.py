@@ -54,10 +54,8 @@ class MembersStore(Part):
         """Renew `instance_id`'s row (made if missing); return every member's beat count and whether
         it shares, and with `read_clock` the database's clock read in the same transaction (`server_time`).
 
-        `lease_until` is when the row stops counting as alive for a reader of the
-        database alone (`persched._store.health`); the members judge each other by `beats`.
-        `clock_offset` is the instance's latest measured offset from the database's clock,
-        in seconds (None: not measured), shown in the row.
+        `lease_until` is for readers of the database alone (`persched._store.health`); the members judge
+        each other by `beats`. `clock_offset` (seconds, None: not measured) is shown in the row.
         """
         at = to_datetime(now)
         alive_until = to_datetime(lease_until)

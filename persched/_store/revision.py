@@ -32,11 +32,7 @@ HEAD_REVISION: Final = "0016"
 
 
 def at_head(engine: Engine) -> bool:
-    """True if the database's version table holds exactly `HEAD_REVISION`.
-
-    False for anything else (no table, another revision, an unreadable
-    database): the caller then asks Alembic, which says precisely what is wrong.
-    """
+    """True if the version table holds exactly `HEAD_REVISION`; else the caller asks Alembic what is wrong."""
     try:
         with engine.connect() as conn:
             conn.execution_options(**{READONLY: True})
@@ -48,10 +44,9 @@ def at_head(engine: Engine) -> bool:
 
 
 def stored_revisions(conn: Connection) -> list[str]:
-    """The revisions in the version table, read on `conn` as Alembic reads them; [] without the table.
+    """The revisions in the version table, as Alembic reads them; [] without the table.
 
-    The existence check comes first so that a missing table is not an error,
-    which on PostgreSQL would abort the caller's transaction.
+    The table is looked for first: a missing table's error would abort a PostgreSQL transaction.
     """
     if not inspect(conn).has_table(VERSION_TABLE):
         return []

@@ -55,12 +55,9 @@ class SteeringStore(Part):
     def pause_job(
         self, job_id: str, now: Instant, *, until: Instant | None = None, note: str | None = None
     ) -> int | None:
-        """Pause the job: no run of it starts after this commits. Return its
-        generation, or None if there is no scheduled or running job to pause
-        (unknown, descheduled, finished, or paused already).
+        """Pause the job: no run of it starts after this commits. Return its generation, or None if none to pause.
 
-        `until`: the pause ends by itself then (`resume_job` with ``until``);
-        `note`: why, kept for people. Both are checked by the caller.
+        `until`: the pause ends by itself then; `note`: why, for people. The caller checks both.
         """
 
         def body(conn: Connection) -> int | None:
@@ -93,13 +90,10 @@ class SteeringStore(Part):
     def resume_job(
         self, job_id: str, now: Instant, *, until: Instant | None = None
     ) -> tuple[int, Instant | None] | None:
-        """Resume a paused job on its grid from `now` (slots passed while paused do not run,
-        nor, on a clock behind the one that ran it, a slot that ran already).
+        """Resume a paused job on its grid from `now`; its generation and due time (None: running or over).
 
-        With `until`, only a pause that ends then (a timed pause coming to
-        its end: `now` is that instant, and whichever instance asks first wins).
-        Returns its generation and when it is due (None: running, or its
-        window ended), or None if the job is not paused (so).
+        With `until`, only a timed pause that ends then (whichever instance asks first wins).
+        None if the job is not paused (so).
         """
 
         def body(conn: Connection) -> tuple[int, Instant | None] | None:

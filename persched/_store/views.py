@@ -137,11 +137,7 @@ def all_runs_as(store: Store, make: Callable[[StoredRow], T], job_id: str | None
 
 
 def whereabouts(store: Store, job_id: str) -> tuple[str, bool] | None:
-    """The namespace of `job_id`'s row and whether the job is active there; None if it has no row.
-
-    One read by primary key (a job id is unique in a database): what an
-    "unknown job" error says about where the job is.
-    """
+    """The namespace of `job_id`'s row and whether the job is active there; None if it has no row."""
 
     def body(conn: Connection) -> tuple[str, bool] | None:
         row = conn.execute(select(jobs.c.namespace, jobs.c.state).where(jobs.c.job_id == job_id)).first()
@@ -197,11 +193,7 @@ def jobs_query(
     namespace: str | frozenset[str] | None = None,
     unindexed: Callable[[ColumnElement[Any]], ColumnElement[Any]] = lambda column: column,
 ) -> Select[Any]:
-    """The SELECT of `jobs_page` (exposed so that a test can check its query plan).
-
-    `unindexed` is the store dialect's: it keeps the namespace term off its
-    index so that the page stays a walk of the primary key.
-    """
+    """The SELECT of `jobs_page` (a test checks its plan); `unindexed` keeps it a walk of the primary key."""
     query = select(*RAW_JOBS).where(jobs.c.state != DESCHEDULED).order_by(jobs.c.job_id).limit(limit)
     if namespace is not None:
         query = query.where(_of_namespaces(unindexed(jobs.c.namespace), namespace))
