@@ -69,9 +69,7 @@ class RefusedWrite(StoreError):
     """The database refused a value or a row of a write (`Dialect.refuses_row`): it would fail again.
 
     A write of many rows then writes them apart, so that one row costs only its own job.
-
-    Attributes:
-        detail: The database's own message.
+    `detail` is the database's own message.
     """
 
     def __init__(self, url: str, reason: str, detail: str) -> None:
@@ -123,14 +121,7 @@ class _Pending:
 
 
 class Transactions:
-    """The transaction machinery of a `Store` (module docstring).
-
-    Args:
-        engine: From `persched._store.db.make_engine`.
-        url: The masked URL, for error messages.
-        retry_attempts: How often a transient failure is tried in all.
-        namespace: The namespace whose jobs this store reads and writes.
-    """
+    """The transaction machinery of a `Store` over one namespace; `url` is masked, for messages."""
 
     def __init__(
         self, engine: Engine, url: str, *, retry_attempts: int = RETRY_ATTEMPTS, namespace: str = DEFAULT_NAMESPACE
