@@ -1,15 +1,11 @@
 """Alembic environment for persched.
 
-Two ways in:
-
-- From ``persched._store.migrate.upgrade``: the live connection arrives in
-  ``config.attributes["connection"]``, already inside a transaction that holds
-  the migration lock; we run on it and touch nothing else (in particular never
-  ``fileConfig``, which would clobber the host application's logging).
-- From the ``alembic`` command line (developers): the URL comes from
-  ``PERSCHED_DB`` or ``sqlalchemy.url`` in ``alembic.ini``, the engine from
-  ``persched._store.db.make_engine`` (same PRAGMAs as at run time), and logging from
-  the ini file.
+From ``persched._store.migrate.upgrade``, the live connection arrives in
+``config.attributes["connection"]``, inside a transaction holding the
+migration lock: run on it and touch nothing else (never ``fileConfig``, which
+would clobber the host application's logging). From the ``alembic`` command
+line (developers): the URL from ``PERSCHED_DB`` or ``alembic.ini``, the engine
+from ``persched._store.db.make_engine``, logging from the ini file.
 """
 
 from __future__ import annotations

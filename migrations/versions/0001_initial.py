@@ -4,9 +4,8 @@ Revision ID: 0001
 Revises:
 Create Date: 2025-01-01
 
-Mirrors persched/_store/schema.py at this revision (tests/migrations checks that the
-two agree). Names are spelled out rather than left to the naming convention,
-because revisions never import persched.
+Mirrors persched/_store/schema.py at this revision (tests/migrations checks it). Names are
+spelled out, since revisions never import persched.
 """
 
 from __future__ import annotations

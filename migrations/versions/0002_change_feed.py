@@ -4,12 +4,9 @@ Revision ID: 0002
 Revises: 0001
 Create Date: 2026-11-30
 
-Every schedule, replacement and deschedule increments the single row of
-persched_changes in its own transaction and stamps the job's change_seq with
-the new value. Other instances poll the counter (one cheap SELECT) and read
-only the jobs changed since they last looked (docs/reference/behaviour.md,
-"Changes made elsewhere"). The row lock on the counter orders the stamps by commit, so a
-reader never skips a change that commits late.
+Every change of a definition moves the one row of persched_changes and stamps the job's
+change_seq; the row lock orders the stamps by commit, so a reader never skips a late commit
+(docs/reference/behaviour.md, "Changes made elsewhere").
 """
 
 from __future__ import annotations

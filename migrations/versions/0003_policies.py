@@ -4,17 +4,10 @@ Revision ID: 0003
 Revises: 0002
 Create Date: 2026-11-30
 
-persched_jobs gains the policy columns (docs/how-to/schedules.md), with defaults that
-keep every existing job's behaviour (fixed rate, coalesce, forbid overlap),
-plus ``paused``, ``run_now_at`` (a pending run-now request) and
-``running_for`` (the slot of the run in flight; until now next_run_at named
-it, and next_run_at now always names the next slot still to run).
-``interval_seconds`` becomes nullable: a cron job has none.
-
-persched_runs gains ``missed_until`` / ``missed_count`` (one "missed" record
-stands for a range of slots), ``overran`` and ``run_now``. A run-now run may
-fall on the instant of a grid slot, so "one run per slot" becomes a partial
-unique index over the grid's runs only.
+persched_jobs gains the policy columns (docs/how-to/schedules.md) with defaults that keep
+existing behaviour, ``paused``, ``run_now_at`` and ``running_for``; ``interval_seconds``
+becomes nullable (cron). persched_runs gains ``missed_until``/``missed_count``, ``overran``
+and ``run_now``; one run per slot becomes a partial unique index over the grid's runs.
 """
 
 from __future__ import annotations

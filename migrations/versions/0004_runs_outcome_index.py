@@ -4,12 +4,8 @@ Revision ID: 0004
 Revises: 0003
 Create Date: 2026-12-01
 
-``persched web`` lists the runs of one outcome ("error", "lost", "missed")
-a page at a time. Without an index that query walks the whole history to
-find a rare outcome. The index is partial (``outcome <> 'ok'``): runs still
-in flight (outcome NULL, found by ``ix_persched_runs_open``) and runs that
-ended "ok" -- nearly all of them -- are not in it, so the dispatch path's
-inserts and completions of ordinary runs do not maintain it.
+Partial (``outcome <> 'ok'``), so the inserts and completions of ordinary runs never
+maintain it.
 """
 
 from __future__ import annotations

@@ -4,11 +4,9 @@ Revision ID: 0005
 Revises: 0004
 Create Date: 2026-12-01
 
-persched_jobs gains ``namespace`` (the application a job belongs to; a
-scheduler sees and runs only its own namespace's jobs) and ``declared``
-(the job was written by ``declare()``, so a later ``declare(prune=True)`` of
-the same namespace may deschedule it). Every existing job lands in the
-namespace "default", undeclared: today's databases keep behaving as before.
+persched_jobs gains ``namespace`` (a scheduler runs only its own) and ``declared`` (written
+by ``declare()``, so ``declare(prune=True)`` may deschedule it). Existing jobs land in
+"default", undeclared.
 """
 
 from __future__ import annotations

@@ -4,13 +4,8 @@ Revision ID: 0006
 Revises: 0005
 Create Date: 2026-12-03
 
-``persched_instances`` holds one row per running scheduler that shares the
-work of its namespace: each renews its row with every heartbeat (``beats``
-counts up), and every instance reads the rows to know who else is alive, so
-that each job has one owner among them (docs/multi.md). A row is deleted by
-its instance at shutdown, or by another instance once the count stopped
-moving for a lease. Nothing else refers to it: downgrading drops it, and the
-schedulers of the older code race for the slots instead.
+One row per scheduler sharing its namespace's work (docs/multi.md); ``beats`` counts up with
+every heartbeat. Downgrading drops it: older schedulers race for the slots instead.
 """
 
 from __future__ import annotations

@@ -4,12 +4,9 @@ Revision ID: 0007
 Revises: 0006
 Create Date: 2026-12-04
 
-On PostgreSQL and MariaDB/MySQL these were 32-bit: a job that runs every
-10 ms reaches 2**31 - 1 runs in 248 days, and 2**31 runs of all jobs exhaust
-``run_id``; past that every completion (or every claim) failed. They become
-BIGINT, and ``run_id``'s sequence (PostgreSQL) with them. SQLite's INTEGER
-is 64-bit already: nothing changes there. The downgrade brings the counters
-back under the 32-bit bound first; it fails if a ``run_id`` is above it.
+They were 32-bit on PostgreSQL and MariaDB/MySQL, where a job run every 10 ms overflowed in
+248 days. SQLite's INTEGER is 64-bit already. The downgrade fails if a ``run_id`` is above
+the 32-bit bound.
 """
 
 from __future__ import annotations

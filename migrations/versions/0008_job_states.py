@@ -4,18 +4,9 @@ Revision ID: 0008
 Revises: 0007
 Create Date: 2026-12-04
 
-``persched_jobs.state`` is the state the claims work with, and a paused job
-keeps it (``scheduled``, or ``running`` while its last run finishes) beside
-``paused = true`` and the ``next_run_at`` it would have. A query that reads
-``state`` and ``next_run_at`` alone lists a paused job as due.
-``persched_job_states`` says it as the API does: ``state`` is ``paused`` for
-a paused job that is not running, and ``next_run_at`` is NULL unless a run
-is coming (not for a paused, finished or descheduled job). It is a plain
-view over ``persched_jobs``, the same SQL on every engine.
-
-A later revision that rebuilds ``persched_jobs`` (SQLite's batch mode
-copies the table) or changes a column the view reads drops the view first
-and creates it again afterwards. Downgrading drops it.
+A paused job keeps ``state`` (scheduled, or running) and its ``next_run_at``, so a query of
+those alone lists it as due; the view says ``paused`` and a NULL ``next_run_at`` as the API
+does. A later revision that rebuilds persched_jobs drops the view first and creates it again.
 """
 
 from __future__ import annotations

@@ -4,12 +4,8 @@ Revision ID: 0009
 Revises: 0008
 Create Date: 2026-12-04
 
-``persched_instances.clock_offset_seconds`` is how far the instance's wall
-clock was from the database's clock at its latest heartbeat (positive:
-ahead), or NULL where the instance's clock tells a test's own time and is not
-measured. It is for people (``SELECT instance_id, clock_offset_seconds FROM
-persched_instances``); the instance acts on what it measured, not on this
-row. Downgrading drops the column.
+How far the instance's wall clock was from the database's at its latest heartbeat
+(positive: ahead), for people; NULL where not measured.
 """
 
 from __future__ import annotations

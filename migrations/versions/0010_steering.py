@@ -4,14 +4,9 @@ Revision ID: 0010
 Revises: 0009
 Create Date: 2026-12-04
 
-persched_jobs gains ``paused_until`` (a pause resumes by itself at that
-instant) and ``pause_note`` (why the job is paused, for people).
-persched_instances gains ``lease_until`` (the instance counts as alive until
-then; each heartbeat moves it on), so that ``persched check`` can tell from
-the database alone whether a scheduler is alive, and ``shares`` (the
-instance shares the work; a scheduler with ``share_work=False`` now keeps a
-row too, so that it is seen, but no job is handed to it). Existing rows were
-written by sharing instances: they keep ``shares`` true.
+persched_jobs gains ``paused_until`` and ``pause_note``. persched_instances gains
+``lease_until`` (alive until then, for ``persched check``) and ``shares`` (true for the
+existing rows; a non-sharing scheduler now keeps a row too).
 """
 
 from __future__ import annotations

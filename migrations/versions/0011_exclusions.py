@@ -4,10 +4,7 @@ Revision ID: 0011
 Revises: 0010
 Create Date: 2026-12-07
 
-persched_jobs gains ``exclude``: the job's excluded dates and ranges of dates
-(``schedule(exclude=[...])``), a JSON array of text such as
-``["2026-12-25","2026-12-24/2026-12-26"]``, or NULL for none (every job
-written before this revision).
+persched_jobs gains ``exclude``: a JSON array of dates and date ranges, NULL for none.
 """
 
 from __future__ import annotations

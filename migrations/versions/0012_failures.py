@@ -4,14 +4,9 @@ Revision ID: 0012
 Revises: 0011
 Create Date: 2026-12-07
 
-persched_jobs gains ``pause_after_failures`` (the job's option: pause after
-this many failed slots in a row; NULL for never, as for every job written
-before this revision) and ``failure_streak`` (the failed slots in a row so
-far, in the job's generation: BIGINT, saturating like ``run_count``; 0 for
-every existing job, whose history is not read back). persched_runs gains
-the partial index ``ix_persched_runs_failed`` (job_id, run_id) over the
-failed runs, through which retention finds each job's newest failures
-(SQLite and PostgreSQL; MySQL and MariaDB have no partial indexes).
+persched_jobs gains ``pause_after_failures`` (NULL: never) and ``failure_streak`` (0 for
+existing jobs). persched_runs gains the partial index ``ix_persched_runs_failed`` for
+retention (not on MySQL and MariaDB: no partial indexes).
 """
 
 from __future__ import annotations

@@ -4,13 +4,8 @@ Revision ID: 0013
 Revises: 0012
 Create Date: 2026-12-07
 
-persched_jobs gains three options of a job's definition: ``on_overrun``
-("warn", or "stop": a run past ``max_runtime_seconds`` is asked to stop),
-``executor`` ("thread", or "process": the callable runs in a child process)
-and ``stop_grace_seconds`` (how long a child process has after SIGTERM before
-it is killed). Existing jobs get the defaults, which keep today's behaviour.
-It also gains ``cancel_requested_at``: set by ``cancel()`` while the job runs,
-read by the instance that runs it, cleared when the run ends.
+persched_jobs gains ``on_overrun``, ``executor`` and ``stop_grace_seconds`` (defaults keep
+the old behaviour), and ``cancel_requested_at``, set by ``cancel()`` while the job runs.
 """
 
 from __future__ import annotations

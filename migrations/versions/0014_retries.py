@@ -4,15 +4,9 @@ Revision ID: 0014
 Revises: 0013
 Create Date: 2026-12-07
 
-persched_jobs gains the retry options of a job's definition: ``retries`` (0
-for every existing job: never retried, as before), ``retry_delay_seconds``,
-``retry_backoff``, ``retry_max_delay_seconds`` and ``retry_lost``; and where a
-pending attempt stands: ``retry_attempt`` (the attempt the next claim starts,
-NULL when none is pending) and ``retry_for`` (the slot it tries again).
-persched_runs gains ``attempt`` (1 for every existing run), and the
-one-run-per-slot index becomes one run per slot and attempt, so that attempt
-2 of a slot can be recorded beside attempt 1 while each attempt still starts
-at most once.
+persched_jobs gains the retry options (``retries`` 0: never, as before) and a pending
+attempt's ``retry_attempt`` and ``retry_for``. persched_runs gains ``attempt`` (1 for
+existing runs); the one-run-per-slot index becomes one run per slot and attempt.
 """
 
 from __future__ import annotations

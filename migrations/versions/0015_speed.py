@@ -4,13 +4,9 @@ Revision ID: 0015
 Revises: 0014
 Create Date: 2026-12-07
 
-A claim and a completion both change a job's ``state``, so every run moved
-the row's entry in ``ix_persched_jobs_namespace_state`` twice, each time on
-a page of its own among the table's jobs (on SQLite two pages written a run,
-each a whole page in the WAL and again at the checkpoint; on PostgreSQL an
-index entry a row version). Nothing needs it: the rows that no scheduler
-would move on are found by ranges of ``state`` on the ``(state,
-next_run_at)`` index, and the counts by namespace read the rows anyway.
+Each claim and completion changes ``state``, so every run moved the row's entry in that
+index twice, on a page of its own. Nothing needs it: ``(state, next_run_at)`` serves the
+ranges of ``state``, and the counts by namespace read the rows anyway.
 """
 
 from __future__ import annotations

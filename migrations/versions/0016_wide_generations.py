@@ -4,19 +4,10 @@ Revision ID: 0016
 Revises: 0015
 Create Date: 2026-12-07
 
-A job's generation goes up by one on every replacement and every schedule
-after a deschedule, and is never reused (no ABA), so unlike the counters of
-revision 0007 it cannot saturate: on PostgreSQL and MariaDB/MySQL, where it
-was a 32-bit INTEGER, the replacement past 2**31 - 1 failed with an
-out-of-range error. Both columns become BIGINT; the indexes that hold them
-(the runs' one-run-per-slot index, on MySQL/MariaDB over its generated
-column) are kept, rebuilt by the server with the table (PostgreSQL rewrites
-both tables, MariaDB copies them: about 10 s per million runs).
-
-SQLite's INTEGER is 64-bit already (a column's declared type is only its
-affinity, and every integer is stored in up to 8 bytes): nothing changes
-there, and the revision only moves the version. The downgrade refuses while
-a generation is above the 32-bit bound: lowering it would reuse one.
+A generation is never reused (no ABA), so it cannot saturate: where it was a 32-bit INTEGER
+(PostgreSQL, MariaDB/MySQL) a replacement past 2**31 - 1 failed. Both columns become BIGINT;
+SQLite's INTEGER is 64-bit already. The downgrade refuses while a generation is above the
+32-bit bound: lowering it would reuse one.
 """
 
 from __future__ import annotations

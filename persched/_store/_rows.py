@@ -1,14 +1,10 @@
 """Stored rows read defensively: a hand-edited value is reported on its own row.
 
-SQLAlchemy converts a column's value while it builds a row, so one value that
-cannot be converted (a ``next_run_at`` of ``'garbage'``, an ``interval_seconds``
-of ``'ten'`` that SQLite's type affinity let in) fails the whole query: every
-job of a listing, every claim of a batch. Here the driver's raw values are
-selected instead (`raw_columns`), and `read_row` converts them one by one into
-what the column types would have given, noting what it could not read. A
-broken value is replaced by a placeholder and named in `StoredRow.problems`,
-so the caller decides for that row alone: report it, pause it, skip it. The
-row itself is never changed here.
+One value SQLAlchemy cannot convert would fail a whole query (every job of a
+listing, every claim of a batch). So the driver's raw values are selected
+(`raw_columns`) and `read_row` converts them one by one, replacing what it
+cannot read by a placeholder named in `StoredRow.problems`: the caller decides
+for that row alone. The row itself is never changed here.
 """
 
 from __future__ import annotations
@@ -38,12 +34,9 @@ class _Unreadable(Exception):
 
 
 class StoredRow:
-    """A row's values as the column types give them, with placeholders for the ones that
-    could not be read; `problems` maps each such column to the reason.
+    """A row's values as the column types give them, placeholders for the unreadable; `problems` says why.
 
-    The values are the instance's ``__dict__``, so that a column is a plain attribute
-    (``row.next_run_at``): the claims read some twenty a run, and a lookup that first
-    fails over to ``__getattr__`` costs about a microsecond each.
+    The values are the instance's ``__dict__``, so a column is a plain attribute, not a ``__getattr__`` call.
     """
 
     __slots__ = ("__dict__", "problems")
@@ -57,8 +50,7 @@ class StoredRow:
 
     @property
     def value_of(self) -> Callable[[str], Any]:
-        """A column's value by name, for the mappers that go over `persched._model.models.OPTIONS` (a C-level lookup:
-        the claims read each won row's policies this way)."""
+        """A column's value by name (a C-level lookup), for the mappers over `persched._model.models.OPTIONS`."""
         return self.__dict__.__getitem__
 
     def get(self, name: str) -> Any:  # noqa: ANN401 - a column's value, as on a SQLAlchemy Row
@@ -84,11 +76,9 @@ def read_row(columns: Iterable[Column[Any]], raw: Mapping[Any, Any]) -> StoredRo
 def read_rows(
     columns: Iterable[Column[Any]], rows: Iterable[Sequence[Any]], instants: dict[Any, datetime] | None = None
 ) -> list[StoredRow]:
-    """`read_row` of each of `rows`, by position (selected with `raw_columns(columns)`, in that order):
-    a listing reads thousands, and a row's mapping costs a lookup per column.
+    """`read_row` of each of `rows`, by position (selected with `raw_columns(columns)`, in that order).
 
-    `instants`: the instants read so far, by raw value, for callers that read rows one call at a time;
-    rows written together share most of theirs (created and updated at one instant, on one grid).
+    `instants`: the instants read so far, by raw value, for callers that read rows one call at a time.
     """
     read = _readers(tuple(columns)).read
     known: dict[Any, datetime] = {} if instants is None else instants
@@ -96,8 +86,7 @@ def read_rows(
 
 
 class _Plan(NamedTuple):
-    """What a row of some types of values needs (`_Readers`): the positions of its instants, and the
-    other values that need their reader, with it."""
+    """What a row of some types of values needs: the positions of its instants, and its other values' readers."""
 
     instants: tuple[int, ...]
     others: tuple[tuple[int, Callable[[object], Any]], ...]
@@ -110,12 +99,9 @@ _INSTANTS_KEPT: Final = 65_536  # instants a read keeps by raw value (a few MiB)
 class _Readers:
     """How the rows of one column list are read.
 
-    A row is read by the types of its values first: for each tuple of types met, a plan says which
-    values need their reader (instants, flags, numbers, anything unexpected) and which are already
-    what their column gives (text as str, a whole number as int, a NULL where one may be): a row of 26
-    columns costs a handful of calls instead of one a column, and an instant met before in the same
-    read costs a lookup. A reader that refuses a value sends the row the careful way (`_stored`),
-    which names every problem.
+    For each tuple of value types met, a `_Plan` says which values need their reader; the rest are
+    what their column gives already. A reader that refuses a value sends the row the careful way
+    (`_stored`), which names every problem.
     """
 
     __slots__ = ("_plans", "columns", "names")

@@ -1,48 +1,26 @@
 """Transactions: retries, joined writes, the SQLite writer queue and group commit.
 
-This is the only module of the store with threads in mind; the others write
-one transaction body each and hand it to `Transactions._write`, `_read` or
-`_write_grouped`.
+The only module of the store with threads in mind; the parts hand one
+transaction body each to `Transactions._write`, `_read` or `_write_grouped`.
+Every thread of a scheduler shares one store; each transaction runs on its
+caller's thread, on a pooled connection of its own, never shared.
 
-Who calls. A `Store` is shared by every thread of a scheduler: the
-dispatcher (claims and completions, one transaction per cycle), the
-heartbeat (leases, recovery, change pick-up), the callers of schedule(),
-deschedule(), pause()… and the CLI. Each transaction runs on its caller's
-thread, on a pooled connection of its own; SQLAlchemy's pool is thread-safe,
-and no connection is ever shared between threads.
+Locks, in this order (never the reverse):
 
-Joined writes. `dispatch` writes completions and claims in one transaction:
-the write open on a thread (``_joined``, a thread-local) is joined by any
-write the same thread starts inside it, so the nested body commits with the
-outer one, or neither does.
+- ``_sqlite_writer``: this process's queue for SQLite's one writer, taken
+  before a connection is checked out and released after it is returned;
+- ``_group_cond``: the group commit's queue and leader flag. Held for no I/O:
+  the leader takes it only to take the queue and to hand results back.
 
-The SQLite writer queue. SQLite has one writer at a time. Threads of this
-process queue for it on ``_sqlite_writer`` (a plain Lock, FIFO enough),
-promptly, instead of in SQLite's busy handler, which sleeps up to 100 ms
-between tries and let a stream of schedule() calls starve the dispatcher's
-claims. Other processes still meet busy_timeout; that is transient and
-retried here.
+``_own_lock`` guards only ``_own_changes`` and is held for no I/O. No lock is
+held while user code or a caller's callback runs.
 
-Group commit. schedule/deschedule/pause/resume/run-now calls that arrive
-while one is committing wait on ``_group_cond`` and are committed together
-by the first of them (one fsync for all); the leader takes the queued calls
-once its transaction has begun, so those that came while it waited for the
-writer lock and sent BEGIN share its commit too; see `_write_grouped`.
+Linearization: each method at its commit. A joined write (``_joined``, per
+thread) commits with the write it joined; a grouped call returns only after
+the commit that holds its body. Observers hear of a transaction only after it
+commits, so a retried body never counts twice.
 
-Lock order: ``_sqlite_writer`` → ``_group_cond``. ``_group_cond`` is held
-for no I/O: a leader takes it only to take the queue (inside its
-transaction, never waiting on it there) and to hand the results back;
-``_sqlite_writer`` is taken before a connection is checked out and released
-after it is returned; ``_own_lock`` guards only the set of own change
-values and is held for no I/O. No lock of the store
-is held while user code or a caller's callback runs.
-
-Retries. Transient failures (the `Dialect` says which) are retried with
-capped backoff, on no lock; anything else, or a transient failure that
-outlasts the retries, becomes `StoreError` with the masked URL: a
-`RefusedWrite` for a write the database refused outright, which a write of
-many rows (a dispatch, a completion batch, a recovery) then writes apart, so
-that one refused row costs only its own job (docs/reference/behaviour.md).
+Why: docs/explanation/store.md, "Transactions and threads".
 """
 
 from __future__ import annotations
@@ -88,12 +66,10 @@ _BUMP: Final = Sql("seq = seq + 1")  # the change counter's row, id 1 (`_bump_ch
 
 
 class RefusedWrite(StoreError):
-    """The database refused a value or a row of a write (a value out of range, a constraint, a
-    trigger: `Dialect.refuses_row`), so the same write fails again the same way. A write of many
-    rows may then write them apart, so that one row costs only its own job (`refusal_of`).
+    """The database refused a value or a row of a write (`Dialect.refuses_row`): it would fail again.
 
-    Attributes:
-        detail: The database's own message.
+    A write of many rows then writes them apart, so that one row costs only its own job.
+    `detail` is the database's own message.
     """
 
     def __init__(self, url: str, reason: str, detail: str) -> None:
@@ -101,13 +77,12 @@ class RefusedWrite(StoreError):
         self.detail = detail
 
 
-#: What a write of many rows catches to write them apart: the refusals, and the constraint
-#: violations that `_transaction` hands to its callers unwrapped.
+#: What a write of many rows catches to write them apart (`_transaction` leaves IntegrityError unwrapped).
 REFUSED: Final = (RefusedWrite, IntegrityError)
 
 
 def refusal_of(exc: RefusedWrite | IntegrityError) -> str:
-    """The database's message for a refused write (one of `REFUSED`)."""
+    """The database's message for a refused write."""
     return exc.detail if isinstance(exc, RefusedWrite) else str(exc.orig)
 
 
@@ -134,7 +109,7 @@ def _is_sqlite_full(exc: DBAPIError) -> bool:
 
 
 class _Pending:
-    """One caller's write waiting to be committed with others (see `Store._write_grouped`)."""
+    """One caller's body waiting for a group commit (`Transactions._write_grouped`)."""
 
     __slots__ = ("body", "done", "error", "result")
 
@@ -146,16 +121,7 @@ class _Pending:
 
 
 class Transactions:
-    """The transaction machinery of a `Store` (module docstring).
-
-    Args:
-        engine: From `persched._store.db.make_engine`; SQLite engines start write
-            transactions with BEGIN IMMEDIATE and read ones (execution option
-            ``persched_readonly``) with a deferred BEGIN.
-        url: The masked URL, for error messages.
-        retry_attempts: How often a transient failure is tried in all.
-        namespace: The namespace whose jobs this store reads and writes.
-    """
+    """The transaction machinery of a `Store` over one namespace; `url` is masked, for messages."""
 
     def __init__(
         self, engine: Engine, url: str, *, retry_attempts: int = RETRY_ATTEMPTS, namespace: str = DEFAULT_NAMESPACE
@@ -167,29 +133,22 @@ class Transactions:
         self._mine = jobs.c.namespace == namespace
         self._retry_attempts = retry_attempts
         self.dialect = dialect_for(engine)
-        # History rows: a slot the one-run-per-slot index holds already is skipped, not an
-        # error for the whole transaction (see claim_runs).
+        # A slot the one-run-per-slot index holds already is skipped, not an error for the transaction.
         self._insert_runs = self.dialect.insert_ignoring_conflicts(runs)
-        # Group commit of schedule/deschedule: see _write_grouped.
         self._group_cond = threading.Condition()
         self._group_queue: list[_Pending] = []
         self._group_leader = False
         # The write transaction open on this thread, which nested writes join (see dispatch).
         self._joined = threading.local()
-        # This process's queue for SQLite's one writer (module docstring).
         self._sqlite_writer = threading.Lock() if self.dialect.serialise_local_writers else None
         # No fork while this process is inside SQLite (persched._store.fork_gate).
         self._fork_share = FORK_GATE.share if self.dialect.in_process else contextlib.nullcontext
         self._low_space = False  # after SQLITE_FULL: checkpoint after every write (see _reclaim_wal)
-        # Change-counter values this store committed, so that the heartbeat's pick-up reads
-        # nothing for them (only_own_changes) and its log names only the changes made elsewhere
-        # (see changes_made_elsewhere).
+        # Change-counter values this store committed: the pick-up reads nothing for them (`only_own_changes`).
         self._own_changes: set[int] = set()
         self._own_lock = threading.Lock()
-        # Told of retries, errors and missed slots (`_observe`); the default does nothing.
         self.observer = Observer()
-        # Told (job_id, generation) of each job its failures paused, after the commit that paused it
-        # (`persched._store.failures`; the scheduler emits its event); the default does nothing.
+        # Told (job_id, generation) of each job its failures paused, after the commit that paused it.
         self.failures_paused: Callable[[str, int], object] = _nothing
         # The largest jitter of the due times this store handed out (the bounded heap reads it).
         self.jitter_reach = JitterReach()
@@ -197,9 +156,8 @@ class Transactions:
     def _in_namespace(self, job_id: ColumnElement[str]) -> Exists:
         """`job_id` (a persched_runs column) is one of this namespace's jobs (any state).
 
-        Correlated, so the planner looks up each run's job by primary key; an
-        ``IN (SELECT job_id ...)`` made SQLite walk every job of the namespace
-        for each query (68 ms at 100,000 jobs: the idle heartbeat's cost).
+        Correlated, so each run's job is looked up by primary key; an ``IN (SELECT ...)``
+        made SQLite walk every job of the namespace for each query.
         """
         return exists().where(jobs.c.job_id == job_id, self._mine)
 
@@ -213,7 +171,7 @@ class Transactions:
         if enclosing is not None and not readonly:
             return body(enclosing)  # part of the enclosing write: see `dispatch`
         delay = RETRY_FIRST_DELAY
-        reclaimed = False  # SQLite "disk full": the WAL was checkpointed and truncated once
+        reclaimed = False  # SQLITE_FULL: the WAL was checkpointed once
         for attempt in range(1, self._retry_attempts + 1):
             committed: list[Callable[[], None]] = []
             try:
@@ -233,7 +191,7 @@ class Transactions:
                 for observe in committed:  # only now: a retried body must not count twice
                     observe()
                 if self._low_space:
-                    self._reclaim_wal(what)  # see _reclaim_wal: keep the WAL from eating the volume again
+                    self._reclaim_wal(what)
                 return result
             except IntegrityError:
                 raise  # callers decide; never retried blindly
@@ -265,22 +223,11 @@ class Transactions:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _reclaim_wal(self, what: str) -> bool:
-        """Checkpoint the WAL into the database and truncate it; True if that freed space.
+        """Checkpoint the WAL and truncate it; True if that freed space.
 
-        Why a full volume did not recover: SQLite checkpoints only
-        from the commit of a write that left 64 MiB of pages in the WAL,
-        and a checkpoint never shrinks the WAL file. Each small transaction
-        appends whole pages, so on a volume with less free space than that
-        the WAL takes all of it (about 700 KB of WAL for a 4 KB database on a
-        1 MiB volume) and is never checkpointed; once a write fails with
-        SQLITE_FULL, the database file cannot grow to take the WAL's pages
-        either, and space freed later is eaten by the WAL again.
-
-        So after SQLITE_FULL the store is in low-space mode: it tries
-        ``wal_checkpoint(TRUNCATE)`` at once, and again after every write
-        that commits (the first one after space was freed included), so the
-        WAL holds little more than one transaction; it leaves the mode once
-        the volume has `LOW_SPACE_EXIT_BYTES` free.
+        After SQLITE_FULL the store stays in low-space mode, checkpointing after
+        every write, until `LOW_SPACE_EXIT_BYTES` are free (docs/explanation/store.md,
+        "A full disk on SQLite").
         """
         try:
             with self._writer(False), self._fork_share(), self.engine.connect() as conn:
@@ -323,13 +270,14 @@ class Transactions:
             return
         with self._own_lock:
             self._own_changes.update(seqs)
-            if len(self._own_changes) > _OWN_CHANGES_KEPT:  # nobody reads them (no heartbeat): forget the oldest
+            if len(self._own_changes) > _OWN_CHANGES_KEPT:  # no heartbeat reads them: forget the oldest
                 self._own_changes = set(sorted(self._own_changes)[-_OWN_CHANGES_KEPT // 2 :])
 
     def only_own_changes(self, after: int, upto: int) -> bool:
-        """Whether ``(after, upto]`` holds change-counter values and each is one this store committed; if so,
-        they are forgotten here (the change pick-up reads nothing for them: each call that made one
-        queued and announced its change itself)."""
+        """Whether every change-counter value in ``(after, upto]`` is one this store committed; if so, forget them.
+
+        The pick-up then reads nothing: each call that made one announced its change itself.
+        """
         values = range(after + 1, upto + 1)
         with self._own_lock:
             if not values or len(values) > len(self._own_changes) or any(s not in self._own_changes for s in values):
@@ -345,7 +293,7 @@ class Transactions:
         return own
 
     def _after_commit(self, missed: Sequence[dict[str, Any]]) -> None:
-        """Tell the observer about the "missed" records of the write open on this thread, once it commits."""
+        """Tell the observer of the "missed" records of this thread's open write, once it commits."""
         for record in missed:
             if record["outcome"] == "missed":
                 job_id, slots = record["job_id"], record["missed_count"]
@@ -364,13 +312,13 @@ class Transactions:
         return getattr(self._joined, "conn", None) is not None
 
     def _raise_refusal(self, what: str, exc: RefusedWrite | IntegrityError) -> NoReturn:
-        """Raise `exc` as a `RefusedWrite` (an IntegrityError, which `_transaction` leaves to its callers, too)."""
+        """Raise `exc` as a `RefusedWrite`."""
         if isinstance(exc, IntegrityError):
             raise RefusedWrite(self.url, f"{what} failed: {exc.orig}", str(exc.orig)) from exc
         raise exc
 
     def _write_park(self, body: Callable[[Connection], T]) -> T:
-        """`_write` of the fallback that parks one refused row: its own refusal is a `RefusedWrite` too."""
+        """`_write` of the fallback that parks one refused row; its own refusal raises `RefusedWrite`."""
         try:
             return self._write(body, "park a job")
         except IntegrityError as exc:
@@ -383,16 +331,11 @@ class Transactions:
         return self._transaction(body, readonly=True, what=what)
 
     def _write_grouped(self, body: Callable[[Connection], T], what: str) -> T:
-        """Run `body` in a write transaction shared with the callers that arrive meanwhile.
+        """Run `body` in a write transaction shared with the callers that arrive meanwhile (group commit).
 
-        Group commit: the first caller leads and commits every body queued
-        while it waited, and those queued until its transaction began (the
-        writer lock, BEGIN), in arrival order, in one transaction (one fsync);
-        each caller returns only after the commit that holds its own write,
-        so each still linearizes at that commit. If any body fails, whatever
-        it raised, the group is rolled back and each body runs alone, so only
-        the failing one fails (one caller's bad input never fails
-        another caller's valid call).
+        The first caller leads: it commits the bodies queued, in arrival order, in one
+        transaction. Each caller returns after the commit that holds its body. If any
+        body fails, each runs alone, so only the failing one fails.
         """
         mine = _Pending(body)
         with self._group_cond:
@@ -418,13 +361,9 @@ class Transactions:
 
     def _commit_group(self, group: list[_Pending], what: str) -> None:
         def together(conn: Connection) -> list[Any]:
-            # The bodies queued while this transaction began (the writer lock, BEGIN) join it too
-            # (3.4 instead of 2.4 writes per commit with 4 threads), and so do those queued while
-            # the bodies before them ran, for `_GROUP_TAKES` takes of the queue at most: callers
-            # that keep coming (a thread per request) must not hold the transaction, and SQLite's
-            # one writer, open for as long as they come. A retry of the transaction takes those
-            # that came since as well. A body alone that fails is not run again (below): its error
-            # is its caller's.
+            # Bodies queued while this transaction began, or while the ones before them ran, join it,
+            # for `_GROUP_TAKES` takes at most: callers that keep coming must not hold SQLite's one
+            # writer open for as long as they come.
             results: list[Any] = []
             for _ in range(_GROUP_TAKES):
                 with self._group_cond:
@@ -441,8 +380,7 @@ class Transactions:
             if len(group) == 1:
                 group[0].error, group[0].done = exc, True
                 return
-            # One of them failed (a conflict, a value the driver refused, a
-            # bug), or the store did: each alone below, so only that one fails.
+            # One body failed, or the store did: each alone below, so only that one fails.
         else:
             for pending, result in zip(group, results, strict=True):
                 pending.result, pending.done = result, True
@@ -455,11 +393,9 @@ class Transactions:
             pending.done = True
 
     def _bump_change_seq(self, conn: Connection) -> int:
-        """The change counter's value of this transaction: incremented by its first write that asks.
+        """The change counter's value of this transaction, incremented by its first write that asks.
 
-        Its row lock orders concurrent writers by commit. Every change of one
-        transaction (a group commit's bodies) commits at once, so they share one
-        value: readers take ranges of the counter, never one value per change.
+        Its row lock orders writers by commit; every change of one transaction shares one value.
         """
         mine: list[int] | None = conn.info.get(_CHANGES_KEY)
         if mine:

@@ -1,20 +1,12 @@
 """Rows written by a clock that was ahead, put back on their grid wherever an instance meets them.
 
 A row whose next slot lies further ahead of `now` than its schedule allows,
-by more than `CLOCK_STEP_FLOOR`, was written while a wall clock was ahead
-(docs/reference/behaviour.md#clock-corrections-across-a-restart). It is
-moved back to its next slot from `now` (cron: its next fire after now), in
-its generation, by `correct_ahead`, in the caller's transaction: at the
-start-up sweep (`persched._store.due`), when the change pick-up reads a row
-changed elsewhere (`DueStore.changes_since`), and when a claim finds that
-another instance moved the row that far (`persched._store.claims`). The
-slots that clock ran early keep their runs, so when their time comes the
-claim passes them by (`ClaimBatch.record_starts`): no ``(job_id,
-scheduled_for)`` runs twice.
-
-Each correction is conditional on the row as it was read (generation,
-state, next_run_at): anything committed since wins, and two instances that
-correct one row at once move it once.
+by more than `CLOCK_STEP_FLOOR`, is moved back to its next slot from `now` by
+`correct_ahead`, in the caller's transaction (the start-up sweep, the change
+pick-up, a lost claim). Each correction is conditional on the row as read, so
+anything committed since wins and two instances move a row once. The slots
+run early keep their runs, so the claim passes them by: no slot runs twice
+(docs/reference/behaviour.md#clock-corrections-across-a-restart).
 """
 
 from __future__ import annotations
@@ -46,30 +38,23 @@ logger = logging.getLogger(_loggers.LIBRARY)
 
 
 def written_ahead(next_at: Instant, first_at: Instant | None, updated_at: Instant | None, now: Instant) -> bool:
-    """Whether a row was written by a clock ahead of `now`: its grid moved past its first slot, or,
-    still at its first slot, it was last written at an instant ahead of `now` by more than the floor
-    (`updated_at` None: not known).
-
-    A first slot placed far ahead on purpose (``start_in``, ``start_at``) is not a clock error.
-    """
+    """Whether a row was written by a clock ahead of `now`: its grid moved past its first slot, or it
+    was written ahead of `now` by more than the floor (a first slot far ahead on purpose is no error)."""
     return next_at != first_at or (updated_at is not None and updated_at - now > CLOCK_STEP_FLOOR)
 
 
 def corrected_slot(row: StoredRow, now: Instant, updated_at: Instant | None) -> tuple[Instant, Instant] | None:
-    """``(next_run_at, the slot it should have)`` of a scheduled row that lies ahead of `now` beyond
-    its schedule and was written by a clock ahead (`written_ahead`); else None.
+    """``(next_run_at, the slot it should have)`` of a scheduled row a clock ahead wrote; else None.
 
-    `updated_at` None: a row read with the claims' columns only (`STANDING_COLUMNS`): only a grid
-    moved past its first slot tells, and the slot is an estimate that ignores ``start_at`` (which
-    `correct_ahead` reads the whole row for)."""
+    `updated_at` None: a row with the claims' columns only, whose slot is an estimate (no ``start_at``).
+    """
     if row.problems or row.state != SCHEDULED:
         return None
     next_at = from_datetime(row.next_run_at)
     basis = next_at
     if row.retry_attempt is not None:
-        # A pending attempt is due off the grid, within its slot: not ahead of it, unless that slot
-        # itself lies ahead of `now` (a clock ahead ran it): then the row goes back to its grid from
-        # that slot, and the attempt is dropped (`correct_ahead`). Only the whole row has the slot.
+        # A pending attempt is due within its slot: ahead only if that slot lies ahead of `now`;
+        # then the row goes back to its grid and the attempt is dropped.
         slot = instant_or_none(row.get("retry_for"))
         if slot is None or slot - now <= CLOCK_STEP_FLOOR:
             return None
@@ -91,12 +76,11 @@ def correct_ahead(
     change_seq: Callable[[Connection], int],
     reach: JitterReach,
 ) -> list[Correction]:
-    """Move those of `job_ids` whose rows lie ahead of `now` beyond their schedule back onto their
-    grid, in `conn`'s transaction (module docstring); `change_seq` gives the change counter's value
-    to announce them with (asked only when a row moves). The caller logs them once committed.
+    """Move those of `job_ids` whose rows a clock ahead wrote back onto their grid, in `conn`'s transaction.
 
-    A clock for `now` is read once the rows are read: a time read earlier, before a thread that
-    was held for a while, would take a row this instance wrote meanwhile for one a clock ahead wrote."""
+    `change_seq` is asked only when a row moves; the caller logs the corrections once committed. A clock
+    for `now` is read after the rows: a time read earlier would take a row this instance wrote meanwhile
+    for one a clock ahead wrote."""
     corrections: list[Correction] = []
     rows = rows_of(conn, job_ids)
     now = read_time(now)
@@ -134,8 +118,7 @@ def correct_ahead(
 
 
 def log_correction(c: Correction) -> None:
-    """A WARNING that names the job and the size of the correction
-    (docs/reference/behaviour.md, "Clock corrections across a restart")."""
+    """Log a WARNING that names the job and the size of the correction."""
     logger.warning(
         "job %s: its next run (%s) lay %s further ahead than its schedule allows, written while a "
         "wall clock was ahead; it runs again at %s (slots that clock ran early are passed by)",

@@ -1,13 +1,10 @@
 """Cancel requests: `cancel()` in any process asks the instance that runs the job to stop its run.
 
-`request_cancel` is one transaction: it locks the job's row and, only while
-the job is running, sets ``cancel_requested_at`` and moves the change counter,
-so the owner's next change pick-up (within `pickup_seconds`, at once with a
-change signal) reads `cancel_requests` and stops the run. The completion of
-that run, or its recovery as lost, clears the column with the rest of the
-run's bookkeeping (``running_for``, ``owner``), so a request never outlives
-the run it was made for, and a request that lost the race with the
-completion changes nothing (the job was no longer running).
+`CancelsStore.request_cancel` locks the job's row and, only while it runs,
+sets ``cancel_requested_at`` and moves the change counter; the owner's next
+pick-up reads `CancelsStore.cancel_requests`. The run's completion or recovery
+clears the column, so a request never outlives its run, and one that lost
+the race with the completion changes nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ __all__ = ["CancelsStore"]
 
 
 class CancelsStore(Part):
-    """The cancel requests of this store's namespace (module docstring)."""
+    """The cancel requests of this store's namespace."""
 
     def request_cancel(self, job_id: str, now: Instant) -> bool | None:
         """Ask the run of `job_id` in flight to stop; True if one was, False if the job is not running,

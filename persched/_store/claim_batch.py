@@ -1,15 +1,10 @@
 """One claim transaction's decisions over the rows its locking read won, and what a lost entry found.
 
-The claim's locking read (`persched._store.claims`) wins rows and returns them,
-as they stand, as the driver's tuples. `ClaimBatch` reads each one (`read`: by
-column position, and defensively only when a value is not what persched
-writes), decides what it runs by its policies (`decide`), gives each claim its
-run id or settles alone a slot that has run already (`record_starts`), and
-answers each entry (`results`). `Writes` queues what these decisions write and
-executes it at once, the won rows in one statement (`Writes.apply`); a
-completion batch uses it too. `misses` tells an entry that the claim did not
-win where its row stands now and when to look again. No I/O but the
-statements handed in; no locks.
+`ClaimBatch` reads each won row (by column position; defensively only when a
+value is not what persched writes), decides it, gives each claim its run id
+and answers each entry; `Writes` executes what the decisions queued at once.
+`misses` tells a lost entry where its row stands and when to look again. No
+I/O but the statements handed in; no locks.
 """
 
 from __future__ import annotations
@@ -60,14 +55,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# The dispatch path's statements, in driver SQL (`dialects.Sql`): per run, SQLAlchemy's
-# construction, cache key and bind processing of these cost more than the database's work.
+# The dispatch path's select lists, in driver SQL (docs/explanation/store.md, "The driver cursor").
 DISPATCH_SELECT: Final = ", ".join(column.name for column in DISPATCH_COLUMNS)
 STANDING_SELECT: Final = ", ".join(column.name for column in STANDING_COLUMNS)
 
-# The claim's one write back (`Dialect.update_rows`): every won row, by its key, where its decision
-# puts it (running a slot, or waiting again: misfire "skip", a slot that ran already). The locking
-# read holds the rows.
+# The claim's one write back (`Dialect.update_rows`): every won row, by its key; the locking read holds them.
 _CLAIM_SETS: Final = (
     "state",
     "owner",
@@ -81,15 +73,13 @@ _CLAIM_SETS: Final = (
 )
 _CLAIM_KEY: Final = ("job_id", "generation")
 
-# How soon an entry looks again after SKIP LOCKED passed its due row by (`_retry_at`): a claim
-# transaction commits well within it; a row locked for longer costs 20 claims a second.
+# How soon an entry looks again after SKIP LOCKED passed its due row by: a claim commits well within it.
 PASSED_BY_RETRY: Final = Micros(50_000)
 
 # The claim's RETURNING columns, by position in the driver's rows.
 _NAMES: Final = tuple(column.name for column in DISPATCH_COLUMNS)
 _AT: Final = {name: index for index, name in enumerate(_NAMES)}
-# What a row's plan is made of: the policies it shares with other jobs (`mappers.shape_of`: kept
-# by their raw values, the key of `_RAW_SHAPES`), and its own job id, generation, anchor and interval.
+# A row's plan: the shape it shares with other jobs (kept by its raw values), and its own id, generation, anchor.
 _SHAPE_AT: Final = tuple(_AT[name] for name in SHAPE_COLUMNS)
 _JOB_ID, _GENERATION, _FIRST_RUN_AT, _INTERVAL = (
     _AT[name] for name in ("job_id", "generation", "first_run_at", "interval_seconds")
@@ -99,10 +89,10 @@ _RAW_SHAPES_KEPT: Final = 4_096  # then it starts again (as `mappers.shape_of`'s
 
 
 def _plan_of_raw(raw: tuple[Any, ...], dialect: Dialect) -> JobPlan | None:
-    """The plan of a row as the driver returned it, or None if its values are not what persched
-    writes (the caller then reads the row defensively). Its shape is kept by the raw values it was
-    read from (read once by `read_row` and checked); the row's own values are checked here, each
-    time: a plan per job would not be found again at 100,000 jobs on intervals of their own."""
+    """The plan of a row as the driver returned it, or None if its values are not what persched writes.
+
+    Shapes are cached by raw values; the row's own values are checked each time (no plan per job).
+    """
     job_id, generation, interval = raw[_JOB_ID], raw[_GENERATION], raw[_INTERVAL]
     if not isinstance(job_id, str) or type(generation) is not int or type(interval) not in (float, type(None)):
         return None
@@ -126,7 +116,7 @@ def _plan_of_raw(raw: tuple[Any, ...], dialect: Dialect) -> JobPlan | None:
 
 
 class ClaimedRow(NamedTuple):
-    """A row the claim's locking read won, as it stands (before the claim writes it), and its plan."""
+    """A row the claim's locking read won, as it stands, and its plan."""
 
     job_id: str
     generation: int
@@ -141,7 +131,7 @@ class ClaimedRow(NamedTuple):
 
 
 def _claimed_row(raw: tuple[Any, ...], dialect: Dialect) -> ClaimedRow | None:
-    """A won row from the driver's values; None if any is not what persched writes (read it defensively)."""
+    """A won row from the driver's values; None if any is not what persched writes."""
     plan = _plan_of_raw(raw, dialect)
     if plan is None:
         return None
@@ -179,22 +169,19 @@ def _retry_at(row: StoredRow, bound: Instant, now: Instant, reach: JitterReach) 
         # moved on (by another instance, or a skip)
         return plan.due_at(next_at, run_now_at, reach, retry=row.retry_attempt is not None)
     if row.state == RUNNING:
-        # Another instance runs it: look again at its next slot, in case that
-        # instance dies (its completion is not seen here). A next slot that is
-        # already due (the run outlasted it) is the owner's to run when its run
-        # ends: look again one slot later, or every loser retries at once, in
-        # a loop, until that completion commits.
+        # Look again at its next slot, in case the owner dies. A next slot already due is the owner's
+        # to run when its run ends: one slot later, or every loser would retry in a loop until then.
         return plan.due_at(next_at if next_at > bound else plan.slot_after(max(next_at, bound)), None, reach)
-    # Still waiting and due: SKIP LOCKED passed it by. The lock may be another instance's
-    # claim of this slot, or a write that changes nothing (an unchanged schedule(),
-    # declare() at start-up): look again in a moment, or that slot would be lost.
+    # Still waiting and due: SKIP LOCKED passed it by. The lock may be a write that changes nothing
+    # (an unchanged schedule()): look again in a moment, or that slot would be lost.
     return Instant(max(now, bound) + PASSED_BY_RETRY)
 
 
 def _taken(row: StoredRow, bound: Instant) -> bool:
-    """Whether another claim has the slot of an entry bounded by `bound` that lost on `row`
-    (`ClaimMiss.taken`): the row runs, or waits, readable and not paused, with no run-now
-    request, past the entry's slot. (Passed by while due, it may be a lock of anything.)"""
+    """Whether another claim has the slot of an entry that lost on `row` (`ClaimMiss.taken`).
+
+    The row runs, or waits past the entry's slot, readable, not paused, with no run-now request.
+    """
     if row.problems:
         return False
     if row.state == RUNNING:
@@ -220,12 +207,11 @@ def misses(
     reach: JitterReach,
     settle: Callable[[StoredRow], bool],
 ) -> tuple[dict[tuple[str, int], ClaimMiss], set[str]]:
-    """What each lost entry ``(job_id, generation)`` found: the row as it is now, and when to look again;
-    and the jobs whose rows another instance moved further ahead than their schedule allows (a
-    clock that was ahead: `persched._store.ahead` puts them back). A waiting row whose stored row or
-    schedule cannot be read is handed to `settle`, since a later entry may never come (a stale entry
-    that lost on it may have been its last): settled, no entry looks at it again; passed by (True
-    not returned: another transaction holds it, or it moved on), its entries look again in a moment."""
+    """What each lost entry found and when to look again; and the jobs a clock ahead moved too far.
+
+    A waiting row that cannot be read goes to `settle`, since a later entry may never come;
+    unless `settle` returns True, its entries look again in a moment.
+    """
     found = standing(conn, dialect, {job_id for job_id, _ in bounds})
     settled = {row.job_id: settle(row) for row in found.values() if unreadable_waiting(row)}
 
@@ -244,8 +230,7 @@ def misses(
 
 
 def unreadable_waiting(row: StoredRow) -> bool:
-    """Whether `row` waits, not paused, with a stored row or schedule that cannot be read: a claim that
-    reads it pauses it (`mappers.plan_or_quarantine`)."""
+    """Whether `row` waits, not paused, unreadable: a claim that reads it pauses it."""
     if row.state != SCHEDULED or row.paused:
         return False
     if row.problems:
@@ -273,7 +258,7 @@ class _Write(NamedTuple):
 
 @dataclass
 class Writes:
-    """The statements a claim or completion batch queues as it decides, executed at once (executemany)."""
+    """The statements a claim or completion batch queues as it decides, executed at once."""
 
     at: Instant | None = None  # when the claim was made: the won rows' updated_at
     reach: JitterReach | None = None  # a claim's batch: the store's, counts the due times `wait` hands out
@@ -319,8 +304,7 @@ class Writes:
         owner: str,
         lease_until: Instant,
     ) -> None:
-        """Queue a won row's start: running `slot`, owned by `owner` until `lease_until`, next at `next_at`
-        (with the pending attempt `retry` that a run-now run leaves in place)."""
+        """Queue a won row's start of `slot`; `retry`: the pending attempt a run-now run leaves in place."""
         self.won.append(
             _Write(RUNNING, owner, lease_until, slot, next_at, run_now_at, retry, row.job_id, row.generation)
         )
@@ -328,8 +312,7 @@ class Writes:
     def wait(
         self, plan: JobPlan, job_id: str, generation: int, next_at: Instant, run_now_at: Instant | None
     ) -> ClaimMiss:
-        """A won row that runs nothing now: queue it waiting at `next_at` (or finished), with no attempt
-        pending; the result for its entry."""
+        """Queue a won row that runs nothing now waiting at `next_at` (or finished); its entry's result."""
         assert self.reach is not None  # a claim's batch: `ClaimBatch` sets it
         over = plan.is_over(next_at, run_now_at)
         state = FINISHED if over else SCHEDULED
@@ -338,8 +321,7 @@ class Writes:
 
 
 class Won(NamedTuple):
-    """A won row that runs a slot: the row (as the claim read it) and its decision; the `claim`
-    once its history row is inserted."""
+    """A won row that runs a slot, its decision, and its `claim` once its history row is inserted."""
 
     row: ClaimedRow
     decision: ClaimPlan
@@ -348,8 +330,7 @@ class Won(NamedTuple):
 
 
 class ClaimBatch:
-    """One claim transaction's decisions: first per won row (`decide`), then per history insert
-    (`record_starts`); `writes` holds what they queued, `results` answers each entry."""
+    """One claim transaction's decisions: per won row (`decide`), then per history insert (`record_starts`)."""
 
     def __init__(
         self,
@@ -368,8 +349,7 @@ class ClaimBatch:
         self.skipped: dict[tuple[str, int], ClaimMiss] = {}
 
     def read(self, raw: tuple[Any, ...], dialect: Dialect) -> ClaimedRow | None:
-        """A won row as returned by the driver; None (settled: paused, its history says why) if it
-        cannot be read (one job never holds back another)."""
+        """A won row as returned by the driver; None if it cannot be read (it is paused, alone)."""
         row = _claimed_row(raw, dialect)
         if row is not None:
             return row
@@ -395,8 +375,7 @@ class ClaimBatch:
         )
 
     def decide(self, row: ClaimedRow) -> None:
-        """What a won row does now, by its policies (`persched._model.policy.JobPlan.claim`): run a slot,
-        or go back to waiting."""
+        """Decide by its policies whether a won row runs a slot or goes back to waiting."""
         key = (row.job_id, row.generation)
         bound, taken_at = self.expected[key]
         if row.retry is not None and row.next_at <= bound:
@@ -412,8 +391,7 @@ class ClaimBatch:
         self.claims[key] = Won(row, decision)
 
     def _decide_retry(self, row: ClaimedRow, retry: Retry) -> None:
-        """A won row whose pending attempt is due: run it, while its slot is current (before the job's
-        next regular slot); else give the slot up and wait for that slot, which is due now."""
+        """Run a due pending attempt while its slot is current; else give the slot up for the next one."""
         key, plan = (row.job_id, row.generation), row.plan
         deadline = plan.retry_deadline(retry, row.next_at)
         # (an attempt past the job's retries: a hand edit, or retries lowered in place by one: none)
@@ -446,9 +424,8 @@ class ClaimBatch:
     def record_starts(self, run_ids: dict[str, int], last_slots: dict[str, Instant]) -> None:
         """Give each claim its run id, or settle alone a job whose slot has a run recorded already.
 
-        Such a job moves past the latest slot its generation ran (`last_slots`, by job id): after a
-        correction (rows written by a clock that was ahead), the slots that clock ran early are
-        passed by at once, when the first of them comes, and none runs twice.
+        Such a job moves past the latest slot its generation ran (`last_slots`), so the slots a
+        clock that was ahead ran early are passed by at once, and none runs twice.
         """
         w = self.writes
         for key, won in list(self.claims.items()):
@@ -458,8 +435,7 @@ class ClaimBatch:
             run_id = run_ids.get(row.job_id)
             if run_id is None:
                 # This slot ran already (docs/reference/behaviour.md, "Clock corrections across a
-                # restart"): move on past the last slot that ran, alone (a fixed-delay claim leaves
-                # next_run_at on it: one interval on, then).
+                # restart"): move past the last slot that ran (fixed delay: one interval on).
                 past = max(decision.next_run_at, plan.slot_after(max(slot, last_slots.get(row.job_id, slot))))
                 logger.warning(
                     "job %s generation %d: the slot %s has run already (early, on a clock that was ahead, or "

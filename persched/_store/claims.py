@@ -1,42 +1,13 @@
 """Claims: the start of runs, and the dispatch cycle (completions, then claims) in one transaction.
 
-- `claim_runs`: the start of runs, in three steps in one transaction: one
-  locking read decides which rows the batch wins, each entry by its own
-  predicate::
-
-      SELECT <the row> FROM persched_jobs
-       WHERE job_id IN (:ids) AND state='scheduled' AND NOT paused
-         AND (job_id, generation) IN (:entries)
-         AND (next_run_at <= CASE job_id WHEN :id THEN :expected_at ... END
-              OR run_now_at <= <the same bound>)
-      [FOR UPDATE SKIP LOCKED]
-
-  then each won row's policies decide, in Python, from the row as it stands
-  (`persched._model.policy.JobPlan.claim`, `claim_batch.ClaimBatch.decide`),
-  which slot runs and where the row goes next; then one write back puts
-  every won row there by its key (`claim_batch.Writes.apply`), and the
-  history rows are inserted in one statement.
-  A run starts at the commit of that transaction: the locking read holds
-  its rows until then (SQLite: the write lock of BEGIN IMMEDIATE;
-  PostgreSQL and MariaDB: row locks, and rows another instance is claiming
-  are passed by, not waited for: `Dialect.lock_claimable`). The predicate on
-  `generation` makes a stale heap entry harmless; the one on `next_run_at`
-  keeps an entry from running a slot early after another instance moved
-  the row on (for a job with entries of two generations in the batch,
-  ``CASE generation …`` picks the row's own entry's bound); the one on
-  `paused` makes pause() linearize like deschedule().
-- A lost entry learns where its row stands (`claim_batch.misses`); a row
-  that another instance moved further ahead than its schedule allows (its
-  clock was ahead) is put back on its grid in the same transaction
-  (`persched._store.ahead`), and a slot that clock ran early is passed by
-  when the claim comes to it (`ClaimBatch.record_starts`).
-- `dispatch`: `finish_runs` (`persched._store.completions`) and `claim_runs`
-  of one dispatch cycle in one transaction (nested writes join the transaction open on their thread).
-
-The dispatch path runs on the driver's own cursor (`dialects.DriverCursor`):
-rows come back as the driver's tuples, read by column position, and only a
-row whose values are not what persched writes (a hand edit) is read
-defensively (`_rows.read_row`) and settled alone.
+`claim_runs` is one transaction: one locking read wins rows, each entry by
+its own predicate (`claim_clauses`: generation, slot, paused); each won row's
+policies decide in Python (`claim_batch.ClaimBatch`); one write back puts the
+rows where they decided, and the history rows are inserted in one statement.
+A run starts at that commit: the locking read holds its rows until then
+(SQLite's write lock; elsewhere row locks, SKIP LOCKED). The one-run-per-slot
+index settles alone a slot that ran already. The reasoning:
+docs/explanation/store.md, "The claim".
 """
 
 from __future__ import annotations
@@ -107,16 +78,14 @@ def _bound_of(entries: list[tuple[int, Instant]], dialect: Dialect) -> Sql:
 
 
 def claim_clauses(expected: dict[tuple[str, int], tuple[Instant, Instant]], dialect: Dialect) -> dict[str, Sql]:
-    """The claim's predicate (module docstring), clause by clause, for entries ``{(job_id, generation): (bound, _)}``.
+    """The claim's predicate, clause by clause, for entries ``{(job_id, generation): (bound, _)}``.
 
     Named so that a test can drop one and watch its invariant break.
     """
     if dialect.binds_arrays:
         return _array_clauses(expected, dialect)
-    # Each row's own bound: its entry's expected slot (CASE keeps it one statement). Two
-    # generations of one job may be in one batch (a stale entry beside the live one's): the
-    # row's generation picks its entry's bound then. (Which generation may be claimed at all
-    # is the "generation" clause's to decide, alone.)
+    # Each row's bound is its own entry's slot. With two generations of one job in the batch, the
+    # row's generation picks its entry's; which generation may be claimed is the "generation" clause's.
     by_job: dict[str, list[tuple[int, Instant]]] = {}
     for (job_id, generation), (at, _) in expected.items():
         by_job.setdefault(job_id, []).append((generation, at))
@@ -136,14 +105,11 @@ def claim_clauses(expected: dict[tuple[str, int], tuple[Instant, Instant]], dial
 
 
 def _array_clauses(expected: dict[tuple[str, int], tuple[Instant, Instant]], dialect: Dialect) -> dict[str, Sql]:
-    """`claim_clauses` with the entries bound as arrays (PostgreSQL): one statement text whatever the
-    batch's size, so that the server plans it once per connection (a prepared statement) rather than
-    at every claim, and the same predicate, clause by clause, as the lists and CASE chains."""
+    """`claim_clauses` with the entries bound as arrays (PostgreSQL): one statement text at any batch size,
+    planned once per connection."""
     at = dialect.bind_instant
-    # An entry's key is "<job_id> <generation>" (the last space splits it back: a generation has none).
-    # A row's bound is looked up in C (array_position: linear, as the CASE chain is, with no plan to
-    # make): its own entry's; for a row of another generation (a test that drops the "generation"
-    # clause), the job's last entry's, as the CASE chain's ELSE gives it.
+    # An entry's key is "<job_id> <generation>". A row's bound is its own entry's; for a row of another
+    # generation (a test that drops the "generation" clause), the job's last entry's, as CASE's ELSE gives.
     keys = [f"{job_id} {generation}" for job_id, generation in expected]
     last = {job_id: at(bound) for (job_id, _), (bound, _) in expected.items()}
     bound = (
@@ -162,7 +128,7 @@ def _array_clauses(expected: dict[tuple[str, int], tuple[Instant, Instant]], dia
 
 
 class ClaimsStore(Part):
-    """Claims, and the dispatch cycle: the dispatch path (module docstring)."""
+    """Claims, and the dispatch cycle."""
 
     def dispatch(
         self,
@@ -172,22 +138,19 @@ class ClaimsStore(Part):
         instance_id: str,
         lease: Micros,
     ) -> tuple[list[Instant | None], list[Claim | ClaimMiss]]:
-        """`finish_runs` then `claim_runs` in one transaction: one commit (one fsync) per dispatch cycle.
+        """`finish_runs` then `claim_runs` in one transaction: one commit per dispatch cycle.
 
-        A crash loses both or neither; the completions are written before the
-        claims, so a job that finished can be claimed again in the same cycle.
-        If the database refuses the transaction (`RefusedWrite`: a row it will
-        not update), the two are written apart, so that the completions settle
-        the refused row alone (`finish_runs`) and the claims go on.
+        If the database refuses a row (`RefusedWrite`), the two are written apart,
+        so that each settles the refused row alone and the rest go on.
         """
-        store = self.store  # the store's own methods: a patch on the store reaches them
+        store = self.store  # a patch on the store's methods reaches these calls
         if not completions:
             return [], store.claim_runs(entries, now, instance_id, lease)
         if not entries:
             return store.finish_runs(completions, instance_id), []
 
         def body(conn: Connection) -> tuple[list[Instant | None], list[Claim | ClaimMiss]]:
-            # Both join this transaction (`_transaction`); a failure in either rolls back both.
+            # Both join this transaction: a failure in either rolls back both.
             return store.finish_runs(completions, instance_id), store.claim_runs(entries, now, instance_id, lease)
 
         try:
@@ -206,20 +169,10 @@ class ClaimsStore(Part):
     ) -> list[Claim | ClaimMiss]:
         """Try to start the runs of ``(job_id, generation, expected_at, taken_at)`` entries, in one transaction.
 
-        One locking read decides every row by its own predicate (module
-        docstring); the dialect locks and names the winners. Each won row's plan
-        (`persched._model.policy.JobPlan.claim`) then decides which slot runs, by the job's
-        misfire policy, or that none does (its late slots are dropped and the
-        row goes back to waiting). `taken_at` is when the dispatcher took the
-        entry up: lateness is measured there. Results are in the order of
-        `entries`; an entry repeated in the batch wins at most once.
-        `now` may be a clock, read once the transaction holds its write lock,
-        so that start times follow the order of commits.
-
-        One job never holds back another: a row whose slot has a run
-        recorded already (a clock behind the one that ran it, a hand-edited
-        row) is settled alone: its history insert does nothing, and the row
-        moves on past that slot while the rest of the batch is claimed.
+        Results are in the order of `entries`; a repeated entry wins at most once.
+        `taken_at` is when the dispatcher took the entry up (lateness is measured
+        there); `now` may be a clock, read once the write lock is held, so that
+        start times follow the order of commits.
         """
         if not entries:
             return []
@@ -260,7 +213,7 @@ class ClaimsStore(Part):
         try:
             results = self._write(body, "claim")
         except REFUSED as exc:
-            if self._in_write():  # part of an enclosing write (dispatch), which writes its parts apart
+            if self._in_write():  # inside dispatch, which writes its parts apart
                 self._raise_refusal("claim", exc)
             if len(entries) == 1:
                 return [self._park_claim(entries[0], now, instance_id, refusal_of(exc))]
@@ -272,15 +225,11 @@ class ClaimsStore(Part):
         return [self.store.claim_runs([entry], now, instance_id, lease)[0] for entry in entries]
 
     def _settle_unreadable(self, conn: Connection, row: StoredRow, *, at: Instant, instance_id: str) -> bool:
-        """Pause a waiting job whose row or schedule a lost claim found unreadable, with an "error" record
-        saying why (as a won row's read does: `mappers.plan_or_quarantine`); False if its entries
-        should look again in a moment.
+        """Pause a waiting job whose row a lost claim found unreadable, with an "error" record saying why.
 
-        The row was read without a lock: it is locked and read again first. One that another
-        transaction holds is passed by (as the claim's own locking read passes rows by: an operator's
-        fix under way would hold every claim of this instance until its commit), and one that reads
-        well or moved on by now is left as it is: False, either way. One whose generation is no number
-        never matches the pause (it stays as it is, listed unreadable): True, nothing to look at again."""
+        The row is locked and read again first; one another transaction holds, or that reads
+        well by now, is left as it is. False: its entries should look again in a moment.
+        """
         query = select(*_RAW_STANDING).where(jobs.c.job_id == row.job_id)
         locked = stored(self.dialect.lock_first(conn, query, 1), STANDING_COLUMNS)
         if not locked or not unreadable_waiting(locked[0]):
@@ -295,8 +244,7 @@ class ClaimsStore(Part):
     def _park_claim(
         self, entry: ClaimEntry, now: Instant | Callable[[], Instant], instance_id: str, detail: str
     ) -> ClaimMiss:
-        """A claim refused alone: pause its job (while it still waits in that generation), with an "error"
-        record saying why; claims pass a paused job by, so it is not tried again until resumed."""
+        """Pause the job of a claim refused alone, with an "error" record saying why, until resumed."""
         job_id, generation, expected_at, _ = entry
 
         def body(conn: Connection) -> bool:
@@ -329,19 +277,12 @@ class ClaimsStore(Part):
         lease: Micros,
         passed_by: Collection[tuple[str, int]] = (),
     ) -> Overdue:
-        """The claim by query: claim up to `limit` of this namespace's waiting rows whose
-        next_run_at lies before `before`, oldest first, whichever instance owns them.
+        """Claim up to `limit` waiting rows of this namespace due before `before`, oldest first, any owner's.
 
-        Rows another transaction is claiming are passed by (``FOR UPDATE SKIP
-        LOCKED`` on PostgreSQL and MariaDB, `Dialect.lock_first`; SQLite's
-        write lock makes every search exclusive), so two instances searching at
-        once take disjoint rows. The rows found are claimed by `claim_runs` in
-        the same transaction, each with its own predicate (state, generation,
-        slot): the linearization point is the same claim. A row
-        whose jitter has not yet run out is not claimed but handed back for the
-        heap; an unreadable row (jobs() reports it) is neither, and is named so
-        that the caller passes it by next time (`passed_by`): it must not stay
-        the oldest forever. One read with no lock when nothing is overdue.
+        Rows another transaction holds are passed by (`Dialect.lock_first`); those found
+        go through `claim_runs` in the same transaction. A row whose jitter has not run
+        out is handed back for the heap; an unreadable one is named, so that the caller
+        passes it by next time (`passed_by`).
         """
         waiting = [
             jobs.c.state == SCHEDULED,
@@ -380,7 +321,7 @@ class ClaimsStore(Part):
     def _lock(
         self, cur: DriverCursor, expected: dict[tuple[str, int], tuple[Instant, Instant]]
     ) -> list[tuple[Any, ...]]:
-        """The claim's one locking read (module docstring): the rows it wins, as they stand."""
+        """The claim's one locking read: the rows it wins, as they stand."""
         predicate = Sql.join(claim_clauses(expected, self.dialect).values(), " AND ")
         return self.dialect.lock_claimable(cur, jobs, predicate, DISPATCH_SELECT)
 
@@ -397,11 +338,7 @@ class ClaimsStore(Part):
     def _record_starts(
         self, cur: DriverCursor, won: Sequence[Won], started_at: Instant, lease_until: Instant, instance_id: str
     ) -> dict[str, int]:
-        """Insert the history rows of won claims; return the run id of each job whose slot had no run yet.
-
-        The insert does nothing for a slot the one-run-per-slot index already
-        holds, so such a job is told apart without failing the others.
-        """
+        """Insert the history rows of won claims; the run id of each job whose slot had no run yet."""
         if not won:
             return {}
         at = self.dialect.bind_instant

@@ -1,11 +1,9 @@
 """The coming slots of a job as it will run them, read from its row (`next_runs`, ``persched next``).
 
-They start at the row's ``next_run_at`` (the next slot still to run) and
-follow its plan (`persched._model.policy.JobPlan.coming`: the trigger, with
-its time zone and daylight-saving rules, and the window). A pause with an
-end starts them where its resume will (`JobPlan.resumed` at ``paused_until``,
-as `persched._engine.pause_ends` does); a pause without one, a finished job
-or a row that cannot be read has none.
+They start at ``next_run_at`` and follow its plan
+(`persched._model.policy.JobPlan.coming`); a pause with an end starts them
+where its resume will. A pause without one, a finished job or an unreadable
+row has none.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ __all__ = ["coming_slots"]
 
 
 def coming_slots(row: StoredRow, count: int) -> list[Instant]:
-    """Up to `count` coming slots of the job of `row` (module docstring)."""
+    """Up to `count` coming slots of the job of `row`."""
     if row.problems or row.state not in (JobState.SCHEDULED.value, JobState.RUNNING.value):
         return []
     if row.paused and row.paused_until is None:

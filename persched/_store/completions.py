@@ -1,11 +1,10 @@
-"""Completions: the end of runs.
+"""Completions: the end of runs, a dispatch cycle's in one transaction (`CompletionsStore.finish_runs`).
 
-`finish_runs` records the outcomes of a dispatch cycle in one transaction. The job UPDATE is conditional on generation,
-state, owner and the slot in flight (`running_for`), so the completion of
-a replaced, descheduled or recovered run changes nothing.
-Its next slot was decided by the plan its claim carried (`records.Carried`),
-and the UPDATE is conditional on the row still standing where the claim left
-it; a row that anything else changed meanwhile is read and decided anew.
+The job's UPDATE is conditional on generation, state, owner and the slot in
+flight (``running_for``), so the completion of a replaced, descheduled or
+recovered run changes nothing. The next slot was decided by the plan the
+claim carried (`records.Carried`), while the row still stands where the claim
+left it; a row that anything else changed meanwhile is read and decided anew.
 """
 
 from __future__ import annotations
@@ -67,32 +66,21 @@ _FINISH_CARRIED: Final = _FINISH_JOB + " AND next_run_at = ? AND run_now_at IS N
 
 
 class CompletionsStore(Part):
-    """Completions (module docstring)."""
+    """Completions."""
 
     def finish_runs(self, completions: Sequence[Completion], instance_id: str) -> list[Instant | None]:
-        """Record outcomes in one transaction; for each, when its job is due next.
+        """Record outcomes in one transaction; for each, when its job is due next (None: not to be queued).
 
-        None when the job is not to be queued: descheduled, replaced or its
-        run recovered meanwhile (the completion then changes no job row;
-        its run record is still completed unless recovery
-        already marked it lost), or paused, or finished.
-
-        A completion whose claim carried its decision (`Carried`) is written
-        as decided there, conditional on the row standing where the claim
-        left it; the others, and those whose row moved meanwhile, are read
-        and decided again (`_finish_read`).
-
-        One job never holds back another: if the database refuses the batch
-        (`RefusedWrite`: a row it will not update), each completion is
-        written alone, and one refused alone is parked (`_park`) instead of
-        failing, and so being retried, for ever.
+        A job descheduled, replaced or recovered meanwhile is left alone (its run record is still
+        completed unless marked lost). If the database refuses the batch, each completion is written
+        alone, and one refused alone is parked (`_park`) rather than retried for ever.
         """
         if not completions:
             return []
         try:
             return self._finish_batch(completions, instance_id)
         except REFUSED as exc:
-            if self._in_write():  # part of an enclosing write (dispatch), which writes its parts apart
+            if self._in_write():  # inside dispatch, which writes its parts apart
                 self._raise_refusal("finish runs", exc)
             if len(completions) == 1:
                 self._park(completions[0], instance_id, refusal_of(exc))
@@ -209,10 +197,8 @@ class CompletionsStore(Part):
             self.dialect.update_each(cur, _FINISH_RUN, params)
             due: list[Instant | None] = [None] * len(completions)
             rest: Sequence[int] = range(len(completions))
-            # One call into the driver however many rows (`Dialect.update_each`: each call gives the
-            # GIL away, then waits for it behind the workers). If every row matched, each stood
-            # where its claim left it and goes on to its carried slot; else every completion is
-            # read (`_finish_read`), and one that this UPDATE moved reads as queued at that slot.
+            # One call into the driver for every row (each call gives the GIL away). If every row matched,
+            # each goes on to its carried slot; else every completion is read (`_finish_read`).
             if moves and self.dialect.update_each(cur, _FINISH_CARRIED, moves) == len(moves):
                 for i, next_at, over, plan, retried in carried:
                     due[i] = None if over else plan.due_at(next_at, None, self.jitter_reach, retry=retried)

@@ -1,11 +1,7 @@
 """Database engines: which engine a URL opens, and the boundary of driver errors.
 
-`make_engine` and `open_engine` turn a user's ``--db`` value (parsed by
-`persched._store.urls.to_url`) into a working SQLAlchemy ``Engine``, made by
-that engine's dialect module (`persched._store.dialects.sqlite`: PRAGMAs,
-BEGIN IMMEDIATE, the file; `persched._store.dialects.postgresql`,
-`persched._store.dialects.mysql`: their drivers' settings), which is
-imported only for that engine. `store_errors` turns driver errors into
+`make_engine` opens a user's ``--db`` value with its engine's dialect module,
+imported only for that engine; `store_errors` turns driver errors into
 `StoreError` with the password masked.
 """
 
@@ -77,7 +73,7 @@ def _reason(exc: BaseException, url: URL) -> str:
         message = f"the file is not a SQLite database ({message})"
     elif "unable to open database file" in lowered:
         message = f"cannot open the database file ({message})"
-    # Belt and braces: never echo a password even if a driver did.
+    # Never echo a password, even if a driver did.
     if url.password:
         message = message.replace(str(url.password), "***")
     return message
@@ -85,16 +81,7 @@ def _reason(exc: BaseException, url: URL) -> str:
 
 @contextlib.contextmanager
 def store_errors(url: URL | Engine | Connection) -> Iterator[None]:
-    """Turn database errors raised inside the block into `StoreError`.
-
-    Args:
-        url: The URL (or an engine/connection whose URL is used) to name in the
-            error, password masked.
-
-    Raises:
-        StoreError: A `SQLAlchemyError` (or a raw DBAPI error) was raised in the
-            block; the original is chained as ``__cause__``.
-    """
+    """Turn database errors raised inside the block into `StoreError` naming `url`, password masked."""
     try:
         yield
     except SQLAlchemyError as exc:
@@ -132,27 +119,12 @@ def make_engine(
     synchronous: str = "FULL",
     create: bool = True,
 ) -> Engine:
-    """Create an engine for a persched store and check that it can be used.
+    """Create an engine for a persched store, check that it can be used, and return it (the caller disposes it).
 
-    For a SQLite file, a missing file is created readable and writable by its
-    owner only, and every connection gets WAL, ``synchronous``, a
-    busy timeout and ``foreign_keys=ON``. Write transactions begin with
-    ``BEGIN IMMEDIATE``; pass execution option ``persched_readonly=True`` for a
-    deferred ``BEGIN``. ``sqlite://`` (in memory) uses a single shared
-    connection. PostgreSQL URLs use psycopg 3, MySQL/MariaDB URLs PyMySQL at
-    READ COMMITTED (see the module docstring); both ping a pooled connection
-    only after it sat idle (`persched._store.dialects.idle_ping`).
-
-    Args:
-        url_or_path: A SQLAlchemy URL or a plain SQLite file path.
-        busy_timeout_seconds: How long SQLite waits for a lock before failing.
-        synchronous: SQLite ``PRAGMA synchronous``: OFF, NORMAL, FULL or EXTRA.
-            FULL (the default) makes a committed claim survive power loss.
-        create: Create a missing SQLite file; if False a missing file is an
-            error (for read-only commands).
-
-    Returns:
-        A ready engine; the caller disposes it.
+    A missing SQLite file is created owner-only (unless not `create`: read-only commands); every
+    connection gets WAL, `synchronous` (FULL: a committed claim survives power loss), a busy timeout
+    and ``foreign_keys=ON``, and writes begin with ``BEGIN IMMEDIATE``. ``sqlite://`` (in memory)
+    shares one connection. PostgreSQL uses psycopg 3, MySQL and MariaDB PyMySQL at READ COMMITTED.
 
     Raises:
         InvalidJobError: `busy_timeout_seconds` or `synchronous` is invalid.
@@ -162,7 +134,7 @@ def make_engine(
 
 
 def open_engine(url_or_path: str, options: EngineOptions, *, create: bool = True) -> Engine:
-    """`make_engine` with options checked already (a `JobScheduler`'s config): nothing is checked twice."""
+    """`make_engine` with options checked already (a `JobScheduler`'s config)."""
     busy_timeout_seconds, sync = options.busy_timeout_seconds, options.synchronous
     url = to_url(url_or_path)
     if url.get_backend_name() == "sqlite":
@@ -181,13 +153,11 @@ def open_engine(url_or_path: str, options: EngineOptions, *, create: bool = True
         except ImportError as exc:  # psycopg
             missing = "the PostgreSQL driver is not installed: pip install persched[postgres]"
             raise StoreError(mask(url), missing) from exc
-    # The partial indexes' WHERE for this engine's DDL (Alembic, create_all), now that its
-    # dialect is imported anyway; declared lazily so that no other dialect is.
+    # The partial indexes' WHERE for this engine's DDL, now that its dialect is imported anyway.
     attach_index_predicates(engine.dialect.name)
     try:
         with store_errors(url), engine.connect() as conn:
-            # Cheap check that reads the header: a garbage file, an unreadable
-            # file or a bad host fails here, not at the first job.
+            # Read the header: a garbage file or a bad host fails here, not at the first job.
             if is_sqlite(conn):
                 # A deferred BEGIN: the write lock may be another process's for a while (its migration).
                 conn.execution_options(**{READONLY: True})
@@ -203,19 +173,14 @@ def open_engine(url_or_path: str, options: EngineOptions, *, create: bool = True
 def make_read_only_engine(url_or_path: str, *, busy_timeout_seconds: float = 5.0) -> tuple[Engine, str | None]:
     """Open an existing database for reading, also where it cannot be written (for read-only commands).
 
-    A SQLite file in a read-only directory cannot get the ``-wal`` and
-    ``-shm`` files that WAL mode needs, so the normal open fails. Then the
-    file is opened ``mode=ro``; if that fails too (no ``-shm`` can be made),
-    ``immutable=1``: no locks and no WAL, which is right only because nobody
-    can write there either.
+    A SQLite file in a read-only directory cannot get its ``-wal`` and ``-shm``
+    files, so it is opened ``mode=ro``, else ``immutable=1``: no locks and no
+    WAL, right only because nobody can write there either.
 
-    Returns:
-        The engine (the caller disposes it) and, if it had to fall back, one
-        line saying how the database was opened (None otherwise).
+    Returns the engine (the caller disposes it) and, if it fell back, a line saying how it opened.
 
     Raises:
-        StoreError: The database cannot be opened even read-only; the error
-            of the normal open.
+        StoreError: The database cannot be opened even read-only (the normal open's error).
     """
     from .dialects.sqlite import open_sqlite, sqlite_file
 

@@ -1,17 +1,9 @@
 """What the engine reads of the job definitions: the change counter and feed, the heap's refills, the start-up sweep.
 
-Each public method is one transaction (`_tx`):
-
-- `change_seq`, `changes_since`, `changes_made_elsewhere`: the change counter
-  (`persched_changes`) and the jobs changed after a value of it, which the
-  heartbeat picks up and logs when another store made them; a changed row
-  written by a clock ahead is put back on its grid there
-  (`persched._store.ahead`).
-- `load_due`: the bounded heap's refill (`persched._engine.horizon`), through
-  the ``(state, next_run_at)`` index.
-- `sweep`: the start-up sweep in primary-key order: pending run-now requests,
-  and rows written while a wall clock was ahead, moved back onto their grid
-  (docs/reference/behaviour.md, "Clock corrections across a restart").
+Each public method is one transaction. A changed row or a swept row that a
+clock ahead wrote is put back on its grid there (`persched._store.ahead`);
+the refill reads through the ``(state, next_run_at)`` index, the sweep walks
+the primary key.
 """
 
 from __future__ import annotations
@@ -85,7 +77,7 @@ _DUE_COLUMNS: Final = [
 
 
 class DueStore(Part):
-    """The reads of the definitions that the engine makes (module docstring); `JobsStore` builds on it."""
+    """The reads of the definitions that the engine makes."""
 
     def change_seq(self) -> int:
         """The change counter: it moves whenever any job is scheduled, replaced or descheduled."""
@@ -94,17 +86,12 @@ class DueStore(Part):
     def changes_since(
         self, seq: int, upto: Instant | None = None, now: Instant | Callable[[], Instant] | None = None
     ) -> tuple[int, list[tuple[Instant, str, int]]]:
-        """Return the counter now and ``(due_at, job_id, generation)`` of every
-        scheduled (not paused) job changed after `seq`; with `upto`, only of those
-        whose next_run_at is at most `upto` or that have a pending run-now request
-        (the bounded heap loads the others when its horizon gets there).
+        """Return the counter now and ``(due_at, job_id, generation)`` of every waiting job changed after `seq`.
 
-        With `now`, a changed row written by a clock ahead of it by more than the
-        floor (its ``updated_at``) that lies further ahead than its schedule allows
-        is put back on its grid first (`persched._store.ahead`), paused or not, and
-        returned where it is now: a job that an instance whose clock was ahead
-        scheduled or resumed does not wait out that clock's error. A clock for `now`
-        is read after the rows (`correct_ahead`)."""
+        With `upto`, only those due by then or with a run-now request (the heap loads the
+        others later). With `now`, a changed row a clock ahead wrote is put back on its grid
+        first (`persched._store.ahead`), so that it does not wait out that clock's error.
+        """
         changed_here = [jobs.c.change_seq > seq, jobs.c.state == SCHEDULED, self._mine]
         where = [*changed_here, jobs.c.paused.is_(False)]
         if upto is not None:
@@ -136,8 +123,7 @@ class DueStore(Part):
         return now_seq, changed
 
     def changes_made_elsewhere(self, after: int, upto: int) -> list[ChangeNote]:
-        """Describe the jobs changed in ``(after, upto]`` of the change counter
-        by another store (another process, the command line), for the log."""
+        """Describe the jobs another store changed in ``(after, upto]`` of the change counter, for the log."""
         own = self._take_own_changes(upto)
 
         def body(conn: Connection) -> list[ChangeNote]:
@@ -152,23 +138,9 @@ class DueStore(Part):
     def _inspect(
         self, rows: Iterable[Sequence[Any]], now: Instant
     ) -> tuple[list[_Inspected], list[tuple[str, int, Instant]]]:
-        """Check rows of `_SCANNED` columns: ``(due_at, job_id, generation, run_now)`` of each
-        scheduled, not paused one, and the rows that lie ahead of the clock.
-
-        A row whose next slot lies further ahead of `now` than its schedule allows,
-        by more than `CLOCK_STEP_FLOOR`, was written while a wall clock was ahead
-        (then corrected: docs/reference/behaviour.md, "Clock corrections across a restart") if its grid
-        has moved past its first slot, or, still at its first slot, if it was last
-        written at an instant ahead of `now` by more than the floor too: a first
-        slot placed far ahead on purpose (start_in, start_at) is not a clock error,
-        and skew between live instances (seconds) is left alone, so that no
-        instant runs twice. `_correct_ahead` moves it back to its next slot from
-        `now` (cron: the next fire after now), in its generation, keeping its
-        definition, pause and history. Its grid slots up to where it was may have
-        run already (early, on the clock that was ahead): their runs are kept, so
-        when their time comes the claim finds them and passes them by, and no
-        (job_id, scheduled_for) runs twice. Paused rows are corrected too, so that
-        a later resume() is not silenced.
+        """``(due_at, job_id, generation, run_now)`` of each waiting row of `_SCANNED` columns, and the rows
+        a clock ahead may have written (cheap tests; `persched._store.ahead` decides). Paused rows
+        are candidates too, so that a later resume() is not silenced.
         """
         entries = []
         ahead = []
@@ -188,8 +160,7 @@ class DueStore(Part):
             try:
                 generation = _whole_generation(generation)
                 slot = self.dialect.raw_instant(at)
-                # Cheap tests (the correction re-reads the row): further ahead than the schedule
-                # allows, and written by a clock ahead of this one (docstring).
+                # Cheap tests; the correction reads the row again.
                 first_at = None if first is None else self.dialect.raw_instant(first)
                 written = written_ahead(slot, first_at, self.dialect.raw_instant(updated), now)
                 if written and beyond_schedule(slot, interval, cron, zone):
@@ -205,8 +176,7 @@ class DueStore(Part):
         return entries, ahead
 
     def _due_at(self, job_id: str, generation: int, slot: Instant, jitter: float | None, run_now_at: object) -> Instant:
-        """When a job read raw is due: its `slot`, later by its jitter (which only delays; None for a
-        pending attempt, due exactly then), or its pending run-now."""
+        """When a job read raw is due: its `slot` delayed by its jitter (None: a pending attempt), or its run-now."""
         due = slot
         if jitter:
             micros = column_micros(jitter)
@@ -217,13 +187,10 @@ class DueStore(Part):
     def load_due(
         self, after: tuple[Instant, str] | None, before: Instant, limit: int
     ) -> tuple[list[tuple[Instant, str, int]], tuple[Instant, str] | None]:
-        """The bounded heap's refill (`persched._engine.horizon`): ``(due_at, job_id, generation)`` of the
-        scheduled, not paused jobs whose ``(next_run_at, job_id)`` lies after `after` (None: from
-        the start) and whose next_run_at lies before `before`, at most `limit` of them in that
-        order, through the ``(state, next_run_at)`` index; and the key of the last row read when
-        `limit` rows were read (None: the window was read to its end).
+        """The bounded heap's refill: ``(due_at, job_id, generation)`` of up to `limit` waiting jobs.
 
-        `due_at` adds the job's jitter (which only delays) or takes a pending run-now.
+        Those whose ``(next_run_at, job_id)`` lies after `after` and next_run_at before `before`, in
+        that order; and the key of the last row read, or None when the window was read to its end.
         """
         # SQLite: +namespace keeps the planner on (state, next_run_at), off any index that leads
         # with namespace, which would read and sort every scheduled row of it (test_horizon's plan test).
@@ -259,14 +226,11 @@ class DueStore(Part):
     def sweep(
         self, after: str | None, limit: int, now: Instant | Callable[[], Instant]
     ) -> tuple[list[tuple[Instant, str, int]], list[Correction], str | None]:
-        """One batch of the start-up sweep (`persched._engine.horizon`): the scheduled rows of this
-        namespace with a job_id after `after`, at most `limit`, in primary-key order. A clock for
-        `now` is read at each step: a correction reads it once it read the rows it corrects
-        (`persched._store.ahead.correct_ahead`), not a time taken before this thread was held.
+        """One batch of the start-up sweep: up to `limit` scheduled rows after `after`, by primary key.
 
-        Returns ``(due_at, job_id, generation)`` of those with a pending run-now request, the
-        rows it corrected because they lay ahead of the clock (see _inspect), and the last
-        job_id read (None: the sweep is done).
+        Returns ``(due_at, job_id, generation)`` of those with a run-now request, the rows it put
+        back on their grid (`persched._store.ahead`), and the last job_id read (None: done).
+        `now` may be a clock, read once the rows are read.
         """
         # SQLite: +state and +namespace keep the planner on the primary key (a keyset walk);
         # either index would make each batch read and sort every scheduled row.
@@ -297,7 +261,7 @@ class DueStore(Part):
     def _correct_ahead(
         self, candidates: Sequence[tuple[str, int, Instant]], now: Instant | Callable[[], Instant]
     ) -> list[Correction]:
-        """Move rows that lie further ahead than their schedule allows back onto their grid (see _inspect)."""
+        """Move the rows a clock ahead wrote back onto their grid."""
         ids = {job_id for job_id, _, _ in candidates}
         return self._write(
             lambda conn: correct_ahead(conn, ids, now, self._bump_change_seq, self.jitter_reach), "correct rows ahead"

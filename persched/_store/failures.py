@@ -1,22 +1,13 @@
 """Repeated failures: a job's count of failed slots in a row, and the pause that `pause_after_failures` brings.
 
 The count (``failure_streak``) is written by the UPDATE that records a
-completion or a recovery (`STREAK`, its parameter from `streak_step`): the
-database adds one to the value the row holds when that UPDATE runs, or sets
-0 after a success. A slot counts once, at its first failed attempt; a later
-attempt of it that fails leaves the count alone, one that succeeds sets 0. A
-resume or a replacement that committed first (it sets 0, or a new row) is
-therefore never undone by a completion that was on its way; a "missed"
-record is no run and leaves the count alone.
-
-In the same transaction, `pause_failing` pauses each job whose count reached
-its option, once its slot is settled (no attempt of it pending), and that
-is not paused already (an operator's pause keeps its note): one conditional
-UPDATE per such job, so the rows it changed are the jobs this transaction
-paused. The WARNING and the ``job_paused`` event come
-once, from the instance whose commit paused the job, after that commit
-(`FailuresPaused`). docs/reference/behaviour.md#repeated-failures says what
-users see.
+completion or a recovery (`STREAK`): the database adds one to the value the
+row holds then, or sets 0 after a success, so a resume or a replacement that
+committed first is never undone. A slot counts once, at its first failed
+attempt. In the same transaction `pause_failing` pauses each job whose count
+reached its option, by a conditional UPDATE, so the rows it changed are the
+jobs this transaction paused; the warning and event come once, after that
+commit (docs/reference/behaviour.md#repeated-failures).
 """
 
 from __future__ import annotations
@@ -79,9 +70,7 @@ def failed(outcome: str) -> bool:
 
 
 def streak_step(outcome: str, attempt: int) -> int:
-    """`STREAK`'s parameter for attempt `attempt` of a slot that ended with `outcome`: 0 a success (the
-    count starts again), 1 a failed first attempt (its slot counts as failed), 2 a failed later attempt
-    (its slot is counted already)."""
+    """`STREAK`'s parameter: 0 a success, 1 a failed first attempt, 2 a failed later one (counted already)."""
     if not failed(outcome):
         return 0
     return 1 if attempt == 1 else 2
@@ -93,7 +82,7 @@ def streak_after(outcome: str, attempt: int) -> str:
 
 
 def pause_failing(cur: DriverCursor, dialect: Dialect, failing: Sequence[FailingJob]) -> list[FailingJob]:
-    """Pause the jobs of `failing` whose count reached their option (module docstring); return those paused.
+    """Pause the jobs of `failing` whose count reached their option; return those paused.
 
     A job named twice is paused once (the second UPDATE finds it paused)."""
     paused = []

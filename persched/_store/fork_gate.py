@@ -1,31 +1,16 @@
 """A fork waits until no thread of this process is inside SQLite.
 
-SQLite's library keeps process-wide mutexes (its memory accounting, its list
-of open files), taken inside nearly every call. A ``fork()`` taken while
-another thread is inside such a call copies a mutex locked by a thread the
-child does not have, and the child's first ``sqlite3.connect()`` waits on it
-forever: a pre-fork server whose master runs a scheduler (gunicorn
-``--preload`` with a scheduler made at import) saw about four workers in ten
-hang at their first request while the master's scheduler was busy.
+A ``fork()`` while another thread is inside SQLite copies a process-wide
+mutex that the child can never take (its first connect hangs). So the store's
+threads use SQLite only while holding a `FORK_GATE` share
+(`Transactions._transaction`, the commit watch), and ``os.register_at_fork``
+makes a fork wait, at most `FORK_WAIT`, until no other thread holds one.
 
-So the store's threads use SQLite only while holding a share of `FORK_GATE`
-(`Transactions._transaction`, the commit watch of persched._engine.pickup),
-and ``os.register_at_fork`` makes every fork of this process wait until no
-other thread holds one; a share asked for meanwhile waits until the fork is
-done. Shares are per thread and nest, so a thread that forks inside its own
-transaction waits only for the others. A fork waits at most `FORK_WAIT`
-seconds (a transaction in SQLite's busy handler may take the busy timeout),
-then goes ahead with a warning. PostgreSQL and MariaDB drivers hold no such
-mutex: their stores take no share.
-
-What is gated is persched's own SQLite, and only that: the store's
-transactions, whichever thread runs them (a job that calls ``schedule()``
-included), and the commit watch. Not gated: what a caller's own thread does
-while it opens a database or migrates (`open_engine`, `migrate`), and the
-code of a job, which runs outside any share: a job that uses SQLite itself,
-or any other thread of the application that does, can still be inside SQLite
-at a fork (docs/reference/behaviour.md#forks). Holding a share around a job
-would hold every fork for as long as the longest job runs.
+``_cond`` guards ``_shares`` and ``_forking``; it is held from
+`ForkGate.before_fork` to the end of the fork, so no share starts meanwhile.
+Shares are per thread and nest, so a thread forking inside its own
+transaction waits only for the others. A job's own code runs outside any
+share: docs/explanation/store.md, "Forks and SQLite".
 """
 
 from __future__ import annotations
@@ -48,7 +33,7 @@ FORK_WAIT: Final = 10.0  # seconds a fork waits for the transactions in flight
 
 
 class ForkGate:
-    """Shares held by the threads that use SQLite, and a fork that waits for them (module docstring)."""
+    """Shares held by the threads that use SQLite, and a fork that waits for them."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()

@@ -1,38 +1,13 @@
 """Whether the schedulers of a database are alive and its jobs run, judged from the database alone.
 
-`persched instances` and `persched check` read only what is here, so that
-they work when every scheduler is dead: read transactions, never a write,
-never a migration. Each scheduler keeps a row in ``persched_instances`` whose
-``lease_until`` its heartbeat moves on (`persched._engine.membership`); a row
-whose ``lease_until`` is at or after `now` is a live scheduler. `now` is the
-reader's own clock, so a reader whose clock is ahead of the schedulers' by
-more than a lease would see them dead: run the check on a host whose clock is
-kept (docs/operations.md#health-checks).
-
-The problems (`problems`), each a `Problem`:
-
-- ``no_scheduler``: a namespace has jobs waiting to run (scheduled or
-  running, not paused -- or paused with an end, which only a scheduler can
-  carry out) and no live scheduler;
-- ``overdue``: a scheduled job, not paused, whose ``next_run_at`` is older
-  than its ``grace_seconds`` plus the lease (the longest lease among the
-  namespace's instance rows, else the default);
-- ``failing``: a job whose last `failures` slots of its current generation
-  all failed: each slot's last attempt ended "error", "stopped" or "lost"
-  ("missed" records are not runs; a slot with an attempt pending is not
-  settled, and a run-now run counts as a slot of its own).
-
-The dashboard asks about the jobs of one page (`problems` with ``job_ids``):
-the same judgements, the overdue and failing ones looked for among those jobs
-only, read by the primary key and judged here, so a page costs the same at any
-number of jobs. The waiting jobs are counted only for a namespace without a
-live scheduler: a healthy namespace costs no count; one without a scheduler
-costs a pass over the waiting jobs (by ``ix_persched_jobs_state_next_run_at``).
-
-Costs: the overdue jobs come from ``ix_persched_jobs_state_next_run_at``
-(``state = 'scheduled' AND next_run_at < now - lease``); the failing ones are
-looked for only among jobs whose ``last_outcome`` is a failure, each by its
-``(job_id, run_id)`` index.
+`persched instances` and `persched check` read only what is here, in read
+transactions, so that they work when every scheduler is dead. A scheduler is
+live while its ``persched_instances.lease_until`` is at or after `now`, the
+reader's own clock (docs/operations.md#health-checks). The problems, each a
+`Problem`: ``no_scheduler`` (jobs to run, no live scheduler), ``overdue`` (a
+waiting job later than its grace plus the lease) and ``failing`` (a job
+whose last `failures` slots all failed). Every judgement reads by an index,
+so a dashboard page of jobs costs the same at any number of jobs.
 """
 
 from __future__ import annotations
@@ -130,8 +105,7 @@ def _lease_of(rows: list[InstanceRow]) -> Micros:
 
 
 def _waiting_namespaces(conn: Connection, namespace: str | None, alive: set[str]) -> dict[str, int]:
-    """How many jobs wait for a scheduler in each namespace (module docstring) but those in `alive`
-    (they have a live scheduler: not counted, so that a healthy namespace costs no count)."""
+    """How many jobs wait for a scheduler in each namespace not in `alive` (a healthy namespace costs no count)."""
     if namespace in alive:
         return {}
     query = (
@@ -275,12 +249,7 @@ def problems(
 
 
 def job_timestamps(store: Store) -> dict[str, tuple[datetime | None, datetime | None]]:
-    """For each job of the namespace not descheduled: its next run (None when paused or
-    finished) and the end of its latest "ok" run (None if none is recorded), for the metrics.
-
-    One read transaction: the namespace's jobs (a pass over the table), then one
-    ``GROUP BY job_id`` over their "ok" runs (the run history is bounded by retention).
-    """
+    """Each active job's next run (None: paused or finished) and the end of its latest "ok" run, for the metrics."""
 
     def body(conn: Connection) -> dict[str, tuple[datetime | None, datetime | None]]:
         rows = conn.execute(

@@ -1,12 +1,10 @@
 """The run history: listings, overrun flags and retention.
 
-History rows are written by the claims (one per run, or per "missed"
-record) and completed by the completions; here they are read and pruned.
 Retention deletes in short transactions, so a claim waits for at most one.
-By count, one DELETE per job keeps its newest `keep_runs` runs and, apart
-from those, its newest `keep_error_runs` failed ones (`FAILED_OUTCOMES`):
-both bounds are scalar subqueries that walk the job's (job_id, run_id) index
-from its newest run, so a DELETE reads about what the job keeps.
+By count, one DELETE per job keeps its newest `keep_runs` runs and its newest
+`keep_error_runs` failed ones: scalar subqueries that walk the job's
+``(job_id, run_id)`` index from its newest run, so a DELETE reads about what
+the job keeps.
 """
 
 from __future__ import annotations
@@ -41,8 +39,7 @@ def iter_chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
         yield items[start : start + size]
 
 
-# Literal values, not parameters: so the planner sees that the failed runs' partial index
-# (`persched._store.schema`, revision 0012) holds every row the subquery asks for.
+# Literal values, not parameters, so the planner sees that the failed runs' partial index applies.
 _FAILED = runs.c.outcome.in_([literal_column(f"'{outcome}'") for outcome in FAILED_OUTCOMES])
 
 
@@ -63,7 +60,7 @@ def _kept_failure(job_id: str, keep_error_runs: int | None) -> ColumnElement[boo
 
 
 class HistoryStore(Part):
-    """Reading and pruning persched_runs (module docstring)."""
+    """Reading and pruning persched_runs."""
 
     def list_runs(self, job_id: str | None = None, limit: int = 100) -> list[Run]:
         """Return the newest `limit` runs (of `job_id`, or of every job), newest first."""
@@ -126,22 +123,10 @@ class HistoryStore(Part):
     ) -> int:
         """Delete finished runs beyond the retention; return how many were deleted.
 
-        Runs without an outcome (in flight) are never deleted. Each
-        transaction is short (at most `batch` jobs, or `batch` rows by age),
-        so a claim waits for at most one of them; at most `MAX_BATCHES_BY_AGE`
-        transactions by age run per call (the rest waits for the next call).
-
-        Args:
-            now: The current instant.
-            keep_runs: Keep the newest this many runs per job (None: no limit).
-            keep_error_runs: With `keep_runs`, also keep the newest this many
-                failed runs per job (outcome in `FAILED_OUTCOMES`), older
-                or not (None: every failed run).
-            keep_seconds: Delete runs that finished more than this long
-                (microseconds) before `now` (None: no limit).
-            job_ids: The jobs to prune by count (those that recorded runs
-                since the last call; see `jobs_over_run_limit`).
-            batch: Jobs, or rows by age, per transaction.
+        Runs in flight are never deleted. Each transaction takes at most `batch` jobs (by count) or
+        rows (by age), and at most `MAX_BATCHES_BY_AGE` by age run per call. `keep_runs` per job, and
+        with it `keep_error_runs` failed ones (None: every failed run); `keep_seconds` after they
+        finished; by count only among `job_ids` (see `jobs_over_run_limit`). None: no limit.
         """
         deleted = 0
         if keep_runs is not None:

@@ -1,22 +1,11 @@
 """Job definitions: schedule (upsert), declare, deschedule, and reading them back.
 
-Each public method is one transaction (`_tx`); schedule and deschedule go
-through the group commit, so calls that arrive together share one commit
-and each still linearizes at it:
-
-- `upsert_job`: schedule(): insert, replace (generation + 1) or no change.
-- `declare_jobs`: declare(): the upserts of a whole set and its prune in one
-  transaction (not grouped), which first takes the change counter's row lock
-  (so racing declarations run one after the other) and refuses an id
-  another namespace holds: a declaration commits whole or not at all, and
-  linearizes at that commit.
-- `deschedule_job`: ``state := 'descheduled'``; the row stays so that the
-  generation counter is never reused (no ABA).
-
-Every change bumps the change counter (`persched_changes`), which other
-instances poll to pick changes up. Pause, resume and run-now are
-`steering.SteeringStore`'s; what the engine reads of the definitions (the
-change feed, the heap's refills, the start-up sweep) is `due.DueStore`'s.
+Each public method is one transaction and linearizes at its commit;
+schedule and deschedule go through the group commit. A declaration first
+holds the change counter's row, which every change of a definition writes,
+so racing declarations run one after the other and commit whole or not at
+all. A descheduled row stays, so a generation is never reused (no ABA). Why:
+docs/explanation/store.md, "Definitions".
 """
 
 from __future__ import annotations
@@ -61,18 +50,13 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-# schedule() and deschedule() in driver SQL, built once: per call, SQLAlchemy's
-# statement construction, cache keys and bind processing cost more than the database's work (as on
-# the dispatch path, claims.py). Timestamps are bound raw (`Dialect.bind_instant`); rows are read raw
-# by `read_row`, as `RAW_JOBS` reads them.
+# schedule() and deschedule() in driver SQL, built once (docs/explanation/store.md, "The driver cursor").
 _FIND_JOB: Final = "SELECT {} FROM persched_jobs WHERE job_id = ?"  # `_job_columns`
 _JOBS_WHERE: Final = "FROM persched_jobs WHERE"  # after `_job_columns` (`Dialect.select_many`); + `any_of`
-# Whether the id has a row, locking it (`locking_sql`): a result's columns cost SQLAlchemy about 1.5 µs
-# each to describe, also when no row comes back, so a new id is looked for with one.
+# Whether the id has a row, locking it: a new id is looked for with one column, not all.
 _PROBE_JOB: Final = "SELECT state FROM persched_jobs WHERE job_id = ?"
 _MARK_DECLARED_WHERE: Final = "UPDATE persched_jobs SET declared = ? WHERE"  # + job_id = ? or `any_of`
-# The change counter's row, read locking (`Dialect.locking_sql`): a declaration holds it to its commit
-# without writing it, so an unchanged declaration writes nothing.
+# The change counter's row, read locking: a declaration holds it to its commit, and writes nothing unchanged.
 _HOLD_CHANGES: Final = "SELECT seq FROM persched_changes WHERE id = 1"
 _IDS_PER_QUERY: Final = 10_000  # ids bound in one IN (...) at most, and fewer where the engine takes fewer
 _PARAMETERS_SPARE: Final = 8  # a statement's parameters besides its ids
@@ -106,8 +90,7 @@ _DESCHEDULE: Final = "state = ?, owner = NULL, lease_until = NULL, updated_at = 
 
 
 class _Written(NamedTuple):
-    """What an upsert's body did: the row as it now stands, raw (the one it kept, or the driver values
-    it wrote over it); `own`: that row's own columns read already (`Shapes.read`), or None."""
+    """What an upsert's body did: the row as it now stands, raw; `own`: its own columns read already, or None."""
 
     row: RawRow
     change: Literal["created", "replaced", "unchanged"]
@@ -116,12 +99,7 @@ class _Written(NamedTuple):
 
 
 class _Decision(NamedTuple):
-    """What an upsert writes and what it then returns (`written`).
-
-    `kind`: "insert" (a new row, `values` its columns), "replace" (an UPDATE of the columns `values`
-    of a row known to be there, so it must match exactly one), "mark" (the row kept, marked
-    declared) or "keep" (nothing written).
-    """
+    """What an upsert writes (`kind`, `values`) and what it then returns (`written`)."""
 
     written: _Written
     kind: Literal["insert", "replace", "mark", "keep"]
@@ -173,8 +151,7 @@ def _upserted(done: _Written) -> Upserted:
 
 
 def _made(rows: list[_Written], shapes: Shapes) -> Iterator[Upserted]:
-    """The `Upserted` of each of `rows`, in order, each made as it is taken and its row then let go
-    (`rows` ends empty): a declaration's rows and its jobs, 100,000 of each, are never all held at once."""
+    """The `Upserted` of each of `rows`, in order, made as it is taken and its row let go (`rows` ends empty)."""
     rows.reverse()
     while rows:
         done = rows.pop()
@@ -182,7 +159,7 @@ def _made(rows: list[_Written], shapes: Shapes) -> Iterator[Upserted]:
 
 
 class JobsStore(Part):
-    """The job rows of one namespace (module docstring)."""
+    """The job rows of one namespace."""
 
     def upsert_job(self, definition: JobDefinition, now: Instant, *, declared: bool = False) -> Upserted:
         """Insert, replace or keep a job (of this store's namespace); `declared`: as declare() does.
@@ -206,34 +183,26 @@ class JobsStore(Part):
     def declare_jobs(
         self, definitions: Sequence[JobDefinition], now: Instant, *, prune: bool
     ) -> tuple[Iterator[Upserted], list[tuple[str, int]]]:
-        """declare(): upsert every definition as declared and, with `prune`, deschedule this namespace's
-        declared jobs that `definitions` leaves out, all in one transaction: all of it commits, or none.
+        """Upsert every definition as declared and, with `prune`, deschedule those left out, in one transaction.
 
-        The rows are read in bulk and compared in Python (`Shapes`); only what changed is written, in
-        one call of many rows for each kind: the new rows by `Dialect.insert_rows`, the replaced ones
-        by the driver's executemany, the ones marked declared by an UPDATE of their ids. No statement binds
-        more parameters than the engine takes (`Dialect.max_parameters`), at any number of
-        definitions. A declaration that changes nothing writes nothing.
+        Only what changed is written, one call per kind of write, no statement binding more
+        than `Dialect.max_parameters`.
 
         Returns:
-            Each definition's `Upserted`, in order, its Job made as it is taken (after the commit, one at
-            a time: 100,000 of them need not all be held twice), and the (job_id, generation) of each job pruned.
+            Each definition's `Upserted`, in order, made as it is taken, and the (job_id, generation)
+            of each job pruned.
 
         Raises:
             InvalidJobError: An id belongs to an active job of another namespace (nothing written);
                 its argument is named as declare() names a spec's, ``specs['<id>'].job_id``.
         """
         ids = [definition.job_id for definition in definitions]
-        # Rows are written in job_id order, so two declarations of overlapping sets lock them in the same
-        # order (PostgreSQL, MariaDB: FOR UPDATE) and never deadlock each other.
+        # Rows are written in job_id order, so overlapping declarations lock them alike and never deadlock.
         order = sorted(range(len(definitions)), key=ids.__getitem__)
 
         def body(conn: Connection) -> tuple[list[_Written], list[tuple[str, int]], Shapes]:
-            # The change counter's row first: its lock (held to the commit) orders declarations that
-            # race, so each reads the rows the one before it committed and the last one's set is what
-            # remains. Every other change of a definition (schedule, deschedule, pause...) writes that
-            # row too, so none commits between this read and the commit: the rows read below stay
-            # what they are without a lock of their own.
+            # The change counter's row first: its lock orders racing declarations, and every other change
+            # of a definition writes it too, so the rows read below stay as they are without locks.
             self.dialect.execute(conn, Sql(self.dialect.locking_sql(_HOLD_CHANGES)))
             held = self._read_jobs(conn, ids)
             # Before the first write: an id another namespace holds refuses the whole declaration.
@@ -302,8 +271,7 @@ class JobsStore(Part):
         for names, rows in inserts.items():
             self.dialect.insert_rows(cursor, jobs, names, rows)
         for names, rows in replaces.items():
-            # The driver's executemany, a statement a row: a replacement's arguments may be 128 KiB, and
-            # MariaDB takes at most `max_allowed_packet` (16 MiB) in one statement.
+            # A statement a row: a replacement's arguments may be large, and MariaDB caps a statement's size.
             done = cursor.executemany(_replace_job(names), rows).rowcount
             if done != len(rows):  # cannot happen: no row goes away meanwhile
                 raise StoreError(self.url, f"declare: {len(rows) - done} of its rows went away")
@@ -322,17 +290,13 @@ class JobsStore(Part):
     def _upsert_body(
         self, definition: JobDefinition, now: Instant, *, declared: bool
     ) -> Callable[[Connection], _Written | str]:
-        """The transaction body of an upsert: it returns what it wrote, or the namespace that holds the id.
-
-        `declared` marks the job as written by declare(); an unchanged job declared now is marked too.
-        """
+        """The transaction body of an upsert: what it wrote, or the namespace that holds the id."""
         dialect = self.dialect
         probe = Sql(dialect.locking_sql(_PROBE_JOB), (definition.job_id,))
         find = Sql(_FIND_JOB.format(", ".join(_job_columns(dialect))), (definition.job_id,))
 
-        # The body returns the row (read, or the driver values written) and the Job is made from it
-        # after the commit, on the caller's thread: the group's transaction holds SQLite's write lock
-        # and the other callers of its group, and need not wait for pydantic.
+        # The Job is made from the row after the commit, on the caller's thread: the group's
+        # transaction, holding SQLite's write lock, need not wait for pydantic.
         def body(conn: Connection) -> _Written | str:  # str: the namespace that holds the id
             # A probe first, holding the row: a new id (the usual schedule()) reads one column, not all.
             known = next(iter(dialect.execute(conn, probe)), None) is not None
@@ -360,8 +324,10 @@ class JobsStore(Part):
         declared: bool,
         shapes: Shapes,
     ) -> _Decision | str:
-        """What an upsert of `definition` writes over `held` (its row, raw; None: there is none), or the
-        namespace that holds the id. The row is held, or cannot change meanwhile."""
+        """What an upsert of `definition` writes over `held` (raw; None: no row), or the namespace holding the id.
+
+        The row is held, or cannot change meanwhile.
+        """
         at = self.dialect.bind_instant
         row = None if held is None else shapes.read(held)  # its own columns: all a decision reads
         if row is not None and row.state != DESCHEDULED and row.namespace != self.namespace:
@@ -372,8 +338,7 @@ class JobsStore(Part):
                 return _Decision(_Written(written_over(held, {"declared": True}), "unchanged", None), "mark")
             return _Decision(_Written(held, "unchanged", None, row), "keep")  # keep generation and grid
         policies = definition.policies
-        # A generation is never reused, also after deschedule (no ABA); the row
-        # is held (write lock, or FOR UPDATE), so the next one is known here.
+        # A generation is never reused, also after deschedule (no ABA); the row is held, so this is the next.
         argument = f"specs[{definition.job_id!r}].job_id" if declared else "job_id"  # as `_clash` names it
         generation = 1 if row is None else _next_generation(conn, row, argument)
         anchor, first = place_grid(policies, now, definition.start_in)
@@ -411,9 +376,8 @@ class JobsStore(Part):
             "declared": declared,
         }
         due = None if values["state"] != SCHEDULED or paused else plan.due_at(first, None, self.jitter_reach)
-        # Written without RETURNING: the row as stored is the one read above (held since)
-        # with these values over it, read by the same `read_rows` (tests/store/test_churn_sql.py
-        # reads it back on every engine).
+        # No RETURNING: the row as stored is the one held with these values over it
+        # (tests/store/test_churn_sql.py reads it back on every engine).
         if row is None:
             written = {"job_id": definition.job_id, "created_at": at(now), **values}
             return _Decision(_Written(raw_row(written), "created", due), "insert", written)
@@ -435,19 +399,13 @@ class JobsStore(Part):
         return self._write_grouped(body, "deschedule")
 
     def _descheduled(self, conn: Connection, now: Instant) -> Sql:
-        """What a deschedule writes (the row stays: its generation is never reused); the counter is
-        bumped here, first, as its value is written into the row."""
+        """What a deschedule writes (the row stays); the counter is bumped here, as its value is written."""
         return Sql(_DESCHEDULE, (DESCHEDULED, self.dialect.bind_instant(now), self._bump_change_seq(conn)))
 
     def _prune_declared(self, conn: Connection, keep: Collection[str], now: Instant) -> list[tuple[str, int]]:
-        """Deschedule this namespace's declared jobs whose id is not in `keep`; return (job_id, generation) of each.
-
-        The declared ids are read and compared in Python, and those to go are
-        descheduled by id in chunks: no statement binds `keep` whole.
-        """
+        """Deschedule this namespace's declared jobs not in `keep`, by id in chunks; (job_id, generation) of each."""
         declared = Sql(_DECLARED_JOBS, (DESCHEDULED, True, self.namespace))
-        # Every id of `keep` is a declared job of this namespace by now: when they are all there are, the
-        # ids need not be listed (a set declared again unchanged reads one number, not 100,000 ids).
+        # Every id of `keep` is declared by now: if they are all there are, nothing is listed.
         counted = Sql(f"SELECT COUNT(*) FROM persched_jobs WHERE {declared.text}", declared.params)  # noqa: S608 - ours
         if next(iter(self.dialect.execute(conn, counted)))[0] == len(keep):
             return []

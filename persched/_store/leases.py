@@ -1,18 +1,11 @@
 """Leases and recovery: a run in flight is held by its instance's lease, renewed by its heartbeat.
 
-- `renew_leases`: only the runs the caller really has in flight.
-- `recover_run`: a run whose lease was not renewed becomes 'lost' and its
-  job goes back to 'scheduled' on the next slot (or is paused, if that was
-  its `pause_after_failures`-th failure in a row: `persched._store.failures`); conditional on the lease
-  value the caller observed, so a renewal in between wins, and on the job
-  still being that run's, so a deschedule in between wins.
-- `stranded_jobs` and `free_stranded_job`: a job row that says 'running'
-  while no run of its job is open (a claim and its run record are one
-  transaction, as are a completion or a recovery and the job's row, so only a
-  hand edit leaves one), or whose state is not a job state, would never move
-  again: no recovery starts from it. Freed, conditional on the row being
-  exactly as the caller saw it and still without an open run: 'running' goes
-  back to its grid, past its slot in flight; an unknown state is paused.
+`LeasesStore.recover_run` marks a run lost, conditional on the lease value
+the caller observed (a renewal in between wins) and on the job still being
+that run's (a deschedule in between wins); the job moves on to its next slot,
+or is paused by its failures (`persched._store.failures`). A stranded row
+(``running`` with no open run, or no known state: only a hand edit leaves
+one) is freed conditional on being exactly as the caller saw it.
 """
 
 from __future__ import annotations
@@ -70,10 +63,8 @@ class _Lost(NamedTuple):
     run_now: bool
 
 
-# Every state but those a row may rest in with no run open (descheduled < finished < scheduled):
-# `running` without one is stranded, and so is any other. Written as the four ranges between them,
-# each a range of the (state, next_run_at) index on every engine: `state NOT IN (...)` walked every
-# job of the namespace on SQLite (12 ms at 100,000 jobs; the four ranges take 1 ms, transaction included).
+# Every state but those a row may rest in with no run open (descheduled < finished < scheduled), as
+# ranges of the (state, next_run_at) index: `state NOT IN (...)` walked every job on SQLite.
 _NOT_AT_REST: Final = (
     jobs.c.state < DESCHEDULED,
     and_(jobs.c.state > DESCHEDULED, jobs.c.state < FINISHED),
@@ -88,15 +79,12 @@ _NO_OPEN_RUN: Final = ~exists().where(runs.c.job_id == jobs.c.job_id, runs.c.out
 
 
 class LeasesStore(Part):
-    """Leases of runs in flight and recovery of expired ones (module docstring)."""
+    """Leases of runs in flight and recovery of expired ones."""
 
     def renew_leases(self, instance_id: str, lease_until: Instant, run_ids: Collection[int]) -> None:
         """Push the lease of `instance_id`'s open runs `run_ids` (and their jobs) to `lease_until`.
 
-        Only the runs the caller really has in flight: a run of this instance
-        that no worker holds (a claim whose commit reply was lost, or a run
-        left by an earlier process with the same instance_id) must lapse and
-        be recovered.
+        Only runs a worker really holds: any other run of this instance must lapse and be recovered.
         """
         until = to_datetime(lease_until)
         ids = list(run_ids)
@@ -164,9 +152,7 @@ class LeasesStore(Part):
                 conn.execute(QUARANTINE, quarantined)
                 conn.execute(self._insert_runs, records)
                 return Recovery(lost=True)
-            # The lost slot is not run again; the job carries on. Never the lost slot
-            # again, also on a clock behind the claimer's (and for a run
-            # claimed before schema 0003, which kept its slot in next_run_at).
+            # Never the lost slot again, also on a clock behind the claimer's.
             slot, pending = from_datetime(lost.scheduled_for), retry_of(row)
             attempt = lost.attempt if isinstance(lost.attempt, int) and lost.attempt >= 1 else 1  # a hand edit: 1
             if pending is not None and lost.run_now:  # a run-now run leaves the pending attempt as it was
@@ -178,8 +164,7 @@ class LeasesStore(Part):
             run_now_at = instant_or_none(row.run_now_at)
             over = retry is None and plan.is_over(next_at, run_now_at)
             values: dict[str, Any] = {}
-            # A run claimed by a process whose clock was ahead (and that died) left the grid ahead:
-            # corrected as at start-up (see DueStore._inspect), in its generation; the change is
+            # A dead claimer whose clock was ahead left the grid ahead: corrected as at start-up, and
             # announced, so that the other instances queue it too.
             corrected = None if over or retry is not None else readable_plan(row, with_start=True)
             corrected_at = None if corrected is None else corrected.corrected(next_at, recovered_at)
@@ -195,8 +180,7 @@ class LeasesStore(Part):
                 values = regrid(row, plan, corrected_at, self._bump_change_seq(conn))
                 next_at = corrected_at
             freed = conn.execute(
-                # The read above took no lock (PostgreSQL): a deschedule or
-                # replacement committed since must win, so ask again.
+                # The read took no lock (PostgreSQL): a deschedule or replacement since must win.
                 update(jobs)
                 .where(mine)
                 .values(
@@ -290,7 +274,7 @@ class LeasesStore(Part):
         return _Lost(to_datetime(self.dialect.raw_instant(row.scheduled_for)), row.attempt, bool(row.run_now))
 
     def stranded_jobs(self) -> list[Stranded]:
-        """The job rows of this namespace that no scheduler would move on (module docstring)."""
+        """The job rows of this namespace that no scheduler would move on."""
         columns = raw_columns(_STRANDED_COLUMNS)
         query = union_all(*(select(*columns).where(self._mine, states, _NO_OPEN_RUN) for states in _NOT_AT_REST))
 

@@ -66,8 +66,7 @@ def nullable_micros(value: float | None) -> Micros | None:
     return None if value is None else column_micros(value)
 
 
-# What claims and completions read of a job: its plan's columns (see `plan_of`)
-# and where it stands; not the bookkeeping (each datetime costs a conversion per row).
+# What claims and completions read of a job: its plan's columns and where it stands, not the bookkeeping.
 DISPATCH_COLUMNS: Final = tuple(
     jobs.c[name]
     for name in (
@@ -91,8 +90,7 @@ DISPATCH_COLUMNS: Final = tuple(
 # The same, selected raw and read row by row (`_rows`), so one hand-edited row is settled alone.
 RAW_DISPATCH: Final = raw_columns(DISPATCH_COLUMNS)
 
-# Where a job stands, for a claim that lost or a completion that no longer owns its row: enough
-# for `due_of` and a claim's retry (its plan, state and owner), not the call's target or arguments.
+# Where a job stands, for a claim that lost or a completion that no longer owns its row.
 STANDING_COLUMNS: Final = tuple(
     jobs.c[name]
     for name in (
@@ -263,11 +261,8 @@ def shape_of(row: StoredRow, *, with_start: bool = False) -> PlanShape:
 
 @functools.lru_cache(maxsize=4_096)
 def _plan_shape(values: tuple[Any, ...], has_interval: bool, with_start: bool) -> PlanShape:
-    # `values` are read_row's (floats, text, aware datetimes): equal values give equal shapes. Jobs
-    # share a few (100,000 jobs on intervals of their own: one), so a few kept serve them all; a
-    # shape is a `Policies` and the parts built from it, about 2 KiB: at most 8 MiB kept.
-    # Checked like schedule()'s arguments, once per shape (the row's own interval: `stored_interval`):
-    # a row written by something else (a hand-made UPDATE) fails here, not deep inside a decision.
+    # Equal values give equal shapes, and jobs share a few, so a few kept serve them all. Checked like
+    # schedule()'s arguments, once per shape: a hand-made row fails here, not deep inside a decision.
     column = dict(zip(_SHAPE_COLUMNS_WITH_START if with_start else SHAPE_COLUMNS, values, strict=True))
     column["interval_seconds"] = _STAND_IN_INTERVAL if has_interval else None
     policies = Policies.from_columns(column.__getitem__, for_claims=not with_start)
@@ -351,8 +346,7 @@ _raw_decode: Final = json.JSONDecoder().raw_decode
 
 
 def _json_loads(text: str) -> Any:  # noqa: ANN401 - JSON
-    """``json.loads(text)``, in a fifth of its time for the JSON persched writes (nothing around the
-    value, which ``json.loads`` first looks for): a listing or a declaration reads 100,000 args and kwargs."""
+    """``json.loads(text)``, faster for the JSON persched writes (no white space around the value)."""
     try:
         value, end = _raw_decode(text)
     except ValueError:

@@ -1,25 +1,13 @@
 """Membership rows: which instances share a namespace's work (`persched._engine.membership` decides from them).
 
-Each instance owns one row of ``persched_instances`` (``shares`` says whether
-it takes a share of the jobs) and is the only one that updates it:
-`beat_membership` counts its ``beats`` up, moves its ``lease_until`` on and reads
-every row of the namespace in the same transaction, and writes the clock offset
-the instance measured last (for people: ``clock_offset_seconds``). `server_time`
-reads the database's clock, the reference every instance sharing the database
-can compare its own with (`persched._engine.skew`). Another instance deletes a
-row only once its count stopped moving (`forget_member`, conditional on the
-count it saw, so a member that came back in between keeps its row); the
-owner deletes its own at shutdown (`leave_membership`).
-
-A join (the row made) and a leave move the change counter, as a job's change
-does: the other instances watch it (`persched._engine.heartbeat`) and read
-`member_ids` then, so they see a member come or go within a pick-up rather
-than at their next beat.
-
-A count only has to move: at `COUNTER_MAX` it starts again from 1 (so does a
-count that is not a whole number: SQLite turns an integer overflow into a
-float, and lets text in), and the others get it as read, so that
-`forget_member` compares it exactly.
+Each instance owns one row of ``persched_instances`` and is the only one that
+updates it: `MembersStore.beat_membership` counts its ``beats`` up, moves its
+lease on and reads every row of the namespace in one transaction. Another
+instance deletes a row only while its count is the one it saw stop moving
+(`MembersStore.forget_member`), so a member that came back keeps its row. A
+join and a leave move the change counter, so the others see them within a
+pick-up. A count only has to move: at `COUNTER_MAX` (or if SQLite let in a
+float or text) it starts again from 1, and is compared exactly as read.
 """
 
 from __future__ import annotations
@@ -44,7 +32,7 @@ _NEXT_BEAT: Final = case((instances.c.beats < COUNTER_MAX, instances.c.beats + 1
 
 
 class MembersStore(Part):
-    """The membership rows of this store's namespace (module docstring)."""
+    """The membership rows of this store's namespace."""
 
     def server_time(self) -> Instant:
         """The database's clock now (`Dialect.clock_sql`; SQLite: this machine's, read by the library)."""
@@ -66,10 +54,8 @@ class MembersStore(Part):
         """Renew `instance_id`'s row (made if missing); return every member's beat count and whether
         it shares, and with `read_clock` the database's clock read in the same transaction (`server_time`).
 
-        `lease_until` is when the row stops counting as alive for a reader of the
-        database alone (`persched._store.health`); the members judge each other by `beats`.
-        `clock_offset` is the instance's latest measured offset from the database's clock,
-        in seconds (None: not measured), shown in the row.
+        `lease_until` is for readers of the database alone (`persched._store.health`); the members judge
+        each other by `beats`. `clock_offset` (seconds, None: not measured) is shown in the row.
         """
         at = to_datetime(now)
         alive_until = to_datetime(lease_until)

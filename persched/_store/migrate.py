@@ -1,42 +1,13 @@
 """Schema migrations at run time: upgrade to head, or refuse a newer schema.
 
-The migrations are the top-level ``migrations/`` directory, shipped as the
-package ``persched._migrations``, so one lookup,
-``importlib.resources.files("persched._migrations")``, finds them in editable
-and wheel installs alike. The Alembic ``Config`` is built in code (no ini
-file; ``%`` in the path escaped as ``%%``, as Optuna and MLflow do), and the
-live connection is handed to ``env.py`` through ``cfg.attributes``.
-
-Locking. Alembic's ``context`` is module-global, so two threads of one
-process must never run it at once: ``_PROCESS_LOCK`` serialises `upgrade`
-(Prefect does the same). Across processes the database is the lock: on
-SQLite the whole check-and-upgrade runs in one ``BEGIN IMMEDIATE``
-transaction (the write lock, taken by `persched._store.dialects.sqlite.open_sqlite`'s begin listener); on
-PostgreSQL in one transaction holding ``pg_advisory_xact_lock``; on MySQL and
-MariaDB under ``GET_LOCK``, a session lock (their DDL commits implicitly, so
-no lock that ends with a transaction would last through a migration),
-released by `Dialect.release_migration_lock` once the transaction has ended,
-and by the server if the session dies (each engine's
-`Dialect.migration_lock`). The revision is read *after* the lock is taken, so
-the loser of a race sees head and does nothing. The loser waits for the lock up
-to ``migration_timeout_seconds``, not the busy timeout of normal statements: on
-a busy machine a migration takes seconds (SQLite waits in `open_sqlite`'s begin
-listener, told by the ``LOCK_WAIT`` execution option; PostgreSQL under
-``lock_timeout``; MySQL in ``GET_LOCK``). SQLite and PostgreSQL have
-transactional DDL, so a failed migration leaves the schema as it was; MySQL
-commits each DDL statement on its own, so there a migration that fails
-half-way (the server gone) leaves the revisions before it applied and that
-one partly applied, as with any MySQL migration tool.
-
-Alembic is imported only when something is to be migrated (or a revision
-this code does not know is to be named): the recorded revision is read by a
-table check and one SELECT (`persched._store.revision.stored_revisions`), so
-`upgrade` of a schema at head, `check_at_head` and `current_revision` never
-import it (start-up time). `HEAD` is `persched._store.revision.HEAD_REVISION`; before
-migrating, Alembic's own head is checked against it.
-
-Nothing here configures logging: ``env.py`` calls ``fileConfig`` only on the
-developer command-line path, never when a connection is passed in.
+The migrations ship as ``persched._migrations``; the Alembic ``Config`` is
+built in code and the live connection reaches ``env.py`` through
+``cfg.attributes``. Locks, in this order: ``_PROCESS_LOCK`` (Alembic's
+context is module-global), then the database's (`Dialect.migration_lock`),
+then ``_SCRIPT_LOCK``. The revision is read after the database lock is taken,
+so the loser of a race sees head and does nothing. Alembic is imported only
+when there is something to migrate. Why: docs/explanation/store.md,
+"Running migrations".
 """
 
 from __future__ import annotations
@@ -69,15 +40,13 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# Alembic's context is process-global (see module docstring).
 _PROCESS_LOCK: Final = threading.Lock()
 
 
 def script_location() -> str:
     """Return the directory holding ``env.py`` and ``versions/``."""
-    # A source checkout (pyproject.toml beside persched/, which site-packages never has) uses its
-    # own migrations/: the install's persched._migrations may map another checkout's (a git
-    # worktree imported ahead of the editable install), or not exist (a non-editable install).
+    # A source checkout uses its own migrations/: the installed persched._migrations may map another
+    # checkout's (a git worktree imported ahead of the editable install).
     root = Path(__file__).resolve().parents[2]  # persched/_store/migrate.py -> the checkout
     if (root / "pyproject.toml").is_file() and (root / "migrations" / "env.py").is_file():
         return str(root / "migrations")
@@ -100,9 +69,7 @@ def _config(connection: Connection | None = None) -> Config:
 #: The newest schema revision this code knows.
 HEAD: Final = HEAD_REVISION
 
-#: How long `upgrade` waits for another process's migration (`JobScheduler`'s
-#: ``migration_timeout_seconds``): a migration of a large history on a busy machine
-#: may take minutes, and a process that waits longer than that is more likely stuck.
+#: How long `upgrade` waits for another process's migration: a large history may take minutes.
 DEFAULT_MIGRATION_TIMEOUT_SECONDS: Final = 600.0
 
 
@@ -130,20 +97,13 @@ def _read_script() -> frozenset[str]:
 def _revision(conn: Connection) -> str | None:
     heads = stored_revisions(conn)
     if len(heads) > 1:
-        # persched's history has one branch: several rows mean a foreign or
-        # future writer touched the version table; refuse, change nothing.
+        # One branch: several rows mean a foreign or future writer; refuse, change nothing.
         raise SchemaVersionError(" + ".join(sorted(heads)), HEAD)
     return heads[0] if heads else None
 
 
 def current_revision(engine: Engine) -> str | None:
-    """Return the schema revision recorded in the database.
-
-    Args:
-        engine: An engine from `persched._store.db.make_engine`.
-
-    Returns:
-        The revision id, or None if the database has no persched schema.
+    """Return the schema revision recorded in the database, or None if it has no persched schema.
 
     Raises:
         StoreError: The database cannot be read.
@@ -160,12 +120,7 @@ def _check_known(found: str | None) -> None:
 
 
 def check_at_head(engine: Engine) -> None:
-    """Check, without writing, that the database schema is at `HEAD`.
-
-    For read-only commands that must not migrate.
-
-    Args:
-        engine: An engine from `persched._store.db.make_engine`.
+    """Check, without writing, that the database schema is at `HEAD` (for read-only commands).
 
     Raises:
         SchemaVersionError: The database is at a revision this code does not
@@ -190,16 +145,8 @@ def check_at_head(engine: Engine) -> None:
 def upgrade(engine: Engine, *, migration_timeout_seconds: float = DEFAULT_MIGRATION_TIMEOUT_SECONDS) -> None:
     """Upgrade the database schema to `HEAD`; do nothing if it is there.
 
-    Safe to call from many threads and processes at once: one upgrades, the
-    others wait for its commit (up to `migration_timeout_seconds`, not the
-    busy timeout: a migration on a busy machine takes seconds) and then find
-    the schema at head.
-
-    Args:
-        engine: An engine from `persched._store.db.make_engine` (on SQLite its begin
-            listener takes the write lock with ``BEGIN IMMEDIATE``).
-        migration_timeout_seconds: How long to wait for the migration's lock
-            (`Dialect.migration_lock`) while another process holds it.
+    Safe from many threads and processes at once: one upgrades, the others wait
+    up to `migration_timeout_seconds` for its commit and then find the schema at head.
 
     Raises:
         SchemaVersionError: The database is at a revision this code does not
@@ -212,8 +159,7 @@ def upgrade(engine: Engine, *, migration_timeout_seconds: float = DEFAULT_MIGRAT
         conn.execution_options(**{LOCK_WAIT: migration_timeout_seconds})  # SQLite's BEGIN IMMEDIATE waits this long
         try:
             with conn.begin():
-                # Held until this transaction ends (MySQL: until released below); other upgraders queue here.
-                dialect.migration_lock(conn, migration_timeout_seconds)
+                dialect.migration_lock(conn, migration_timeout_seconds)  # MySQL: released below
                 # Read under the lock: a concurrent upgrader may just have finished.
                 found = _revision(conn)
                 if found == HEAD:

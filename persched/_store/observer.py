@@ -1,17 +1,11 @@
 """An optional hook for what the events do not carry: claim conflicts, missed slots, store retries.
 
-The events bus (`persched._engine.events`) tells listeners about runs; metrics also want to
-count things that are not runs: a claim another instance won, a transaction
-retried after a transient failure, slots recorded as missed. The store and
-the scheduler call an `Observer` for those. The default one does nothing, so
-the core never needs `prometheus_client` (`persched.metrics` subclasses it).
-
-Threads: the methods are called on whichever persched thread saw the thing
-(the dispatcher, a worker, the heartbeat, a caller of schedule()), with no
-persched lock held, and must be quick and thread-safe. One that raises is
-logged and ignored (`notify`): an observer never breaks a claim or a write.
-Store observations are made after the transaction that holds them committed,
-so a rolled-back or retried transaction is not counted twice.
+The default `Observer` does nothing, so the core never needs
+``prometheus_client`` (`persched.metrics` subclasses it). Its methods are
+called on whichever persched thread saw the thing, with no persched lock
+held, and must be quick and thread-safe; one that raises is logged and
+ignored (`notify`). Store observations come after their transaction commits,
+so a retried transaction is not counted twice.
 """
 
 from __future__ import annotations

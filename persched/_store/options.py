@@ -1,10 +1,8 @@
-"""`EngineOptions`: how a SQLite engine waits for locks and syncs, checked once.
+"""`EngineOptions`: how a SQLite engine waits for locks and syncs, checked once (`EngineOptions.checked`).
 
-The options come from a `JobScheduler` (checked with the rest of its options,
-`persched._engine.config`) or from a direct `db.make_engine` call; both go
-through `EngineOptions.checked`, so the rules and messages are one, and
-`db.open_engine` takes the checked value without checking it again.
-PostgreSQL and MariaDB ignore both options.
+A `JobScheduler` and a direct `db.make_engine` call share the rules and
+messages; `db.open_engine` takes the checked value as it is. PostgreSQL and
+MariaDB ignore both options.
 """
 
 from __future__ import annotations

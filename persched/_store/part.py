@@ -1,12 +1,9 @@
 """`Part`: one part of the `Store`, whose statements run through the store's transactions.
 
-The store is composed, not inherited: `persched._store.store.Store` is the
-transaction machinery (`persched._store._tx.Transactions`) and holds one
-object of each part (jobs, claims, completions, ...). A part reaches that
-machinery through the names below, so that its methods read as the store's
-own; each method asks the store at every call, so that a test that patches a
-method on the store (``patch.object(store, "_write")``) reaches the parts too.
-`Store` offers the parts' methods as its own with `offered`.
+The store holds one object of each part and offers their methods as its own;
+a part offers the store's machinery as its own. Both go through `offered`,
+which looks the method up at every call, so that a test patching the store
+(``patch.object(store, "_write")``) reaches the parts too.
 """
 
 from __future__ import annotations
@@ -26,25 +23,12 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def _on_store(method: Callable[Concatenate[Transactions, P], R]) -> Callable[Concatenate[Part, P], R]:
-    """`method` of the store's machinery, as a method of a part: called on the part's store."""
+def offered(attribute: str, method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
+    """`method`, as a method of another class: called, at every call, on the object in `attribute`."""
     name = method.__name__
 
-    def call(part: Part, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        found: Callable[P, R] = getattr(part.store, name)
-        return found(*args, **kwargs)
-
-    call.__name__ = name
-    call.__doc__ = method.__doc__
-    return call
-
-
-def offered(part: str, method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Store, P], R]:
-    """`method` of the store's part in the attribute `part`, as a method of the store."""
-    name = method.__name__
-
-    def call(store: Store, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        found: Callable[P, R] = getattr(getattr(store, part), name)
+    def call(self: object, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        found: Callable[P, R] = getattr(getattr(self, attribute), name)
         return found(*args, **kwargs)
 
     call.__name__ = name
@@ -53,7 +37,7 @@ def offered(part: str, method: Callable[Concatenate[Any, P], R]) -> Callable[Con
 
 
 class Part:
-    """A part of the store: its statements run through the store's transactions (module docstring)."""
+    """A part of the store: its statements run through the store's transactions."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -69,14 +53,14 @@ class Part:
     def failures_paused(self) -> Callable[[str, int], object]:
         return self.store.failures_paused
 
-    _read = _on_store(Transactions._read)
-    _write = _on_store(Transactions._write)
-    _write_grouped = _on_store(Transactions._write_grouped)
-    _write_park = _on_store(Transactions._write_park)
-    _bump_change_seq = _on_store(Transactions._bump_change_seq)
-    _in_namespace = _on_store(Transactions._in_namespace)
-    _in_write = _on_store(Transactions._in_write)
-    _on_commit = _on_store(Transactions._on_commit)
-    _after_commit = _on_store(Transactions._after_commit)
-    _raise_refusal = _on_store(Transactions._raise_refusal)
-    _take_own_changes = _on_store(Transactions._take_own_changes)
+    _read = offered("store", Transactions._read)
+    _write = offered("store", Transactions._write)
+    _write_grouped = offered("store", Transactions._write_grouped)
+    _write_park = offered("store", Transactions._write_park)
+    _bump_change_seq = offered("store", Transactions._bump_change_seq)
+    _in_namespace = offered("store", Transactions._in_namespace)
+    _in_write = offered("store", Transactions._in_write)
+    _on_commit = offered("store", Transactions._on_commit)
+    _after_commit = offered("store", Transactions._after_commit)
+    _raise_refusal = offered("store", Transactions._raise_refusal)
+    _take_own_changes = offered("store", Transactions._take_own_changes)

@@ -42,10 +42,11 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Carried:
-    """What a claim decided, carried to its completion, which then neither reads the row again
-    nor decides again: the job's plan, and where the claim left the row (its ``next_run_at`` and
-    ``run_now_at``). The completion's UPDATE is conditional on those values, so a row that
-    anything changed meanwhile (a pause, a resume, a run-now request) is read and decided anew."""
+    """What a claim decided, carried to its completion, which then neither reads nor decides again.
+
+    The completion's UPDATE is conditional on where the claim left the row, so a row that
+    anything changed meanwhile is read and decided anew.
+    """
 
     plan: JobPlan
     next_run_at: Instant
@@ -114,12 +115,9 @@ class Completion:
 class ClaimMiss:
     """A lost claim, with the row as it stands now (state None: no such job).
 
-    `due_at` is when the job should be tried again (None: not by this
-    entry: it is descheduled, replaced, paused, finished, or running here).
-    `taken`: another claim has the slot (the row runs, or moved past the
-    entry's slot): only the job's owner queues it again (`persched._engine.dispatcher`). A due
-    row that SKIP LOCKED passed by is not taken: the lock may be anything's,
-    and `due_at` is a moment later. Not compared: it follows from the row.
+    `due_at`: when this entry should try again (None: not by this entry). `taken`: another claim
+    has the slot, so only the job's owner queues it again; a due row SKIP LOCKED passed by is not
+    taken (the lock may be anything's). Not compared: it follows from the row.
     """
 
     state: str | None

@@ -1,12 +1,8 @@
 """The schema revision a database is at, read without Alembic.
 
-`persched jobs` and the other read commands only need to know that the
-database is at the head revision, and a scheduler starting on a migrated
-database only that there is nothing to migrate; importing Alembic to find
-out costs more than the rest of the command. `HEAD_REVISION` is
-the newest revision in ``migrations/versions`` (a migration test checks that
-it is Alembic's head), so the usual case is one indexed read; anything else
-goes to `persched._store.migrate` for the precise error, or the upgrade.
+Importing Alembic costs more than a read command itself, so the usual case,
+a database at `HEAD_REVISION`, is one indexed read; anything else goes to
+`persched._store.migrate` for the precise error, or the upgrade.
 """
 
 from __future__ import annotations
@@ -36,11 +32,7 @@ HEAD_REVISION: Final = "0016"
 
 
 def at_head(engine: Engine) -> bool:
-    """True if the database's version table holds exactly `HEAD_REVISION`.
-
-    False for anything else (no table, another revision, an unreadable
-    database): the caller then asks Alembic, which says precisely what is wrong.
-    """
+    """True if the version table holds exactly `HEAD_REVISION`; else the caller asks Alembic what is wrong."""
     try:
         with engine.connect() as conn:
             conn.execution_options(**{READONLY: True})
@@ -52,22 +44,18 @@ def at_head(engine: Engine) -> bool:
 
 
 def stored_revisions(conn: Connection) -> list[str]:
-    """The revisions in the version table, read on `conn` as Alembic reads them; [] without the table.
+    """The revisions in the version table, as Alembic reads them; [] without the table.
 
-    The existence check comes first so that a missing table is not an error,
-    which on PostgreSQL would abort the caller's transaction.
+    The table is looked for first: a missing table's error would abort a PostgreSQL transaction.
     """
     if not inspect(conn).has_table(VERSION_TABLE):
         return []
     return [str(rev) for rev in conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars()]  # noqa: S608 - a constant
 
 
-# Alembic logs at INFO "setup plugin ..." (7 lines) when it is first imported,
-# and "Context impl SQLiteImpl." and "Will assume transactional DDL." each
-# time a migration context is made: every start-up, migrated or not. persched
-# drops exactly those lines while it works with Alembic itself (a thread-local
-# flag), so an operator's log shows Alembic only when something is migrated
-# ("Running upgrade ..." stays); an application's own Alembic keeps its output.
+# Alembic's routine INFO lines ("setup plugin ...", "Context impl ...", "Will assume transactional DDL."),
+# dropped only on a thread where persched works with Alembic: "Running upgrade ..." stays, and an
+# application's own Alembic keeps its output.
 _QUIET: Final = threading.local()
 _NOISE: Final = {
     "alembic.runtime.plugins": ("setup plugin ",),

@@ -1,26 +1,13 @@
 """The tables, as SQLAlchemy Core metadata.
 
-Alembic revisions in ``migrations/versions`` are the source of truth for the
-schema in a database; this module mirrors the head revision for the queries in
-``_store`` (a migration test checks that the two agree). The partial
-indexes' predicates reach SQLAlchemy only with an engine of their dialect
-(`attach_index_predicates`), so that importing this module imports no dialect.
-
-MySQL and MariaDB get their own column types where the generic ones would
-lose data (rendered by `_on_mysql`, without importing the MySQL dialect
-here): instants are ``DATETIME(6)`` (naive UTC, like SQLite's text; a plain
-``DATETIME`` keeps whole seconds), durations ``DOUBLE`` (MySQL's ``FLOAT`` is
-4 bytes), JSON and tracebacks ``MEDIUMTEXT`` (``TEXT`` stops at 64 KiB, below
-the default ``max_args_bytes``). The revisions make the tables InnoDB, utf8mb4
-with a binary NO PAD collation (``utf8mb4_nopad_bin`` on MariaDB,
-``utf8mb4_0900_bin`` on MySQL 8), so ``"Job"``, ``"job"`` and ``"job "`` are
-three job ids, as on SQLite and PostgreSQL. MySQL has no partial indexes: the
-two non-unique ones are plain indexes there, and the one-run-per-slot rule, a
-partial unique index ``WHERE NOT run_now`` elsewhere, is a unique index over
-`MYSQL_SLOT_COLUMN`, a stored generated column that is NULL for run-now rows
-(a unique index admits many NULLs). That column exists only on MySQL/MariaDB
-and is never read or written by persched; it is not in this metadata
-(tests/migrations checks it apart).
+The revisions in ``migrations/versions`` are the schema's source of truth;
+this mirrors the head revision for the queries (a migration test checks that
+the two agree). Partial indexes get their predicates only with an engine of
+their dialect (`attach_index_predicates`), so importing this imports no
+dialect. MySQL and MariaDB get column types that keep what the generic ones
+would lose (`_on_mysql`), and their one-run-per-slot index is over
+`MYSQL_SLOT_COLUMN`, a generated column not in this metadata: see
+docs/explanation/store.md, "Schema and migrations".
 """
 
 from __future__ import annotations
@@ -109,10 +96,8 @@ def _not_mysql(
     return kw["dialect"].name not in _MYSQL
 
 
-#: The bound of the counters (run_count, error_count, beats) and of a job's generation: 64-bit on every
-#: engine (revisions 0007 and 0016; SQLite's INTEGER always was). The completions saturate at it instead of
-#: failing (`persched._store.mappers`); a generation never saturates: a replacement past it is refused
-#: (`persched._store.jobs`).
+#: The bound of the 64-bit counters (run_count, error_count, beats) and generations: counters saturate
+#: at it; a generation never does (a replacement past it is refused).
 COUNTER_MAX: Final = 2**63 - 1
 # A 64-bit integer column; SQLite's INTEGER is one already, and only an INTEGER primary key is its rowid.
 _Wide = BigInteger().with_variant(Integer(), "sqlite")
@@ -162,10 +147,8 @@ class UTCDateTime(types.TypeDecorator[datetime]):
         return value.astimezone(timezone.utc)
 
 
-# One row per job_id, never deleted: a descheduled job keeps its row (state
-# 'descheduled') so that its generation counter survives (no ABA). The view
-# persched_job_states (revision 0008, not in this metadata) reads it for SQL
-# users, giving a job's state as `Job.state` does; persched itself never reads it.
+# One row per job_id, never deleted: a descheduled job keeps its row so that its generation
+# counter survives (no ABA). The view persched_job_states (revision 0008) reads it for SQL users.
 jobs = Table(
     "persched_jobs",
     metadata,
@@ -229,9 +212,7 @@ jobs = Table(
     Index(None, "paused_until"),  # the earliest end of a timed pause (revision 0010)
 )
 
-# One row (id 1): a counter bumped by every change of a job's definition or
-# state by schedule()/deschedule(), so that other instances find changes by
-# polling one value.
+# One row (id 1): a counter every change of a definition moves; other instances poll it.
 changes = Table(
     "persched_changes",
     metadata,
@@ -239,8 +220,7 @@ changes = Table(
     Column("seq", BigInteger, nullable=False),
 )
 
-# The instances that share a namespace's work (revision 0006): each renews its row with every
-# heartbeat (`beats` counts up) and reads the others' to know who is alive (persched._engine.membership).
+# The instances that share a namespace's work: each renews its own row (`beats` counts up).
 instances = Table(
     "persched_instances",
     metadata,
@@ -280,15 +260,12 @@ runs = Table(
     Index(None, "job_id", "run_id"),
 )
 
-# Partial indexes. Each predicate is written once, below, and handed to SQLAlchemy as
-# `sqlite_where` / `postgresql_where` by `attach_index_predicates` when persched makes an engine
-# of that kind (`persched._store.db`), not here: an `Index(..., postgresql_where=...)` makes SQLAlchemy
-# import its PostgreSQL dialect to check the keyword, about 0.03 s of every `persched jobs` on
-# SQLite. Only DDL reads the predicates (Alembic's autogenerate, `create_all`); the
-# queries never do. The migration tests compare them with the indexes the revisions create.
+# Partial indexes, each predicate handed to SQLAlchemy by `attach_index_predicates` when an engine of
+# its kind is made: ``postgresql_where=`` here would import the PostgreSQL dialect on every SQLite start.
+# Only DDL reads them; the migration tests compare them with the revisions' indexes.
 _PARTIAL_INDEXES: Final[tuple[tuple[Index, ColumnElement[bool] | TextClause], ...]] = (
     # One run per grid slot; run-now runs are off the grid and may share an instant with a slot.
-    # (MySQL/MariaDB: over MYSQL_SLOT_COLUMN instead, see the module docstring; not created from here.)
+    # (MySQL/MariaDB: over MYSQL_SLOT_COLUMN instead; not created from here.)
     (
         Index(
             "uq_persched_runs_slot",
@@ -300,15 +277,11 @@ _PARTIAL_INDEXES: Final[tuple[tuple[Index, ColumnElement[bool] | TextClause], ..
         ).ddl_if(callable_=_not_mysql),
         text("NOT run_now"),
     ),
-    # Open runs (outcome NULL) are few; a partial index finds them for lease
-    # renewal and recovery without indexing the whole history.
+    # Open runs (outcome NULL) are few: found for renewal and recovery without indexing the history.
     (Index("ix_persched_runs_open", runs.c.instance_id), runs.c.outcome.is_(None)),
-    # Runs that did not end "ok", by outcome, newest last: the dashboard's runs page filtered by
-    # outcome (revision 0004). Partial, so ordinary runs never maintain it.
+    # Runs that did not end "ok", by outcome: the dashboard's filter. Ordinary runs never maintain it.
     (Index("ix_persched_runs_outcome", runs.c.outcome, runs.c.run_id), runs.c.outcome != "ok"),
-    # Each job's failed runs, newest last: retention keeps the newest keep_error_runs of them
-    # (revision 0012). Partial, so runs that ended "ok" never maintain it; MySQL has none (it walks
-    # the job's (job_id, run_id) index instead).
+    # Each job's failed runs, for retention's keep_error_runs. MySQL has none (it walks (job_id, run_id)).
     (
         Index("ix_persched_runs_failed", runs.c.job_id, runs.c.run_id).ddl_if(callable_=_not_mysql),
         text("outcome IN ('error', 'lost', 'stopped')"),
@@ -325,12 +298,7 @@ def partial_index_predicates() -> dict[str, ColumnElement[bool] | TextClause]:
 
 
 def attach_index_predicates(dialect_name: str) -> None:
-    """Give the partial indexes their predicate as ``<dialect_name>_where`` (idempotent).
-
-    Called for every engine persched makes, when SQLAlchemy has imported
-    that engine's dialect anyway; a dialect other than SQLite's or
-    PostgreSQL's is left alone.
-    """
+    """Give the partial indexes their predicate as ``<dialect_name>_where`` (idempotent; SQLite and PostgreSQL)."""
     if dialect_name not in PARTIAL_INDEX_DIALECTS:
         return
     with _ATTACH_LOCK:

@@ -1,13 +1,10 @@
 """What an upsert compares and returns, worked out once per shape of definition.
 
-A declaration of 100,000 specs compares as many stored rows with their
-definitions and returns as many `Job` values, but its specs mostly share a
-handful of targets and schedules: a shape. `Shapes` (one per transaction)
-reads and compares a row's policy columns once per distinct raw value
-(`Shapes.holds`), and makes the `Job` of a row from the first `Job` of its
-shape, built and checked as `mappers.to_job` builds any, with the row's own
-fields over it (`Shapes.job`): no `Policies`, plan or validation a row. A row
-that cannot be read goes the whole way, `mappers.to_job`, alone.
+The specs of a declaration mostly share a handful of targets and schedules:
+a shape. `Shapes` (one per transaction) reads and compares a row's policy
+columns once per distinct raw value, and makes a row's `Job` from its shape's
+first, with the row's own fields over it. A row that cannot be read goes the
+whole way, `mappers.to_job`, alone.
 """
 
 from __future__ import annotations
@@ -34,8 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Shapes", "raw_row", "raw_value", "written_over"]
 
-# A row is raw (`RawRow`): the driver's values of `mappers.JOB_COLUMNS`, in that order, as `jobs.JobsStore._read_jobs`
-# reads them or as the store binds them (`Dialect.bind_instant`): 100,000 need no dict each.
+# A raw row (`RawRow`): the driver's values of `mappers.JOB_COLUMNS`, in order, as read or bound: no dict each.
 _INDEX: Final = {column.name: i for i, column in enumerate(JOB_COLUMNS)}
 _TARGET: Final = _INDEX["target"]
 _all_values: Final = itemgetter(*_INDEX)  # a row by column name -> raw
@@ -66,7 +62,7 @@ def written_over(row: RawRow, values: Mapping[str, Any]) -> RawRow:
 
 
 class Shapes:
-    """The shapes of one transaction's rows (module docstring), raw (`RawRow`).
+    """The shapes of one transaction's raw rows (`RawRow`).
 
     Two raw values that are equal are read alike: the drivers return one Python type per column
     (SQLite's column affinity turns a hand-written 60 into 60.0 in a float column, and 2.0 into 2 in

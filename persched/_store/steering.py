@@ -1,14 +1,9 @@
-"""Steering jobs: pause, resume and run-now, each one transaction (`_tx`) through the group commit
-(but for the pause and resume of every job), so that calls that arrive together share one commit and
-each still linearizes at it:
+"""Steering jobs: pause, resume and run-now.
 
-- `pause_job`: no run starts after its commit (the claim's predicate reads
-  ``paused``); `resume_job` places the job on its grid from now.
-- `pause_ends`: the timed pauses that end by a time (their resume is `resume_job` with ``until``).
-- `request_run_now`: one extra run as soon as possible, off the grid.
-
-Every change bumps the change counter (`persched_changes`), which other
-instances poll to pick changes up.
+Each call is one transaction through the group commit (but for pausing and
+resuming every job), and moves the change counter. A pause linearizes at its
+commit: no run starts after it, since the claim's predicate reads ``paused``.
+A resume places the job on its grid from now.
 """
 
 from __future__ import annotations
@@ -55,17 +50,14 @@ _PAUSE: Final = (
 
 
 class SteeringStore(Part):
-    """Pause, resume and run-now (module docstring)."""
+    """Pause, resume and run-now."""
 
     def pause_job(
         self, job_id: str, now: Instant, *, until: Instant | None = None, note: str | None = None
     ) -> int | None:
-        """Pause the job: no run of it starts after this commits. Return its
-        generation, or None if there is no scheduled or running job to pause
-        (unknown, descheduled, finished, or paused already).
+        """Pause the job: no run of it starts after this commits. Return its generation, or None if none to pause.
 
-        `until`: the pause ends by itself then (`resume_job` with ``until``);
-        `note`: why, kept for people. Both are checked by the caller.
+        `until`: the pause ends by itself then; `note`: why, for people. The caller checks both.
         """
 
         def body(conn: Connection) -> int | None:
@@ -98,13 +90,10 @@ class SteeringStore(Part):
     def resume_job(
         self, job_id: str, now: Instant, *, until: Instant | None = None
     ) -> tuple[int, Instant | None] | None:
-        """Resume a paused job on its grid from `now` (slots passed while paused do not run,
-        nor, on a clock behind the one that ran it, a slot that ran already).
+        """Resume a paused job on its grid from `now`; its generation and due time (None: running or over).
 
-        With `until`, only a pause that ends then (a timed pause coming to
-        its end: `now` is that instant, and whichever instance asks first wins).
-        Returns its generation and when it is due (None: running, or its
-        window ended), or None if the job is not paused (so).
+        With `until`, only a timed pause that ends then (whichever instance asks first wins).
+        None if the job is not paused (so).
         """
 
         def body(conn: Connection) -> tuple[int, Instant | None] | None:

@@ -27,7 +27,7 @@ __all__ = ["Store"]
 
 
 class Store(Transactions):
-    """The persched tables of one namespace behind one engine (see `_tx.Transactions` for its arguments)."""
+    """The persched tables of one namespace behind one engine."""
 
     def __init__(
         self, engine: Engine, url: str, *, retry_attempts: int = RETRY_ATTEMPTS, namespace: str = DEFAULT_NAMESPACE

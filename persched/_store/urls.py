@@ -17,17 +17,7 @@ _PASSWORD_RE: Final = re.compile(r"(://[^/:@]*:)[^@/]*(@)")
 
 
 def to_url(url_or_path: str) -> URL:
-    """Parse a SQLAlchemy URL or a plain SQLite file path.
-
-    ``"jobs.db"`` and ``"/x/y.db"`` become SQLite file URLs; ``postgresql://``
-    and ``postgres://`` are mapped to the psycopg 3 driver.
-
-    Args:
-        url_or_path: A URL such as ``sqlite:///jobs.db`` or
-            ``postgresql+psycopg://user@host/db``, or a file path.
-
-    Returns:
-        The parsed URL.
+    """Parse a SQLAlchemy URL, or a plain SQLite file path; PostgreSQL maps to psycopg 3, MySQL to PyMySQL.
 
     Raises:
         InvalidJobError: `url_or_path` is not a str.
@@ -55,13 +45,11 @@ def to_url(url_or_path: str) -> URL:
                 mask(url),
                 f"unsupported PostgreSQL driver {driver!r}; use postgresql+psycopg://",
             )
-        # PostgreSQL goes through psycopg 3 (the `postgres` extra).
         url = url.set(drivername="postgresql+psycopg")
     elif backend in MYSQL_BACKENDS:
         if driver not in ("", "pymysql"):
             raise StoreError(mask(url), f"unsupported MySQL/MariaDB driver {driver!r}; use mysql+pymysql://")
-        # One dialect name for both servers: the MySQL dialect finds out itself
-        # that the server is MariaDB (dialect.is_mariadb).
+        # One dialect name for both servers: the dialect finds out that the server is MariaDB.
         url = url.set(drivername="mysql+pymysql")
     elif backend == "sqlite":
         if driver not in ("", "pysqlite"):
@@ -80,14 +68,7 @@ def to_url(url_or_path: str) -> URL:
 
 
 def mask(url: URL | str) -> str:
-    """Render a URL for messages and logs, with its password hidden.
-
-    Args:
-        url: A parsed URL, or a string (a plain path is returned as is).
-
-    Returns:
-        The URL as text, password replaced by ``***``.
-    """
+    """Render a URL (or a string) for messages and logs, with its password replaced by ``***``."""
     if isinstance(url, URL):
         return url.render_as_string(hide_password=True)
     if "://" not in url:

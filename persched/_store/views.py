@@ -1,33 +1,9 @@
 """Read-only queries of the dashboard (`persched web`), the metrics and the command line: pages, counts.
 
-Every query here is a read transaction on the `Store` (never a write, never a
-migration) and is paginated by a key the database has an index on, so a page
-costs the same at 100,000 jobs and 1,000,000 runs (keyset pagination: "after
-this key", never OFFSET):
-
-- `jobs_page`: ``job_id > :after ORDER BY job_id`` -- the primary key.
-- `runs_page` without an outcome: ``run_id < :before ORDER BY run_id DESC`` --
-  the primary key; of one job: ``ix_persched_runs_job_id_run_id``.
-- `runs_page` for "error", "stopped", "lost", "missed": ``ix_persched_runs_outcome``
-  (partial, ``outcome <> 'ok'``; the query repeats that term so SQLite sees
-  the index applies); "running": ``ix_persched_runs_open`` (outcome NULL;
-  the few open runs are sorted);
-  "ok": the primary key, walking back until a page is full (ok is the common
-  outcome, so that walk is short).
-- `job_counts`: one ``GROUP BY state, paused`` over persched_jobs (a scan of the
-  table; about 30 ms at 100,000 jobs on SQLite, so the metrics cache it);
-  `namespace_counts` the same by namespace (the dashboard caches it).
-
-Across namespaces, for the command line and the errors about a job that is
-not in a namespace: `whereabouts` (one job's namespace, by primary key),
-`job_ids` (one namespace's ids, for "did you mean"), `all_jobs_as` and
-`all_runs_as` (``--all-namespaces``: whole listings, as the store's own).
-
-The dashboard shows one namespace, some (a set: a dashboard confined to
-them) or all of them (`namespace=None`). Of one namespace, jobs are still
-walked by primary key (the namespace term is kept
-off its index, as the store does: `Dialect.unindexed`), and a run's namespace
-is its job's, looked up by primary key for each run of the page.
+Each is a read transaction of a `Store`, paginated by a key the database
+has an index on ("after this key", never OFFSET), so a page costs the same at
+any size; each query names the index it walks. The queries across namespaces serve
+the command line. Why: docs/explanation/store.md, "Pages and health".
 """
 
 from __future__ import annotations
@@ -161,11 +137,7 @@ def all_runs_as(store: Store, make: Callable[[StoredRow], T], job_id: str | None
 
 
 def whereabouts(store: Store, job_id: str) -> tuple[str, bool] | None:
-    """The namespace of `job_id`'s row and whether the job is active there; None if it has no row.
-
-    One read by primary key (a job id is unique in a database): what an
-    "unknown job" error says about where the job is.
-    """
+    """The namespace of `job_id`'s row and whether the job is active there; None if it has no row."""
 
     def body(conn: Connection) -> tuple[str, bool] | None:
         row = conn.execute(select(jobs.c.namespace, jobs.c.state).where(jobs.c.job_id == job_id)).first()
@@ -221,11 +193,7 @@ def jobs_query(
     namespace: str | frozenset[str] | None = None,
     unindexed: Callable[[ColumnElement[Any]], ColumnElement[Any]] = lambda column: column,
 ) -> Select[Any]:
-    """The SELECT of `jobs_page` (exposed so that a test can check its query plan).
-
-    `unindexed` is the store dialect's: it keeps the namespace term off its
-    index so that the page stays a walk of the primary key.
-    """
+    """The SELECT of `jobs_page` (a test checks its plan); `unindexed` keeps it a walk of the primary key."""
     query = select(*RAW_JOBS).where(jobs.c.state != DESCHEDULED).order_by(jobs.c.job_id).limit(limit)
     if namespace is not None:
         query = query.where(_of_namespaces(unindexed(jobs.c.namespace), namespace))

@@ -1,15 +1,10 @@
-"""Every difference between the database engines persched runs on, behind one object.
+"""Every difference between the database engines persched runs on, behind one object, `Dialect`.
 
-The store's statements are written once, in SQLAlchemy Core (the dispatch
-path's in driver SQL, run on the driver's own cursor: `Sql`, `DriverCursor`,
-`driver_sql`, `raw_instant`, `bind_instant`);
-a `Dialect` holds what cannot be: how a claim locks the rows it decides, what a
-transient failure looks like, whether this process must queue its own
-writers, how a write transaction begins, the raw form of a timestamp,
-the lock that serialises migrations, and how other instances learn that
-something changed (PostgreSQL's NOTIFY, SQLite's data_version). One module per engine; `dialect_for`
-imports only the one in use (a SQLite user never loads the PostgreSQL
-dialect of SQLAlchemy).
+The statements are written once (SQLAlchemy Core; the dispatch path's in
+driver SQL on the driver's cursor: `Sql`, `DriverCursor`); a `Dialect` holds
+what cannot be: how a claim locks its rows, which failures are transient, how
+a write begins, the raw form of a timestamp, the migration lock, and how other
+instances learn of a change. `dialect_for` imports only the engine in use.
 """
 
 from __future__ import annotations
@@ -49,9 +44,8 @@ __all__ = [
 #: the next transaction on a SQLite connection a deferred ``BEGIN``.
 READONLY: Final = "persched_readonly"
 
-#: Execution option: ``conn.execution_options(persched_lock_wait=seconds)`` makes the next
-#: transaction on a SQLite connection wait this long for the write lock at its ``BEGIN IMMEDIATE``
-#: (rather than the busy timeout), and raise `LockWaitExpired` past it: a migration's.
+#: Execution option: ``persched_lock_wait=seconds`` makes a SQLite connection's next ``BEGIN IMMEDIATE``
+#: wait this long for the write lock (a migration's), then raise `LockWaitExpired`.
 LOCK_WAIT: Final = "persched_lock_wait"
 
 
@@ -60,12 +54,7 @@ class LockWaitExpired(Exception):
 
 
 class Sql(NamedTuple):
-    """A piece of driver SQL, with ``?`` placeholders (`Dialect.driver_sql`), and its parameters in order.
-
-    The dispatch path's statements are written so (`persched._store.claims`):
-    per run, SQLAlchemy's statement construction, cache key and bind
-    processing cost more than the database's work.
-    """
+    """A piece of driver SQL, with ``?`` placeholders (`Dialect.driver_sql`), and its parameters in order."""
 
     text: str
     params: tuple[Any, ...] = ()
@@ -87,21 +76,12 @@ def value_rows(count: int, width: int) -> str:
 
 
 class DriverCursor:
-    """The driver's own cursor in the transaction of a SQLAlchemy `Connection`: the dispatch path's.
+    """The driver's own cursor in a SQLAlchemy `Connection`'s transaction: the dispatch path's.
 
-    A dispatch cycle sends a handful of statements for dozens of runs, and per
-    run SQLAlchemy's execution context, result object and `Row` cost more
-    than the database's work. Here a statement (driver SQL with ``?``
-    placeholders, `Dialect.driver_sql`) goes to the DB-API cursor and its
-    rows come back as the driver's tuples. Two things stay as SQLAlchemy does
-    them, so that the transaction machinery (`_tx`) and the tests see no
-    difference: the engine's ``before_cursor_execute`` and
-    ``after_cursor_execute`` listeners are called for every statement, with a
-    context object of its own (`_StatementContext`; the fault-injection and
-    crash-point tests hook there, and tracers), and a driver error is
-    raised as SQLAlchemy raises it (a `DBAPIError`, which `_tx` retries or
-    reports; a connection that is gone is invalidated). Engine ``handle_error``
-    listeners are not called here: persched registers none.
+    Rows come back as the driver's tuples. As with SQLAlchemy, the engine's cursor
+    listeners run for every statement (fault-injection tests and tracers hook there),
+    and a driver error is raised as a `DBAPIError`, a connection that is gone
+    invalidated. ``handle_error`` listeners are not called: persched registers none.
     """
 
     __slots__ = ("_after", "_before", "_conn", "_cursor", "_dialect", "_driver_error")
@@ -118,7 +98,7 @@ class DriverCursor:
 
     @property
     def rowcount(self) -> int:
-        """Rows the last statement changed (matched, on MySQL: persched's engines ask for FOUND_ROWS)."""
+        """Rows the last statement changed (matched, on MySQL: FOUND_ROWS)."""
         return int(self._cursor.rowcount)
 
     @property
@@ -128,7 +108,7 @@ class DriverCursor:
 
     @property
     def insert_returning(self) -> bool:
-        """Whether the server takes ``INSERT … RETURNING`` (SQLAlchemy's dialect knows: MariaDB 10.5+)."""
+        """Whether the server takes ``INSERT … RETURNING`` (MariaDB 10.5+ does)."""
         return bool(self._conn.dialect.insert_returning)
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> DriverCursor:
@@ -145,8 +125,7 @@ class DriverCursor:
         return list(self._cursor.fetchall())
 
     def rows(self) -> DriverRows:
-        """The rows of the last statement, named by its columns (none for a statement without any),
-        and its `rowcount`; the cursor is closed."""
+        """The rows of the last statement, named by its columns, and its `rowcount`; the cursor is closed."""
         description = self._cursor.description
         try:
             if not description:  # a statement without a result
@@ -174,8 +153,7 @@ class DriverCursor:
             raise self._wrapped(exc, sql, params, many=many) from exc
 
     def _wrapped(self, exc: Any, sql: str, params: Any, *, many: bool) -> StatementError:  # noqa: ANN401 - driver's
-        """`exc` as SQLAlchemy raises a driver error (`DBAPIError.instance`, public): a `DBAPIError` whose
-        ``connection_invalidated`` says whether the connection is gone, and then invalidated (never used again)."""
+        """`exc` as SQLAlchemy raises a driver error; a connection that is gone is invalidated."""
         conn = self._conn
         gone = conn.invalidated or conn.dialect.is_disconnect(exc, conn.connection, self._cursor)
         error: StatementError = DBAPIError.instance(
@@ -194,16 +172,14 @@ class DriverCursor:
 
 
 class _StatementContext:
-    """The ``context`` that cursor listeners get for a statement of `DriverCursor`: not SQLAlchemy's
-    execution context (there is none), but one object per statement, from ``before_cursor_execute``
-    to ``after_cursor_execute``, that a listener may keep its own state on, as tracers do on
-    SQLAlchemy's (OpenTelemetry's instrumentation sets ``context._otel_span``: with None it raised
-    AttributeError on every statement of an instrumented application's scheduler)."""
+    """The ``context`` cursor listeners get for a `DriverCursor` statement: one object per statement.
+
+    Tracers keep state on it (OpenTelemetry sets ``context._otel_span``), so it cannot be None.
+    """
 
 
 class NamedRow(tuple):  # type: ignore[type-arg]  # the driver's values, of any type
-    """A row of `DriverRows`: the driver's values, its columns attributes too (``row.generation``)
-    and a ``_mapping`` by name, as on SQLAlchemy's `Row`."""
+    """A row of `DriverRows`: the driver's values, by position, attribute and ``_mapping``, as a `Row`."""
 
     __slots__ = ()
     _names: ClassVar[tuple[str, ...]] = ()
@@ -221,8 +197,7 @@ class NamedRow(tuple):  # type: ignore[type-arg]  # the driver's values, of any 
 
 
 class DriverRows:
-    """The result of `Dialect.execute`: the rows of one statement (`NamedRow`) and the rows it
-    changed (`rowcount`)."""
+    """The result of `Dialect.execute`: the rows of one statement and its `rowcount`."""
 
     __slots__ = ("_rows", "rowcount")
 
@@ -239,8 +214,7 @@ class DriverRows:
 
 @functools.lru_cache(maxsize=256)
 def _row_type(names: tuple[str, ...]) -> type[NamedRow]:
-    """The `NamedRow` type of a statement whose columns are `names` (a name that is no identifier is
-    renamed for its attribute), made once per list of names."""
+    """The `NamedRow` type of a statement whose columns are `names`, made once per list of names."""
     fields = namedtuple("DriverRow", names, rename=True)  # type: ignore[misc]
     return type("DriverRow", (fields, NamedRow), {"__slots__": (), "_names": names})
 
@@ -253,26 +227,18 @@ class Dialect:
     """What one engine does differently; every method has the engine-neutral meaning in its docstring."""
 
     name: ClassVar[str]
-    #: This process's writers queue for the database's single write lock in
-    #: the store (SQLite), rather than in the engine's busy handler.
+    #: This process's writers queue for the single write lock in the store (SQLite), not the busy handler.
     serialise_local_writers: ClassVar[bool] = False
-    #: The database engine is a library inside this process (SQLite), whose
-    #: mutexes a fork must not copy while held (persched._store.fork_gate).
+    #: The engine is a library in this process (SQLite), whose mutexes a fork must not copy held (`fork_gate`).
     in_process: ClassVar[bool] = False
-    #: How an instance learns cheaply that another one committed, so that it
-    #: reads the change counter soon (persched._engine.pickup): "notify" (a listening
-    #: connection, `change_listener`), "data_version" (a cheap check,
-    #: `data_version`), or None: only the counter's poll.
+    #: How an instance learns cheaply that another committed: "notify" (`change_listener`),
+    #: "data_version" (`data_version`), or None: only the counter's poll.
     change_signal: ClassVar[Literal["notify", "data_version"] | None] = None
-    #: A query of one row and column: the database's clock, the time every
-    #: instance sharing it can compare its own with (`persched._store.members`).
-    #: Its value is read by `raw_instant`.
+    #: A query of the database's clock, which every instance sharing it compares its own with (`raw_instant` reads it).
     clock_sql: ClassVar[str] = "SELECT CURRENT_TIMESTAMP"
-    #: The most parameters one statement may bind (the engine's or its driver's limit): a
-    #: statement over a set of any size binds it in chunks under this (`persched._store.jobs`).
+    #: The most parameters one statement may bind; statements over a set bind it in chunks under this.
     max_parameters: ClassVar[int] = 65_535  # PostgreSQL's protocol (psycopg) and MySQL's prepared statements
-    #: A parameter may be an array (PostgreSQL): the dispatch path's statements over a batch then
-    #: keep one text whatever its size, and the server plans each once per connection.
+    #: A parameter may be an array (PostgreSQL): a batch's statement keeps one text at any size.
     binds_arrays: ClassVar[bool] = False
 
     def is_transient(self, exc: DBAPIError) -> bool:
@@ -280,19 +246,18 @@ class Dialect:
         raise NotImplementedError
 
     def refuses_row(self, exc: DBAPIError) -> bool:
-        """True if the database refused a value or a row of the statement (a value out of range, a
-        constraint, a trigger): the same write fails again, but its other rows may not
-        (`persched._store._tx.RefusedWrite`). Not a full disk, a read-only or missing table: those
-        are the store's, and no row's."""
+        """True if the database refused a value or a row (range, constraint, trigger): it would fail again.
+
+        Its other rows may not fail. Not a full disk or a read-only or missing table: no row's fault.
+        """
         return isinstance(exc, (DataError, IntegrityError))
 
     def lock_first(self, conn: Connection, query: Select[Any], limit: int) -> list[Row[Any]]:
-        """The first `limit` rows of the ordered `query` that no other transaction holds, locked
-        until this one ends (SKIP LOCKED): concurrent callers get disjoint rows, and none waits."""
+        """The first `limit` rows of `query` no other transaction holds, locked until this one ends (SKIP LOCKED)."""
         return list(conn.execute(query.limit(limit).with_for_update(skip_locked=True)))
 
     def unindexed(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
-        """`column` as a term that the planner cannot look up by an index (so it uses another one)."""
+        """`column` as a term the planner cannot look up by an index (so it uses another one)."""
         return column
 
     def unindexed_sql(self, column: str) -> str:
@@ -314,53 +279,38 @@ class Dialect:
     def insert_new(
         self, cur: DriverCursor, table: Table, names: Sequence[str], rows: list[tuple[Any, ...]], returning: str
     ) -> list[tuple[Any, ...]]:
-        """Insert `rows` (driver values of the columns `names`, in driver SQL) in one statement,
-        skipping a row a unique index holds already (one run per slot); the `returning`
-        columns (a select list) of the rows inserted."""
+        """Insert `rows` of the columns `names` in one statement, skipping a slot the unique index holds;
+        the `returning` columns of the rows inserted."""
         into = f"INSERT INTO {table.name} ({', '.join(names)}) VALUES {value_rows(len(rows), len(names))}"  # noqa: S608 - ours
         sql = f"{into} ON CONFLICT DO NOTHING RETURNING {returning}"
         return cur.execute(sql, tuple(value for row in rows for value in row)).fetchall()
 
     def insert_rows(self, cur: DriverCursor, table: Table, names: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
-        """Insert `rows` (driver values of the columns `names`), all of them or none (a row that is
-        there already raises `IntegrityError`), in as few statements as the engine takes.
-
-        The driver's executemany: one call, in-process on SQLite; PyMySQL sends the rows of an
-        INSERT's executemany in multi-row statements of at most a megabyte itself.
-        """
+        """Insert `rows` of the columns `names`, all or none (a duplicate raises `IntegrityError`)."""
         cur.executemany(f"INSERT INTO {table.name} ({', '.join(names)}) VALUES ({marks(len(names))})", rows)  # noqa: S608 - ours
 
     def locking_sql(self, query: str) -> str:
-        """The SELECT `query` (driver SQL), locking the rows it reads until the transaction ends (where reads
-        do not already). In Core, ``Select.with_for_update()`` does it: SQLAlchemy leaves it out on SQLite."""
+        """The SELECT `query` (driver SQL), locking the rows it reads until the transaction ends."""
         return f"{query} FOR UPDATE"
 
     def update_sql(
         self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, columns: str
     ) -> list[NamedRow]:
-        """``UPDATE table SET assignments WHERE predicate … RETURNING columns``, in driver SQL:
-        the `columns` (a select list) of the rows it changed, read raw (timestamps by `raw_instant`)."""
+        """``UPDATE table SET assignments WHERE predicate … RETURNING columns``: the rows changed, read raw."""
         sql = f"UPDATE {table.name} SET {assignments.text} WHERE {predicate.text} RETURNING {columns}"  # noqa: S608 - ours
         return list(self.execute(conn, Sql(sql, assignments.params + predicate.params)))
 
     def update_key_sql(
         self, conn: Connection, table: Table, assignments: Sql, key: object, columns: str
     ) -> NamedRow | None:
-        """`update_sql` of the one row whose primary key is `key`: that row as written, or None if there is none.
-
-        For a row this transaction holds already (read with `locking_sql`) or
-        one the UPDATE itself locks: by its key, no other row is looked at.
-        """
+        """`update_sql` of the row whose primary key is `key`, which this transaction holds or the UPDATE locks."""
         (name,) = (column.name for column in table.primary_key.columns)
         return next(iter(self.update_sql(conn, table, assignments, Sql(f"{name} = ?", (key,)), columns)), None)
 
     def lock_claimable(self, cur: DriverCursor, table: Table, predicate: Sql, columns: str) -> list[tuple[Any, ...]]:
-        """The claim's locking read, on the driver's cursor: the `columns` (a select list) of the rows of
-        `table` where `predicate` holds that no other transaction holds, as the driver returns them,
-        locked until this transaction ends; rows another transaction holds are passed by, not waited for.
+        """The claim's locking read: the rows where `predicate` holds that no other transaction holds, locked.
 
-        What it returns is what this claim wins: each row is claimed at most
-        once, by whichever claim's locking read takes it first.
+        What it returns is what this claim wins: rows another transaction holds are passed by.
         """
         sql = f"SELECT {columns} FROM {table.name} WHERE {predicate.text} FOR UPDATE SKIP LOCKED"  # noqa: S608 - ours
         return cur.execute(sql, predicate.params).fetchall()
@@ -368,31 +318,21 @@ class Dialect:
     def update_rows(
         self, cur: DriverCursor, table: Table, names: Sequence[str], key: Sequence[str], rows: list[tuple[Any, ...]]
     ) -> int:
-        """Set the columns `names` of each row of `table` whose `key` columns hold the row's last values
-        (driver values: ``(*values of names, *values of key)``), every row in one call; the rows changed.
-
-        The driver's executemany: one call, a pipeline on psycopg, in-process on SQLite.
-        """
+        """Set the columns `names` of each row found by its `key` (``(*names' values, *key's)``); rows changed."""
         sets = ", ".join(f"{name} = ?" for name in names)
         where = " AND ".join(f"{name} = ?" for name in key)
         return self.update_each(cur, f"UPDATE {table.name} SET {sets} WHERE {where}", rows)  # noqa: S608 - ours
 
     def update_each(self, cur: DriverCursor, sql: str, rows: Sequence[Sequence[Any]]) -> int:
-        """Run ``UPDATE <table> SET … WHERE …`` (driver SQL) once for each parameter row, every row in one
-        call; the rows changed (matched), summed.
+        """Run ``UPDATE … SET … WHERE …`` once for each parameter row, in one call; the rows matched.
 
-        Each row's WHERE names its own table row by its key, and no SET
-        expression reads a column the statement sets but its own, so that the
-        rows' updates are independent of one another and of their order.
-        The driver's executemany: one call, a pipeline on psycopg, in-process on SQLite.
+        Each row's WHERE names its own table row by key and no SET reads another column it sets,
+        so the updates are independent of one another and of their order.
         """
         return cur.executemany(sql, rows).rowcount
 
     def execute(self, conn: Connection, statement: Sql) -> DriverRows:
-        """Run one statement of driver SQL (its parameters raw: timestamps by `bind_instant`) on the
-        driver's cursor (`DriverCursor`): the calls of schedule() and deschedule() run a few statements
-        each, and SQLAlchemy's result for one costs about three times the driver's work. A connection
-        not in a transaction begins one first, as SQLAlchemy's own execute would."""
+        """Run one statement of driver SQL on the driver's cursor, beginning a transaction if none is open."""
         if not conn.in_transaction():
             conn.begin()
         return self.cursor(conn).execute(statement.text, statement.params).rows()
@@ -406,51 +346,40 @@ class Dialect:
         return sql
 
     def raw_instant(self, value: object) -> Instant:
-        """A timestamp as the driver returns it raw -> instant (ValueError/TypeError if it is not one)."""
+        """A timestamp as the driver returns it raw, as an instant (ValueError/TypeError if it is not one)."""
         raise NotImplementedError
 
     def read_instant_sql(self, column: str) -> str:
-        """A timestamp column in a select list of rows read by `persched._store._rows` (which reads a
-        driver's datetime or its naive UTC text): the column itself, where the driver reads it fast."""
+        """A timestamp column in a select list read by `persched._store._rows`: what the driver reads fastest."""
         return column
 
     def select_many(self, cur: DriverCursor, columns: Sequence[str], rest: Sql) -> list[tuple[Any, ...]]:
-        """The rows of ``SELECT <columns> <rest>`` (driver SQL), each a tuple of the values of `columns` as the
-        driver returns them: a read of thousands of rows at once (declare()'s)."""
+        """The rows of ``SELECT <columns> <rest>`` as driver tuples: a read of thousands of rows (declare()'s)."""
         return cur.execute(f"SELECT {', '.join(columns)} {rest.text}", rest.params).fetchall()
 
     def bind_instant(self, at: Instant) -> object:
-        """An instant as the driver takes it for a timestamp column in driver SQL: what `UTCDateTime` writes."""
+        """An instant as the driver takes it for a timestamp column: what `UTCDateTime` writes."""
         raise NotImplementedError
 
     def migration_lock(self, conn: Connection, wait_seconds: float) -> None:
-        """Serialise migrations across processes until `conn`'s transaction ends
-        (or, where DDL ends transactions by itself, until `release_migration_lock`),
-        waiting at most `wait_seconds` for another migration to end (else `LockWaitExpired`)."""
+        """Serialise migrations across processes until `conn`'s transaction ends (or `release_migration_lock`).
+
+        Waits at most `wait_seconds` for another migration, else raises `LockWaitExpired`.
+        """
         raise NotImplementedError
 
     def release_migration_lock(self, conn: Connection) -> None:
-        """Release what `migration_lock` holds beyond its transaction; called once that transaction ended.
-
-        Nothing for engines whose lock ends with the transaction (SQLite's
-        write lock, PostgreSQL's ``pg_advisory_xact_lock``). MySQL commits at
-        every DDL statement, so its lock is a session's (``GET_LOCK``), and
-        `_migrate.upgrade` releases it here, committed or not.
-        """
+        """Release what `migration_lock` holds beyond its transaction (MySQL's session lock); called after it ended."""
 
     def announce_change(self, conn: Connection) -> None:
-        """Wake the instances listening for changes (`change_listener`) when `conn`'s transaction commits.
-
-        Nothing where the engine has no notifications: they read the change
-        counter on their own (persched._engine.heartbeat).
-        """
+        """Wake the instances listening for changes when `conn`'s transaction commits (nothing without NOTIFY)."""
 
     def change_listener(self, raw: DBAPIConnection) -> ChangeListener:
-        """Subscribe `raw`, a connection kept for this alone, to `announce_change` (`change_signal` "notify")."""
+        """Subscribe `raw`, a connection kept for this alone, to `announce_change`."""
         raise NotImplementedError
 
     def data_version(self, raw: DBAPIConnection) -> int:
-        """A number that `raw` sees change whenever another connection commits (`change_signal` "data_version")."""
+        """A number that `raw` sees change whenever another connection commits."""
         raise NotImplementedError
 
 

@@ -1,13 +1,9 @@
 """A pooled server connection is pinged before use only after it sat idle, not at every checkout.
 
-SQLAlchemy's ``pool_pre_ping`` sends a round trip at every checkout: one more per
-dispatch transaction. A connection checked in within the last `PING_AFTER_IDLE`
-is handed out as it is. If the server dropped it meanwhile (a restart), its
-first statement fails as a disconnect: SQLAlchemy invalidates it, and with it
-every connection the pool held from before; the store retries the transaction
-on a new connection (`Dialect.is_transient`). A connection idle for longer (the
-heartbeat's after a quiet spell; every pooled one after a restart that took
-longer) is pinged first and, dead, replaced by the pool, as with pre-ping.
+``pool_pre_ping`` costs a round trip per dispatch transaction. A connection
+used within `PING_AFTER_IDLE` is handed out as it is: if the server dropped
+it, its first statement fails as a disconnect, the pool is invalidated and the
+store retries the transaction (`Dialect.is_transient`).
 """
 
 from __future__ import annotations
@@ -28,8 +24,7 @@ _CHECKED_IN: Final = "persched_checked_in"  # ConnectionPoolEntry.info: monotoni
 
 
 def ping_after_idle(engine: Engine, idle: float = PING_AFTER_IDLE) -> Engine:
-    """`engine`, its pool pinging a connection at checkout only if it was checked in more than `idle`
-    seconds ago (create it without ``pool_pre_ping``)."""
+    """`engine`, its pool pinging a connection at checkout only if idle over `idle` seconds (no ``pool_pre_ping``)."""
 
     def checked_in(dbapi_connection: DBAPIConnection | None, entry: ConnectionPoolEntry) -> None:
         entry.info[_CHECKED_IN] = monotonic()

@@ -1,58 +1,15 @@
 """MySQL 8 and MariaDB 10.6+: row locks like PostgreSQL, but no ``UPDATE … RETURNING``.
 
-**The engine** (`open_mysql`). ``mysql://`` and ``mariadb://`` go through
-PyMySQL (the ``mysql`` extra), always as ``mysql+pymysql`` so that the code
-sees one dialect name, ``"mysql"``, for both servers. Every session runs at
-READ COMMITTED, like PostgreSQL's default and for the same reason: the store
-is written for "each statement sees the latest commit", and REPEATABLE READ's
-snapshot (taken at a transaction's first read) would show a dispatch cycle
-rows as they were before other instances' commits, while its gap locks on the
-due-rows index range would make ``schedule()`` inserts wait behind a claim
-and deadlock with it. Locking reads and UPDATEs read the latest committed row
-at either level, and take no gap locks at READ COMMITTED. The session is
-strict (``sql_mode``: a value that does not fit is an error, never silently
-truncated), on UTC, utf8mb4, and waits at most `MYSQL_LOCK_WAIT` seconds for
-a row lock.
+The engine (`open_mysql`): PyMySQL, always as ``mysql+pymysql`` so that both
+servers are one dialect, ``"mysql"``; every session at READ COMMITTED (each
+statement sees the latest commit, and no gap locks), strict, UTC, utf8mb4.
 
-**The claim's locking read** (`lock_claimable`) is two statements:
-
-1. ``SELECT job_id FROM persched_jobs WHERE <predicate>``, a plain read,
-   names the rows that match on the latest commit. Only those are locked
-   next: InnoDB locks each row a locking read looks at *before* it tests the
-   predicate, so a claim of a stale entry (another instance's, of a job
-   replaced since) would hold for a moment a row it cannot win, and the
-   claim that can win it would pass it by as if taken, a slot lost;
-2. ``SELECT <columns> … WHERE <predicate> AND job_id IN (<those>) FOR UPDATE
-   SKIP LOCKED`` locks and reads the due rows that no other instance holds
-   (a locking read sees the latest committed row version); rows another
-   instance is claiming are passed by, not waited for.
-
-A run still starts at the COMMIT of that transaction: the row locks taken
-in step 2 are held to the commit, so the claim's write back changes exactly
-the rows it read, and a deschedule() or another instance's claim either
-committed before step 2 (the predicate fails) or waits for this commit.
-
-Every other ``UPDATE … RETURNING`` is three statements: a locking read of
-the keys with a plain ``FOR UPDATE``, the UPDATE of exactly those rows, and
-a read of them back (`update_sql`), but an UPDATE of one
-row by its primary key that the transaction holds already, or that the
-UPDATE itself locks (the change counter), which is the UPDATE and a read by
-that key (`update_key_sql`); history rows in one multi-row
-``INSERT … RETURNING`` on MariaDB (10.5+), one INSERT each on MySQL 8, which
-has no ``RETURNING`` at all (`insert_new`). History rows skip a slot the
-unique index holds with ``ON DUPLICATE KEY UPDATE run_id = run_id``, a no-op,
-rather than ``INSERT IGNORE``, which would also turn data errors into
-warnings. The index is over a generated column that is NULL for run-now rows
-(MySQL has no partial index: `persched._store.schema`).
-
-An UPDATE once for each row of a batch (`update_each`: the claim's write
-back, a dispatch cycle's completions) is one statement, the rows' values a
-derived table joined to the table by the key, where PyMySQL's executemany
-would send one statement, and wait one round trip, a row.
-
-Migrations are serialised by ``GET_LOCK``: MySQL commits at every DDL
-statement, so no lock that ends with a transaction would hold through a
-migration; `release_migration_lock` gives it back afterwards.
+The claim's locking read (`MySQLDialect.lock_claimable`) is a plain read that
+names the rows matching on the latest commit, then ``FOR UPDATE SKIP LOCKED``
+of only those: InnoDB locks a row before it tests the predicate, so locking
+a stale entry's row would make the claim that can win it pass it by. The
+locks are held to the commit. Why, and how the missing ``RETURNING`` is made
+up for: docs/explanation/store.md, "MySQL and MariaDB".
 """
 
 from __future__ import annotations
@@ -78,9 +35,7 @@ if TYPE_CHECKING:
     from sqlalchemy import ColumnElement, Connection, Engine, Insert, Table
     from sqlalchemy.engine import URL
 
-# Server and client error numbers after which the whole transaction may succeed when tried
-# again: InnoDB rolled it back (deadlock), a row lock wait timed out, or the connection could
-# not be made or was lost.
+# Error numbers after which the whole transaction may succeed when tried again.
 TRANSIENT_ERRORS: Final = frozenset(
     {
         1205,  # ER_LOCK_WAIT_TIMEOUT (innodb_lock_wait_timeout, MYSQL_LOCK_WAIT)
@@ -98,13 +53,10 @@ TRANSIENT_ERRORS: Final = frozenset(
 )
 
 _MYSQL_CONNECT_TIMEOUT: Final = 10  # seconds, unless the URL says otherwise
-# Seconds a socket read or write may block before PyMySQL gives up (a cut
-# connection that the kernel never reports: half-open TCP); well above any
-# statement persched sends and above MYSQL_LOCK_WAIT. The URL may override it.
+# Seconds a socket read or write may block (half-open TCP), above any statement and MYSQL_LOCK_WAIT.
 _MYSQL_IO_TIMEOUT: Final = 60
 MYSQL_LOCK_WAIT: Final = 10  # seconds: innodb_lock_wait_timeout of persched's sessions (server default 50)
-# Strict: an over-long value is an error, not truncated; no zero dates; and none of the
-# modes (ANSI_QUOTES, PIPES_AS_CONCAT, ...) a server may set that change how SQL parses.
+# Strict (an over-long value is an error), no zero dates, and no mode that changes how SQL parses.
 _MYSQL_SQL_MODE: Final = (
     "STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
 )
@@ -118,18 +70,15 @@ def _same(value: object, other: object) -> bool:
     return type(value) is type(other) and value == other
 
 
-# The bytes a statement of `MySQLDialect.update_each` takes at most (about), as PyMySQL bounds its
-# executemany of an INSERT (a megabyte): a server closes the connection on a statement past its
-# max_allowed_packet (16 MiB by default on MariaDB, often less where set by hand), an error taken as
-# transient, so a cycle's outcomes with long errors (a backlog kept through an outage) failed for ever.
+# The bytes a statement of `MySQLDialect.update_each` takes at most (about), as PyMySQL bounds an
+# INSERT's executemany: past max_allowed_packet the server drops the connection, retried for ever.
 _STATEMENT_BYTES: Final = 1_000_000
 _VALUE_BYTES: Final = 32  # a value that is no text, as PyMySQL writes it (an instant: 28), and its comma
 _TEXT_BYTES: Final = 4  # a character of text at most, escaped or not (utf8mb4)
 
 
 def _chunks(rows: Sequence[Sequence[Any]], varying: Sequence[int], most: int) -> Iterator[Sequence[Sequence[Any]]]:
-    """`rows` in runs of at most `most` rows whose `varying` values take at most about `_STATEMENT_BYTES`
-    (a row alone may take more: one statement for it, as an executemany would send)."""
+    """`rows` in runs of at most `most` rows and about `_STATEMENT_BYTES` (a row alone may take more)."""
     start, size = 0, 0
     fixed = _VALUE_BYTES * (len(varying) + 1)  # its values and its " UNION ALL SELECT "
     for end, row in enumerate(rows):
@@ -170,7 +119,7 @@ class MySQLDialect(Dialect):
     def update_sql(
         self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, columns: str
     ) -> list[NamedRow]:
-        # Lock the rows the UPDATE would change, change exactly those, read them back (module docstring).
+        # Lock the rows the UPDATE would change, change exactly those, read them back.
         key = _key(table).name
         locking = f"SELECT {key} FROM {table.name} WHERE {predicate.text} FOR UPDATE"  # noqa: S608 - ours
         keys = tuple(row[0] for row in self.execute(conn, Sql(locking, predicate.params)))
@@ -189,9 +138,8 @@ class MySQLDialect(Dialect):
     def insert_new(
         self, cur: DriverCursor, table: Table, names: Sequence[str], rows: list[tuple[Any, ...]], returning: str
     ) -> list[tuple[Any, ...]]:
-        # A row counts as inserted only if it reads back with the values written: a slot the
-        # unique index held already is skipped (`insert_ignoring_conflicts`), and what a server
-        # reports for a skipped row differs (MariaDB's RETURNING gives the existing row).
+        # A row counts as inserted only if it reads back with the values written: servers differ on
+        # what they report for a skipped slot (MariaDB's RETURNING gives the existing row).
         key = _key(table).name
         written = set(rows)
         check = ", ".join(f"{name} AS _written_{name}" for name in names)
@@ -215,7 +163,7 @@ class MySQLDialect(Dialect):
 
     def lock_claimable(self, cur: DriverCursor, table: Table, predicate: Sql, columns: str) -> list[tuple[Any, ...]]:
         key = _key(table).name
-        # Lock only the rows that match on the latest commit (module docstring, step 1).
+        # Lock only the rows that match on the latest commit (module docstring).
         reading = f"SELECT {key} FROM {table.name} WHERE {predicate.text}"  # noqa: S608 - ours
         claimable = tuple(row[0] for row in cur.execute(reading, predicate.params).fetchall())
         if not claimable:
@@ -225,15 +173,11 @@ class MySQLDialect(Dialect):
         return cur.execute(locking, candidates.params).fetchall()
 
     def update_each(self, cur: DriverCursor, sql: str, rows: Sequence[Sequence[Any]]) -> int:
-        # One statement for every row: PyMySQL's executemany sends an UPDATE once per row (a round
-        # trip each; a dispatch cycle writes two rows a run). The rows' values are a derived table,
-        # ``v``, read first (STRAIGHT_JOIN: else the planner may start from an index of the WHERE's
-        # constant terms) and joined to the table by the WHERE, which finds each row by its primary
-        # key: each ``?`` of the SET and the WHERE becomes that row's column of ``v``, or stays a
-        # ``?`` bound once if every row has the same value there (a claim's owner and lease, an
-        # outcome: PyMySQL quotes each value in Python, the client's main cost). A table row is
-        # changed once, as by an executemany of rows that name distinct rows (the base method's
-        # contract), and the count is of the rows matched (FOUND_ROWS).
+        # One statement for every row, where PyMySQL's executemany sends one (a round trip) a row.
+        # The rows' values are a derived table ``v``, read first (STRAIGHT_JOIN: else the planner may
+        # start from an index of the WHERE's constants) and joined by the WHERE's primary key. A ``?``
+        # whose value every row shares stays one bound value (PyMySQL quotes each value in Python).
+        # The count is of the rows matched (FOUND_ROWS).
         head, _, rest = sql.partition(" SET ")
         first, *pieces = rest.split("?")
         varying = [i for i in range(len(pieces)) if any(not _same(row[i], rows[0][i]) for row in rows)]
@@ -255,8 +199,7 @@ class MySQLDialect(Dialect):
     def _update_held(
         self, conn: Connection, table: Table, assignments: Sql, predicate: Sql, held: tuple[Any, ...], columns: str
     ) -> list[NamedRow]:
-        """Change the rows of the keys `held`, which this transaction has locked, where `predicate`
-        still holds; read them back (module docstring)."""
+        """Change the rows of the keys `held` (locked by this transaction) where `predicate` holds; read them back."""
         if not held:
             return []
         key = _key(table).name
@@ -282,15 +225,12 @@ class MySQLDialect(Dialect):
         return to_datetime(at).replace(tzinfo=None)  # DATETIME(6): naive UTC
 
     def read_instant_sql(self, column: str) -> str:
-        # Its text: PyMySQL parses each DATETIME in Python (a third of the time it takes to read 100,000
-        # job rows), where persched's reader reads each distinct text once.
+        # Its text: PyMySQL parses each DATETIME in Python; persched's reader parses each distinct text once.
         return f"CAST({column} AS CHAR)"
 
     def select_many(self, cur: DriverCursor, columns: Sequence[str], rest: Sql) -> list[tuple[Any, ...]]:
-        # PyMySQL parses every value of every row in Python: 100,000 job rows of 49 columns cost it more
-        # than a second. Each row comes as one JSON array instead, which json's C decoder parses. It holds
-        # the values the text protocol would have sent (a DOUBLE in its shortest exact form), but for a
-        # whole DOUBLE, an int: the rows' readers read a number column's int as its float (`_rows`).
+        # PyMySQL parses every value in Python; one JSON array a row is parsed by json's C decoder. It
+        # holds the text protocol's values, but a whole DOUBLE comes as an int (`_rows` reads it as float).
         packed = cur.execute(f"SELECT JSON_ARRAY({', '.join(columns)}) {rest.text}", rest.params).fetchall()
         if any(row is None for (row,) in packed):  # a row longer than max_allowed_packet as JSON: read as it is
             return super().select_many(cur, columns, rest)
@@ -315,8 +255,7 @@ DIALECT: Final = MySQLDialect()
 
 
 def open_mysql(url: URL) -> Engine:
-    """A MySQL or MariaDB engine: PyMySQL, READ COMMITTED, a strict UTC session (module docstring), a ping
-    of a connection idle for a while (`idle_ping`)."""
+    """A MySQL or MariaDB engine (module docstring), pinging a connection only after it sat idle."""
     connect_args: dict[str, Any] = {
         # Runs on every new connection, before the dialect's own first queries.
         "init_command": (

@@ -1,17 +1,11 @@
 """PostgreSQL: row locks, so instances never queue behind each other's claims.
 
-A claim takes its rows with a ``FOR UPDATE SKIP LOCKED`` read
-(`Dialect.lock_claimable`): a row another instance is claiming right now is
-passed by, not waited for, and a row changed by a commit since the read
-began is checked against the predicate again as it stands after that commit.
-Reads that decide a write lock with ``FOR UPDATE``.
-Timestamps are ``timestamptz``.
-
-A write that moves the change counter also sends ``pg_notify`` in its
-transaction, so it reaches the listening instances at its COMMIT, not
-before and only if it commits. Its payload is the schema, because
-notifications are per database and several stores may share one in
-different schemas; identical notifications of one transaction arrive once.
+A claim takes its rows with ``FOR UPDATE SKIP LOCKED``; a row changed by a
+commit since the read began is checked against the predicate again. Reads
+that decide a write lock with ``FOR UPDATE``. Timestamps are ``timestamptz``.
+A write that moves the change counter sends ``pg_notify`` in its transaction,
+so the listeners hear of it at its commit, and only if it commits; the
+payload is the schema, since several stores may share one database.
 """
 
 from __future__ import annotations
@@ -47,8 +41,7 @@ CHANGES_CHANNEL: Final = "persched_changes"  # LISTEN / NOTIFY channel of the ch
 _PG_CONNECT_TIMEOUT: Final = 10  # seconds, unless the URL says otherwise
 _PG: Final = PGDialect_psycopg()  # type: ignore[no-untyped-call]  # compiles a column's type (`_array_type`)
 _ANNOUNCE: Final = Sql("SELECT pg_notify(?, current_schema())", (CHANGES_CHANNEL,))
-# `insert_rows`: rows a statement. At most 128 MiB of arguments (max_args_bytes, 64 KiB each for args and
-# kwargs, a row), far under the 1 GiB a message takes; a hundred statements for 100,000 rows.
+# `insert_rows`: rows a statement; their arguments stay far under the 1 GiB a message takes.
 _ROWS_PER_INSERT: Final = 1_000
 
 
@@ -81,18 +74,15 @@ class PostgreSQLDialect(Dialect):
             return True
         sqlstate = getattr(exc.orig, "sqlstate", None)
         if sqlstate is None:
-            # No SQLSTATE: the connection could not be made (no statement yet: the server is
-            # restarting, the network), or the driver refused a statement on a connection that
-            # is fine (more parameters than the protocol's 65,535), which fails again each time.
+            # No SQLSTATE: no connection (no statement yet), or the driver refused a statement
+            # (too many parameters), which fails again each time.
             return isinstance(exc, OperationalError) and exc.statement is None
         return isinstance(sqlstate, str) and (sqlstate.startswith("08") or sqlstate in _TRANSIENT_SQLSTATES)
 
     def unindexed_sql(self, column: str) -> str:
-        # The claim's: before ANALYZE (a table just filled, until autovacuum gets to it) the
-        # planner took the (state, next_run_at) index for it and walked every scheduled row
-        # (3.6 ms of a claim of 32 at 2,000 jobs). Not `unindexed`: an expression hides the
-        # column's statistics, and the sweep and the refill, which need them, then read
-        # the whole table (57 ms per sweep batch at 100,000 jobs, 0.16 ms without).
+        # The claim's: before ANALYZE the planner took the (state, next_run_at) index for it and
+        # walked every scheduled row. Not `unindexed`: an expression hides the column's statistics,
+        # which the sweep and the refill need.
         return f"({column} || '')"
 
     def any_of(self, column: str, values: Sequence[Any]) -> Sql:
@@ -111,8 +101,7 @@ class PostgreSQLDialect(Dialect):
         return insert(table).on_conflict_do_nothing()
 
     def insert_rows(self, cur: DriverCursor, table: Table, names: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
-        # One array per column, as insert_new: a statement of a few dozen parameters for thousands of
-        # rows (psycopg parses the text of a statement with a marker a row anew at each execution).
+        # One array per column, as insert_new: psycopg parses a statement with a marker a row anew each time.
         arrays = ", ".join(f"?::{_array_type(table, name)}" for name in names)
         into = f"INSERT INTO {table.name} ({', '.join(names)}) SELECT * FROM unnest({arrays})"  # noqa: S608 - ours
         for start in range(0, len(rows), _ROWS_PER_INSERT):
@@ -130,8 +119,7 @@ class PostgreSQLDialect(Dialect):
         return to_datetime(at)  # timestamptz
 
     def migration_lock(self, conn: Connection, wait_seconds: float) -> None:
-        # lock_timeout bounds the wait for the advisory lock; the session's own value is back for the
-        # migration's statements (set_config(..., true) lasts until the transaction ends at most).
+        # lock_timeout bounds the wait for the advisory lock, then is set back for the migration's statements.
         was = conn.execute(text("SELECT current_setting('lock_timeout')")).scalar_one()
         conn.execute(
             text("SELECT set_config('lock_timeout', :ms, true)"), {"ms": f"{max(1, round(wait_seconds * 1000))}ms"}
@@ -187,8 +175,7 @@ DIALECT: Final = PostgreSQLDialect()
 
 
 def open_postgresql(url: URL) -> Engine:
-    """A PostgreSQL engine: psycopg 3, a ping of a connection idle for a while (`idle_ping`), a connect
-    timeout unless the URL has one."""
+    """A PostgreSQL engine: psycopg 3, pinging a connection only after it sat idle."""
     connect_args: dict[str, Any] = {}
     if "connect_timeout" not in url.query:
         connect_args["connect_timeout"] = _PG_CONNECT_TIMEOUT

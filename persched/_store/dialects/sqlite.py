@@ -1,24 +1,13 @@
 """SQLite: one writer at a time, so every write starts with BEGIN IMMEDIATE (`open_sqlite`).
 
-A write transaction holds the database's write lock from its first
-statement, so a plain SELECT decides a claim (`lock_claimable`): no
-other writer can change a row between the read and the write, and
-select-then-update races cannot happen. Timestamps are
-stored as naive UTC text, which sorts like the instants it names.
-
-``PRAGMA data_version`` tells a connection that another one committed, in
-this process or another: in WAL mode it compares the WAL index header in
-shared memory, no file is read, so other instances' changes can be looked
-for every few milliseconds (persched._engine.heartbeat).
-
-The engine (`open_sqlite`). PRAGMAs are per connection, so they are set in a
-``connect`` listener. pysqlite's own transaction handling is switched off
-(``isolation_level = None``) and an engine ``begin`` listener owns the BEGIN:
-``BEGIN IMMEDIATE`` takes the write lock up front, so two transactions that
-both read and then write never deadlock upgrading their locks (Prefect; Huey's
-``begin exclusive``). A connection with execution option
-``persched_readonly=True`` (`persched._store.dialects.READONLY`) gets a plain
-(deferred) ``BEGIN`` instead, so that readers never queue behind writers.
+A write holds the write lock from its first statement, so a plain SELECT
+decides a claim (`SQLiteDialect.lock_claimable`) and two read-then-write
+transactions never deadlock upgrading their locks; reads (`READONLY`) get a
+deferred BEGIN. pysqlite's own transaction handling is off and an engine
+``begin`` listener owns the BEGIN; PRAGMAs are set per connection. Timestamps
+are naive UTC text, which sorts like the instants it names. ``PRAGMA
+data_version`` sees other connections' commits from shared memory alone.
+Why: docs/explanation/store.md, "SQLite".
 """
 
 from __future__ import annotations
@@ -70,8 +59,7 @@ _SQLITE_LOCKED: Final = 6
 
 
 def _variable_limit() -> int:
-    """The SQLite library's limit of parameters per statement (SQLITE_MAX_VARIABLE_NUMBER: 32,766
-    since SQLite 3.32, 999 before; a build may set another)."""
+    """The SQLite library's limit of parameters per statement (SQLITE_MAX_VARIABLE_NUMBER)."""
     getlimit = getattr(sqlite3.Connection, "getlimit", None)  # Python 3.11+, with the constant
     if getlimit is None:
         return 999  # the smallest default SQLite ever had
@@ -93,8 +81,7 @@ class SQLiteDialect(Dialect):
             return True
         code = getattr(exc.orig, "sqlite_errorcode", None)  # Python 3.11+
         if isinstance(code, int):
-            # SQLITE_BUSY (past busy_timeout) or SQLITE_LOCKED, with their extended codes; not a
-            # message that merely names something "locked" (a table, a column).
+            # SQLITE_BUSY or SQLITE_LOCKED, extended codes too; not a message that names "locked" things.
             return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
         text = str(exc.orig).lower()
         return "locked" in text or "busy" in text
@@ -110,8 +97,7 @@ class SQLiteDialect(Dialect):
         return list(conn.execute(query.limit(limit)))  # one writer at a time: BEGIN IMMEDIATE holds the lock
 
     def unindexed(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
-        # SQLite's unary + keeps a term from using an index; without it the claim picks the
-        # (state, next_run_at) index over the primary key and scans every scheduled row.
+        # Unary + keeps a term off an index; else the claim would scan the (state, next_run_at) index.
         return UnaryExpression(column, operator=custom_op("+"), type_=column.type)
 
     def unindexed_sql(self, column: str) -> str:
@@ -126,9 +112,10 @@ class SQLiteDialect(Dialect):
     def update_rows(
         self, cur: DriverCursor, table: Table, names: Sequence[str], key: Sequence[str], rows: list[tuple[Any, ...]]
     ) -> int:
-        """`Dialect.update_rows` as one ``UPDATE … FROM (VALUES …)`` (SQLite 3.33+) for up to
-        `max_parameters` values: the driver steps one statement, where executemany steps once a row
-        and takes the GIL back between rows. The keys are distinct (a claim's won rows)."""
+        """`Dialect.update_rows` as ``UPDATE … FROM (VALUES …)`` (SQLite 3.33+): one statement stepped, not one a row.
+
+        The keys are distinct (a claim's won rows).
+        """
         if sqlite3.sqlite_version_info < _UPDATE_FROM_SINCE or not rows:
             return super().update_rows(cur, table, names, key, rows)
         width = len(names) + len(key)
@@ -158,9 +145,7 @@ class SQLiteDialect(Dialect):
         return (_NAIVE_EPOCH + timedelta(microseconds=at)).isoformat(" ", "microseconds")
 
     def migration_lock(self, conn: Connection, wait_seconds: float) -> None:
-        # The migration's transaction began with BEGIN IMMEDIATE, waiting up to `wait_seconds` (its
-        # LOCK_WAIT option, `_begin_for_long`): it holds the write lock.
-        pass
+        pass  # its BEGIN IMMEDIATE (`_begin_for_long`) holds the write lock already
 
     def data_version(self, raw: DBAPIConnection) -> int:
         cursor = raw.cursor()
@@ -181,20 +166,14 @@ _FILE_MODE: Final = 0o600  # owner only
 BUSY_SLICE_MS: Final = 5  # SQLite's own busy wait per statement (its first tries: 1, 2 ms)
 BEGIN_FIRST_DELAY: Final = 0.0005  # seconds between BEGIN IMMEDIATE tries, doubled up to
 BEGIN_MAX_DELAY: Final = 0.004  # seconds: well under one 0.1 s slot, and cheap to retry
-# The page size of a file persched creates (SQLite's default is 4 KiB). A run changes a few
-# rows and index entries, each on a page of its own, and the WAL takes a whole page for each:
-# 1 KiB pages write about half the bytes a run. A file keeps the page size it was made with
-# (it cannot change in WAL mode).
+# The page size of a file persched creates: a run changes a few rows and index entries, each on a
+# page of its own, and the WAL takes a whole page for each. Fixed once the file is in WAL mode.
 PAGE_SIZE: Final = 1024
-# WAL bytes after which a commit checkpoints (SQLite's default, 1000 pages, is 4 MB of 4 KiB pages
-# but 1 MB of 1 KiB ones). A checkpoint writes each page the WAL holds back once, and a 1 KiB page
-# written back dirties a whole 4 KiB page of the file system's cache: the longer the cycle, the
-# more of a hot page's changes (a job's row, an index entry) one write back carries.
+# WAL bytes after which a commit checkpoints: a checkpoint writes each page back once, so a longer
+# cycle carries more of a hot page's changes in one write back.
 CHECKPOINT_BYTES: Final = 64 << 20
-# Bytes a WAL file keeps once a checkpoint reset it. SQLite otherwise keeps
-# the WAL at the largest size it ever grew to (a long reader can hold a
-# checkpoint back for gigabytes); above the CHECKPOINT_BYTES of a normal
-# auto-checkpoint cycle, so that cycle never truncates and regrows.
+# Bytes a WAL file keeps once a checkpoint reset it (else it keeps its largest size ever); above
+# CHECKPOINT_BYTES, so a normal cycle never truncates and regrows.
 JOURNAL_SIZE_LIMIT: Final = 128 << 20
 
 
@@ -211,9 +190,7 @@ def sqlite_file(url: URL) -> str | None:
 def _uri_file(database: str, url: URL) -> str | None:
     """The file of a URI filename (``file:jobs.db?mode=rwc``) that SQLite would create, or None.
 
-    A file persched creates is owner-only, also when it is named by
-    URI; so the file is made here, 0600, before SQLite opens it. ``mode=ro``
-    and ``mode=rw`` never create, ``mode=memory`` is no file.
+    It is made here, owner-only, before SQLite opens it.
     """
     if not database.startswith("file:"):
         return None
@@ -233,8 +210,7 @@ def _uri_file(database: str, url: URL) -> str | None:
 
 
 def open_sqlite(url: URL, busy_timeout_seconds: float, sync: str, create: bool, *, read_only: bool = False) -> Engine:
-    """A SQLite engine (module docstring): the file made owner-only if `create`, every connection in WAL
-    mode with `sync` and a busy timeout, write transactions begun with BEGIN IMMEDIATE."""
+    """A SQLite engine: the file made owner-only if `create`, WAL, `sync`, writes begun with BEGIN IMMEDIATE."""
     path = sqlite_file(url)
     kwargs: dict[str, Any] = {}
     connect_args: dict[str, Any] = {
@@ -248,9 +224,7 @@ def open_sqlite(url: URL, busy_timeout_seconds: float, sync: str, create: bool, 
         kwargs["poolclass"] = StaticPool
     elif path is not None:
         _prepare_file(url, path, create)
-        # The connection used last is taken first: its page cache is warm. (Taken in turn, each
-        # transaction's connection had missed the commits of the others, and SQLite empties the
-        # page cache of a connection that missed one.)
+        # The connection used last is taken first: SQLite empties the page cache of one that missed a commit.
         kwargs["pool_use_lifo"] = True
     engine = create_engine(url, connect_args=connect_args, **kwargs)
     busy_ms = int(busy_timeout_seconds * 1000)
@@ -258,12 +232,10 @@ def open_sqlite(url: URL, busy_timeout_seconds: float, sync: str, create: bool, 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: DBAPIConnection, record: ConnectionPoolEntry) -> None:
         raw = cast("sqlite3.Connection", dbapi_conn)
-        raw.isolation_level = None  # we own BEGIN (see module docstring)
+        raw.isolation_level = None  # we own BEGIN
         cursor = raw.cursor()
         try:
-            # busy_timeout first: switching to WAL may wait for a lock.
-            # SQLite's own busy handler waits only briefly; `_begin_immediate`
-            # waits for the write lock (see there), up to busy_timeout_seconds.
+            # busy_timeout first: switching to WAL may wait for a lock. It is short: `_begin_immediate` waits.
             cursor.execute(f"PRAGMA busy_timeout = {min(busy_ms, BUSY_SLICE_MS)}")
             if not read_only:  # switching to WAL writes the file
                 cursor.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # a new, empty file only
@@ -273,9 +245,7 @@ def open_sqlite(url: URL, busy_timeout_seconds: float, sync: str, create: bool, 
                 cursor.execute(f"PRAGMA wal_autocheckpoint = {CHECKPOINT_BYTES // page_size}")
             cursor.execute(f"PRAGMA synchronous = {sync}")
             cursor.execute("PRAGMA foreign_keys = ON")
-            # Statement journals in memory: a statement of a transaction that wrote already (the
-            # dispatch cycle's) keeps the pages it changes in one, and past 64 KiB SQLite spills
-            # it to a temp file of its own, written and thrown away with every cycle.
+            # Statement journals in memory: past 64 KiB SQLite spills one to a temp file every cycle.
             cursor.execute("PRAGMA temp_store = MEMORY")
         finally:
             cursor.close()
@@ -294,13 +264,10 @@ def open_sqlite(url: URL, busy_timeout_seconds: float, sync: str, create: bool, 
 
 
 def _ensure_wal(cursor: sqlite3.Cursor, busy_timeout_seconds: float) -> None:
-    """Put the file in WAL mode, unless it is already.
+    """Put the file in WAL mode, unless it is already, retrying a locked switch until busy_timeout.
 
-    Switching needs an exclusive lock, and while another process opens the
-    WAL (recovery) SQLite answers "database is locked" without calling the
-    busy handler; several processes starting on one file at once (gunicorn
-    workers) meet exactly that. So: skip the switch when the file already is
-    in WAL mode, and retry a locked switch until busy_timeout has passed.
+    While another process recovers the WAL, SQLite answers "locked" without calling the busy
+    handler: gunicorn workers starting on one file meet that.
     """
     deadline = _realtime.monotonic() + busy_timeout_seconds
     delay = 0.01
@@ -323,21 +290,15 @@ def _on_read_only_begin(conn: Connection) -> None:
 def _begin_immediate(conn: Connection, busy_timeout_seconds: float) -> None:
     """``BEGIN IMMEDIATE``, waiting for the write lock with short, jittered sleeps.
 
-    Sharing one file must not cost slots: SQLite's busy handler sleeps 1, 2,
-    5, ... then 100 ms between tries, so a process that waited a little
-    sleeps through the moments the lock is free while the holder's next
-    transaction takes it again: three processes on one file ran 60% of the
-    slots one process runs, and one of them most of those. Here a waiting
-    process retries every `BEGIN_MAX_DELAY` at most, so each gets the lock
-    soon after it is released. Only BEGIN IMMEDIATE waits for the lock in
-    WAL mode (readers never do, and the lock is held until COMMIT).
+    SQLite's busy handler sleeps up to 100 ms between tries, through the moments the lock
+    is free, so processes sharing a file lost slots. Here a waiter retries every
+    `BEGIN_MAX_DELAY` at most. In WAL mode only BEGIN IMMEDIATE waits for the lock.
     """
     delay = BEGIN_FIRST_DELAY
     deadline: float | None = None
     while True:
         try:
-            # On the driver's cursor (`DriverCursor`): once per write transaction, where SQLAlchemy's
-            # result of a statement costs more than the statement.
+            # On the driver's cursor: SQLAlchemy's result would cost more than the statement.
             DIALECT.cursor(conn).execute("BEGIN IMMEDIATE")
             return
         except OperationalError as exc:
@@ -347,7 +308,7 @@ def _begin_immediate(conn: Connection, busy_timeout_seconds: float) -> None:
             deadline = now + busy_timeout_seconds if deadline is None else deadline
             if now >= deadline:
                 raise
-        # Backoff between lock attempts; no lock held. Jitter keeps waiters from retrying in step.
+        # No lock held; jitter keeps waiters from retrying in step.
         time.sleep(delay * random.uniform(0.5, 1.5))
         delay = min(delay * 2, BEGIN_MAX_DELAY)
 
@@ -355,10 +316,7 @@ def _begin_immediate(conn: Connection, busy_timeout_seconds: float) -> None:
 def _begin_for_long(conn: Connection, busy_timeout_seconds: float, wait_seconds: float) -> None:
     """``BEGIN IMMEDIATE`` that waits up to `wait_seconds` for the write lock (a migration's, `LOCK_WAIT`).
 
-    Processes starting together on one file queue here while one of them
-    migrates, which may take longer than the busy timeout on a busy machine.
-    Past the busy timeout the wait is logged once (a start-up that seems to
-    hang says why); past `wait_seconds`, `LockWaitExpired`.
+    Past the busy timeout the wait is logged once; past `wait_seconds`, `LockWaitExpired`.
     """
     first = min(busy_timeout_seconds, wait_seconds)
     try:
