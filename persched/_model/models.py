@@ -43,9 +43,11 @@ if TYPE_CHECKING:
     from .public_models import Job, Run
     from .triggers import TriggerSpec
 
-    # An option's check: (its name, its value as given, the options checked before it, by Policies
-    # field, every option as given) -> its Policies value; raises InvalidJobError naming the argument.
-    Check: TypeAlias = Callable[[str, object, Mapping[str, Any], Mapping[str, object]], object]
+    Checked: TypeAlias = Mapping[str, Any]  # the options checked before one, by Policies field
+    Given: TypeAlias = Mapping[str, object]  # every option as given, by name
+    # An option's check: (its name, its value as given, checked, given) -> its Policies value;
+    # raises InvalidJobError naming the argument.
+    Check: TypeAlias = Callable[[str, object, Checked, Given], object]
 
 __all__ = [  # with the names of `terms` and `checks` its callers import from here
     "CLAIM_POLICY_COLUMNS",
@@ -267,9 +269,7 @@ _FROM_COLUMN: Final[dict[Unit, Callable[[Any], Any]]] = {
 }
 
 
-def _check_interval(
-    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
-) -> Micros | None:
+def _check_interval(argument: str, value: object, checked: Checked, given: Given) -> Micros | None:
     if value is None:
         return None
     if as_seconds("interval_seconds", value, allow_zero=False) < MIN_INTERVAL_SECONDS:
@@ -279,7 +279,7 @@ def _check_interval(
     return as_micros("interval_seconds", value, allow_zero=False)
 
 
-def _check_cron(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> str | None:
+def _check_cron(argument: str, value: object, checked: Checked, given: Given) -> str | None:
     if value is None:
         return None
     expression = _triggers.validate_cron(value)
@@ -288,15 +288,13 @@ def _check_cron(argument: str, value: object, checked: Mapping[str, Any], given:
     return expression
 
 
-def _check_timezone(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> str:
+def _check_timezone(argument: str, value: object, checked: Checked, given: Given) -> str:
     if isinstance(value, str) and len(value) > MAX_TIMEZONE_LENGTH:
         raise InvalidJobError("timezone", f"must be at most {MAX_TIMEZONE_LENGTH} characters, got {len(value)}")
     return _triggers.validate_timezone(value)
 
 
-def _check_max_catch_up(
-    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
-) -> int | None:
+def _check_max_catch_up(argument: str, value: object, checked: Checked, given: Given) -> int | None:
     misfire = checked["misfire"]
     if misfire != "catch_up":
         if value is not None:
@@ -313,35 +311,29 @@ def _check_max_catch_up(
     return value
 
 
-def _check_end_at(
-    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
-) -> Instant | None:
+def _check_end_at(argument: str, value: object, checked: Checked, given: Given) -> Instant | None:
     end, start = as_instant("end_at", value), checked["start_at"]
     if start is not None and end is not None and end < start:
         raise InvalidJobError("end_at", f"must not be before start_at ({given['start_at']} > {value})")
     return end
 
 
-def _check_choice(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> str:
+def _check_choice(argument: str, value: object, checked: Checked, given: Given) -> str:
     return as_choice(argument, value)  # type: ignore[no-any-return]  # one of its choices, a str
 
 
 def _duration(*, allow_zero: bool, optional: bool = False) -> Check:
-    def check(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> Micros | None:
+    def check(argument: str, value: object, checked: Checked, given: Given) -> Micros | None:
         return None if optional and value is None else as_micros(argument, value, allow_zero=allow_zero)
 
     return check
 
 
-def _check_exclude(
-    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
-) -> tuple[str, ...] | None:
+def _check_exclude(argument: str, value: object, checked: Checked, given: Given) -> tuple[str, ...] | None:
     return validate_exclude(value)
 
 
-def _check_pause_after_failures(
-    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
-) -> int | None:
+def _check_pause_after_failures(argument: str, value: object, checked: Checked, given: Given) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -354,13 +346,13 @@ def _check_pause_after_failures(
 MAX_RETRIES: Final = 100  # attempts of a slot past its first
 
 
-def _check_retries(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> int:
+def _check_retries(argument: str, value: object, checked: Checked, given: Given) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_RETRIES:
         raise InvalidJobError(argument, f"must be a whole number from 0 to {MAX_RETRIES}, got {shown(value)}")
     return value
 
 
-def _check_backoff(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> float:
+def _check_backoff(argument: str, value: object, checked: Checked, given: Given) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidJobError(argument, f"must be a number >= 1, got {shown(value)}")
     try:
@@ -372,15 +364,13 @@ def _check_backoff(argument: str, value: object, checked: Mapping[str, Any], giv
     return backoff
 
 
-def _check_flag(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> bool:
+def _check_flag(argument: str, value: object, checked: Checked, given: Given) -> bool:
     if not isinstance(value, bool):
         raise InvalidJobError(argument, f"must be True or False, got {shown(value)}")
     return value
 
 
-def _check_instant(
-    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
-) -> Instant | None:
+def _check_instant(argument: str, value: object, checked: Checked, given: Given) -> Instant | None:
     return as_instant(argument, value)
 
 
