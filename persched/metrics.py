@@ -74,6 +74,11 @@ _RUN_KINDS: Final[tuple[EventKind, ...]] = ("run_started", "run_finished", "run_
 _OUTCOME_OF: Final[dict[str, str]] = {"run_finished": "ok", "run_failed": "error", "run_stopped": "stopped"}
 _MAX_BOUND: Final = 1e300  # seconds: the largest finite bucket bound (an int beyond any float is refused)
 _METRIC_PREFIX: Final = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")  # Prometheus names, without the colons of rules
+# With per_job, a gauge of each job's timestamps: (its name's part, its index in job_timestamps' pair, its help).
+_JOB_TIMESTAMPS: Final = (
+    ("next_run", 0, "When the job's next run is due (unix seconds); none while paused or finished."),
+    ("last_success", 1, "When the job's latest run that ended 'ok' ended (unix seconds)."),
+)
 
 
 def _buckets(argument: str, buckets: object) -> tuple[float, ...]:
@@ -364,14 +369,7 @@ class _LiveCollector(Collector):
                 "Schedulers of this namespace whose lease is current (from the database; this one included).",
                 live,
             )
-            for kind, which, help_text in (
-                (
-                    ("next_run", 0, "When the job's next run is due (unix seconds); none while paused or finished."),
-                    ("last_success", 1, "When the job's latest run that ended 'ok' ended (unix seconds)."),
-                )
-                if self._metrics.per_job
-                else ()
-            ):
+            for kind, which, help_text in _JOB_TIMESTAMPS if self._metrics.per_job else ():
                 family = GaugeMetricFamily(f"{name}_job_{kind}_timestamp_seconds", help_text, labels=("job",))
                 for job_id, times in sorted(stamps.items()):
                     at = times[which]

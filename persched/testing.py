@@ -28,7 +28,19 @@ if TYPE_CHECKING:
 __all__ = ["FakeClock", "FrozenTimeClock", "ShiftedClock"]
 
 
-class FakeClock:
+class _InSeconds:
+    """A `Clock`'s readings in float seconds too (`persched.clock.SecondsClock`)."""
+
+    def now(self: Clock) -> float:
+        """Return `now_us` as epoch seconds."""
+        return seconds(self.now_us())
+
+    def monotonic(self: Clock) -> float:
+        """Return `monotonic_us` in seconds."""
+        return seconds(self.monotonic_us())
+
+
+class FakeClock(_InSeconds):
     """A clock that moves only when told to.
 
     Pass it as ``JobScheduler(..., clock=FakeClock())``: runs become due only when ``advance()``
@@ -50,18 +62,10 @@ class FakeClock:
         self._mono = 1_000_000_000  # microseconds; any value would do
         self._conds: weakref.WeakSet[threading.Condition] = weakref.WeakSet()
 
-    def now(self) -> float:
-        """Return the fake wall time as epoch seconds."""
-        return seconds(self.now_us())
-
     def now_us(self) -> int:
         """Return the fake wall time as whole microseconds since the epoch."""
         with self._lock:
             return self._wall
-
-    def monotonic(self) -> float:
-        """Return the fake monotonic time in seconds."""
-        return seconds(self.monotonic_us())
 
     def monotonic_us(self) -> int:
         """Return the fake monotonic time in whole microseconds."""
@@ -111,7 +115,7 @@ class FakeClock:
                 cond.notify_all()
 
 
-class FrozenTimeClock:
+class FrozenTimeClock(_InSeconds):
     """A clock that reads the time a test froze with freezegun or time-machine.
 
     Pass it as ``JobScheduler(..., clock=FrozenTimeClock())`` inside ``freeze_time(...)`` or
@@ -146,10 +150,6 @@ class FrozenTimeClock:
         frozen = _realtime.frozen_time_us()
         return _realtime.time_ns() // 1000 if frozen is None else frozen
 
-    def now(self) -> float:
-        """Return the frozen wall time as epoch seconds."""
-        return seconds(self.now_us())
-
     def monotonic_us(self) -> int:
         """Return a monotonic time that moves with the frozen time's forward moves, in whole microseconds."""
         wall = self.now_us()
@@ -157,10 +157,6 @@ class FrozenTimeClock:
             self._mono += max(0, wall - self._last_wall)
             self._last_wall = wall
             return self._mono
-
-    def monotonic(self) -> float:
-        """Return `monotonic_us` in seconds."""
-        return seconds(self.monotonic_us())
 
     def wait(self, cond: threading.Condition, timeout: float | None) -> None:
         """Wait on `cond` for a notification, at most `poll_seconds` (or `timeout`, if less) of real time.
@@ -172,7 +168,7 @@ class FrozenTimeClock:
         cond.wait(self._poll if timeout is None else min(timeout, self._poll))
 
 
-class ShiftedClock:
+class ShiftedClock(_InSeconds):
     """A clock whose wall time is `seconds` off another clock's, its monotonic time untouched.
 
     A host whose clock is wrong: ``ShiftedClock(7200)`` plays an instance two hours ahead of the
@@ -194,17 +190,9 @@ class ShiftedClock:
         """Return the base clock's wall time, shifted, in whole microseconds."""
         return self._base.now_us() + self._shift
 
-    def now(self) -> float:
-        """Return the shifted wall time as epoch seconds."""
-        return seconds(self.now_us())
-
     def monotonic_us(self) -> int:
         """Return the base clock's monotonic time (a wrong wall clock leaves it alone)."""
         return self._base.monotonic_us()
-
-    def monotonic(self) -> float:
-        """Return `monotonic_us` in seconds."""
-        return seconds(self.monotonic_us())
 
     def wait(self, cond: threading.Condition, timeout: float | None) -> None:
         """Wait as the base clock waits."""

@@ -84,10 +84,7 @@ def validate_job_id(job_id: object) -> str:
     if not job_id:
         raise InvalidJobError("job_id", "must not be empty")
     if len(job_id) > MAX_JOB_ID_LENGTH:
-        raise InvalidJobError(
-            "job_id",
-            f"must be at most {MAX_JOB_ID_LENGTH} characters, got {len(job_id)}",
-        )
+        raise InvalidJobError("job_id", f"must be at most {MAX_JOB_ID_LENGTH} characters, got {len(job_id)}")
     if _CONTROL_CHARACTERS.search(job_id):
         raise InvalidJobError("job_id", f"must not contain control characters: {job_id!r}")
     check_encodable("job_id", job_id)
@@ -118,10 +115,7 @@ def as_seconds(argument: str, value: object, *, allow_zero: bool) -> float:
     if seconds < 0 or (seconds == 0 and not allow_zero):
         raise InvalidJobError(argument, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
     if seconds > MAX_INTERVAL_SECONDS:
-        raise InvalidJobError(
-            argument,
-            f"must be at most 10 years ({MAX_INTERVAL_SECONDS:.0f} s), got {shown(value)}",
-        )
+        raise InvalidJobError(argument, f"must be at most 10 years ({MAX_INTERVAL_SECONDS:.0f} s), got {shown(value)}")
     return seconds
 
 

@@ -153,18 +153,12 @@ class DeclareResult(list["Job"]):
 
         ``declared 4 jobs in namespace 'app': 1 created (a), 0 replaced, 3 unchanged, 1 pruned (x)``
         """
-        parts = [
-            f"{len(ids)} {word}" + (f" ({_listed(ids)})" if ids and word != "unchanged" else "")
-            for word, ids in (
-                ("created", self.created),
-                ("replaced", self.replaced),
-                ("unchanged", self.unchanged),
-                ("pruned", self.pruned),
-            )
-        ]
-        return f"declared {len(self)} job{'' if len(self) == 1 else 's'} in namespace {self.namespace!r}: " + ", ".join(
-            parts
-        )
+        parts = []
+        for word in ("created", "replaced", "unchanged", "pruned"):
+            ids: tuple[str, ...] = getattr(self, word)
+            parts.append(f"{len(ids)} {word}" + (f" ({_listed(ids)})" if ids and word != "unchanged" else ""))
+        jobs = "job" if len(self) == 1 else "jobs"
+        return f"declared {len(self)} {jobs} in namespace {self.namespace!r}: {', '.join(parts)}"
 
     def __repr__(self) -> str:
         return (

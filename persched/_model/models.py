@@ -43,9 +43,11 @@ if TYPE_CHECKING:
     from .public_models import Job, Run
     from .triggers import TriggerSpec
 
-    # An option's check: (its name, its value as given, the options checked before it, by Policies
-    # field, every option as given) -> its Policies value; raises InvalidJobError naming the argument.
-    Check: TypeAlias = Callable[[str, object, Mapping[str, Any], Mapping[str, object]], object]
+    Checked: TypeAlias = Mapping[str, Any]  # the options checked before one, by Policies field
+    Given: TypeAlias = Mapping[str, object]  # every option as given, by name
+    # An option's check: (its name, its value as given, checked, given) -> its Policies value;
+    # raises InvalidJobError naming the argument.
+    Check: TypeAlias = Callable[[str, object, Checked, Given], object]
 
 __all__ = [  # with the names of `terms` and `checks` its callers import from here
     "CLAIM_POLICY_COLUMNS",
@@ -267,9 +269,7 @@ _FROM_COLUMN: Final[dict[Unit, Callable[[Any], Any]]] = {
 }
 
 
-def _check_interval(
-    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
-) -> Micros | None:
+def _check_interval(argument: str, value: object, checked: Checked, given: Given) -> Micros | None:
     if value is None:
         return None
     if as_seconds("interval_seconds", value, allow_zero=False) < MIN_INTERVAL_SECONDS:
@@ -279,7 +279,7 @@ def _check_interval(
     return as_micros("interval_seconds", value, allow_zero=False)
 
 
-def _check_cron(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> str | None:
+def _check_cron(argument: str, value: object, checked: Checked, given: Given) -> str | None:
     if value is None:
         return None
     expression = _triggers.validate_cron(value)
@@ -288,15 +288,13 @@ def _check_cron(argument: str, value: object, checked: Mapping[str, Any], given:
     return expression
 
 
-def _check_timezone(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> str:
+def _check_timezone(argument: str, value: object, checked: Checked, given: Given) -> str:
     if isinstance(value, str) and len(value) > MAX_TIMEZONE_LENGTH:
         raise InvalidJobError("timezone", f"must be at most {MAX_TIMEZONE_LENGTH} characters, got {len(value)}")
     return _triggers.validate_timezone(value)
 
 
-def _check_max_catch_up(
-    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
-) -> int | None:
+def _check_max_catch_up(argument: str, value: object, checked: Checked, given: Given) -> int | None:
     misfire = checked["misfire"]
     if misfire != "catch_up":
         if value is not None:
@@ -313,35 +311,29 @@ def _check_max_catch_up(
     return value
 
 
-def _check_end_at(
-    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
-) -> Instant | None:
+def _check_end_at(argument: str, value: object, checked: Checked, given: Given) -> Instant | None:
     end, start = as_instant("end_at", value), checked["start_at"]
     if start is not None and end is not None and end < start:
         raise InvalidJobError("end_at", f"must not be before start_at ({given['start_at']} > {value})")
     return end
 
 
-def _check_choice(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> str:
+def _check_choice(argument: str, value: object, checked: Checked, given: Given) -> str:
     return as_choice(argument, value)  # type: ignore[no-any-return]  # one of its choices, a str
 
 
 def _duration(*, allow_zero: bool, optional: bool = False) -> Check:
-    def check(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> Micros | None:
+    def check(argument: str, value: object, checked: Checked, given: Given) -> Micros | None:
         return None if optional and value is None else as_micros(argument, value, allow_zero=allow_zero)
 
     return check
 
 
-def _check_exclude(
-    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
-) -> tuple[str, ...] | None:
+def _check_exclude(argument: str, value: object, checked: Checked, given: Given) -> tuple[str, ...] | None:
     return validate_exclude(value)
 
 
-def _check_pause_after_failures(
-    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
-) -> int | None:
+def _check_pause_after_failures(argument: str, value: object, checked: Checked, given: Given) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -354,13 +346,13 @@ def _check_pause_after_failures(
 MAX_RETRIES: Final = 100  # attempts of a slot past its first
 
 
-def _check_retries(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> int:
+def _check_retries(argument: str, value: object, checked: Checked, given: Given) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_RETRIES:
         raise InvalidJobError(argument, f"must be a whole number from 0 to {MAX_RETRIES}, got {shown(value)}")
     return value
 
 
-def _check_backoff(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> float:
+def _check_backoff(argument: str, value: object, checked: Checked, given: Given) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidJobError(argument, f"must be a number >= 1, got {shown(value)}")
     try:
@@ -372,15 +364,13 @@ def _check_backoff(argument: str, value: object, checked: Mapping[str, Any], giv
     return backoff
 
 
-def _check_flag(argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]) -> bool:
+def _check_flag(argument: str, value: object, checked: Checked, given: Given) -> bool:
     if not isinstance(value, bool):
         raise InvalidJobError(argument, f"must be True or False, got {shown(value)}")
     return value
 
 
-def _check_instant(
-    argument: str, value: object, checked: Mapping[str, Any], given: Mapping[str, object]
-) -> Instant | None:
+def _check_instant(argument: str, value: object, checked: Checked, given: Given) -> Instant | None:
     return as_instant(argument, value)
 
 
@@ -388,176 +378,83 @@ def _check_instant(
 # check sees the ones before it). The arguments of the kinds of trigger (`_triggers.TRIGGERS`) are
 # options like the others: interval_seconds (positional on schedule()), cron, run_at.
 OPTIONS: Final[tuple[Option, ...]] = (
+    # Option(name, attr, unit, default, check, ...)
+    Option("interval_seconds", "interval", "seconds", None, _check_interval),
+    Option("cron", "cron", "plain", None, _check_cron),
+    Option("timezone", "timezone", "plain", "UTC", _check_timezone),
     Option(
-        name="interval_seconds",
-        attr="interval",
-        unit="seconds",
-        default=None,
-        check=_check_interval,
-    ),
-    Option(
-        name="cron",
-        attr="cron",
-        unit="plain",
-        default=None,
-        check=_check_cron,
-    ),
-    Option(
-        name="timezone",
-        attr="timezone",
-        unit="plain",
-        default="UTC",
-        check=_check_timezone,
-    ),
-    Option(
-        name="recurrence",
-        attr="recurrence",
-        unit="plain",
-        default="fixed_rate",
-        check=_check_choice,
+        "recurrence",
+        "recurrence",
+        "plain",
+        "fixed_rate",
+        _check_choice,
         shown=("recurrence", "{} (one interval after the previous run ends; no grid)"),
     ),
+    Option("misfire", "misfire", "plain", "coalesce", _check_choice),
+    Option("max_catch_up", "max_catch_up", "plain", None, _check_max_catch_up),
     Option(
-        name="misfire",
-        attr="misfire",
-        unit="plain",
-        default="coalesce",
-        check=_check_choice,
-    ),
-    Option(
-        name="max_catch_up",
-        attr="max_catch_up",
-        unit="plain",
-        default=None,
-        check=_check_max_catch_up,
-    ),
-    Option(
-        name="grace_seconds",
-        attr="grace",
-        unit="seconds",
-        default=1.0,
-        check=_duration(allow_zero=True),
+        "grace_seconds",
+        "grace",
+        "seconds",
+        1.0,
+        _duration(allow_zero=True),
         shown=("grace", "{} (a slot not started by then is missed)"),
     ),
     Option(
-        name="overlap",
-        attr="overlap",
-        unit="plain",
-        default="forbid",
-        check=_check_choice,
+        "overlap",
+        "overlap",
+        "plain",
+        "forbid",
+        _check_choice,
         shown=("overlap", "{} (slots passing while a run is in flight are dropped as missed)"),
     ),
     Option(
-        name="jitter_seconds",
-        attr="jitter",
-        unit="seconds",
-        default=0.0,
-        check=_duration(allow_zero=True),
+        "jitter_seconds",
+        "jitter",
+        "seconds",
+        0.0,
+        _duration(allow_zero=True),
         shown=("jitter", "each run starts up to {} after its slot"),
     ),
+    # it placed the grid's anchor once; only a correction reads it again
+    Option("start_at", "start_at", "instant", None, _check_instant, read_by_claims=False),
+    Option("end_at", "end_at", "instant", None, _check_end_at),
     Option(
-        name="start_at",
-        attr="start_at",
-        unit="instant",
-        default=None,
-        check=_check_instant,
-        read_by_claims=False,  # it placed the grid's anchor once; only a correction reads it again
-    ),
-    Option(
-        name="end_at",
-        attr="end_at",
-        unit="instant",
-        default=None,
-        check=_check_end_at,
-    ),
-    Option(
-        name="max_runtime_seconds",
-        attr="max_runtime",
-        unit="seconds",
-        default=None,
-        check=_duration(allow_zero=False, optional=True),
+        "max_runtime_seconds",
+        "max_runtime",
+        "seconds",
+        None,
+        _duration(allow_zero=False, optional=True),
         shown=("max runtime", "{} (a longer run is reported as overran)"),
     ),
     Option(
-        name="on_overrun",
-        attr="on_overrun",
-        unit="plain",
-        default="warn",
-        check=_check_choice,
+        "on_overrun",
+        "on_overrun",
+        "plain",
+        "warn",
+        _check_choice,
         shown=("on overrun", "{} (a run past its max runtime is asked to stop)"),
     ),
     Option(
-        name="executor",
-        attr="executor",
-        unit="plain",
-        default="thread",
-        check=_check_choice,
-        shown=("executor", "{} (each run in a child process)"),
+        "executor", "executor", "plain", "thread", _check_choice, shown=("executor", "{} (each run in a child process)")
     ),
     Option(
-        name="stop_grace_seconds",
-        attr="stop_grace",
-        unit="seconds",
-        default=5.0,
-        check=_duration(allow_zero=False),
+        "stop_grace_seconds",
+        "stop_grace",
+        "seconds",
+        5.0,
+        _duration(allow_zero=False),
         shown=("stop grace", "a stopped child process is killed {} after SIGTERM"),
     ),
-    Option(
-        name="exclude",
-        attr="exclude",
-        unit="dates",
-        default=None,
-        check=_check_exclude,
-    ),
-    Option(
-        name="pause_after_failures",
-        attr="pause_after_failures",
-        unit="plain",
-        default=None,
-        check=_check_pause_after_failures,
-    ),
-    Option(
-        name="retries",
-        attr="retries",
-        unit="plain",
-        default=0,
-        check=_check_retries,
-    ),
-    Option(
-        name="retry_delay_seconds",
-        attr="retry_delay",
-        unit="seconds",
-        default=10.0,
-        check=_duration(allow_zero=False),
-    ),
-    Option(
-        name="retry_backoff",
-        attr="retry_backoff",
-        unit="plain",
-        default=2.0,
-        check=_check_backoff,
-    ),
-    Option(
-        name="retry_max_delay_seconds",
-        attr="retry_max_delay",
-        unit="seconds",
-        default=None,
-        check=_duration(allow_zero=False, optional=True),
-    ),
-    Option(
-        name="retry_lost",
-        attr="retry_lost",
-        unit="plain",
-        default=False,
-        check=_check_flag,
-    ),
-    Option(
-        name="run_at",
-        attr=None,  # kept as a window of one instant: start_at = end_at = run_at (OneShotTrigger)
-        unit="instant",
-        default=None,
-        check=_check_instant,
-    ),
+    Option("exclude", "exclude", "dates", None, _check_exclude),
+    Option("pause_after_failures", "pause_after_failures", "plain", None, _check_pause_after_failures),
+    Option("retries", "retries", "plain", 0, _check_retries),
+    Option("retry_delay_seconds", "retry_delay", "seconds", 10.0, _duration(allow_zero=False)),
+    Option("retry_backoff", "retry_backoff", "plain", 2.0, _check_backoff),
+    Option("retry_max_delay_seconds", "retry_max_delay", "seconds", None, _duration(allow_zero=False, optional=True)),
+    Option("retry_lost", "retry_lost", "plain", False, _check_flag),
+    # kept as a window of one instant: start_at = end_at = run_at (OneShotTrigger)
+    Option("run_at", None, "instant", None, _check_instant),
 )
 # Each option kept in a Policies field of its own is a persched_jobs column:
 # (name, attr, to its column, from its column, read by claims).

@@ -280,20 +280,16 @@ class JobPlan:
         return ClaimPlan(run_for, False, self.trigger.next_after(run_for), self._missed_before(next_run_at, run_for))
 
     def _claim_fixed_delay(self, next_run_at: Instant, now: Instant, taken: Instant) -> ClaimPlan:
-        assert self.interval is not None
         late = taken - next_run_at - self.jitter_for(next_run_at) > self.grace
         if self.misfire == "skip" and late:
-            return ClaimPlan(
-                None, False, self.allowed(Instant(now + self.interval)), Missed(next_run_at, next_run_at, 1)
-            )
+            return ClaimPlan(None, False, self.slot_after(now), Missed(next_run_at, next_run_at, 1))
         # The next slot is set when this run finishes (one interval after its end).
         return ClaimPlan(next_run_at, False, next_run_at, None)
 
     def after_run(self, next_run_at: Instant, finished_at: Instant) -> tuple[Instant, Missed | None]:
         """Return the row's next slot once a run finished at `finished_at`, and the slots it drops."""
         if self.trigger is None:
-            assert self.interval is not None
-            return self.allowed(Instant(finished_at + self.interval)), None  # fixed delay: from the run's end
+            return self.slot_after(finished_at), None  # fixed delay: from the run's end
         if self.overlap == "skip" and next_run_at <= finished_at:
             # Slots that passed while the run was in flight are dropped.
             last = self.trigger.latest_at_or_before(finished_at)
@@ -314,10 +310,7 @@ class JobPlan:
 
     def retry_before(self, slot: Instant, ended_at: Instant) -> Instant:
         """Return the next regular slot after an attempt of `slot` ended: a retry is due before it or never."""
-        if self.trigger is None:
-            assert self.interval is not None
-            return self.allowed(Instant(ended_at + self.interval))
-        return self.trigger.next_after(slot)
+        return self.slot_after(ended_at if self.trigger is None else slot)  # fixed delay: from the attempt's end
 
     def retry_after(
         self, slot: Instant, attempt: int, outcome: str, run_now: bool, ended_at: Instant
@@ -339,7 +332,7 @@ class JobPlan:
         if self.trigger is None:
             delay = self.retry_policy.delay_before(retry.attempt)
             # Fixed delay: one interval after the failed attempt ended, which was `delay` before `due`.
-            return self.retry_before(retry.slot, Instant(due - (delay or 0)))
+            return self.slot_after(Instant(due - (delay or 0)))
         return self.trigger.next_after(retry.slot)
 
     def _missed(self, first: Instant, last: Instant) -> Missed:

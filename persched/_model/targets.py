@@ -130,19 +130,17 @@ def reference_of(fn: object, allowed: tuple[str, ...] | None = None) -> str:
     fn = cast("Any", fn)  # mypy narrows callable objects too far for the checks below
     if isinstance(fn, types.MethodType) and not inspect.isclass(getattr(fn, "__self__", None)):
         raise InvalidJobError(
-            "fn",
-            f"{fn!r} is a method bound to an instance, which can't be found after a restart; {_HOW}",
+            "fn", f"{fn!r} is a method bound to an instance, which can't be found after a restart; {_HOW}"
         )
     module_name = getattr(fn, "__module__", None)
     qualname = getattr(fn, "__qualname__", None)
     if not isinstance(module_name, str) or not isinstance(qualname, str):
         raise InvalidJobError("fn", f"{fn!r} has no module and qualified name; {_HOW}")
-    if qualname == "<lambda>" or "<lambda>" in qualname:
+    if "<lambda>" in qualname:
         raise InvalidJobError("fn", f"a lambda can't be found after a restart; {_HOW}")
     if "<locals>" in qualname:
         raise InvalidJobError(
-            "fn",
-            f"{qualname!r} is defined inside a function and can't be found after a restart; {_HOW}",
+            "fn", f"{qualname!r} is defined inside a function and can't be found after a restart; {_HOW}"
         )
     if module_name == "__main__":
         raise InvalidJobError(

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from .._engine.liveness import display_id
 from .._interfaces.present import iso, problem_words, relative
-from .._model.instant import Instant, seconds
+from .._model.instant import seconds
 from .._store.health import live_instances, problems
-from ..clock import SystemClock
 from .exits import EXIT_ERROR, EXIT_OK
 from .lookup import with_store
 from .output import NAMESPACE_COLUMN, Column, fit_table, json_text, say, table_width
+from .when import instant_now
 
 if TYPE_CHECKING:
     import argparse
@@ -24,10 +24,6 @@ if TYPE_CHECKING:
     from .._store.health import InstanceRow, Problem
 
 __all__ = ["cmd_check", "cmd_instances", "no_scheduler_note"]
-
-
-def _now() -> Instant:
-    return Instant(SystemClock().now_us())
 
 
 def _host_and_pid(instance_id: str) -> tuple[str, str]:
@@ -58,7 +54,7 @@ def _iso_json(at: datetime | None) -> str | None:
 
 def cmd_instances(args: argparse.Namespace) -> int:
     def body(store: Store) -> int:
-        now = _now()
+        now = instant_now()
         rows = live_instances(store, now, all_namespaces=args.all_namespaces)
         if args.json:
             say(json_text([_instance_json(row) for row in rows]))
@@ -99,7 +95,7 @@ def _problem_json(problem: Problem) -> dict[str, Any]:
 
 def cmd_check(args: argparse.Namespace) -> int:
     def body(store: Store) -> int:
-        found = problems(store, _now(), all_namespaces=args.all_namespaces, failures=args.failures)
+        found = problems(store, instant_now(), all_namespaces=args.all_namespaces, failures=args.failures)
         if args.json:
             say(json_text([_problem_json(problem) for problem in found]))
         elif not found:
@@ -114,6 +110,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def no_scheduler_note(store: Store) -> str | None:
     """The last line of ``persched jobs`` when no scheduler is alive for the namespace, else None."""
-    if live_instances(store, _now()):
+    if live_instances(store, instant_now()):
         return None
     return f"no scheduler is alive for namespace {store.namespace!r}: these jobs do not run (see `persched check`)"

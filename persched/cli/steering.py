@@ -14,11 +14,10 @@ from .._model.models import JobState
 from .._model.pauses import check_pause
 from .._store import RunNowVerdict
 from .._store.mappers import plain_job
-from ..clock import SystemClock
 from .exits import EXIT_OK, CliError
 from .lookup import missing_job, require_job_id, with_store
 from .output import say
-from .when import parse_until
+from .when import instant_now, parse_until
 
 if TYPE_CHECKING:
     import argparse
@@ -28,15 +27,11 @@ if TYPE_CHECKING:
 __all__ = ["cmd_cancel", "cmd_deschedule", "cmd_pause", "cmd_resume", "cmd_run_now"]
 
 
-def _now() -> Instant:
-    return Instant(SystemClock().now_us())
-
-
 def cmd_deschedule(args: argparse.Namespace) -> int:
     job_id = require_job_id(args.job_id)
 
     def body(store: Store) -> int:
-        generation = store.deschedule_job(job_id, _now())
+        generation = store.deschedule_job(job_id, instant_now())
         if generation is None:
             if store.job_known(job_id):
                 # Already in the state asked for: a no-op, exit 0 (the same rule as pause and resume).
@@ -55,7 +50,7 @@ def cmd_deschedule(args: argparse.Namespace) -> int:
 
 def _pause_of(args: argparse.Namespace) -> tuple[Instant, Instant | None, str | None]:
     """Now, and the pause's end and note, checked as `JobScheduler.pause` checks them (nothing written before)."""
-    now = _now()
+    now = instant_now()
     until = None if args.until is None else parse_until(args.until, now)
     end, note = check_pause(None if until is None else to_datetime(until), args.note, now)
     return now, end, note
@@ -122,7 +117,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     job_id = require_job_id(_one_job(args, "resume"))
 
     def body(store: Store) -> int:
-        resumed = store.resume_job(job_id, _now())
+        resumed = store.resume_job(job_id, instant_now())
         if resumed is None:
             job = store.get_job_as(plain_job, job_id)
             if job is None:
@@ -141,7 +136,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _resume_all(store: Store) -> int:
-    resumed = store.resume_all_jobs(_now())
+    resumed = store.resume_all_jobs(instant_now())
     say(f"resumed {plural(len(resumed), 'job')} of namespace {store.namespace!r}; slots passed while paused do not run")
     return EXIT_OK
 
@@ -150,7 +145,7 @@ def cmd_run_now(args: argparse.Namespace) -> int:
     job_id = require_job_id(args.job_id)
 
     def body(store: Store) -> int:
-        verdict, generation = store.request_run_now(job_id, _now())
+        verdict, generation = store.request_run_now(job_id, instant_now())
         if verdict is RunNowVerdict.UNKNOWN:
             raise missing_job(store, job_id)
         if verdict is RunNowVerdict.PAUSED:
@@ -178,7 +173,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     job_id = require_job_id(args.job_id)
 
     def body(store: Store) -> int:
-        running = store.request_cancel(job_id, _now())
+        running = store.request_cancel(job_id, instant_now())
         if running is None:
             raise missing_job(store, job_id)
         if running:

@@ -1,4 +1,4 @@
-"""The instant a ``--until`` names: a span from now (``90m``, ``2h``, ``1d``) or an ISO-8601 instant with its offset.
+"""The instants the verbs act at: now, and what ``--until`` names (``90m``, ``2h``, ``1d``, or ISO-8601 with offset).
 
 An instant without an offset is refused: it would mean another instant on every host.
 """
@@ -10,13 +10,19 @@ from datetime import datetime
 from typing import Final
 
 from .._model.instant import Instant, from_datetime, micros
+from ..clock import SystemClock
 from .exits import CliError
 
-__all__ = ["parse_until"]
+__all__ = ["instant_now", "parse_until"]
 
 _SPAN: Final = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNIT: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400}  # seconds
 _MAX_SPAN: Final = 10 * 365 * 86_400  # seconds: as far ahead as any instant persched keeps
+
+
+def instant_now() -> Instant:
+    """The instant of the system's wall clock, which the verbs act at."""
+    return Instant(SystemClock().now_us())
 
 
 def parse_until(text: str, now: Instant) -> Instant:

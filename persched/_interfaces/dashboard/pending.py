@@ -73,17 +73,13 @@ class AwaitingDatabase:
         except StoreError as exc:
             self._why = exc
             return None
-        kept = self._keep(opened)
+        with self._lock:
+            if self._app is None:
+                self._app = opened  # the dashboard from now on: the first one opened
+            kept = self._app
         if kept is not opened:
             opened.close()  # another request opened it first
         return kept
-
-    def _keep(self, opened: WebApp) -> WebApp:
-        """The dashboard from now on: the first one opened."""
-        with self._lock:
-            if self._app is None:
-                self._app = opened
-            return self._app
 
     def close(self) -> None:
         """Close the database connections of the dashboard, if it was opened."""

@@ -75,9 +75,8 @@ def serve(
     store = open_existing(db) if namespace is None else open_existing(db, namespace)
     try:
         server = make_web_server(WebApp(store, token), host, port, allowed_hosts=allowed_hosts, limits=limits)
-        stop = (
-            StopSignals()
-        )  # its handler takes no lock (persched._interfaces.signals); the main thread stops the server
+        # Its handler takes no lock (persched._interfaces.signals); the main thread stops the server.
+        stop = StopSignals()
         thread = threading.Thread(target=server.serve_forever, name="persched-web", daemon=True)
         try:
             with stop.installed():

@@ -229,11 +229,9 @@ class Server:
         return max(oldest.deadline - _realtime.monotonic(), 0.0)
 
     def _drain_wakeups(self) -> None:
-        try:
+        with contextlib.suppress(BlockingIOError):
             while self._wake_r.recv(256):
                 pass
-        except BlockingIOError:
-            pass
 
     def _accept(self, selector: selectors.BaseSelector) -> None:
         for _ in range(64):  # a burst at a time, so the connections already held are read too
@@ -306,12 +304,10 @@ class Server:
         limits = self.limits
         if conn.head_end is None:
             end = HEAD_END.search(conn.buffer)
-            if end is None:
-                if len(conn.buffer) > limits.max_header_bytes:
-                    raise Refusal(431, "Request Header Fields Too Large", "the request head is too large")
-                return None
-            if end.start() > limits.max_header_bytes:
+            if (len(conn.buffer) if end is None else end.start()) > limits.max_header_bytes:
                 raise Refusal(431, "Request Header Fields Too Large", "the request head is too large")
+            if end is None:
+                return None
             conn.head_end = end.end()
             conn.head = parse_head(bytes(conn.buffer[: end.start()]))
             conn.length = content_length(conn.head[3], limits.max_body_bytes)
@@ -342,9 +338,7 @@ class Server:
         # closing with unread input would reset the connection before the client reads the answer.
         conn.draining = True
         conn.buffer = bytearray()
-        conn.deadline = min(
-            conn.deadline, _realtime.monotonic() + _LINGER_SECONDS
-        )  # closed then, or at its read deadline
+        conn.deadline = min(conn.deadline, _realtime.monotonic() + _LINGER_SECONDS)  # closed then at the latest
 
     def _expire(self, selector: selectors.BaseSelector) -> None:
         now = _realtime.monotonic()

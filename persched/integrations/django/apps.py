@@ -13,10 +13,7 @@ from . import conf
 
 __all__ = ["PerschedConfig", "process"]
 
-process = ProcessScheduler(
-    lambda: JobScheduler(conf.url(), namespace=conf.namespace(), **conf.options()),
-    conf.jobs,
-)
+process = ProcessScheduler(lambda: JobScheduler(conf.url(), namespace=conf.namespace(), **conf.options()), conf.jobs)
 """This process's scheduler (`process.scheduler`: the started one; `SchedulerStateError` where none runs)."""
 
 

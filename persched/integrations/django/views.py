@@ -41,8 +41,9 @@ def _app() -> ProcessDashboard:
     found = _dashboards.get(key)
     if found is None:
         # Every Host was checked against ALLOWED_HOSTS by Django (`dashboard` below) before it gets here.
+        secret = str(settings.SECRET_KEY).encode()
         make = functools.partial(
-            web.dashboard, key[0], namespace=key[1], authorize=_actor_of, secret=_secret(), allowed_hosts=["*"]
+            web.dashboard, key[0], namespace=key[1], authorize=_actor_of, secret=secret, allowed_hosts=["*"]
         )
         found = _dashboards.setdefault(key, ProcessDashboard(make))
     return found
@@ -52,10 +53,6 @@ def _actor_of(environ: dict[str, Any]) -> str | None:
     """The dashboard's hook: who the view decided acts (`ACTOR`, set after Django's authentication)."""
     actor: str | None = environ.get(ACTOR)
     return actor
-
-
-def _secret() -> bytes:
-    return str(settings.SECRET_KEY).encode()
 
 
 @csrf_exempt
