@@ -405,13 +405,13 @@ def serve(
         server = Server(host, port, limits=limits or METRICS_LIMITS, name="persched-metrics")
     except PerschedError as exc:
         raise PerschedError(f"--metrics-port: {exc}") from exc
-    try:
+    try:  # the socket is closed whatever refuses: a host rule, or the registry (a second serve)
         rules = HostRules(host, server.server_port, allowed_hosts, "--metrics-allowed-host")
+        SchedulerMetrics().attach(scheduler)
     except BaseException:
         server.server_close()
         raise
     allow_every_host_warning("metrics", allowed_hosts)
-    SchedulerMetrics().attach(scheduler)
     server.app = HostCheck(make_wsgi_app(REGISTRY), rules, "metrics")
     thread = threading.Thread(target=server.serve_forever, name="persched-metrics", daemon=True)
     thread.start()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import pytest
 
@@ -18,6 +18,8 @@ pytest.importorskip("prometheus_client")  # the extra: persched[metrics]
 from prometheus_client import CollectorRegistry, Counter
 
 from persched import AsyncJobScheduler, JobScheduler
+from persched import metrics as metrics_module
+from persched._interfaces.http.server import Server
 from persched.errors import InvalidJobError
 from persched.metrics import SchedulerMetrics
 from persched.testing import FakeClock
@@ -174,3 +176,22 @@ def test_attach_refuses_what_is_not_a_scheduler(scheduler: object) -> None:
     with pytest.raises(InvalidJobError) as raised:
         metrics.attach(scheduler)  # type: ignore[arg-type]  # the point
     assert raised.value.argument == "scheduler"
+
+
+def test_serve_closes_its_socket_when_its_metrics_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second `serve` in one process finds the registry taken: the error, and no listening socket left."""
+    servers: list[Server] = []
+
+    class Recorded(Server):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: ANN401 - Server's own
+            super().__init__(*args, **kwargs)
+            servers.append(self)
+
+    def refused(*args: object, **kwargs: object) -> SchedulerMetrics:
+        raise InvalidJobError("registry", "one SchedulerMetrics per registry")
+
+    monkeypatch.setattr(metrics_module, "Server", Recorded)
+    monkeypatch.setattr(metrics_module, "SchedulerMetrics", refused)
+    with pytest.raises(InvalidJobError, match="one SchedulerMetrics per registry"):
+        metrics_module.serve(cast("JobScheduler", None), "127.0.0.1", 0)
+    assert [server.socket.fileno() for server in servers] == [-1]  # closed
