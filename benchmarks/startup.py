@@ -16,12 +16,14 @@ scheduler and waits for the probe's first run. Reported:
   memory, so its figure is near zero by design.
 
 With ``--db`` (PostgreSQL or MariaDB), ``--intervals own`` gives each job an interval of its
-own of 10-60 min and its first slot within one interval from 2 min after the
+own of 10-60 min and its first slot within one interval from `--lead` s (2 min) after the
 fill began (a million such jobs offer about 480 slots a second), and ``--run-for S`` keeps the child
 dispatching S seconds after the probe ran: ``rss_mb_over_run`` is its RSS
 every S/10 s (flat, or growing with the jobs it has run), ``runs`` the runs
 recorded meanwhile, ``slots_due`` the slots due by the last run's start (each job's
-first slot and every interval after it), so ``runs / slots_due`` is the fraction run.
+first slot and every interval after it), so ``runs / slots_due`` is the fraction run;
+``fill_s`` the fill's time and ``slots_due_at_launch`` the slots already due when the
+child was launched (the fill outlasted the lead: the child starts behind).
 
     python -m benchmarks.startup --system persched --db postgresql+psycopg://... --jobs 1000000 --analyze \\
         --intervals own --run-for 120
@@ -35,6 +37,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 from benchmarks import _common as c
@@ -43,7 +46,6 @@ from benchmarks import targets
 HOUR = 3600.0
 PROBE = "probe"
 PROBE_TARGET = "benchmarks.targets:probe"
-OWN_LEAD = 120.0  # s: --intervals own: no first slot before then (filling a million rows takes a minute)
 
 
 def _child(system: str, path: str, workers: int, timeout: float, run_for: float) -> None:
@@ -109,9 +111,9 @@ def _populate(system: str, path: str, jobs: int) -> None:
         c.aps_populate(path, ((j, "benchmarks.targets:noop", iv, f, ()) for j, iv, f in rows))
 
 
-def _populate_server(url: str, jobs: int, analyze: bool, own_intervals: bool) -> None:
+def _populate_server(url: str, jobs: int, analyze: bool, own_lead: float | None) -> None:
     """A PostgreSQL or MariaDB database (emptied first) with `jobs` jobs an hour away (or, with
-    `own_intervals`, 10-60 min each, due within one interval), filled in SQL from one
+    `own_lead`, 10-60 min each, the first slot `own_lead` s to one interval from now), filled in SQL from one
     row, the first of them the probe, due now; ANALYZEd or not (a table just filled)."""
     from sqlalchemy import text
 
@@ -126,12 +128,12 @@ def _populate_server(url: str, jobs: int, analyze: bool, own_intervals: bool) ->
             text("UPDATE persched_jobs SET next_run_at = :later, first_run_at = :later WHERE job_id <> 'j0'"),
             {"later": at(now + int(HOUR * 1_000_000))},
         )
-        if own_intervals:  # j<n>: 600-3599.996 s, the first slot `OWN_LEAD` s to one interval from now
+        if own_lead is not None:  # j<n>: 600-3599.996 s
             postgres = store.engine.dialect.name == "postgresql"
             integer = "BIGINT" if postgres else "SIGNED"
             n = f"CAST(SUBSTR(job_id, 2) AS {integer})"
             interval = f"600 + MOD({n}, 3000) + MOD({n}, 997) / 1000.0"
-            lead = f"{OWN_LEAD:.0f}"
+            lead = f"{own_lead:.0f}"
             offset = f"{lead} + MOD({n} * 7919, CAST((interval_seconds - {lead}) * 1000 AS {integer})) / 1000.0"
             first = (
                 f":now + ({offset}) * INTERVAL '1 second'"
@@ -159,6 +161,7 @@ def main() -> None:
     p.add_argument("--analyze", action="store_true", help="with --db: ANALYZE the table once it is filled")
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--intervals", choices=("hour", "own"), default="hour", help="with --db: 1 h each, or 10-60 min")
+    p.add_argument("--lead", type=float, default=120.0, help="--intervals own: no first slot before this (s)")
     p.add_argument("--run-for", type=float, default=0.0, help="seconds to go on dispatching after the probe ran")
     p.add_argument("--child", default=None, help=argparse_hidden())
     args = p.parse_args()
@@ -168,7 +171,9 @@ def main() -> None:
         return
 
     if args.db:  # a server: filled anew each time (in SQL, seconds for a million rows), probe due now
-        _populate_server(args.db, args.jobs, args.analyze, args.intervals == "own")
+        filling = time.time()
+        _populate_server(args.db, args.jobs, args.analyze, args.lead if args.intervals == "own" else None)
+        fill_s = time.time() - filling
         path = args.db
     elif args.cache:
         os.makedirs(args.cache, exist_ok=True)
@@ -208,14 +213,16 @@ def main() -> None:
         if args.run_for:
             record.update(rss_mb_over_run=child["rss_mb_over_run"])
             if args.db:
-                runs, due = _runs_and_slots_due(args.db)
+                runs, due, behind = _runs_and_slots_due(args.db, launched)
                 record.update(runs=runs, slots_due=due, fraction=round(runs / due, 4) if due else None)
+                record.update(fill_s=round(fill_s, 1), slots_due_at_launch=behind)
     c.emit(record)
     c.finish()
 
 
-def _runs_and_slots_due(url: str) -> tuple[int, int]:
-    """The runs recorded in the database behind `url`, and the slots due by the last run's start."""
+def _runs_and_slots_due(url: str, launched: float) -> tuple[int, int, int]:
+    """The runs recorded in the database behind `url`, the slots due by the last run's start, and
+    those due by `launched` (a backlog the child started behind, if the fill outlasted the lead)."""
     from sqlalchemy import text
 
     from persched._store.db import make_engine
@@ -231,7 +238,13 @@ def _runs_and_slots_due(url: str) -> tuple[int, int]:
             ).all()
     finally:
         engine.dispose()
-    return runs, sum(int((end - first).total_seconds() // interval) + 1 for first, interval in rows)
+    start = datetime.fromtimestamp(launched, timezone.utc)
+    start = start if end.tzinfo else start.replace(tzinfo=None)  # MariaDB's DATETIME: naive UTC
+
+    def due_by(at: datetime) -> int:
+        return sum(int((at - first).total_seconds() // interval) + 1 for first, interval in rows if first <= at)
+
+    return runs, due_by(end), due_by(start)
 
 
 def argparse_hidden() -> str:
