@@ -2,12 +2,12 @@
 
 The rule: a client holds a thread only once its whole request has arrived. Threads:
 
-- the reader (``persched-http``, the thread in `serve_forever`) owns the listening socket and every
-  connection until its request is complete: non-blocking sockets on a selector, a buffer and a
-  deadline each. It enforces `Limits`, answers refusals itself without blocking, and hands each
-  complete request to the workers over a bounded queue. Nothing else touches those connections, so
-  they need no lock.
-- the workers (``persched-http-{i}``, `Limits.workers`) each run the WSGI application on one
+- the reader (``{name}``, ``persched-web`` or ``persched-metrics``: the thread in `serve_forever`)
+  owns the listening socket and every connection until its request is complete: non-blocking
+  sockets on a selector, a buffer and a deadline each. It enforces `Limits`, answers refusals
+  itself without blocking, and hands each complete request to the workers over a bounded queue.
+  Nothing else touches those connections, so they need no lock.
+- the workers (``{name}-{i}``, `Limits.workers`) each run the WSGI application on one
   complete request, write the response on the now blocking socket within `Limits.write_timeout`,
   and close it.
 
