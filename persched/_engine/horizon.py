@@ -6,7 +6,10 @@ so that start-up time and memory do not grow with the number of jobs:
 - **Refill.** `Horizon.refill` reads the scheduled, not paused rows whose
   ``(next_run_at, job_id)`` lies after the dispatcher's cursor and whose
   next_run_at lies before ``now + horizon_seconds``, in that order through the
-  ``(state, next_run_at)`` index, at most `REFILL_ROWS` of them. When it read
+  ``(state, next_run_at, job_id, owner_bucket)`` index, at most `REFILL_ROWS`
+  of them. While other instances share the work, it reads only the rows of
+  the owner buckets this instance owns (`persched._engine.membership`) and
+  those whose bucket is NULL; alone, every row. When it read
   that many, the cursor stops at the last row read (nothing beyond it is
   skipped: the next refill goes on from there); otherwise it moves to the
   end of the window. Due times add the job's jitter (jitter only delays, so
@@ -24,7 +27,8 @@ so that start-up time and memory do not grow with the number of jobs:
   across a restart": whether a row is ahead depends on its own interval or
   cron expression) and run-now requests pending on jobs whose slot lies
   beyond the horizon (``run_now_at`` has no index). `Horizon.sweep` walks the
-  namespace's scheduled rows in primary-key order, `SWEEP_ROWS` per
+  namespace's scheduled rows (of its owner buckets, as the refill) in
+  primary-key order, `SWEEP_ROWS` per
   transaction: `start()` runs the first batch (so a small table is swept
   before start() returns), the heartbeat thread the others, back to back,
   outside any lock (what a sweep costs: docs/explanation/performance.md,
@@ -63,16 +67,17 @@ SWEEP_ROWS = 5_000  # rows one sweep transaction reads
 class Horizon:
     """The refills and the sweep of one scheduler (module docstring)."""
 
-    def __init__(self, store: Store, timebase: Timebase) -> None:
+    def __init__(self, store: Store, timebase: Timebase, buckets: Callable[[], frozenset[int] | None]) -> None:
         self._store = store
         self._timebase = timebase
+        self._buckets = buckets  # the owner buckets of this instance now (`persched._engine.membership`)
         self._swept: str | None = None  # the last job_id swept
         self._sweep_done = False
         self.rows = REFILL_ROWS
 
     def refill(self, cursor: Cursor | None, before: Instant) -> tuple[list[Entry], Cursor]:
         """The rows after `cursor` due before `before`, and the cursor after them."""
-        entries, last = self._store.load_due(cursor, before, self.rows)
+        entries, last = self._store.load_due(cursor, before, self.rows, self._buckets())
         return entries, (before, "") if last is None else last
 
     def sweep(self, queue: _Queue) -> bool:
@@ -80,7 +85,7 @@ class Horizon:
         requests; return True while rows are left."""
         if self._sweep_done:
             return False
-        run_now, corrections, last = self._store.sweep(self._swept, SWEEP_ROWS, self._timebase.now)
+        run_now, corrections, last = self._store.sweep(self._swept, SWEEP_ROWS, self._timebase.now, self._buckets())
         for c in corrections:
             log_correction(c)
             if c.due is not None:

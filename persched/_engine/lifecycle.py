@@ -200,7 +200,8 @@ class Lifecycle:
                 tool,
                 self.instance_id,
             )
-        horizon = Horizon(self.store, self._timebase)
+        membership = self._membership
+        horizon = Horizon(self.store, self._timebase, lambda: membership.buckets)
         swept: list[tuple[Instant, str, int]] = []
         try:
             # Join the members first: the jobs loaded are the ones this instance owns.

@@ -15,10 +15,14 @@ its row deleted (conditional on the count seen: a member that came back keeps
 its row); one that shuts down deletes its own row, and the others take its
 jobs at their next beat.
 
-Ownership is rendezvous hashing over the view: the owner of a job is the
-member with the highest ``blake2b(member, job_id)``. A member that joins or
-leaves moves only its own share of the jobs (about 1/N each), and every
-instance with the same view computes the same owner with no coordination.
+Ownership is rendezvous hashing over the view, by owner bucket: each job_id
+falls in one of `BUCKETS` buckets (`persched._model.buckets`, stored in the
+job's row), and the owner of a bucket is the member with the highest
+``blake2b(member, bucket)``. A member that joins or leaves moves only its own
+share of the buckets (about 1/N each), and every instance with the same view
+computes the same owner with no coordination. The buckets this instance owns
+are computed once per view change (`owned_buckets`), and a refill asks the
+database for their rows only.
 
 A join or a leave moves the change counter (`persched._store.members`), and
 each instance's heartbeat thread, which watches that counter for job changes,
@@ -51,6 +55,7 @@ from hashlib import blake2b
 from typing import TYPE_CHECKING
 
 from .. import _loggers
+from .._model.buckets import BUCKETS, bucket_of
 from .._model.instant import Instant
 from ..errors import StoreError
 from .liveness import provably_dead
@@ -62,18 +67,30 @@ if TYPE_CHECKING:
     from .skew import ClockCheck
     from .timebase import Timebase
 
-__all__ = ["Membership", "owner_among"]
+__all__ = ["Membership", "bucket_owner", "owned_buckets", "owner_among"]
 
 logger = logging.getLogger(_loggers.LIBRARY)
 
 
-def _score(member: str, job_id: str) -> bytes:
-    return blake2b(f"{member}\0{job_id}".encode(errors="surrogatepass"), digest_size=8).digest()
+def _score(member: str, bucket: int) -> bytes:
+    return blake2b(f"{member}\0{bucket}".encode(errors="surrogatepass"), digest_size=8).digest()
+
+
+def bucket_owner(members: tuple[str, ...], bucket: int) -> str:
+    """The owner of `bucket` among `members` (rendezvous hashing; ties, impossible in practice, by name)."""
+    return max(members, key=lambda member: (_score(member, bucket), member))
 
 
 def owner_among(members: tuple[str, ...], job_id: str) -> str:
-    """The owner of `job_id` among `members` (rendezvous hashing; ties, impossible in practice, by name)."""
-    return max(members, key=lambda member: (_score(member, job_id), member))
+    """The owner of `job_id` among `members`: the owner of its bucket."""
+    return bucket_owner(members, bucket_of(job_id))
+
+
+def owned_buckets(members: tuple[str, ...], member: str) -> frozenset[int] | None:
+    """The buckets `member` owns among `members`; None when it is the only one (it owns them all)."""
+    if members == (member,):
+        return None
+    return frozenset(bucket for bucket in range(BUCKETS) if bucket_owner(members, bucket) == member)
 
 
 class Membership:
@@ -100,6 +117,8 @@ class Membership:
         self._instance_id = instance_id
         self._lease = lease
         self.members: tuple[str, ...] = (instance_id,)
+        # The buckets owned in that view (None: all), replaced with it; read without a lock as it is.
+        self.buckets: frozenset[int] | None = None
         # member -> (count seen, monotonic µs when that count was first seen)
         self._seen: dict[str, tuple[BeatCount, int]] = {}
 
@@ -110,8 +129,8 @@ class Membership:
 
     def owns(self, job_id: str) -> bool:
         """Whether this instance owns `job_id` in its current view."""
-        members = self.members
-        return len(members) == 1 or owner_among(members, job_id) == self._instance_id
+        buckets = self.buckets
+        return buckets is None or bucket_of(job_id) in buckets
 
     def beat(self) -> bool:
         """Renew this instance's row and read the others'; return True if the view changed."""
@@ -155,6 +174,7 @@ class Membership:
         if view == self.members:
             return False
         logger.debug("instance %s shares the work with %d other instances: %s", self._instance_id, len(view) - 1, view)
+        self.buckets = owned_buckets(view, self._instance_id)
         self.members = view
         return True
 
@@ -169,3 +189,4 @@ class Membership:
         """Delete this instance's row (shutdown): the others take its jobs at their next pick-up."""
         self._store.leave_membership(self._instance_id)
         self.members = (self._instance_id,)
+        self.buckets = None

@@ -8,7 +8,7 @@ Each public method is one transaction (`_tx`):
   written by a clock ahead is put back on its grid there
   (`persched._store.ahead`).
 - `load_due`: the bounded heap's refill (`persched._engine.horizon`), through
-  the ``(state, next_run_at)`` index.
+  the ``(state, next_run_at, job_id, owner_bucket)`` index, of the owned buckets.
 - `sweep`: the start-up sweep in primary-key order: pending run-now requests,
   and rows written while a wall clock was ahead, moved back onto their grid
   (docs/reference/behaviour.md, "Clock corrections across a restart").
@@ -43,7 +43,7 @@ from .schema import changes, jobs
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
-    from sqlalchemy import Connection
+    from sqlalchemy import ColumnElement, Connection
 
 __all__ = ["DueStore"]
 
@@ -82,6 +82,15 @@ _DUE_COLUMNS: Final = [
     jobs.c.run_now_at,
     jobs.c.retry_attempt,
 ]
+
+
+def owned(buckets: frozenset[int] | None) -> list[ColumnElement[bool]]:
+    """The terms that keep the rows of `buckets` (None: every row), and every row whose bucket is
+    NULL (inserted by hand-written SQL): each instance reads those, and only the owner of the job's
+    bucket (`persched._model.buckets.bucket_of`) queues it."""
+    if buckets is None:
+        return []
+    return [or_(jobs.c.owner_bucket.in_(sorted(buckets)), jobs.c.owner_bucket.is_(None))]
 
 
 class DueStore(Part):
@@ -215,14 +224,19 @@ class DueStore(Part):
         return due if run_now_at is None else min(due, self.dialect.raw_instant(run_now_at))
 
     def load_due(
-        self, after: tuple[Instant, str] | None, before: Instant, limit: int
+        self,
+        after: tuple[Instant, str] | None,
+        before: Instant,
+        limit: int,
+        buckets: frozenset[int] | None = None,
     ) -> tuple[list[tuple[Instant, str, int]], tuple[Instant, str] | None]:
         """The bounded heap's refill (`persched._engine.horizon`): ``(due_at, job_id, generation)`` of the
         scheduled, not paused jobs whose ``(next_run_at, job_id)`` lies after `after` (None: from
         the start) and whose next_run_at lies before `before`, at most `limit` of them in that
-        order, through the ``(state, next_run_at)`` index; and the key of the last row read when
+        order, through the ``(state, next_run_at, ...)`` index; and the key of the last row read when
         `limit` rows were read (None: the window was read to its end).
 
+        With `buckets`, only the rows of those owner buckets and those whose bucket is NULL (`owned`).
         `due_at` adds the job's jitter (which only delays) or takes a pending run-now.
         """
         # SQLite: +namespace keeps the planner on (state, next_run_at), off any index that leads
@@ -232,6 +246,7 @@ class DueStore(Part):
             jobs.c.paused.is_(False),
             self.dialect.unindexed(jobs.c.namespace) == self.namespace,
             jobs.c.next_run_at < to_datetime(before),
+            *owned(buckets),
         ]
         if after is not None:
             at = to_datetime(after[0])
@@ -257,10 +272,15 @@ class DueStore(Part):
         return self._read(body, "load due jobs")
 
     def sweep(
-        self, after: str | None, limit: int, now: Instant | Callable[[], Instant]
+        self,
+        after: str | None,
+        limit: int,
+        now: Instant | Callable[[], Instant],
+        buckets: frozenset[int] | None = None,
     ) -> tuple[list[tuple[Instant, str, int]], list[Correction], str | None]:
         """One batch of the start-up sweep (`persched._engine.horizon`): the scheduled rows of this
-        namespace with a job_id after `after`, at most `limit`, in primary-key order. A clock for
+        namespace with a job_id after `after`, at most `limit`, in primary-key order (with `buckets`,
+        those of these owner buckets and of none: `owned`). A clock for
         `now` is read at each step: a correction reads it once it read the rows it corrects
         (`persched._store.ahead.correct_ahead`), not a time taken before this thread was held.
 
@@ -273,6 +293,7 @@ class DueStore(Part):
         where = [
             self.dialect.unindexed(jobs.c.state) == SCHEDULED,
             self.dialect.unindexed(jobs.c.namespace) == self.namespace,
+            *owned(buckets),
         ]
         if after is not None:
             where.append(jobs.c.job_id > after)
