@@ -213,6 +213,8 @@ class Lifecycle:
             # clock, pending run-now requests), then the jobs due within the horizon.
             more = horizon.sweep(lambda *entry: swept.append(entry))
             entries, cursor = horizon.refill(None, Instant(self._timebase.now() + self._horizon))
+            # Its own buckets' rows, and those whose bucket is NULL: only the owned ones, as every refill.
+            entries = [entry for entry in entries if membership.owns(entry[1])]
         except BaseException:
             self.shutdown(wait=False, timeout=None)
             raise
