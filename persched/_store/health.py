@@ -27,9 +27,9 @@ the same judgements, the overdue and failing ones looked for among those jobs
 only, read by the primary key and judged here, so a page costs the same at any
 number of jobs. The waiting jobs are counted only for a namespace without a
 live scheduler: a healthy namespace costs no count; one without a scheduler
-costs a pass over the waiting jobs (by ``ix_persched_jobs_state_next_run_at``).
+costs a pass over the waiting jobs (by the ``(state, next_run_at, ...)`` index).
 
-Costs: the overdue jobs come from ``ix_persched_jobs_state_next_run_at``
+Costs: the overdue jobs come from the ``(state, next_run_at, ...)`` index
 (``state = 'scheduled' AND next_run_at < now - lease``); the failing ones are
 looked for only among jobs whose ``last_outcome`` is a failure, each by its
 ``(job_id, run_id)`` index.
