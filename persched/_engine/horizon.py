@@ -1,7 +1,10 @@
 """The bounded heap's reads: the refills through the index, and the start-up sweep.
 
 `Horizon.refill` reads the rows after the dispatcher's cursor due within the
-horizon, at most `REFILL_ROWS`; `Horizon.sweep` walks every row in key order,
+horizon, at most `REFILL_ROWS`, through the ``(state, next_run_at, job_id,
+owner_bucket)`` index; while other instances share the work, only the rows of
+the owner buckets this instance owns and those with none
+(`persched._engine.membership`). `Horizon.sweep` walks those rows in key order,
 `SWEEP_ROWS` a transaction, for rows written ahead of the clock and run-now
 requests beyond the horizon. Why nothing due is forgotten:
 docs/explanation/engine.md, "The window and the bounded heap".
@@ -30,23 +33,24 @@ SWEEP_ROWS = 5_000  # rows one sweep transaction reads
 class Horizon:
     """The refills and the sweep of one scheduler."""
 
-    def __init__(self, store: Store, timebase: Timebase) -> None:
+    def __init__(self, store: Store, timebase: Timebase, buckets: Callable[[], frozenset[int] | None]) -> None:
         self._store = store
         self._timebase = timebase
+        self._buckets = buckets  # the owner buckets of this instance now (`persched._engine.membership`)
         self._swept: str | None = None  # the last job_id swept
         self._sweep_done = False
         self.rows = REFILL_ROWS
 
     def refill(self, cursor: Cursor | None, before: Instant) -> tuple[list[Entry], Cursor]:
         """The rows after `cursor` due before `before`, and the cursor after them."""
-        entries, last = self._store.load_due(cursor, before, self.rows)
+        entries, last = self._store.load_due(cursor, before, self.rows, self._buckets())
         return entries, (before, "") if last is None else last
 
     def sweep(self, queue: _Queue) -> bool:
         """One batch of the sweep: correct rows ahead, queue pending run-now requests; True while rows are left."""
         if self._sweep_done:
             return False
-        run_now, corrections, last = self._store.sweep(self._swept, SWEEP_ROWS, self._timebase.now)
+        run_now, corrections, last = self._store.sweep(self._swept, SWEEP_ROWS, self._timebase.now, self._buckets())
         for c in corrections:
             log_correction(c)
             if c.due is not None:

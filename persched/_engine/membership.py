@@ -4,11 +4,16 @@ Each beat renews this instance's row in ``persched_instances`` and reads the
 others' in one transaction. The *view* is this instance and every member whose
 beat count moved within the last lease of the local monotonic clock, so a stepped
 clock cannot fake a death; a member provably gone (`persched._engine.liveness`) is
-dropped at once. The owner of a job is the member with the highest
-``blake2b(member, job_id)`` (rendezvous hashing): a join or leave moves only that
-member's share. Views may differ for up to a lease; a slot still runs once, since
-that is the claim's guarantee, not the view's (docs/multi.md, "How instances
-share the work").
+dropped at once.
+
+Ownership is by owner bucket: a job_id falls in one of `BUCKETS` buckets
+(`persched._model.buckets`, stored in its row), and a bucket's owner is the
+member with the highest ``blake2b(member, bucket)`` (rendezvous hashing): a join
+or leave moves only that member's share. The buckets this instance owns are
+computed once per view change (`owned_buckets`), so a refill asks the database
+for their rows only. Views may differ for up to a lease; a slot still runs once,
+since that is the claim's guarantee, not the view's (docs/multi.md, "How
+instances share the work").
 
 The view is a tuple replaced whole by the heartbeat thread; other threads read it
 without a lock.
@@ -21,6 +26,7 @@ from hashlib import blake2b
 from typing import TYPE_CHECKING
 
 from .. import _loggers
+from .._model.buckets import BUCKETS, bucket_of
 from .._model.instant import Instant
 from ..errors import StoreError
 from .liveness import provably_dead
@@ -32,18 +38,30 @@ if TYPE_CHECKING:
     from .skew import ClockCheck
     from .timebase import Timebase
 
-__all__ = ["Membership", "owner_among"]
+__all__ = ["Membership", "bucket_owner", "owned_buckets", "owner_among"]
 
 logger = logging.getLogger(_loggers.LIBRARY)
 
 
-def _score(member: str, job_id: str) -> bytes:
-    return blake2b(f"{member}\0{job_id}".encode(errors="surrogatepass"), digest_size=8).digest()
+def _score(member: str, bucket: int) -> bytes:
+    return blake2b(f"{member}\0{bucket}".encode(errors="surrogatepass"), digest_size=8).digest()
+
+
+def bucket_owner(members: tuple[str, ...], bucket: int) -> str:
+    """The owner of `bucket` among `members` (rendezvous hashing; ties, impossible in practice, by name)."""
+    return max(members, key=lambda member: (_score(member, bucket), member))
 
 
 def owner_among(members: tuple[str, ...], job_id: str) -> str:
-    """The owner of `job_id` among `members` (rendezvous hashing; ties, impossible in practice, by name)."""
-    return max(members, key=lambda member: (_score(member, job_id), member))
+    """The owner of `job_id` among `members`: the owner of its bucket."""
+    return bucket_owner(members, bucket_of(job_id))
+
+
+def owned_buckets(members: tuple[str, ...], member: str) -> frozenset[int] | None:
+    """The buckets `member` owns among `members`; None when it is the only one (it owns them all)."""
+    if members == (member,):
+        return None
+    return frozenset(bucket for bucket in range(BUCKETS) if bucket_owner(members, bucket) == member)
 
 
 class Membership:
@@ -63,6 +81,8 @@ class Membership:
         self._instance_id = instance_id
         self._lease = lease
         self.members: tuple[str, ...] = (instance_id,)
+        # The buckets owned in that view (None: all), replaced with it; read without a lock as it is.
+        self.buckets: frozenset[int] | None = None
         # member -> (count seen, monotonic µs when that count was first seen)
         self._seen: dict[str, tuple[BeatCount, int]] = {}
 
@@ -72,8 +92,8 @@ class Membership:
         return len(self.members) > 1
 
     def owns(self, job_id: str) -> bool:
-        members = self.members
-        return len(members) == 1 or owner_among(members, job_id) == self._instance_id
+        buckets = self.buckets
+        return buckets is None or bucket_of(job_id) in buckets
 
     def beat(self) -> bool:
         """Renew this instance's row and read the others'; return True if the view changed."""
@@ -117,6 +137,7 @@ class Membership:
         if view == self.members:
             return False
         logger.debug("instance %s shares the work with %d other instances: %s", self._instance_id, len(view) - 1, view)
+        self.buckets = owned_buckets(view, self._instance_id)
         self.members = view
         return True
 
@@ -130,3 +151,4 @@ class Membership:
         """Delete this instance's row (shutdown): the others take its jobs at their next pick-up."""
         self._store.leave_membership(self._instance_id)
         self.members = (self._instance_id,)
+        self.buckets = None

@@ -293,7 +293,9 @@ class ClaimsStore(Part):
             # By generation: the fix of an unreadable row (schedule() anew) makes a new one, found again.
             waiting.append(tuple_(jobs.c.job_id, jobs.c.generation).not_in(list(passed_by)))
         where = [*waiting, jobs.c.next_run_at < to_datetime(before)]
-        probe = select(jobs.c.job_id).where(*where).limit(1)
+        # In index order: on PostgreSQL, with statistics from before the rows moved on, a bare LIMIT 1
+        # was planned as a sequential scan that read the whole table whenever nothing was overdue.
+        probe = select(jobs.c.job_id).where(*where).order_by(jobs.c.next_run_at).limit(1)
         if self._read(lambda conn: conn.execute(probe).first(), "look for overdue jobs") is None:
             return Overdue([], [], [], [])
         query = select(*RAW_DISPATCH).where(*where).order_by(jobs.c.next_run_at, jobs.c.job_id)

@@ -2,8 +2,9 @@
 
 Each public method is one transaction. A changed row or a swept row that a
 clock ahead wrote is put back on its grid there (`persched._store.ahead`);
-the refill reads through the ``(state, next_run_at)`` index, the sweep walks
-the primary key.
+the refill reads through the ``(state, next_run_at, job_id, owner_bucket)``
+index, the sweep walks the primary key; both only the owned buckets' rows when
+given them (`owned`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from .schema import changes, jobs
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
-    from sqlalchemy import Connection
+    from sqlalchemy import ColumnElement, Connection
 
 __all__ = ["DueStore"]
 
@@ -74,6 +75,15 @@ _DUE_COLUMNS: Final = [
     jobs.c.run_now_at,
     jobs.c.retry_attempt,
 ]
+
+
+def owned(buckets: frozenset[int] | None) -> list[ColumnElement[bool]]:
+    """The terms that keep the rows of `buckets` (None: every row), and every row whose bucket is
+    NULL (inserted by hand-written SQL): each instance reads those, and only the owner of the job's
+    bucket (`persched._model.buckets.bucket_of`) queues it."""
+    if buckets is None:
+        return []
+    return [or_(jobs.c.owner_bucket.in_(sorted(buckets)), jobs.c.owner_bucket.is_(None))]
 
 
 class DueStore(Part):
@@ -185,12 +195,17 @@ class DueStore(Part):
         return due if run_now_at is None else min(due, self.dialect.raw_instant(run_now_at))
 
     def load_due(
-        self, after: tuple[Instant, str] | None, before: Instant, limit: int
+        self,
+        after: tuple[Instant, str] | None,
+        before: Instant,
+        limit: int,
+        buckets: frozenset[int] | None = None,
     ) -> tuple[list[tuple[Instant, str, int]], tuple[Instant, str] | None]:
         """The bounded heap's refill: ``(due_at, job_id, generation)`` of up to `limit` waiting jobs.
 
         Those whose ``(next_run_at, job_id)`` lies after `after` and next_run_at before `before`, in
         that order; and the key of the last row read, or None when the window was read to its end.
+        With `buckets`, only the rows of those owner buckets and those whose bucket is NULL (`owned`).
         """
         # SQLite: +namespace keeps the planner on (state, next_run_at), off any index that leads
         # with namespace, which would read and sort every scheduled row of it (test_horizon's plan test).
@@ -199,6 +214,7 @@ class DueStore(Part):
             jobs.c.paused.is_(False),
             self.dialect.unindexed(jobs.c.namespace) == self.namespace,
             jobs.c.next_run_at < to_datetime(before),
+            *owned(buckets),
         ]
         if after is not None:
             at = to_datetime(after[0])
@@ -224,9 +240,14 @@ class DueStore(Part):
         return self._read(body, "load due jobs")
 
     def sweep(
-        self, after: str | None, limit: int, now: Instant | Callable[[], Instant]
+        self,
+        after: str | None,
+        limit: int,
+        now: Instant | Callable[[], Instant],
+        buckets: frozenset[int] | None = None,
     ) -> tuple[list[tuple[Instant, str, int]], list[Correction], str | None]:
-        """One batch of the start-up sweep: up to `limit` scheduled rows after `after`, by primary key.
+        """One batch of the start-up sweep: up to `limit` scheduled rows after `after`, by primary key
+        (with `buckets`, of those owner buckets and of none: `owned`).
 
         Returns ``(due_at, job_id, generation)`` of those with a run-now request, the rows it put
         back on their grid (`persched._store.ahead`), and the last job_id read (None: done).
@@ -237,6 +258,7 @@ class DueStore(Part):
         where = [
             self.dialect.unindexed(jobs.c.state) == SCHEDULED,
             self.dialect.unindexed(jobs.c.namespace) == self.namespace,
+            *owned(buckets),
         ]
         if after is not None:
             where.append(jobs.c.job_id > after)

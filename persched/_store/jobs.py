@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeVar, cast
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
+from .._model.buckets import bucket_of
 from .._model.instant import Instant, from_datetime
 from .._model.policy import JobPlan, place_grid
 from ..errors import InvalidJobError, StoreError
@@ -374,6 +375,7 @@ class JobsStore(Part):
             "change_seq": self._bump_change_seq(conn),
             "namespace": self.namespace,
             "declared": declared,
+            "owner_bucket": bucket_of(definition.job_id),  # also fills one a hand-written row left NULL
         }
         due = None if values["state"] != SCHEDULED or paused else plan.due_at(first, None, self.jitter_reach)
         # No RETURNING: the row as stored is the one held with these values over it

@@ -107,7 +107,8 @@ STANDING_COLUMNS: Final = tuple(
     )
 )
 
-JOB_COLUMNS, RAW_JOBS = readable(jobs)
+# Every column but owner_bucket, which persched writes and filters on but never reads (`persched._model.buckets`).
+JOB_COLUMNS, RAW_JOBS = readable(jobs, [column.name for column in jobs.c if column.name != "owner_bucket"])
 # The columns a row holds of its own (`own_job_fields`): all but its target and policy columns.
 OWN_JOB_COLUMNS: Final = tuple(column for column in JOB_COLUMNS if column.name not in ("target", *POLICY_COLUMNS))
 RUN_COLUMNS, RAW_RUNS = readable(runs)

@@ -28,7 +28,7 @@ __all__ = ["HEAD_REVISION", "VERSION_TABLE", "at_head", "quiet_alembic", "stored
 VERSION_TABLE: Final = "persched_alembic_version"
 
 #: The newest revision in migrations/versions; a new revision changes it.
-HEAD_REVISION: Final = "0016"
+HEAD_REVISION: Final = "0017"
 
 
 def at_head(engine: Engine) -> bool:

@@ -207,7 +207,10 @@ jobs = Table(
     # The application the job belongs to (revision 0005): a scheduler sees and runs only its own.
     Column("namespace", String(100), nullable=False, server_default="default"),
     Column("declared", Boolean, nullable=False, server_default=false()),  # written by declare()
-    Index(None, "state", "next_run_at"),
+    # bucket_of(job_id) (revision 0017): the refills of instances sharing the work read only their own
+    # buckets. NULL in a row inserted by hand: every instance reads it, its owner queues it.
+    Column("owner_bucket", Integer, nullable=True),
+    Index(None, "state", "next_run_at", "job_id", "owner_bucket"),  # revision 0017: the refills, in order
     Index(None, "change_seq"),
     Index(None, "paused_until"),  # the earliest end of a timed pause (revision 0010)
 )

@@ -54,10 +54,11 @@ def raw_value(row: RawRow, name: str) -> Any:  # noqa: ANN401 - a driver's value
 
 
 def written_over(row: RawRow, values: Mapping[str, Any]) -> RawRow:
-    """The raw `row` with the columns `values` written over it."""
+    """The raw `row` with the columns `values` written over it (a column it does not hold is left out)."""
     changed = list(row)
     for name, value in values.items():
-        changed[_INDEX[name]] = value
+        if name in _INDEX:  # not owner_bucket, which no row read holds
+            changed[_INDEX[name]] = value
     return tuple(changed)
 
 

@@ -110,14 +110,15 @@ def test_a_0015_database_keeps_its_jobs_and_runs_and_gets_64_bit_generations(
     wide, indexes = _schema(url)
     server = engine_name != "sqlite"
     assert wide == {"persched_jobs": False, "persched_runs": False}  # SQLite: INTEGER, as before too
-    with pytest.raises(StoreError, match="older than '0016'; run `persched migrate`"):
+    with pytest.raises(StoreError, match=f"older than '{_migrate.HEAD}'; run `persched migrate`"):
         _check_at_head(url)  # a read-only command refuses it
 
     assert _migrate_cli(url) == (0, "")
-    assert db_sql(url, "SELECT version_num FROM persched_alembic_version") == [("0016",)]
+    assert db_sql(url, "SELECT version_num FROM persched_alembic_version") == [(_migrate.HEAD,)]
     assert (db_sql(url, _JOBS), db_sql(url, _RUNS)) == (job_rows, run_rows)
     assert _schema(url) == at_head
-    assert at_head == ({"persched_jobs": server, "persched_runs": server}, indexes)  # the same indexes
+    assert at_head[0] == {"persched_jobs": server, "persched_runs": server}
+    assert at_head[1]["persched_runs"] == indexes["persched_runs"]  # the same indexes (0017 changed the jobs')
     db_sql(url, _GRID_RUN)  # generation 2**31, one past the old bound, in the slot index (kept)
     with pytest.raises(IntegrityError):
         db_sql(url, _GRID_RUN)

@@ -13,6 +13,7 @@ would show up as XPASS.
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ from unittest.mock import patch
 
 import pytest
 
+from persched._engine.membership import owner_among
 from persched._engine.runs import Dispatched
 from persched._model.instant import Instant, Micros
 from persched._store import Claim, ClaimMiss, Store
@@ -526,8 +528,9 @@ def test_a_wall_clock_step_does_not_make_a_live_run_look_expired(
     quiet_heartbeat(owner)
     leases = observer._heartbeat.leases
     beat = functools.partial(race_jobs.wall_clock_beat, leases) if wall_clock_expiry else leases.round
-    gate = jobs.gate("a")
-    owner.schedule("a", jobs.block, 10.0, args=("a",))  # only the owner's heap has it
+    job = next(f"a{n}" for n in itertools.count() if owner_among(("observer", "owner"), f"a{n}") == "owner")
+    gate = jobs.gate(job)
+    owner.schedule(job, jobs.block, 10.0, args=(job,))  # only the owner's heap has it
     fake_clock.advance(10.0)
     assert gate.started.wait(TIMEOUT)
     for k in range(6):
@@ -537,10 +540,10 @@ def test_a_wall_clock_step_does_not_make_a_live_run_look_expired(
         if k == 2:
             fake_clock.step_wall(3600.0)
             beat()
-    assert run_rows(owner, "a") == [(1, None)]
+    assert run_rows(owner, job) == [(1, None)]
     gate.release.set()
-    wait_until(lambda: run_rows(owner, "a")[0] == (1, "ok"), message="the run finished")
-    run = finished_runs(owner, "a")[-1]
+    wait_until(lambda: run_rows(owner, job)[0] == (1, "ok"), message="the run finished")
+    run = finished_runs(owner, job)[-1]
     assert (run.instance_id, run.scheduled_for, run.outcome) == ("owner", at(10), "ok")
     assert db(owner, "SELECT count(*) FROM persched_runs WHERE outcome = 'lost'") == [(0,)]
 

@@ -128,3 +128,37 @@ def test_the_postgresql_claim_sends_one_text_whatever_the_batch_size(store: Stor
         event.remove(store.engine, "before_cursor_execute", grab)
     assert len([s for s in sent if "SKIP LOCKED" in s]) == 1, sent
     assert len([s for s in sent if s.startswith("INSERT")]) == 1, sent
+
+
+@pytest.mark.parametrize("engine_name", engine_params("postgres"), indirect=True)
+def test_the_search_probe_walks_the_index_when_the_statistics_are_stale(store: Store) -> None:
+    """The search's probe (one row overdue?) on statistics from before the rows moved on: the planner
+    expected most rows to match, and a bare LIMIT 1 was a sequential scan of the whole table when none
+    did (what every idle instance asks every 0.5 s)."""
+    _fill(store)  # analyzed with every row due at T + 1 s
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE persched_jobs SET next_run_at = next_run_at + interval '1 hour'"))
+    sent: list[tuple[str, Any]] = []
+
+    def grab(conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool) -> None:  # noqa: ANN401
+        if statement.startswith("SELECT persched_jobs.job_id") and "LIMIT" in statement:
+            sent.append((statement, params))
+
+    event.listen(store.engine, "before_cursor_execute", grab)
+    try:
+        now = Instant(T + 60_000_000)
+        overdue = store.claim_overdue(8, now, now, "me", Micros(30_000_000))
+        assert overdue.entries == []  # nothing overdue: the probe alone
+    finally:
+        event.remove(store.engine, "before_cursor_execute", grab)
+    assert len(sent) == 1, sent
+    raw = store.engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        cursor.execute("EXPLAIN " + sent[0][0], sent[0][1])
+        plan = "\n".join(str(row[0]) for row in cursor.fetchall())
+    finally:
+        raw.rollback()
+        raw.close()
+    assert "Seq Scan" not in plan, plan
+    assert "state_next_run_at" in plan, plan
