@@ -115,6 +115,25 @@ figures: docs/explanation/performance.md, "The dispatch path"). Only a
 backlog waits, so a scheduler that keeps up never does; the runs that wait
 are late already, by more than this.
 
+Waiting for a batch while keeping up
+------------------------------------
+While other members share the work on a server engine, each claims a few
+entries a cycle when it keeps up (its share of the slots comes due a few at
+a time), and pays a cycle's statements and wake-ups for each few. So a cycle
+with fewer than `batch` entries due (or fewer than its free workers) waits
+for more to come due, up to `batch_wait` counted from the earliest due entry
+or completion it holds, on the scheduler's clock and in real time, whichever
+ends first: a run starts up to `batch_wait` later, and a cycle carries more
+runs, which is less CPU a run (docs/multi.md, "At the points of the capacity
+model"). It ends at once when `batch` entries are due, when claiming stops,
+when the instance is alone again or while `wait_idle()` waits; a new head,
+a freed worker or a completion wakes it to look again. The wait is the
+scheduler's choice, like its sleep for the head with a worker free: an entry
+that comes due during it is taken up at its due time ("Lateness", above), so
+a small `grace_seconds` drops no slot for it; the run's `started_at` shows
+the wait. A lone instance never waits (nothing to share a cycle with), nor
+does SQLite (`batch_wait` 0: a local commit).
+
 Idle
 ----
 `wait_idle()` (the testing kit behind `JobScheduler.wait_idle`) waits under
@@ -130,7 +149,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from .. import _realtime
-from .._model.instant import US_PER_SECOND, Instant, Micros
+from .._model.instant import US_PER_SECOND, Instant, Micros, micros
 from .handover import Handover
 from .runs import Dispatched
 from .tracebacks import describe
@@ -153,6 +172,10 @@ NO_HORIZON: Final = Micros(0)
 TAKE_UP_SLACK: Final = 1_000_000  # µs: a wake-up later than this after its due time is a stall
 # How long a cycle behind a backlog waits for busy workers to report back (module docstring).
 GATHER: Final = 0.002  # real seconds
+# How many runs a cycle of an instance sharing the work waits for, and how long at most, counted
+# from the earliest due entry or completion it holds (module docstring, "Waiting for a batch").
+BATCH: Final = 16
+BATCH_WAIT: Final = 0.03  # seconds
 # How often an instance with free workers searches, and how late a row must be.
 SEARCH_EVERY: Final = Micros(500_000)
 
@@ -192,6 +215,10 @@ class Dispatcher:
         search_every: How often to search for rows no claim took (module docstring), when
             workers are free and nothing in the heap is due; only rows this late are taken.
         gather: Real seconds a cycle behind a backlog waits for busy workers (module docstring).
+        batch: While other members share the work, a cycle with fewer entries due than this
+            (or than its free workers) waits for more to come due (module docstring).
+        batch_wait: Seconds such a cycle waits at most, counted from the earliest due entry
+            or completion it holds; 0: never waits (SQLite, whose commit is local).
     """
 
     def __init__(
@@ -206,6 +233,8 @@ class Dispatcher:
         max_batch: int = 256,
         search_every: Micros = SEARCH_EVERY,
         gather: float = GATHER,
+        batch: int = BATCH,
+        batch_wait: float = BATCH_WAIT,
     ) -> None:
         self._timebase = timebase
         self._runs = runs
@@ -216,12 +245,16 @@ class Dispatcher:
         self._max_batch = max_batch
         self._search_every = search_every
         self._gather = gather
+        self._batch = batch
+        self._batch_wait = Micros(micros(batch_wait))
         self._refill: RefillCallback | None = None
         self._shared = False  # other instances share the work: search for what nobody queued
         self._searched_at = Instant(0)  # when it last searched (start(): as if then)
         self._in_cycle = False
         self._backlog = False  # the last claim left due entries for want of workers
         self._gather_until: float | None = None  # _realtime.monotonic() when this gathering ends
+        self._batch_until: float | None = None  # _realtime.monotonic() when this wait for a batch ends
+        self._settling = 0  # callers in wait_idle(): no cycle waits for a batch meanwhile
         self._asleep_since: Instant | None = None  # when it began waiting for the head with a worker free
         self._claiming = True  # False once shutdown began: completions only
         self._stopping = False
@@ -343,16 +376,20 @@ class Dispatcher:
         """Block until nothing is due or being written and every worker is free; False on timeout (real seconds)."""
         deadline = None if timeout is None else _realtime.monotonic() + timeout
         with self._cond:
-            while not self._idle():
-                left = None if deadline is None else deadline - _realtime.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                # The dispatcher re-reads the clock now: a clock that moves without waking
-                # anyone (a test's frozen time, persched.testing.FrozenTimeClock) is taken up at once.
-                self._cond.notify_all()
-                # Bounded: advancing a FakeClock wakes this condition, the real clock does not.
-                self._cond.wait(0.05 if left is None else min(left, 0.05))
-            return True
+            self._settling += 1  # what is due is claimed now, not after a wait for a batch
+            try:
+                while not self._idle():
+                    left = None if deadline is None else deadline - _realtime.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    # The dispatcher re-reads the clock now: a clock that moves without waking
+                    # anyone (a test's frozen time, persched.testing.FrozenTimeClock) is taken up at once.
+                    self._cond.notify_all()
+                    # Bounded: advancing a FakeClock wakes this condition, the real clock does not.
+                    self._cond.wait(0.05 if left is None else min(left, 0.05))
+                return True
+            finally:
+                self._settling -= 1
 
     def _idle(self) -> bool:
         now = self._timebase.now()
@@ -379,16 +416,24 @@ class Dispatcher:
             if (left := self._gather_left()) > 0:
                 self._cond.wait(left)
                 continue
+            if (left := self._batch_left(now)) > 0:
+                # Waiting is this scheduler's choice, not lateness a grace measures: the entries
+                # that come due meanwhile are taken up at their due time (module docstring).
+                if self._asleep_since is None:
+                    self._asleep_since = now
+                self._cond.wait(left)  # a FakeClock's advance() wakes it too
+                continue
             due: list[ClaimEntry] = []
             if self._claiming and len(window) and workers.free:
                 limit = min(workers.free, self._max_batch)
-                asleep = self._asleep_since
+                asleep: Instant | None = self._asleep_since
                 due = [(job, gen, at, taken_at(at, now, asleep)) for at, job, gen in window.pop_due(now, limit)]
                 workers.reserve(len(due))  # before the claim
                 self._backlog = len(due) == limit and window.head_due(now)
                 self._gather_until = None
             if due or workers.completions:
                 self._in_cycle = True
+                self._batch_until = None
                 return Cycle(workers.take_completions(), due)
             if self._search_due(now):
                 # Nothing of the heap's is due and workers are free: claim what nobody took.
@@ -430,6 +475,28 @@ class Dispatcher:
         if self._gather_until is None:
             self._gather_until = now + self._gather
         return max(0.0, self._gather_until - now)
+
+    def _batch_left(self, now: Instant) -> float:
+        """Under ``_cond``: real seconds left to wait for a batch to come due before the next cycle,
+        0 to run it now (module docstring, "Waiting for a batch")."""
+        workers = self.handover
+        target = min(self._batch, workers.free, self._max_batch)
+        held = [at for at in (self.window.head(), workers.completed_at) if at is not None and at <= now]
+        if not (self._batch_wait and self._shared and self._claiming and not self._settling and target > 1 and held):
+            self._batch_until = None
+            return 0.0
+        until = min(held) + self._batch_wait
+        full = self.window.nth_due(target)  # when `target` entries are due
+        if now >= until or (full is not None and full <= now):
+            self._batch_until = None
+            return 0.0
+        # On the scheduler's clock and in real time, whichever ends first: a FakeClock standing
+        # still does not hold a cycle for longer than the bound.
+        real = _realtime.monotonic()
+        if self._batch_until is None:
+            self._batch_until = real + (until - now) / US_PER_SECOND
+        wake = until if full is None else min(until, full)
+        return max(0.0, min(self._batch_until - real, (wake - now) / US_PER_SECOND))
 
     def _next_search(self) -> Instant | None:
         """Under ``_cond``: when to search for rows no claim took (module docstring); None while
