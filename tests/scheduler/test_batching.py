@@ -242,7 +242,7 @@ def _two_due(
 def test_a_shared_instance_claims_two_entries_in_one_cycle_when_its_batch_wait_covers_the_gap(
     started: list[Dispatcher], cycles: Cycles, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _, clock, waiting, start = _two_due(started, cycles, monkeypatch, shared=True, batch_wait=COVERS)
+    _, clock, waiting, _ = _two_due(started, cycles, monkeypatch, shared=True, batch_wait=COVERS)
     clock.advance(seconds(FIRST))
     wait_until(lambda: waiting.is_set() or bool(cycles.claimed()), message="the dispatcher's step for 'a'")
     clock.advance(seconds(Micros(SECOND - FIRST)))  # "b" due: two of a batch of four, the wait goes on
