@@ -18,8 +18,8 @@ Why stale entries are harmless: the claim is conditional on generation, state
 and slot, so an entry left by a deschedule, a replacement or another instance's
 run fails its claim and is dropped or queued at the row's real slot.
 
-Waiting, lateness (`taken_at`), gathering a batch while behind, refills and the
-search for overdue rows: docs/explanation/engine.md, "The dispatcher".
+Waiting, lateness (`taken_at`), gathering a batch while behind, waiting for a batch while
+keeping up, refills and the search for overdue rows: docs/explanation/engine.md, "The dispatcher".
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from .. import _realtime
-from .._model.instant import US_PER_SECOND, Instant, Micros
+from .._model.instant import US_PER_SECOND, Instant, Micros, micros
 from .handover import Handover
 from .runs import Dispatched
 from .tracebacks import describe
@@ -51,6 +51,10 @@ NO_HORIZON: Final = Micros(0)
 TAKE_UP_SLACK: Final = 1_000_000  # µs: a wake-up later than this after its due time is a stall
 GATHER: Final = 0.002  # real seconds a cycle behind a backlog waits for busy workers
 SEARCH_EVERY: Final = Micros(500_000)  # how often to search for overdue rows, and how late they must be
+# While other instances share the work on a server engine, a cycle waits for this many runs, at most
+# this long from its earliest due entry or completion (docs/explanation/engine.md, "Waiting for a batch").
+BATCH: Final = 16
+BATCH_WAIT: Final = 0.03  # seconds
 
 
 class Cycle(NamedTuple):
@@ -75,7 +79,12 @@ class Refill(NamedTuple):
 
 
 class Dispatcher:
-    """The dispatch loop and its thread; makes the window and the hand-over to the workers."""
+    """The dispatch loop and its thread; makes the window and the hand-over to the workers.
+
+    `batch` and `batch_wait`: while other instances share the work, a cycle with fewer entries due
+    than `batch` (or than its free workers) waits up to `batch_wait` seconds for more; 0: never
+    (SQLite, whose commit is local).
+    """
 
     def __init__(
         self,
@@ -89,6 +98,8 @@ class Dispatcher:
         max_batch: int = 256,
         search_every: Micros = SEARCH_EVERY,
         gather: float = GATHER,
+        batch: int = BATCH,
+        batch_wait: float = BATCH_WAIT,
     ) -> None:
         self._timebase = timebase
         self._runs = runs
@@ -99,12 +110,16 @@ class Dispatcher:
         self._max_batch = max_batch
         self._search_every = search_every
         self._gather = gather
+        self._batch = batch
+        self._batch_wait = Micros(micros(batch_wait))
         self._refill: RefillCallback | None = None
         self._shared = False  # other instances share the work: search for what nobody queued
         self._searched_at = Instant(0)
         self._in_cycle = False
         self._backlog = False  # the last claim left due entries for want of workers
         self._gather_until: float | None = None  # _realtime.monotonic()
+        self._batch_until: float | None = None  # _realtime.monotonic() when this wait for a batch ends
+        self._settling = 0  # callers in wait_idle(): no cycle waits for a batch meanwhile
         self._asleep_since: Instant | None = None  # waiting for the head with a worker free since
         self._claiming = True  # False once shutdown began: completions only
         self._stopping = False
@@ -216,15 +231,19 @@ class Dispatcher:
         """Block until nothing is due or being written and every worker is free; False on timeout."""
         deadline = None if timeout is None else _realtime.monotonic() + timeout
         with self._cond:
-            while not self._idle():
-                left = None if deadline is None else deadline - _realtime.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                # Re-read the clock now: a FrozenTimeClock moves without waking anyone.
-                self._cond.notify_all()
-                # Bounded: a FakeClock's advance wakes this condition, the real clock does not.
-                self._cond.wait(0.05 if left is None else min(left, 0.05))
-            return True
+            self._settling += 1  # what is due is claimed now, not after a wait for a batch
+            try:
+                while not self._idle():
+                    left = None if deadline is None else deadline - _realtime.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    # Re-read the clock now: a FrozenTimeClock moves without waking anyone.
+                    self._cond.notify_all()
+                    # Bounded: a FakeClock's advance wakes this condition, the real clock does not.
+                    self._cond.wait(0.05 if left is None else min(left, 0.05))
+                return True
+            finally:
+                self._settling -= 1
 
     def _idle(self) -> bool:
         now = self._timebase.now()
@@ -250,16 +269,24 @@ class Dispatcher:
             if (left := self._gather_left()) > 0:
                 self._cond.wait(left)
                 continue
+            if (left := self._batch_left(now)) > 0:
+                # Waiting is this scheduler's choice, not lateness a grace measures: the entries that
+                # come due meanwhile are taken up at their due time (docs/explanation/engine.md).
+                if self._asleep_since is None:
+                    self._asleep_since = now
+                self._cond.wait(left)  # a FakeClock's advance() wakes it too
+                continue
             due: list[ClaimEntry] = []
             if self._claiming and len(window) and workers.free:
                 limit = min(workers.free, self._max_batch)
-                asleep = self._asleep_since
+                asleep: Instant | None = self._asleep_since
                 due = [(job, gen, at, taken_at(at, now, asleep)) for at, job, gen in window.pop_due(now, limit)]
                 workers.reserve(len(due))  # before the claim
                 self._backlog = len(due) == limit and window.head_due(now)
                 self._gather_until = None
             if due or workers.completions:
                 self._in_cycle = True
+                self._batch_until = None
                 return Cycle(workers.take_completions(), due)
             if self._search_due(now):
                 limit = min(workers.free, self._max_batch)
@@ -298,6 +325,28 @@ class Dispatcher:
         if self._gather_until is None:
             self._gather_until = now + self._gather
         return max(0.0, self._gather_until - now)
+
+    def _batch_left(self, now: Instant) -> float:
+        """Under ``_cond``: real seconds left to wait for a batch to come due before the next cycle,
+        0 to run it now (docs/explanation/engine.md, "Waiting for a batch")."""
+        workers = self.handover
+        target = min(self._batch, workers.free, self._max_batch)
+        held = [at for at in (self.window.head(), workers.completed_at) if at is not None and at <= now]
+        if not (self._batch_wait and self._shared and self._claiming and not self._settling and target > 1 and held):
+            self._batch_until = None
+            return 0.0
+        until = min(held) + self._batch_wait
+        full = self.window.nth_due(target)  # when `target` entries are due
+        if now >= until or (full is not None and full <= now):
+            self._batch_until = None
+            return 0.0
+        # On the scheduler's clock and in real time, whichever ends first: a FakeClock standing
+        # still does not hold a cycle for longer than the bound.
+        real = _realtime.monotonic()
+        if self._batch_until is None:
+            self._batch_until = real + (until - now) / US_PER_SECOND
+        wake = until if full is None else min(until, full)
+        return max(0.0, min(self._batch_until - real, (wake - now) / US_PER_SECOND))
 
     def _next_search(self) -> Instant | None:
         """Under ``_cond``: when to search for overdue rows; None while no search may run."""

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import threading
     from collections.abc import Callable
 
+    from .._model.instant import Instant
     from .._store.records import Claim, Completion
     from .runs import Dispatched, RunBook
     from .timebase import Timebase
@@ -47,12 +48,14 @@ class Handover:
         queue: Callable[[Dispatched], None],
     ) -> None:
         self._cond = cond
+        self._timebase = timebase
         self._runs = runs
         self._queue = queue
         self.size = workers
         self.free = workers
         self.elsewhere = 0  # runs that gave their worker back and go on (async jobs on the application's loop)
         self.completions: list[Completion] = []
+        self.completed_at: Instant | None = None  # when the first of `completions` was handed in
         self.collecting = True  # False once the dispatcher thread exited: a worker writes its own outcome
         self.pool = WorkerPool(
             workers, self._finished, allowed_modules, release=self._release, namespace=runs.namespace
@@ -71,6 +74,7 @@ class Handover:
     def take_completions(self) -> list[Completion]:
         """The completions handed in since the last call, for a cycle to write."""
         completions, self.completions = self.completions, []
+        self.completed_at = None
         return completions
 
     def settled(self) -> bool:
@@ -90,6 +94,8 @@ class Handover:
         with self._cond:
             if not self.collecting:
                 return False
+            if not self.completions:
+                self.completed_at = self._timebase.now()
             self.completions.append(completion)
             if frees_worker:
                 self.free += 1

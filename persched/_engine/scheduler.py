@@ -38,7 +38,7 @@ from .config import (
     scheduler_options,
 )
 from .context import current_run
-from .dispatcher import Dispatcher
+from .dispatcher import BATCH_WAIT, Dispatcher
 from .events import Event, EventBus
 from .heartbeat import Heartbeat
 from .horizon import DEFAULT_HORIZON_SECONDS
@@ -225,6 +225,8 @@ class JobScheduler(JobOperations):
             self._membership.owns,
             self._store.jitter_reach,
             config.allowed_modules,
+            # A server's commit is a round trip worth sharing among more runs; SQLite's is local.
+            batch_wait=0.0 if self._store.dialect.in_process else BATCH_WAIT,
         )
         self._heartbeat = self._make_heartbeat(config)
         self._lifecycle = Lifecycle(

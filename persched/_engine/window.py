@@ -69,6 +69,20 @@ class Window:
     def head_due(self, now: Instant) -> bool:
         return bool(self._heap) and self._heap[0][0] <= now
 
+    def nth_due(self, n: int) -> Instant | None:
+        """The due time of the `n`-th earliest entry queued (None: fewer are), in O(n log n):
+        a walk down the heap from its root, which never looks past the `n` earliest."""
+        heap = self._heap
+        if len(heap) < n or n < 1:
+            return None
+        frontier = [(heap[0][0], 0)]
+        for _ in range(n - 1):
+            _, i = heapq.heappop(frontier)
+            for child in (2 * i + 1, 2 * i + 2):
+                if child < len(heap):
+                    heapq.heappush(frontier, (heap[child][0], child))
+        return frontier[0][0]
+
     def push(self, due_at: Instant, job_id: str, generation: int) -> bool:
         """Queue an entry unless a refill will load it; True if it is the new head."""
         if self._droppable(due_at):
