@@ -397,10 +397,6 @@ class Dispatcher:
                 self.window.refill_failed()
                 self._cond.notify_all()
             return
-        # Filtered off the lock (thousands of rows): a view that changes meanwhile
-        # costs at most one failed claim, and the change reloads anyway.
-        owns = self.window.owns
-        entries = [entry for entry in entries if owns(entry[1])]
         with self._cond:
             self.window.refilled(entries, cursor)
             self._cond.notify_all()

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from .._model.buckets import bucket_of
 from .._store.ahead import log_correction
 
 if TYPE_CHECKING:
     from .._model.instant import Instant
     from .._store import Store
+    from .membership import Membership
     from .timebase import Timebase
     from .window import Cursor, Entry
 
@@ -33,24 +35,28 @@ SWEEP_ROWS = 5_000  # rows one sweep transaction reads
 class Horizon:
     """The refills and the sweep of one scheduler."""
 
-    def __init__(self, store: Store, timebase: Timebase, buckets: Callable[[], frozenset[int] | None]) -> None:
+    def __init__(self, store: Store, timebase: Timebase, membership: Membership) -> None:
         self._store = store
         self._timebase = timebase
-        self._buckets = buckets  # the owner buckets of this instance now (`persched._engine.membership`)
+        self._membership = membership  # whose `buckets` are this instance's owner buckets now
         self._swept: str | None = None  # the last job_id swept
         self._sweep_done = False
         self.rows = REFILL_ROWS
 
     def refill(self, cursor: Cursor | None, before: Instant) -> tuple[list[Entry], Cursor]:
-        """The rows after `cursor` due before `before`, and the cursor after them."""
-        entries, last = self._store.load_due(cursor, before, self.rows, self._buckets())
+        """The owned rows after `cursor` due before `before`, and the cursor after the rows read."""
+        buckets = self._membership.buckets  # one view for the read and the filter
+        entries, last = self._store.load_due(cursor, before, self.rows, buckets)
+        if buckets is not None:  # rows whose bucket is NULL come to every member: keep the owned ones
+            entries = [entry for entry in entries if bucket_of(entry[1]) in buckets]
         return entries, (before, "") if last is None else last
 
     def sweep(self, queue: _Queue) -> bool:
         """One batch of the sweep: correct rows ahead, queue pending run-now requests; True while rows are left."""
         if self._sweep_done:
             return False
-        run_now, corrections, last = self._store.sweep(self._swept, SWEEP_ROWS, self._timebase.now, self._buckets())
+        buckets = self._membership.buckets
+        run_now, corrections, last = self._store.sweep(self._swept, SWEEP_ROWS, self._timebase.now, buckets)
         for c in corrections:
             log_correction(c)
             if c.due is not None:

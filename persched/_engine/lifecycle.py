@@ -173,8 +173,7 @@ class Lifecycle:
                 tool,
                 self.instance_id,
             )
-        membership = self._membership
-        horizon = Horizon(self.store, self._timebase, lambda: membership.buckets)
+        horizon = Horizon(self.store, self._timebase, self._membership)
         swept: list[tuple[Instant, str, int]] = []
         try:
             # Join the members first: the jobs loaded are the ones this instance owns.
@@ -184,8 +183,6 @@ class Lifecycle:
             # The first sweep batch, then the jobs due within the horizon (persched._engine.horizon).
             more = horizon.sweep(lambda *entry: swept.append(entry))
             entries, cursor = horizon.refill(None, Instant(self._timebase.now() + self._horizon))
-            # Its own buckets' rows, and those whose bucket is NULL: only the owned ones, as every refill.
-            entries = [entry for entry in entries if membership.owns(entry[1])]
         except BaseException:
             self.shutdown(wait=False, timeout=None)
             raise
