@@ -24,7 +24,7 @@ from persched._model.instant import Instant, from_datetime
 from persched._store import Store
 from persched._store import db as _db
 from persched.testing import FakeClock
-from tests.multi._cluster import job_owned_by
+from tests.multi._cluster import ME, job_owned_by
 from tests.store.test_store_contract import job_row
 from tests.support import jobs
 from tests.support.helpers import TIMEOUT, wait_until
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 
 START = 1_700_000_123.4567
 AHEAD = 3600.0  # seconds the writing clock ran ahead
-ME = "me:1:aaaaaa"
 GHOST = "ghost:2:bbbbbb"  # no proof of its process in its id: only the lease drops it
 BOTH = (GHOST, ME)
 LEASE_SECONDS = 30.0
