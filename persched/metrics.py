@@ -211,7 +211,8 @@ class SchedulerMetrics(Observer):
         self._caches: dict[str, tuple[int, object]] = {}  # what was read at scrape time: (monotonic ns, value)
         self._live = _LiveCollector(namespace, self)
         # Last: a registry that describes collectors (the default one) collects at once.
-        self._register(*made, self._live)
+        self._collectors: Final = (*made, self._live)
+        self._register(*self._collectors)
 
     def _register(self, *collectors: Collector) -> None:
         """Register every collector, or none: a name the registry holds already undoes the others."""
@@ -228,6 +229,11 @@ class SchedulerMetrics(Observer):
                 f"already holds metrics of these names ({exc}); make one SchedulerMetrics per registry, "
                 "or pass another registry= or namespace=",
             ) from None
+
+    def _unregister(self) -> None:
+        """Take every collector off the registry again (`serve` that failed after registering)."""
+        for collector in self._collectors:
+            self.registry.unregister(collector)
 
     def attach(self, scheduler: JobScheduler | AsyncJobScheduler) -> SchedulerMetrics:
         """Feed these metrics from `scheduler` (its events and its observer hook); return self.
@@ -252,9 +258,10 @@ class SchedulerMetrics(Observer):
                 return self  # attached already: a second listener would count every run twice
             if self._scheduler is not None:
                 raise InvalidJobError("scheduler", "these metrics already count another scheduler; make a new one")
-            self._scheduler, self._internals = scheduler, internals_of(scheduler)
-            scheduler.add_listener(self._on_event, _RUN_KINDS)
+            internals = internals_of(scheduler)
+            scheduler.add_listener(self._on_event, _RUN_KINDS)  # raises in a forked child: nothing is attached
             scheduler.set_observer(self)
+            self._scheduler, self._internals = scheduler, internals
         return self
 
     def detach(self) -> None:
@@ -405,14 +412,21 @@ def serve(
         server = Server(host, port, limits=limits or METRICS_LIMITS, name="persched-metrics")
     except PerschedError as exc:
         raise PerschedError(f"--metrics-port: {exc}") from exc
-    try:  # the socket is closed whatever refuses: a host rule, or the registry (a second serve)
+    metrics: SchedulerMetrics | None = None
+    # Whatever refuses (a host rule, the registry: a second serve, the scheduler), the socket is
+    # closed and the registry left as it was, so that a later serve() in this process can register.
+    try:
         rules = HostRules(host, server.server_port, allowed_hosts, "--metrics-allowed-host")
-        SchedulerMetrics().attach(scheduler)
+        metrics = SchedulerMetrics()
+        metrics.attach(scheduler)
+        allow_every_host_warning("metrics", allowed_hosts)
+        server.app = HostCheck(make_wsgi_app(REGISTRY), rules, "metrics")
+        thread = threading.Thread(target=server.serve_forever, name="persched-metrics", daemon=True)
+        thread.start()
     except BaseException:
+        if metrics is not None:
+            metrics.detach()
+            metrics._unregister()
         server.server_close()
         raise
-    allow_every_host_warning("metrics", allowed_hosts)
-    server.app = HostCheck(make_wsgi_app(REGISTRY), rules, "metrics")
-    thread = threading.Thread(target=server.serve_forever, name="persched-metrics", daemon=True)
-    thread.start()
     return server, thread

@@ -2,8 +2,9 @@
 
 At each wake it runs, in this order, the tasks that are due: the change pick-up,
 membership, leases, the timed pauses' ends, maintenance (unwritten outcomes and
-retention), and the start-up sweep until it is done. A round that fails is logged
-and the task runs again a period later (`run_round`); it never stops the others.
+retention), and the sweep while it has rows to read (at start-up, and again after
+a view change that gained buckets: `Heartbeat.sweep_again`). A round that fails is
+logged and the task runs again a period later (`run_round`); it never stops the others.
 
 Between wakes the thread waits on the scheduler's clock for the earliest due
 instant, a pick-up request (`request_pickup`, from the PostgreSQL listener), a
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 from .. import _realtime
 from .._model.instant import US_PER_SECOND
 from ..errors import StoreError
-from .periodic import NEVER, PeriodicTask
+from .periodic import AT_ONCE, NEVER, PeriodicTask
 from .tracebacks import describe
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class Heartbeat:
         self.pause_ends = pause_ends
         self.maintenance = maintenance
         self.tasks: list[PeriodicTask] = [pickup, membership, leases, pause_ends, maintenance]
+        self._sweep: StartupSweep | None = None  # added by `start`
         self._cond = threading.Condition()
         self._stopping = False
         self._requested = False  # a signal asked for a pick-up (guarded by _cond)
@@ -73,8 +75,14 @@ class Heartbeat:
         """Start the thread; changes after `change_seq` will be picked up, and `sweep` run until it returns False."""
         self.pickup.start(change_seq, bound, self.request_pickup)
         if sweep is not None:
-            self.tasks.append(StartupSweep(sweep, self._clock, retry=self.leases.period))
+            self._sweep = StartupSweep(sweep, self._clock, retry=self.leases.period)
+            self.tasks.append(self._sweep)
         self._thread.start()
+
+    def sweep_again(self) -> None:
+        """On this thread (a view change): the sweep has rows to read again, its next batch at once."""
+        if self._sweep is not None:
+            self._sweep.due = AT_ONCE
 
     def request_pickup(self) -> None:
         """Read the change counter at once (another connection committed); from any thread."""
@@ -166,7 +174,7 @@ def run_round(task: PeriodicTask, now: int) -> None:
 
 
 class StartupSweep(PeriodicTask):
-    """The bounded heap's start-up sweep: batch after batch, until done; a failed batch is retried `retry` later."""
+    """The sweep, batch after batch until done (`Heartbeat.sweep_again` wakes it); a failed batch waits `retry`."""
 
     def __init__(self, sweep: Callable[[], bool], clock: Clock, *, retry: Micros) -> None:
         super().__init__("checking the stored jobs", retry)

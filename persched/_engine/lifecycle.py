@@ -26,7 +26,6 @@ from .._store import migrate as _migrate
 from ..clock import SystemClock
 from ..errors import SchedulerStateError, StoreError
 from .config import check_wait
-from .horizon import Horizon
 from .workers import current_run_claim
 
 if TYPE_CHECKING:
@@ -34,6 +33,7 @@ if TYPE_CHECKING:
     from .dispatcher import Dispatcher
     from .events import EventBus
     from .heartbeat import Heartbeat
+    from .horizon import Horizon
     from .membership import Membership
     from .runs import RunBook
     from .skew import ClockCheck
@@ -100,6 +100,7 @@ class Lifecycle:
         timebase: Timebase,
         clock_check: ClockCheck,
         membership: Membership,
+        sweeps: Horizon,
         runs: RunBook,
         dispatcher: Dispatcher,
         heartbeat: Heartbeat,
@@ -112,6 +113,7 @@ class Lifecycle:
         self._timebase = timebase
         self._clock_check = clock_check
         self._membership = membership
+        self._sweeps = sweeps
         self._runs = runs
         self._dispatcher = dispatcher
         self._heartbeat = heartbeat
@@ -173,7 +175,7 @@ class Lifecycle:
                 tool,
                 self.instance_id,
             )
-        horizon = Horizon(self.store, self._timebase, self._membership)
+        horizon = self._sweeps
         swept: list[tuple[Instant, str, int]] = []
         try:
             # Join the members first: the jobs loaded are the ones this instance owns.
@@ -181,7 +183,7 @@ class Lifecycle:
             # Before loading: a change committed while loading is picked up again, not missed.
             change_seq = self.store.change_seq()
             # The first sweep batch, then the jobs due within the horizon (persched._engine.horizon).
-            more = horizon.sweep(lambda *entry: swept.append(entry))
+            horizon.sweep(lambda *entry: swept.append(entry))
             entries, cursor = horizon.refill(None, Instant(self._timebase.now() + self._horizon))
         except BaseException:
             self.shutdown(wait=False, timeout=None)
@@ -198,7 +200,7 @@ class Lifecycle:
         self._heartbeat.start(
             change_seq,
             bound=self._dispatcher.pickup_bound,
-            sweep=(lambda: horizon.sweep(self._dispatcher.offer)) if more else None,
+            sweep=lambda: horizon.sweep(self._dispatcher.offer),
         )
         logger.info(
             "scheduler %s started with %d job%s due within %g s on %s",

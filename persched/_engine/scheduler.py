@@ -41,7 +41,7 @@ from .context import current_run
 from .dispatcher import BATCH_WAIT, Dispatcher
 from .events import Event, EventBus
 from .heartbeat import Heartbeat
-from .horizon import DEFAULT_HORIZON_SECONDS
+from .horizon import DEFAULT_HORIZON_SECONDS, Horizon
 from .internals import Internals
 from .leases import Leases
 from .lifecycle import Lifecycle
@@ -228,6 +228,7 @@ class JobScheduler(JobOperations):
             # A server's commit is a round trip worth sharing among more runs; SQLite's is local.
             batch_wait=0.0 if self._store.dialect.in_process else BATCH_WAIT,
         )
+        self._horizon = Horizon(self._store, self._timebase, self._membership)
         self._heartbeat = self._make_heartbeat(config)
         self._lifecycle = Lifecycle(
             self.instance_id,
@@ -236,6 +237,7 @@ class JobScheduler(JobOperations):
             timebase=self._timebase,
             clock_check=self._clock_check,
             membership=self._membership,
+            sweeps=self._horizon,
             runs=self._runs,
             dispatcher=self._dispatcher,
             heartbeat=self._heartbeat,
@@ -247,9 +249,15 @@ class JobScheduler(JobOperations):
         """The heartbeat thread and its tasks, wired to the engine."""
         offer, membership = self._dispatcher.offer, self._membership
 
+        def view_changed(shared: bool) -> None:
+            """On the heartbeat thread: keep the owned entries, reload the owned rows, sweep the buckets gained."""
+            self._dispatcher.repartition(shared)
+            if self._horizon.view_changed():
+                self._heartbeat.sweep_again()
+
         def renew_membership() -> None:
             if membership.beat():
-                self._dispatcher.repartition(membership.shared)
+                view_changed(membership.shared)
 
         pause_ends = PauseEnds(
             self._store,
@@ -265,7 +273,7 @@ class JobScheduler(JobOperations):
                 self._timebase,
                 offer,
                 membership,
-                self._dispatcher.repartition,
+                view_changed,
                 pause_ends.reread,
                 pickup=config.pickup,
                 pickup_check=config.pickup_check,

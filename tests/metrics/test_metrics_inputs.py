@@ -1,7 +1,8 @@
 """`SchedulerMetrics` refuses bad options and wiring with a one-line `InvalidJobError` naming the argument.
 
-Nothing is registered when an option is refused; attaching twice counts each
-run once. The tests that run a scheduler run on every engine (SQLite,
+Nothing is registered when an option is refused, nor left registered by a
+`serve()` that fails; attaching twice counts each run once, and an attach the
+scheduler refused leaves the metrics free to attach. The tests that run a scheduler run on every engine (SQLite,
 PostgreSQL, MariaDB), with a FakeClock at an odd instant.
 """
 
@@ -195,3 +196,45 @@ def test_serve_closes_its_socket_when_its_metrics_are_refused(monkeypatch: pytes
     with pytest.raises(InvalidJobError, match="one SchedulerMetrics per registry"):
         metrics_module.serve(cast("JobScheduler", None), "127.0.0.1", 0)
     assert [server.socket.fileno() for server in servers] == [-1]  # closed
+
+
+@pytest.mark.parametrize("refuses", ["attach", "after-attach"])
+def test_a_serve_that_fails_leaves_the_registry_as_it_was(monkeypatch: pytest.MonkeyPatch, refuses: str) -> None:
+    """The fresh metrics `serve` registered are taken off again: a later serve() in this process can register."""
+    registry = CollectorRegistry(auto_describe=True)  # as prometheus_client.REGISTRY, which serve() uses
+    Counter("app_requests", "the application's own", registry=registry)
+    monkeypatch.setattr(metrics_module, "REGISTRY", registry)
+    before = sorted(family.name for family in registry.collect())
+    scheduler: object = None  # a wrong argument: attach() refuses it
+    if refuses == "after-attach":
+        scheduler = JobScheduler("sqlite://", clock=FakeClock(START))
+
+        def refused(*args: object) -> None:
+            raise RuntimeError("the server's app cannot be made")
+
+        monkeypatch.setattr(metrics_module, "HostCheck", refused)
+    try:
+        with pytest.raises((InvalidJobError, RuntimeError)):
+            metrics_module.serve(cast("JobScheduler", scheduler), "127.0.0.1", 0)
+        assert sorted(family.name for family in registry.collect()) == before
+    finally:
+        if isinstance(scheduler, JobScheduler):
+            scheduler.shutdown(wait=True, timeout=TIMEOUT)
+
+
+def test_an_attach_the_scheduler_refuses_leaves_the_metrics_unattached(monkeypatch: pytest.MonkeyPatch) -> None:
+    metrics = SchedulerMetrics(CollectorRegistry())
+    sched = JobScheduler("sqlite://", clock=FakeClock(START))
+    try:
+
+        def refused(*args: object) -> None:
+            raise RuntimeError("refused, as in a forked child")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(sched, "add_listener", refused)
+            with pytest.raises(RuntimeError, match="refused"):
+                metrics.attach(sched)
+        metrics.attach(sched)  # attaches now: not taken for attached already
+        assert sched.remove_listener(metrics._on_event)
+    finally:
+        sched.shutdown(wait=True, timeout=TIMEOUT)

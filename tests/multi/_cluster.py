@@ -5,6 +5,8 @@
   teardown whatever happened.
 - `fetch_runs` + `check_once`: the run history and the side-effect file
   agree, and no slot ran twice (exactly one claim per slot).
+- `ME`, `ME_LEASE_SECONDS`, `ME_START`: the in-process scheduler of the ``me`` fixture
+  (tests/multi/conftest.py).
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
 __all__ = [
+    "ME",
+    "ME_LEASE_SECONDS",
+    "ME_START",
     "REPO",
     "Child",
     "Cluster",
@@ -48,6 +53,9 @@ __all__ = [
 ]
 
 REPO: Final = Path(__file__).resolve().parents[2]
+ME: Final = "me:1:aaaaaa"  # the ``me`` fixture's instance id
+ME_LEASE_SECONDS: Final = 30.0  # its lease
+ME_START: Final = 1_700_000_123.4567  # its FakeClock's start (``clock``): an odd instant
 EPS: Final = timedelta(milliseconds=2)
 
 

@@ -7,6 +7,11 @@ the same time. The PostgreSQL variant is a dedicated schema per test
 tests neither see nor disturb other suites running on the same server at the
 same time. Without ``PERSCHED_TEST_PG_URL`` the PostgreSQL variants are left
 out with a visible reason; with ``CI`` set they fail.
+
+``me`` is one in-process scheduler (`ME`, on ``clock``, a FakeClock at an odd
+instant), started with its heartbeat thread stopped, so that a test runs each
+membership round itself; the other members are played by hand through a
+second `Store` (tests/multi/test_work_sharing.py, test_owner_buckets.py).
 """
 
 from __future__ import annotations
@@ -15,7 +20,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from persched import JobScheduler
+from persched.testing import FakeClock
+from tests.multi._cluster import ME, ME_LEASE_SECONDS, ME_START
+from tests.support import jobs
 from tests.support.engines import engine_named, engine_params
+from tests.support.helpers import TIMEOUT
 from tests.support.postgres import pg_schema
 
 if TYPE_CHECKING:
@@ -48,3 +58,23 @@ def pg_only_url() -> Iterator[str]:
     """A URL of a fresh PostgreSQL schema (skipped without PERSCHED_TEST_PG_URL)."""
     with pg_schema("p") as url:
         yield url
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """The FakeClock of ``me``, at an odd instant."""
+    return FakeClock(start=ME_START)
+
+
+@pytest.fixture
+def me(db_url: str, clock: FakeClock) -> Iterator[JobScheduler]:
+    """A started scheduler (`ME`) whose heartbeat thread is stopped: the test runs its membership rounds."""
+    sched = JobScheduler(db_url, clock=clock, instance_id=ME, lease_seconds=ME_LEASE_SECONDS)
+    sched.start()
+    sched._heartbeat.stop()
+    sched._heartbeat.join(TIMEOUT)
+    try:
+        yield sched
+    finally:
+        jobs.release_all()
+        sched.shutdown(wait=True, timeout=TIMEOUT)

@@ -1,7 +1,8 @@
 """Owner buckets with several members in the view (`persched._model.buckets`, `persched._engine.membership`).
 
-One in-process scheduler (`ME`, a FakeClock, its heartbeat stopped) and three more members played
-by hand through a second `Store`, as in tests/multi/test_work_sharing.py:
+One in-process scheduler (`ME`, the ``me`` fixture of tests/multi/conftest.py: a FakeClock, its
+heartbeat stopped) and three more members played by hand through a second `Store`, as in
+tests/multi/test_work_sharing.py:
 
 - a refill asks the database for the rows of ME's buckets only: what the store returns to it is
   ME's share of the jobs, not every row due;
@@ -16,13 +17,12 @@ from unittest.mock import patch
 
 import pytest
 
-from persched import JobScheduler
 from persched._engine.membership import owned_buckets, owner_among
 from persched._model.buckets import bucket_of
 from persched._model.instant import Instant, from_datetime
 from persched._store import Store
 from persched._store import db as _db
-from persched.testing import FakeClock
+from tests.multi._cluster import ME
 from tests.support import jobs
 from tests.support.helpers import TIMEOUT, db_sql, finished_runs, wait_until
 from tests.support.race_jobs import RECORD
@@ -30,28 +30,12 @@ from tests.support.race_jobs import RECORD
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-ME = "me:1:aaaaaa"
+    from persched import JobScheduler
+    from persched.testing import FakeClock
+
 OTHERS = ("other:2:bbbbbb", "other:3:cccccc", "other:4:dddddd")
 FOUR = tuple(sorted((ME, *OTHERS)))
 INTERVAL = 300.0
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(start=1_700_000_123.4567)
-
-
-@pytest.fixture
-def me(db_url: str, clock: FakeClock) -> Iterator[JobScheduler]:
-    sched = JobScheduler(db_url, clock=clock, instance_id=ME, lease_seconds=30.0)
-    sched.start()
-    sched._heartbeat.stop()  # the test runs the membership rounds
-    sched._heartbeat.join(TIMEOUT)
-    try:
-        yield sched
-    finally:
-        jobs.release_all()
-        sched.shutdown(wait=True, timeout=TIMEOUT)
 
 
 @pytest.fixture

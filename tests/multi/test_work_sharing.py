@@ -1,8 +1,9 @@
 """Instances share the work (the default): each job has one owner among the live instances.
 
-One in-process scheduler (`ME`, a FakeClock at an odd instant, its heartbeat thread stopped so
-that the test runs each membership round itself) and another instance (`OTHER`) played by hand
-through a second `Store`: it beats, claims and finishes exactly when the test says.
+One in-process scheduler (`ME`, the ``me`` fixture of tests/multi/conftest.py: a FakeClock at an
+odd instant, its heartbeat thread stopped so that the test runs each membership round itself)
+and another instance (`OTHER`) played by hand through a second `Store`: it beats, claims and
+finishes exactly when the test says.
 Deterministic: every step waits for `wait_idle` or for an event, none for an interleaving.
 
 - An instance queues only the jobs it owns; a job another member owns is not even tried.
@@ -32,8 +33,7 @@ from persched._store import Claim, Store
 from persched._store import db as _db
 from persched._store.observer import Observer
 from persched.errors import InvalidJobError
-from persched.testing import FakeClock
-from tests.multi._cluster import job_owned_by
+from tests.multi._cluster import ME, ME_LEASE_SECONDS, job_owned_by
 from tests.support import jobs
 from tests.support.helpers import TIMEOUT, db_sql, finished_runs, wait_until
 from tests.support.race_jobs import RECORD
@@ -42,11 +42,12 @@ from tests.support.store_calls import claim_one, finish_one
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from persched.testing import FakeClock
 
-ME = "me:1:aaaaaa"
+
 OTHER = "other:2:bbbbbb"
 BOTH = (ME, OTHER)
-LEASE_SECONDS = 30.0
+LEASE_SECONDS = ME_LEASE_SECONDS
 LEASE = Micros(int(LEASE_SECONDS * 1_000_000))
 INTERVAL = 10.0
 
@@ -57,24 +58,6 @@ class Conflicts(Observer):
 
     def claim_conflict(self, job_id: str) -> None:
         self.lost.append(job_id)
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(start=1_700_000_123.4567)
-
-
-@pytest.fixture
-def me(db_url: str, clock: FakeClock) -> Iterator[JobScheduler]:
-    sched = JobScheduler(db_url, clock=clock, instance_id=ME, lease_seconds=LEASE_SECONDS)
-    sched.start()
-    sched._heartbeat.stop()  # the test runs the membership rounds (round())
-    sched._heartbeat.join(TIMEOUT)
-    try:
-        yield sched
-    finally:
-        jobs.release_all()
-        sched.shutdown(wait=True, timeout=TIMEOUT)
 
 
 @pytest.fixture
