@@ -30,7 +30,9 @@ frames a trace) once the probe ran, and at each RSS sample reduces a snapshot to
 file:line. ``tracemalloc`` in the output holds, per sample, the traced total and glibc's
 ``mallinfo2()`` (bytes in use, free in the heap, in mmapped blocks); the 15 lines that grew
 most from the first sample to the last, each with its size at every sample (does it level
-off?); and, with F > 1, the 5 tracebacks that grew most. tracemalloc slows the process and
+off?); and, with F > 1, the 5 tracebacks that grew most (F > 1 is slow at a million jobs).
+``--tracemalloc-file P`` has the child rewrite that report into P at each sample, for a run
+that does not finish. tracemalloc slows the process and
 adds its own memory to the RSS: the RSS of a run without it is the figure of record.
 
     python -m benchmarks.startup --system persched --db postgresql+psycopg://... --jobs 1000000 --analyze \\
@@ -84,8 +86,9 @@ class _Tracer:
 
     TOP: int = 15
 
-    def __init__(self, frames: int) -> None:
+    def __init__(self, frames: int, file: str | None) -> None:
         self.frames = frames
+        self.file = file
         self.filters = [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, __file__)]
         self.samples: list[dict[str, Any]] = []
         self.lines: list[dict[str, tuple[int, int]]] = []
@@ -134,7 +137,9 @@ class _Tracer:
         return out
 
 
-def _child(system: str, path: str, workers: int, timeout: float, run_for: float, trace: int) -> None:
+def _child(
+    system: str, path: str, workers: int, timeout: float, run_for: float, trace: int, trace_file: str | None
+) -> None:
     # Libraries first, so that RSS growth after this line is the scheduler's own state.
     stop: Any
     if system == "persched":
@@ -168,7 +173,7 @@ def _child(system: str, path: str, workers: int, timeout: float, run_for: float,
     gc.collect()
     rss1 = c.rss_bytes()
     over_run = []
-    tracer = _Tracer(trace) if trace and run_for else None
+    tracer = _Tracer(trace, trace_file) if trace and run_for else None
     for _ in range(10 if run_for else 0):  # RSS while it dispatches (--run-for)
         time.sleep(run_for / 10)
         over_run.append(round(c.rss_bytes() / 2**20, 1))
@@ -254,11 +259,20 @@ def main() -> None:
     p.add_argument("--lead", type=float, default=120.0, help="--intervals own: no first slot before this (s)")
     p.add_argument("--run-for", type=float, default=0.0, help="seconds to go on dispatching after the probe ran")
     p.add_argument("--tracemalloc", type=int, default=0, help="with --run-for: trace with this many frames")
+    p.add_argument("--tracemalloc-file", default=None, help="with --tracemalloc: the report, rewritten at each sample")
     p.add_argument("--child", default=None, help=argparse_hidden())
     args = p.parse_args()
     c.quiet_logging()
     if args.child:
-        _child(args.system, args.child, c.workers(args), args.timeout, args.run_for, args.tracemalloc)
+        _child(
+            args.system,
+            args.child,
+            c.workers(args),
+            args.timeout,
+            args.run_for,
+            args.tracemalloc,
+            args.tracemalloc_file,
+        )
         return
 
     if args.db:  # a server: filled anew each time (in SQL, seconds for a million rows), probe due now
@@ -288,8 +302,10 @@ def main() -> None:
     cmd = [sys.executable, "-m", "benchmarks.startup", "--system", args.system, "--workers", str(c.workers(args))]
     cmd += ["--child", path, "--timeout", str(args.timeout), "--run-for", str(args.run_for)]
     cmd += ["--tracemalloc", str(args.tracemalloc)]
+    cmd += ["--tracemalloc-file", args.tracemalloc_file] if args.tracemalloc_file else []
+    wait = args.timeout + args.run_for * (2 if args.tracemalloc else 1) + 60  # tracemalloc slows the child
     launched = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout + args.run_for + 60, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=wait, check=False)
     record: dict[str, Any] = {"workload": "startup", "system": args.system, "jobs": args.jobs}
     child = next((json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")), None)
     if child is None or not child["dispatched"]:
