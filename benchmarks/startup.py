@@ -113,6 +113,9 @@ class _Tracer:
                 "malloc": _mallinfo(),
             }
         )
+        if self.file:
+            with open(self.file, "w") as f:
+                json.dump(self.report(), f)
 
     def report(self) -> dict[str, Any]:
         first, last = self.lines[0], self.lines[-1]
