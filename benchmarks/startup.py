@@ -25,18 +25,30 @@ first slot and every interval after it), so ``runs / slots_due`` is the fraction
 ``fill_s`` the fill's time and ``slots_due_at_launch`` the slots already due when the
 child was launched (the fill outlasted the lead: the child starts behind).
 
+``--tracemalloc F`` (with ``--run-for``) says what grows: the child starts tracemalloc (F
+frames a trace) once the probe ran, and at each RSS sample reduces a snapshot to its sizes by
+file:line. ``tracemalloc`` in the output holds, per sample, the traced total and glibc's
+``mallinfo2()`` (bytes in use, free in the heap, in mmapped blocks); the 15 lines that grew
+most from the first sample to the last, each with its size at every sample (does it level
+off?); and, with F > 1, the 5 tracebacks that grew most (F > 1 is slow at a million jobs).
+``--tracemalloc-file P`` has the child rewrite that report into P at each sample, for a run
+that does not finish. tracemalloc slows the process and
+adds its own memory to the RSS: the RSS of a run without it is the figure of record.
+
     python -m benchmarks.startup --system persched --db postgresql+psycopg://... --jobs 1000000 --analyze \\
         --intervals own --run-for 120
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import os
 import subprocess
 import sys
 import time
+import tracemalloc
 from datetime import datetime, timezone
 from typing import Any
 
@@ -48,7 +60,89 @@ PROBE = "probe"
 PROBE_TARGET = "benchmarks.targets:probe"
 
 
-def _child(system: str, path: str, workers: int, timeout: float, run_for: float) -> None:
+_MALLINFO2 = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2]
+
+
+def _mallinfo() -> dict[str, float] | None:
+    """glibc's heap in MiB: in use, free inside it, in mmapped blocks (None off glibc < 2.33)."""
+    try:
+        call = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return None
+    call.restype = _MallInfo2
+    info = call()
+    return {
+        k: round(getattr(info, f) / 2**20, 2)
+        for k, f in (("used", "uordblks"), ("free", "fordblks"), ("mmap", "hblkhd"))
+    }
+
+
+class _Tracer:
+    """tracemalloc from the probe's run on: per sample, sizes by file:line (the snapshot is dropped)."""
+
+    TOP: int = 15
+
+    def __init__(self, frames: int, file: str | None) -> None:
+        self.frames = frames
+        self.file = file
+        self.filters = [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, __file__)]
+        self.samples: list[dict[str, Any]] = []
+        self.lines: list[dict[str, tuple[int, int]]] = []
+        self.traces: list[dict[str, tuple[int, int]]] = []
+        tracemalloc.start(frames)
+
+    def sample(self, rss_mb: float) -> None:
+        snap = tracemalloc.take_snapshot().filter_traces(self.filters)
+        self.lines.append({str(s.traceback[0]): (s.size, s.count) for s in snap.statistics("lineno")})
+        if self.frames > 1:
+            self.traces.append(
+                {"\n".join(map(str, s.traceback)): (s.size, s.count) for s in snap.statistics("traceback")}
+            )
+            del self.traces[1:-1]  # the first and the last
+        del snap
+        traced, peak = tracemalloc.get_traced_memory()
+        self.samples.append(
+            {
+                "rss_mb": rss_mb,
+                "traced_mb": round(traced / 2**20, 2),
+                "peak_mb": round(peak / 2**20, 2),
+                "malloc": _mallinfo(),
+            }
+        )
+        if self.file:
+            with open(self.file, "w") as f:
+                json.dump(self.report(), f)
+
+    def report(self) -> dict[str, Any]:
+        first, last = self.lines[0], self.lines[-1]
+        grew = sorted(last, key=lambda k: last[k][0] - first.get(k, (0, 0))[0], reverse=True)[: self.TOP]
+        out: dict[str, Any] = {"frames": self.frames, "samples": self.samples}
+        out["top_growth"] = [
+            {
+                "line": k,
+                "grew_kib": round((last[k][0] - first.get(k, (0, 0))[0]) / 1024, 1),
+                "blocks": last[k][1] - first.get(k, (0, 0))[1],
+                "kib_by_sample": [round(s.get(k, (0, 0))[0] / 1024, 1) for s in self.lines],
+            }
+            for k in grew
+        ]
+        if self.traces:
+            t0, t1 = self.traces[0], self.traces[-1]
+            top = sorted(t1, key=lambda k: t1[k][0] - t0.get(k, (0, 0))[0], reverse=True)[:5]
+            out["top_traceback_growth"] = [
+                {"traceback": k.split("\n"), "grew_kib": round((t1[k][0] - t0.get(k, (0, 0))[0]) / 1024, 1)}
+                for k in top
+            ]
+        return out
+
+
+def _child(
+    system: str, path: str, workers: int, timeout: float, run_for: float, trace: int, trace_file: str | None
+) -> None:
     # Libraries first, so that RSS growth after this line is the scheduler's own state.
     stop: Any
     if system == "persched":
@@ -82,11 +176,15 @@ def _child(system: str, path: str, workers: int, timeout: float, run_for: float)
     gc.collect()
     rss1 = c.rss_bytes()
     over_run = []
+    tracer = _Tracer(trace, trace_file) if trace and run_for else None
     for _ in range(10 if run_for else 0):  # RSS while it dispatches (--run-for)
         time.sleep(run_for / 10)
         over_run.append(round(c.rss_bytes() / 2**20, 1))
+        if tracer is not None:
+            tracer.sample(over_run[-1])
     c.emit(
         {
+            **({"tracemalloc": tracer.report()} if tracer is not None else {}),
             "child": True,
             "dispatched": dispatched,
             "start_call_s": round(t1 - t0, 4),
@@ -163,11 +261,21 @@ def main() -> None:
     p.add_argument("--intervals", choices=("hour", "own"), default="hour", help="with --db: 1 h each, or 10-60 min")
     p.add_argument("--lead", type=float, default=120.0, help="--intervals own: no first slot before this (s)")
     p.add_argument("--run-for", type=float, default=0.0, help="seconds to go on dispatching after the probe ran")
+    p.add_argument("--tracemalloc", type=int, default=0, help="with --run-for: trace with this many frames")
+    p.add_argument("--tracemalloc-file", default=None, help="with --tracemalloc: the report, rewritten at each sample")
     p.add_argument("--child", default=None, help=argparse_hidden())
     args = p.parse_args()
     c.quiet_logging()
     if args.child:
-        _child(args.system, args.child, c.workers(args), args.timeout, args.run_for)
+        _child(
+            args.system,
+            args.child,
+            c.workers(args),
+            args.timeout,
+            args.run_for,
+            args.tracemalloc,
+            args.tracemalloc_file,
+        )
         return
 
     if args.db:  # a server: filled anew each time (in SQL, seconds for a million rows), probe due now
@@ -196,8 +304,11 @@ def main() -> None:
 
     cmd = [sys.executable, "-m", "benchmarks.startup", "--system", args.system, "--workers", str(c.workers(args))]
     cmd += ["--child", path, "--timeout", str(args.timeout), "--run-for", str(args.run_for)]
+    cmd += ["--tracemalloc", str(args.tracemalloc)]
+    cmd += ["--tracemalloc-file", args.tracemalloc_file] if args.tracemalloc_file else []
+    wait = args.timeout + args.run_for * (2 if args.tracemalloc else 1) + 60  # tracemalloc slows the child
     launched = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout + args.run_for + 60, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=wait, check=False)
     record: dict[str, Any] = {"workload": "startup", "system": args.system, "jobs": args.jobs}
     child = next((json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")), None)
     if child is None or not child["dispatched"]:
@@ -212,6 +323,8 @@ def main() -> None:
         )
         if args.run_for:
             record.update(rss_mb_over_run=child["rss_mb_over_run"])
+            if "tracemalloc" in child:
+                record.update(tracemalloc=child["tracemalloc"])
             if args.db:
                 runs, due, behind = _runs_and_slots_due(args.db, launched)
                 record.update(runs=runs, slots_due=due, fraction=round(runs / due, 4) if due else None)
