@@ -53,8 +53,8 @@ GATHER: Final = 0.002  # real seconds a cycle behind a backlog waits for busy wo
 SEARCH_EVERY: Final = Micros(500_000)  # how often to search for overdue rows, and how late they must be
 # While other instances share the work on a server engine, a cycle waits for this many runs, at most
 # this long from its earliest due entry or completion (docs/explanation/engine.md, "Waiting for a batch").
-BATCH: Final = 16
-BATCH_WAIT: Final = 0.03  # seconds
+BATCH: Final = 32
+BATCH_WAIT: Final = 0.06  # seconds
 
 
 class Cycle(NamedTuple):
