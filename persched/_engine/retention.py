@@ -2,17 +2,17 @@
 
 Whoever records an outcome calls `Retention.recorded` (any thread); the heartbeat
 calls `Retention.prune`, off the dispatch path, in short transactions of its own.
-``_lock`` guards the counts of runs recorded per job since their last prune, is
-held across no database call and nests with no other lock. A job is pruned once
-it recorded a tenth of `keep_runs` more runs, so a DELETE serves many runs; a
-prune that fails puts its jobs back (docs/reference/behaviour.md#run-history).
+``_lock`` guards the jobs waiting for a prune, is held across no database call
+and nests with no other lock. A job is pruned each time its run count (the row's,
+read by the claim) reaches a multiple of a tenth of `keep_runs`, so a DELETE
+serves many runs and nothing is kept per job between prunes; a prune that fails
+puts its jobs back (docs/reference/behaviour.md#run-history).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
 from typing import TYPE_CHECKING
 
 from .. import _loggers
@@ -43,27 +43,24 @@ class Retention:
         self._keep_runs = keep_runs
         self._keep_for = keep_for
         self._keep_error_runs = keep_error_runs
+        self._every = max(1, (keep_runs or 0) // 10)  # runs between two prunes of a job
         self._lock = threading.Lock()
-        self._since_prune: Counter[str] | None = None  # None: a full pass first
+        self._due: set[str] | None = None  # the jobs to prune next; None: a full pass first
 
-    def recorded(self, job_id: str) -> None:
-        """One more run of `job_id` was recorded (any thread)."""
+    def recorded(self, job_id: str, runs_before: int | None) -> None:
+        """A run of `job_id` was recorded, the job's `runs_before`-th + 1 (None: not known; any thread)."""
+        if runs_before is not None and (runs_before + 1) % self._every:
+            return
         with self._lock:
-            if self._since_prune is not None:
-                self._since_prune[job_id] += 1
+            if self._due is not None:
+                self._due.add(job_id)
 
     def prune(self) -> None:
         """Heartbeat callback: delete run history beyond the retention."""
         if self._keep_runs is None and self._keep_for is None:
             return
-        due = max(1, (self._keep_runs or 0) // 10)
         with self._lock:
-            if self._since_prune is None:
-                self._since_prune, dirty = Counter(), None
-            else:
-                dirty = {job_id for job_id, n in self._since_prune.items() if n >= due}
-                for job_id in dirty:
-                    del self._since_prune[job_id]
+            dirty, self._due = self._due, set()
         if dirty is None and self._keep_runs is not None:
             dirty = self._store.jobs_over_run_limit(self._keep_runs)  # first pass: every job over the limit
         try:
@@ -76,8 +73,8 @@ class Retention:
             )
         except BaseException:
             with self._lock:  # try these jobs again next time
-                assert self._since_prune is not None
-                self._since_prune.update(dict.fromkeys(dirty or (), due))
+                assert self._due is not None
+                self._due.update(dirty or ())
             raise
         if deleted:
             logger.debug("pruned %d runs beyond the retention", deleted)

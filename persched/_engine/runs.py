@@ -92,7 +92,7 @@ class RunBook:
         instance_id: str,
         lease: Micros,
         emit: EmitCallback,
-        recorded: Callable[[str], None],
+        recorded: Callable[[str, int | None], None],
     ) -> None:
         self._store = store
         self.namespace = store.namespace  # what a run's RunContext says
@@ -277,7 +277,7 @@ class RunBook:
                 self._queue(dispatched, due_at, claim.job_id, claim.generation)
             else:
                 self._adopted.discard(claim.job_id)
-            self._recorded(claim.job_id)
+            self._recorded(claim.job_id, claim.runs_before)
             overran = self._overran_runs.pop(claim.run_id, False)
 
             def finished(completion: Completion = completion, overran: bool = overran) -> Run:

@@ -57,6 +57,9 @@ logger = logging.getLogger(__name__)
 
 # The dispatch path's select lists, in driver SQL (docs/explanation/store.md, "The driver cursor").
 DISPATCH_SELECT: Final = ", ".join(column.name for column in DISPATCH_COLUMNS)
+# The claim's locking read: those, then the job's run count (for retention; read apart, so that a
+# hand-edited count never makes a row unreadable).
+CLAIM_SELECT: Final = f"{DISPATCH_SELECT}, run_count"
 STANDING_SELECT: Final = ", ".join(column.name for column in STANDING_COLUMNS)
 
 # The claim's one write back (`Dialect.update_rows`): every won row, by its key; the locking read holds them.
@@ -128,6 +131,7 @@ class ClaimedRow(NamedTuple):
     max_runtime: Micros | None
     plan: JobPlan
     retry: Retry | None  # a pending attempt, due at next_at
+    runs: int | None = None  # the job's run count (`CLAIM_SELECT`), None if not a whole number
 
 
 def _claimed_row(raw: tuple[Any, ...], dialect: Dialect) -> ClaimedRow | None:
@@ -348,11 +352,13 @@ class ClaimBatch:
         self.claims: dict[tuple[str, int], Won] = {}
         self.skipped: dict[tuple[str, int], ClaimMiss] = {}
 
-    def read(self, raw: tuple[Any, ...], dialect: Dialect) -> ClaimedRow | None:
-        """A won row as returned by the driver; None if it cannot be read (it is paused, alone)."""
+    def read(self, selected: tuple[Any, ...], dialect: Dialect) -> ClaimedRow | None:
+        """A won row as returned by the driver (`CLAIM_SELECT`); None if it cannot be read (it is paused, alone)."""
+        *values, runs = selected
+        raw = tuple(values)
         row = _claimed_row(raw, dialect)
         if row is not None:
-            return row
+            return row._replace(runs=runs) if type(runs) is int else row
         stored_row = read_row(DISPATCH_COLUMNS, dict(zip(_NAMES, raw, strict=True)))
         w = self.writes
         plan = plan_or_quarantine(stored_row, self.claimed_at, self.instance_id, w.quarantined, w.missed)
@@ -463,6 +469,7 @@ class ClaimBatch:
                 row.max_runtime,
                 Carried(plan, decision.next_run_at, run_now_at, kept),
                 won.attempt,
+                row.runs,
             )
             self.claims[key] = won._replace(claim=claim)
 

@@ -22,7 +22,7 @@ from .._model.instant import Instant, Micros, from_datetime, to_datetime
 from ._rows import raw_columns
 from ._tx import REFUSED, read_time, refusal_of
 from .ahead import correct_ahead, log_correction
-from .claim_batch import DISPATCH_SELECT, ClaimBatch, misses, unreadable_waiting
+from .claim_batch import CLAIM_SELECT, ClaimBatch, misses, unreadable_waiting
 from .dialects import Sql, marks
 from .failures import log_paused, pause_failing
 from .mappers import (
@@ -325,7 +325,7 @@ class ClaimsStore(Part):
     ) -> list[tuple[Any, ...]]:
         """The claim's one locking read: the rows it wins, as they stand."""
         predicate = Sql.join(claim_clauses(expected, self.dialect).values(), " AND ")
-        return self.dialect.lock_claimable(cur, jobs, predicate, DISPATCH_SELECT)
+        return self.dialect.lock_claimable(cur, jobs, predicate, CLAIM_SELECT)
 
     def _last_slots(self, cur: DriverCursor, keys: Sequence[tuple[str, int]]) -> dict[str, Instant]:
         """The latest slot each ``(job_id, generation)`` ran on its grid (rare: only claims whose slot ran)."""

@@ -70,6 +70,7 @@ class Claim:
     max_runtime: Micros | None = None
     carried: Carried | None = field(default=None, compare=False, repr=False)  # for the completion
     attempt: int = 1  # which attempt of its slot (retries)
+    runs_before: int | None = field(default=None, compare=False)  # the job's run count when claimed (retention)
 
     @property
     def run_policy(self) -> RunPolicy:

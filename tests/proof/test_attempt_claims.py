@@ -35,7 +35,7 @@ from persched._model.instant import Instant, Micros, from_datetime, micros
 from persched._model.models import validate_definition, validate_policies
 from persched._store import Claim, ClaimMiss, Completion, Store
 from persched._store import db as _db
-from persched._store.claim_batch import DISPATCH_SELECT
+from persched._store.claim_batch import CLAIM_SELECT
 from persched._store.claims import claim_clauses
 from persched._store.dialects import Sql
 from tests.support import race_jobs
@@ -77,7 +77,7 @@ class _StaleRead:
     def look(self, store: Store, entries: list[ClaimEntry]) -> None:
         expected = {(j, g): (e, t) for j, g, e, t in entries}
         predicate = Sql.join(claim_clauses(expected, store.dialect).values(), " AND ")
-        statement = f"SELECT {DISPATCH_SELECT} FROM persched_jobs WHERE {predicate.text}"  # noqa: S608 - ours
+        statement = f"SELECT {CLAIM_SELECT} FROM persched_jobs WHERE {predicate.text}"  # noqa: S608 - ours
         with store.engine.connect() as conn:
             self.seen[store] = [tuple(r) for r in store.dialect.execute(conn, Sql(statement, predicate.params))]
 

@@ -22,6 +22,8 @@ from tests.support.helpers import TIMEOUT, at, finished_runs, wait_until
 from tests.support.seams import store_of
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from persched.testing import FakeClock
     from tests.conftest import SchedulerFactory
 
@@ -209,25 +211,40 @@ def test_bound_error_text() -> None:
     assert bounded.endswith("b")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Retention counts the runs of each job since its last prune in memory until the job has a tenth of"
-    " keep_runs more: one entry per job that ran, never dropped for a job that no longer runs",
-)
 def test_the_run_counts_kept_for_pruning_stay_bounded_as_job_ids_come_and_go(fake_clock: FakeClock) -> None:
     store = MagicMock()
     store.jobs_over_run_limit.return_value = set()
     store.prune_runs.return_value = 0
     retention = Retention(store, Timebase(fake_clock), keep_runs=1000, keep_for=None)
-    retention.prune()  # the first (full) pass; from here on runs are counted per job
+    retention.prune()  # the first (full) pass; from here on each recorded run is looked at
     tracemalloc.start()
     try:
         for wave in range(20):  # 20 x 1,000 jobs, each run once and then gone (descheduled, replaced by new ids)
             for i in range(1000):
-                retention.recorded(f"job-{wave}-{i}")
+                retention.recorded(f"job-{wave}-{i}", 0)  # each job's first run
             retention.prune()
         gc.collect()
         kept, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert kept < 256 * 1024  # 20,000 ids once each: about 1.6 MiB while every one is kept
+
+
+def test_a_job_is_pruned_each_time_its_run_count_reaches_a_tenth_of_keep_runs(fake_clock: FakeClock) -> None:
+    store = MagicMock()
+    store.jobs_over_run_limit.return_value = set()
+    store.prune_runs.return_value = 0
+    retention = Retention(store, Timebase(fake_clock), keep_runs=100, keep_for=None)  # a prune every 10 runs
+    retention.prune()
+
+    def pruned(runs_before: Iterable[int | None]) -> set[str]:
+        for n in runs_before:
+            retention.recorded("a", n)
+        retention.prune()
+        return set(store.prune_runs.call_args.kwargs["job_ids"])
+
+    assert pruned(range(9)) == set()  # runs 1-9
+    assert pruned([9]) == {"a"}  # the 10th
+    assert pruned(range(10, 19)) == set()
+    assert pruned([19, 20]) == {"a"}  # the 20th: once, however many runs a heartbeat saw
+    assert pruned([None]) == {"a"}  # a count not known (a hand-edited row): pruned at once
