@@ -354,11 +354,11 @@ class ClaimBatch:
 
     def read(self, selected: tuple[Any, ...], dialect: Dialect) -> ClaimedRow | None:
         """A won row as returned by the driver (`CLAIM_SELECT`); None if it cannot be read (it is paused, alone)."""
-        *values, runs = selected
-        raw = tuple(values)
+        raw, count = selected[:-1], selected[-1]
+        runs = count if type(count) is int else None  # a hand-edited count: not known
         row = _claimed_row(raw, dialect)
         if row is not None:
-            return row._replace(runs=runs) if type(runs) is int else row
+            return row._replace(runs=runs)
         stored_row = read_row(DISPATCH_COLUMNS, dict(zip(_NAMES, raw, strict=True)))
         w = self.writes
         plan = plan_or_quarantine(stored_row, self.claimed_at, self.instance_id, w.quarantined, w.missed)
@@ -378,6 +378,7 @@ class ClaimBatch:
             nullable_micros(stored_row.max_runtime_seconds),
             plan,
             retry_of(stored_row),
+            runs,
         )
 
     def decide(self, row: ClaimedRow) -> None:
